@@ -1,0 +1,59 @@
+// actors/core.hpp: the state one engine shares between its API, its actors
+// and its writer. Owned by agentstate::engine; outlives every actor it spawns
+// (close() waits for all of them).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "actors/directory.hpp"
+#include "agentstate/engine.hpp"
+#include "store/kv.hpp"
+
+namespace agentstate::detail {
+
+struct counters {
+  std::atomic<std::uint64_t> activations{0}, passivations{0}, appends{0},
+    deduplicated{0}, commits{0}, batched_writes{0}, max_batch{0},
+    failed_writes{0}, sessions_live{0}, users_live{0}, apps_live{0};
+};
+
+struct engine_core {
+  options opts;
+  std::unique_ptr<store::kv_store> kv;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor writer;
+  directory dir;
+  counters stats;
+  std::atomic<bool> closed{false};
+  std::string lock_path; ///< canonical store dir; empty in memory mode
+  int lock_fd = -1;
+
+  ~engine_core();
+};
+
+/// Directory keys: a kind byte, then the store key of the identity.
+std::string session_dir_key(const session_ref& r);
+std::string user_dir_key(const std::string& app, const std::string& user);
+std::string app_dir_key(const std::string& app);
+
+/// Spawns a session actor for `r` (lazily started, rehydrates on first use).
+caf::actor spawn_session_actor(engine_core& core, session_ref r);
+/// Spawns the user-scope actor (user set) or the app-scope actor.
+caf::actor spawn_scope_actor(engine_core& core, std::string app,
+                             std::optional<std::string> user);
+/// Spawns the detached store writer.
+caf::actor spawn_writer(engine_core& core);
+
+/// Wall-clock now, epoch seconds.
+double now_seconds();
+/// A random UUID (version 4) string.
+std::string make_uuid();
+
+} // namespace agentstate::detail

@@ -1,0 +1,444 @@
+// agentstate::engine: option checks, store ownership (lock file and the
+// in-process registry), routing of commands to actors, direct snapshot reads,
+// and the blocking forms of every call.
+#include "agentstate/engine.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/core.hpp"
+#include "actors/messages.hpp"
+#include "actors/validate.hpp"
+#include "store/layout.hpp"
+
+namespace agentstate {
+
+namespace detail {
+
+namespace {
+
+std::mutex open_dirs_mtx;
+std::set<std::string> open_dirs;
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\r\n\f\v");
+  if (b == std::string::npos)
+    return {};
+  auto e = s.find_last_not_of(" \t\r\n\f\v");
+  return s.substr(b, e - b + 1);
+}
+
+template <class T, class Start>
+result<T> block_on(Start&& start) {
+  std::promise<result<T>> p;
+  auto f = p.get_future();
+  start([&p](result<T> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+error closing_error() {
+  return error{errc::unavailable, "the engine is closing"};
+}
+
+// Claims `dir` for this engine: the in-process registry, then the lock file.
+result<void> lock_store(engine_core& core, const std::string& dir) {
+  {
+    std::lock_guard<std::mutex> guard(open_dirs_mtx);
+    if (!open_dirs.insert(dir).second)
+      return error{errc::unavailable, "store '" + dir + "' is already open in this process"};
+  }
+  auto path = dir + "/agentstate.lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::lock_guard<std::mutex> guard(open_dirs_mtx);
+    open_dirs.erase(dir);
+    return error{errc::io_error, "cannot open lock file " + path + ": " + std::strerror(errno)};
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    auto n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    std::lock_guard<std::mutex> guard(open_dirs_mtx);
+    open_dirs.erase(dir);
+    std::string owner = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "?";
+    while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' '))
+      owner.pop_back();
+    return error{errc::unavailable, "store '" + dir + "' is in use by another process (pid "
+                                      + owner + ")"};
+  }
+  auto pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is informational; the lock itself is held.
+  }
+  core.lock_fd = fd;
+  core.lock_path = dir;
+  return {};
+}
+
+void unlock_store(engine_core& core) {
+  if (core.lock_fd >= 0) {
+    ::close(core.lock_fd);
+    core.lock_fd = -1;
+  }
+  if (!core.lock_path.empty()) {
+    std::lock_guard<std::mutex> guard(open_dirs_mtx);
+    open_dirs.erase(core.lock_path);
+    core.lock_path.clear();
+  }
+}
+
+result<void> check_options(const options& o) {
+  auto bad = [](std::string m) { return error{errc::invalid_argument, std::move(m)}; };
+  if (o.mode != durability::memory && o.dir.empty())
+    return bad("options.dir is required unless durability is memory");
+  if (o.limit.max_json_depth == 0 || o.limit.max_json_depth > store::stored_json_depth)
+    return bad("options.limit.max_json_depth must be 1.."
+               + std::to_string(store::stored_json_depth));
+  if (o.max_batch_count == 0 || o.max_batch_bytes == 0)
+    return bad("options.max_batch_count and max_batch_bytes must be positive");
+  if (o.idle_timeout.count() <= 0)
+    return bad("options.idle_timeout must be positive");
+  if (o.scheduler != "sharing" && o.scheduler != "stealing")
+    return bad("options.scheduler must be \"sharing\" or \"stealing\"");
+  if (o.max_store_bytes < (std::uint64_t{1} << 20))
+    return bad("options.max_store_bytes must be at least 1 MiB");
+  return {};
+}
+
+
+} // namespace
+
+std::string session_dir_key(const session_ref& r) {
+  return 's' + store::session_key(r.app_name, r.user_id, r.session_id);
+}
+
+std::string user_dir_key(const std::string& app, const std::string& user) {
+  return 'u' + store::user_scope_key(app, user);
+}
+
+std::string app_dir_key(const std::string& app) {
+  return 'a' + app;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string make_uuid() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uint64_t hi = rng(), lo = rng();
+  hi = (hi & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
+  lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
+  char buf[37];
+  std::snprintf(buf, sizeof(buf), "%08x-%04x-%04x-%04x-%012llx",
+                static_cast<unsigned>(hi >> 32), static_cast<unsigned>((hi >> 16) & 0xffff),
+                static_cast<unsigned>(hi & 0xffff), static_cast<unsigned>(lo >> 48),
+                static_cast<unsigned long long>(lo & 0xffffffffffffULL));
+  return buf;
+}
+
+engine_core::~engine_core() {
+  unlock_store(*this);
+}
+
+} // namespace detail
+
+using namespace detail;
+
+json to_json(const engine_stats& x) {
+  return json{{"sessions_live", x.sessions_live},   {"users_live", x.users_live},
+              {"apps_live", x.apps_live},           {"activations", x.activations},
+              {"passivations", x.passivations},     {"appends", x.appends},
+              {"deduplicated", x.deduplicated},     {"commits", x.commits},
+              {"batched_writes", x.batched_writes}, {"max_batch", x.max_batch},
+              {"failed_writes", x.failed_writes}};
+}
+
+engine::engine(std::unique_ptr<engine_core> core) : core_(std::move(core)) {}
+
+engine::~engine() {
+  close();
+}
+
+result<std::unique_ptr<engine>> engine::open(const options& opts) {
+  if (auto r = check_options(opts); !r)
+    return std::move(r).err();
+  auto core = std::make_unique<engine_core>();
+  core->opts = opts;
+  if (core->opts.threads == 0)
+    core->opts.threads = std::max(1u, std::thread::hardware_concurrency());
+  try {
+    if (opts.mode == durability::memory) {
+      core->kv = store::make_memory_kv();
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directories(opts.dir, ec);
+      if (ec)
+        return error{errc::io_error, "cannot create store directory '" + opts.dir
+                                       + "': " + ec.message()};
+      auto dir = std::filesystem::canonical(opts.dir, ec).string();
+      if (ec)
+        return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
+      if (auto r = lock_store(*core, dir); !r)
+        return std::move(r).err();
+      core->kv = store::open_lmdb_kv(dir, opts.mode == durability::sync,
+                                     opts.max_store_bytes);
+    }
+  } catch (const store::kv_failure& f) {
+    return error{f.code == errc::internal ? errc::io_error : f.code,
+                 "cannot open store '" + opts.dir + "': " + f.message};
+  }
+  if (auto r = store::init_meta(*core->kv, "0.1.0"); !r)
+    return std::move(r).err();
+  core->cfg = std::make_unique<caf::actor_system_config>();
+  core->cfg->set("scheduler.policy", caf::atom_from_string(core->opts.scheduler));
+  core->cfg->set("scheduler.max-threads", core->opts.threads);
+  core->sys = std::make_unique<caf::actor_system>(*core->cfg);
+  core->writer = spawn_writer(*core);
+  return std::unique_ptr<engine>(new engine(std::move(core)));
+}
+
+result<void> engine::close() {
+  if (!core_ || core_->closed.exchange(true))
+    return {};
+  auto live = core_->dir.close();
+  for (auto& [key, handle] : live)
+    core_->dir.route(key, shutdown_cmd{}, nullptr, true);
+  while (core_->dir.live() > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  caf::anon_send(core_->writer, stop_writer_cmd{});
+  core_->writer = nullptr;
+  core_->sys->await_all_actors_done();
+  result<void> out;
+  try {
+    core_->kv->sync();
+  } catch (const store::kv_failure& f) {
+    out = error{f.code, f.message};
+  }
+  core_->sys.reset();
+  core_->kv.reset();
+  unlock_store(*core_);
+  return out;
+}
+
+const options& engine::opts() const {
+  return core_->opts;
+}
+
+engine_stats engine::stats() const {
+  auto& c = core_->stats;
+  auto ld = [](const std::atomic<std::uint64_t>& x) { return x.load(std::memory_order_relaxed); };
+  engine_stats s;
+  s.sessions_live = ld(c.sessions_live);
+  s.users_live = ld(c.users_live);
+  s.apps_live = ld(c.apps_live);
+  s.activations = ld(c.activations);
+  s.passivations = ld(c.passivations);
+  s.appends = ld(c.appends);
+  s.deduplicated = ld(c.deduplicated);
+  s.commits = ld(c.commits);
+  s.batched_writes = ld(c.batched_writes);
+  s.max_batch = ld(c.max_batch);
+  s.failed_writes = ld(c.failed_writes);
+  return s;
+}
+
+namespace {
+
+// Routes a command to the session actor of `ref`, spawning it if needed.
+template <class Cmd, class T>
+void to_session(engine_core& core, const session_ref& ref, Cmd&& cmd, callback<T>& cb) {
+  auto key = session_dir_key(ref);
+  auto make = [&core, &ref] { return spawn_session_actor(core, ref); };
+  if (!core.dir.route(key, std::forward<Cmd>(cmd), make))
+    cb(closing_error());
+}
+
+} // namespace
+
+void engine::create_session(create_request req, callback<session> cb) {
+  if (auto r = check_name(req.app_name, "app_name"); !r)
+    return cb(std::move(r).err());
+  if (auto r = check_name(req.user_id, "user_id"); !r)
+    return cb(std::move(r).err());
+  req.session_id = trim(req.session_id);
+  if (req.session_id.empty())
+    req.session_id = make_uuid();
+  if (auto r = check_name(req.session_id, "session_id"); !r)
+    return cb(std::move(r).err());
+  session_ref ref{req.app_name, req.user_id, req.session_id};
+  create_cmd cmd{std::move(req), std::move(cb)};
+  to_session(*core_, ref, std::move(cmd), cmd.cb);
+}
+
+void engine::get_session(get_request req, callback<std::optional<session>> cb) {
+  if (auto r = check_ref(req.ref); !r)
+    return cb(std::move(r).err());
+  if (req.num_recent_events && *req.num_recent_events < 0)
+    return cb(error{errc::invalid_argument, "'num_recent_events' must not be negative"});
+  if (req.after_timestamp && !std::isfinite(*req.after_timestamp))
+    return cb(error{errc::invalid_argument, "'after_timestamp' must be finite"});
+  if (!req.invocation_id.empty()) {
+    auto ref = req.ref;
+    get_cmd cmd{std::move(req), std::move(cb)};
+    to_session(*core_, ref, std::move(cmd), cmd.cb);
+    return;
+  }
+  if (core_->closed.load())
+    return cb(closing_error());
+  result<std::optional<session>> r = error{errc::internal, "unread"};
+  try {
+    auto txn = core_->kv->begin_read();
+    r = store::read_session(*txn, req);
+  } catch (const store::kv_failure& f) {
+    r = error{f.code, f.message};
+  }
+  cb(std::move(r));
+}
+
+void engine::list_sessions(list_request req, callback<session_page> cb) {
+  if (auto r = check_name(req.app_name, "app_name"); !r)
+    return cb(std::move(r).err());
+  if (req.user_id)
+    if (auto r = check_name(*req.user_id, "user_id"); !r)
+      return cb(std::move(r).err());
+  auto size = req.page_size.value_or(100);
+  if (size < 1 || size > 1000)
+    return cb(error{errc::invalid_argument, "'page_size' must be 1..1000"});
+  if (core_->closed.load())
+    return cb(closing_error());
+  result<session_page> r = error{errc::internal, "unread"};
+  try {
+    auto txn = core_->kv->begin_read();
+    r = store::list_sessions(*txn, req, static_cast<std::size_t>(size));
+  } catch (const store::kv_failure& f) {
+    r = error{f.code, f.message};
+  }
+  cb(std::move(r));
+}
+
+void engine::delete_session(session_ref ref, callback<void> cb) {
+  if (auto r = check_ref(ref); !r)
+    return cb(std::move(r).err());
+  delete_cmd cmd{std::move(cb)};
+  to_session(*core_, ref, std::move(cmd), cmd.cb);
+}
+
+void engine::append_event(append_request req, callback<append_result> cb) {
+  if (auto r = check_ref(req.ref); !r)
+    return cb(std::move(r).err());
+  auto ref = req.ref;
+  append_cmd cmd{std::move(req), std::move(cb)};
+  to_session(*core_, ref, std::move(cmd), cmd.cb);
+}
+
+void engine::end_invocation(session_ref ref, std::string invocation_id, callback<void> cb) {
+  if (auto r = check_ref(ref); !r)
+    return cb(std::move(r).err());
+  // Only a live actor can hold temp: state; a passivated session has none.
+  end_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};
+  if (!core_->dir.route(session_dir_key(ref), std::move(cmd), nullptr)) {
+    if (core_->closed.load())
+      cmd.cb(closing_error());
+    else
+      cmd.cb(result<void>{});
+  }
+}
+
+void engine::get_app_state(std::string app_name, callback<json> cb) {
+  if (auto r = check_name(app_name, "app_name"); !r)
+    return cb(std::move(r).err());
+  auto& core = *core_;
+  scope_get_cmd cmd{std::move(cb)};
+  auto make = [&core, &app_name] { return spawn_scope_actor(core, app_name, std::nullopt); };
+  if (!core.dir.route(app_dir_key(app_name), std::move(cmd), make))
+    cmd.cb(closing_error());
+}
+
+void engine::get_user_state(std::string app_name, std::string user_id, callback<json> cb) {
+  if (auto r = check_name(app_name, "app_name"); !r)
+    return cb(std::move(r).err());
+  if (auto r = check_name(user_id, "user_id"); !r)
+    return cb(std::move(r).err());
+  auto& core = *core_;
+  scope_get_cmd cmd{std::move(cb)};
+  auto make = [&core, &app_name, &user_id] {
+    return spawn_scope_actor(core, app_name, user_id);
+  };
+  if (!core.dir.route(user_dir_key(app_name, user_id), std::move(cmd), make))
+    cmd.cb(closing_error());
+}
+
+void engine::flush(callback<void> cb) {
+  if (core_->closed.load())
+    return cb(closing_error());
+  auto writer = core_->writer;
+  core_->sys->spawn([writer, cb](caf::event_based_actor* self) {
+    self->request(writer, caf::infinite, flush_cmd{})
+      .then(
+        [self, cb](write_reply& r) {
+          if (r.code == errc::ok)
+            cb(result<void>{});
+          else
+            cb(error{r.code, std::move(r.message)});
+          self->quit();
+        },
+        [self, cb](caf::error& e) {
+          cb(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
+          self->quit();
+        });
+  });
+}
+
+// -- blocking forms ------------------------------------------------------------
+
+result<session> engine::create_session(create_request req) {
+  return block_on<session>([&](callback<session> cb) { create_session(std::move(req), cb); });
+}
+result<std::optional<session>> engine::get_session(get_request req) {
+  return block_on<std::optional<session>>(
+    [&](callback<std::optional<session>> cb) { get_session(std::move(req), cb); });
+}
+result<session_page> engine::list_sessions(list_request req) {
+  return block_on<session_page>(
+    [&](callback<session_page> cb) { list_sessions(std::move(req), cb); });
+}
+result<void> engine::delete_session(session_ref ref) {
+  return block_on<void>([&](callback<void> cb) { delete_session(std::move(ref), cb); });
+}
+result<append_result> engine::append_event(append_request req) {
+  return block_on<append_result>(
+    [&](callback<append_result> cb) { append_event(std::move(req), cb); });
+}
+result<void> engine::end_invocation(session_ref ref, std::string invocation_id) {
+  return block_on<void>([&](callback<void> cb) {
+    end_invocation(std::move(ref), std::move(invocation_id), cb);
+  });
+}
+result<json> engine::get_app_state(std::string app_name) {
+  return block_on<json>([&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
+}
+result<json> engine::get_user_state(std::string app_name, std::string user_id) {
+  return block_on<json>([&](callback<json> cb) {
+    get_user_state(std::move(app_name), std::move(user_id), cb);
+  });
+}
+result<void> engine::flush() {
+  return block_on<void>([&](callback<void> cb) { flush(cb); });
+}
+
+} // namespace agentstate

@@ -1,0 +1,84 @@
+// actors/messages.hpp: every message the engine's actors exchange. Commands
+// carry their reply callback; payloads are moved into messages, never copied
+// (a copied JSON event costs ~3 us, LIMITS.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include "agentstate/engine.hpp"
+#include "store/layout.hpp"
+
+namespace agentstate::detail {
+
+// -- to session actors (routed by the directory) ----------------------------
+
+/// REQUIRES: names validated, req.session_id trimmed and non-empty.
+struct create_cmd {
+  create_request req;
+  callback<session> cb;
+};
+struct append_cmd {
+  append_request req;
+  callback<append_result> cb;
+};
+/// A get that names an invocation (needs the live temp: state).
+struct get_cmd {
+  get_request req;
+  callback<std::optional<session>> cb;
+};
+struct delete_cmd {
+  callback<void> cb;
+};
+struct end_invocation_cmd {
+  std::string invocation_id;
+  callback<void> cb;
+};
+
+// -- to user and app actors --------------------------------------------------
+
+struct scope_get_cmd {
+  callback<json> cb;
+};
+/// Committed writes to one scope, from the writer, in commit order.
+struct scope_commit {
+  std::uint64_t txn_id = 0;
+  std::vector<std::pair<std::string, json>> writes;
+};
+
+// -- to any routed actor -------------------------------------------------------
+
+/// Finish what is in flight, then quit (engine close).
+struct shutdown_cmd {};
+
+// -- to and from the writer ----------------------------------------------------
+
+struct write_cmd {
+  store::write_set ws;
+};
+struct flush_cmd {};
+struct stop_writer_cmd {};
+/// The writer's answer to write_cmd and flush_cmd: ok, or the error.
+struct write_reply {
+  errc code = errc::ok;
+  std::string message;
+};
+
+} // namespace agentstate::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::create_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::append_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::get_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::delete_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::end_invocation_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_get_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_commit)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::shutdown_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::flush_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::stop_writer_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_reply)

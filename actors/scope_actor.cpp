@@ -1,0 +1,100 @@
+// User and app actors: each owns the in-memory view of one shared scope,
+// loaded from the store on first use, kept current by the writer's
+// notifications (applied in commit order, skipping commits the loaded
+// snapshot already contains), serving scope reads, passivated when idle.
+#include <caf/all.hpp>
+
+#include "actors/core.hpp"
+#include "actors/messages.hpp"
+
+namespace agentstate::detail {
+
+namespace {
+
+struct scope_state {
+  engine_core* core = nullptr;
+  std::string app;
+  std::optional<std::string> user;
+  std::string dir_key;
+  std::uint64_t handled = 0;
+  bool loaded = false;
+  std::uint64_t snapshot = 0; ///< id of the last commit `values` contains
+  json values = json::object();
+  static inline const char* name = "agentstate.scope";
+};
+
+using scope_actor_t = caf::stateful_actor<scope_state>;
+
+result<void> load(scope_actor_t* self) {
+  auto& st = self->state;
+  try {
+    auto txn = st.core->kv->begin_read();
+    auto v = store::read_scope(*txn, st.app, st.user ? &*st.user : nullptr);
+    if (!v)
+      return std::move(v).err();
+    st.values = std::move(*v);
+    st.snapshot = txn->txn_id();
+    st.loaded = true;
+    return {};
+  } catch (const store::kv_failure& f) {
+    return error{f.code, f.message};
+  }
+}
+
+caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string app,
+                          std::optional<std::string> user) {
+  auto& st = self->state;
+  st.core = core;
+  st.dir_key = user ? user_dir_key(app, *user) : app_dir_key(app);
+  st.app = std::move(app);
+  st.user = std::move(user);
+  auto& live = st.user ? core->stats.users_live : core->stats.apps_live;
+  core->stats.activations.fetch_add(1, std::memory_order_relaxed);
+  live.fetch_add(1, std::memory_order_relaxed);
+  self->attach_functor([&live] { live.fetch_sub(1, std::memory_order_relaxed); });
+  return {
+    [self](scope_get_cmd& c) {
+      auto& st = self->state;
+      ++st.handled;
+      if (!st.loaded)
+        if (auto r = load(self); !r) {
+          c.cb(std::move(r).err());
+          return;
+        }
+      c.cb(st.values);
+    },
+    [self](scope_commit& c) {
+      auto& st = self->state;
+      ++st.handled;
+      // Not loaded: the store already holds this commit for the first load.
+      if (!st.loaded || c.txn_id <= st.snapshot)
+        return;
+      for (auto& [k, v] : c.writes)
+        st.values[k] = std::move(v);
+      st.snapshot = c.txn_id;
+    },
+    [self](shutdown_cmd&) {
+      ++self->state.handled;
+      self->state.core->dir.remove(self->state.dir_key, self->address());
+      self->quit();
+    },
+    caf::after(core->opts.idle_timeout) >>
+      [self] {
+        auto& st = self->state;
+        if (st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+          st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
+          self->quit();
+        }
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_scope_actor(engine_core& core, std::string app,
+                             std::optional<std::string> user) {
+  return core.sys->spawn<caf::lazy_init>(scope_actor, &core, std::move(app),
+                                         std::move(user));
+}
+
+} // namespace agentstate::detail

@@ -1,0 +1,445 @@
+// The session actor: the single writer of one session. It validates commands,
+// deduplicates event ids, checks expected_version, splits deltas by scope,
+// holds the live invocation's temp: state, assigns versions and hands write
+// sets to the store writer. It pipelines (never waits on a commit inside a
+// handler) and answers every command strictly in arrival order.
+#include <deque>
+#include <memory>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "actors/core.hpp"
+#include "actors/messages.hpp"
+#include "actors/validate.hpp"
+#include "agentstate/scope.hpp"
+
+namespace agentstate::detail {
+
+namespace {
+
+using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
+
+/// One command awaiting its turn to answer. `run` answers it; it may run
+/// once `ready` (write commands become ready when the writer replies).
+struct pending {
+  bool ready = false;
+  std::function<void()> run;
+};
+
+struct session_state {
+  engine_core* core = nullptr;
+  session_ref ref;
+  std::string skey;
+  std::string dir_key;
+  std::uint64_t handled = 0; ///< routed messages handled (directory protocol)
+
+  bool loaded = false;
+  /// exists/version as of every accepted command (including in-flight).
+  bool exists = false;
+  std::uint64_t version = 0;
+  /// Set when a write failed: in-flight followers are doomed; new commands
+  /// wait in `stash` until the queue drains and the record is re-read.
+  bool stale = false;
+  std::deque<std::function<void()>> stash;
+
+  std::string invocation; ///< the live invocation, "" when none
+  json temp = json::object();
+
+  std::deque<std::shared_ptr<pending>> queue;
+  std::unordered_map<std::string, append_outcome> in_flight_ids;
+  bool stopping = false;
+
+  static inline const char* name = "agentstate.session";
+};
+
+using session_actor_t = caf::stateful_actor<session_state>;
+
+void load(session_actor_t* self) {
+  auto& st = self->state;
+  try {
+    auto txn = st.core->kv->begin_read();
+    auto rec = store::read_record(*txn, st.skey);
+    if (rec && *rec) {
+      st.exists = true;
+      st.version = (**rec).version;
+    } else {
+      st.exists = false;
+      st.version = 0;
+    }
+    st.loaded = true;
+  } catch (const store::kv_failure&) {
+    st.loaded = false; // retried on the next command
+  }
+}
+
+void maybe_finish(session_actor_t* self);
+
+// Answers queued commands from the front while they are ready; once the queue
+// is empty after a failed write, re-reads the record and replays the stash.
+void drain(session_actor_t* self) {
+  auto& st = self->state;
+  while (!st.queue.empty() && st.queue.front()->ready) {
+    auto p = std::move(st.queue.front());
+    st.queue.pop_front();
+    p->run();
+  }
+  if (st.queue.empty() && st.stale) {
+    st.stale = false;
+    load(self);
+    auto stash = std::move(st.stash);
+    st.stash.clear();
+    for (auto& f : stash)
+      f();
+  }
+  maybe_finish(self);
+}
+
+void maybe_finish(session_actor_t* self) {
+  auto& st = self->state;
+  if (st.stopping && st.queue.empty() && st.stash.empty()) {
+    st.core->dir.remove(st.dir_key, self->address());
+    self->quit();
+  }
+}
+
+/// Runs a command now, or, while a failed write is being resolved, after the
+/// queue drains (so every command is still answered in arrival order).
+void enter(session_actor_t* self, std::function<void()> fn) {
+  auto& st = self->state;
+  if (st.stale) {
+    st.stash.push_back(std::move(fn));
+    return;
+  }
+  fn();
+}
+
+/// Queues an answer that is ready now (it still waits for earlier ones).
+void answer(session_actor_t* self, std::function<void()> fn) {
+  auto& st = self->state;
+  if (st.queue.empty()) {
+    fn();
+    return;
+  }
+  auto p = std::make_shared<pending>();
+  p->ready = true;
+  p->run = std::move(fn);
+  st.queue.push_back(std::move(p));
+}
+
+/// Sends `ws` to the writer; `done` runs in order with the writer's verdict.
+void submit(session_actor_t* self, store::write_set ws,
+            std::function<void(result<void>)> done) {
+  auto& st = self->state;
+  auto p = std::make_shared<pending>();
+  st.queue.push_back(p);
+  auto finish = [self, p, done = std::move(done)](result<void> r) mutable {
+    if (!r)
+      self->state.stale = true;
+    p->run = [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); };
+    p->ready = true;
+    drain(self);
+  };
+  self->request(st.core->writer, caf::infinite, write_cmd{std::move(ws)})
+    .then(
+      [finish](write_reply& r) mutable {
+        if (r.code == errc::ok)
+          finish(result<void>{});
+        else
+          finish(error{r.code, std::move(r.message)});
+      },
+      [finish](caf::error& e) mutable {
+        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
+      });
+}
+
+/// Loads the record on first use. Returns false (after answering `cb` in
+/// order) when the store cannot be read.
+template <class T>
+bool ensure_loaded(session_actor_t* self, callback<T>& cb) {
+  if (!self->state.loaded)
+    load(self);
+  if (self->state.loaded)
+    return true;
+  answer(self, [cb = std::move(cb)] {
+    cb(error{errc::io_error, "cannot read the session record"});
+  });
+  return false;
+}
+
+// -- commands ------------------------------------------------------------------
+
+void on_create(session_actor_t* self, create_cmd& cmd) {
+    auto& st = self->state;
+    if (!ensure_loaded(self, cmd.cb))
+      return;
+    if (st.exists) {
+      answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
+        cb(error{errc::already_exists, "session '" + id + "' already exists"});
+      });
+      return;
+    }
+    auto ws = prepare_create(*st.core, cmd.req);
+    if (!ws) {
+      answer(self, [cb = std::move(cmd.cb), e = std::move(ws).err()] { cb(e); });
+      return;
+    }
+    st.exists = true;
+    st.version = 0;
+    json own = json::object();
+    for (auto& w : ws->session_writes)
+      own[w.key] = w.value;
+    double created = ws->time;
+    submit(self, std::move(*ws),
+           [self, cb = std::move(cmd.cb), own = std::move(own), created](result<void> r) {
+             if (!r) {
+               cb(std::move(r).err());
+               return;
+             }
+             auto& st = self->state;
+             session s;
+             s.app_name = st.ref.app_name;
+             s.user_id = st.ref.user_id;
+             s.id = st.ref.session_id;
+             s.last_update_time = created;
+             s.version = 0;
+             json user = json::object(), app = json::object();
+             try {
+               auto txn = st.core->kv->begin_read();
+               auto u = store::read_scope(*txn, st.ref.app_name, &st.ref.user_id);
+               auto a = store::read_scope(*txn, st.ref.app_name, nullptr);
+               if (u)
+                 user = std::move(*u);
+               if (a)
+                 app = std::move(*a);
+             } catch (const store::kv_failure&) {
+               // The session is created; its merged view is completed by the
+               // next read.
+             }
+             s.state = merge_state(own, user, app);
+             cb(std::move(s));
+           });
+}
+
+void on_append(session_actor_t* self, append_cmd& cmd) {
+  auto& st0 = self->state;
+  auto checked = validate_event(st0.core->opts.limit, cmd.req.ev);
+  if (!checked) {
+    answer(self, [cb = std::move(cmd.cb), e = std::move(checked).err()] { cb(e); });
+    return;
+  }
+  if (cmd.req.ev.partial.value_or(false)) {
+    // A1: returned unchanged, not stored, no state or time change.
+    answer(self, [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev)]() mutable {
+      cb(append_result{std::move(ev), 0});
+    });
+    return;
+  }
+    auto& st = self->state;
+    if (!ensure_loaded(self, cmd.cb))
+      return;
+    if (!st.exists) {
+      answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
+        cb(error{errc::not_found, "session '" + id + "' not found"});
+      });
+      return;
+    }
+    auto& ev = cmd.req.ev;
+    if (ev.id.empty())
+      ev.id = make_uuid();
+    // A6: an id in flight answers with that append's outcome, in order.
+    if (auto it = st.in_flight_ids.find(ev.id); it != st.in_flight_ids.end()) {
+      auto outcome = it->second;
+      auto p = std::make_shared<pending>();
+      p->ready = true;
+      p->run = [outcome, cb = std::move(cmd.cb), core = st.core] {
+        if (outcome->has_value() && (*outcome)->ok())
+          core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
+        if (outcome->has_value())
+          cb(**outcome);
+        else
+          cb(error{errc::internal, "duplicate of an unfinished append"});
+      };
+      st.queue.push_back(std::move(p));
+      return;
+    }
+    // A6: an id already stored answers with the stored event and version.
+    try {
+      auto txn = st.core->kv->begin_read();
+      auto found = store::find_event(*txn, st.skey, ev.id);
+      if (!found) {
+        answer(self, [cb = std::move(cmd.cb), e = std::move(found).err()] { cb(e); });
+        return;
+      }
+      if (*found) {
+        st.core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
+        answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable {
+          cb(std::move(r));
+        });
+        return;
+      }
+    } catch (const store::kv_failure& f) {
+      answer(self, [cb = std::move(cmd.cb), f] { cb(error{f.code, f.message}); });
+      return;
+    }
+    if (cmd.req.expected_version && *cmd.req.expected_version != st.version) {
+      error e{errc::version_conflict,
+              "expected version " + std::to_string(*cmd.req.expected_version)
+                + ", session is at " + std::to_string(st.version)};
+      e.current_version = st.version;
+      answer(self, [cb = std::move(cmd.cb), e = std::move(e)] { cb(e); });
+      return;
+    }
+    if (!ev.timestamp)
+      ev.timestamp = now_seconds();
+    auto prepared = prepare_append(*st.core, st.ref, ev, st.version + 1);
+    if (!prepared) {
+      answer(self, [cb = std::move(cmd.cb), e = std::move(prepared).err()] { cb(e); });
+      return;
+    }
+    st.version += 1;
+    auto outcome = std::make_shared<std::optional<result<append_result>>>();
+    st.in_flight_ids.emplace(ev.id, outcome);
+    append_result stored{std::move(prepared->stored), st.version};
+    submit(self, std::move(prepared->ws),
+           [self, cb = std::move(cmd.cb), stored = std::move(stored),
+            temp = std::move(prepared->temp), outcome](result<void> r) mutable {
+             auto& st = self->state;
+             auto it = st.in_flight_ids.find(stored.ev.id);
+             if (it != st.in_flight_ids.end() && it->second == outcome)
+               st.in_flight_ids.erase(it);
+             if (!r) {
+               *outcome = result<append_result>{r.err()};
+               cb(std::move(r).err());
+               return;
+             }
+             st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
+             if (stored.ev.invocation_id != st.invocation) {
+               st.invocation = stored.ev.invocation_id;
+               st.temp = json::object();
+             }
+             for (auto t = temp.begin(); t != temp.end(); ++t)
+               st.temp[t.key()] = std::move(t.value());
+             *outcome = result<append_result>{stored};
+             cb(std::move(stored));
+           });
+}
+
+void on_get(session_actor_t* self, get_cmd& cmd) {
+  // Answered at its turn, so it sees every append accepted before it.
+  auto p = std::make_shared<pending>();
+  p->ready = true;
+  p->run = [self, cmd = std::move(cmd)]() mutable {
+    auto& st = self->state;
+    result<std::optional<session>> r = error{errc::internal, "unread"};
+    try {
+      auto txn = st.core->kv->begin_read();
+      r = store::read_session(*txn, cmd.req);
+    } catch (const store::kv_failure& f) {
+      r = error{f.code, f.message};
+    }
+    if (r && *r && !cmd.req.invocation_id.empty()
+        && cmd.req.invocation_id == st.invocation)
+      for (auto t = st.temp.begin(); t != st.temp.end(); ++t)
+        (**r).state[t.key()] = t.value();
+    cmd.cb(std::move(r));
+  };
+  if (self->state.queue.empty())
+    p->run();
+  else
+    self->state.queue.push_back(std::move(p));
+}
+
+void on_delete(session_actor_t* self, delete_cmd& cmd) {
+    auto& st = self->state;
+    if (!ensure_loaded(self, cmd.cb))
+      return;
+    if (!st.exists) {
+      answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
+      return;
+    }
+    store::write_set ws;
+    ws.op = store::write_set::kind::remove;
+    ws.app = st.ref.app_name;
+    ws.user = st.ref.user_id;
+    ws.id = st.ref.session_id;
+    st.exists = false;
+    st.version = 0;
+    st.in_flight_ids.clear();
+    submit(self, std::move(ws), [self, cb = std::move(cmd.cb)](result<void> r) {
+      if (r) {
+        self->state.invocation.clear();
+        self->state.temp = json::object();
+      }
+      cb(std::move(r));
+    });
+}
+
+void on_end_invocation(session_actor_t* self, end_invocation_cmd& cmd) {
+  answer(self, [self, cmd = std::move(cmd)] {
+    auto& st = self->state;
+    if (!cmd.invocation_id.empty() && cmd.invocation_id == st.invocation) {
+      st.invocation.clear();
+      st.temp = json::object();
+    }
+    cmd.cb(result<void>{});
+  });
+}
+
+caf::behavior session_actor(session_actor_t* self, engine_core* core, session_ref ref) {
+  auto& st = self->state;
+  st.core = core;
+  st.skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);
+  st.dir_key = session_dir_key(ref);
+  st.ref = std::move(ref);
+  core->stats.activations.fetch_add(1, std::memory_order_relaxed);
+  core->stats.sessions_live.fetch_add(1, std::memory_order_relaxed);
+  self->attach_functor([core] {
+    core->stats.sessions_live.fetch_sub(1, std::memory_order_relaxed);
+  });
+  return {
+    [self](create_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_create(self, c); });
+    },
+    [self](append_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_append(self, c); });
+    },
+    [self](get_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_get(self, c); });
+    },
+    [self](delete_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_delete(self, c); });
+    },
+    [self](end_invocation_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_end_invocation(self, c); });
+    },
+    [self](shutdown_cmd&) {
+      ++self->state.handled;
+      self->state.stopping = true;
+      maybe_finish(self);
+    },
+    caf::after(core->opts.idle_timeout) >>
+      [self] {
+        auto& st = self->state;
+        if (!st.queue.empty() || !st.stash.empty())
+          return;
+        if (st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+          st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
+          self->quit();
+        }
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_session_actor(engine_core& core, session_ref r) {
+  return core.sys->spawn<caf::lazy_init>(session_actor, &core, std::move(r));
+}
+
+} // namespace agentstate::detail

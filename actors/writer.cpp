@@ -1,0 +1,142 @@
+// The store writer: the only code that opens write transactions. A detached
+// blocking actor that drains its mailbox into one transaction (group commit,
+// capped in count and bytes, no timer), gives each write set a nested
+// transaction so one failure fails alone, commits, notifies the user and app
+// actors of committed shared-scope writes, and only then answers the session
+// actors (so FIFO mailboxes give read-your-writes to scope reads).
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/core.hpp"
+#include "actors/messages.hpp"
+
+namespace agentstate::detail {
+
+namespace {
+
+struct item {
+  store::write_set ws;
+  caf::response_promise rp;
+  write_reply reply;
+};
+
+void update_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
+  auto cur = x.load(std::memory_order_relaxed);
+  while (v > cur && !x.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+// Runs one group commit over `batch`; fills each item's reply.
+void commit_batch(engine_core& core, std::vector<item>& batch, std::uint64_t& txn_id) {
+  try {
+    auto txn = core.kv->begin_write();
+    txn_id = txn->txn_id();
+    std::size_t ok = 0;
+    for (auto& it : batch) {
+      txn->begin_nested();
+      try {
+        auto r = store::apply(*txn, it.ws);
+        if (r) {
+          txn->commit_nested();
+          ++ok;
+          continue;
+        }
+        it.reply = write_reply{r.code(), r.err().message};
+      } catch (const store::kv_failure& f) {
+        it.reply = write_reply{f.code, f.message};
+      }
+      txn->abort_nested();
+    }
+    if (ok > 0)
+      txn->commit();
+  } catch (const store::kv_failure& f) {
+    // The transaction (or its commit) failed: nothing of this batch is stored.
+    for (auto& it : batch)
+      if (it.reply.code == errc::ok)
+        it.reply = write_reply{f.code, f.message};
+  } catch (const std::exception& e) {
+    for (auto& it : batch)
+      if (it.reply.code == errc::ok)
+        it.reply = write_reply{errc::internal, std::string("writer: ") + e.what()};
+  }
+}
+
+// Tells the live user and app actors about committed shared-scope writes.
+void notify_scopes(engine_core& core, std::vector<item>& batch, std::uint64_t txn_id) {
+  for (auto& it : batch) {
+    if (it.reply.code != errc::ok)
+      continue;
+    auto& ws = it.ws;
+    auto send = [&](std::vector<store::state_write>& writes, const std::string& key) {
+      if (writes.empty())
+        return;
+      scope_commit msg;
+      msg.txn_id = txn_id;
+      msg.writes.reserve(writes.size());
+      for (auto& w : writes)
+        msg.writes.emplace_back(std::move(w.key), std::move(w.value));
+      core.dir.route(key, std::move(msg), nullptr, true);
+    };
+    send(ws.user_writes, user_dir_key(ws.app, ws.user));
+    send(ws.app_writes, app_dir_key(ws.app));
+  }
+}
+
+void writer_loop(caf::blocking_actor* self, engine_core* core) {
+  std::vector<item> batch;
+  std::vector<caf::response_promise> flushes;
+  std::size_t bytes = 0;
+  bool running = true;
+  const auto max_count = core->opts.max_batch_count;
+  const auto max_bytes = core->opts.max_batch_bytes;
+  auto on_write = [&](write_cmd& c) {
+    bytes += c.ws.bytes();
+    batch.push_back(item{std::move(c.ws), self->make_response_promise(), {}});
+  };
+  auto on_flush = [&](flush_cmd&) { flushes.push_back(self->make_response_promise()); };
+  auto on_stop = [&](stop_writer_cmd&) { running = false; };
+  while (running) {
+    self->receive(on_write, on_flush, on_stop);
+    while (running && batch.size() < max_count && bytes < max_bytes
+           && !self->mailbox().empty())
+      self->receive(on_write, on_flush, on_stop);
+    if (!batch.empty()) {
+      std::uint64_t txn_id = 0;
+      commit_batch(*core, batch, txn_id);
+      std::uint64_t ok = 0;
+      for (auto& it : batch)
+        ok += it.reply.code == errc::ok ? 1 : 0;
+      if (ok > 0) {
+        core->stats.commits.fetch_add(1, std::memory_order_relaxed);
+        core->stats.batched_writes.fetch_add(ok, std::memory_order_relaxed);
+        update_max(core->stats.max_batch, ok);
+      }
+      core->stats.failed_writes.fetch_add(batch.size() - ok, std::memory_order_relaxed);
+      notify_scopes(*core, batch, txn_id);
+      for (auto& it : batch)
+        it.rp.deliver(std::move(it.reply));
+      batch.clear();
+      bytes = 0;
+    }
+    if (!flushes.empty()) {
+      write_reply r;
+      try {
+        core->kv->sync();
+      } catch (const store::kv_failure& f) {
+        r = write_reply{f.code, f.message};
+      }
+      for (auto& rp : flushes)
+        rp.deliver(r);
+      flushes.clear();
+    }
+  }
+}
+
+} // namespace
+
+caf::actor spawn_writer(engine_core& core) {
+  return core.sys->spawn<caf::detached>(writer_loop, &core);
+}
+
+} // namespace agentstate::detail

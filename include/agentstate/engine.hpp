@@ -1,0 +1,133 @@
+// agentstate/engine.hpp: START HERE. The session engine: open a store, then
+// create, read, list and delete sessions and append events to them.
+//
+// Thread safety: an engine may be used from any number of threads at once.
+// Every operation comes in two forms:
+//   * async: takes a callback, returns at once; the callback runs exactly once,
+//     on an engine thread (or inline, for reads served without an actor hop).
+//     Callbacks must not block: they run on the engine's scheduler.
+//   * blocking: the same call without the callback; waits for the result.
+//     REQUIRES: not called from inside an engine callback.
+// No call throws. Errors are agentstate::error values (error.hpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "agentstate/options.hpp"
+#include "agentstate/types.hpp"
+
+namespace agentstate {
+
+template <class T>
+using callback = std::function<void(result<T>)>;
+
+/// Counters of one engine, cumulative since open unless noted.
+struct engine_stats {
+  std::uint64_t sessions_live = 0; ///< session actors now active
+  std::uint64_t users_live = 0;
+  std::uint64_t apps_live = 0;
+  std::uint64_t activations = 0;   ///< actors spawned (incl. rehydrations)
+  std::uint64_t passivations = 0;
+  std::uint64_t appends = 0;       ///< events stored
+  std::uint64_t deduplicated = 0;  ///< appends answered from the dedup index
+  std::uint64_t commits = 0;       ///< write transactions committed
+  std::uint64_t batched_writes = 0; ///< write sets in those transactions
+  std::uint64_t max_batch = 0;     ///< largest group commit seen
+  std::uint64_t failed_writes = 0;
+};
+
+json to_json(const engine_stats& x);
+
+namespace detail {
+struct engine_core;
+}
+
+class engine {
+public:
+  /// Opens (creating if needed) the store described by `opts` and starts the
+  /// engine. Errors: invalid_argument (bad options), unavailable (the store
+  /// is open elsewhere), io_error (cannot create/open), internal (the store's
+  /// format version is not one this build reads).
+  static result<std::unique_ptr<engine>> open(const options& opts);
+
+  /// Closes as close() does.
+  ~engine();
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // -- sessions --------------------------------------------------------------
+
+  /// Creates a session (C1-C4). Errors: already_exists, invalid_argument,
+  /// too_large, storage_full, io_error, unavailable.
+  void create_session(create_request req, callback<session> cb);
+  result<session> create_session(create_request req);
+
+  /// The session with merged state and the requested window of events, or
+  /// nullopt when it does not exist (G1-G6). Reads one consistent snapshot of
+  /// every scope. Errors: invalid_argument.
+  void get_session(get_request req, callback<std::optional<session>> cb);
+  result<std::optional<session>> get_session(get_request req);
+
+  /// One page of sessions of an app (and user), by ascending
+  /// last_update_time then id (L1-L3). Errors: invalid_argument (bad token).
+  void list_sessions(list_request req, callback<session_page> cb);
+  result<session_page> list_sessions(list_request req);
+
+  /// Removes a session and its events; a missing session is a no-op (X1).
+  void delete_session(session_ref ref, callback<void> cb);
+  result<void> delete_session(session_ref ref);
+
+  /// Appends one event (A1-A7); acknowledged once durable per options::mode.
+  /// Appends to one session are applied and acknowledged in call order (per
+  /// calling thread). Re-appending a stored event id returns the original.
+  /// Errors: not_found, version_conflict, invalid_argument, too_large,
+  /// storage_full, io_error, unavailable.
+  void append_event(append_request req, callback<append_result> cb);
+  result<append_result> append_event(append_request req);
+
+  /// Ends an invocation: drops its temp: state if it is the session's live
+  /// invocation; otherwise a no-op.
+  void end_invocation(session_ref ref, std::string invocation_id,
+                      callback<void> cb);
+  result<void> end_invocation(session_ref ref, std::string invocation_id);
+
+  // -- shared scopes -----------------------------------------------------------
+
+  /// The app's state, keys without the "app:" prefix ({} when none).
+  void get_app_state(std::string app_name, callback<json> cb);
+  result<json> get_app_state(std::string app_name);
+
+  /// The (app, user)'s state, keys without the "user:" prefix.
+  void get_user_state(std::string app_name, std::string user_id,
+                      callback<json> cb);
+  result<json> get_user_state(std::string app_name, std::string user_id);
+
+  // -- lifecycle -------------------------------------------------------------
+
+  /// Completes once everything acknowledged before the call is on disk
+  /// (a no-op wait in sync mode; an fsync in nosync mode).
+  void flush(callback<void> cb);
+  result<void> flush();
+
+  /// Refuses new work (unavailable), finishes what is in flight, syncs and
+  /// releases the store. Idempotent. Blocking.
+  result<void> close();
+
+  engine_stats stats() const;
+  const options& opts() const;
+
+  /// For the CAF interop header only.
+  detail::engine_core& core() { return *core_; }
+
+private:
+  explicit engine(std::unique_ptr<detail::engine_core> core);
+  std::unique_ptr<detail::engine_core> core_;
+};
+
+} // namespace agentstate

@@ -1,0 +1,100 @@
+// agentstate/error.hpp: the one error vocabulary and the result type every
+// call returns. No function of the public API throws; failures come back as
+// `error` values inside `result<T>`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace agentstate {
+
+/// Error codes. The numbers are stable and append-only: they are persisted in
+/// logs and mapped 1:1 to the wire protocol's `error.data.kind`.
+enum class errc : std::uint8_t {
+  ok = 0,
+  already_exists = 1,   ///< session id taken in that (app, user). Not retryable.
+  not_found = 2,        ///< no such session. Not retryable.
+  invalid_argument = 3, ///< a parameter breaks a documented limit or type.
+  version_conflict = 4, ///< expected_version mismatch; retry after re-reading.
+  too_large = 5,        ///< a key, id, value or event exceeds its limit.
+  storage_full = 6,     ///< the store reached its maximum size.
+  io_error = 7,         ///< the disk failed; nothing acknowledged. Retryable.
+  unavailable = 8,      ///< closing, overloaded or locked. Retryable.
+  internal = 9,         ///< a bug; the message says what.
+};
+
+/// The protocol's name of `x` ("already_exists", ...); "ok" for `errc::ok`.
+const char* to_string(errc x) noexcept;
+
+/// True for the codes whose operation may be retried unchanged (with the same
+/// event id): io_error and unavailable. version_conflict and storage_full are
+/// retryable only after the caller changes something.
+bool is_retryable(errc x) noexcept;
+
+/// An error value: a code plus a human-readable message that carries the
+/// context (which key, which limit, the storage layer's own message).
+struct error {
+  errc code = errc::internal;
+  std::string message;
+  /// Set with errc::version_conflict: the session's actual version.
+  std::optional<std::uint64_t> current_version;
+
+  error() = default;
+  error(errc c, std::string msg) : code(c), message(std::move(msg)) {}
+};
+
+/// "kind: message", for logs.
+std::string to_string(const error& x);
+
+/// Either a value or an error. Cheap to move; never throws on access misuse
+/// in release builds (accessing the wrong alternative is a precondition bug).
+template <class T>
+class result {
+public:
+  result(T x) : v_(std::in_place_index<0>, std::move(x)) {}
+  result(error x) : v_(std::in_place_index<1>, std::move(x)) {}
+
+  explicit operator bool() const noexcept { return v_.index() == 0; }
+  bool ok() const noexcept { return v_.index() == 0; }
+
+  // REQUIRES: ok()
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  // REQUIRES: !ok()
+  const error& err() const& { return std::get<1>(v_); }
+  error&& err() && { return std::get<1>(std::move(v_)); }
+  /// errc::ok on success.
+  errc code() const noexcept { return ok() ? errc::ok : err().code; }
+
+private:
+  std::variant<T, error> v_;
+};
+
+/// A result without a value.
+template <>
+class result<void> {
+public:
+  result() = default;
+  result(error x) : e_(std::move(x)) {}
+
+  explicit operator bool() const noexcept { return !e_.has_value(); }
+  bool ok() const noexcept { return !e_.has_value(); }
+  // REQUIRES: !ok()
+  const error& err() const& { return *e_; }
+  error&& err() && { return std::move(*e_); }
+  errc code() const noexcept { return e_ ? e_->code : errc::ok; }
+
+private:
+  std::optional<error> e_;
+};
+
+} // namespace agentstate

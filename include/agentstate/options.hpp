@@ -1,0 +1,65 @@
+// agentstate/options.hpp: how an engine is opened, and its limits.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace agentstate {
+
+/// How durable an acknowledged write is.
+enum class durability {
+  /// fsync per group commit: an acknowledged write survives an OS crash or
+  /// power loss. The default.
+  sync,
+  /// No fsync: an acknowledged write survives a crash of this process but may
+  /// be lost (never torn: the store stays consistent) if the OS crashes.
+  /// `flush()` forces what is acknowledged to disk.
+  nosync,
+  /// Nothing on disk; everything is gone when the engine closes. `dir` is
+  /// ignored. Same semantics otherwise (one conformance suite covers both).
+  memory,
+};
+
+/// Fixed limits that keep every store key under LMDB's 511-byte key limit.
+/// They are not configurable: raising them could make stored keys unreadable.
+inline constexpr std::size_t max_name_bytes = 100; ///< app, user, session ids
+inline constexpr std::size_t max_event_id_bytes = 128;
+inline constexpr std::size_t max_state_key_bytes = 200;
+
+/// Tunable limits. Violations are refused with too_large / invalid_argument
+/// before anything is stored.
+struct limits {
+  std::size_t max_event_bytes = 1 << 20;       ///< an event as stored (JSON)
+  std::size_t max_value_bytes = 1 << 20;       ///< one state value (JSON)
+  std::size_t max_state_bytes = 4 << 20;       ///< a create's initial state
+  std::size_t max_json_depth = 64;             ///< nesting of any value
+};
+
+struct options {
+  /// Store directory, created if missing. Required unless durability is
+  /// memory. One engine per directory: a second open, in this process or
+  /// another, is refused with errc::unavailable.
+  std::string dir;
+  durability mode = durability::sync;
+  /// The store may grow to this size; beyond it appends fail with
+  /// storage_full (nothing already stored is affected). The file grows with
+  /// the data; this is address space, not disk, until used.
+  std::uint64_t max_store_bytes = std::uint64_t{64} << 30;
+  /// Session, user and app actors idle this long are passivated (dropping a
+  /// session's live temp: state) and rehydrated from the store on next use.
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
+  /// Group commit caps: the writer drains at most this many write sets, or
+  /// this many bytes, into one transaction.
+  std::size_t max_batch_count = 1024;
+  std::size_t max_batch_bytes = 32 << 20;
+  /// CAF worker threads; 0 = the number of cores.
+  std::size_t threads = 0;
+  /// CAF scheduler policy: "sharing" (default: cheaper blocking calls from
+  /// host threads and cheap spawns, see README Performance) or "stealing".
+  std::string scheduler = "sharing";
+  limits limit;
+};
+
+} // namespace agentstate

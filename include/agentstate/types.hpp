@@ -1,0 +1,105 @@
+// agentstate/types.hpp: sessions, events, and the requests and replies of the
+// engine API, with their JSON codec (PROTOCOL.md "Objects").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+
+namespace agentstate {
+
+/// The actions an event carries. `extra` holds every member of "actions" other
+/// than state_delta and artifact_delta, preserved verbatim.
+struct event_actions {
+  json state_delta = json::object();    ///< applied on append (S1-S4)
+  json artifact_delta = json::object(); ///< stored, never interpreted
+  json extra = json::object();
+};
+
+/// One event of a session's log (D3). `extra` holds every unknown top-level
+/// member, preserved verbatim through store and wire.
+struct event {
+  std::string id;             ///< generated on append when empty
+  std::string invocation_id;
+  std::string author;
+  std::optional<double> timestamp; ///< epoch seconds; now when absent
+  std::optional<bool> partial;     ///< partial events are never stored (A1)
+  std::optional<json> content;
+  event_actions actions;
+  json extra = json::object();
+};
+
+/// A session without its events (list results, SessionMeta on the wire).
+struct session_meta {
+  std::string app_name;
+  std::string user_id;
+  std::string id;
+  json state = json::object(); ///< merged: session + "app:"* + "user:"* (S2)
+  double last_update_time = 0;
+  std::uint64_t version = 0;   ///< number of stored events (D2)
+};
+
+/// A session with (a possibly filtered window of) its events, oldest first.
+struct session : session_meta {
+  std::vector<event> events;
+};
+
+/// Names one session (D1).
+struct session_ref {
+  std::string app_name;
+  std::string user_id;
+  std::string session_id;
+};
+
+struct create_request {
+  std::string app_name;
+  std::string user_id;
+  std::string session_id;       ///< trimmed; empty or blank -> generated (C1)
+  json state = json::object();  ///< routed by scope; temp: keys dropped (C3)
+};
+
+struct get_request {
+  session_ref ref;
+  std::optional<std::int64_t> num_recent_events; ///< G3; negative is invalid
+  std::optional<double> after_timestamp;         ///< G4; inclusive
+  std::string invocation_id; ///< when the live one: temp: keys are included
+};
+
+struct list_request {
+  std::string app_name;
+  std::optional<std::string> user_id; ///< absent -> every user (L1)
+  std::optional<std::int64_t> page_size; ///< default 100, 1..1000
+  std::string page_token;             ///< from a previous page; empty = first
+};
+
+struct session_page {
+  std::vector<session_meta> sessions;
+  std::optional<std::string> next_page_token; ///< absent on the last page
+};
+
+struct append_request {
+  session_ref ref;
+  event ev;
+  std::optional<std::uint64_t> expected_version; ///< A7
+};
+
+struct append_result {
+  event ev;              ///< as stored: id and timestamp set, no temp: keys
+  std::uint64_t version; ///< the session's version after this event
+};
+
+// -- JSON codec --------------------------------------------------------------
+// to_json never fails. The *_from_json functions check every known member's
+// type and return invalid_argument naming the member; they never throw.
+
+json to_json(const event& x);
+json to_json(const session_meta& x);
+json to_json(const session& x);
+result<event> event_from_json(const json& x);
+result<session> session_from_json(const json& x);
+
+} // namespace agentstate

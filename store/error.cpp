@@ -1,0 +1,32 @@
+#include "agentstate/error.hpp"
+
+namespace agentstate {
+
+const char* to_string(errc x) noexcept {
+  switch (x) {
+    case errc::ok: return "ok";
+    case errc::already_exists: return "already_exists";
+    case errc::not_found: return "not_found";
+    case errc::invalid_argument: return "invalid_argument";
+    case errc::version_conflict: return "version_conflict";
+    case errc::too_large: return "too_large";
+    case errc::storage_full: return "storage_full";
+    case errc::io_error: return "io_error";
+    case errc::unavailable: return "unavailable";
+    case errc::internal: return "internal";
+  }
+  return "internal";
+}
+
+bool is_retryable(errc x) noexcept {
+  return x == errc::io_error || x == errc::unavailable;
+}
+
+std::string to_string(const error& x) {
+  std::string out = to_string(x.code);
+  out += ": ";
+  out += x.message;
+  return out;
+}
+
+} // namespace agentstate

@@ -1,0 +1,118 @@
+// store/kv.hpp: the storage seam. An ordered key-value store with named
+// tables, snapshot read transactions and one write transaction at a time with
+// nested (savepoint) transactions. LMDB and the in-memory store implement it;
+// tests wrap it to inject faults. Everything above it (store/layout.hpp) is
+// shared, so both stores have identical semantics.
+//
+// Errors: implementations throw kv_failure (never anything else); the layout
+// layer catches it at its boundary and returns an agentstate::error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "agentstate/error.hpp"
+
+namespace agentstate::store {
+
+enum class table : std::uint8_t {
+  meta,
+  sessions,
+  session_state,
+  user_state,
+  app_state,
+  events,
+  event_ids,
+  by_update,
+  by_user,
+};
+inline constexpr std::size_t table_count = 9;
+
+/// The table's name in the store (LMDB sub-database name).
+const char* table_name(table t) noexcept;
+
+/// A failed storage call. `code` is storage_full, io_error, unavailable
+/// (reader slots exhausted) or internal.
+struct kv_failure {
+  errc code;
+  std::string message;
+};
+
+/// Visits one entry; returns false to stop.
+using kv_visitor = std::function<bool(std::string_view key, std::string_view value)>;
+
+/// A read transaction: a consistent snapshot of every table. Views returned
+/// by get/scan are valid until the transaction ends or (for a write
+/// transaction) until its next mutation. Used by one thread at a time.
+class kv_read {
+public:
+  virtual ~kv_read() = default;
+
+  virtual std::optional<std::string_view> get(table t, std::string_view key) = 0;
+
+  /// Visits entries whose key starts with `prefix` and is >= `from` (empty:
+  /// from the first), in ascending key order.
+  virtual void scan(table t, std::string_view prefix, std::string_view from,
+                    const kv_visitor& fn) = 0;
+
+  /// Visits entries whose key starts with `prefix`, in descending key order.
+  virtual void scan_back(table t, std::string_view prefix, const kv_visitor& fn) = 0;
+
+  /// For a read transaction: the id of the last commit it sees. For a write
+  /// transaction: the id its commit will have. Ids grow with every commit.
+  virtual std::uint64_t txn_id() const = 0;
+};
+
+/// The write transaction. Only one exists at a time per store (begin_write
+/// blocks until the previous one ends). Ends with commit() or destruction
+/// (abort).
+class kv_write : public kv_read {
+public:
+  virtual void put(table t, std::string_view key, std::string_view value) = 0;
+  /// Returns whether the key existed.
+  virtual bool del(table t, std::string_view key) = 0;
+
+  /// Savepoints: a nested transaction whose effects vanish on abort_nested.
+  /// REQUIRES: commit/abort_nested match a begin_nested.
+  virtual void begin_nested() = 0;
+  virtual void commit_nested() = 0;
+  virtual void abort_nested() noexcept = 0;
+
+  /// Makes every effect durable per the store's mode. Throws kv_failure; the
+  /// transaction is over either way.
+  virtual void commit() = 0;
+};
+
+struct kv_info {
+  std::uint64_t map_size = 0;    ///< bytes the store may grow to
+  std::uint64_t used_bytes = 0;  ///< bytes in use (pages * page size)
+  std::uint64_t last_txn_id = 0;
+  unsigned max_readers = 0;
+  unsigned readers_used = 0;
+  std::uint64_t entries[table_count] = {};
+};
+
+class kv_store {
+public:
+  virtual ~kv_store() = default;
+  virtual std::unique_ptr<kv_read> begin_read() = 0;
+  virtual std::unique_ptr<kv_write> begin_write() = 0;
+  /// Forces committed data to disk (nosync mode's flush). Throws kv_failure.
+  virtual void sync() = 0;
+  virtual kv_info info() = 0;
+};
+
+/// The in-memory store (durability::memory).
+std::unique_ptr<kv_store> make_memory_kv();
+
+/// Opens an LMDB environment in `dir` (which must exist) per DESIGN.md §4:
+/// MDB_NOTLS, every table opened once here, stale readers cleared.
+/// `sync` = fsync per commit. Throws kv_failure.
+std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
+                                       std::uint64_t map_size);
+
+} // namespace agentstate::store

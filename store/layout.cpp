@@ -1,0 +1,573 @@
+#include "store/layout.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "agentstate/scope.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+constexpr char record_tag = 1;
+constexpr char event_tag = 1;
+constexpr std::size_t record_size = 1 + 8 + 8 + 8;
+
+void append_le64(std::string& out, std::uint64_t x) {
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+}
+
+std::uint64_t read_le64(const char* p) {
+  std::uint64_t x = 0;
+  for (int i = 7; i >= 0; --i)
+    x = (x << 8) | static_cast<unsigned char>(p[i]);
+  return x;
+}
+
+std::uint64_t bits_of(double x) {
+  std::uint64_t u;
+  std::memcpy(&u, &x, 8);
+  return u;
+}
+
+double double_of(std::uint64_t u) {
+  double x;
+  std::memcpy(&x, &u, 8);
+  return x;
+}
+
+std::string sub_key(std::string_view parent, std::string_view child) {
+  std::string k;
+  k.reserve(parent.size() + 1 + child.size());
+  k.append(parent);
+  k.push_back('\0');
+  k.append(child);
+  return k;
+}
+
+std::string event_key(std::string_view skey, std::uint64_t version) {
+  std::string k;
+  k.reserve(skey.size() + 9);
+  k.append(skey);
+  k.push_back('\0');
+  append_be64(k, version);
+  return k;
+}
+
+std::string by_update_key(std::string_view app, std::string_view user,
+                          std::string_view id, double t) {
+  std::string k(app);
+  k.push_back('\0');
+  append_ordered_double(k, t);
+  k.append(id);
+  k.push_back('\0');
+  k.append(user);
+  return k;
+}
+
+std::string by_user_key(std::string_view app, std::string_view user,
+                        std::string_view id, double t) {
+  std::string k = user_scope_key(app, user);
+  k.push_back('\0');
+  append_ordered_double(k, t);
+  k.append(id);
+  return k;
+}
+
+error corrupt(std::string what) {
+  return error{errc::internal, "corrupt store: " + std::move(what)};
+}
+
+error from_failure(const kv_failure& f) {
+  return error{f.code, f.message};
+}
+
+// Parses a stored state value; corrupt rows surface as internal errors.
+result<json> decode_value(std::string_view text) {
+  auto v = parse_json(text, stored_json_depth);
+  if (!v)
+    return corrupt("state value: " + v.err().message);
+  return v;
+}
+
+// Collects a scope's rows under `prefix` into an object keyed by the rest of
+// the row key.
+result<json> read_rows(kv_read& txn, table t, const std::string& prefix) {
+  json out = json::object();
+  std::optional<error> err;
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
+    auto val = decode_value(v);
+    if (!val) {
+      err = std::move(val).err();
+      return false;
+    }
+    out[std::string(k.substr(prefix.size()))] = std::move(*val);
+    return true;
+  });
+  if (err)
+    return std::move(*err);
+  return out;
+}
+
+void delete_prefix(kv_write& txn, table t, const std::string& prefix) {
+  std::vector<std::string> keys;
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return true;
+  });
+  for (auto& k : keys)
+    txn.del(t, k);
+}
+
+void put_rows(kv_write& txn, const write_set& ws, const std::string& skey) {
+  for (auto& w : ws.session_writes)
+    txn.put(table::session_state, sub_key(skey, w.key), w.text);
+  if (!ws.user_writes.empty()) {
+    auto ukey = user_scope_key(ws.app, ws.user);
+    for (auto& w : ws.user_writes)
+      txn.put(table::user_state, sub_key(ukey, w.key), w.text);
+  }
+  for (auto& w : ws.app_writes)
+    txn.put(table::app_state, sub_key(ws.app, w.key), w.text);
+}
+
+std::string to_hex(std::string_view x) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(x.size() * 2);
+  for (unsigned char c : x) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> from_hex(std::string_view x) {
+  if (x.size() % 2 != 0)
+    return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(x.size() / 2);
+  for (std::size_t i = 0; i < x.size(); i += 2) {
+    int hi = nibble(x[i]), lo = nibble(x[i + 1]);
+    if (hi < 0 || lo < 0)
+      return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
+}
+
+} // namespace
+
+// -- keys ----------------------------------------------------------------------
+
+std::string session_key(std::string_view app, std::string_view user,
+                        std::string_view id) {
+  std::string k;
+  k.reserve(app.size() + user.size() + id.size() + 2);
+  k.append(app);
+  k.push_back('\0');
+  k.append(user);
+  k.push_back('\0');
+  k.append(id);
+  return k;
+}
+
+std::string user_scope_key(std::string_view app, std::string_view user) {
+  return sub_key(app, user);
+}
+
+void append_be64(std::string& out, std::uint64_t x) {
+  for (int i = 7; i >= 0; --i)
+    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+}
+
+std::uint64_t read_be64(std::string_view x) {
+  std::uint64_t u = 0;
+  for (std::size_t i = 0; i < 8 && i < x.size(); ++i)
+    u = (u << 8) | static_cast<unsigned char>(x[i]);
+  return u;
+}
+
+void append_ordered_double(std::string& out, double x) {
+  std::uint64_t u = bits_of(x);
+  u = (u & (std::uint64_t{1} << 63)) ? ~u : (u | (std::uint64_t{1} << 63));
+  append_be64(out, u);
+}
+
+double read_ordered_double(std::string_view x) {
+  std::uint64_t u = read_be64(x);
+  u = (u & (std::uint64_t{1} << 63)) ? (u & ~(std::uint64_t{1} << 63)) : ~u;
+  return double_of(u);
+}
+
+// -- records -------------------------------------------------------------------
+
+std::string encode_record(const session_record& x) {
+  std::string out;
+  out.reserve(record_size);
+  out.push_back(record_tag);
+  append_le64(out, x.version);
+  append_le64(out, bits_of(x.last_update_time));
+  append_le64(out, bits_of(x.created));
+  return out;
+}
+
+std::optional<session_record> decode_record(std::string_view x) {
+  if (x.size() != record_size || x[0] != record_tag)
+    return std::nullopt;
+  session_record r;
+  r.version = read_le64(x.data() + 1);
+  r.last_update_time = double_of(read_le64(x.data() + 9));
+  r.created = double_of(read_le64(x.data() + 17));
+  return r;
+}
+
+std::string encode_event_row(double timestamp, std::string_view json_text) {
+  std::string out;
+  out.reserve(9 + json_text.size());
+  out.push_back(event_tag);
+  append_le64(out, bits_of(timestamp));
+  out.append(json_text);
+  return out;
+}
+
+std::optional<double> event_row_timestamp(std::string_view row) {
+  if (row.size() < 9 || row[0] != event_tag)
+    return std::nullopt;
+  return double_of(read_le64(row.data() + 1));
+}
+
+result<event> decode_event_row(std::string_view row) {
+  if (row.size() < 9 || row[0] != event_tag)
+    return corrupt("event row with unknown tag");
+  auto j = parse_json(row.substr(9), stored_json_depth);
+  if (!j)
+    return corrupt("event: " + j.err().message);
+  auto ev = event_from_json(*j);
+  if (!ev)
+    return corrupt("event: " + ev.err().message);
+  return ev;
+}
+
+std::size_t write_set::bytes() const {
+  std::size_t n = 64 + app.size() + user.size() + id.size() + event_id.size()
+                  + event_text.size();
+  for (auto* v : {&session_writes, &user_writes, &app_writes})
+    for (auto& w : *v)
+      n += w.key.size() + w.text.size() + 64;
+  return n;
+}
+
+// -- writes --------------------------------------------------------------------
+
+result<void> apply(kv_write& txn, const write_set& ws) {
+  auto skey = session_key(ws.app, ws.user, ws.id);
+  std::optional<session_record> rec;
+  if (auto raw = txn.get(table::sessions, skey)) {
+    rec = decode_record(*raw);
+    if (!rec)
+      return corrupt("session record of '" + ws.id + "'");
+  }
+  switch (ws.op) {
+    case write_set::kind::create: {
+      if (rec)
+        return error{errc::already_exists,
+                     "session '" + ws.id + "' already exists"};
+      session_record r{0, ws.time, ws.time};
+      put_rows(txn, ws, skey);
+      txn.put(table::by_update, by_update_key(ws.app, ws.user, ws.id, ws.time), {});
+      txn.put(table::by_user, by_user_key(ws.app, ws.user, ws.id, ws.time), {});
+      txn.put(table::sessions, skey, encode_record(r));
+      return {};
+    }
+    case write_set::kind::append: {
+      if (!rec)
+        return error{errc::not_found, "session '" + ws.id + "' not found"};
+      if (rec->version + 1 != ws.version)
+        return error{errc::unavailable,
+                     "an earlier append to session '" + ws.id
+                       + "' failed; retry with the same event id"};
+      txn.put(table::events, event_key(skey, ws.version),
+              encode_event_row(ws.time, ws.event_text));
+      std::string ver;
+      append_be64(ver, ws.version);
+      txn.put(table::event_ids, sub_key(skey, ws.event_id), ver);
+      put_rows(txn, ws, skey);
+      if (rec->last_update_time != ws.time
+          || bits_of(rec->last_update_time) != bits_of(ws.time)) {
+        txn.del(table::by_update,
+                by_update_key(ws.app, ws.user, ws.id, rec->last_update_time));
+        txn.del(table::by_user,
+                by_user_key(ws.app, ws.user, ws.id, rec->last_update_time));
+        txn.put(table::by_update, by_update_key(ws.app, ws.user, ws.id, ws.time), {});
+        txn.put(table::by_user, by_user_key(ws.app, ws.user, ws.id, ws.time), {});
+      }
+      rec->version = ws.version;
+      rec->last_update_time = ws.time;
+      txn.put(table::sessions, skey, encode_record(*rec));
+      return {};
+    }
+    case write_set::kind::remove: {
+      if (!rec)
+        return {};
+      auto prefix = skey + '\0';
+      delete_prefix(txn, table::session_state, prefix);
+      delete_prefix(txn, table::events, prefix);
+      delete_prefix(txn, table::event_ids, prefix);
+      txn.del(table::by_update,
+              by_update_key(ws.app, ws.user, ws.id, rec->last_update_time));
+      txn.del(table::by_user,
+              by_user_key(ws.app, ws.user, ws.id, rec->last_update_time));
+      txn.del(table::sessions, skey);
+      return {};
+    }
+  }
+  return error{errc::internal, "unknown write kind"};
+}
+
+// -- reads ---------------------------------------------------------------------
+
+result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey) {
+  try {
+    auto raw = txn.get(table::sessions, skey);
+    if (!raw)
+      return std::optional<session_record>{};
+    auto rec = decode_record(*raw);
+    if (!rec)
+      return corrupt("session record");
+    return std::optional<session_record>{*rec};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<std::optional<append_result>> find_event(kv_read& txn, std::string_view skey,
+                                                std::string_view event_id) {
+  try {
+    auto ver = txn.get(table::event_ids, sub_key(skey, event_id));
+    if (!ver)
+      return std::optional<append_result>{};
+    auto version = read_be64(*ver);
+    auto row = txn.get(table::events, event_key(skey, version));
+    if (!row)
+      return corrupt("dedup index names a missing event");
+    auto ev = decode_event_row(*row);
+    if (!ev)
+      return std::move(ev).err();
+    return std::optional<append_result>{append_result{std::move(*ev), version}};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+namespace {
+
+// Events of one session per G3-G5, oldest first.
+result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
+                                       const get_request& req) {
+  std::vector<event> out;
+  std::optional<error> err;
+  auto prefix = skey + '\0';
+  std::optional<std::uint64_t> limit;
+  if (req.num_recent_events)
+    limit = static_cast<std::uint64_t>(*req.num_recent_events);
+  std::optional<double> after;
+  if (req.after_timestamp && *req.after_timestamp != 0)
+    after = *req.after_timestamp;
+  if (limit && *limit == 0)
+    return out;
+  auto take = [&](std::string_view row) {
+    if (after) {
+      auto ts = event_row_timestamp(row);
+      if (!ts) {
+        err = corrupt("event row");
+        return false;
+      }
+      if (!(*ts >= *after))
+        return true;
+    }
+    auto ev = decode_event_row(row);
+    if (!ev) {
+      err = std::move(ev).err();
+      return false;
+    }
+    out.push_back(std::move(*ev));
+    return !limit || out.size() < *limit;
+  };
+  if (limit) {
+    txn.scan_back(table::events, prefix,
+                  [&](std::string_view, std::string_view row) { return take(row); });
+    std::reverse(out.begin(), out.end());
+  } else {
+    txn.scan(table::events, prefix, {},
+             [&](std::string_view, std::string_view row) { return take(row); });
+  }
+  if (err)
+    return std::move(*err);
+  return out;
+}
+
+} // namespace
+
+result<std::optional<session>> read_session(kv_read& txn, const get_request& req) {
+  try {
+    auto& r = req.ref;
+    auto skey = session_key(r.app_name, r.user_id, r.session_id);
+    auto rec = read_record(txn, skey);
+    if (!rec)
+      return std::move(rec).err();
+    if (!*rec)
+      return std::optional<session>{};
+    auto own = read_rows(txn, table::session_state, skey + '\0');
+    if (!own)
+      return std::move(own).err();
+    auto user = read_rows(txn, table::user_state,
+                          user_scope_key(r.app_name, r.user_id) + '\0');
+    if (!user)
+      return std::move(user).err();
+    auto app = read_rows(txn, table::app_state, r.app_name + '\0');
+    if (!app)
+      return std::move(app).err();
+    auto evs = read_events(txn, skey, req);
+    if (!evs)
+      return std::move(evs).err();
+    session s;
+    s.app_name = r.app_name;
+    s.user_id = r.user_id;
+    s.id = r.session_id;
+    s.state = merge_state(*own, *user, *app);
+    s.last_update_time = (*rec)->last_update_time;
+    s.version = (*rec)->version;
+    s.events = std::move(*evs);
+    return std::optional<session>{std::move(s)};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<json> read_scope(kv_read& txn, std::string_view app, const std::string* user) {
+  try {
+    if (user)
+      return read_rows(txn, table::user_state, user_scope_key(app, *user) + '\0');
+    return read_rows(txn, table::app_state, std::string(app) + '\0');
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<session_page> list_sessions(kv_read& txn, const list_request& req,
+                                   std::size_t page_size) {
+  try {
+    const bool by_user = req.user_id.has_value();
+    table index = by_user ? table::by_user : table::by_update;
+    std::string prefix = by_user ? user_scope_key(req.app_name, *req.user_id) + '\0'
+                                 : req.app_name + '\0';
+    std::string from;
+    if (!req.page_token.empty()) {
+      auto tok = from_hex(req.page_token);
+      if (!tok || tok->size() < prefix.size() + 8
+          || tok->compare(0, prefix.size(), prefix) != 0)
+        return error{errc::invalid_argument,
+                     "'page_token' is not a token of this listing"};
+      from = std::move(*tok);
+    }
+    struct hit {
+      std::string key, user, id;
+    };
+    std::vector<hit> hits;
+    bool more = false;
+    txn.scan(index, prefix, from, [&](std::string_view k, std::string_view) {
+      if (!from.empty() && k == from)
+        return true;
+      if (hits.size() == page_size) {
+        more = true;
+        return false;
+      }
+      auto rest = k.substr(prefix.size() + 8);
+      hit h;
+      h.key = std::string(k);
+      if (by_user) {
+        h.user = *req.user_id;
+        h.id = std::string(rest);
+      } else {
+        auto nul = rest.find('\0');
+        h.id = std::string(rest.substr(0, nul));
+        h.user = nul == std::string_view::npos ? "" : std::string(rest.substr(nul + 1));
+      }
+      hits.push_back(std::move(h));
+      return true;
+    });
+    session_page page;
+    auto app_state = read_rows(txn, table::app_state, req.app_name + '\0');
+    if (!app_state)
+      return std::move(app_state).err();
+    std::map<std::string, json> users;
+    for (auto& h : hits) {
+      auto skey = session_key(req.app_name, h.user, h.id);
+      auto rec = read_record(txn, skey);
+      if (!rec)
+        return std::move(rec).err();
+      if (!*rec)
+        return corrupt("list index names a missing session '" + h.id + "'");
+      auto own = read_rows(txn, table::session_state, skey + '\0');
+      if (!own)
+        return std::move(own).err();
+      auto u = users.find(h.user);
+      if (u == users.end()) {
+        auto us = read_rows(txn, table::user_state,
+                            user_scope_key(req.app_name, h.user) + '\0');
+        if (!us)
+          return std::move(us).err();
+        u = users.emplace(h.user, std::move(*us)).first;
+      }
+      session_meta m;
+      m.app_name = req.app_name;
+      m.user_id = h.user;
+      m.id = h.id;
+      m.state = merge_state(*own, u->second, *app_state);
+      m.last_update_time = (*rec)->last_update_time;
+      m.version = (*rec)->version;
+      page.sessions.push_back(std::move(m));
+    }
+    if (more && !hits.empty())
+      page.next_page_token = to_hex(hits.back().key);
+    return page;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<void> init_meta(kv_store& kv, std::string_view engine_version) {
+  try {
+    {
+      auto r = kv.begin_read();
+      if (auto fmt = r->get(table::meta, "format")) {
+        if (*fmt != std::to_string(format_version))
+          return error{errc::internal, "store format " + std::string(*fmt)
+                                         + " is not readable by this build (format "
+                                         + std::to_string(format_version) + ")"};
+        return {};
+      }
+    }
+    auto w = kv.begin_write();
+    auto now = std::chrono::duration<double>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+    w->put(table::meta, "format", std::to_string(format_version));
+    w->put(table::meta, "created", std::to_string(now));
+    w->put(table::meta, "engine_version", engine_version);
+    w->commit();
+    return {};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+} // namespace agentstate::store

@@ -1,0 +1,117 @@
+// store/layout.hpp: how sessions, events and scoped state are laid out in the
+// kv tables (README "Storage format" documents the same), and every read and
+// write the engine makes. Functions here never throw: kv_failure and codec
+// exceptions are caught at this boundary and returned as errors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "agentstate/types.hpp"
+#include "store/kv.hpp"
+
+namespace agentstate::store {
+
+/// Version of the on-disk layout, stored in meta["format"].
+inline constexpr std::uint32_t format_version = 1;
+
+/// Nesting bound for decoding stored JSON (values were checked against the
+/// configured, smaller, limit when written). options::limit.max_json_depth
+/// may not exceed it.
+inline constexpr std::size_t stored_json_depth = 512;
+
+// -- keys ----------------------------------------------------------------------
+// Names never contain NUL (checked up front), so NUL separates components and a
+// session's rows in every table share the prefix session_key + '\0'.
+
+std::string session_key(std::string_view app, std::string_view user,
+                        std::string_view id);
+std::string user_scope_key(std::string_view app, std::string_view user);
+/// Big-endian u64, so keys sort by number.
+void append_be64(std::string& out, std::uint64_t x);
+std::uint64_t read_be64(std::string_view x);
+/// 8 bytes whose byte order is the numeric order of `x` (negatives included).
+void append_ordered_double(std::string& out, double x);
+double read_ordered_double(std::string_view x);
+
+// -- records -------------------------------------------------------------------
+
+struct session_record {
+  std::uint64_t version = 0;
+  double last_update_time = 0;
+  double created = 0;
+};
+
+std::string encode_record(const session_record& x);
+std::optional<session_record> decode_record(std::string_view x);
+
+/// An event row: tag byte, the timestamp (8 bytes, so filters skip rows
+/// without parsing them), then the event as JSON text.
+std::string encode_event_row(double timestamp, std::string_view json_text);
+std::optional<double> event_row_timestamp(std::string_view row);
+result<event> decode_event_row(std::string_view row);
+
+// -- writes --------------------------------------------------------------------
+
+/// One state row to write: the key (unprefixed for app/user scope), its
+/// value, and the value's JSON text as stored.
+struct state_write {
+  std::string key;
+  json value;
+  std::string text;
+};
+
+/// Everything one create, append or delete writes, prepared (validated and
+/// encoded) by the session actor and applied by the writer in one nested
+/// transaction. Owned by whoever holds it; moved, never copied, in messages.
+struct write_set {
+  enum class kind : std::uint8_t { create, append, remove } op = kind::append;
+  std::string app, user, id;
+  /// append: the version this event gets; the session must be at version-1.
+  std::uint64_t version = 0;
+  /// create: creation time; append: the event's timestamp.
+  double time = 0;
+  std::string event_id;
+  std::string event_text;
+  std::vector<state_write> session_writes, user_writes, app_writes;
+
+  /// Approximate bytes this write set puts (for the batch byte cap).
+  std::size_t bytes() const;
+};
+
+/// Applies `ws` inside `txn`. Precondition failures come back as errors
+/// (already_exists for a create of an existing id; not_found, or unavailable
+/// when an earlier append of the session failed so this one's version no
+/// longer follows). Throws kv_failure on storage failure.
+result<void> apply(kv_write& txn, const write_set& ws);
+
+// -- reads ---------------------------------------------------------------------
+
+result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);
+
+/// The stored event with `event_id` and its version, if any (the dedup index).
+result<std::optional<append_result>> find_event(kv_read& txn, std::string_view skey,
+                                                std::string_view event_id);
+
+/// The session per G1-G6, in one snapshot. Does not validate `req`.
+result<std::optional<session>> read_session(kv_read& txn, const get_request& req);
+
+/// One scope's state object: user scope when `user` is given, else app scope.
+/// Keys are unprefixed.
+result<json> read_scope(kv_read& txn, std::string_view app,
+                        const std::string* user);
+
+/// L1-L3. REQUIRES: page_size in 1..1000.
+result<session_page> list_sessions(kv_read& txn, const list_request& req,
+                                   std::size_t page_size);
+
+/// Reads meta; writes it when the store is new. Errors: internal when the
+/// store's format is not format_version.
+result<void> init_meta(kv_store& kv, std::string_view engine_version);
+
+} // namespace agentstate::store

@@ -1,0 +1,281 @@
+// The LMDB kv_store. Rules from DESIGN.md §4: MDB_NOTLS, every table opened
+// once at open, mdb_reader_check at open, never WRITEMAP|MAPASYNC. The map is
+// reserved at its maximum size up front (address space only; the file grows
+// with use), so no resize ever runs under live readers; MDB_MAP_FULL means the
+// configured maximum is reached and surfaces as storage_full.
+#include "store/kv.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <lmdb++.h>
+
+namespace agentstate::store {
+
+namespace {
+
+[[noreturn]] void fail(const char* what, int rc) {
+  errc code = errc::io_error;
+  switch (rc) {
+    case MDB_MAP_FULL:
+    case ENOSPC: code = errc::storage_full; break;
+    case MDB_READERS_FULL: code = errc::unavailable; break;
+    case MDB_BAD_TXN:
+    case MDB_BAD_DBI:
+    case MDB_BAD_VALSIZE:
+    case EINVAL: code = errc::internal; break;
+    default: break;
+  }
+  throw kv_failure{code, std::string(what) + ": " + ::mdb_strerror(rc)};
+}
+
+void check(const char* what, int rc) {
+  if (rc != MDB_SUCCESS)
+    fail(what, rc);
+}
+
+MDB_val as_val(std::string_view s) {
+  lmdb::val v(s.data(), s.size());
+  return *static_cast<MDB_val*>(v);
+}
+
+std::string_view as_view(const MDB_val& v) {
+  return {static_cast<const char*>(v.mv_data), v.mv_size};
+}
+
+bool has_prefix(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
+
+struct env_handle {
+  lmdb::env owner{nullptr}; // closes the environment last
+  MDB_env* env = nullptr;
+  MDB_dbi dbi[table_count] = {};
+};
+
+class cursor_guard {
+public:
+  cursor_guard(MDB_txn* txn, MDB_dbi dbi) {
+    check("mdb_cursor_open", ::mdb_cursor_open(txn, dbi, &cur_));
+  }
+  ~cursor_guard() { ::mdb_cursor_close(cur_); }
+  MDB_cursor* get() const { return cur_; }
+
+private:
+  MDB_cursor* cur_ = nullptr;
+};
+
+// Reads shared by read and write transactions, on the current MDB_txn.
+class lmdb_reader {
+protected:
+  lmdb_reader(env_handle& h) : h_(h) {}
+
+  std::optional<std::string_view> do_get(MDB_txn* txn, table t, std::string_view key) {
+    MDB_val k = as_val(key), v;
+    int rc = ::mdb_get(txn, h_.dbi[static_cast<int>(t)], &k, &v);
+    if (rc == MDB_NOTFOUND)
+      return std::nullopt;
+    check("mdb_get", rc);
+    return as_view(v);
+  }
+
+  void do_scan(MDB_txn* txn, table t, std::string_view prefix, std::string_view from,
+               const kv_visitor& fn) {
+    cursor_guard c(txn, h_.dbi[static_cast<int>(t)]);
+    auto start = from.empty() || from < prefix ? prefix : from;
+    MDB_val k = as_val(start), v;
+    int rc = start.empty() ? ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST)
+                           : ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+    while (rc == MDB_SUCCESS) {
+      auto key = as_view(k);
+      if (!has_prefix(key, prefix) || !fn(key, as_view(v)))
+        return;
+      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+    }
+    if (rc != MDB_NOTFOUND)
+      fail("mdb_cursor_get", rc);
+  }
+
+  void do_scan_back(MDB_txn* txn, table t, std::string_view prefix, const kv_visitor& fn) {
+    cursor_guard c(txn, h_.dbi[static_cast<int>(t)]);
+    std::string upper(prefix);
+    while (!upper.empty() && static_cast<unsigned char>(upper.back()) == 0xff)
+      upper.pop_back();
+    MDB_val k, v;
+    int rc;
+    if (upper.empty()) {
+      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
+    } else {
+      upper.back() = static_cast<char>(static_cast<unsigned char>(upper.back()) + 1);
+      k = as_val(upper);
+      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      if (rc == MDB_SUCCESS)
+        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
+      else if (rc == MDB_NOTFOUND)
+        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
+    }
+    while (rc == MDB_SUCCESS) {
+      auto key = as_view(k);
+      if (!has_prefix(key, prefix) || !fn(key, as_view(v)))
+        return;
+      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
+    }
+    if (rc != MDB_NOTFOUND)
+      fail("mdb_cursor_get", rc);
+  }
+
+  env_handle& h_;
+};
+
+class lmdb_read : public kv_read, lmdb_reader {
+public:
+  explicit lmdb_read(env_handle& h) : lmdb_reader(h) {
+    check("mdb_txn_begin(read)", ::mdb_txn_begin(h.env, nullptr, MDB_RDONLY, &txn_));
+  }
+  ~lmdb_read() override { ::mdb_txn_abort(txn_); }
+  std::optional<std::string_view> get(table t, std::string_view key) override {
+    return do_get(txn_, t, key);
+  }
+  void scan(table t, std::string_view prefix, std::string_view from,
+            const kv_visitor& fn) override {
+    do_scan(txn_, t, prefix, from, fn);
+  }
+  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
+    do_scan_back(txn_, t, prefix, fn);
+  }
+  std::uint64_t txn_id() const override { return ::mdb_txn_id(txn_); }
+  MDB_txn* handle() const { return txn_; }
+
+private:
+  MDB_txn* txn_ = nullptr;
+};
+
+class lmdb_write : public kv_write, lmdb_reader {
+public:
+  explicit lmdb_write(env_handle& h) : lmdb_reader(h) {
+    MDB_txn* txn = nullptr;
+    check("mdb_txn_begin(write)", ::mdb_txn_begin(h.env, nullptr, 0, &txn));
+    stack_.push_back(txn);
+    id_ = ::mdb_txn_id(txn);
+  }
+  ~lmdb_write() override {
+    // Aborting the outermost transaction aborts its children too.
+    if (!stack_.empty())
+      ::mdb_txn_abort(stack_.front());
+  }
+  std::optional<std::string_view> get(table t, std::string_view key) override {
+    return do_get(top(), t, key);
+  }
+  void scan(table t, std::string_view prefix, std::string_view from,
+            const kv_visitor& fn) override {
+    do_scan(top(), t, prefix, from, fn);
+  }
+  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
+    do_scan_back(top(), t, prefix, fn);
+  }
+  std::uint64_t txn_id() const override { return id_; }
+
+  void put(table t, std::string_view key, std::string_view value) override {
+    MDB_val k = as_val(key), v = as_val(value);
+    check("mdb_put", ::mdb_put(top(), h_.dbi[static_cast<int>(t)], &k, &v, 0));
+  }
+  bool del(table t, std::string_view key) override {
+    MDB_val k = as_val(key);
+    int rc = ::mdb_del(top(), h_.dbi[static_cast<int>(t)], &k, nullptr);
+    if (rc == MDB_NOTFOUND)
+      return false;
+    check("mdb_del", rc);
+    return true;
+  }
+  void begin_nested() override {
+    MDB_txn* child = nullptr;
+    check("mdb_txn_begin(nested)", ::mdb_txn_begin(h_.env, top(), 0, &child));
+    stack_.push_back(child);
+  }
+  void commit_nested() override {
+    MDB_txn* child = stack_.back();
+    stack_.pop_back();
+    check("mdb_txn_commit(nested)", ::mdb_txn_commit(child));
+  }
+  void abort_nested() noexcept override {
+    ::mdb_txn_abort(stack_.back());
+    stack_.pop_back();
+  }
+  void commit() override {
+    MDB_txn* txn = stack_.front();
+    stack_.clear();
+    check("mdb_txn_commit", ::mdb_txn_commit(txn));
+  }
+
+private:
+  MDB_txn* top() const { return stack_.back(); }
+  std::vector<MDB_txn*> stack_;
+  std::uint64_t id_ = 0;
+};
+
+class lmdb_kv : public kv_store {
+public:
+  explicit lmdb_kv(std::unique_ptr<env_handle> h) : h_(std::move(h)) {}
+  std::unique_ptr<kv_read> begin_read() override {
+    return std::make_unique<lmdb_read>(*h_);
+  }
+  std::unique_ptr<kv_write> begin_write() override {
+    return std::make_unique<lmdb_write>(*h_);
+  }
+  void sync() override { check("mdb_env_sync", ::mdb_env_sync(h_->env, 1)); }
+  kv_info info() override {
+    MDB_envinfo ei;
+    MDB_stat st;
+    check("mdb_env_info", ::mdb_env_info(h_->env, &ei));
+    check("mdb_env_stat", ::mdb_env_stat(h_->env, &st));
+    kv_info out;
+    out.map_size = ei.me_mapsize;
+    out.used_bytes = static_cast<std::uint64_t>(ei.me_last_pgno + 1) * st.ms_psize;
+    out.last_txn_id = ei.me_last_txnid;
+    out.max_readers = ei.me_maxreaders;
+    out.readers_used = ei.me_numreaders;
+    lmdb_read r(*h_);
+    for (std::size_t i = 0; i < table_count; ++i) {
+      MDB_stat ts;
+      check("mdb_stat", ::mdb_stat(r.handle(), h_->dbi[i], &ts));
+      out.entries[i] = ts.ms_entries;
+    }
+    return out;
+  }
+
+private:
+  std::unique_ptr<env_handle> h_;
+};
+
+} // namespace
+
+std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
+                                       std::uint64_t map_size) {
+  auto h = std::make_unique<env_handle>();
+  try {
+    h->owner = lmdb::env::create();
+    h->owner.set_max_dbs(16);
+    h->owner.set_max_readers(1022);
+    h->owner.set_mapsize(map_size);
+    h->owner.open(dir.c_str(), MDB_NOTLS | (sync ? 0u : MDB_NOSYNC), 0644);
+  } catch (const lmdb::error& e) {
+    fail(e.origin(), e.code());
+  }
+  h->env = h->owner.handle();
+  int dead = 0;
+  check("mdb_reader_check", ::mdb_reader_check(h->env, &dead));
+  MDB_txn* txn = nullptr;
+  check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, 0, &txn));
+  for (std::size_t i = 0; i < table_count; ++i) {
+    int rc = ::mdb_dbi_open(txn, table_name(static_cast<table>(i)), MDB_CREATE, &h->dbi[i]);
+    if (rc != MDB_SUCCESS) {
+      ::mdb_txn_abort(txn);
+      fail("mdb_dbi_open", rc);
+    }
+  }
+  check("mdb_txn_commit", ::mdb_txn_commit(txn));
+  return std::make_unique<lmdb_kv>(std::move(h));
+}
+
+} // namespace agentstate::store

@@ -1,0 +1,203 @@
+// The in-memory kv_store: ordered maps under one reader-writer lock. A write
+// transaction holds the lock exclusively for its life; nested transactions are
+// savepoints in an undo log.
+#include "store/kv.hpp"
+
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+namespace agentstate::store {
+
+namespace {
+
+using table_map = std::map<std::string, std::string, std::less<>>;
+
+struct memory_db {
+  std::shared_mutex mtx;
+  table_map tables[table_count];
+  std::uint64_t last_txn = 0;
+};
+
+bool has_prefix(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
+
+void scan_map(const table_map& m, std::string_view prefix, std::string_view from,
+              const kv_visitor& fn) {
+  auto start = from.empty() || from < prefix ? prefix : from;
+  for (auto it = m.lower_bound(start); it != m.end(); ++it) {
+    if (!has_prefix(it->first, prefix) || !fn(it->first, it->second))
+      return;
+  }
+}
+
+void scan_map_back(const table_map& m, std::string_view prefix, const kv_visitor& fn) {
+  // The first key past every key with `prefix` is prefix with its last byte
+  // incremented; with no such byte, the end.
+  auto it = m.end();
+  std::string upper(prefix);
+  while (!upper.empty() && static_cast<unsigned char>(upper.back()) == 0xff)
+    upper.pop_back();
+  if (!upper.empty()) {
+    upper.back() = static_cast<char>(static_cast<unsigned char>(upper.back()) + 1);
+    it = m.lower_bound(upper);
+  }
+  while (it != m.begin()) {
+    --it;
+    if (!has_prefix(it->first, prefix) || !fn(it->first, it->second))
+      return;
+  }
+}
+
+class memory_read : public kv_read {
+public:
+  explicit memory_read(memory_db& db) : db_(db), lock_(db.mtx) {}
+  std::optional<std::string_view> get(table t, std::string_view key) override {
+    auto& m = db_.tables[static_cast<int>(t)];
+    auto it = m.find(key);
+    if (it == m.end())
+      return std::nullopt;
+    return std::string_view(it->second);
+  }
+  void scan(table t, std::string_view prefix, std::string_view from,
+            const kv_visitor& fn) override {
+    scan_map(db_.tables[static_cast<int>(t)], prefix, from, fn);
+  }
+  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
+    scan_map_back(db_.tables[static_cast<int>(t)], prefix, fn);
+  }
+  std::uint64_t txn_id() const override { return db_.last_txn; }
+
+private:
+  memory_db& db_;
+  std::shared_lock<std::shared_mutex> lock_;
+};
+
+class memory_write : public kv_write {
+public:
+  explicit memory_write(memory_db& db) : db_(db), lock_(db.mtx) {}
+  ~memory_write() override {
+    if (!done_)
+      rollback_to(0);
+  }
+  std::optional<std::string_view> get(table t, std::string_view key) override {
+    auto& m = db_.tables[static_cast<int>(t)];
+    auto it = m.find(key);
+    if (it == m.end())
+      return std::nullopt;
+    return std::string_view(it->second);
+  }
+  void scan(table t, std::string_view prefix, std::string_view from,
+            const kv_visitor& fn) override {
+    scan_map(db_.tables[static_cast<int>(t)], prefix, from, fn);
+  }
+  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
+    scan_map_back(db_.tables[static_cast<int>(t)], prefix, fn);
+  }
+  std::uint64_t txn_id() const override { return db_.last_txn + 1; }
+
+  void put(table t, std::string_view key, std::string_view value) override {
+    auto& m = db_.tables[static_cast<int>(t)];
+    auto it = m.find(key);
+    if (it == m.end()) {
+      undo_.push_back({t, std::string(key), std::nullopt});
+      m.emplace(std::string(key), std::string(value));
+    } else {
+      undo_.push_back({t, std::string(key), std::move(it->second)});
+      it->second.assign(value.data(), value.size());
+    }
+  }
+  bool del(table t, std::string_view key) override {
+    auto& m = db_.tables[static_cast<int>(t)];
+    auto it = m.find(key);
+    if (it == m.end())
+      return false;
+    undo_.push_back({t, it->first, std::move(it->second)});
+    m.erase(it);
+    return true;
+  }
+  void begin_nested() override { savepoints_.push_back(undo_.size()); }
+  void commit_nested() override { savepoints_.pop_back(); }
+  void abort_nested() noexcept override {
+    rollback_to(savepoints_.back());
+    savepoints_.pop_back();
+  }
+  void commit() override {
+    done_ = true;
+    undo_.clear();
+    ++db_.last_txn;
+  }
+
+private:
+  struct undo_entry {
+    table t;
+    std::string key;
+    std::optional<std::string> old;
+  };
+  void rollback_to(std::size_t mark) noexcept {
+    while (undo_.size() > mark) {
+      auto& u = undo_.back();
+      auto& m = db_.tables[static_cast<int>(u.t)];
+      if (u.old)
+        m[u.key] = std::move(*u.old);
+      else
+        m.erase(u.key);
+      undo_.pop_back();
+    }
+  }
+  memory_db& db_;
+  std::unique_lock<std::shared_mutex> lock_;
+  std::vector<undo_entry> undo_;
+  std::vector<std::size_t> savepoints_;
+  bool done_ = false;
+};
+
+class memory_kv : public kv_store {
+public:
+  std::unique_ptr<kv_read> begin_read() override {
+    return std::make_unique<memory_read>(db_);
+  }
+  std::unique_ptr<kv_write> begin_write() override {
+    return std::make_unique<memory_write>(db_);
+  }
+  void sync() override {}
+  kv_info info() override {
+    std::shared_lock<std::shared_mutex> guard(db_.mtx);
+    kv_info out;
+    out.last_txn_id = db_.last_txn;
+    for (std::size_t i = 0; i < table_count; ++i) {
+      out.entries[i] = db_.tables[i].size();
+      for (auto& [k, v] : db_.tables[i])
+        out.used_bytes += k.size() + v.size();
+    }
+    return out;
+  }
+
+private:
+  memory_db db_;
+};
+
+} // namespace
+
+const char* table_name(table t) noexcept {
+  switch (t) {
+    case table::meta: return "meta";
+    case table::sessions: return "sessions";
+    case table::session_state: return "session_state";
+    case table::user_state: return "user_state";
+    case table::app_state: return "app_state";
+    case table::events: return "events";
+    case table::event_ids: return "event_ids";
+    case table::by_update: return "by_update";
+    case table::by_user: return "by_user";
+  }
+  return "?";
+}
+
+std::unique_ptr<kv_store> make_memory_kv() {
+  return std::make_unique<memory_kv>();
+}
+
+} // namespace agentstate::store
