@@ -18,7 +18,10 @@ struct scope_state {
   std::string dir_key;
   std::uint64_t handled = 0;
   bool loaded = false;
-  std::uint64_t snapshot = 0; ///< id of the last commit `values` contains
+  /// Id of the last commit the load read. Notifications of later commits are
+  /// applied; several may share one id (one group commit), so applying one
+  /// must not advance this.
+  std::uint64_t snapshot = 0;
   json values = json::object();
   static inline const char* name = "agentstate.scope";
 };
@@ -71,7 +74,6 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
         return;
       for (auto& [k, v] : c.writes)
         st.values[k] = std::move(v);
-      st.snapshot = c.txn_id;
     },
     [self](shutdown_cmd&) {
       ++self->state.handled;

@@ -229,9 +229,13 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
     return;
   }
   if (cmd.req.ev.partial.value_or(false)) {
-    // A1: returned unchanged, not stored, no state or time change.
-    answer(self, [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev)]() mutable {
-      cb(append_result{std::move(ev), 0});
+    // A1: returned unchanged with the session's version; not stored, no
+    // state or time change.
+    if (!ensure_loaded(self, cmd.cb))
+      return;
+    answer(self, [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev),
+                  version = st0.version]() mutable {
+      cb(append_result{std::move(ev), version});
     });
     return;
   }

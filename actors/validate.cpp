@@ -66,10 +66,19 @@ result<void> check_key(const std::string& key) {
   return check_string(key, "state key", max_state_key_bytes);
 }
 
-result<void> check_depth(const limits& lim, const json& x, const char* what) {
+// The nesting limit applies to each value a client supplies (a state value,
+// content, any other member's value), not to the objects that carry them.
+result<void> check_depth(const limits& lim, const json& x, const std::string& what) {
   if (json_depth(x, lim.max_json_depth) > lim.max_json_depth)
-    return error{errc::too_large, std::string(what) + " nests deeper than "
+    return error{errc::too_large, what + " nests deeper than "
                                     + std::to_string(lim.max_json_depth) + " levels"};
+  return {};
+}
+
+result<void> check_member_depths(const limits& lim, const json& obj, const char* what) {
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (auto r = check_depth(lim, it.value(), std::string(what) + " '" + it.key() + "'"); !r)
+      return r;
   return {};
 }
 
@@ -136,17 +145,17 @@ result<void> validate_event(const limits& lim, const event& ev) {
   for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
     if (auto r = check_key(it.key()); !r)
       return r;
-  // The depth of the whole event bounds every value inside it.
-  if (auto r = check_depth(lim, ev.actions.state_delta, "actions.state_delta"); !r)
+  if (auto r = check_member_depths(lim, ev.actions.state_delta, "state value"); !r)
+    return r;
+  if (auto r = check_member_depths(lim, ev.actions.artifact_delta, "artifact_delta value"); !r)
+    return r;
+  if (auto r = check_member_depths(lim, ev.actions.extra, "actions member"); !r)
+    return r;
+  if (auto r = check_member_depths(lim, ev.extra, "event member"); !r)
     return r;
   if (ev.content)
-    if (auto r = check_depth(lim, *ev.content, "event.content"); !r)
-      return r;
-  if (auto r = check_depth(lim, ev.actions.extra, "event.actions"); !r)
-    return r;
-  if (auto r = check_depth(lim, ev.actions.artifact_delta, "actions.artifact_delta"); !r)
-    return r;
-  return check_depth(lim, ev.extra, "event");
+    return check_depth(lim, *ev.content, "event.content");
+  return {};
 }
 
 result<store::write_set> prepare_create(const engine_core& core,
@@ -157,7 +166,7 @@ result<store::write_set> prepare_create(const engine_core& core,
   for (auto it = req.state.begin(); it != req.state.end(); ++it)
     if (auto r = check_key(it.key()); !r)
       return std::move(r).err();
-  if (auto r = check_depth(lim, req.state, "state"); !r)
+  if (auto r = check_member_depths(lim, req.state, "state value"); !r)
     return std::move(r).err();
   store::write_set ws;
   ws.op = store::write_set::kind::create;

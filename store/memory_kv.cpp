@@ -1,7 +1,11 @@
 // The in-memory kv_store: ordered maps under one reader-writer lock. A write
 // transaction holds the lock exclusively for its life; nested transactions are
-// savepoints in an undo log.
+// savepoints in an undo log. The lock prefers writers, so a stream of readers
+// cannot starve the store writer. A thread must not hold two transactions of
+// this store at once.
 #include "store/kv.hpp"
+
+#include <pthread.h>
 
 #include <map>
 #include <mutex>
@@ -14,8 +18,31 @@ namespace {
 
 using table_map = std::map<std::string, std::string, std::less<>>;
 
+/// A writer-preferring reader-writer lock (glibc's default, and so
+/// std::shared_mutex, prefers readers). Meets SharedMutex for the std locks.
+class rw_lock {
+public:
+  rw_lock() {
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &attr);
+    pthread_rwlockattr_destroy(&attr);
+  }
+  ~rw_lock() { pthread_rwlock_destroy(&lock_); }
+  rw_lock(const rw_lock&) = delete;
+  rw_lock& operator=(const rw_lock&) = delete;
+  void lock() { pthread_rwlock_wrlock(&lock_); }
+  void unlock() { pthread_rwlock_unlock(&lock_); }
+  void lock_shared() { pthread_rwlock_rdlock(&lock_); }
+  void unlock_shared() { pthread_rwlock_unlock(&lock_); }
+
+private:
+  pthread_rwlock_t lock_;
+};
+
 struct memory_db {
-  std::shared_mutex mtx;
+  rw_lock mtx;
   table_map tables[table_count];
   std::uint64_t last_txn = 0;
 };
@@ -72,7 +99,7 @@ public:
 
 private:
   memory_db& db_;
-  std::shared_lock<std::shared_mutex> lock_;
+  std::shared_lock<rw_lock> lock_;
 };
 
 class memory_write : public kv_write {
@@ -128,6 +155,7 @@ public:
     done_ = true;
     undo_.clear();
     ++db_.last_txn;
+    lock_.unlock(); // the transaction is over, as in LMDB
   }
 
 private:
@@ -148,7 +176,7 @@ private:
     }
   }
   memory_db& db_;
-  std::unique_lock<std::shared_mutex> lock_;
+  std::unique_lock<rw_lock> lock_;
   std::vector<undo_entry> undo_;
   std::vector<std::size_t> savepoints_;
   bool done_ = false;
@@ -164,7 +192,7 @@ public:
   }
   void sync() override {}
   kv_info info() override {
-    std::shared_lock<std::shared_mutex> guard(db_.mtx);
+    std::shared_lock<rw_lock> guard(db_.mtx);
     kv_info out;
     out.last_txn_id = db_.last_txn;
     for (std::size_t i = 0; i < table_count; ++i) {

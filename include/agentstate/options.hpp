@@ -34,7 +34,9 @@ struct limits {
   std::size_t max_event_bytes = 1 << 20;       ///< an event as stored (JSON)
   std::size_t max_value_bytes = 1 << 20;       ///< one state value (JSON)
   std::size_t max_state_bytes = 4 << 20;       ///< a create's initial state
-  std::size_t max_json_depth = 64;             ///< nesting of any value
+  /// Nesting of each value a client supplies (a state value, `content`, any
+  /// other member's value); `{}`/`[]` count one level.
+  std::size_t max_json_depth = 64;
 };
 
 struct options {

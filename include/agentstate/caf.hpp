@@ -1,0 +1,87 @@
+// agentstate/caf.hpp: the engine as a typed CAF actor, for hosts built on CAF
+// 0.17. The only public header that includes CAF; non-CAF hosts never need it.
+//
+//   caf::actor_system_config cfg;
+//   agentstate::add_error_category(cfg);           // readable errors
+//   caf::actor_system sys{cfg};
+//   auto eng = agentstate::engine::open(opts);
+//   agentstate::engine_actor h = agentstate::spawn_engine_actor(sys, **eng);
+//   self->request(h, caf::infinite, append_request{...}).then(
+//     [](append_result& r) {...}, [](caf::error& e) {...});
+//
+// Every request is answered exactly once: with the result, or with a
+// caf::error whose category is `error_category` and whose code is the errc
+// number (the message is its first context element). The engine must outlive
+// the actor; closing the engine makes the actor answer `unavailable`.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/unit.hpp>
+
+#include "agentstate/engine.hpp"
+
+namespace agentstate {
+
+/// Request types that the engine API takes as plain arguments.
+struct delete_request {
+  session_ref ref;
+};
+struct end_invocation_request {
+  session_ref ref;
+  std::string invocation_id;
+};
+struct app_state_request {
+  std::string app_name;
+};
+struct user_state_request {
+  std::string app_name;
+  std::string user_id;
+};
+
+/// The engine's message interface; each row mirrors one engine call.
+using engine_actor = caf::typed_actor<
+  caf::replies_to<create_request>::with<session>,
+  caf::replies_to<get_request>::with<std::optional<session>>,
+  caf::replies_to<list_request>::with<session_page>,
+  caf::replies_to<delete_request>::with<caf::unit_t>,
+  caf::replies_to<append_request>::with<append_result>,
+  caf::replies_to<end_invocation_request>::with<caf::unit_t>,
+  caf::replies_to<app_state_request>::with<json>,
+  caf::replies_to<user_state_request>::with<json>>;
+
+/// The category of every caf::error the engine actor answers with.
+inline const caf::atom_value error_category = caf::atom("agentstate");
+
+/// An engine error as a caf::error (code = errc number, context = message).
+caf::error to_caf_error(const error& x);
+
+/// Registers a renderer so caf::to_string shows "agentstate.kind: message".
+void add_error_category(caf::actor_system_config& cfg);
+
+/// Spawns, in `sys`, an actor that serves engine_actor requests through
+/// `eng`'s async API (it never blocks). REQUIRES: `eng` outlives the actor.
+engine_actor spawn_engine_actor(caf::actor_system& sys, engine& eng);
+
+} // namespace agentstate
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::create_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::get_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::list_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::delete_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::append_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::end_invocation_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::app_state_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::user_state_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::session)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::optional<agentstate::session>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::session_page)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::append_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::json)

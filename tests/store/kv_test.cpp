@@ -1,0 +1,186 @@
+// The kv seam's contract, run against both implementations (LMDB in a temp
+// dir and the in-memory store).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "store/kv.hpp"
+#include "support/test_support.hpp"
+
+using namespace agentstate;
+using namespace agentstate::store;
+
+namespace {
+
+struct kv_fixture {
+  std::unique_ptr<agentstate::test::temp_dir> dir;
+  std::unique_ptr<kv_store> kv;
+};
+
+std::vector<kv_fixture> both() {
+  std::vector<kv_fixture> out;
+  out.push_back({nullptr, make_memory_kv()});
+  auto dir = std::make_unique<agentstate::test::temp_dir>();
+  auto kv = open_lmdb_kv(dir->str(), false, std::uint64_t{1} << 30);
+  out.push_back({std::move(dir), std::move(kv)});
+  return out;
+}
+
+std::vector<std::string> keys(kv_read& r, table t, std::string prefix, std::string from = {}) {
+  std::vector<std::string> out;
+  r.scan(t, prefix, from, [&](std::string_view k, std::string_view) {
+    out.emplace_back(k);
+    return true;
+  });
+  return out;
+}
+
+std::vector<std::string> keys_back(kv_read& r, table t, std::string prefix) {
+  std::vector<std::string> out;
+  r.scan_back(t, prefix, [&](std::string_view k, std::string_view) {
+    out.emplace_back(k);
+    return true;
+  });
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("kv: put, get, delete and commit are visible to later reads") {
+  for (auto& f : both()) {
+    {
+      auto w = f.kv->begin_write();
+      w->put(table::meta, "a", "1");
+      w->put(table::meta, "b", "2");
+      CHECK(w->del(table::meta, "b"));
+      CHECK_FALSE(w->del(table::meta, "zz"));
+      w->commit();
+    }
+    auto r = f.kv->begin_read();
+    CHECK(r->get(table::meta, "a").value() == "1");
+    CHECK_FALSE(r->get(table::meta, "b").has_value());
+    CHECK_FALSE(r->get(table::sessions, "a").has_value()); // tables are separate
+  }
+}
+
+TEST_CASE("kv: an aborted write transaction leaves nothing") {
+  for (auto& f : both()) {
+    {
+      auto w = f.kv->begin_write();
+      w->put(table::meta, "a", "1");
+    } // destroyed without commit
+    auto r = f.kv->begin_read();
+    CHECK_FALSE(r->get(table::meta, "a").has_value());
+  }
+}
+
+TEST_CASE("kv: a nested transaction's abort undoes only its own writes") {
+  for (auto& f : both()) {
+    {
+      auto w = f.kv->begin_write();
+      w->put(table::meta, "keep", "1");
+      w->put(table::meta, "over", "old");
+      w->begin_nested();
+      w->put(table::meta, "gone", "x");
+      w->put(table::meta, "over", "new");
+      w->del(table::meta, "keep");
+      w->abort_nested();
+      w->begin_nested();
+      w->put(table::meta, "kept", "y");
+      w->commit_nested();
+      w->commit();
+    }
+    auto r = f.kv->begin_read();
+    CHECK(r->get(table::meta, "keep").value() == "1");
+    CHECK(r->get(table::meta, "over").value() == "old");
+    CHECK_FALSE(r->get(table::meta, "gone").has_value());
+    CHECK(r->get(table::meta, "kept").value() == "y");
+  }
+}
+
+TEST_CASE("kv: scans respect prefix, start key and order, including 0xff bytes") {
+  for (auto& f : both()) {
+    {
+      auto w = f.kv->begin_write();
+      for (std::string k : {"a", "ab", "abc", "ab\xff", "ab\xff\xff", "ac", "b"})
+        w->put(table::events, k, "v");
+      w->commit();
+    }
+    auto r = f.kv->begin_read();
+    CHECK(keys(*r, table::events, "ab")
+          == std::vector<std::string>{"ab", "abc", "ab\xff", "ab\xff\xff"});
+    CHECK(keys(*r, table::events, "ab", "abc")
+          == std::vector<std::string>{"abc", "ab\xff", "ab\xff\xff"});
+    CHECK(keys_back(*r, table::events, "ab")
+          == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
+    CHECK(keys_back(*r, table::events, "ab\xff")
+          == std::vector<std::string>{"ab\xff\xff", "ab\xff"});
+    CHECK(keys_back(*r, table::events, "b") == std::vector<std::string>{"b"});
+    CHECK(keys(*r, table::events, "zz").empty());
+    CHECK(keys_back(*r, table::events, "zz").empty());
+    CHECK(keys(*r, table::events, "").size() == 7);
+    // A visitor returning false stops the scan.
+    int n = 0;
+    r->scan(table::events, "", {}, [&](auto, auto) { return ++n < 2; });
+    CHECK(n == 2);
+  }
+}
+
+TEST_CASE("kv: transaction ids grow with commits and read snapshots report theirs") {
+  for (auto& f : both()) {
+    std::uint64_t before = f.kv->begin_read()->txn_id();
+    std::uint64_t writing;
+    {
+      auto w = f.kv->begin_write();
+      writing = w->txn_id();
+      w->put(table::meta, "x", "1");
+      w->commit();
+    }
+    CHECK(writing > before);
+    CHECK(f.kv->begin_read()->txn_id() == writing);
+  }
+}
+
+TEST_CASE("kv: an LMDB read transaction is a snapshot that later commits do not change") {
+  agentstate::test::temp_dir dir;
+  auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+  {
+    auto w = kv->begin_write();
+    w->put(table::meta, "k", "old");
+    w->commit();
+  }
+  auto r = kv->begin_read();
+  {
+    auto w = kv->begin_write();
+    w->put(table::meta, "k", "new");
+    w->commit();
+  }
+  CHECK(r->get(table::meta, "k").value() == "old");
+  CHECK(kv->begin_read()->get(table::meta, "k").value() == "new");
+}
+
+TEST_CASE("kv: LMDB map full surfaces as storage_full and aborts only that write") {
+  agentstate::test::temp_dir dir;
+  auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 20); // 1 MiB
+  std::string big(64 * 1024, 'x');
+  bool full = false;
+  int stored = 0;
+  for (int i = 0; i < 64 && !full; ++i) {
+    try {
+      auto w = kv->begin_write();
+      w->put(table::events, "k" + std::to_string(i), big);
+      w->commit();
+      ++stored;
+    } catch (const kv_failure& e) {
+      CHECK(e.code == errc::storage_full);
+      full = true;
+    }
+  }
+  CHECK(full);
+  auto r = kv->begin_read();
+  for (int i = 0; i < stored; ++i)
+    CHECK(r->get(table::events, "k" + std::to_string(i)).has_value());
+}

@@ -1,0 +1,101 @@
+// Key and record encodings of the storage layout, and the write
+// preconditions of store::apply.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "store/layout.hpp"
+
+using namespace agentstate;
+using namespace agentstate::store;
+
+TEST_CASE("layout: ordered doubles sort bytewise in numeric order and round-trip") {
+  std::vector<double> xs{-1e300, -5.5, -1.0, -0.0, 0.0, 1e-300, 1.0, 1.5,
+                         1700000000.25, 1e300};
+  std::vector<std::string> enc;
+  for (double x : xs) {
+    std::string s;
+    append_ordered_double(s, x);
+    REQUIRE(s.size() == 8);
+    CHECK(read_ordered_double(s) == x);
+    enc.push_back(s);
+  }
+  CHECK(std::is_sorted(enc.begin(), enc.end()));
+}
+
+TEST_CASE("layout: big-endian u64 sorts numerically") {
+  std::string a, b, c;
+  append_be64(a, 1);
+  append_be64(b, 256);
+  append_be64(c, std::numeric_limits<std::uint64_t>::max());
+  CHECK(a < b);
+  CHECK(b < c);
+  CHECK(read_be64(b) == 256);
+  CHECK(read_be64(c) == std::numeric_limits<std::uint64_t>::max());
+}
+
+TEST_CASE("layout: session records and event rows round-trip; bad bytes are refused") {
+  session_record r{42, 1700000000.5, 1690000000.25};
+  auto enc = encode_record(r);
+  auto dec = decode_record(enc);
+  REQUIRE(dec);
+  CHECK(dec->version == 42);
+  CHECK(dec->last_update_time == 1700000000.5);
+  CHECK(dec->created == 1690000000.25);
+  CHECK_FALSE(decode_record(enc.substr(1)));
+  CHECK_FALSE(decode_record("x" + enc.substr(1)));
+
+  auto row = encode_event_row(12.5, R"({"id":"e1","actions":{}})");
+  CHECK(event_row_timestamp(row).value() == 12.5);
+  auto ev = decode_event_row(row);
+  REQUIRE(ev);
+  CHECK(ev->id == "e1");
+  CHECK(decode_event_row("\x01short").code() == errc::internal);
+  CHECK(decode_event_row(encode_event_row(1, "{not json")).code() == errc::internal);
+}
+
+TEST_CASE("layout: session keys of different sessions never prefix each other's rows") {
+  // "a"/"b"/"c" and "a"/"b"/"cd": rows use key + NUL, so prefixes are disjoint.
+  auto k1 = session_key("a", "b", "c") + '\0';
+  auto k2 = session_key("a", "b", "cd") + '\0';
+  CHECK(k2.compare(0, k1.size(), k1) != 0);
+}
+
+TEST_CASE("layout: apply enforces create/append preconditions") {
+  auto kv = make_memory_kv();
+  write_set create;
+  create.op = write_set::kind::create;
+  create.app = "app";
+  create.user = "u";
+  create.id = "s";
+  create.time = 10;
+  write_set append = create;
+  append.op = write_set::kind::append;
+  append.version = 1;
+  append.event_id = "e1";
+  append.event_text = R"({"id":"e1"})";
+  append.time = 11;
+  auto w = kv->begin_write();
+  CHECK(apply(*w, append).code() == errc::not_found);
+  CHECK(apply(*w, create).ok());
+  CHECK(apply(*w, create).code() == errc::already_exists);
+  CHECK(apply(*w, append).ok());
+  // A write set whose version does not follow the stored one is refused: an
+  // earlier append of the session failed.
+  append.version = 3;
+  CHECK(apply(*w, append).code() == errc::unavailable);
+  w->commit();
+  auto r = kv->begin_read();
+  auto rec = read_record(*r, session_key("app", "u", "s"));
+  REQUIRE(rec);
+  REQUIRE(*rec);
+  CHECK((**rec).version == 1);
+  CHECK((**rec).last_update_time == 11);
+  auto found = find_event(*r, session_key("app", "u", "s"), "e1");
+  REQUIRE(found);
+  REQUIRE(*found);
+  CHECK((**found).version == 1);
+}
