@@ -14,6 +14,7 @@
 #include "actors/directory.hpp"
 #include "agentstate/engine.hpp"
 #include "store/kv.hpp"
+#include "store/lock.hpp"
 
 namespace agentstate::detail {
 
@@ -32,10 +33,7 @@ struct engine_core {
   directory dir;
   counters stats;
   std::atomic<bool> closed{false};
-  std::string lock_path; ///< canonical store dir; empty in memory mode
-  int lock_fd = -1;
-
-  ~engine_core();
+  store::store_lock lock; ///< held while open, in LMDB modes
 };
 
 /// Directory keys: a kind byte, then the store key of the identity.

@@ -3,10 +3,6 @@
 // and the blocking forms of every call.
 #include "agentstate/engine.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -14,7 +10,6 @@
 #include <future>
 #include <mutex>
 #include <random>
-#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -29,9 +24,6 @@ namespace agentstate {
 namespace detail {
 
 namespace {
-
-std::mutex open_dirs_mtx;
-std::set<std::string> open_dirs;
 
 std::string trim(const std::string& s) {
   auto b = s.find_first_not_of(" \t\r\n\f\v");
@@ -51,53 +43,6 @@ result<T> block_on(Start&& start) {
 
 error closing_error() {
   return error{errc::unavailable, "the engine is closing"};
-}
-
-// Claims `dir` for this engine: the in-process registry, then the lock file.
-result<void> lock_store(engine_core& core, const std::string& dir) {
-  {
-    std::lock_guard<std::mutex> guard(open_dirs_mtx);
-    if (!open_dirs.insert(dir).second)
-      return error{errc::unavailable, "store '" + dir + "' is already open in this process"};
-  }
-  auto path = dir + "/agentstate.lock";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    std::lock_guard<std::mutex> guard(open_dirs_mtx);
-    open_dirs.erase(dir);
-    return error{errc::io_error, "cannot open lock file " + path + ": " + std::strerror(errno)};
-  }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char buf[32] = {};
-    auto n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    ::close(fd);
-    std::lock_guard<std::mutex> guard(open_dirs_mtx);
-    open_dirs.erase(dir);
-    std::string owner = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "?";
-    while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' '))
-      owner.pop_back();
-    return error{errc::unavailable, "store '" + dir + "' is in use by another process (pid "
-                                      + owner + ")"};
-  }
-  auto pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    // The pid is informational; the lock itself is held.
-  }
-  core.lock_fd = fd;
-  core.lock_path = dir;
-  return {};
-}
-
-void unlock_store(engine_core& core) {
-  if (core.lock_fd >= 0) {
-    ::close(core.lock_fd);
-    core.lock_fd = -1;
-  }
-  if (!core.lock_path.empty()) {
-    std::lock_guard<std::mutex> guard(open_dirs_mtx);
-    open_dirs.erase(core.lock_path);
-    core.lock_path.clear();
-  }
 }
 
 result<void> check_options(const options& o) {
@@ -151,10 +96,6 @@ std::string make_uuid() {
   return buf;
 }
 
-engine_core::~engine_core() {
-  unlock_store(*this);
-}
-
 } // namespace detail
 
 using namespace detail;
@@ -193,7 +134,7 @@ result<std::unique_ptr<engine>> engine::open(const options& opts) {
       auto dir = std::filesystem::canonical(opts.dir, ec).string();
       if (ec)
         return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
-      if (auto r = lock_store(*core, dir); !r)
+      if (auto r = core->lock.acquire(dir); !r)
         return std::move(r).err();
       core->kv = store::open_lmdb_kv(dir, opts.mode == durability::sync,
                                      opts.max_store_bytes);
@@ -231,7 +172,7 @@ result<void> engine::close() {
   }
   core_->sys.reset();
   core_->kv.reset();
-  unlock_store(*core_);
+  core_->lock.release();
   return out;
 }
 

@@ -104,6 +104,10 @@ public:
   /// Forces committed data to disk (nosync mode's flush). Throws kv_failure.
   virtual void sync() = 0;
   virtual kv_info info() = 0;
+  /// Writes a consistent copy of the store, as of one snapshot, into the
+  /// existing empty directory `dest`, while writers go on. `compact` omits
+  /// free pages. Throws kv_failure (internal for the memory store).
+  virtual void copy_to(const std::string& dest, bool compact) = 0;
 };
 
 /// The in-memory store (durability::memory).
@@ -114,5 +118,10 @@ std::unique_ptr<kv_store> make_memory_kv();
 /// `sync` = fsync per commit. Throws kv_failure.
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        std::uint64_t map_size);
+
+/// Opens an existing store for reading only (MDB_RDONLY): safe beside an
+/// engine in another process; begin_write throws. Errors: not_found when
+/// `dir` holds no store, otherwise as open_lmdb_kv.
+std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir);
 
 } // namespace agentstate::store

@@ -5,6 +5,8 @@
 // configured maximum is reached and surfaces as storage_full.
 #include "store/kv.hpp"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -216,14 +218,24 @@ private:
 
 class lmdb_kv : public kv_store {
 public:
-  explicit lmdb_kv(std::unique_ptr<env_handle> h) : h_(std::move(h)) {}
+  lmdb_kv(std::unique_ptr<env_handle> h, bool read_only)
+    : h_(std::move(h)), read_only_(read_only) {}
   std::unique_ptr<kv_read> begin_read() override {
     return std::make_unique<lmdb_read>(*h_);
   }
   std::unique_ptr<kv_write> begin_write() override {
+    if (read_only_)
+      throw kv_failure{errc::internal, "store opened read-only"};
     return std::make_unique<lmdb_write>(*h_);
   }
-  void sync() override { check("mdb_env_sync", ::mdb_env_sync(h_->env, 1)); }
+  void sync() override {
+    if (!read_only_)
+      check("mdb_env_sync", ::mdb_env_sync(h_->env, 1));
+  }
+  void copy_to(const std::string& dest, bool compact) override {
+    check("mdb_env_copy2",
+          ::mdb_env_copy2(h_->env, dest.c_str(), compact ? MDB_CP_COMPACT : 0u));
+  }
   kv_info info() override {
     MDB_envinfo ei;
     MDB_stat st;
@@ -246,6 +258,7 @@ public:
 
 private:
   std::unique_ptr<env_handle> h_;
+  bool read_only_;
 };
 
 } // namespace
@@ -275,7 +288,38 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
     }
   }
   check("mdb_txn_commit", ::mdb_txn_commit(txn));
-  return std::make_unique<lmdb_kv>(std::move(h));
+  return std::make_unique<lmdb_kv>(std::move(h), false);
+}
+
+std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir) {
+  struct stat st;
+  if (::stat((dir + "/data.mdb").c_str(), &st) != 0)
+    throw kv_failure{errc::not_found, "no store in '" + dir + "' (no data.mdb)"};
+  auto h = std::make_unique<env_handle>();
+  try {
+    h->owner = lmdb::env::create();
+    h->owner.set_max_dbs(16);
+    h->owner.set_max_readers(1022);
+    h->owner.open(dir.c_str(), MDB_NOTLS | MDB_RDONLY, 0644);
+  } catch (const lmdb::error& e) {
+    fail(e.origin(), e.code());
+  }
+  h->env = h->owner.handle();
+  MDB_txn* txn = nullptr;
+  check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn));
+  for (std::size_t i = 0; i < table_count; ++i) {
+    int rc = ::mdb_dbi_open(txn, table_name(static_cast<table>(i)), 0, &h->dbi[i]);
+    if (rc != MDB_SUCCESS) {
+      ::mdb_txn_abort(txn);
+      if (rc == MDB_NOTFOUND)
+        throw kv_failure{errc::internal, std::string("store lacks table '")
+                                           + table_name(static_cast<table>(i)) + "'"};
+      fail("mdb_dbi_open", rc);
+    }
+  }
+  // Committing a read-only transaction keeps its database handles open.
+  check("mdb_txn_commit", ::mdb_txn_commit(txn));
+  return std::make_unique<lmdb_kv>(std::move(h), true);
 }
 
 } // namespace agentstate::store

@@ -191,6 +191,9 @@ public:
     return std::make_unique<memory_write>(db_);
   }
   void sync() override {}
+  void copy_to(const std::string&, bool) override {
+    throw kv_failure{errc::internal, "an in-memory store cannot be copied to disk"};
+  }
   kv_info info() override {
     std::shared_lock<rw_lock> guard(db_.mtx);
     kv_info out;

@@ -1,42 +1,69 @@
 // agentstate: the command-line tool. `agentstate --help` lists the commands.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
-#include <vector>
 
 #include "tools/commands.hpp"
 
+namespace agentstate::tools {
+
 namespace {
 
-const char* usage =
-  "usage: agentstate <command> [options]\n"
-  "\n"
-  "commands:\n"
-  "  demo [--dir DIR]   a guided run of the engine on an LMDB store\n"
-  "                     (default ./agentstate-data)\n"
-  "\n"
-  "Run 'agentstate <command> --help' for a command's options.\n"
-  "Exit codes: 0 success, 1 the work failed, 2 bad usage.\n";
+std::vector<command>& registry() {
+  static std::vector<command> xs;
+  return xs;
+}
+
+} // namespace
+
+bool register_command(const command& c) {
+  registry().push_back(c);
+  return true;
+}
+
+std::vector<command> commands() {
+  auto xs = registry();
+  std::sort(xs.begin(), xs.end(),
+            [](const command& a, const command& b) { return std::strcmp(a.name, b.name) < 0; });
+  return xs;
+}
+
+} // namespace agentstate::tools
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fputs("usage: agentstate <command> [options]\n\ncommands:\n", out);
+  for (auto& c : agentstate::tools::commands())
+    std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fputs("\nRun 'agentstate <command> --help' for a command's options.\n"
+             "Exit codes: 0 success, 1 the work failed, 2 bad usage.\n",
+             out);
+}
 
 } // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+  agentstate::tools::args args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fputs(usage, stderr);
+    usage(stderr);
     return 2;
   }
-  auto cmd = args.front();
+  auto name = args.front();
   args.erase(args.begin());
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    std::fputs(usage, stdout);
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(stdout);
     return 0;
   }
-  if (cmd == "--version") {
+  if (name == "--version") {
     std::puts("agentstate 0.1.0");
     return 0;
   }
-  if (cmd == "demo")
-    return agentstate::tools::run_demo(args);
-  std::fprintf(stderr, "agentstate: unknown command '%s'\n\n%s", cmd.c_str(), usage);
+  for (auto& c : agentstate::tools::commands())
+    if (name == c.name)
+      return c.run(args);
+  std::fprintf(stderr, "agentstate: unknown command '%s'\n\n", name.c_str());
+  usage(stderr);
   return 2;
 }

@@ -261,4 +261,8 @@ int run_demo(const std::vector<std::string>& args) {
   return failures == 0 ? 0 : 1;
 }
 
+static const bool registered = register_command(
+  {"demo", "a guided run of the engine on an LMDB store (default ./agentstate-data)",
+   run_demo});
+
 } // namespace agentstate::tools

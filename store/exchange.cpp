@@ -1,0 +1,355 @@
+#include "store/exchange.hpp"
+
+#include "agentstate/json.hpp"
+#include "agentstate/types.hpp"
+#include "store/layout.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+std::vector<std::string> split_nul(std::string_view k) {
+  std::vector<std::string> parts;
+  for (;;) {
+    auto nul = k.find('\0');
+    parts.emplace_back(k.substr(0, nul));
+    if (nul == std::string_view::npos)
+      return parts;
+    k.remove_prefix(nul + 1);
+  }
+}
+
+error corrupt(const std::string& what) {
+  return error{errc::internal, "corrupt store (run verify): " + what};
+}
+
+// Collects a scope's rows (key -> value) under `prefix` into one object.
+result<json> rows_of(kv_read& txn, table t, const std::string& prefix) {
+  json out = json::object();
+  std::optional<error> err;
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
+    auto val = parse_json(v, stored_json_depth);
+    if (!val) {
+      err = corrupt("state row: " + val.err().message);
+      return false;
+    }
+    out[std::string(k.substr(prefix.size()))] = std::move(*val);
+    return true;
+  });
+  if (err)
+    return *err;
+  return out;
+}
+
+// Emits one line per scope (user or app) from a state table whose keys are
+// scope ‖ 0 ‖ key, grouping consecutive rows of the same scope.
+result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, bool user,
+                           const std::function<void(const std::string&)>& sink,
+                           std::uint64_t& n) {
+  std::optional<error> err;
+  std::string current; // scope part of the key, with its trailing NUL
+  json state;
+  auto emit = [&] {
+    if (current.empty())
+      return;
+    auto parts = split_nul(std::string_view(current).substr(0, current.size() - 1));
+    json rec = {{"type", user ? "user_state" : "app_state"}, {"app_name", parts[0]}};
+    if (user)
+      rec["user_id"] = parts.size() > 1 ? parts[1] : "";
+    rec["state"] = std::move(state);
+    sink(rec.dump());
+    ++n;
+  };
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
+    // The scope part ends at the 1st (app) or 2nd (user) NUL.
+    auto cut = k.find('\0');
+    if (user && cut != std::string_view::npos)
+      cut = k.find('\0', cut + 1);
+    if (cut == std::string_view::npos) {
+      err = corrupt(std::string(table_name(t)) + " key without scope");
+      return false;
+    }
+    auto scope = k.substr(0, cut + 1);
+    if (scope != current) {
+      emit();
+      current = std::string(scope);
+      state = json::object();
+    }
+    auto val = parse_json(v, stored_json_depth);
+    if (!val) {
+      err = corrupt("state row: " + val.err().message);
+      return false;
+    }
+    state[std::string(k.substr(cut + 1))] = std::move(*val);
+    return true;
+  });
+  if (err)
+    return *err;
+  emit();
+  return {};
+}
+
+} // namespace
+
+result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
+                                   const std::function<void(const std::string&)>& sink) {
+  try {
+    std::uint64_t n = 0;
+    sink(json{{"type", "header"}, {"format", format_version}}.dump());
+    ++n;
+    std::string prefix;
+    if (f.app)
+      prefix = *f.app + '\0';
+    if (f.user)
+      prefix += *f.user + '\0';
+    std::optional<error> err;
+    auto one_session = [&](std::string_view skey, std::string_view raw) {
+      if (f.session && skey != session_key(*f.app, *f.user, *f.session))
+        return true;
+      auto parts = split_nul(skey);
+      auto rec = decode_record(raw);
+      if (parts.size() != 3 || !rec) {
+        err = corrupt("session record '" + parts[0] + "'");
+        return false;
+      }
+      std::string sk(skey);
+      auto own = rows_of(txn, table::session_state, sk + '\0');
+      if (!own) {
+        err = own.err();
+        return false;
+      }
+      sink(json{{"type", "session"},
+                {"app_name", parts[0]},
+                {"user_id", parts[1]},
+                {"id", parts[2]},
+                {"created", rec->created},
+                {"last_update_time", rec->last_update_time},
+                {"version", rec->version},
+                {"state", std::move(*own)}}
+             .dump());
+      ++n;
+      txn.scan(table::events, sk + '\0', {}, [&](std::string_view k, std::string_view row) {
+        if (row.size() < 9) {
+          err = corrupt("event row");
+          return false;
+        }
+        auto ev = parse_json(row.substr(9), stored_json_depth);
+        if (!ev) {
+          err = corrupt("event: " + ev.err().message);
+          return false;
+        }
+        sink(json{{"type", "event"},
+                  {"app_name", parts[0]},
+                  {"user_id", parts[1]},
+                  {"session_id", parts[2]},
+                  {"version", read_be64(k.substr(sk.size() + 1))},
+                  {"event", std::move(*ev)}}
+               .dump());
+        ++n;
+        return true;
+      });
+      return !err;
+    };
+    if (f.session) {
+      auto skey = session_key(*f.app, *f.user, *f.session);
+      if (auto raw = txn.get(table::sessions, skey))
+        one_session(skey, *raw);
+    } else {
+      txn.scan(table::sessions, prefix, {}, one_session);
+    }
+    if (err)
+      return *err;
+    if (!f.session) {
+      if (auto r = export_scopes(txn, table::user_state, prefix, true, sink, n); !r)
+        return r.err();
+      if (!f.user)
+        if (auto r = export_scopes(txn, table::app_state, prefix, false, sink, n); !r)
+          return r.err();
+    }
+    return n;
+  } catch (const kv_failure& e) {
+    return error{e.code, e.message};
+  }
+}
+
+namespace {
+
+struct importer {
+  kv_write* txn = nullptr;
+  std::uint64_t line = 0;
+
+  error bad(const std::string& what) const {
+    return error{errc::invalid_argument, "line " + std::to_string(line) + ": " + what};
+  }
+
+  result<std::string> str(const json& rec, const char* name) const {
+    auto it = rec.find(name);
+    if (it == rec.end() || !it->is_string() || it->get_ref<const std::string&>().empty())
+      return bad(std::string("'") + name + "' must be a non-empty string");
+    auto& s = it->get_ref<const std::string&>();
+    if (s.find('\0') != std::string::npos)
+      return bad(std::string("'") + name + "' contains a NUL byte");
+    return s;
+  }
+
+  result<json> object(const json& rec, const char* name) const {
+    auto it = rec.find(name);
+    if (it == rec.end() || !it->is_object())
+      return bad(std::string("'") + name + "' must be an object");
+    return *it;
+  }
+
+  result<void> put_rows(table t, const std::string& prefix, const json& state) {
+    for (auto it = state.begin(); it != state.end(); ++it) {
+      if (it.key().find('\0') != std::string::npos || it.key().size() > 200)
+        return bad("state key '" + it.key().substr(0, 40)
+                   + "' has a NUL byte or exceeds 200 bytes");
+      auto text = dump_json(it.value());
+      if (!text)
+        return bad(text.err().message);
+      txn->put(t, prefix + it.key(), *text);
+    }
+    return {};
+  }
+
+  result<void> record(const json& rec) {
+    if (!rec.is_object() || !rec.contains("type") || !rec["type"].is_string())
+      return bad("not a record (an object with a \"type\")");
+    const auto& type = rec["type"].get_ref<const std::string&>();
+    if (type == "session") {
+      auto app = str(rec, "app_name"), user = str(rec, "user_id"), id = str(rec, "id");
+      auto state = object(rec, "state");
+      for (auto* r : {&app, &user, &id})
+        if (!*r)
+          return r->err();
+      if (!state)
+        return state.err();
+      if (!rec.value("created", json()).is_number()
+          || !rec.value("last_update_time", json()).is_number()
+          || !rec.value("version", json()).is_number_unsigned())
+        return bad("session needs numeric created, last_update_time and version");
+      session_record r{rec["version"].get<std::uint64_t>(),
+                       rec["last_update_time"].get<double>(), rec["created"].get<double>()};
+      auto skey = session_key(*app, *user, *id);
+      if (txn->get(table::sessions, skey))
+        return bad("session '" + *id + "' appears twice");
+      txn->put(table::sessions, skey, encode_record(r));
+      std::string by_update = *app + '\0';
+      append_ordered_double(by_update, r.last_update_time);
+      by_update += *id + '\0' + *user;
+      txn->put(table::by_update, by_update, {});
+      std::string by_user = user_scope_key(*app, *user) + '\0';
+      append_ordered_double(by_user, r.last_update_time);
+      by_user += *id;
+      txn->put(table::by_user, by_user, {});
+      return put_rows(table::session_state, skey + '\0', *state);
+    }
+    if (type == "event") {
+      auto app = str(rec, "app_name"), user = str(rec, "user_id"), id = str(rec, "session_id");
+      for (auto* r : {&app, &user, &id})
+        if (!*r)
+          return r->err();
+      if (!rec.value("version", json()).is_number_unsigned())
+        return bad("event needs a numeric version");
+      auto ev_json = object(rec, "event");
+      if (!ev_json)
+        return ev_json.err();
+      auto ev = event_from_json(*ev_json);
+      if (!ev)
+        return bad(ev.err().message);
+      if (ev->id.empty() || !ev->timestamp)
+        return bad("a stored event has an id and a timestamp");
+      auto text = dump_json(*ev_json);
+      if (!text)
+        return bad(text.err().message);
+      auto skey = session_key(*app, *user, *id);
+      std::string key = skey + '\0';
+      append_be64(key, rec["version"].get<std::uint64_t>());
+      txn->put(table::events, key, encode_event_row(*ev->timestamp, *text));
+      std::string ver;
+      append_be64(ver, rec["version"].get<std::uint64_t>());
+      txn->put(table::event_ids, skey + '\0' + ev->id, ver);
+      return {};
+    }
+    if (type == "user_state" || type == "app_state") {
+      auto app = str(rec, "app_name");
+      if (!app)
+        return app.err();
+      auto state = object(rec, "state");
+      if (!state)
+        return state.err();
+      if (type == "app_state")
+        return put_rows(table::app_state, *app + '\0', *state);
+      auto user = str(rec, "user_id");
+      if (!user)
+        return user.err();
+      return put_rows(table::user_state, user_scope_key(*app, *user) + '\0', *state);
+    }
+    if (type == "header")
+      return bad("a second header");
+    return bad("unknown record type '" + type + "'");
+  }
+};
+
+bool has_rows(kv_read& txn, table t) {
+  bool any = false;
+  txn.scan(t, {}, {}, [&](std::string_view, std::string_view) {
+    any = true;
+    return false;
+  });
+  return any;
+}
+
+} // namespace
+
+result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
+                                   const std::function<void(std::uint64_t)>& progress) {
+  try {
+    {
+      auto r = kv.begin_read();
+      for (auto t : {table::sessions, table::user_state, table::app_state})
+        if (has_rows(*r, t))
+          return error{errc::invalid_argument, "the target store is not empty"};
+    }
+    importer imp;
+    std::string text;
+    std::uint64_t records = 0;
+    auto txn = kv.begin_write();
+    imp.txn = txn.get();
+    while (std::getline(in, text)) {
+      ++imp.line;
+      if (text.empty())
+        continue;
+      auto rec = parse_json(text, stored_json_depth + 4);
+      if (!rec)
+        return imp.bad(rec.err().message);
+      if (imp.line == 1) {
+        if (!rec->is_object() || rec->value("type", "") != "header")
+          return imp.bad("the first line must be the header record");
+        if (rec->value("format", 0u) != format_version)
+          return imp.bad("export format " + rec->value("format", json()).dump()
+                         + " is not format " + std::to_string(format_version));
+        continue;
+      }
+      if (auto r = imp.record(*rec); !r)
+        return r.err();
+      if (++records % 10000 == 0) {
+        txn->commit();
+        if (progress)
+          progress(records);
+        txn = kv.begin_write();
+        imp.txn = txn.get();
+      }
+    }
+    if (imp.line == 0)
+      return error{errc::invalid_argument, "empty input: no header record"};
+    txn->commit();
+    if (progress)
+      progress(records);
+    return records;
+  } catch (const kv_failure& e) {
+    return error{e.code, e.message};
+  }
+}
+
+} // namespace agentstate::store

@@ -1,0 +1,47 @@
+// store/exchange.hpp: a store as JSON lines, and back. `agentstate export`,
+// `dump` and `import` are thin wrappers. Export -> import -> export is
+// byte-identical: records come in key order and values are re-encoded with
+// the same encoder that wrote them.
+//
+// Records, one JSON object per line, in this order:
+//   {"type":"header","format":1}
+//   per session (key order): {"type":"session","app_name","user_id","id",
+//     "created","last_update_time","version","state":{own keys only}}
+//     then its events: {"type":"event","app_name","user_id","session_id",
+//     "version","event":{...}}
+//   {"type":"user_state","app_name","user_id","state":{...}} per user
+//   {"type":"app_state","app_name","state":{...}} per app
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <istream>
+#include <optional>
+#include <string>
+
+#include "agentstate/error.hpp"
+#include "store/kv.hpp"
+
+namespace agentstate::store {
+
+/// Restricts an export to one app, one user of it, or one session of that.
+/// REQUIRES: user only with app; session only with user.
+struct export_filter {
+  std::optional<std::string> app, user, session;
+};
+
+/// Emits the records of the snapshot `txn` that match `filter`, one line per
+/// `sink` call (no trailing newline). Returns the number of records.
+/// Errors: internal (a row does not decode: run verify), storage errors.
+result<std::uint64_t> export_store(kv_read& txn, const export_filter& filter,
+                                   const std::function<void(const std::string&)>& sink);
+
+/// Writes the records read from `in` into `kv`, which must hold no session
+/// and no scope state (invalid_argument otherwise). Commits every 10,000
+/// records; on error, what was committed stays (import into a fresh
+/// directory). Errors: invalid_argument naming the line, storage errors.
+/// `progress(records)` is called after each commit.
+result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
+                                   const std::function<void(std::uint64_t)>& progress = {});
+
+} // namespace agentstate::store

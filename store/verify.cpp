@@ -1,0 +1,175 @@
+#include "store/verify.hpp"
+
+#include "agentstate/json.hpp"
+#include "store/layout.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+struct checker {
+  verify_report& r;
+  void fault(std::string msg) {
+    ++r.faults;
+    if (r.messages.size() < 100)
+      r.messages.push_back(std::move(msg));
+  }
+};
+
+std::vector<std::string_view> split_nul(std::string_view k, std::size_t max_parts) {
+  std::vector<std::string_view> parts;
+  while (parts.size() + 1 < max_parts) {
+    auto nul = k.find('\0');
+    if (nul == std::string_view::npos)
+      break;
+    parts.push_back(k.substr(0, nul));
+    k.remove_prefix(nul + 1);
+  }
+  parts.push_back(k);
+  return parts;
+}
+
+std::string printable(std::string_view k) {
+  std::string out;
+  for (char c : k)
+    out += c == '\0' ? '/' : c;
+  return out;
+}
+
+std::uint64_t count_rows(kv_read& txn, table t) {
+  std::uint64_t n = 0;
+  txn.scan(t, {}, {}, [&](std::string_view, std::string_view) {
+    ++n;
+    return true;
+  });
+  return n;
+}
+
+void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c,
+                      std::uint64_t& count) {
+  txn.scan(t, {}, {}, [&](std::string_view k, std::string_view v) {
+    ++count;
+    auto p = split_nul(k, parts);
+    if (p.size() != parts || p[0].empty() || (parts == 3 && p[1].empty()))
+      c.fault(std::string(table_name(t)) + ": malformed key '" + printable(k) + "'");
+    if (!parse_json(v, stored_json_depth))
+      c.fault(std::string(table_name(t)) + ": value of '" + printable(k)
+              + "' is not valid JSON");
+    return true;
+  });
+}
+
+} // namespace
+
+verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress) {
+  verify_report r;
+  checker c{r};
+  try {
+    auto fmt = txn.get(table::meta, "format");
+    if (!fmt)
+      c.fault("meta: no format version");
+    else if (*fmt != std::to_string(format_version))
+      c.fault("meta: format " + std::string(*fmt) + ", expected "
+              + std::to_string(format_version));
+    std::uint64_t event_ids = 0;
+    txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
+      std::string skey(skey_view);
+      std::string name = printable(skey);
+      ++r.sessions;
+      if (progress && r.sessions % 10000 == 0)
+        progress(r.sessions);
+      auto parts = split_nul(skey, 3);
+      if (parts.size() != 3 || parts[0].empty() || parts[1].empty() || parts[2].empty()) {
+        c.fault("sessions: malformed key '" + name + "'");
+        return true;
+      }
+      auto rec = decode_record(raw);
+      if (!rec) {
+        c.fault("session " + name + ": record does not decode");
+        return true;
+      }
+      std::string prefix = skey + '\0';
+      std::uint64_t expect = 1;
+      txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
+        ++r.events;
+        auto version = read_be64(k.substr(prefix.size()));
+        if (k.size() != prefix.size() + 8 || version != expect) {
+          c.fault("session " + name + ": event version " + std::to_string(version)
+                  + " where " + std::to_string(expect) + " was expected");
+          expect = version + 1;
+          return true;
+        }
+        ++expect;
+        auto ev = decode_event_row(row);
+        if (!ev) {
+          c.fault("session " + name + " v" + std::to_string(version) + ": " + ev.err().message);
+          return true;
+        }
+        if (!ev->timestamp || *ev->timestamp != event_row_timestamp(row).value_or(-1))
+          c.fault("session " + name + " v" + std::to_string(version)
+                  + ": row timestamp differs from the event's");
+        auto idx = txn.get(table::event_ids, prefix + ev->id);
+        if (!idx || read_be64(*idx) != version)
+          c.fault("session " + name + " v" + std::to_string(version) + ": event id '" + ev->id
+                  + "' is not indexed to this version");
+        return true;
+      });
+      if (expect - 1 != rec->version)
+        c.fault("session " + name + ": record says version " + std::to_string(rec->version)
+                + ", events end at " + std::to_string(expect - 1));
+      std::uint64_t ids = 0;
+      txn.scan(table::event_ids, prefix, {}, [&](std::string_view, std::string_view) {
+        ++ids;
+        return true;
+      });
+      event_ids += ids;
+      if (ids != rec->version)
+        c.fault("session " + name + ": " + std::to_string(ids) + " dedup entries for "
+                + std::to_string(rec->version) + " events");
+      std::string by_update(parts[0]);
+      by_update += '\0';
+      append_ordered_double(by_update, rec->last_update_time);
+      by_update.append(parts[2]);
+      by_update += '\0';
+      by_update.append(parts[1]);
+      if (!txn.get(table::by_update, by_update))
+        c.fault("session " + name + ": missing from the by_update index");
+      std::string by_user = user_scope_key(parts[0], parts[1]) + '\0';
+      append_ordered_double(by_user, rec->last_update_time);
+      by_user.append(parts[2]);
+      if (!txn.get(table::by_user, by_user))
+        c.fault("session " + name + ": missing from the by_user index");
+      return true;
+    });
+    // Rows of missing sessions: every table's total must match the sums.
+    auto total_events = count_rows(txn, table::events);
+    if (total_events != r.events)
+      c.fault("events: " + std::to_string(total_events - r.events)
+              + " rows belong to no session");
+    auto total_ids = count_rows(txn, table::event_ids);
+    if (total_ids != event_ids)
+      c.fault("event_ids: " + std::to_string(total_ids - event_ids)
+              + " entries belong to no session");
+    for (auto t : {table::by_update, table::by_user}) {
+      auto n = count_rows(txn, t);
+      if (n != r.sessions)
+        c.fault(std::string(table_name(t)) + ": " + std::to_string(n) + " entries for "
+                + std::to_string(r.sessions) + " sessions");
+    }
+    check_value_rows(txn, table::session_state, 4, c, r.session_rows);
+    txn.scan(table::session_state, {}, {}, [&](std::string_view k, std::string_view) {
+      auto p = split_nul(k, 4);
+      if (p.size() == 4
+          && !txn.get(table::sessions, session_key(p[0], p[1], p[2])))
+        c.fault("session_state: row '" + printable(k) + "' of a missing session");
+      return true;
+    });
+    check_value_rows(txn, table::user_state, 3, c, r.user_rows);
+    check_value_rows(txn, table::app_state, 2, c, r.app_rows);
+  } catch (const kv_failure& f) {
+    c.fault(std::string("storage: ") + f.message);
+  }
+  return r;
+}
+
+} // namespace agentstate::store

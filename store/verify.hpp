@@ -1,0 +1,37 @@
+// store/verify.hpp: a full consistency check of a store's layout (README
+// "Storage format"). Used by `agentstate verify` and by the crash tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "store/kv.hpp"
+
+namespace agentstate::store {
+
+struct verify_report {
+  std::uint64_t sessions = 0;
+  std::uint64_t events = 0;
+  std::uint64_t session_rows = 0;
+  std::uint64_t user_rows = 0;
+  std::uint64_t app_rows = 0;
+  std::uint64_t faults = 0;           ///< every fault found
+  std::vector<std::string> messages;  ///< the first 100 faults, described
+  bool ok() const { return faults == 0; }
+};
+
+/// Checks, in the snapshot `txn`: the format version; every session record
+/// decodes; its events are versions 1..version without gaps, each row
+/// decodes to an event whose timestamp matches the row's; the dedup index
+/// maps each event id to its version and holds nothing else; both list
+/// indexes hold exactly one entry per session at its last_update_time; every
+/// state row's key is well-formed and its value decodes; no table holds rows
+/// of a missing session. Cost: one pass over every table.
+/// `progress(sessions_done)` is called every 10,000 sessions. Never throws:
+/// a storage failure is reported as a fault.
+verify_report verify_store(kv_read& txn,
+                           const std::function<void(std::uint64_t)>& progress = {});
+
+} // namespace agentstate::store
