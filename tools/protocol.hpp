@@ -1,0 +1,94 @@
+// tools/protocol.hpp: the JSON-RPC 2.0 line handler of `agentstate serve`
+// (PROTOCOL.md, docs/protocol.md). One rpc_session per client stream: it takes
+// request lines, runs them through the engine's async API and hands back one
+// response line per request. No processes, sockets or files: the framing
+// (tools/protocol_io.hpp) and the command (tools/serve.cpp) sit on top, and a
+// fuzzer can drive it directly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "agentstate/engine.hpp"
+
+namespace agentstate::tools {
+
+/// JSON-RPC error codes used by the protocol.
+namespace rpc_code {
+inline constexpr int parse_error = -32700;      ///< not JSON, bad UTF-8, too deep, too long
+inline constexpr int invalid_request = -32600;  ///< JSON, but not a request object
+inline constexpr int method_not_found = -32601;
+inline constexpr int invalid_params = -32602;   ///< data.kind is "invalid_argument"
+inline constexpr int engine_error = -32000;     ///< data.kind is the errc name
+} // namespace rpc_code
+
+struct rpc_config {
+  /// Nesting allowed in a request line. The engine's own limit
+  /// (limits::max_json_depth) applies to each client value inside it; this one
+  /// must leave room for the envelope (request, params, event, actions,
+  /// state_delta) or values the engine accepts would be refused here.
+  std::size_t max_line_depth = 64 + 8;
+  /// Requests admitted but not yet answered. handle_line() blocks while this
+  /// many are outstanding, so a client that pipelines without bound cannot grow
+  /// the server's memory without bound.
+  std::size_t max_in_flight = 4096;
+};
+
+namespace detail {
+struct rpc_state;
+}
+
+/// Serves one client stream. Requests for different sessions run concurrently
+/// through the engine's async API; requests naming the same session
+/// (app_name, user_id, session_id) run one at a time in the order their lines
+/// were handed in; `flush` waits for every request handed in before it.
+///
+/// Thread safety: handle_line(), handle_oversized_line() and drain() are meant
+/// to be called from one thread (the reader of the stream); responses are
+/// written from engine threads too.
+class rpc_session {
+public:
+  /// `write` receives each response as one JSON text without the trailing
+  /// newline. It is called once per answered request, possibly from engine
+  /// threads, never concurrently with itself. It must not block for long: it
+  /// runs inside engine callbacks (queue the line; see protocol_io.hpp).
+  /// Exceptions it throws are caught and dropped (the response is lost).
+  /// REQUIRES: `eng` outlives every request handed in (call drain() before
+  /// closing it).
+  rpc_session(engine& eng, std::function<void(std::string)> write,
+              rpc_config cfg = {});
+
+  /// Drains (see drain()).
+  ~rpc_session();
+  rpc_session(const rpc_session&) = delete;
+  rpc_session& operator=(const rpc_session&) = delete;
+
+  /// Handles one line (without its '\n'; one trailing '\r' is ignored). Any
+  /// bytes at all are accepted: what is not a valid request is answered with
+  /// an error response and changes nothing stored. A request is answered
+  /// later, when the engine completes it; a notification (no "id") is run and
+  /// never answered. Blocks only while max_in_flight requests are
+  /// outstanding. Never throws.
+  void handle_line(std::string_view line);
+
+  /// Answers a line that was discarded because it had `bytes` bytes, more
+  /// than `limit` (parse error, kind too_large, id null). Never throws.
+  void handle_oversized_line(std::uint64_t bytes, std::uint64_t limit);
+
+  /// Blocks until every request handed in so far has completed and its
+  /// response has been passed to `write`. REQUIRES: not called from an engine
+  /// callback.
+  void drain();
+
+  /// Requests handed in and not yet completed.
+  std::size_t in_flight() const;
+
+private:
+  std::shared_ptr<detail::rpc_state> state_;
+};
+
+} // namespace agentstate::tools

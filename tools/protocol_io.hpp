@@ -1,0 +1,93 @@
+// tools/protocol_io.hpp: newline-delimited framing of the protocol over file
+// descriptors (a pipe, a terminal, a socket), and serve_stream(), which runs
+// one rpc_session over one such stream.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "agentstate/engine.hpp"
+#include "tools/protocol.hpp"
+
+namespace agentstate::tools {
+
+/// Reads `fd` line by line until end of input, or until `stop_fd` (when >= 0)
+/// becomes readable. Calls `on_line` with each line of at most `max_line_bytes`
+/// bytes, without its '\n' (a last line without '\n' counts too), and
+/// `on_oversized` with the length of each longer line, whose bytes are
+/// discarded as they arrive: memory stays O(max_line_bytes) whatever the
+/// input. Callbacks run on the calling thread. Blocking.
+/// Returns ok at end of input or stop (a reset connection counts as end of
+/// input); io_error naming the cause when read() or poll() fails otherwise.
+result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
+                        const std::function<void(std::string_view)>& on_line,
+                        const std::function<void(std::uint64_t)>& on_oversized);
+
+/// Writes lines to a file descriptor from its own thread, so that producers
+/// (engine callbacks) never wait for a slow reader. Each line is written whole:
+/// lines never interleave. Does not own the descriptor.
+/// Thread safety: push() and wait_below() may be called from any thread.
+class line_writer {
+public:
+  /// Starts the writing thread. `fd` must stay open until close() returns.
+  explicit line_writer(int fd);
+  /// Closes as close() does.
+  ~line_writer();
+  line_writer(const line_writer&) = delete;
+  line_writer& operator=(const line_writer&) = delete;
+
+  /// Queues `line` followed by '\n'. Never blocks beyond a short lock. After a
+  /// write has failed (the reader went away) lines are dropped.
+  void push(std::string line);
+
+  /// Blocks until fewer than `bytes` bytes wait to be written, or writing has
+  /// failed or been closed. The reader of a stream calls this before taking
+  /// more requests, so a client that does not read its responses stops being
+  /// read instead of growing the queue.
+  void wait_below(std::size_t bytes);
+
+  /// Writes everything queued, then stops the thread. Idempotent. Blocking.
+  void close();
+
+  /// False once a write has failed.
+  bool ok() const;
+
+private:
+  void run();
+
+  int fd_;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  std::string pending_;     ///< queued bytes, not yet taken by the thread
+  std::size_t writing_ = 0; ///< bytes the thread is writing now
+  bool closing_ = false;
+  bool failed_ = false;
+  std::thread thread_;
+};
+
+struct stream_config {
+  /// Longer request lines are answered with too_large and discarded.
+  std::uint64_t max_line_bytes = std::uint64_t{16} << 20;
+  /// Responses queued for a slow reader before the stream stops taking
+  /// requests (see line_writer::wait_below).
+  std::size_t max_queued_bytes = std::size_t{64} << 20;
+  rpc_config rpc;
+};
+
+/// Serves the protocol on one stream: request lines from `in_fd`, responses to
+/// `out_fd` (they may be the same socket), until end of input or until
+/// `stop_fd` (when >= 0) becomes readable; then finishes the requests in
+/// flight and writes their responses before returning. Does not close the
+/// descriptors or flush the engine. Blocking.
+/// Returns the read error, if reading failed; a failed write (the client went
+/// away) is not an error.
+result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
+                          const stream_config& cfg);
+
+} // namespace agentstate::tools
