@@ -15,6 +15,7 @@
 #include <caf/all.hpp>
 
 #include "actors/core.hpp"
+#include "actors/engine_factory.hpp"
 #include "actors/messages.hpp"
 #include "actors/validate.hpp"
 #include "store/layout.hpp"
@@ -116,6 +117,11 @@ engine::~engine() {
 }
 
 result<std::unique_ptr<engine>> engine::open(const options& opts) {
+  return engine_factory::open(opts, nullptr);
+}
+
+result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
+                                                     const store_wrapper& wrap) {
   if (auto r = check_options(opts); !r)
     return std::move(r).err();
   auto core = std::make_unique<engine_core>();
@@ -145,6 +151,8 @@ result<std::unique_ptr<engine>> engine::open(const options& opts) {
   }
   if (auto r = store::init_meta(*core->kv, "0.1.0"); !r)
     return std::move(r).err();
+  if (wrap)
+    core->kv = wrap(std::move(core->kv));
   core->cfg = std::make_unique<caf::actor_system_config>();
   core->cfg->set("scheduler.policy", caf::atom_from_string(core->opts.scheduler));
   core->cfg->set("scheduler.max-threads", core->opts.threads);

@@ -55,21 +55,22 @@ struct session_state {
 
 using session_actor_t = caf::stateful_actor<session_state>;
 
-void load(session_actor_t* self) {
+/// Reads the session record. On failure the actor stays unloaded (the next
+/// command tries again) and the error says why.
+result<void> load(session_actor_t* self) {
   auto& st = self->state;
   try {
     auto txn = st.core->kv->begin_read();
     auto rec = store::read_record(*txn, st.skey);
-    if (rec && *rec) {
-      st.exists = true;
-      st.version = (**rec).version;
-    } else {
-      st.exists = false;
-      st.version = 0;
-    }
+    if (!rec)
+      return std::move(rec).err();
+    st.exists = rec->has_value();
+    st.version = *rec ? (**rec).version : 0;
     st.loaded = true;
-  } catch (const store::kv_failure&) {
-    st.loaded = false; // retried on the next command
+    return {};
+  } catch (const store::kv_failure& f) {
+    st.loaded = false;
+    return error{f.code, "cannot read the session record: " + f.message};
   }
 }
 
@@ -86,7 +87,7 @@ void drain(session_actor_t* self) {
   }
   if (st.queue.empty() && st.stale) {
     st.stale = false;
-    load(self);
+    st.loaded = false; // re-read the record before the next command
     auto stash = std::move(st.stash);
     st.stash.clear();
     for (auto& f : stash)
@@ -157,13 +158,12 @@ void submit(session_actor_t* self, store::write_set ws,
 /// order) when the store cannot be read.
 template <class T>
 bool ensure_loaded(session_actor_t* self, callback<T>& cb) {
-  if (!self->state.loaded)
-    load(self);
   if (self->state.loaded)
     return true;
-  answer(self, [cb = std::move(cb)] {
-    cb(error{errc::io_error, "cannot read the session record"});
-  });
+  auto r = load(self);
+  if (r)
+    return true;
+  answer(self, [cb = std::move(cb), e = std::move(r).err()] { cb(e); });
   return false;
 }
 

@@ -46,7 +46,8 @@ json to_json(const engine_stats& x);
 
 namespace detail {
 struct engine_core;
-}
+struct engine_factory; // internal: opens engines over a wrapped store (tests)
+} // namespace detail
 
 class engine {
 public:
@@ -126,6 +127,7 @@ public:
   detail::engine_core& core() { return *core_; }
 
 private:
+  friend struct detail::engine_factory;
   explicit engine(std::unique_ptr<detail::engine_core> core);
   std::unique_ptr<detail::engine_core> core_;
 };

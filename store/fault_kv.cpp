@@ -1,0 +1,118 @@
+#include "store/fault_kv.hpp"
+
+#include <string>
+
+namespace agentstate::store {
+
+void fault_plan::on_call(fault_target t, const char* what) {
+  if (t != target || disarmed.load())
+    return;
+  auto n = calls.fetch_add(1) + 1;
+  if (fail_at == 0 || n < fail_at || (!forever && n != fail_at))
+    return;
+  injected.fetch_add(1);
+  throw kv_failure{code, std::string("injected fault in ") + what + " (call "
+                           + std::to_string(n) + ")"};
+}
+
+namespace {
+
+class faulty_read : public kv_read {
+public:
+  faulty_read(std::unique_ptr<kv_read> inner) : inner_(std::move(inner)) {}
+  std::optional<std::string_view> get(table t, std::string_view key) override {
+    return inner_->get(t, key);
+  }
+  void scan(table t, std::string_view prefix, std::string_view from,
+            const kv_visitor& fn) override {
+    inner_->scan(t, prefix, from, fn);
+  }
+  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
+    inner_->scan_back(t, prefix, fn);
+  }
+  std::uint64_t txn_id() const override { return inner_->txn_id(); }
+
+private:
+  std::unique_ptr<kv_read> inner_;
+};
+
+class faulty_write : public kv_write {
+public:
+  faulty_write(std::unique_ptr<kv_write> inner, std::shared_ptr<fault_plan> plan)
+    : inner_(std::move(inner)), plan_(std::move(plan)) {}
+  std::optional<std::string_view> get(table t, std::string_view key) override {
+    return inner_->get(t, key);
+  }
+  void scan(table t, std::string_view prefix, std::string_view from,
+            const kv_visitor& fn) override {
+    inner_->scan(t, prefix, from, fn);
+  }
+  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
+    inner_->scan_back(t, prefix, fn);
+  }
+  std::uint64_t txn_id() const override { return inner_->txn_id(); }
+  void put(table t, std::string_view key, std::string_view value) override {
+    plan_->on_call(fault_target::writes, "put");
+    inner_->put(t, key, value);
+  }
+  bool del(table t, std::string_view key) override {
+    plan_->on_call(fault_target::writes, "del");
+    return inner_->del(t, key);
+  }
+  void begin_nested() override {
+    plan_->on_call(fault_target::writes, "begin_nested");
+    inner_->begin_nested();
+  }
+  void commit_nested() override {
+    plan_->on_call(fault_target::writes, "commit_nested");
+    inner_->commit_nested();
+  }
+  void abort_nested() noexcept override { inner_->abort_nested(); }
+  void commit() override {
+    // A failed commit ends the transaction, as in LMDB: abort the inner one.
+    try {
+      plan_->on_call(fault_target::writes, "commit");
+    } catch (...) {
+      inner_.reset();
+      throw;
+    }
+    inner_->commit();
+  }
+
+private:
+  std::unique_ptr<kv_write> inner_;
+  std::shared_ptr<fault_plan> plan_;
+};
+
+class faulty_kv : public kv_store {
+public:
+  faulty_kv(std::unique_ptr<kv_store> inner, std::shared_ptr<fault_plan> plan)
+    : inner_(std::move(inner)), plan_(std::move(plan)) {}
+  std::unique_ptr<kv_read> begin_read() override {
+    plan_->on_call(fault_target::reads, "begin_read");
+    return std::make_unique<faulty_read>(inner_->begin_read());
+  }
+  std::unique_ptr<kv_write> begin_write() override {
+    auto inner = inner_->begin_write(); // taken first: one writer at a time
+    plan_->on_call(fault_target::writes, "begin_write");
+    return std::make_unique<faulty_write>(std::move(inner), plan_);
+  }
+  void sync() override { inner_->sync(); }
+  kv_info info() override { return inner_->info(); }
+  void copy_to(const std::string& dest, bool compact) override {
+    inner_->copy_to(dest, compact);
+  }
+
+private:
+  std::unique_ptr<kv_store> inner_;
+  std::shared_ptr<fault_plan> plan_;
+};
+
+} // namespace
+
+std::unique_ptr<kv_store> make_faulty_kv(std::unique_ptr<kv_store> inner,
+                                         std::shared_ptr<fault_plan> plan) {
+  return std::make_unique<faulty_kv>(std::move(inner), std::move(plan));
+}
+
+} // namespace agentstate::store
