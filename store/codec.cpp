@@ -50,6 +50,10 @@ json to_json(const event& x) {
 }
 
 result<event> event_from_json(const json& x) {
+  return event_from_json(json(x));
+}
+
+result<event> event_from_json(json&& x) {
   if (!x.is_object())
     return bad("event must be a JSON object");
   event ev;
@@ -61,7 +65,7 @@ result<event> event_from_json(const json& x) {
     return std::move(*err);
   for (auto it = x.begin(); it != x.end(); ++it) {
     const std::string& k = it.key();
-    const json& v = it.value();
+    json& v = it.value();
     if (k == "id" || k == "invocation_id" || k == "author") {
       continue;
     } else if (k == "timestamp") {
@@ -80,7 +84,7 @@ result<event> event_from_json(const json& x) {
         return bad("'partial' must be a boolean");
       ev.partial = v.get<bool>();
     } else if (k == "content") {
-      ev.content = v;
+      ev.content = std::move(v);
     } else if (k == "actions") {
       if (v.is_null())
         continue;
@@ -92,19 +96,19 @@ result<event> event_from_json(const json& x) {
             continue;
           if (!a->is_object())
             return bad("'actions.state_delta' must be an object");
-          ev.actions.state_delta = *a;
+          ev.actions.state_delta = std::move(a.value());
         } else if (a.key() == "artifact_delta") {
           if (a->is_null())
             continue;
           if (!a->is_object())
             return bad("'actions.artifact_delta' must be an object");
-          ev.actions.artifact_delta = *a;
+          ev.actions.artifact_delta = std::move(a.value());
         } else {
-          ev.actions.extra[a.key()] = *a;
+          ev.actions.extra[a.key()] = std::move(a.value());
         }
       }
     } else {
-      ev.extra[k] = v;
+      ev.extra[k] = std::move(v);
     }
   }
   return ev;

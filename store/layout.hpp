@@ -53,6 +53,9 @@ std::optional<session_record> decode_record(std::string_view x);
 /// An event row: tag byte, the timestamp (8 bytes, so filters skip rows
 /// without parsing them), then the event as JSON text.
 std::string encode_event_row(double timestamp, std::string_view json_text);
+/// Parses JSON the store wrote (no depth check: it was checked on write).
+/// Errors: internal (corrupt).
+result<json> parse_stored(std::string_view text);
 std::optional<double> event_row_timestamp(std::string_view row);
 result<event> decode_event_row(std::string_view row);
 

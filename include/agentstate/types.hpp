@@ -100,6 +100,8 @@ json to_json(const event& x);
 json to_json(const session_meta& x);
 json to_json(const session& x);
 result<event> event_from_json(const json& x);
+/// As above, moving the members out of `x` instead of copying them.
+result<event> event_from_json(json&& x);
 result<session> session_from_json(const json& x);
 
 } // namespace agentstate
