@@ -1,0 +1,170 @@
+// `agentstate bench` as a smoke test: every workload at a tiny scale, each
+// output line parsed as JSON and its fields checked for presence and sanity.
+// Performance targets are not asserted (they are for --scale 1 on a quiet
+// machine); correctness (workload g) and the absence of errors are.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agentstate/json.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+struct run_result {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs `cmd` through the shell; stdout is captured, stderr passes through.
+run_result run(const std::string& cmd) {
+  run_result r;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty())
+      out.push_back(line);
+  return out;
+}
+
+bool positive_number(const agentstate::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>())
+         && j[key].get<double>() > 0;
+}
+
+bool finite_number(const agentstate::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>());
+}
+
+} // namespace
+
+TEST_CASE("bench --help prints usage on stdout and exits 0") {
+  auto r = run(std::string(AGENTSTATE_BIN) + " bench --help");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("usage: agentstate bench") != std::string::npos);
+}
+
+TEST_CASE("bench refuses bad usage with exit 2") {
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench 2>/dev/null").exit_code == 2);
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload z 2>/dev/null").exit_code == 2);
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0 2>/dev/null")
+          .exit_code
+        == 2);
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --durability fast 2>/dev/null")
+          .exit_code
+        == 2);
+}
+
+TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload") {
+  agentstate::test::temp_dir dir;
+  auto r = run(std::string(AGENTSTATE_BIN)
+               + " bench --workload all --scale 0.001 --durability nosync --dir "
+               + dir.str());
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  std::set<std::string> seen;
+  for (auto& line : lines) {
+    INFO("line: ", line);
+    auto parsed = agentstate::parse_json(line, 64);
+    REQUIRE(parsed.ok());
+    auto& j = *parsed;
+    REQUIRE(j.is_object());
+    REQUIRE(j.contains("workload"));
+    REQUIRE(j["workload"].is_string());
+    auto w = j["workload"].get<std::string>();
+    CHECK(seen.insert(w).second);
+    CHECK(j.value("durability", "") == "nosync");
+    CHECK(j.value("errors", -1) == 0);
+    // Common fields.
+    CHECK(positive_number(j, "seconds"));
+    CHECK(finite_number(j, "rss_growth_mb"));
+    CHECK(positive_number(j, "peak_rss_mb"));
+    CHECK(positive_number(j, "p50_us"));
+    CHECK(positive_number(j, "p99_us"));
+    CHECK(j["p99_us"].get<double>() >= j["p50_us"].get<double>());
+    CHECK(j.contains("latency_of"));
+    CHECK(j.contains("events_per_s"));
+    CHECK(j.contains("target"));
+    REQUIRE(j.contains("meets_target"));
+    CHECK(j["meets_target"].is_boolean());
+    // Engine settings and the batches it saw.
+    REQUIRE(j.contains("settings"));
+    auto& s = j["settings"];
+    CHECK(s.value("scheduler", "") != "");
+    CHECK(s.value("threads", 0) >= 1);
+    CHECK(s.value("max_batch_count", 0) >= 1);
+    CHECK(s.value("idle_timeout_ms", 0) >= 1);
+    REQUIRE(j.contains("stats"));
+    auto& st = j["stats"];
+    CHECK(st.value("commits", 0) >= 1);
+    CHECK(st.value("batched_writes", 0) >= st.value("commits", 0));
+    CHECK(st.value("max_batch", 0) >= 1);
+    // Per workload.
+    if (w == "f") {
+      CHECK(j["events_per_s"].is_null());
+      CHECK(positive_number(j, "sessions_per_s"));
+      CHECK(positive_number(j, "first_p50_us"));
+      CHECK(positive_number(j, "deep_p50_us"));
+      CHECK(j.value("pages", 0) >= 2);
+    } else {
+      CHECK(positive_number(j, "events_per_s"));
+    }
+    if (w == "b") {
+      REQUIRE(j.contains("blocking"));
+      CHECK(positive_number(j["blocking"], "events_per_s"));
+      CHECK(positive_number(j["blocking"], "p50_us"));
+    }
+    if (w == "c") {
+      CHECK(positive_number(j, "full_p50_us"));
+      CHECK(positive_number(j, "recent10_p50_us"));
+      CHECK(positive_number(j, "full_p99_us"));
+      CHECK(positive_number(j, "recent10_p99_us"));
+    }
+    if (w == "d")
+      CHECK(finite_number(j, "rss_growth_mb_per_100k_events"));
+    if (w == "e") {
+      CHECK(positive_number(j, "reopen_s"));
+      CHECK(j.value("settings", agentstate::json::object()).value("idle_timeout_ms", 0) == 1000);
+    }
+    if (w == "g")
+      CHECK(j.value("correct", false) == true);
+  }
+  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g"});
+}
+
+TEST_CASE("bench in memory mode runs a workload") {
+  auto r = run(std::string(AGENTSTATE_BIN)
+               + " bench --workload a,g --scale 0.001 --durability memory");
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 2);
+  for (auto& line : lines) {
+    auto parsed = agentstate::parse_json(line, 64);
+    REQUIRE(parsed.ok());
+    CHECK(parsed->value("durability", "") == "memory");
+    CHECK(positive_number(*parsed, "events_per_s"));
+  }
+}
