@@ -55,6 +55,10 @@ struct scope_commit {
 /// Finish what is in flight, then quit (engine close).
 struct shutdown_cmd {};
 
+/// An actor's own periodic idleness check (one timer per idle period, not a
+/// timeout re-armed by every message).
+struct idle_tick {};
+
 // -- to and from the writer ----------------------------------------------------
 
 struct write_cmd {
@@ -78,6 +82,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::end_invocation_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_commit)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::shutdown_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::idle_tick)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::flush_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::stop_writer_cmd)

@@ -17,6 +17,7 @@ struct scope_state {
   std::optional<std::string> user;
   std::string dir_key;
   std::uint64_t handled = 0;
+  std::uint64_t handled_at_tick = 0; ///< `handled` at the previous idle tick
   bool loaded = false;
   /// Id of the last commit the load read. Notifications of later commits are
   /// applied; several may share one id (one group commit), so applying one
@@ -55,6 +56,7 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
   core->stats.activations.fetch_add(1, std::memory_order_relaxed);
   live.fetch_add(1, std::memory_order_relaxed);
   self->attach_functor([&live] { live.fetch_sub(1, std::memory_order_relaxed); });
+  self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
   return {
     [self](scope_get_cmd& c) {
       auto& st = self->state;
@@ -80,14 +82,17 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
       self->state.core->dir.remove(self->state.dir_key, self->address());
       self->quit();
     },
-    caf::after(core->opts.idle_timeout) >>
-      [self] {
-        auto& st = self->state;
-        if (st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
-          st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
-          self->quit();
-        }
-      },
+    [self](idle_tick&) {
+      auto& st = self->state;
+      bool idle = st.handled == st.handled_at_tick;
+      st.handled_at_tick = st.handled;
+      if (idle && st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+        st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
+        self->quit();
+        return;
+      }
+      self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
+    },
   };
 }
 

@@ -21,10 +21,12 @@ namespace {
 using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
 
 /// One command awaiting its turn to answer. `run` answers it; it may run
-/// once `ready` (write commands become ready when the writer replies).
+/// once `ready` (write commands become ready when the writer replies, which
+/// hands its verdict to `done`).
 struct pending {
   bool ready = false;
   std::function<void()> run;
+  std::function<void(result<void>)> done;
 };
 
 struct session_state {
@@ -33,6 +35,7 @@ struct session_state {
   std::string skey;
   std::string dir_key;
   std::uint64_t handled = 0; ///< routed messages handled (directory protocol)
+  std::uint64_t handled_at_tick = 0; ///< `handled` at the previous idle tick
 
   bool loaded = false;
   /// exists/version as of every accepted command (including in-flight).
@@ -129,27 +132,31 @@ void answer(session_actor_t* self, std::function<void()> fn) {
 }
 
 /// Sends `ws` to the writer; `done` runs in order with the writer's verdict.
+/// The closures given to CAF hold only `self` and the pending entry, so
+/// nothing large is copied per append.
 void submit(session_actor_t* self, store::write_set ws,
             std::function<void(result<void>)> done) {
   auto& st = self->state;
   auto p = std::make_shared<pending>();
+  p->done = std::move(done);
   st.queue.push_back(p);
-  auto finish = [self, p, done = std::move(done)](result<void> r) mutable {
+  auto finish = [self, p](result<void> r) {
     if (!r)
       self->state.stale = true;
-    p->run = [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); };
+    // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).
+    p->run = [q = p.get(), r = std::move(r)]() mutable { q->done(std::move(r)); };
     p->ready = true;
     drain(self);
   };
   self->request(st.core->writer, caf::infinite, write_cmd{std::move(ws)})
     .then(
-      [finish](write_reply& r) mutable {
+      [finish](write_reply& r) {
         if (r.code == errc::ok)
           finish(result<void>{});
         else
           finish(error{r.code, std::move(r.message)});
       },
-      [finish](caf::error& e) mutable {
+      [finish](caf::error& e) {
         finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
       });
 }
@@ -296,7 +303,7 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
     }
     if (!ev.timestamp)
       ev.timestamp = now_seconds();
-    auto prepared = prepare_append(*st.core, st.ref, ev, st.version + 1);
+    auto prepared = prepare_append(*st.core, st.ref, std::move(ev), st.version + 1);
     if (!prepared) {
       answer(self, [cb = std::move(cmd.cb), e = std::move(prepared).err()] { cb(e); });
       return;
@@ -401,6 +408,7 @@ caf::behavior session_actor(session_actor_t* self, engine_core* core, session_re
   self->attach_functor([core] {
     core->stats.sessions_live.fetch_sub(1, std::memory_order_relaxed);
   });
+  self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
   return {
     [self](create_cmd& c) {
       ++self->state.handled;
@@ -427,16 +435,17 @@ caf::behavior session_actor(session_actor_t* self, engine_core* core, session_re
       self->state.stopping = true;
       maybe_finish(self);
     },
-    caf::after(core->opts.idle_timeout) >>
-      [self] {
-        auto& st = self->state;
-        if (!st.queue.empty() || !st.stash.empty())
-          return;
-        if (st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
-          st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
-          self->quit();
-        }
-      },
+    [self](idle_tick&) {
+      auto& st = self->state;
+      bool idle = st.handled == st.handled_at_tick && st.queue.empty() && st.stash.empty();
+      st.handled_at_tick = st.handled;
+      if (idle && st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+        st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
+        self->quit();
+        return;
+      }
+      self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
+    },
   };
 }
 

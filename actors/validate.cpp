@@ -185,13 +185,42 @@ result<store::write_set> prepare_create(const engine_core& core,
 }
 
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
-                                       const event& ev, std::uint64_t version) {
+                                       event&& ev, std::uint64_t version) {
   const auto& lim = core.opts.limit;
   prepared_append out;
-  out.stored = ev;
-  auto parts = partition_delta(ev.actions.state_delta);
-  out.temp = std::move(parts.temp);
-  out.stored.actions.state_delta = strip_temp(ev.actions.state_delta);
+  auto& ws = out.ws;
+  // temp: keys leave the delta here (A3); the rest is encoded row by row.
+  json& delta = ev.actions.state_delta;
+  for (auto it = delta.begin(); it != delta.end();) {
+    if (scope_of(it.key()) == scope::temp) {
+      out.temp[it.key()] = std::move(it.value());
+      it = delta.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = delta.begin(); it != delta.end(); ++it) {
+    const std::string& key = it.key();
+    auto text = dump_json(it.value());
+    if (!text)
+      return error{errc::invalid_argument, "state value of '" + key + "': " + text.err().message};
+    if (text->size() > lim.max_value_bytes)
+      return error{errc::too_large, "state value of '" + key + "' is "
+                                      + std::to_string(text->size()) + " bytes; the limit is "
+                                      + std::to_string(lim.max_value_bytes)};
+    switch (scope_of(key)) {
+      case scope::user:
+        ws.user_writes.push_back({std::string(unprefixed(key)), it.value(), std::move(*text)});
+        break;
+      case scope::app:
+        ws.app_writes.push_back({std::string(unprefixed(key)), it.value(), std::move(*text)});
+        break;
+      default: // session rows need no value: nothing is notified of them
+        ws.session_writes.push_back({key, json(), std::move(*text)});
+        break;
+    }
+  }
+  out.stored = std::move(ev);
   auto text = dump_json(to_json(out.stored));
   if (!text)
     return error{errc::invalid_argument, "event: " + text.err().message};
@@ -199,17 +228,14 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     return error{errc::too_large, "event is " + std::to_string(text->size())
                                     + " bytes as stored; the limit is "
                                     + std::to_string(lim.max_event_bytes)};
-  auto& ws = out.ws;
   ws.op = store::write_set::kind::append;
   ws.app = r.app_name;
   ws.user = r.user_id;
   ws.id = r.session_id;
   ws.version = version;
-  ws.time = *ev.timestamp;
-  ws.event_id = ev.id;
+  ws.time = *out.stored.timestamp;
+  ws.event_id = out.stored.id;
   ws.event_text = std::move(*text);
-  if (auto e = encode_rows(lim, parts, ws); !e)
-    return std::move(e).err();
   return out;
 }
 

@@ -28,12 +28,14 @@ result<store::write_set> prepare_create(const engine_core& core,
 
 struct prepared_append {
   store::write_set ws;
-  event stored; ///< the event as stored: temp: keys stripped
-  json temp;    ///< the delta's temp: keys, for the live invocation
+  event stored;                ///< the event as stored: temp: keys stripped
+  json temp = json::object();  ///< the delta's temp: keys, for the live invocation
 };
 
-/// REQUIRES: validate_event(ev) passed; ev.id and ev.timestamp set.
+/// Takes `ev` apart into the write set of version `version`. On error `ev`
+/// may have lost its temp: keys. REQUIRES: validate_event(ev) passed; ev.id
+/// and ev.timestamp set.
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
-                                       const event& ev, std::uint64_t version);
+                                       event&& ev, std::uint64_t version);
 
 } // namespace agentstate::detail

@@ -62,7 +62,8 @@ result<event> decode_event_row(std::string_view row);
 // -- writes --------------------------------------------------------------------
 
 /// One state row to write: the key (unprefixed for app/user scope), its
-/// value, and the value's JSON text as stored.
+/// value (set for user/app rows, which are notified to scope actors, and for
+/// creates; null otherwise), and the value's JSON text as stored.
 struct state_write {
   std::string key;
   json value;

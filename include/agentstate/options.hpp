@@ -49,8 +49,9 @@ struct options {
   /// storage_full (nothing already stored is affected). The file grows with
   /// the data; this is address space, not disk, until used.
   std::uint64_t max_store_bytes = std::uint64_t{64} << 30;
-  /// Session, user and app actors idle this long are passivated (dropping a
-  /// session's live temp: state) and rehydrated from the store on next use.
+  /// Session, user and app actors idle this long (checked once per period,
+  /// so between one and two periods) are passivated, dropping a session's
+  /// live temp: state, and rehydrated from the store on next use.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
   /// Group commit caps: the writer drains at most this many write sets, or
   /// this many bytes, into one transaction.
