@@ -58,6 +58,10 @@ result<void> check_string(std::string_view value, const char* what, std::size_t 
 }
 
 result<void> check_key(const std::string& key) {
+  if (is_derived(key))
+    return error{errc::invalid_argument, "state key '" + key
+                                           + "' is derived: derived: keys are computed by the "
+                                             "engine, not written by clients"};
   if (key.size() > max_state_key_bytes)
     return error{errc::too_large, "state key '" + key.substr(0, 40) + "...' is "
                                     + std::to_string(key.size())

@@ -15,16 +15,21 @@ scope scope_of(std::string_view key) noexcept {
     return scope::app;
   if (starts_with(key, user_prefix))
     return scope::user;
-  if (starts_with(key, temp_prefix))
+  if (starts_with(key, temp_prefix) || starts_with(key, turn_prefix))
     return scope::temp;
   return scope::session;
+}
+
+bool is_derived(std::string_view key) noexcept {
+  return starts_with(key, derived_prefix);
 }
 
 std::string_view unprefixed(std::string_view key) noexcept {
   switch (scope_of(key)) {
     case scope::app: return key.substr(app_prefix.size());
     case scope::user: return key.substr(user_prefix.size());
-    case scope::temp: return key.substr(temp_prefix.size());
+    case scope::temp:
+      return key.substr(starts_with(key, temp_prefix) ? temp_prefix.size() : turn_prefix.size());
     case scope::session: break;
   }
   return key;

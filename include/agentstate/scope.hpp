@@ -10,17 +10,25 @@
 namespace agentstate {
 
 /// Where a state key lives. Decided by its prefix, case-sensitive, first match
-/// wins (S1): "app:" -> app, "user:" -> user, "temp:" -> temp, else session.
+/// wins (S1): "app:" -> app, "user:" -> user, "temp:" and "turn:" -> temp
+/// (invocation-scoped, never persisted; N1), else session. "session:", "bg:"
+/// and "derived:" keys are session keys (N1); "derived:" keys are written
+/// only by the engine (clients get invalid_argument).
 enum class scope { session, user, app, temp };
 
 inline constexpr std::string_view app_prefix = "app:";
 inline constexpr std::string_view user_prefix = "user:";
 inline constexpr std::string_view temp_prefix = "temp:";
+inline constexpr std::string_view turn_prefix = "turn:";
+inline constexpr std::string_view derived_prefix = "derived:";
 
 /// The scope of `key` (S1). "app:" alone is an app key with an empty name.
 scope scope_of(std::string_view key) noexcept;
 
-/// `key` without its scope prefix (session keys are returned unchanged).
+/// True for "derived:" keys, which clients may read but not write (N1).
+bool is_derived(std::string_view key) noexcept;
+
+/// `key` without its app:/user:/temp:/turn: prefix (other keys unchanged).
 std::string_view unprefixed(std::string_view key) noexcept;
 
 /// A state delta split by scope. Each member is a JSON object; app and user

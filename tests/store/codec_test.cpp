@@ -88,6 +88,14 @@ TEST_CASE("S1 scope_of: prefixes are case-sensitive and the first match wins") {
   CHECK(scope_of("x") == scope::session);
   CHECK(scope_of("") == scope::session);
   CHECK(scope_of("app:user:x") == scope::app);
+  // N1: turn: lives like temp:; session:, bg: and derived: are session keys.
+  CHECK(scope_of("turn:x") == scope::temp);
+  CHECK(unprefixed("turn:x") == "x");
+  CHECK(scope_of("session:x") == scope::session);
+  CHECK(scope_of("bg:x") == scope::session);
+  CHECK(scope_of("derived:x") == scope::session);
+  CHECK(is_derived("derived:x"));
+  CHECK_FALSE(is_derived("x"));
   CHECK(unprefixed("user:x") == "x");
   CHECK(unprefixed("plain") == "plain");
 }

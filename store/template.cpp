@@ -1,0 +1,94 @@
+#include "agentstate/template.hpp"
+
+namespace agentstate {
+
+namespace {
+
+bool is_identifier(std::string_view s) {
+  if (s.empty())
+    return false;
+  auto head = [](char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (!head(s[0]))
+    return false;
+  for (char c : s.substr(1))
+    if (!head(c) && !(c >= '0' && c <= '9'))
+      return false;
+  return true;
+}
+
+// A state reference: an identifier with at most one scope prefix.
+bool is_state_name(std::string_view s) {
+  for (std::string_view p : {"app:", "user:", "temp:"})
+    if (s.size() > p.size() && s.compare(0, p.size(), p) == 0)
+      return is_identifier(s.substr(p.size()));
+  return is_identifier(s);
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+} // namespace
+
+result<std::string> inject_state(std::string_view tmpl, const json& state,
+                                 const artifact_lookup& artifacts) {
+  std::string out;
+  out.reserve(tmpl.size());
+  std::size_t pos = 0;
+  while (pos < tmpl.size()) {
+    auto open = tmpl.find('{', pos);
+    if (open == std::string_view::npos) {
+      out.append(tmpl.substr(pos));
+      break;
+    }
+    // The nearest '}' with no '{' between: an innermost brace pair.
+    auto close = tmpl.find_first_of("{}", open + 1);
+    if (close == std::string_view::npos || tmpl[close] == '{') {
+      auto upto = close == std::string_view::npos ? tmpl.size() : close;
+      out.append(tmpl.substr(pos, upto - pos));
+      pos = upto;
+      continue;
+    }
+    out.append(tmpl.substr(pos, open - pos));
+    auto inner = trim(tmpl.substr(open + 1, close - open - 1));
+    bool optional = !inner.empty() && inner.back() == '?';
+    if (optional)
+      inner = trim(inner.substr(0, inner.size() - 1));
+    constexpr std::string_view artifact_prefix = "artifact.";
+    if (inner.size() > artifact_prefix.size()
+        && inner.compare(0, artifact_prefix.size(), artifact_prefix) == 0) {
+      auto name = inner.substr(artifact_prefix.size());
+      std::optional<std::string> text;
+      if (artifacts)
+        text = artifacts(name);
+      if (!text && !optional)
+        return error{errc::not_found, "artifact '" + std::string(name) + "' not found"};
+      out += text.value_or("");
+    } else if (is_state_name(inner)) {
+      auto it = state.is_object() ? state.find(std::string(inner)) : state.end();
+      if (it == state.end()) {
+        if (!optional)
+          return error{errc::not_found, "state key '" + std::string(inner)
+                                          + "' is missing (write {" + std::string(inner)
+                                          + "?} if it is optional)"};
+      } else if (it->is_string()) {
+        out += it->get_ref<const std::string&>();
+      } else if (!it->is_null()) {
+        auto text = dump_json(*it);
+        if (!text)
+          return std::move(text).err();
+        out += *text;
+      }
+    } else {
+      out.append(tmpl.substr(open, close - open + 1)); // not ours: verbatim
+    }
+    pos = close + 1;
+  }
+  return out;
+}
+
+} // namespace agentstate
