@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/core.hpp"
+#include "actors/idle.hpp"
 #include "actors/messages.hpp"
 
 namespace agentstate::detail {
@@ -82,17 +83,7 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
       self->state.core->dir.remove(self->state.dir_key, self->address());
       self->quit();
     },
-    [self](idle_tick&) {
-      auto& st = self->state;
-      bool idle = st.handled == st.handled_at_tick;
-      st.handled_at_tick = st.handled;
-      if (idle && st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
-        st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
-        self->quit();
-        return;
-      }
-      self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
-    },
+    [self](idle_tick&) { on_idle_tick(self, false); },
   };
 }
 

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "actors/core.hpp"
+#include "actors/idle.hpp"
 #include "actors/messages.hpp"
 #include "actors/validate.hpp"
 #include "agentstate/scope.hpp"
@@ -437,14 +438,7 @@ caf::behavior session_actor(session_actor_t* self, engine_core* core, session_re
     },
     [self](idle_tick&) {
       auto& st = self->state;
-      bool idle = st.handled == st.handled_at_tick && st.queue.empty() && st.stash.empty();
-      st.handled_at_tick = st.handled;
-      if (idle && st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
-        st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
-        self->quit();
-        return;
-      }
-      self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
+      on_idle_tick(self, !st.queue.empty() || !st.stash.empty());
     },
   };
 }

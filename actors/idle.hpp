@@ -1,0 +1,30 @@
+// actors/idle.hpp: passivation of idle routed actors (session, user, app).
+// Each such actor's state has `core`, `dir_key`, `handled` (routed messages
+// handled) and `handled_at_tick`; it arms the first tick when spawned.
+#pragma once
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/core.hpp"
+#include "actors/messages.hpp"
+
+namespace agentstate::detail {
+
+/// Handles an idle_tick: an actor that handled no routed message since the
+/// previous tick, and is not `busy`, leaves the directory and quits (only if
+/// no routed message waits for it: directory::try_passivate); otherwise the
+/// next tick is armed. So an actor passivates after one to two idle periods.
+template <class Actor>
+void on_idle_tick(Actor* self, bool busy) {
+  auto& st = self->state;
+  bool idle = !busy && st.handled == st.handled_at_tick;
+  st.handled_at_tick = st.handled;
+  if (idle && st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+    st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
+    self->quit();
+    return;
+  }
+  self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
+}
+
+} // namespace agentstate::detail
