@@ -1,0 +1,47 @@
+// tests/fuzz/protocol_fuzz.cpp: libFuzzer target over the JSON-RPC line
+// handler (tools/protocol.hpp, rpc_session::handle_line) on an in-memory
+// engine. Built only with -DAGENTSTATE_FUZZ=ON and clang (docs/testing.md,
+// tier "fuzz"). Aborts when a response is malformed or reports an internal
+// error; ASan/UBSan abort on memory errors. A crasher goes to
+// tests/fuzz/regressions/ (replayed by the quick test fuzz_regressions_test).
+#include <cstdio>
+#include <cstdlib>
+
+#include "fuzz/fuzz_common.hpp"
+
+using namespace agentstate;
+
+namespace {
+
+struct harness {
+  std::unique_ptr<engine> eng;
+  fuzzcheck::sink out;
+  std::unique_ptr<tools::rpc_session> rpc;
+
+  harness() {
+    options o;
+    o.mode = durability::memory;
+    o.threads = 2;
+    auto r = engine::open(o);
+    if (!r) {
+      std::fprintf(stderr, "engine::open: %s\n", to_string(r.err()).c_str());
+      std::abort();
+    }
+    eng = std::move(r).value();
+    rpc = std::make_unique<tools::rpc_session>(*eng, [this](std::string line) { out(line); });
+  }
+};
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static harness* h = new harness; // lives for the whole run
+  fuzzcheck::replay(*h->rpc, std::string_view(reinterpret_cast<const char*>(data), size));
+  std::lock_guard<std::mutex> guard(h->out.mtx);
+  if (!h->out.problem.empty()) {
+    std::fprintf(stderr, "protocol_fuzz: %s\nresponse: %s\n", h->out.problem.c_str(),
+                 h->out.problem_line.c_str());
+    std::abort();
+  }
+  return 0;
+}
