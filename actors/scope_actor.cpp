@@ -56,7 +56,12 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
   auto& live = st.user ? core->stats.users_live : core->stats.apps_live;
   core->stats.activations.fetch_add(1, std::memory_order_relaxed);
   live.fetch_add(1, std::memory_order_relaxed);
-  self->attach_functor([&live] { live.fetch_sub(1, std::memory_order_relaxed); });
+  // However the actor ends, it leaves the directory (a no-op when it already
+  // did), so close() never waits on an actor that is gone.
+  self->attach_functor([&live, core, key = st.dir_key, addr = self->address()] {
+    core->dir.remove(key, addr);
+    live.fetch_sub(1, std::memory_order_relaxed);
+  });
   self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
   return {
     [self](scope_get_cmd& c) {

@@ -406,7 +406,10 @@ caf::behavior session_actor(session_actor_t* self, engine_core* core, session_re
   st.ref = std::move(ref);
   core->stats.activations.fetch_add(1, std::memory_order_relaxed);
   core->stats.sessions_live.fetch_add(1, std::memory_order_relaxed);
-  self->attach_functor([core] {
+  // However the actor ends, it leaves the directory (a no-op when it already
+  // did), so close() never waits on an actor that is gone.
+  self->attach_functor([core, key = st.dir_key, addr = self->address()] {
+    core->dir.remove(key, addr);
     core->stats.sessions_live.fetch_sub(1, std::memory_order_relaxed);
   });
   self->delayed_send(self, core->opts.idle_timeout, idle_tick{});

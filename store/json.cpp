@@ -21,6 +21,12 @@ result<json> parse_json(std::string_view text, std::size_t max_depth) {
       throw depth_exceeded{};
     return true;
   };
+  // nlohmann stops at a raw NUL as at the end of input, which would accept
+  // "{}\0garbage". Valid JSON text never holds a raw NUL (inside strings
+  // control characters must be escaped), so refuse it here.
+  if (auto nul = text.find('\0'); nul != std::string_view::npos)
+    return error{errc::invalid_argument,
+                 "invalid JSON: raw NUL byte at offset " + std::to_string(nul)};
   try {
     return json::parse(text.begin(), text.end(), cb, true, false);
   } catch (const depth_exceeded&) {

@@ -15,8 +15,8 @@ using json = nlohmann::json;
 
 /// Parses `text` as one JSON value, refusing nesting deeper than `max_depth`
 /// (arrays and objects count one level each) before any deep value is built.
-/// Errors: invalid_argument (syntax, invalid UTF-8, trailing data; the
-/// message gives the byte offset), too_large (depth). Never throws.
+/// Errors: invalid_argument (syntax, invalid UTF-8, trailing data, a raw NUL
+/// byte; the message gives the byte offset), too_large (depth). Never throws.
 result<json> parse_json(std::string_view text, std::size_t max_depth);
 
 /// Depth of `x` (a scalar is 0, `{}` and `[]` are 1), computed without

@@ -111,11 +111,10 @@ TEST_CASE("parse_json: hostile text gets a typed error or a documented normalisa
   CHECK(tiny.get<double>() == 0.0);
 }
 
-// KNOWN ENGINE BUG (docs/testing.md "Known findings"): nlohmann's lexer takes
-// a raw NUL byte for the end of input, so parse_json ignores whatever follows
-// a NUL and accepts "{}\0garbage" as {}. The documented contract is
-// invalid_argument for trailing data. may_fail until store/json.cpp rejects it.
-TEST_CASE("parse_json: bytes after a raw NUL are trailing data" * doctest::may_fail()) {
+// Regression: nlohmann's lexer takes a raw NUL byte for the end of input, so
+// parse_json ignored whatever followed a NUL and accepted "{}\0garbage" as {}.
+// The contract is invalid_argument; parse_json now refuses raw NUL bytes.
+TEST_CASE("regression: parse_json refuses bytes after a raw NUL") {
   CHECK_ERR(parse_json(std::string("{}\0", 3), 8), errc::invalid_argument);
   CHECK_ERR(parse_json(std::string("{\"a\":1}\0garbage", 15), 8), errc::invalid_argument);
   CHECK_ERR(parse_json(std::string("1\0 2", 4), 8), errc::invalid_argument);

@@ -135,8 +135,9 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
      is_null_result},
     {"raw NUL inside a string", create_with_raw_sid(std::string("a\0b", 3)), -32700,
      "invalid_argument"},
+    // A raw NUL is never valid JSON text, wherever it stands.
     {"raw NUL after a request, nothing after it", req_text("\"h\"", "stats", "{}") + std::string(1, '\0'),
-     0, "", [](const json& r) { CHECK(r["id"] == "h"); }},
+     -32700, "invalid_argument"},
     {"a lone NUL byte", std::string(1, '\0'), -32700, "invalid_argument"},
     {"\\u0000 in session_id", create_with_raw_sid("s\\u0000x"), -32000, "invalid_argument"},
     {"\\u0000 in app_name",
@@ -326,15 +327,11 @@ TEST_CASE("hostile input through serve: boundary values that are accepted round-
   CHECK(rc == 0);
 }
 
-// KNOWN ENGINE BUG (docs/testing.md "Known findings"): nlohmann's lexer reads
-// a raw NUL byte as the end of input, so parse_json accepts anything after a
-// NUL: "{...}\0garbage" is answered as the request before the NUL, where
-// docs/protocol.md promises -32700 for trailing data. Harmless for storage
-// (the request before the NUL is a complete, valid request), but a framing
-// hole. may_fail: reported, does not fail the quick tier; drop the decorator
-// once store/json.cpp rejects bytes after a NUL.
-TEST_CASE("hostile input through serve: bytes after a raw NUL are trailing data"
-          * doctest::may_fail()) {
+// Regression: nlohmann's lexer reads a raw NUL byte as the end of input, so
+// parse_json accepted anything after a NUL: "{...}\0garbage" was answered as
+// the request before the NUL, where docs/protocol.md promises -32700 for
+// trailing data. parse_json now refuses raw NUL bytes.
+TEST_CASE("regression: hostile input through serve: bytes after a raw NUL are refused") {
   temp_dir tmp;
   server s({"--memory"}, (tmp.path() / "serve.err").string());
   s.send(std::string(R"({"jsonrpc":"2.0","id":"h","method":"stats"})") + std::string(1, '\0')
