@@ -2,6 +2,7 @@
 // Covers every method of PROTOCOL.md, every error kind a client can reach,
 // malformed lines, pipelining, per-session order, notifications and the
 // end-of-input contract (exit 0, data durable).
+#include "support/serve_process.hpp"
 #include "support/test_support.hpp"
 
 #include <fcntl.h>
@@ -27,176 +28,6 @@ using namespace std::chrono_literals;
 
 // The tool as a child process: requests go to its stdin, a thread collects
 // its stdout lines, stderr goes to a file.
-class server {
-public:
-  explicit server(std::vector<std::string> args, const std::string& err_path) {
-    ::signal(SIGPIPE, SIG_IGN);
-    int in[2], out[2];
-    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
-    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    std::vector<std::string> argv_s{AGENTSTATE_BIN, "serve"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    ::close(out[1]);
-    REQUIRE(rc == 0);
-    in_ = in[1];
-    out_ = out[0];
-    reader_ = std::thread([this] { read_stdout(); });
-  }
-
-  ~server() {
-    close_stdin();
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable())
-      reader_.join();
-    ::close(out_);
-  }
-
-  void send(const std::string& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-      auto n = ::write(in_, bytes.data() + off, bytes.size() - off);
-      if (n < 0 && errno == EINTR)
-        continue;
-      REQUIRE(n > 0);
-      off += static_cast<std::size_t>(n);
-    }
-  }
-
-  void send_line(const json& x) { send(x.dump() + "\n"); }
-
-  void close_stdin() {
-    if (in_ >= 0)
-      ::close(in_);
-    in_ = -1;
-  }
-
-  /// The next stdout line, parsed, in arrival order; REQUIREs one within `t`.
-  json next(std::chrono::milliseconds t = 10s) {
-    std::unique_lock<std::mutex> lock(mtx_);
-    REQUIRE(cv_.wait_for(lock, t, [this] { return !lines_.empty(); }));
-    auto line = std::move(lines_.front());
-    lines_.pop_front();
-    INFO("stdout line: ", line);
-    auto r = parse_json(line, 512);
-    REQUIRE(r.ok());
-    REQUIRE(r->is_object());
-    CHECK((*r)["jsonrpc"] == "2.0");
-    return std::move(*r);
-  }
-
-  /// Waits for `n` responses and returns them by id (ids must be unique).
-  std::map<std::string, json> collect(std::size_t n, std::chrono::milliseconds t = 20s) {
-    std::map<std::string, json> out;
-    for (std::size_t i = 0; i < n; ++i) {
-      auto r = next(t);
-      auto key = r["id"].dump();
-      INFO("duplicate response id ", key);
-      REQUIRE(out.count(key) == 0);
-      out.emplace(key, std::move(r));
-    }
-    return out;
-  }
-
-  /// True when no further stdout line arrives within `t`.
-  bool quiet_for(std::chrono::milliseconds t) {
-    std::unique_lock<std::mutex> lock(mtx_);
-    return !cv_.wait_for(lock, t, [this] { return !lines_.empty(); });
-  }
-
-  /// Sends one request and waits for its response (REQUIREs no other
-  /// response arrives first: use it only when nothing else is pending).
-  json call(const std::string& method, json params, json id = "call") {
-    json req{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}};
-    if (!params.is_null())
-      req["params"] = std::move(params);
-    send_line(req);
-    auto r = next();
-    REQUIRE(r["id"] == id);
-    return r;
-  }
-
-  /// The result of a call that must succeed.
-  json ok(const std::string& method, json params) {
-    auto r = call(method, std::move(params));
-    INFO("response: ", r.dump());
-    REQUIRE(r.contains("result"));
-    REQUIRE(!r.contains("error"));
-    return r["result"];
-  }
-
-  /// The exit status after stdin is closed (unless `close_input` is false);
-  /// REQUIREs exit within `t`.
-  int wait_exit(std::chrono::milliseconds t = 15s, bool close_input = true) {
-    if (close_input)
-      close_stdin();
-    auto deadline = std::chrono::steady_clock::now() + t;
-    int status = 0;
-    for (;;) {
-      auto r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_)
-        break;
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(5ms);
-    }
-    pid_ = -1;
-    REQUIRE(WIFEXITED(status));
-    return WEXITSTATUS(status);
-  }
-
-  void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
-
-  /// stdout lines not yet taken.
-  std::size_t unread() {
-    std::lock_guard<std::mutex> guard(mtx_);
-    return lines_.size();
-  }
-
-private:
-  void read_stdout() {
-    std::string buf;
-    char chunk[65536];
-    for (;;) {
-      auto n = ::read(out_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        break;
-      buf.append(chunk, static_cast<std::size_t>(n));
-      std::size_t start = 0;
-      for (auto nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n', start)) {
-        std::lock_guard<std::mutex> guard(mtx_);
-        lines_.push_back(buf.substr(start, nl - start));
-        start = nl + 1;
-        cv_.notify_all();
-      }
-      buf.erase(0, start);
-    }
-  }
-
-  pid_t pid_ = -1;
-  int in_ = -1;
-  int out_ = -1;
-  std::thread reader_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<std::string> lines_;
-};
 
 // Runs `serve args` with no input; returns {exit code, stdout}.
 std::pair<int, std::string> run_once(const std::vector<std::string>& args) {
@@ -220,15 +51,6 @@ json request(json id, const std::string& method, json params) {
               {"params", std::move(params)}};
 }
 
-json session_params(const std::string& session, const std::string& user = "u1",
-         const std::string& app = "app") {
-  return json{{"app_name", app}, {"user_id", user}, {"session_id", session}};
-}
-
-json with(json params, const std::string& key, json value) {
-  params[key] = std::move(value);
-  return params;
-}
 
 json append_params(const std::string& session, json event) {
   return with(session_params(session), "event", std::move(event));
