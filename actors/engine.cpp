@@ -249,14 +249,7 @@ void engine::get_session(get_request req, callback<std::optional<session>> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  result<std::optional<session>> r = error{errc::internal, "unread"};
-  try {
-    auto txn = core_->kv->begin_read();
-    r = store::read_session(*txn, req);
-  } catch (const store::kv_failure& f) {
-    r = error{f.code, f.message};
-  }
-  cb(std::move(r));
+  cb(store::read_session(*core_->kv, req));
 }
 
 void engine::list_sessions(list_request req, callback<session_page> cb) {

@@ -343,13 +343,7 @@ void on_get(session_actor_t* self, get_cmd& cmd) {
   p->ready = true;
   p->run = [self, cmd = std::move(cmd)]() mutable {
     auto& st = self->state;
-    result<std::optional<session>> r = error{errc::internal, "unread"};
-    try {
-      auto txn = st.core->kv->begin_read();
-      r = store::read_session(*txn, cmd.req);
-    } catch (const store::kv_failure& f) {
-      r = error{f.code, f.message};
-    }
+    auto r = store::read_session(*st.core->kv, cmd.req);
     if (r && *r && !cmd.req.invocation_id.empty()
         && cmd.req.invocation_id == st.invocation)
       for (auto t = st.temp.begin(); t != st.temp.end(); ++t)

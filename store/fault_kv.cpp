@@ -17,9 +17,11 @@ void fault_plan::on_call(fault_target t, const char* what) {
 
 namespace {
 
-class faulty_read : public kv_read {
+// The read calls of a transaction, forwarded unchanged to the wrapped one.
+template <class Base>
+class forwarding_reads : public Base {
 public:
-  faulty_read(std::unique_ptr<kv_read> inner) : inner_(std::move(inner)) {}
+  explicit forwarding_reads(std::unique_ptr<Base> inner) : inner_(std::move(inner)) {}
   std::optional<std::string_view> get(table t, std::string_view key) override {
     return inner_->get(t, key);
   }
@@ -32,25 +34,16 @@ public:
   }
   std::uint64_t txn_id() const override { return inner_->txn_id(); }
 
-private:
-  std::unique_ptr<kv_read> inner_;
+protected:
+  std::unique_ptr<Base> inner_;
 };
 
-class faulty_write : public kv_write {
+using faulty_read = forwarding_reads<kv_read>;
+
+class faulty_write : public forwarding_reads<kv_write> {
 public:
   faulty_write(std::unique_ptr<kv_write> inner, std::shared_ptr<fault_plan> plan)
-    : inner_(std::move(inner)), plan_(std::move(plan)) {}
-  std::optional<std::string_view> get(table t, std::string_view key) override {
-    return inner_->get(t, key);
-  }
-  void scan(table t, std::string_view prefix, std::string_view from,
-            const kv_visitor& fn) override {
-    inner_->scan(t, prefix, from, fn);
-  }
-  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
-    inner_->scan_back(t, prefix, fn);
-  }
-  std::uint64_t txn_id() const override { return inner_->txn_id(); }
+    : forwarding_reads(std::move(inner)), plan_(std::move(plan)) {}
   void put(table t, std::string_view key, std::string_view value) override {
     plan_->on_call(fault_target::writes, "put");
     inner_->put(t, key, value);
@@ -80,7 +73,6 @@ public:
   }
 
 private:
-  std::unique_ptr<kv_write> inner_;
   std::shared_ptr<fault_plan> plan_;
 };
 

@@ -462,6 +462,15 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
   }
 }
 
+result<std::optional<session>> read_session(kv_store& kv, const get_request& req) {
+  try {
+    auto txn = kv.begin_read();
+    return read_session(*txn, req);
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
 result<json> read_scope(kv_read& txn, std::string_view app, const std::string* user) {
   try {
     if (user)

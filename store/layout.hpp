@@ -104,6 +104,8 @@ result<std::optional<append_result>> find_event(kv_read& txn, std::string_view s
 
 /// The session per G1-G6, in one snapshot. Does not validate `req`.
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req);
+/// The same in a fresh snapshot of `kv` (storage failures become errors).
+result<std::optional<session>> read_session(kv_store& kv, const get_request& req);
 
 /// One scope's state object: user scope when `user` is given, else app scope.
 /// Keys are unprefixed.
