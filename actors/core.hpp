@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -34,6 +35,8 @@ struct engine_core {
   counters stats;
   std::atomic<bool> closed{false};
   store::store_lock lock; ///< held while open, in LMDB modes
+  /// Every input key of opts.derived (a quick "does this touch one" test).
+  std::set<std::string, std::less<>> derived_inputs;
 };
 
 /// Directory keys: a kind byte, then the store key of the identity.

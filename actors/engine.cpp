@@ -61,7 +61,7 @@ result<void> check_options(const options& o) {
     return bad("options.scheduler must be \"sharing\" or \"stealing\"");
   if (o.max_store_bytes < (std::uint64_t{1} << 20))
     return bad("options.max_store_bytes must be at least 1 MiB");
-  return {};
+  return check_derived(o.derived);
 }
 
 
@@ -126,6 +126,8 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
     return std::move(r).err();
   auto core = std::make_unique<engine_core>();
   core->opts = opts;
+  for (auto& d : opts.derived)
+    core->derived_inputs.insert(d.inputs.begin(), d.inputs.end());
   if (core->opts.threads == 0)
     core->opts.threads = std::max(1u, std::thread::hardware_concurrency());
   try {
@@ -288,6 +290,21 @@ void engine::append_event(append_request req, callback<append_result> cb) {
   to_session(*core_, ref, std::move(cmd), cmd.cb);
 }
 
+void engine::begin_invocation(session_ref ref, std::string invocation_id,
+                              callback<session> cb) {
+  if (auto r = check_ref(ref); !r)
+    return cb(std::move(r).err());
+  if (invocation_id.empty())
+    invocation_id = make_uuid();
+  if (auto r = check_name(invocation_id, "invocation_id"); !r)
+    return cb(std::move(r).err());
+  if (invocation_id.size() > max_event_id_bytes)
+    return cb(error{errc::too_large, "'invocation_id' is longer than "
+                                       + std::to_string(max_event_id_bytes) + " bytes"});
+  begin_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};
+  to_session(*core_, ref, std::move(cmd), cmd.cb);
+}
+
 void engine::end_invocation(session_ref ref, std::string invocation_id, callback<void> cb) {
   if (auto r = check_ref(ref); !r)
     return cb(std::move(r).err());
@@ -365,6 +382,11 @@ result<void> engine::delete_session(session_ref ref) {
 result<append_result> engine::append_event(append_request req) {
   return block_on<append_result>(
     [&](callback<append_result> cb) { append_event(std::move(req), cb); });
+}
+result<session> engine::begin_invocation(session_ref ref, std::string invocation_id) {
+  return block_on<session>([&](callback<session> cb) {
+    begin_invocation(std::move(ref), std::move(invocation_id), cb);
+  });
 }
 result<void> engine::end_invocation(session_ref ref, std::string invocation_id) {
   return block_on<void>([&](callback<void> cb) {

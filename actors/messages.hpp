@@ -34,6 +34,11 @@ struct get_cmd {
 struct delete_cmd {
   callback<void> cb;
 };
+/// REQUIRES: invocation_id validated and non-empty.
+struct begin_invocation_cmd {
+  std::string invocation_id;
+  callback<session> cb;
+};
 struct end_invocation_cmd {
   std::string invocation_id;
   callback<void> cb;
@@ -46,8 +51,13 @@ struct scope_get_cmd {
 };
 /// Committed writes to one scope, from the writer, in commit order.
 struct scope_commit {
+  struct write {
+    std::string key; ///< unprefixed
+    json value;
+    bool erase = false;
+  };
   std::uint64_t txn_id = 0;
-  std::vector<std::pair<std::string, json>> writes;
+  std::vector<write> writes;
 };
 
 // -- to any routed actor -------------------------------------------------------
@@ -66,10 +76,12 @@ struct write_cmd {
 };
 struct flush_cmd {};
 struct stop_writer_cmd {};
-/// The writer's answer to write_cmd and flush_cmd: ok, or the error.
+/// The writer's answer to write_cmd and flush_cmd: ok, or the error. A
+/// late-bound write set's binding comes back resolved.
 struct write_reply {
   errc code = errc::ok;
   std::string message;
+  std::shared_ptr<store::late_binding> late;
 };
 
 } // namespace agentstate::detail
@@ -78,6 +90,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::create_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::append_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::delete_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::begin_invocation_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::end_invocation_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_commit)

@@ -80,8 +80,12 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
       // Not loaded: the store already holds this commit for the first load.
       if (!st.loaded || c.txn_id <= st.snapshot)
         return;
-      for (auto& [k, v] : c.writes)
-        st.values[k] = std::move(v);
+      for (auto& w : c.writes) {
+        if (w.erase)
+          st.values.erase(w.key);
+        else
+          st.values[w.key] = std::move(w.value);
+      }
     },
     [self](shutdown_cmd&) {
       ++self->state.handled;

@@ -24,10 +24,20 @@ using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
 /// One command awaiting its turn to answer. `run` answers it; it may run
 /// once `ready` (write commands become ready when the writer replies, which
 /// hands its verdict to `done`).
+/// A write's outcome: the writer's verdict and, for a late-bound write set,
+/// its resolved binding.
+using write_done = std::function<void(result<void>, std::shared_ptr<store::late_binding>)>;
+
 struct pending {
   bool ready = false;
   std::function<void()> run;
-  std::function<void(result<void>)> done;
+  write_done done;
+};
+
+/// A begin_invocation waiting for the lease.
+struct lease_waiter {
+  std::string invocation_id;
+  callback<session> cb;
 };
 
 struct session_state {
@@ -49,6 +59,9 @@ struct session_state {
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();
+  /// The invocation holding the lease ("" when free) and those waiting.
+  std::string lease;
+  std::deque<lease_waiter> waiters;
 
   std::deque<std::shared_ptr<pending>> queue;
   std::unordered_map<std::string, append_outcome> in_flight_ids;
@@ -135,17 +148,18 @@ void answer(session_actor_t* self, std::function<void()> fn) {
 /// Sends `ws` to the writer; `done` runs in order with the writer's verdict.
 /// The closures given to CAF hold only `self` and the pending entry, so
 /// nothing large is copied per append.
-void submit(session_actor_t* self, store::write_set ws,
-            std::function<void(result<void>)> done) {
+void submit(session_actor_t* self, store::write_set ws, write_done done) {
   auto& st = self->state;
   auto p = std::make_shared<pending>();
   p->done = std::move(done);
   st.queue.push_back(p);
-  auto finish = [self, p](result<void> r) {
+  auto finish = [self, p](result<void> r, std::shared_ptr<store::late_binding> late) {
     if (!r)
       self->state.stale = true;
     // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).
-    p->run = [q = p.get(), r = std::move(r)]() mutable { q->done(std::move(r)); };
+    p->run = [q = p.get(), r = std::move(r), late = std::move(late)]() mutable {
+      q->done(std::move(r), std::move(late));
+    };
     p->ready = true;
     drain(self);
   };
@@ -153,12 +167,12 @@ void submit(session_actor_t* self, store::write_set ws,
     .then(
       [finish](write_reply& r) {
         if (r.code == errc::ok)
-          finish(result<void>{});
+          finish(result<void>{}, std::move(r.late));
         else
-          finish(error{r.code, std::move(r.message)});
+          finish(error{r.code, std::move(r.message)}, nullptr);
       },
       [finish](caf::error& e) {
-        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
+        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)}, nullptr);
       });
 }
 
@@ -199,11 +213,15 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
       own[w.key] = w.value;
     double created = ws->time;
     submit(self, std::move(*ws),
-           [self, cb = std::move(cmd.cb), own = std::move(own), created](result<void> r) {
+           [self, cb = std::move(cmd.cb), own = std::move(own),
+            created](result<void> r, std::shared_ptr<store::late_binding> late) mutable {
              if (!r) {
                cb(std::move(r).err());
                return;
              }
+             if (late) // derived keys the writer computed
+               for (auto it = late->added.begin(); it != late->added.end(); ++it)
+                 own[it.key()] = it.value();
              auto& st = self->state;
              session s;
              s.app_name = st.ref.app_name;
@@ -304,7 +322,8 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
     }
     if (!ev.timestamp)
       ev.timestamp = now_seconds();
-    auto prepared = prepare_append(*st.core, st.ref, std::move(ev), st.version + 1);
+    auto prepared = prepare_append(*st.core, st.ref, std::move(ev), st.version + 1,
+                                   std::move(cmd.req.modify));
     if (!prepared) {
       answer(self, [cb = std::move(cmd.cb), e = std::move(prepared).err()] { cb(e); });
       return;
@@ -315,7 +334,8 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
     append_result stored{std::move(prepared->stored), st.version};
     submit(self, std::move(prepared->ws),
            [self, cb = std::move(cmd.cb), stored = std::move(stored),
-            temp = std::move(prepared->temp), outcome](result<void> r) mutable {
+            temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
+            outcome](result<void> r, std::shared_ptr<store::late_binding> late) mutable {
              auto& st = self->state;
              auto it = st.in_flight_ids.find(stored.ev.id);
              if (it != st.in_flight_ids.end() && it->second == outcome)
@@ -326,12 +346,20 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
                return;
              }
              st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
-             if (stored.ev.invocation_id != st.invocation) {
+             if (late)
+               stored.ev = std::move(late->ev);
+             // While a lease is held, only its invocation is the live one.
+             bool live = st.lease.empty() || st.lease == stored.ev.invocation_id;
+             if (live && stored.ev.invocation_id != st.invocation) {
                st.invocation = stored.ev.invocation_id;
                st.temp = json::object();
              }
-             for (auto t = temp.begin(); t != temp.end(); ++t)
-               st.temp[t.key()] = std::move(t.value());
+             if (live) {
+               for (auto t = temp.begin(); t != temp.end(); ++t)
+                 st.temp[t.key()] = std::move(t.value());
+               for (auto& k : temp_removed)
+                 st.temp.erase(k);
+             }
              *outcome = result<append_result>{stored};
              cb(std::move(stored));
            });
@@ -372,7 +400,8 @@ void on_delete(session_actor_t* self, delete_cmd& cmd) {
     st.exists = false;
     st.version = 0;
     st.in_flight_ids.clear();
-    submit(self, std::move(ws), [self, cb = std::move(cmd.cb)](result<void> r) {
+    submit(self, std::move(ws), [self, cb = std::move(cmd.cb)](result<void> r,
+                                                              std::shared_ptr<store::late_binding>) {
       if (r) {
         self->state.invocation.clear();
         self->state.temp = json::object();
@@ -381,7 +410,76 @@ void on_delete(session_actor_t* self, delete_cmd& cmd) {
     });
 }
 
+/// Grants the lease to `w` (answered at its turn, so the reply sees every
+/// append accepted before the grant): the session without events, with the
+/// invocation's temp: keys.
+void grant(session_actor_t* self, lease_waiter w) {
+  auto& st = self->state;
+  if (!st.exists) {
+    answer(self, [cb = std::move(w.cb), id = st.ref.session_id] {
+      cb(error{errc::not_found, "session '" + id + "' not found"});
+    });
+    return;
+  }
+  st.lease = w.invocation_id;
+  if (st.invocation != w.invocation_id) {
+    st.invocation = w.invocation_id;
+    st.temp = json::object();
+  }
+  answer(self, [self, w = std::move(w)]() mutable {
+    auto& st = self->state;
+    get_request req;
+    req.ref = st.ref;
+    req.num_recent_events = 0;
+    auto r = store::read_session(*st.core->kv, req);
+    if (!r) {
+      w.cb(std::move(r).err());
+      return;
+    }
+    if (!*r) {
+      w.cb(error{errc::not_found, "session '" + st.ref.session_id + "' not found"});
+      return;
+    }
+    if (w.invocation_id == st.invocation)
+      for (auto t = st.temp.begin(); t != st.temp.end(); ++t)
+        (**r).state[t.key()] = t.value();
+    w.cb(std::move(**r));
+  });
+}
+
+/// Hands a free lease to the first waiter that can take it.
+void grant_next(session_actor_t* self) {
+  auto& st = self->state;
+  while (st.lease.empty() && !st.waiters.empty()) {
+    auto w = std::move(st.waiters.front());
+    st.waiters.pop_front();
+    grant(self, std::move(w));
+  }
+}
+
+void on_begin_invocation(session_actor_t* self, begin_invocation_cmd& cmd) {
+  auto& st = self->state;
+  if (!ensure_loaded(self, cmd.cb))
+    return;
+  if (!st.lease.empty() && st.lease != cmd.invocation_id) {
+    st.waiters.push_back({std::move(cmd.invocation_id), std::move(cmd.cb)});
+    return;
+  }
+  grant(self, {std::move(cmd.invocation_id), std::move(cmd.cb)});
+}
+
 void on_end_invocation(session_actor_t* self, end_invocation_cmd& cmd) {
+  auto& st = self->state;
+  if (!cmd.invocation_id.empty() && cmd.invocation_id == st.lease) {
+    st.lease.clear();
+    if (cmd.invocation_id == st.invocation) { // dropped now: a waiter may be granted below
+      st.invocation.clear();
+      st.temp = json::object();
+    }
+    answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
+    grant_next(self);
+    return;
+  }
   answer(self, [self, cmd = std::move(cmd)] {
     auto& st = self->state;
     if (!cmd.invocation_id.empty() && cmd.invocation_id == st.invocation) {
@@ -424,18 +522,28 @@ caf::behavior session_actor(session_actor_t* self, engine_core* core, session_re
       ++self->state.handled;
       enter(self, [self, c = std::move(c)]() mutable { on_delete(self, c); });
     },
+    [self](begin_invocation_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_begin_invocation(self, c); });
+    },
     [self](end_invocation_cmd& c) {
       ++self->state.handled;
       enter(self, [self, c = std::move(c)]() mutable { on_end_invocation(self, c); });
     },
     [self](shutdown_cmd&) {
-      ++self->state.handled;
-      self->state.stopping = true;
+      auto& st = self->state;
+      ++st.handled;
+      st.stopping = true;
+      for (auto& w : st.waiters)
+        w.cb(error{errc::unavailable, "the engine is closing"});
+      st.waiters.clear();
       maybe_finish(self);
     },
     [self](idle_tick&) {
       auto& st = self->state;
-      on_idle_tick(self, !st.queue.empty() || !st.stash.empty());
+      // A held lease keeps the actor (and the invocation's temp: state).
+      on_idle_tick(self, !st.queue.empty() || !st.stash.empty() || !st.lease.empty()
+                           || !st.waiters.empty());
     },
   };
 }

@@ -1,5 +1,8 @@
 #include "actors/validate.hpp"
 
+#include <algorithm>
+#include <exception>
+
 #include "agentstate/scope.hpp"
 
 namespace agentstate::detail {
@@ -119,7 +122,196 @@ result<void> encode_rows(const limits& lim, const scoped_delta& d, store::write_
   return fill(d.app, ws.app_writes);
 }
 
+result<void> check_modify(const limits& lim, const state_modify& m) {
+  if (auto r = check_key(m.key); !r)
+    return r;
+  if (scope_of(m.key) == scope::temp)
+    return error{errc::invalid_argument, "modify of '" + m.key
+                                           + "': temp: and turn: keys belong to the invocation; "
+                                             "set them instead"};
+  if (!m.fn)
+    return error{errc::invalid_argument, "modify of '" + m.key + "' has no function"};
+  return check_depth(lim, m.fallback, "modify fallback of '" + m.key + "'");
+}
+
+bool touches_derived(const engine_core& core, const json& delta,
+                     const std::vector<std::string>& removes) {
+  if (core.derived_inputs.empty())
+    return false;
+  for (auto it = delta.begin(); it != delta.end(); ++it)
+    if (core.derived_inputs.count(it.key()))
+      return true;
+  for (auto& k : removes)
+    if (core.derived_inputs.count(k))
+      return true;
+  return false;
+}
+
+// Runs a host function (a modify or a derived key) and checks its result
+// like a client value. Exceptions become invalid_argument.
+template <class Fn>
+result<json> run_host_fn(const limits& lim, const std::string& what, Fn&& fn) {
+  json v;
+  try {
+    v = fn();
+  } catch (const std::exception& e) {
+    return error{errc::invalid_argument, what + " threw: " + e.what()};
+  } catch (...) {
+    return error{errc::invalid_argument, what + " threw a non-standard exception"};
+  }
+  if (auto r = check_depth(lim, v, what + "'s result"); !r)
+    return std::move(r).err();
+  return v;
+}
+
+// Adds the row of a value the writer resolved (prefixed key) to ws.
+result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std::string& key,
+                              const json& value) {
+  auto w = encode_value(lim, key, value);
+  if (!w)
+    return std::move(w).err();
+  switch (scope_of(key)) {
+    case scope::user:
+      w->key = std::string(unprefixed(key));
+      ws.user_writes.push_back(std::move(*w));
+      break;
+    case scope::app:
+      w->key = std::string(unprefixed(key));
+      ws.app_writes.push_back(std::move(*w));
+      break;
+    default:
+      ws.session_writes.push_back(std::move(*w));
+      break;
+  }
+  return {};
+}
+
 } // namespace
+
+result<void> check_derived(const std::vector<derived_key>& defs) {
+  std::set<std::string> names;
+  for (auto& d : defs) {
+    std::string key = std::string(derived_prefix) + d.name;
+    if (d.name.empty())
+      return error{errc::invalid_argument, "a derived key has an empty name"};
+    if (auto r = check_string(key, "derived key name", max_state_key_bytes); !r)
+      return r;
+    if (!names.insert(d.name).second)
+      return error{errc::invalid_argument, "derived key '" + d.name + "' is registered twice"};
+    if (!d.fn)
+      return error{errc::invalid_argument, "derived key '" + d.name + "' has no function"};
+    if (d.inputs.empty())
+      return error{errc::invalid_argument, "derived key '" + d.name + "' has no inputs"};
+    for (auto& in : d.inputs) {
+      if (auto r = check_string(in, "derived key input", max_state_key_bytes); !r)
+        return r;
+      if (in.empty() || scope_of(in) == scope::temp || is_derived(in))
+        return error{errc::invalid_argument,
+                     "derived key '" + d.name + "': input '" + in
+                       + "' must be a stored key (not empty, temp:, turn: or derived:)"};
+    }
+  }
+  return {};
+}
+
+result<void> resolve_late(store::kv_read& txn, const engine_core& core, store::write_set& ws) {
+  const auto& lim = core.opts.limit;
+  auto& late = *ws.late;
+  const bool append = ws.op == store::write_set::kind::append;
+  const json& delta = late.ev.actions.state_delta;
+  const auto& removes = late.ev.actions.state_remove;
+  // The value `key` has once this write set's own rows and earlier resolved
+  // values are applied.
+  auto current = [&](const std::string& key) -> result<std::optional<json>> {
+    if (auto it = late.added.find(key); it != late.added.end())
+      return std::optional<json>{*it};
+    if (append) {
+      if (auto it = delta.find(key); it != delta.end())
+        return std::optional<json>{*it};
+      if (std::binary_search(removes.begin(), removes.end(), key))
+        return std::optional<json>{};
+    } else {
+      const auto* rows = &ws.session_writes;
+      auto s = scope_of(key);
+      if (s == scope::user)
+        rows = &ws.user_writes;
+      else if (s == scope::app)
+        rows = &ws.app_writes;
+      auto name = s == scope::session ? std::string_view(key) : unprefixed(key);
+      for (auto& w : *rows)
+        if (w.key == name)
+          return std::optional<json>{w.value};
+    }
+    return store::read_state_value(txn, ws.app, ws.user, ws.id, key);
+  };
+  std::set<std::string> changed;
+  for (auto& m : late.modify) {
+    auto cur = current(m.key);
+    if (!cur)
+      return std::move(cur).err();
+    const json& in = *cur ? **cur : m.fallback;
+    auto v = run_host_fn(lim, "modify of '" + m.key + "'", [&] { return m.fn(in); });
+    if (!v)
+      return std::move(v).err();
+    late.added[m.key] = std::move(*v);
+    changed.insert(m.key);
+  }
+  if (late.derive) {
+    if (append) {
+      for (auto it = delta.begin(); it != delta.end(); ++it)
+        changed.insert(it.key());
+      changed.insert(removes.begin(), removes.end());
+    } else {
+      for (auto& w : ws.session_writes)
+        changed.insert(w.key);
+      for (auto& w : ws.user_writes)
+        changed.insert(std::string(user_prefix) + w.key);
+      for (auto& w : ws.app_writes)
+        changed.insert(std::string(app_prefix) + w.key);
+    }
+    for (auto& d : core.opts.derived) {
+      bool hit = false;
+      for (auto& in : d.inputs)
+        hit = hit || changed.count(in) > 0;
+      if (!hit)
+        continue;
+      json inputs = json::object();
+      for (auto& in : d.inputs) {
+        auto cur = current(in);
+        if (!cur)
+          return std::move(cur).err();
+        if (*cur)
+          inputs[in] = std::move(**cur);
+      }
+      auto v = run_host_fn(lim, "derived key '" + d.name + "'", [&] { return d.fn(inputs); });
+      if (!v)
+        return std::move(v).err();
+      late.added[std::string(derived_prefix) + d.name] = std::move(*v);
+    }
+  }
+  for (auto it = late.added.begin(); it != late.added.end(); ++it)
+    if (auto r = add_resolved_row(lim, ws, it.key(), it.value()); !r)
+      return r;
+  if (!append)
+    return {};
+  auto& ev = late.ev;
+  for (auto it = late.added.begin(); it != late.added.end(); ++it) {
+    ev.actions.state_delta[it.key()] = it.value();
+    auto& rm = ev.actions.state_remove;
+    if (auto p = std::lower_bound(rm.begin(), rm.end(), it.key());
+        p != rm.end() && *p == it.key())
+      rm.erase(p);
+  }
+  auto text = dump_json(to_json(ev));
+  if (!text)
+    return error{errc::invalid_argument, "event: " + text.err().message};
+  if (text->size() > lim.max_event_bytes)
+    return error{errc::too_large, "event is " + std::to_string(text->size())
+                                    + " bytes as stored; the limit is "
+                                    + std::to_string(lim.max_event_bytes)};
+  ws.event_text = std::move(*text);
+  return {};
+}
 
 result<void> check_name(std::string_view value, const char* what) {
   if (value.empty())
@@ -149,6 +341,13 @@ result<void> validate_event(const limits& lim, const event& ev) {
   for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
     if (auto r = check_key(it.key()); !r)
       return r;
+  for (auto& k : ev.actions.state_remove) {
+    if (auto r = check_key(k); !r)
+      return r;
+    if (ev.actions.state_delta.contains(k))
+      return error{errc::invalid_argument, "state key '" + k
+                                             + "' is both set and removed by one event"};
+  }
   if (auto r = check_member_depths(lim, ev.actions.state_delta, "state value"); !r)
     return r;
   if (auto r = check_member_depths(lim, ev.actions.artifact_delta, "artifact_delta value"); !r)
@@ -185,11 +384,20 @@ result<store::write_set> prepare_create(const engine_core& core,
     return error{errc::too_large, "initial state is about " + std::to_string(ws.bytes())
                                     + " bytes; the limit is "
                                     + std::to_string(lim.max_state_bytes)};
+  json no_delta = json::object();
+  std::vector<std::string> keys;
+  for (auto it = req.state.begin(); it != req.state.end(); ++it)
+    keys.push_back(it.key());
+  if (touches_derived(core, no_delta, keys)) {
+    ws.late = std::make_shared<store::late_binding>();
+    ws.late->derive = true;
+  }
   return ws;
 }
 
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
-                                       event&& ev, std::uint64_t version) {
+                                       event&& ev, std::uint64_t version,
+                                       std::vector<state_modify>&& modify) {
   const auto& lim = core.opts.limit;
   prepared_append out;
   auto& ws = out.ws;
@@ -202,6 +410,28 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     } else {
       ++it;
     }
+  }
+  // Removes: temp: ones are the invocation's; the rest become erased rows.
+  auto& removes = ev.actions.state_remove;
+  std::sort(removes.begin(), removes.end());
+  removes.erase(std::unique(removes.begin(), removes.end()), removes.end());
+  for (auto it = removes.begin(); it != removes.end();) {
+    switch (scope_of(*it)) {
+      case scope::temp:
+        out.temp_removed.push_back(std::move(*it));
+        it = removes.erase(it);
+        continue;
+      case scope::user:
+        ws.user_writes.push_back({std::string(unprefixed(*it)), json(), {}, true});
+        break;
+      case scope::app:
+        ws.app_writes.push_back({std::string(unprefixed(*it)), json(), {}, true});
+        break;
+      case scope::session:
+        ws.session_writes.push_back({*it, json(), {}, true});
+        break;
+    }
+    ++it;
   }
   for (auto it = delta.begin(); it != delta.end(); ++it) {
     const std::string& key = it.key();
@@ -224,6 +454,29 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
         break;
     }
   }
+  ws.op = store::write_set::kind::append;
+  ws.app = r.app_name;
+  ws.user = r.user_id;
+  ws.id = r.session_id;
+  ws.version = version;
+  ws.time = *ev.timestamp;
+  ws.event_id = ev.id;
+  if (!modify.empty() || touches_derived(core, delta, removes)
+      || (!core.derived_inputs.empty() && std::any_of(modify.begin(), modify.end(),
+                                                      [&](const state_modify& m) {
+                                                        return core.derived_inputs.count(m.key) > 0;
+                                                      }))) {
+    // The writer finishes this one (resolve_late) and encodes the event.
+    for (auto& m : modify)
+      if (auto c = check_modify(lim, m); !c)
+        return std::move(c).err();
+    ws.late = std::make_shared<store::late_binding>();
+    ws.late->ev = std::move(ev);
+    ws.late->modify = std::move(modify);
+    ws.late->derive = !core.derived_inputs.empty();
+    out.stored = ws.late->ev; // provisional: the writer's result replaces it
+    return out;
+  }
   out.stored = std::move(ev);
   auto text = dump_json(to_json(out.stored));
   if (!text)
@@ -232,13 +485,6 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     return error{errc::too_large, "event is " + std::to_string(text->size())
                                     + " bytes as stored; the limit is "
                                     + std::to_string(lim.max_event_bytes)};
-  ws.op = store::write_set::kind::append;
-  ws.app = r.app_name;
-  ws.user = r.user_id;
-  ws.id = r.session_id;
-  ws.version = version;
-  ws.time = *out.stored.timestamp;
-  ws.event_id = out.stored.id;
   ws.event_text = std::move(*text);
   return out;
 }

@@ -28,14 +28,31 @@ result<store::write_set> prepare_create(const engine_core& core,
 
 struct prepared_append {
   store::write_set ws;
-  event stored;                ///< the event as stored: temp: keys stripped
+  /// The event as stored: temp: keys stripped. Provisional when ws.late is
+  /// set (the writer adds modify and derived values).
+  event stored;
   json temp = json::object();  ///< the delta's temp: keys, for the live invocation
+  std::vector<std::string> temp_removed; ///< temp: keys the event removes
 };
 
-/// Takes `ev` apart into the write set of version `version`. On error `ev`
-/// may have lost its temp: keys. REQUIRES: validate_event(ev) passed; ev.id
-/// and ev.timestamp set.
+/// Takes `ev` apart into the write set of version `version`; `modify` (and
+/// derived keys whose inputs the event changes) make it late-bound. On error
+/// `ev` may have lost its temp: keys. REQUIRES: validate_event(ev) passed;
+/// ev.id and ev.timestamp set.
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
-                                       event&& ev, std::uint64_t version);
+                                       event&& ev, std::uint64_t version,
+                                       std::vector<state_modify>&& modify);
+
+/// Checks options::derived (names, inputs, functions). Errors: invalid_argument.
+result<void> check_derived(const std::vector<derived_key>& defs);
+
+/// Finishes a late-bound write set inside the writer's transaction: resolves
+/// modifies against the committed values (in order), recomputes derived keys
+/// whose inputs changed, adds their rows and, for appends, records them in
+/// ws.late->ev and encodes it into ws.event_text. Host functions that throw
+/// or return values over the limits fail this write set alone
+/// (invalid_argument / too_large). Throws kv_failure on storage failure.
+/// REQUIRES: ws.late set.
+result<void> resolve_late(store::kv_read& txn, const engine_core& core, store::write_set& ws);
 
 } // namespace agentstate::detail

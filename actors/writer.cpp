@@ -10,6 +10,7 @@
 
 #include "actors/core.hpp"
 #include "actors/messages.hpp"
+#include "actors/validate.hpp"
 
 namespace agentstate::detail {
 
@@ -36,15 +37,19 @@ void commit_batch(engine_core& core, std::vector<item>& batch, std::uint64_t& tx
     for (auto& it : batch) {
       txn->begin_nested();
       try {
-        auto r = store::apply(*txn, it.ws);
+        result<void> r;
+        if (it.ws.late)
+          r = resolve_late(*txn, core, it.ws);
+        if (r)
+          r = store::apply(*txn, it.ws);
         if (r) {
           txn->commit_nested();
           ++ok;
           continue;
         }
-        it.reply = write_reply{r.code(), r.err().message};
+        it.reply = write_reply{r.code(), r.err().message, nullptr};
       } catch (const store::kv_failure& f) {
-        it.reply = write_reply{f.code, f.message};
+        it.reply = write_reply{f.code, f.message, nullptr};
       }
       txn->abort_nested();
     }
@@ -54,11 +59,11 @@ void commit_batch(engine_core& core, std::vector<item>& batch, std::uint64_t& tx
     // The transaction (or its commit) failed: nothing of this batch is stored.
     for (auto& it : batch)
       if (it.reply.code == errc::ok)
-        it.reply = write_reply{f.code, f.message};
+        it.reply = write_reply{f.code, f.message, nullptr};
   } catch (const std::exception& e) {
     for (auto& it : batch)
       if (it.reply.code == errc::ok)
-        it.reply = write_reply{errc::internal, std::string("writer: ") + e.what()};
+        it.reply = write_reply{errc::internal, std::string("writer: ") + e.what(), nullptr};
   }
 }
 
@@ -75,7 +80,7 @@ void notify_scopes(engine_core& core, std::vector<item>& batch, std::uint64_t tx
       msg.txn_id = txn_id;
       msg.writes.reserve(writes.size());
       for (auto& w : writes)
-        msg.writes.emplace_back(std::move(w.key), std::move(w.value));
+        msg.writes.push_back({std::move(w.key), std::move(w.value), w.erase});
       core.dir.route(key, std::move(msg), nullptr, true);
     };
     send(ws.user_writes, user_dir_key(ws.app, ws.user));
@@ -114,8 +119,11 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
       }
       core->stats.failed_writes.fetch_add(batch.size() - ok, std::memory_order_relaxed);
       notify_scopes(*core, batch, txn_id);
-      for (auto& it : batch)
+      for (auto& it : batch) {
+        if (it.reply.code == errc::ok)
+          it.reply.late = std::move(it.ws.late);
         it.rp.deliver(std::move(it.reply));
+      }
       batch.clear();
       bytes = 0;
     }
@@ -124,7 +132,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
       try {
         core->kv->sync();
       } catch (const store::kv_failure& f) {
-        r = write_reply{f.code, f.message};
+        r = write_reply{f.code, f.message, nullptr};
       }
       for (auto& rp : flushes)
         rp.deliver(r);

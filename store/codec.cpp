@@ -40,6 +40,8 @@ json to_json(const event& x) {
     out["content"] = *x.content;
   json actions = x.actions.extra.is_object() ? x.actions.extra : json::object();
   actions["state_delta"] = x.actions.state_delta;
+  if (!x.actions.state_remove.empty())
+    actions["state_remove"] = x.actions.state_remove;
   actions["artifact_delta"] = x.actions.artifact_delta;
   out["actions"] = std::move(actions);
   if (x.extra.is_object())
@@ -97,6 +99,17 @@ result<event> event_from_json(json&& x) {
           if (!a->is_object())
             return bad("'actions.state_delta' must be an object");
           ev.actions.state_delta = std::move(a.value());
+        } else if (a.key() == "state_remove") {
+          if (a->is_null())
+            continue;
+          if (!a->is_array())
+            return bad("'actions.state_remove' must be an array of state keys");
+          ev.actions.state_remove.reserve(a->size());
+          for (auto& k : *a) {
+            if (!k.is_string())
+              return bad("'actions.state_remove' must hold only strings");
+            ev.actions.state_remove.push_back(std::move(k.get_ref<std::string&>()));
+          }
         } else if (a.key() == "artifact_delta") {
           if (a->is_null())
             continue;

@@ -131,16 +131,26 @@ void delete_prefix(kv_write& txn, table t, const std::string& prefix) {
     txn.del(t, k);
 }
 
+void put_row(kv_write& txn, table t, const std::string& parent, const state_write& w) {
+  if (w.erase)
+    txn.del(t, sub_key(parent, w.key));
+  else
+    txn.put(t, sub_key(parent, w.key), w.text);
+}
+
 void put_rows(kv_write& txn, const write_set& ws, const std::string& skey) {
   for (auto& w : ws.session_writes)
-    txn.put(table::session_state, sub_key(skey, w.key), w.text);
+    put_row(txn, table::session_state, skey, w);
   if (!ws.user_writes.empty()) {
     auto ukey = user_scope_key(ws.app, ws.user);
     for (auto& w : ws.user_writes)
-      txn.put(table::user_state, sub_key(ukey, w.key), w.text);
+      put_row(txn, table::user_state, ukey, w);
   }
-  for (auto& w : ws.app_writes)
-    txn.put(table::app_state, sub_key(ws.app, w.key), w.text);
+  if (!ws.app_writes.empty()) {
+    std::string app(ws.app);
+    for (auto& w : ws.app_writes)
+      put_row(txn, table::app_state, app, w);
+  }
 }
 
 std::string to_hex(std::string_view x) {
@@ -469,6 +479,31 @@ result<std::optional<session>> read_session(kv_store& kv, const get_request& req
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
+}
+
+result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
+                                             std::string_view user, std::string_view id,
+                                             std::string_view key) {
+  std::optional<std::string_view> raw;
+  switch (scope_of(key)) {
+    case scope::user:
+      raw = txn.get(table::user_state, sub_key(user_scope_key(app, user), unprefixed(key)));
+      break;
+    case scope::app:
+      raw = txn.get(table::app_state, sub_key(app, unprefixed(key)));
+      break;
+    case scope::session:
+      raw = txn.get(table::session_state, sub_key(session_key(app, user, id), key));
+      break;
+    case scope::temp:
+      return std::optional<json>{};
+  }
+  if (!raw)
+    return std::optional<json>{};
+  auto v = parse_stored(*raw);
+  if (!v)
+    return std::move(v).err();
+  return std::optional<json>{std::move(*v)};
 }
 
 result<json> read_scope(kv_read& txn, std::string_view app, const std::string* user) {

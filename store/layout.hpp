@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,11 +64,26 @@ result<event> decode_event_row(std::string_view row);
 
 /// One state row to write: the key (unprefixed for app/user scope), its
 /// value (set for user/app rows, which are notified to scope actors, and for
-/// creates; null otherwise), and the value's JSON text as stored.
+/// creates; null otherwise), and the value's JSON text as stored. `erase`
+/// deletes the row instead (value and text unused).
 struct state_write {
   std::string key;
   json value;
   std::string text;
+  bool erase = false;
+};
+
+/// The part of an append (or create) that only the store writer can finish,
+/// because it depends on the committed values at commit time: atomic
+/// modifies and derived keys. The writer resolves it inside the write
+/// transaction (detail::resolve_late), adding rows to the write set and the
+/// resolved values to `ev`, then encodes `ev` into event_text.
+struct late_binding {
+  event ev; ///< append: the event as stored so far (no temp: keys)
+  std::vector<state_modify> modify;
+  bool derive = false; ///< recompute derived keys whose inputs changed
+  /// Filled by the writer: every value it added (prefixed key -> value).
+  json added = json::object();
 };
 
 /// Everything one create, append or delete writes, prepared (validated and
@@ -83,6 +99,8 @@ struct write_set {
   std::string event_id;
   std::string event_text;
   std::vector<state_write> session_writes, user_writes, app_writes;
+  /// Set when the writer must resolve modifies or derived keys first.
+  std::shared_ptr<late_binding> late;
 
   /// Approximate bytes this write set puts (for the batch byte cap).
   std::size_t bytes() const;
@@ -106,6 +124,13 @@ result<std::optional<append_result>> find_event(kv_read& txn, std::string_view s
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req);
 /// The same in a fresh snapshot of `kv` (storage failures become errors).
 result<std::optional<session>> read_session(kv_store& kv, const get_request& req);
+
+/// The stored value of one state key of session (app, user, id), by the
+/// key's scope (S1; prefixed key), or nullopt when missing. Errors: internal
+/// (corrupt). Throws kv_failure on storage failure.
+result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
+                                             std::string_view user, std::string_view id,
+                                             std::string_view key);
 
 /// One scope's state object: user scope when `user` is given, else app scope.
 /// Keys are unprefixed.

@@ -92,8 +92,26 @@ public:
   void append_event(append_request req, callback<append_result> cb);
   result<append_result> append_event(append_request req);
 
+  /// Begins invocation `invocation_id` (generated when empty) on a session
+  /// and takes the session's invocation lease: begins on one session are
+  /// granted one at a time, first come first served; a begin waits while
+  /// another invocation holds the lease, and is granted when that one ends
+  /// (end_invocation). Begin again with the holder's id is granted at once.
+  /// The granted invocation becomes the session's live one (temp: state of
+  /// another is dropped); while a lease is held, appends naming another
+  /// invocation are stored but do not replace the live one (their temp:
+  /// keys are dropped). The reply is the session without events, its state
+  /// including the invocation's temp: keys. Most hosts use
+  /// agentstate::invocation (invocation.hpp), which wraps this.
+  /// Errors: not_found, invalid_argument, unavailable (closing).
+  /// REQUIRES: every granted invocation is ended; a thread must not begin
+  /// a second invocation on a session whose lease it holds (it would wait
+  /// for itself).
+  void begin_invocation(session_ref ref, std::string invocation_id, callback<session> cb);
+  result<session> begin_invocation(session_ref ref, std::string invocation_id);
+
   /// Ends an invocation: drops its temp: state if it is the session's live
-  /// invocation; otherwise a no-op.
+  /// invocation, and releases the lease if it holds it; otherwise a no-op.
   void end_invocation(session_ref ref, std::string invocation_id,
                       callback<void> cb);
   result<void> end_invocation(session_ref ref, std::string invocation_id);

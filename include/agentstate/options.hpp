@@ -4,7 +4,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
+
+#include "agentstate/json.hpp"
 
 namespace agentstate {
 
@@ -39,6 +43,22 @@ struct limits {
   std::size_t max_json_depth = 64;
 };
 
+/// A derived key (SEMANTICS.md N1): the engine stores fn(inputs) under
+/// "derived:"+name whenever a create or an append changes (sets, removes or
+/// modifies) one of `inputs` in that session, in the same transaction, and
+/// records it in the stored event's state_delta. `fn` gets an object holding
+/// each present input (prefixed key -> value; missing inputs are absent).
+/// Changes to a user:/app: input made through another session do not
+/// recompute this session's key until this session changes an input.
+/// REQUIRES of fn: pure, fast, non-blocking (it runs on the store writer
+/// thread inside the write transaction; it must not call the engine). A
+/// throwing fn fails the append with invalid_argument.
+struct derived_key {
+  std::string name;                ///< stored as "derived:"+name
+  std::vector<std::string> inputs; ///< session, user: or app: keys
+  std::function<json(const json& inputs)> fn;
+};
+
 struct options {
   /// Store directory, created if missing. Required unless durability is
   /// memory. One engine per directory: a second open, in this process or
@@ -63,6 +83,8 @@ struct options {
   /// host threads and cheap spawns, see README Performance) or "stealing".
   std::string scheduler = "sharing";
   limits limit;
+  /// Derived keys (see derived_key); checked by engine::open.
+  std::vector<derived_key> derived;
 };
 
 } // namespace agentstate

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,9 +14,15 @@
 namespace agentstate {
 
 /// The actions an event carries. `extra` holds every member of "actions" other
-/// than state_delta and artifact_delta, preserved verbatim.
+/// than state_delta, state_remove and artifact_delta, preserved verbatim.
 struct event_actions {
   json state_delta = json::object();    ///< applied on append (S1-S4)
+  /// State keys this event deletes (prefixed like delta keys; S3 makes null a
+  /// value, so a delete is this separate list). On the wire and in the store:
+  /// "actions": {"state_remove": ["k", "user:k"]}, omitted when empty. A key
+  /// may not be both set and removed by one event. temp:/turn: removes
+  /// affect only the live invocation and are stripped like temp: sets.
+  std::vector<std::string> state_remove;
   json artifact_delta = json::object(); ///< stored, never interpreted
   json extra = json::object();
 };
@@ -81,10 +88,27 @@ struct session_page {
   std::optional<std::string> next_page_token; ///< absent on the last page
 };
 
+/// An atomic read-modify-write of one state key, carried by an append. The
+/// store writer resolves it inside the commit, in commit order: `fn` sees the
+/// key's latest committed value (or `fallback` when the key is missing), and
+/// its result is recorded in the stored event's state_delta like any set.
+/// So 100 sessions incrementing one user: counter concurrently lose nothing.
+/// Several modifies of one key in one append apply in order, after the
+/// event's own state_delta.
+/// REQUIRES of fn: pure, fast and non-blocking (it runs on the writer
+/// thread inside the write transaction; it must not call the engine). A
+/// throwing fn fails that append alone with invalid_argument.
+struct state_modify {
+  std::string key; ///< session, user: or app: key (not temp:/turn:/derived:)
+  json fallback;   ///< what fn sees when the key is missing
+  std::function<json(const json& current)> fn;
+};
+
 struct append_request {
   session_ref ref;
   event ev;
   std::optional<std::uint64_t> expected_version; ///< A7
+  std::vector<state_modify> modify; ///< resolved at commit (see state_modify)
 };
 
 struct append_result {
