@@ -88,6 +88,10 @@ caf::behavior engine_actor_impl(caf::event_based_actor* self, engine* eng) {
     [self, eng](append_request& r) {
       eng->append_event(std::move(r), answer_later(self, tag<append_result>{}));
     },
+    [self, eng](begin_invocation_request& r) {
+      eng->begin_invocation(std::move(r.ref), std::move(r.invocation_id),
+                            answer_later(self, tag<session>{}));
+    },
     [self, eng](end_invocation_request& r) {
       eng->end_invocation(std::move(r.ref), std::move(r.invocation_id),
                           answer_later(self, tag<void>{}));

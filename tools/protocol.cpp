@@ -2,6 +2,8 @@
 // the engine's async API, answer.
 #include "tools/protocol.hpp"
 
+#include "agentstate/template.hpp"
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -372,6 +374,32 @@ prepare_result prepare_end_invocation(const json& params) {
   return checked(p, std::move(x));
 }
 
+// I2 over the session's merged state (with the live invocation's temp: keys
+// when `invocation_id` names it). The server has no artifact store, so an
+// {artifact.x} placeholder is missing (an error unless optional).
+prepare_result prepare_inject_state(const json& params) {
+  param_reader p(params);
+  get_request r;
+  r.ref = p.ref();
+  r.num_recent_events = 0;
+  r.invocation_id = p.optional_string("invocation_id").value_or("");
+  auto tmpl = p.required_string("template");
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r, tmpl](engine& e, const reply_fn& reply) mutable {
+    auto id = r.ref.session_id;
+    e.get_session(std::move(r), [reply, id = std::move(id),
+                                 tmpl = std::move(tmpl)](result<std::optional<session>> s) {
+      if (!s)
+        return reply(from_engine(s.err()));
+      if (!*s)
+        return reply(from_engine(error{errc::not_found, "session '" + id + "' not found"}));
+      auto text = inject_state(tmpl, (**s).state);
+      reply(to_outcome(text, [](std::string& v) { return json(std::move(v)); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
 prepare_result prepare_app_state(const json& params) {
   param_reader p(params);
   auto app = p.required_string("app_name");
@@ -424,6 +452,7 @@ constexpr method methods[] = {
   {"delete_session", prepare_delete},
   {"append_event", prepare_append},
   {"end_invocation", prepare_end_invocation},
+  {"inject_state", prepare_inject_state},
   {"get_app_state", prepare_app_state},
   {"get_user_state", prepare_user_state},
   {"flush", prepare_flush},

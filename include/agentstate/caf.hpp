@@ -34,6 +34,12 @@ namespace agentstate {
 struct delete_request {
   session_ref ref;
 };
+/// engine::begin_invocation: answered when the session's lease is granted.
+/// The actor never blocks while a begin waits for the lease.
+struct begin_invocation_request {
+  session_ref ref;
+  std::string invocation_id;
+};
 struct end_invocation_request {
   session_ref ref;
   std::string invocation_id;
@@ -53,6 +59,7 @@ using engine_actor = caf::typed_actor<
   caf::replies_to<list_request>::with<session_page>,
   caf::replies_to<delete_request>::with<caf::unit_t>,
   caf::replies_to<append_request>::with<append_result>,
+  caf::replies_to<begin_invocation_request>::with<session>,
   caf::replies_to<end_invocation_request>::with<caf::unit_t>,
   caf::replies_to<app_state_request>::with<json>,
   caf::replies_to<user_state_request>::with<json>>;
@@ -77,6 +84,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::get_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::list_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::delete_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::append_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::begin_invocation_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::end_invocation_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::app_state_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::user_state_request)

@@ -215,6 +215,35 @@ TEST_CASE("serve: every method of the protocol") {
   CHECK(s.wait_exit() == 0);
 }
 
+TEST_CASE("serve: inject_state renders templates (I2); state_remove deletes keys") {
+  fixture f;
+  server s({"--memory"}, f.err());
+  s.ok("create_session", with(session_params("s1"), "state",
+                              json{{"user:name", "Ada"}, {"app:tone", "dry"}, {"n", 3},
+                                   {"gone", 1}}));
+  s.ok("append_event", append_params("s1", json{{"invocation_id", "inv-1"},
+                                                {"actions", {{"state_delta", {{"temp:topic", "x"}}},
+                                                             {"state_remove", {"gone"}}}}}));
+  auto text = s.ok("inject_state", with(with(session_params("s1"), "template",
+                                             "{user:name}/{app:tone}/{n}/{temp:topic}/{json:x}"),
+                                        "invocation_id", "inv-1"));
+  CHECK(text == "Ada/dry/3/x/{json:x}");
+  // Without the invocation its temp: keys are missing: required is an error, ? is empty.
+  auto missing = s.call("inject_state", with(session_params("s1"), "template", "{temp:topic}"));
+  CHECK(error_kind(missing) == "not_found");
+  CHECK(error_message(missing).find("temp:topic") != std::string::npos);
+  CHECK(s.ok("inject_state", with(session_params("s1"), "template", "[{temp:topic?}]")) == "[]");
+  CHECK(s.ok("inject_state", with(session_params("s1"), "template", "{gone?}")) == "");
+  auto no_session = s.call("inject_state", with(session_params("nope"), "template", "x"));
+  CHECK(error_kind(no_session) == "not_found");
+  auto no_template = s.call("inject_state", session_params("s1"));
+  CHECK(error_kind(no_template) == "invalid_argument");
+  auto stored = s.ok("get_session", session_params("s1"));
+  CHECK(!stored["state"].contains("gone"));
+  CHECK(stored["events"][0]["actions"]["state_remove"] == json::array({"gone"}));
+  CHECK(s.wait_exit() == 0);
+}
+
 TEST_CASE("serve: engine errors carry their kind") {
   fixture f;
   server s({"--memory"}, f.err());
