@@ -236,16 +236,40 @@ void engine::create_session(create_request req, callback<session> cb) {
   to_session(*core_, ref, std::move(cmd), cmd.cb);
 }
 
-void engine::get_session(get_request req, callback<std::optional<session>> cb) {
+namespace {
+
+result<void> check_get(const get_request& req) {
   if (auto r = check_ref(req.ref); !r)
-    return cb(std::move(r).err());
+    return r;
   if (req.num_recent_events && *req.num_recent_events < 0)
-    return cb(error{errc::invalid_argument, "'num_recent_events' must not be negative"});
+    return error{errc::invalid_argument, "'num_recent_events' must not be negative"};
   if (req.after_timestamp && !std::isfinite(*req.after_timestamp))
-    return cb(error{errc::invalid_argument, "'after_timestamp' must be finite"});
+    return error{errc::invalid_argument, "'after_timestamp' must be finite"};
+  return {};
+}
+
+} // namespace
+
+void engine::get_session_json(get_request req, callback<std::string> cb) {
+  if (auto r = check_get(req); !r)
+    return cb(std::move(r).err());
   if (!req.invocation_id.empty()) {
     auto ref = req.ref;
-    get_cmd cmd{std::move(req), std::move(cb)};
+    get_cmd cmd{std::move(req), {}, std::move(cb)};
+    to_session(*core_, ref, std::move(cmd), cmd.text_cb);
+    return;
+  }
+  if (core_->closed.load())
+    return cb(closing_error());
+  cb(store::read_session_text(*core_->kv, req, nullptr));
+}
+
+void engine::get_session(get_request req, callback<std::optional<session>> cb) {
+  if (auto r = check_get(req); !r)
+    return cb(std::move(r).err());
+  if (!req.invocation_id.empty()) {
+    auto ref = req.ref;
+    get_cmd cmd{std::move(req), std::move(cb), {}};
     to_session(*core_, ref, std::move(cmd), cmd.cb);
     return;
   }
@@ -375,6 +399,10 @@ result<std::optional<session>> engine::get_session(get_request req) {
 result<session_page> engine::list_sessions(list_request req) {
   return block_on<session_page>(
     [&](callback<session_page> cb) { list_sessions(std::move(req), cb); });
+}
+result<std::string> engine::get_session_json(get_request req) {
+  return block_on<std::string>(
+    [&](callback<std::string> cb) { get_session_json(std::move(req), cb); });
 }
 result<void> engine::delete_session(session_ref ref) {
   return block_on<void>([&](callback<void> cb) { delete_session(std::move(ref), cb); });

@@ -26,10 +26,12 @@ struct append_cmd {
   append_request req;
   callback<append_result> cb;
 };
-/// A get that names an invocation (needs the live temp: state).
+/// A get that names an invocation (needs the live temp: state). Answers
+/// through `text_cb` (get_session_json) when it is set, else `cb`.
 struct get_cmd {
   get_request req;
   callback<std::optional<session>> cb;
+  callback<std::string> text_cb;
 };
 struct delete_cmd {
   callback<void> cb;

@@ -371,6 +371,11 @@ void on_get(session_actor_t* self, get_cmd& cmd) {
   p->ready = true;
   p->run = [self, cmd = std::move(cmd)]() mutable {
     auto& st = self->state;
+    if (cmd.text_cb) {
+      bool live = !cmd.req.invocation_id.empty() && cmd.req.invocation_id == st.invocation;
+      cmd.text_cb(store::read_session_text(*st.core->kv, cmd.req, live ? &st.temp : nullptr));
+      return;
+    }
     auto r = store::read_session(*st.core->kv, cmd.req);
     if (r && *r && !cmd.req.invocation_id.empty()
         && cmd.req.invocation_id == st.invocation)

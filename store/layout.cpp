@@ -390,9 +390,11 @@ result<std::optional<append_result>> find_event(kv_read& txn, std::string_view s
 namespace {
 
 // Events of one session per G3-G5, oldest first.
-result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
-                                       const get_request& req) {
-  std::vector<event> out;
+// The rows of the events `req` selects (G3/G4), oldest first. The views are
+// valid while `txn` lives.
+result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std::string& skey,
+                                                        const get_request& req) {
+  std::vector<std::string_view> out;
   std::optional<error> err;
   auto prefix = skey + '\0';
   std::optional<std::uint64_t> limit;
@@ -404,21 +406,14 @@ result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
   if (limit && *limit == 0)
     return out;
   auto take = [&](std::string_view row) {
-    if (after) {
-      auto ts = event_row_timestamp(row);
-      if (!ts) {
-        err = corrupt("event row");
-        return false;
-      }
-      if (!(*ts >= *after))
-        return true;
-    }
-    auto ev = decode_event_row(row);
-    if (!ev) {
-      err = std::move(ev).err();
+    auto ts = event_row_timestamp(row);
+    if (!ts) {
+      err = corrupt("event row with unknown tag");
       return false;
     }
-    out.push_back(std::move(*ev));
+    if (after && !(*ts >= *after))
+      return true;
+    out.push_back(row);
     return !limit || out.size() < *limit;
   };
   if (limit) {
@@ -434,6 +429,36 @@ result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
   return out;
 }
 
+result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
+                                       const get_request& req) {
+  auto rows = select_event_rows(txn, skey, req);
+  if (!rows)
+    return std::move(rows).err();
+  std::vector<event> out;
+  out.reserve(rows->size());
+  for (auto row : *rows) {
+    auto ev = decode_event_row(row);
+    if (!ev)
+      return std::move(ev).err();
+    out.push_back(std::move(*ev));
+  }
+  return out;
+}
+
+// The three scopes of a session, merged (S2).
+result<json> read_merged_state(kv_read& txn, const session_ref& r, const std::string& skey) {
+  auto own = read_rows(txn, table::session_state, skey + '\0');
+  if (!own)
+    return std::move(own).err();
+  auto user = read_rows(txn, table::user_state, user_scope_key(r.app_name, r.user_id) + '\0');
+  if (!user)
+    return std::move(user).err();
+  auto app = read_rows(txn, table::app_state, r.app_name + '\0');
+  if (!app)
+    return std::move(app).err();
+  return merge_state(*own, *user, *app);
+}
+
 } // namespace
 
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req) {
@@ -445,16 +470,9 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
       return std::move(rec).err();
     if (!*rec)
       return std::optional<session>{};
-    auto own = read_rows(txn, table::session_state, skey + '\0');
-    if (!own)
-      return std::move(own).err();
-    auto user = read_rows(txn, table::user_state,
-                          user_scope_key(r.app_name, r.user_id) + '\0');
-    if (!user)
-      return std::move(user).err();
-    auto app = read_rows(txn, table::app_state, r.app_name + '\0');
-    if (!app)
-      return std::move(app).err();
+    auto state = read_merged_state(txn, r, skey);
+    if (!state)
+      return std::move(state).err();
     auto evs = read_events(txn, skey, req);
     if (!evs)
       return std::move(evs).err();
@@ -462,11 +480,76 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     s.app_name = r.app_name;
     s.user_id = r.user_id;
     s.id = r.session_id;
-    s.state = merge_state(*own, *user, *app);
+    s.state = std::move(*state);
     s.last_update_time = (*rec)->last_update_time;
     s.version = (*rec)->version;
     s.events = std::move(*evs);
     return std::optional<session>{std::move(s)};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra) {
+  try {
+    auto& r = req.ref;
+    auto skey = session_key(r.app_name, r.user_id, r.session_id);
+    auto rec = read_record(txn, skey);
+    if (!rec)
+      return std::move(rec).err();
+    if (!*rec)
+      return std::string("null");
+    auto state = read_merged_state(txn, r, skey);
+    if (!state)
+      return std::move(state).err();
+    if (extra)
+      for (auto it = extra->begin(); it != extra->end(); ++it)
+        (*state)[it.key()] = it.value();
+    auto rows = select_event_rows(txn, skey, req);
+    if (!rows)
+      return std::move(rows).err();
+    auto state_text = dump_json(*state);
+    if (!state_text)
+      return corrupt("session state: " + state_text.err().message);
+    // Members in the order nlohmann's sorted objects dump them, so the text
+    // equals dump_json(to_json(session)).
+    std::size_t size = 128 + r.app_name.size() + r.user_id.size() + r.session_id.size()
+                       + state_text->size();
+    for (auto row : *rows)
+      size += row.size();
+    std::string out;
+    out.reserve(size);
+    out += "{\"app_name\":";
+    out += json(r.app_name).dump();
+    out += ",\"events\":[";
+    for (std::size_t i = 0; i < rows->size(); ++i) {
+      if (i)
+        out += ',';
+      out.append((*rows)[i].substr(9));
+    }
+    out += "],\"id\":";
+    out += json(r.session_id).dump();
+    out += ",\"last_update_time\":";
+    out += json((*rec)->last_update_time).dump();
+    out += ",\"state\":";
+    out += *state_text;
+    out += ",\"user_id\":";
+    out += json(r.user_id).dump();
+    out += ",\"version\":";
+    out += std::to_string((*rec)->version);
+    out += '}';
+    return out;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  } catch (const json::exception& e) {
+    return error{errc::internal, std::string("session text: ") + e.what()};
+  }
+}
+
+result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra) {
+  try {
+    auto txn = kv.begin_read();
+    return read_session_text(*txn, req, extra);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

@@ -125,6 +125,13 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
 /// The same in a fresh snapshot of `kv` (storage failures become errors).
 result<std::optional<session>> read_session(kv_store& kv, const get_request& req);
 
+/// read_session as JSON text, equal to dump_json(to_json(session)), or
+/// "null" when the session does not exist. Stored event texts are copied,
+/// never parsed: O(bytes) instead of a DOM per event. `extra` (an object,
+/// may be null) is merged into the state (the live invocation's temp: keys).
+result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra);
+result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra);
+
 /// The stored value of one state key of session (app, user, id), by the
 /// key's scope (S1; prefixed key), or nullopt when missing. Errors: internal
 /// (corrupt). Throws kv_failure on storage failure.

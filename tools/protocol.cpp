@@ -29,8 +29,14 @@ struct rpc_failure {
   std::optional<std::uint64_t> current_version;
 };
 
+// A result that is already JSON text (get_session's stored events are sent
+// as stored, never parsed and re-encoded).
+struct raw_result {
+  std::string text;
+};
+
 // A request's result (any JSON, null included) or its error.
-using outcome = std::variant<json, rpc_failure>;
+using outcome = std::variant<json, raw_result, rpc_failure>;
 using reply_fn = std::function<void(outcome)>;
 // Starts one engine call; calls the reply exactly once, on any thread.
 using operation = std::function<void(engine&, const reply_fn&)>;
@@ -60,6 +66,9 @@ std::string response_line(const json& id, const outcome& o) {
   if (auto r = std::get_if<json>(&o)) {
     out += R"(,"result":)";
     out += dump_lossy(*r);
+  } else if (auto raw = std::get_if<raw_result>(&o)) {
+    out += R"(,"result":)";
+    out += raw->text;
   } else {
     const auto& f = std::get<rpc_failure>(o);
     json data{{"kind", f.kind}};
@@ -297,10 +306,10 @@ prepare_result prepare_get(const json& params) {
   r.invocation_id = p.optional_string("invocation_id").value_or("");
   prepared x{{}, ordering::per_session, session_key(r.ref)};
   x.op = [r](engine& e, const reply_fn& reply) mutable {
-    e.get_session(std::move(r), [reply](result<std::optional<session>> s) {
-      reply(to_outcome(s, [](const std::optional<session>& v) {
-        return v ? to_json(*v) : json(nullptr);
-      }));
+    e.get_session_json(std::move(r), [reply](result<std::string> s) {
+      if (!s)
+        return reply(from_engine(s.err()));
+      reply(raw_result{std::move(*s)});
     });
   };
   return checked(p, std::move(x));

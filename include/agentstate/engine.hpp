@@ -75,6 +75,14 @@ public:
   void get_session(get_request req, callback<std::optional<session>> cb);
   result<std::optional<session>> get_session(get_request req);
 
+  /// get_session as the JSON text of the Session object (PROTOCOL.md), equal
+  /// to dump_json(to_json(*session)), or "null" when it does not exist.
+  /// Stored events are copied as stored, never parsed: the fast path for
+  /// servers and long sessions (see README Performance). Errors: as
+  /// get_session.
+  void get_session_json(get_request req, callback<std::string> cb);
+  result<std::string> get_session_json(get_request req);
+
   /// One page of sessions of an app (and user), by ascending
   /// last_update_time then id (L1-L3). Errors: invalid_argument (bad token).
   void list_sessions(list_request req, callback<session_page> cb);
