@@ -473,25 +473,21 @@ void on_begin_invocation(session_actor_t* self, begin_invocation_cmd& cmd) {
   grant(self, {std::move(cmd.invocation_id), std::move(cmd.cb)});
 }
 
+// Answered at its turn: appends of the ending invocation accepted before it
+// are acknowledged first, so none can bring its temp: state back.
 void on_end_invocation(session_actor_t* self, end_invocation_cmd& cmd) {
-  auto& st = self->state;
-  if (!cmd.invocation_id.empty() && cmd.invocation_id == st.lease) {
-    st.lease.clear();
-    if (cmd.invocation_id == st.invocation) { // dropped now: a waiter may be granted below
-      st.invocation.clear();
-      st.temp = json::object();
-    }
-    answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
-    grant_next(self);
-    return;
-  }
   answer(self, [self, cmd = std::move(cmd)] {
     auto& st = self->state;
+    const bool held = !cmd.invocation_id.empty() && cmd.invocation_id == st.lease;
     if (!cmd.invocation_id.empty() && cmd.invocation_id == st.invocation) {
       st.invocation.clear();
       st.temp = json::object();
     }
+    if (held)
+      st.lease.clear();
     cmd.cb(result<void>{});
+    if (held)
+      grant_next(self);
   });
 }
 

@@ -279,3 +279,26 @@ TEST_CASE("I1: refresh shows another session's user: write and keeps the pending
   auto r = MUST(inv.append(plain()));
   CHECK(r.ev.actions.state_delta.value("user:n", 0) == 40);
 }
+
+// Regression: ending the lease holder cleared its temp: state at once, and an
+// append of that invocation still in flight then put it back on its ack.
+TEST_CASE("regression: end_invocation behind an in-flight append does not bring temp: back") {
+  test::test_engine t = test::open_engine(test::store_kind::lmdb);
+  engine& e = *t;
+  auto ref = test::sref("app", "u", "s");
+  MUST(e.create_session(test::create_req(ref)));
+  for (int round = 0; round < 20; ++round) {
+    std::string id = "A" + std::to_string(round);
+    MUST(e.begin_invocation(ref, id));
+    std::promise<result<append_result>> appended;
+    std::promise<result<void>> ended;
+    e.append_event(test::append_req(ref, test::make_event(json{{"temp:x", round}}, "", std::nullopt,
+                                                          id)),
+                   [&](result<append_result> r) { appended.set_value(std::move(r)); });
+    e.end_invocation(ref, id, [&](result<void> r) { ended.set_value(std::move(r)); });
+    REQUIRE(appended.get_future().get().ok());
+    REQUIRE(ended.get_future().get().ok());
+    auto s = test::get_existing(e, test::get_req(ref, 0, std::nullopt, id));
+    CHECK_FALSE(s.state.contains("temp:x"));
+  }
+}
