@@ -201,7 +201,19 @@ result<append_result> invocation::append_final(event ev, const output_key& out) 
 
 result<std::string> invocation::inject(std::string_view tmpl,
                                        const artifact_lookup& artifacts) const {
-  return inject_state(tmpl, p_->st.all(), artifacts);
+  json view = p_->st.all();
+  // N1's derived fallback: "x" renders derived:x unless x itself is present.
+  // Only identifiers can be template names, so prefixed keys are unaffected.
+  std::vector<std::pair<std::string, json>> fallbacks;
+  for (auto it = view.begin(); it != view.end(); ++it)
+    if (is_derived(it.key())) {
+      auto name = it.key().substr(derived_prefix.size());
+      if (name.find(':') == std::string::npos && !view.contains(name))
+        fallbacks.emplace_back(std::move(name), it.value());
+    }
+  for (auto& [k, v] : fallbacks)
+    view[k] = std::move(v);
+  return inject_state(tmpl, view, artifacts);
 }
 
 result<void> invocation::refresh() {
@@ -233,14 +245,18 @@ result<void> invocation::refresh() {
   return {};
 }
 
-result<void> invocation::end() {
+void invocation::end(callback<void> cb) {
   if (!live())
-    return {};
+    return cb(result<void>{});
   auto& p = *p_;
   p.live = false;
   p.st.rollback();
   p.st.drop_invocation_keys();
-  return p.eng->end_invocation(p.ref, p.id);
+  p.eng->end_invocation(p.ref, p.id, std::move(cb));
+}
+
+result<void> invocation::end() {
+  return wait_for<void>([&](callback<void> cb) { end(std::move(cb)); });
 }
 
 } // namespace agentstate

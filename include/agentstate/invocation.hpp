@@ -89,7 +89,8 @@ public:
   /// apply_output_key(ev, out), then append(ev) (I3).
   result<append_result> append_final(event ev, const output_key& out);
 
-  /// inject_state over state().all() (I2).
+  /// inject_state over state().all() (I2), where an unprefixed name that is
+  /// missing falls back to "derived:"+name, as state reads do (N1).
   result<std::string> inject(std::string_view tmpl, const artifact_lookup& artifacts = {}) const;
 
   /// Re-reads the merged state (other sessions' user:/app: writes become
@@ -102,6 +103,9 @@ public:
   /// session actor) and the session's lease passes to the next waiter. A
   /// pending change is discarded. Idempotent.
   result<void> end();
+  /// The same, async: the invocation is no longer live when this returns;
+  /// `cb` runs once the session actor has released the lease.
+  void end(callback<void> cb);
 
 private:
   struct impl;

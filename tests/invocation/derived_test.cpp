@@ -2,6 +2,9 @@
 // engine when an append (or create) changes an input, stored under derived:.
 #include <doctest/doctest.h>
 
+#include <future>
+
+#include "agentstate/invocation.hpp"
 #include "agentstate/state.hpp"
 #include "support/test_support.hpp"
 
@@ -58,6 +61,17 @@ TEST_CASE_TEMPLATE("N1 derived: recomputed when an append changes an input, stor
   state st{test::get_existing(e, ref).state};
   CHECK(st.get<double>("total", 0.0) == 17.0);
   CHECK(st.derived().get("total") == 17.0);
+  // Templates read the same way: {total} renders derived:total unless a
+  // direct key exists.
+  auto inv = invocation::begin(e, ref);
+  REQUIRE(inv.ok());
+  CHECK(MUST(inv->inject("{total}")) == "17.0");
+  MUST(inv->state().set("total", "direct"));
+  CHECK(MUST(inv->inject("{total}")) == "direct");
+  std::promise<result<void>> ended;
+  inv->end([&](result<void> r) { ended.set_value(std::move(r)); });
+  CHECK_FALSE(inv->live());
+  CHECK(ended.get_future().get().ok());
 }
 
 TEST_CASE_TEMPLATE("N1 derived: a throwing function fails the append, nothing stored", S,
