@@ -186,6 +186,19 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
   return {};
 }
 
+// Encodes `ev` as stored into ws.event_text, within max_event_bytes.
+result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws) {
+  auto text = dump_json(to_json(ev));
+  if (!text)
+    return error{errc::invalid_argument, "event: " + text.err().message};
+  if (text->size() > lim.max_event_bytes)
+    return error{errc::too_large, "event is " + std::to_string(text->size())
+                                    + " bytes as stored; the limit is "
+                                    + std::to_string(lim.max_event_bytes)};
+  ws.event_text = std::move(*text);
+  return {};
+}
+
 } // namespace
 
 result<void> check_derived(const std::vector<derived_key>& defs) {
@@ -302,15 +315,7 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, store::w
         p != rm.end() && *p == it.key())
       rm.erase(p);
   }
-  auto text = dump_json(to_json(ev));
-  if (!text)
-    return error{errc::invalid_argument, "event: " + text.err().message};
-  if (text->size() > lim.max_event_bytes)
-    return error{errc::too_large, "event is " + std::to_string(text->size())
-                                    + " bytes as stored; the limit is "
-                                    + std::to_string(lim.max_event_bytes)};
-  ws.event_text = std::move(*text);
-  return {};
+  return encode_event(lim, ev, ws);
 }
 
 result<void> check_name(std::string_view value, const char* what) {
@@ -478,14 +483,8 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     return out;
   }
   out.stored = std::move(ev);
-  auto text = dump_json(to_json(out.stored));
-  if (!text)
-    return error{errc::invalid_argument, "event: " + text.err().message};
-  if (text->size() > lim.max_event_bytes)
-    return error{errc::too_large, "event is " + std::to_string(text->size())
-                                    + " bytes as stored; the limit is "
-                                    + std::to_string(lim.max_event_bytes)};
-  ws.event_text = std::move(*text);
+  if (auto r = encode_event(lim, out.stored, ws); !r)
+    return std::move(r).err();
   return out;
 }
 
