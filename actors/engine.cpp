@@ -369,8 +369,10 @@ void engine::get_user_state(std::string app_name, std::string user_id, callback<
 void engine::flush(callback<void> cb) {
   if (core_->closed.load())
     return cb(closing_error());
-  auto writer = core_->writer;
-  core_->sys->spawn([writer, cb](caf::event_based_actor* self) {
+  // The writer is a spawn argument, not a capture: CAF 0.17's init_fun_factory
+  // binds a null args tuple to a reference when a function actor has none
+  // (UBSan: "reference binding to null pointer"; docs/testing.md, Sanitizers).
+  core_->sys->spawn([cb](caf::event_based_actor* self, caf::actor writer) {
     self->request(writer, caf::infinite, flush_cmd{})
       .then(
         [self, cb](write_reply& r) {
@@ -384,7 +386,7 @@ void engine::flush(callback<void> cb) {
           cb(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
           self->quit();
         });
-  });
+  }, core_->writer);
 }
 
 // -- blocking forms ------------------------------------------------------------
