@@ -21,13 +21,13 @@ namespace {
 
 using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
 
-/// One command awaiting its turn to answer. `run` answers it; it may run
-/// once `ready` (write commands become ready when the writer replies, which
-/// hands its verdict to `done`).
 /// A write's outcome: the writer's verdict and, for a late-bound write set,
 /// its resolved binding.
 using write_done = std::function<void(result<void>, std::shared_ptr<store::late_binding>)>;
 
+/// One command awaiting its turn to answer. `run` answers it; it may run
+/// once `ready` (write commands become ready when the writer replies, which
+/// hands its verdict to `done`).
 struct pending {
   bool ready = false;
   std::function<void()> run;
@@ -365,28 +365,32 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
            });
 }
 
+/// The live invocation's temp: keys when `invocation_id` names it, else null.
+const json* live_temp(const session_state& st, const std::string& invocation_id) {
+  return !invocation_id.empty() && invocation_id == st.invocation ? &st.temp : nullptr;
+}
+
+/// read_session plus the temp: keys of req.invocation_id when it is live.
+result<std::optional<session>> read_live(session_actor_t* self, const get_request& req) {
+  auto& st = self->state;
+  auto r = store::read_session(*st.core->kv, req);
+  if (const json* temp = live_temp(st, req.invocation_id); temp && r && *r)
+    for (auto t = temp->begin(); t != temp->end(); ++t)
+      (**r).state[t.key()] = t.value();
+  return r;
+}
+
 void on_get(session_actor_t* self, get_cmd& cmd) {
   // Answered at its turn, so it sees every append accepted before it.
-  auto p = std::make_shared<pending>();
-  p->ready = true;
-  p->run = [self, cmd = std::move(cmd)]() mutable {
-    auto& st = self->state;
+  answer(self, [self, cmd = std::move(cmd)]() mutable {
     if (cmd.text_cb) {
-      bool live = !cmd.req.invocation_id.empty() && cmd.req.invocation_id == st.invocation;
-      cmd.text_cb(store::read_session_text(*st.core->kv, cmd.req, live ? &st.temp : nullptr));
+      auto& st = self->state;
+      cmd.text_cb(store::read_session_text(*st.core->kv, cmd.req,
+                                           live_temp(st, cmd.req.invocation_id)));
       return;
     }
-    auto r = store::read_session(*st.core->kv, cmd.req);
-    if (r && *r && !cmd.req.invocation_id.empty()
-        && cmd.req.invocation_id == st.invocation)
-      for (auto t = st.temp.begin(); t != st.temp.end(); ++t)
-        (**r).state[t.key()] = t.value();
-    cmd.cb(std::move(r));
-  };
-  if (self->state.queue.empty())
-    p->run();
-  else
-    self->state.queue.push_back(std::move(p));
+    cmd.cb(read_live(self, cmd.req));
+  });
 }
 
 void on_delete(session_actor_t* self, delete_cmd& cmd) {
@@ -432,22 +436,15 @@ void grant(session_actor_t* self, lease_waiter w) {
     st.temp = json::object();
   }
   answer(self, [self, w = std::move(w)]() mutable {
-    auto& st = self->state;
     get_request req;
-    req.ref = st.ref;
+    req.ref = self->state.ref;
     req.num_recent_events = 0;
-    auto r = store::read_session(*st.core->kv, req);
-    if (!r) {
-      w.cb(std::move(r).err());
-      return;
-    }
-    if (!*r) {
-      w.cb(error{errc::not_found, "session '" + st.ref.session_id + "' not found"});
-      return;
-    }
-    if (w.invocation_id == st.invocation)
-      for (auto t = st.temp.begin(); t != st.temp.end(); ++t)
-        (**r).state[t.key()] = t.value();
+    req.invocation_id = std::move(w.invocation_id);
+    auto r = read_live(self, req);
+    if (!r)
+      return w.cb(std::move(r).err());
+    if (!*r)
+      return w.cb(error{errc::not_found, "session '" + req.ref.session_id + "' not found"});
     w.cb(std::move(**r));
   });
 }

@@ -459,20 +459,38 @@ result<json> read_merged_state(kv_read& txn, const session_ref& r, const std::st
   return merge_state(*own, *user, *app);
 }
 
+/// What every session read starts with: the key, the record and the merged
+/// state; nullopt when the session does not exist.
+struct session_head {
+  std::string skey;
+  session_record rec;
+  json state;
+};
+
+result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r) {
+  auto skey = session_key(r.app_name, r.user_id, r.session_id);
+  auto rec = read_record(txn, skey);
+  if (!rec)
+    return std::move(rec).err();
+  if (!*rec)
+    return std::optional<session_head>{};
+  auto state = read_merged_state(txn, r, skey);
+  if (!state)
+    return std::move(state).err();
+  return std::optional<session_head>{session_head{std::move(skey), **rec, std::move(*state)}};
+}
+
 } // namespace
 
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req) {
   try {
     auto& r = req.ref;
-    auto skey = session_key(r.app_name, r.user_id, r.session_id);
-    auto rec = read_record(txn, skey);
-    if (!rec)
-      return std::move(rec).err();
-    if (!*rec)
+    auto head = read_head(txn, r);
+    if (!head)
+      return std::move(head).err();
+    if (!*head)
       return std::optional<session>{};
-    auto state = read_merged_state(txn, r, skey);
-    if (!state)
-      return std::move(state).err();
+    auto& [skey, rec, state] = **head;
     auto evs = read_events(txn, skey, req);
     if (!evs)
       return std::move(evs).err();
@@ -480,9 +498,9 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     s.app_name = r.app_name;
     s.user_id = r.user_id;
     s.id = r.session_id;
-    s.state = std::move(*state);
-    s.last_update_time = (*rec)->last_update_time;
-    s.version = (*rec)->version;
+    s.state = std::move(state);
+    s.last_update_time = rec.last_update_time;
+    s.version = rec.version;
     s.events = std::move(*evs);
     return std::optional<session>{std::move(s)};
   } catch (const kv_failure& f) {
@@ -493,22 +511,19 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
 result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra) {
   try {
     auto& r = req.ref;
-    auto skey = session_key(r.app_name, r.user_id, r.session_id);
-    auto rec = read_record(txn, skey);
-    if (!rec)
-      return std::move(rec).err();
-    if (!*rec)
+    auto head = read_head(txn, r);
+    if (!head)
+      return std::move(head).err();
+    if (!*head)
       return std::string("null");
-    auto state = read_merged_state(txn, r, skey);
-    if (!state)
-      return std::move(state).err();
+    auto& [skey, rec, state] = **head;
     if (extra)
       for (auto it = extra->begin(); it != extra->end(); ++it)
-        (*state)[it.key()] = it.value();
+        state[it.key()] = it.value();
     auto rows = select_event_rows(txn, skey, req);
     if (!rows)
       return std::move(rows).err();
-    auto state_text = dump_json(*state);
+    auto state_text = dump_json(state);
     if (!state_text)
       return corrupt("session state: " + state_text.err().message);
     // Members in the order nlohmann's sorted objects dump them, so the text
@@ -530,13 +545,13 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
     out += "],\"id\":";
     out += json(r.session_id).dump();
     out += ",\"last_update_time\":";
-    out += json((*rec)->last_update_time).dump();
+    out += json(rec.last_update_time).dump();
     out += ",\"state\":";
     out += *state_text;
     out += ",\"user_id\":";
     out += json(r.user_id).dump();
     out += ",\"version\":";
-    out += std::to_string((*rec)->version);
+    out += std::to_string(rec.version);
     out += '}';
     return out;
   } catch (const kv_failure& f) {
