@@ -89,12 +89,21 @@ std::string make_uuid() {
   std::uint64_t hi = rng(), lo = rng();
   hi = (hi & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
   lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
-  char buf[37];
-  std::snprintf(buf, sizeof(buf), "%08x-%04x-%04x-%04x-%012llx",
-                static_cast<unsigned>(hi >> 32), static_cast<unsigned>((hi >> 16) & 0xffff),
-                static_cast<unsigned>(hi & 0xffff), static_cast<unsigned>(lo >> 48),
-                static_cast<unsigned long long>(lo & 0xffffffffffffULL));
-  return buf;
+  // 8-4-4-4-12 lowercase hex digits, written directly (snprintf cost ~2.6k
+  // instructions per generated id, a visible share of an append).
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out(36, '-');
+  std::size_t pos = 0;
+  auto put = [&](std::uint64_t v, int nibbles) {
+    for (int k = nibbles - 1; k >= 0; --k) {
+      if (pos == 8 || pos == 13 || pos == 18 || pos == 23)
+        ++pos;
+      out[pos++] = digits[(v >> (4 * k)) & 0xf];
+    }
+  };
+  put(hi, 16);
+  put(lo, 16);
+  return out;
 }
 
 } // namespace detail
@@ -107,7 +116,7 @@ json to_json(const engine_stats& x) {
               {"passivations", x.passivations},     {"appends", x.appends},
               {"deduplicated", x.deduplicated},     {"commits", x.commits},
               {"batched_writes", x.batched_writes}, {"max_batch", x.max_batch},
-              {"failed_writes", x.failed_writes}};
+              {"failed_writes", x.failed_writes},   {"resident_trims", x.resident_trims}};
 }
 
 engine::engine(std::unique_ptr<engine_core> core) : core_(std::move(core)) {}
@@ -145,7 +154,8 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
       if (auto r = core->lock.acquire(dir); !r)
         return std::move(r).err();
       core->kv = store::open_lmdb_kv(dir, opts.mode == durability::sync,
-                                     opts.max_store_bytes);
+                                     opts.max_store_bytes,
+                                     {opts.max_resident_store_bytes, std::chrono::milliseconds(250)});
     }
   } catch (const store::kv_failure& f) {
     return error{f.code == errc::internal ? errc::io_error : f.code,
@@ -205,6 +215,7 @@ engine_stats engine::stats() const {
   s.batched_writes = ld(c.batched_writes);
   s.max_batch = ld(c.max_batch);
   s.failed_writes = ld(c.failed_writes);
+  s.resident_trims = core_->kv ? core_->kv->resident_trims() : 0;
   return s;
 }
 

@@ -4,49 +4,11 @@
 #include <exception>
 
 #include "agentstate/scope.hpp"
+#include "store/event_text.hpp"
 
 namespace agentstate::detail {
 
 namespace {
-
-// Strict UTF-8 (no overlongs, no surrogates, max U+10FFFF).
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0, n = s.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len;
-    std::uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n)
-      return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80)
-        return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
-        || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return false;
-    i += len;
-  }
-  return true;
-}
 
 result<void> check_string(std::string_view value, const char* what, std::size_t max) {
   if (value.size() > max)
@@ -55,7 +17,7 @@ result<void> check_string(std::string_view value, const char* what, std::size_t 
                                     + std::to_string(max)};
   if (value.find('\0') != std::string_view::npos)
     return error{errc::invalid_argument, std::string("'") + what + "' contains a NUL byte"};
-  if (!valid_utf8(value))
+  if (!store::valid_utf8(value))
     return error{errc::invalid_argument, std::string("'") + what + "' is not valid UTF-8"};
   return {};
 }
@@ -188,9 +150,9 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
 
 // Encodes `ev` as stored into ws.event_text, within max_event_bytes.
 result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws) {
-  auto text = dump_json(to_json(ev));
+  auto text = store::encode_event_text(ev);
   if (!text)
-    return error{errc::invalid_argument, "event: " + text.err().message};
+    return std::move(text).err();
   if (text->size() > lim.max_event_bytes)
     return error{errc::too_large, "event is " + std::to_string(text->size())
                                     + " bytes as stored; the limit is "

@@ -8,6 +8,7 @@
 // layer catches it at its boundary and returns an agentstate::error.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -108,16 +109,34 @@ public:
   /// existing empty directory `dest`, while writers go on. `compact` omits
   /// free pages. Throws kv_failure (internal for the memory store).
   virtual void copy_to(const std::string& dest, bool compact) = 0;
+  /// How many times the store dropped its mapped pages from the process to
+  /// keep them under the resident bound (open_lmdb_kv); 0 for other stores.
+  virtual std::uint64_t resident_trims() const { return 0; }
 };
 
 /// The in-memory store (durability::memory).
 std::unique_ptr<kv_store> make_memory_kv();
 
+/// Bounds the store's pages mapped into the process (they count in its RSS):
+/// every `period`, and after every 64 transactions begun (a burst of reads
+/// maps pages fast), when the process's resident file-backed memory exceeds
+/// what it was at open by more than `max_bytes`, the map's pages are dropped
+/// from the process (madvise MADV_DONTNEED). They stay in the OS page cache;
+/// the next touch of each is a minor fault, never I/O, and readers in flight
+/// are unaffected (a shared read-only file mapping refaults the same bytes).
+/// max_bytes 0 = never.
+struct resident_bound {
+  std::uint64_t max_bytes = 0;
+  std::chrono::milliseconds period{250};
+};
+
 /// Opens an LMDB environment in `dir` (which must exist) per DESIGN.md §4:
 /// MDB_NOTLS, every table opened once here, stale readers cleared.
-/// `sync` = fsync per commit. Throws kv_failure.
+/// `sync` = fsync per commit. With a resident bound, one thread checks it
+/// (woken every period; stopped by the store's destructor). Throws kv_failure.
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
-                                       std::uint64_t map_size);
+                                       std::uint64_t map_size,
+                                       resident_bound bound = {});
 
 /// Opens an existing store for reading only (MDB_RDONLY): safe beside an
 /// engine in another process; begin_write throws. Errors: not_found when

@@ -5,10 +5,19 @@
 // configured maximum is reached and surfaces as storage_full.
 #include "store/kv.hpp"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include <lmdb++.h>
@@ -216,16 +225,143 @@ private:
   std::uint64_t id_ = 0;
 };
 
+// Resident file-backed pages of this process (RssFile + RssShmem, the
+// "shared" column of /proc/self/statm), in bytes; 0 when unreadable.
+std::uint64_t file_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f)
+    return 0;
+  unsigned long long size = 0, resident = 0, shared = 0;
+  int n = std::fscanf(f, "%llu %llu %llu", &size, &resident, &shared);
+  std::fclose(f);
+  return n == 3 ? shared * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// The thread behind resident_bound. After construction it makes no LMDB
+// call and shares no lock with readers or the writer: it reads
+// /proc/self/statm and the data file's size and calls madvise.
+class resident_trimmer {
+public:
+  resident_trimmer(MDB_env* env, resident_bound bound) : bound_(bound) {
+    check("mdb_env_get_fd", ::mdb_env_get_fd(env, &fd_));
+    find_map();
+    baseline_ = file_resident_bytes();
+    thread_ = std::thread([this] { run(); });
+  }
+  ~resident_trimmer() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  std::uint64_t trims() const { return trims_.load(std::memory_order_relaxed); }
+  /// Called per transaction begun: every `check_every` of them wake the
+  /// thread early, so a burst of reads (each maps a handful of pages, tens
+  /// of KiB) cannot run far past the bound before the next check. A wake-up
+  /// lost to the race with the thread's wait only delays the check to the
+  /// end of the period.
+  void touched() {
+    if (ops_.fetch_add(1, std::memory_order_relaxed) % check_every == check_every - 1)
+      cv_.notify_one();
+  }
+
+private:
+  // LMDB does not publish its map's address (mdb_env_info's me_mapaddr is
+  // only set with MDB_FIXEDMAP), so find the mapping of the data file, by
+  // inode, in /proc/self/maps. No mapping found = nothing to trim.
+  void find_map() {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0)
+      return;
+    std::FILE* f = std::fopen("/proc/self/maps", "r");
+    if (!f)
+      return;
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) {
+      unsigned long long start = 0, end = 0, offset = 0, inode = 0;
+      unsigned dev_major = 0, dev_minor = 0;
+      char perms[8];
+      if (std::sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset,
+                      &dev_major, &dev_minor, &inode)
+            == 7
+          && inode == static_cast<unsigned long long>(st.st_ino)
+          && dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev) && offset == 0
+          && end - start > map_size_) {
+        map_ = reinterpret_cast<void*>(static_cast<std::uintptr_t>(start));
+        map_size_ = end - start;
+      }
+    }
+    std::fclose(f);
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> g(mu_);
+    std::uint64_t seen = 0;
+    auto due = [&] {
+      return stop_ || ops_.load(std::memory_order_relaxed) - seen >= check_every;
+    };
+    for (;;) {
+      cv_.wait_for(g, bound_.period, due);
+      if (stop_)
+        return;
+      seen = ops_.load(std::memory_order_relaxed);
+      auto now = file_resident_bytes();
+      if (!map_ || now <= baseline_ || now - baseline_ <= bound_.max_bytes)
+        continue;
+      struct stat st;
+      if (::fstat(fd_, &st) != 0)
+        continue;
+      auto used = std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size), map_size_);
+      auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+      used = (used + page - 1) / page * page;
+      // In 8 MiB steps: each madvise holds the map's lock while it unmaps,
+      // and a reader faulting meanwhile waits for that step only.
+      constexpr std::uint64_t step = std::uint64_t{8} << 20;
+      bool ok = used > 0;
+      for (std::uint64_t off = 0; ok && off < used; off += step)
+        ok = ::madvise(static_cast<char*>(map_) + off, std::min(step, used - off),
+                       MADV_DONTNEED) == 0;
+      if (ok)
+        trims_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  resident_bound bound_;
+  void* map_ = nullptr;
+  std::uint64_t map_size_ = 0;
+  int fd_ = -1;
+  std::uint64_t baseline_ = 0;
+  std::atomic<std::uint64_t> trims_{0};
+  static constexpr std::uint64_t check_every = 64;
+  std::atomic<std::uint64_t> ops_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class lmdb_kv : public kv_store {
 public:
-  lmdb_kv(std::unique_ptr<env_handle> h, bool read_only)
-    : h_(std::move(h)), read_only_(read_only) {}
+  lmdb_kv(std::unique_ptr<env_handle> h, bool read_only, resident_bound bound = {})
+    : h_(std::move(h)), read_only_(read_only) {
+    if (bound.max_bytes > 0)
+      trimmer_ = std::make_unique<resident_trimmer>(h_->env, bound);
+  }
+  std::uint64_t resident_trims() const override {
+    return trimmer_ ? trimmer_->trims() : 0;
+  }
   std::unique_ptr<kv_read> begin_read() override {
+    if (trimmer_)
+      trimmer_->touched();
     return std::make_unique<lmdb_read>(*h_);
   }
   std::unique_ptr<kv_write> begin_write() override {
     if (read_only_)
       throw kv_failure{errc::internal, "store opened read-only"};
+    if (trimmer_)
+      trimmer_->touched();
     return std::make_unique<lmdb_write>(*h_);
   }
   void sync() override {
@@ -259,12 +395,13 @@ public:
 private:
   std::unique_ptr<env_handle> h_;
   bool read_only_;
+  std::unique_ptr<resident_trimmer> trimmer_; // destroyed (joined) before h_ closes
 };
 
 } // namespace
 
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
-                                       std::uint64_t map_size) {
+                                       std::uint64_t map_size, resident_bound bound) {
   auto h = std::make_unique<env_handle>();
   try {
     h->owner = lmdb::env::create();
@@ -288,7 +425,7 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
     }
   }
   check("mdb_txn_commit", ::mdb_txn_commit(txn));
-  return std::make_unique<lmdb_kv>(std::move(h), false);
+  return std::make_unique<lmdb_kv>(std::move(h), false, bound);
 }
 
 std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir) {

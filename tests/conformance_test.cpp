@@ -409,7 +409,15 @@ TEST_CASE_TEMPLATE("C1 session ids are trimmed; blank ids are generated", S,
     INFO("generated id: '", g.id, "'");
     CHECK_FALSE(g.id.empty());
     CHECK(g.id.find_first_of(" \t\n") == std::string::npos);
-    CHECK(g.id.size() >= 16); // UUID-like
+    // A random (version 4, RFC 4122 variant) UUID: 8-4-4-4-12 lowercase hex.
+    REQUIRE(g.id.size() == 36);
+    for (std::size_t k = 0; k < g.id.size(); ++k) {
+      bool dash = k == 8 || k == 13 || k == 18 || k == 23;
+      CHECK((dash ? g.id[k] == '-'
+                  : std::string("0123456789abcdef").find(g.id[k]) != std::string::npos));
+    }
+    CHECK(g.id[14] == '4');
+    CHECK(std::string("89ab").find(g.id[19]) != std::string::npos);
     ids.insert(g.id);
     auto back = get_existing(e, sref("app", "u", g.id));
     CHECK(back.id == g.id);

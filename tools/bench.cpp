@@ -47,6 +47,7 @@ const char* bench_usage =
   "usage: agentstate bench --workload W [--durability sync|nosync|memory]\n"
   "                        [--scale F] [--dir DIR] [--threads N]\n"
   "                        [--scheduler sharing|stealing] [--max-store-mb N]\n"
+  "                        [--max-resident-mb N]\n"
   "\n"
   "Runs a workload in-process against a fresh store in a temp directory under\n"
   "DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)\n"
@@ -61,6 +62,8 @@ const char* bench_usage =
   "  --scheduler P    CAF scheduler policy (default sharing)\n"
   "  --max-store-mb N options.max_store_bytes in MiB (default: the engine's,\n"
   "                   64 GiB; lower it to run under valgrind)\n"
+  "  --max-resident-mb N options.max_resident_store_bytes in MiB (default: the\n"
+  "                   engine's, 256; 0 = never drop mapped store pages)\n"
   "\n"
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
   "  a  one session, 20,000* sequential appends, each awaited (blocking API)\n"
@@ -434,6 +437,7 @@ struct config {
   std::size_t threads = 0;
   std::string scheduler = "sharing";
   std::uint64_t max_store_mb = 0; ///< 0 = the engine's default
+  std::optional<std::uint64_t> max_resident_mb; ///< unset = the engine's default
 };
 
 const char* mode_name(durability d) {
@@ -478,6 +482,8 @@ public:
     opts.scheduler = cfg_.scheduler;
     if (cfg_.max_store_mb > 0)
       opts.max_store_bytes = cfg_.max_store_mb << 20;
+    if (cfg_.max_resident_mb)
+      opts.max_resident_store_bytes = *cfg_.max_resident_mb << 20;
     if (idle_timeout.count() > 0)
       opts.idle_timeout = idle_timeout;
     if (cfg_.mode != durability::memory) {
@@ -528,6 +534,7 @@ public:
     s["max_batch_count"] = o.max_batch_count;
     s["max_batch_bytes"] = o.max_batch_bytes;
     s["max_store_mb"] = o.max_store_bytes >> 20;
+    s["max_resident_mb"] = o.max_resident_store_bytes >> 20;
     settings = s;
     auto st = eng->stats();
     ojson x;
@@ -541,6 +548,7 @@ public:
     x["passivations"] = st.passivations;
     x["sessions_live"] = st.sessions_live;
     x["failed_writes"] = st.failed_writes;
+    x["resident_trims"] = st.resident_trims;
     stats = x;
     auto m = read_mem();
     rss_growth_mb = m.rss_mb - base_.rss_mb;
@@ -1300,6 +1308,12 @@ int run_bench(const args& argv) {
       if (end == v.c_str() || *end != '\0' || n < 0 || n > 256)
         return usage_error("--threads takes a number 0..256");
       cfg.threads = static_cast<std::size_t>(n);
+    } else if (a == "--max-resident-mb") {
+      char* end = nullptr;
+      auto n = std::strtoull(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n > (std::uint64_t{1} << 24))
+        return usage_error("--max-resident-mb takes a number 0..16777216");
+      cfg.max_resident_mb = n;
     } else if (a == "--max-store-mb") {
       char* end = nullptr;
       auto n = std::strtoull(v.c_str(), &end, 10);

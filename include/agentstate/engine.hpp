@@ -40,6 +40,9 @@ struct engine_stats {
   std::uint64_t batched_writes = 0; ///< write sets in those transactions
   std::uint64_t max_batch = 0;     ///< largest group commit seen
   std::uint64_t failed_writes = 0;
+  /// Times the store's mapped pages were dropped from the process to honour
+  /// options::max_resident_store_bytes.
+  std::uint64_t resident_trims = 0;
 };
 
 json to_json(const engine_stats& x);

@@ -1,10 +1,14 @@
 // The JSON codec of the public types, the bounded parser, and scope helpers.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <functional>
+#include <random>
 #include <string>
 
 #include "agentstate/scope.hpp"
 #include "agentstate/types.hpp"
+#include "store/event_text.hpp"
 
 using namespace agentstate;
 
@@ -109,4 +113,155 @@ TEST_CASE("S2 partition_delta and merge_state split and merge by scope") {
   CHECK(strip_temp(json{{"temp:t", 3}, {"s", 4}}) == json{{"s", 4}});
   auto m = merge_state(json{{"s", 1}}, json{{"u", 2}}, json{{"a", 3}});
   CHECK(m == json{{"s", 1}, {"user:u", 2}, {"app:a", 3}});
+}
+
+// -- the stored event text ---------------------------------------------------
+// The append path writes encode_event_text(ev) and the text read path splices
+// it unparsed, so it must stay byte-identical to dump_json(to_json(ev)).
+
+namespace {
+
+void check_same_text(const event& ev) {
+  auto want = dump_json(to_json(ev));
+  auto got = store::encode_event_text(ev);
+  REQUIRE(static_cast<bool>(want) == static_cast<bool>(got));
+  if (want)
+    CHECK(*got == *want);
+  else
+    CHECK(got.code() == errc::invalid_argument);
+}
+
+} // namespace
+
+TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for every member shape") {
+  std::string controls;
+  for (int c = 1; c < 0x20; ++c)
+    controls += static_cast<char>(c);
+  controls += "\x7f\"\\/ é中😀";
+
+  event ev;
+  ev.id = "e-" + controls;
+  ev.invocation_id = "";
+  ev.author = "Bot";
+  check_same_text(ev); // no timestamp, partial or content; empty actions
+
+  ev.timestamp = 1700000000.123456;
+  ev.partial = false;
+  ev.content = json{{"parts", {{{"text", controls}}}}, {"role", "model"}};
+  ev.actions.state_delta = {{"step", 3}, {"score", 1.5}, {"user:Z", nullptr},
+                            {"app:\xc3\xa9", {1, "two", 3.25}}, {"", true}};
+  ev.actions.state_remove = {"gone", "user:old"};
+  ev.actions.artifact_delta = {{"f.txt", 2}};
+  ev.actions.extra = {{"escalate", true}, {"Transfer", "x"}, {"_z", {}}, {"\xc3\xa9t\xc3\xa9", 1}};
+  ev.extra = {{"branch", "a.b"}, {"Custom", {{"x", {1, 2, nullptr}}}}, {"zz", -0.0},
+              {"\xe4\xb8\xad", "mid"}};
+  check_same_text(ev);
+
+  // Unknown members named like known ones: known members win, except where
+  // the known member is absent (no timestamp/partial/content, empty removes).
+  ev.extra["actions"] = "shadowed";
+  ev.extra["id"] = "shadowed";
+  ev.extra["author"] = 7;
+  ev.actions.extra["state_delta"] = "shadowed";
+  ev.actions.extra["artifact_delta"] = "shadowed";
+  ev.actions.extra["state_remove"] = "shadowed while removes exist";
+  check_same_text(ev);
+  ev.actions.state_remove.clear();
+  check_same_text(ev);
+  ev.timestamp.reset();
+  ev.partial.reset();
+  ev.content.reset();
+  ev.extra["timestamp"] = "unknown while absent";
+  ev.extra["partial"] = 1;
+  ev.extra["content"] = nullptr;
+  check_same_text(ev);
+  ev.content = json(); // a present null content
+  ev.partial = true;
+  check_same_text(ev);
+
+  for (double t : {0.0, -0.0, 1.0, 0.1, 1e300, -1e-300, 5e-324, 123456789012345678.0,
+                   1.7976931348623157e308, 2.5e-5})
+    ev.timestamp = t, check_same_text(ev);
+
+  // Non-object extras are ignored by both.
+  ev.extra = json();
+  ev.actions.extra = json::array();
+  check_same_text(ev);
+}
+
+TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for random events") {
+  std::mt19937 rng(20261122);
+  const std::vector<std::string> atoms = {"a", "B", "z", "_", ":", "user:", "app:", "temp:",
+                                          "\"", "\\", "\n", "\x01", "\x1f", "\x7f", "é",
+                                          "中", "😀", " ", "0", "id", "actions"};
+  auto word = [&](int max) {
+    std::string s;
+    int n = static_cast<int>(rng() % (max + 1));
+    for (int i = 0; i < n; ++i)
+      s += atoms[rng() % atoms.size()];
+    return s;
+  };
+  std::function<json(int)> value = [&](int depth) -> json {
+    switch (rng() % (depth > 2 ? 6 : 8)) {
+      case 0: return nullptr;
+      case 1: return static_cast<bool>(rng() % 2);
+      case 2: return static_cast<std::int64_t>(rng()) - (1LL << 31);
+      case 3: return std::ldexp(static_cast<double>(rng()) - 2e9, static_cast<int>(rng() % 80) - 40);
+      case 4: return word(6);
+      case 5: return static_cast<std::uint64_t>(rng()) << 32;
+      case 6: {
+        json a = json::array();
+        for (int i = static_cast<int>(rng() % 4); i > 0; --i)
+          a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (int i = static_cast<int>(rng() % 4); i > 0; --i)
+          o[word(3)] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  auto object = [&](int n) {
+    json o = json::object();
+    for (int i = static_cast<int>(rng() % (n + 1)); i > 0; --i)
+      o[word(3)] = value(0);
+    return o;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    event ev;
+    ev.id = word(8);
+    ev.invocation_id = word(4);
+    ev.author = word(4);
+    if (rng() % 2)
+      ev.timestamp = static_cast<double>(rng()) / (1 + rng() % 1000);
+    if (rng() % 4 == 0)
+      ev.partial = rng() % 2 == 0;
+    if (rng() % 2)
+      ev.content = value(0);
+    ev.actions.state_delta = object(4);
+    for (int k = static_cast<int>(rng() % 3); k > 0; --k)
+      ev.actions.state_remove.push_back(word(3));
+    ev.actions.artifact_delta = object(2);
+    ev.actions.extra = object(3);
+    ev.extra = object(4);
+    INFO("event ", i);
+    check_same_text(ev);
+  }
+}
+
+TEST_CASE("encode_event_text: invalid UTF-8 is invalid_argument, like dump_json") {
+  for (const char* bad : {"\xff", "\xc0\xaf", "\xed\xa0\x80", "ok\xe4\xb8"}) {
+    event ev;
+    ev.author = bad;
+    check_same_text(ev);
+    CHECK(store::encode_event_text(ev).code() == errc::invalid_argument);
+    event in_delta;
+    in_delta.actions.state_delta[bad] = 1;
+    check_same_text(in_delta);
+    event in_value;
+    in_value.extra["k"] = bad;
+    check_same_text(in_value);
+  }
 }

@@ -2,9 +2,15 @@
 // dir and the in-memory store).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "store/kv.hpp"
@@ -184,3 +190,98 @@ TEST_CASE("kv: LMDB map full surfaces as storage_full and aborts only that write
   for (int i = 0; i < stored; ++i)
     CHECK(r->get(table::events, "k" + std::to_string(i)).has_value());
 }
+
+namespace {
+
+// Resident file-backed bytes of this process (statm's "shared" column).
+std::uint64_t file_resident() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  REQUIRE(f != nullptr);
+  unsigned long long size = 0, resident = 0, shared = 0;
+  REQUIRE(std::fscanf(f, "%llu %llu %llu", &size, &resident, &shared) == 3);
+  std::fclose(f);
+  return shared * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+constexpr int resident_rows = 64 * 1024; // 64 MiB of 1,000-byte values
+
+std::string resident_value(int i) {
+  std::string v(1000, static_cast<char>('a' + i % 26));
+  std::memcpy(v.data(), &i, sizeof i);
+  return v;
+}
+
+void fill(kv_store& kv) {
+  for (int i = 0; i < resident_rows;) {
+    auto w = kv.begin_write();
+    for (int end = i + 4096; i < end; ++i)
+      w->put(table::events, "k" + std::to_string(1000000 + i), resident_value(i));
+    w->commit();
+  }
+}
+
+// Reads every row through the map; returns how many hold the expected bytes.
+int read_all(kv_store& kv) {
+  int good = 0, i = 0;
+  auto r = kv.begin_read();
+  r->scan(table::events, "k", {}, [&](std::string_view, std::string_view v) {
+    good += v == resident_value(i++);
+    return true;
+  });
+  return good;
+}
+
+} // namespace
+
+TEST_CASE("kv: an LMDB store's mapped pages are dropped from RSS beyond the resident bound") {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+  // Control: unbounded, reading 64 MiB of rows leaves them resident.
+  {
+    agentstate::test::temp_dir dir;
+    auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+    fill(*kv);
+    auto before = file_resident();
+    REQUIRE(read_all(*kv) == resident_rows);
+    auto after = file_resident();
+    INFO("unbounded: resident file-backed grew by ", (after - before) / mib, " MiB");
+    CHECK(after > before + 48 * mib);
+    CHECK(kv->resident_trims() == 0);
+  }
+  // Bounded at 8 MiB, checked every 20 ms: the pages are dropped, the data
+  // reads back intact afterwards, and readers never notice.
+  auto at_open = file_resident();
+  agentstate::test::temp_dir dir;
+  auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30,
+                         resident_bound{8 * mib, std::chrono::milliseconds(20)});
+  fill(*kv);
+  for (int round = 0; round < 3; ++round)
+    REQUIRE(read_all(*kv) == resident_rows);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (kv->resident_trims() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(kv->resident_trims() > 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100)); // a period after the reads
+  auto now = file_resident();
+  INFO("bounded: resident file-backed is ", (now - std::min(now, at_open)) / mib,
+       " MiB over its value at open");
+  CHECK(now < at_open + 8 * mib + 16 * mib);
+  CHECK(read_all(*kv) == resident_rows);
+}
+
+TEST_CASE("kv: a burst of transactions checks the resident bound before the period ends") {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+  agentstate::test::temp_dir dir;
+  // A period of an hour: only the per-transaction trigger can cause a trim.
+  auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30,
+                         resident_bound{8 * mib, std::chrono::hours(1)});
+  fill(*kv); // 16 write transactions
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int reads = 0;
+  while (kv->resident_trims() == 0 && std::chrono::steady_clock::now() < deadline) {
+    REQUIRE(read_all(*kv) == resident_rows); // one read transaction each
+    ++reads;
+  }
+  INFO("read transactions before the first trim: ", reads);
+  CHECK(kv->resident_trims() > 0);
+  CHECK(reads <= 2 * 64); // a wake-up lost to the race is repeated 64 later
+} // the destructor wakes the thread at once, not after the hour

@@ -1,0 +1,218 @@
+#include "store/event_text.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <vector>
+
+namespace agentstate::store {
+
+namespace {
+
+using serializer = nlohmann::detail::serializer<json>;
+
+// A JSON string in nlohmann's escaping (ensure_ascii off): ", \ and the
+// control characters below 0x20 are escaped, the short forms where JSON has
+// them and \u00xx (lowercase hex) otherwise; everything else is copied.
+void append_escaped(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out += '"';
+  std::size_t run = 0; // start of the bytes not yet copied
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\')
+      continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 0xf];
+    }
+  }
+  out.append(s.data() + run, s.size() - run);
+  out += '"';
+}
+
+// One member of an object being written, in the order keys sort.
+struct member {
+  enum class kind { value, text, actions, removes };
+  std::string_view key;
+  kind how = kind::value;
+  const json* value = nullptr;
+  const std::string* text = nullptr;
+};
+
+bool key_less(const member& a, const member& b) {
+  return a.key < b.key;
+}
+
+class writer {
+public:
+  explicit writer(std::string& out)
+      : out_(out), ser_(nlohmann::detail::output_adapter<char, std::string>(out), ' ') {}
+
+  // False when a string is not valid UTF-8; nlohmann's own exceptions for a
+  // value propagate to encode_event_text.
+  bool object(std::vector<member>& members, const event& ev) {
+    std::stable_sort(members.begin(), members.end(), key_less);
+    out_ += '{';
+    bool first = true;
+    for (auto& m : members) {
+      if (!first)
+        out_ += ',';
+      first = false;
+      if (!string(m.key))
+        return false;
+      out_ += ':';
+      switch (m.how) {
+        case member::kind::value:
+          ser_.dump(*m.value, false, false, 0);
+          break;
+        case member::kind::text:
+          if (!string(*m.text))
+            return false;
+          break;
+        case member::kind::actions:
+          if (!actions(ev))
+            return false;
+          break;
+        case member::kind::removes:
+          out_ += '[';
+          for (std::size_t i = 0; i < ev.actions.state_remove.size(); ++i) {
+            if (i)
+              out_ += ',';
+            if (!string(ev.actions.state_remove[i]))
+              return false;
+          }
+          out_ += ']';
+          break;
+      }
+    }
+    out_ += '}';
+    return true;
+  }
+
+private:
+  bool string(std::string_view s) {
+    if (!valid_utf8(s))
+      return false;
+    append_escaped(out_, s);
+    return true;
+  }
+
+  // "actions": its unknown members, then state_delta, state_remove (when not
+  // empty) and artifact_delta, which take precedence over unknown members of
+  // the same name (as in to_json(event)).
+  bool actions(const event& ev) {
+    const auto& a = ev.actions;
+    std::vector<member> m;
+    m.push_back({"state_delta", member::kind::value, &a.state_delta});
+    if (!a.state_remove.empty())
+      m.push_back({"state_remove", member::kind::removes});
+    m.push_back({"artifact_delta", member::kind::value, &a.artifact_delta});
+    if (a.extra.is_object())
+      for (auto it = a.extra.begin(); it != a.extra.end(); ++it)
+        if (it.key() != "state_delta" && it.key() != "artifact_delta"
+            && !(it.key() == "state_remove" && !a.state_remove.empty()))
+          m.push_back({it.key(), member::kind::value, &it.value()});
+    return object(m, ev);
+  }
+
+  std::string& out_;
+  serializer ser_;
+};
+
+} // namespace
+
+bool valid_utf8(std::string_view s) noexcept {
+  std::size_t i = 0, n = s.size();
+  while (i < n) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len;
+    std::uint32_t cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n)
+      return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80)
+        return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
+        || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+result<std::string> encode_event_text(const event& ev) {
+  std::string out;
+  out.reserve(256);
+  try {
+    writer w(out);
+    // Top level: the known members, then unknown ones that do not collide
+    // with a known name (known members win, as in to_json(event)).
+    std::vector<member> m;
+    m.push_back({"id", member::kind::text, nullptr, &ev.id});
+    m.push_back({"invocation_id", member::kind::text, nullptr, &ev.invocation_id});
+    m.push_back({"author", member::kind::text, nullptr, &ev.author});
+    json timestamp, partial;
+    if (ev.timestamp) {
+      timestamp = *ev.timestamp;
+      m.push_back({"timestamp", member::kind::value, &timestamp});
+    }
+    if (ev.partial) {
+      partial = *ev.partial;
+      m.push_back({"partial", member::kind::value, &partial});
+    }
+    if (ev.content)
+      m.push_back({"content", member::kind::value, &*ev.content});
+    m.push_back({"actions", member::kind::actions});
+    if (ev.extra.is_object()) {
+      const std::size_t known = m.size();
+      for (auto it = ev.extra.begin(); it != ev.extra.end(); ++it) {
+        bool taken = false;
+        for (std::size_t k = 0; k < known && !taken; ++k)
+          taken = m[k].key == it.key();
+        if (!taken)
+          m.push_back({it.key(), member::kind::value, &it.value()});
+      }
+    }
+    if (!w.object(m, ev))
+      return error{errc::invalid_argument,
+                   "event: cannot encode value: a string is not valid UTF-8"};
+  } catch (const json::exception& e) {
+    return error{errc::invalid_argument, std::string("event: cannot encode value: ") + e.what()};
+  } catch (const std::exception& e) {
+    return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
+  }
+  return out;
+}
+
+} // namespace agentstate::store
