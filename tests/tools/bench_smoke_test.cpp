@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -167,4 +168,29 @@ TEST_CASE("bench in memory mode runs a workload") {
     CHECK(parsed->value("durability", "") == "memory");
     CHECK(positive_number(*parsed, "events_per_s"));
   }
+}
+
+TEST_CASE("bench a in sync mode measures the disk's commit limit and reports the ratio") {
+  agentstate::test::temp_dir dir;
+  auto r = run(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0.005 --dir "
+               + dir.str() + " 2>/dev/null");
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 1);
+  auto parsed = agentstate::parse_json(lines[0], 64);
+  REQUIRE(parsed.ok());
+  auto& j = *parsed;
+  CHECK(j.value("durability", "") == "sync");
+  REQUIRE(j.contains("machine"));
+  CHECK(positive_number(j["machine"], "lmdb_1put_commits_per_s_before"));
+  CHECK(positive_number(j["machine"], "lmdb_1put_commits_per_s_after"));
+  CHECK(positive_number(j["machine"], "fdatasync_p50_us_before"));
+  REQUIRE(positive_number(j, "ratio_to_lmdb_commit_limit"));
+  auto ratio = j["ratio_to_lmdb_commit_limit"].get<double>();
+  auto eps = j["events_per_s"].get<double>();
+  auto limit = j["machine"]["lmdb_1put_commits_per_s_before"].get<double>();
+  CHECK(ratio == doctest::Approx(eps / limit).epsilon(0.01));
+  // The probes leave nothing behind.
+  CHECK(std::filesystem::is_empty(dir.str()));
 }
