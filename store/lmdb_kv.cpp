@@ -307,8 +307,13 @@ private:
       if (stop_)
         return;
       seen = ops_.load(std::memory_order_relaxed);
+      // The measure is process-wide, so it is taken relative to a baseline
+      // that follows the other mapped files: the lowest value seen, re-anchored
+      // after each trim (when none of the store's pages are mapped). A host
+      // that maps a large file after open costs at most one needless trim.
       auto now = file_resident_bytes();
-      if (!map_ || now <= baseline_ || now - baseline_ <= bound_.max_bytes)
+      baseline_ = std::min(baseline_, now);
+      if (!map_ || now - baseline_ <= bound_.max_bytes)
         continue;
       struct stat st;
       if (::fstat(fd_, &st) != 0)
@@ -323,8 +328,10 @@ private:
       for (std::uint64_t off = 0; ok && off < used; off += step)
         ok = ::madvise(static_cast<char*>(map_) + off, std::min(step, used - off),
                        MADV_DONTNEED) == 0;
-      if (ok)
+      if (ok) {
         trims_.fetch_add(1, std::memory_order_relaxed);
+        baseline_ = file_resident_bytes();
+      }
     }
   }
 

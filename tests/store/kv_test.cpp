@@ -2,6 +2,8 @@
 // dir and the in-memory store).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -289,3 +291,46 @@ TEST_CASE("kv: a burst of transactions checks the resident bound before the peri
   CHECK(kv->resident_trims() > 0);
   CHECK(reads <= 2 * 64); // a wake-up lost to the race is repeated 64 later
 } // the destructor wakes the thread at once, not after the hour
+
+TEST_CASE("kv: a large file the host maps after open costs at most one needless trim") {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+  agentstate::test::temp_dir dir;
+  auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30,
+                         resident_bound{8 * mib, std::chrono::milliseconds(20)});
+  {
+    auto w = kv->begin_write(); // a small store: ~1 MiB, far under the bound
+    for (int i = 0; i < 1000; ++i)
+      w->put(table::events, "k" + std::to_string(1000000 + i), resident_value(i));
+    w->commit();
+  }
+  // The host maps and touches 64 MiB of its own file.
+  std::string path = dir.str() + "/host-file";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::string chunk(mib, 'h');
+    for (int i = 0; i < 64; ++i)
+      REQUIRE(std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size());
+    std::fclose(f);
+  }
+  int fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  void* host = ::mmap(nullptr, 64 * mib, PROT_READ, MAP_SHARED, fd, 0);
+  REQUIRE(host != MAP_FAILED);
+  std::uint64_t sum = 0;
+  for (std::uint64_t off = 0; off < 64 * mib; off += 4096)
+    sum += static_cast<const unsigned char*>(host)[off];
+  CHECK(sum == 'h' * (64 * mib / 4096));
+  // Twenty periods of reading the small store: the host's pages stay mapped
+  // (the engine never touches them), and the store is trimmed at most once.
+  for (int round = 0; round < 20; ++round) {
+    auto r = kv->begin_read();
+    int n = 0;
+    r->scan(table::events, "k", {}, [&](std::string_view, std::string_view) { return ++n, true; });
+    CHECK(n == 1000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(kv->resident_trims() <= 1);
+  ::munmap(host, 64 * mib);
+  ::close(fd);
+}
