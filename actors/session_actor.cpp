@@ -3,7 +3,7 @@
 // holds the live invocation's temp: state, assigns versions and hands write
 // sets to the store writer. It pipelines (never waits on a commit inside a
 // handler) and answers every command strictly in arrival order.
-#include <deque>
+#include <list>
 #include <memory>
 #include <unordered_map>
 
@@ -55,15 +55,17 @@ struct session_state {
   /// Set when a write failed: in-flight followers are doomed; new commands
   /// wait in `stash` until the queue drains and the record is re-read.
   bool stale = false;
-  std::deque<std::function<void()>> stash;
+  // Queues are lists, not deques: libstdc++'s deque allocates ~580 bytes
+  // even when empty, and most live actors (idle ones) hold empty queues.
+  std::list<std::function<void()>> stash;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();
   /// The invocation holding the lease ("" when free) and those waiting.
   std::string lease;
-  std::deque<lease_waiter> waiters;
+  std::list<lease_waiter> waiters;
 
-  std::deque<std::shared_ptr<pending>> queue;
+  std::list<std::shared_ptr<pending>> queue;
   std::unordered_map<std::string, append_outcome> in_flight_ids;
   bool stopping = false;
 

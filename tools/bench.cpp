@@ -65,7 +65,7 @@ const char* bench_usage =
   "  --max-store-mb N options.max_store_bytes in MiB (default: the engine's,\n"
   "                   64 GiB; lower it to run under valgrind)\n"
   "  --max-resident-mb N options.max_resident_store_bytes in MiB (default: the\n"
-  "                   engine's, 256; 0 = never drop mapped store pages)\n"
+  "                   engine's, 128; 0 = never drop mapped store pages)\n"
   "\n"
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
   "  a  one session, 20,000* sequential appends, each awaited (blocking API)\n"

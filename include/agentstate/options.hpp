@@ -71,16 +71,16 @@ struct options {
   std::uint64_t max_store_bytes = std::uint64_t{64} << 30;
   /// LMDB reads through a memory map, so every store page the process reads
   /// stays mapped and counts in its RSS (VmRSS/VmHWM), although it is OS
-  /// page cache, shared and reclaimable. Every 250 ms, and after every 64
-  /// transactions, the engine compares how much the process's resident
-  /// file-backed memory has grown (since open or the last drop) with this
-  /// bound and, when over, drops the store's pages from the process (madvise
-  /// MADV_DONTNEED). The page cache keeps them: the next touch of each is a
-  /// minor page fault, never I/O. The measure is process-wide: a host that
-  /// maps a large file of its own causes at most one needless drop, after
-  /// which growth is counted from there. 0 = never. Costs one thread per
-  /// LMDB store.
-  std::uint64_t max_resident_store_bytes = std::uint64_t{256} << 20;
+  /// page cache, shared and reclaimable. Every 250 ms (25 ms while pages map
+  /// fast), and after every 64 transactions, the engine compares how much
+  /// the process's resident file-backed memory has grown (since open or the
+  /// last drop) with this bound and, when over, drops the store's pages from
+  /// the process (madvise MADV_DONTNEED). The page cache keeps them: the next
+  /// touch of each is a minor page fault, never I/O. The measure is
+  /// process-wide: a host that maps a large file of its own causes at most
+  /// one needless drop, after which growth is counted from there.
+  /// 0 = never. Costs one thread per LMDB store.
+  std::uint64_t max_resident_store_bytes = std::uint64_t{128} << 20;
   /// Session, user and app actors idle this long (checked once per period,
   /// so between one and two periods) are passivated, dropping a session's
   /// live temp: state, and rehydrated from the store on next use.
