@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -313,7 +314,9 @@ private:
       // after each trim (when none of the store's pages are mapped). A host
       // that maps a large file after open costs at most one needless trim.
       auto now = file_resident_bytes();
-      baseline_ = std::min(baseline_, now);
+      if (now == 0) // statm unreadable (e.g. out of descriptors): skip a turn
+        continue;
+      baseline_ = baseline_ ? std::min(baseline_, now) : now; // 0 = not read yet
       // Pages mapping fast (a quarter of the bound since the last check:
       // write batches and random reads map 16 pages per fault, the kernel's
       // fault-around) shorten the next wait tenfold, so the overshoot stays
@@ -338,7 +341,8 @@ private:
                        MADV_DONTNEED) == 0;
       if (ok) {
         trims_.fetch_add(1, std::memory_order_relaxed);
-        baseline_ = last = file_resident_bytes();
+        if (auto after = file_resident_bytes())
+          baseline_ = last = after;
       }
     }
   }
@@ -361,8 +365,14 @@ class lmdb_kv : public kv_store {
 public:
   lmdb_kv(std::unique_ptr<env_handle> h, bool read_only, resident_bound bound = {})
     : h_(std::move(h)), read_only_(read_only) {
-    if (bound.max_bytes > 0)
-      trimmer_ = std::make_unique<resident_trimmer>(h_->env, bound);
+    if (bound.max_bytes > 0) {
+      try {
+        trimmer_ = std::make_unique<resident_trimmer>(h_->env, bound);
+      } catch (const std::system_error& e) {
+        throw kv_failure{errc::unavailable,
+                         std::string("cannot start the resident-bound thread: ") + e.what()};
+      }
+    }
   }
   std::uint64_t resident_trims() const override {
     return trimmer_ ? trimmer_->trims() : 0;
