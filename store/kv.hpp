@@ -119,14 +119,14 @@ std::unique_ptr<kv_store> make_memory_kv();
 
 /// Bounds the store's pages mapped into the process (they count in its RSS):
 /// every `period` (a tenth of it after a check that saw a quarter of the
-/// bound mapped since the one before), and after every 64 transactions begun
-/// (a burst of reads maps pages fast), when the process's resident file-backed memory has grown
-/// by more than `max_bytes` since open or the last drop (from the lowest
-/// value seen, so other files mapped meanwhile count once), the map's pages
-/// are dropped from the process (madvise MADV_DONTNEED). They stay in the OS
-/// page cache; the next touch of each is a minor fault, never I/O, and
-/// readers in flight are unaffected (a shared read-only file mapping
-/// refaults the same bytes). max_bytes 0 = never.
+/// bound mapped since the one before), and after every 64 transactions
+/// begun (a burst of reads maps pages fast), when the process's resident
+/// file-backed memory has grown by more than `max_bytes` since open or the
+/// last drop (from the lowest value seen, re-anchored after each drop), the
+/// map's pages are dropped from the process (madvise MADV_DONTNEED). They
+/// stay in the OS page cache; the next touch of each is a minor fault, never
+/// I/O, and readers in flight are unaffected (a shared read-only file
+/// mapping refaults the same bytes). max_bytes 0 = never.
 struct resident_bound {
   std::uint64_t max_bytes = 0;
   std::chrono::milliseconds period{250};

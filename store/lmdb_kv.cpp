@@ -312,7 +312,8 @@ private:
       // The measure is process-wide, so it is taken relative to a baseline
       // that follows the other mapped files: the lowest value seen, re-anchored
       // after each trim (when none of the store's pages are mapped). A host
-      // that maps a large file after open costs at most one needless trim.
+      // that maps a large file after open costs at most one needless trim
+      // per bound of its growth, and none once it stops growing.
       auto now = file_resident_bytes();
       if (now == 0) // statm unreadable (e.g. out of descriptors): skip a turn
         continue;

@@ -78,7 +78,8 @@ struct options {
   /// the process (madvise MADV_DONTNEED). The page cache keeps them: the next
   /// touch of each is a minor page fault, never I/O. The measure is
   /// process-wide: a host that maps a large file of its own causes at most
-  /// one needless drop, after which growth is counted from there.
+  /// one needless drop per bound of that file's growth, and none once it
+  /// stops growing (growth is counted from the last drop).
   /// 0 = never. Costs one thread per LMDB store.
   std::uint64_t max_resident_store_bytes = std::uint64_t{128} << 20;
   /// Session, user and app actors idle this long (checked once per period,
