@@ -33,6 +33,7 @@
 
 #include "agentstate/caf.hpp"
 #include "agentstate/invocation.hpp"
+#include "example_support.hpp"
 
 using namespace agentstate;
 
@@ -301,27 +302,11 @@ int main(int argc, char** argv) {
   std::string dir;
   bool memory = false;
   run_config cfg{"", 12, 2, 4};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto num = [&](int& out) {
-      if (i + 1 >= argc || (out = std::atoi(argv[++i])) <= 0)
-        throw std::invalid_argument(a + " needs a positive number");
-    };
-    try {
-      if (a == "--help" || a == "-h") {
-        std::fputs(usage, stdout);
-        return 0;
-      } else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-      else if (a == "--memory") memory = true;
-      else if (a == "--sessions") num(cfg.sessions);
-      else if (a == "--per-session") num(cfg.per_session);
-      else if (a == "--users") num(cfg.users);
-      else throw std::invalid_argument("unknown or incomplete argument '" + a + "'");
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "async_runner: %s\n%s", e.what(), usage);
-      return 2;
-    }
-  }
+  if (auto stop = examples::parse_args(argc, argv, "async_runner", usage, dir, memory,
+                                      {{"--sessions", &cfg.sessions},
+                                       {"--per-session", &cfg.per_session},
+                                       {"--users", &cfg.users}}))
+    return *stop;
   if (cfg.sessions < 2 || cfg.per_session < 2) { // else there is nothing to show
     std::fprintf(stderr, "async_runner: --sessions and --per-session must be at least 2\n%s",
                  usage);
@@ -330,28 +315,10 @@ int main(int argc, char** argv) {
   cfg.users = std::min(cfg.users, cfg.sessions);
   cfg.app = "runner-" + std::to_string(std::random_device{}() % 1000000);
 
-  bool remove_dir = false;
-  if (!memory && dir.empty()) {
-    char tmpl[] = "/tmp/agentstate-async-runner-XXXXXX";
-    if (!::mkdtemp(tmpl)) {
-      std::perror("async_runner: mkdtemp");
-      return 1;
-    }
-    dir = tmpl;
-    remove_dir = true;
-  }
-  // Removes a temp store on every return, after the engine (declared later) closed.
-  struct cleanup {
-    std::string dir;
-    ~cleanup() {
-      std::error_code ec;
-      if (!dir.empty())
-        std::filesystem::remove_all(dir, ec);
-    }
-  } remove_at_exit{remove_dir ? dir : std::string()};
-  options opts;
-  opts.dir = dir;
-  opts.mode = memory ? durability::memory : durability::sync;
+  examples::example_store store("async_runner", dir, memory);
+  if (!store.ok())
+    return 1;
+  options opts = store.opts();
   auto eng = engine::open(opts);
   if (!eng) {
     std::fprintf(stderr, "async_runner: open: %s\n", to_string(eng.err()).c_str());
@@ -372,7 +339,7 @@ int main(int argc, char** argv) {
     failed = 1;
   }
   std::printf("async_runner: app %s, store %s%s: %s\n", cfg.app.c_str(),
-              memory ? "in memory" : dir.c_str(), remove_dir ? " (removed)" : "",
+              memory ? "in memory" : store.dir().c_str(), store.temporary() ? " (removed)" : "",
               failed ? "FAILED" : "all checks passed");
   return failed ? 1 : 0;
 }

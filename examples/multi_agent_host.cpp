@@ -32,6 +32,7 @@
 
 #include "agentstate/engine.hpp"
 #include "agentstate/invocation.hpp"
+#include "example_support.hpp"
 
 using namespace agentstate;
 
@@ -116,52 +117,18 @@ int main(int argc, char** argv) {
   std::string dir;
   bool memory = false;
   int sessions = 40, users = 8, rounds = 2, threads = 8;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto num = [&](int& out) {
-      if (i + 1 >= argc || (out = std::atoi(argv[++i])) <= 0)
-        throw std::invalid_argument(a + " needs a positive number");
-    };
-    try {
-      if (a == "--help" || a == "-h") {
-        std::fputs(usage, stdout);
-        return 0;
-      } else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-      else if (a == "--memory") memory = true;
-      else if (a == "--sessions") num(sessions);
-      else if (a == "--users") num(users);
-      else if (a == "--rounds") num(rounds);
-      else if (a == "--threads") num(threads);
-      else throw std::invalid_argument("unknown or incomplete argument '" + a + "'");
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "multi_agent_host: %s\n%s", e.what(), usage);
-      return 2;
-    }
-  }
+  if (auto stop = examples::parse_args(argc, argv, "multi_agent_host", usage, dir, memory,
+                                      {{"--sessions", &sessions},
+                                       {"--users", &users},
+                                       {"--rounds", &rounds},
+                                       {"--threads", &threads}}))
+    return *stop;
   users = std::min(users, sessions);
 
-  bool remove_dir = false;
-  if (!memory && dir.empty()) {
-    char tmpl[] = "/tmp/agentstate-multi-agent-XXXXXX";
-    if (!::mkdtemp(tmpl)) {
-      std::perror("multi_agent_host: mkdtemp");
-      return 1;
-    }
-    dir = tmpl;
-    remove_dir = true;
-  }
-  // Removes a temp store on every return, after the engine (declared later) closed.
-  struct cleanup {
-    std::string dir;
-    ~cleanup() {
-      std::error_code ec;
-      if (!dir.empty())
-        std::filesystem::remove_all(dir, ec);
-    }
-  } remove_at_exit{remove_dir ? dir : std::string()};
-  options opts;
-  opts.dir = dir;
-  opts.mode = memory ? durability::memory : durability::sync;
+  examples::example_store store("multi_agent_host", dir, memory);
+  if (!store.ok())
+    return 1;
+  options opts = store.opts();
   opts.derived.push_back(derived_key{"draft_words", {"draft"}, [](const json& in) -> json {
                                        return word_count(in.value("draft", ""));
                                      }});
@@ -301,7 +268,7 @@ int main(int argc, char** argv) {
   if (auto c = eng.close(); !c)
     check(false, "close: " + to_string(c.err()));
   std::printf("multi_agent_host: app %s, store %s%s: %s\n", app.c_str(),
-              memory ? "in memory" : dir.c_str(), remove_dir ? " (removed)" : "",
+              memory ? "in memory" : store.dir().c_str(), store.temporary() ? " (removed)" : "",
               failed ? "FAILED" : "all checks passed");
   return failed ? 1 : 0;
 }

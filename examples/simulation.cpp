@@ -31,6 +31,7 @@
 
 #include "agentstate/caf.hpp"
 #include "agentstate/invocation.hpp"
+#include "example_support.hpp"
 
 using namespace agentstate;
 
@@ -224,50 +225,16 @@ int main(int argc, char** argv) {
   std::string dir;
   bool memory = false;
   int users = 4, traders = 3, stock = 24, rounds = 10;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto num = [&](int& out) {
-      if (i + 1 >= argc || (out = std::atoi(argv[++i])) <= 0)
-        throw std::invalid_argument(a + " needs a positive number");
-    };
-    try {
-      if (a == "--help" || a == "-h") {
-        std::fputs(usage, stdout);
-        return 0;
-      } else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-      else if (a == "--memory") memory = true;
-      else if (a == "--users") num(users);
-      else if (a == "--traders") num(traders);
-      else if (a == "--stock") num(stock);
-      else if (a == "--rounds") num(rounds);
-      else throw std::invalid_argument("unknown or incomplete argument '" + a + "'");
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "simulation: %s\n%s", e.what(), usage);
-      return 2;
-    }
-  }
-  bool remove_dir = false;
-  if (!memory && dir.empty()) {
-    char tmpl[] = "/tmp/agentstate-simulation-XXXXXX";
-    if (!::mkdtemp(tmpl)) {
-      std::perror("simulation: mkdtemp");
-      return 1;
-    }
-    dir = tmpl;
-    remove_dir = true;
-  }
-  // Removes a temp store on every return, after the engine (declared later) closed.
-  struct cleanup {
-    std::string dir;
-    ~cleanup() {
-      std::error_code ec;
-      if (!dir.empty())
-        std::filesystem::remove_all(dir, ec);
-    }
-  } remove_at_exit{remove_dir ? dir : std::string()};
-  options opts;
-  opts.dir = dir;
-  opts.mode = memory ? durability::memory : durability::sync;
+  if (auto stop = examples::parse_args(argc, argv, "simulation", usage, dir, memory,
+                                      {{"--users", &users},
+                                       {"--traders", &traders},
+                                       {"--stock", &stock},
+                                       {"--rounds", &rounds}}))
+    return *stop;
+  examples::example_store store("simulation", dir, memory);
+  if (!store.ok())
+    return 1;
+  options opts = store.opts();
   auto opened = engine::open(opts);
   if (!opened) {
     std::fprintf(stderr, "simulation: open: %s\n", to_string(opened.err()).c_str());
@@ -369,7 +336,7 @@ int main(int argc, char** argv) {
   if (auto c = eng.close(); !c)
     check(false, "close: " + to_string(c.err()));
   std::printf("simulation: app %s, store %s%s: %s\n", app.c_str(),
-              memory ? "in memory" : dir.c_str(), remove_dir ? " (removed)" : "",
+              memory ? "in memory" : store.dir().c_str(), store.temporary() ? " (removed)" : "",
               failed ? "FAILED" : "all checks passed");
   return failed ? 1 : 0;
 }
