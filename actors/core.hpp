@@ -34,6 +34,8 @@ struct engine_core {
   directory dir;
   counters stats;
   std::atomic<bool> closed{false};
+  /// Threads polling in a blocking call (at most one; see options::spin_wait).
+  std::atomic<int> spinners{0};
   store::store_lock lock; ///< held while open, in LMDB modes
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;

@@ -7,8 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <future>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
 #include "actors/messages.hpp"
+#include "actors/spin.hpp"
 #include "actors/validate.hpp"
 #include "store/layout.hpp"
 
@@ -34,12 +36,38 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// One blocking call's answer slot. Shared with the callback, which may be
+// destroyed on an actor's thread after the caller has returned.
+template <class T>
+struct answer_slot {
+  std::mutex m;
+  std::condition_variable cv;
+  std::atomic<bool> done{false};
+  std::optional<result<T>> value;
+};
+
+// Runs `start(callback)` and waits for the callback's result. The first
+// waiter of the engine polls for up to opts.spin_wait before it sleeps; any
+// other waiter sleeps at once (64 polling threads on 2 cores would starve
+// the actors they wait for).
 template <class T, class Start>
-result<T> block_on(Start&& start) {
-  std::promise<result<T>> p;
-  auto f = p.get_future();
-  start([&p](result<T> r) { p.set_value(std::move(r)); });
-  return f.get();
+result<T> block_on(engine_core& core, Start&& start) {
+  auto slot = std::make_shared<answer_slot<T>>();
+  start([slot](result<T> r) {
+    std::lock_guard<std::mutex> g(slot->m);
+    slot->value.emplace(std::move(r));
+    slot->done.store(true, std::memory_order_release);
+    slot->cv.notify_one();
+  });
+  auto ready = [&slot] { return slot->done.load(std::memory_order_acquire); };
+  if (!ready() && core.opts.spin_wait.count() > 0) {
+    if (core.spinners.fetch_add(1, std::memory_order_acq_rel) == 0)
+      spin_until(ready, core.opts.spin_wait);
+    core.spinners.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  std::unique_lock<std::mutex> g(slot->m);
+  slot->cv.wait(g, ready);
+  return std::move(*slot->value);
 }
 
 error closing_error() {
@@ -57,6 +85,8 @@ result<void> check_options(const options& o) {
     return bad("options.max_batch_count and max_batch_bytes must be positive");
   if (o.idle_timeout.count() <= 0)
     return bad("options.idle_timeout must be positive");
+  if (o.spin_wait.count() < 0 || o.spin_wait > std::chrono::milliseconds(10))
+    return bad("options.spin_wait must be 0..10 ms");
   if (o.scheduler != "sharing" && o.scheduler != "stealing")
     return bad("options.scheduler must be \"sharing\" or \"stealing\"");
   if (o.max_store_bytes < (std::uint64_t{1} << 20))
@@ -403,47 +433,50 @@ void engine::flush(callback<void> cb) {
 // -- blocking forms ------------------------------------------------------------
 
 result<session> engine::create_session(create_request req) {
-  return block_on<session>([&](callback<session> cb) { create_session(std::move(req), cb); });
+  return block_on<session>(*core_,
+                           [&](callback<session> cb) { create_session(std::move(req), cb); });
 }
 result<std::optional<session>> engine::get_session(get_request req) {
   return block_on<std::optional<session>>(
-    [&](callback<std::optional<session>> cb) { get_session(std::move(req), cb); });
+    *core_, [&](callback<std::optional<session>> cb) { get_session(std::move(req), cb); });
 }
 result<session_page> engine::list_sessions(list_request req) {
   return block_on<session_page>(
-    [&](callback<session_page> cb) { list_sessions(std::move(req), cb); });
+    *core_, [&](callback<session_page> cb) { list_sessions(std::move(req), cb); });
 }
 result<std::string> engine::get_session_json(get_request req) {
   return block_on<std::string>(
-    [&](callback<std::string> cb) { get_session_json(std::move(req), cb); });
+    *core_, [&](callback<std::string> cb) { get_session_json(std::move(req), cb); });
 }
 result<void> engine::delete_session(session_ref ref) {
-  return block_on<void>([&](callback<void> cb) { delete_session(std::move(ref), cb); });
+  return block_on<void>(*core_,
+                        [&](callback<void> cb) { delete_session(std::move(ref), cb); });
 }
 result<append_result> engine::append_event(append_request req) {
   return block_on<append_result>(
-    [&](callback<append_result> cb) { append_event(std::move(req), cb); });
+    *core_, [&](callback<append_result> cb) { append_event(std::move(req), cb); });
 }
 result<session> engine::begin_invocation(session_ref ref, std::string invocation_id) {
-  return block_on<session>([&](callback<session> cb) {
+  return block_on<session>(*core_, [&](callback<session> cb) {
     begin_invocation(std::move(ref), std::move(invocation_id), cb);
   });
 }
 result<void> engine::end_invocation(session_ref ref, std::string invocation_id) {
-  return block_on<void>([&](callback<void> cb) {
+  return block_on<void>(*core_, [&](callback<void> cb) {
     end_invocation(std::move(ref), std::move(invocation_id), cb);
   });
 }
 result<json> engine::get_app_state(std::string app_name) {
-  return block_on<json>([&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
+  return block_on<json>(*core_,
+                        [&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
 }
 result<json> engine::get_user_state(std::string app_name, std::string user_id) {
-  return block_on<json>([&](callback<json> cb) {
+  return block_on<json>(*core_, [&](callback<json> cb) {
     get_user_state(std::move(app_name), std::move(user_id), cb);
   });
 }
 result<void> engine::flush() {
-  return block_on<void>([&](callback<void> cb) { flush(cb); });
+  return block_on<void>(*core_, [&](callback<void> cb) { flush(cb); });
 }
 
 } // namespace agentstate

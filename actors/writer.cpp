@@ -3,13 +3,15 @@
 // capped in count and bytes, no timer), gives each write set a nested
 // transaction so one failure fails alone, commits, notifies the user and app
 // actors of committed shared-scope writes, and only then answers the session
-// actors (so FIFO mailboxes give read-your-writes to scope reads).
+// actors (so FIFO mailboxes give read-your-writes to scope reads). Polls its
+// mailbox for up to options::spin_wait before it sleeps.
 #include <vector>
 
 #include <caf/all.hpp>
 
 #include "actors/core.hpp"
 #include "actors/messages.hpp"
+#include "actors/spin.hpp"
 #include "actors/validate.hpp"
 
 namespace agentstate::detail {
@@ -101,7 +103,9 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
   };
   auto on_flush = [&](flush_cmd&) { flushes.push_back(self->make_response_promise()); };
   auto on_stop = [&](stop_writer_cmd&) { running = false; };
+  auto has_mail = [self] { return !self->mailbox().empty(); };
   while (running) {
+    spin_until(has_mail, core->opts.spin_wait);
     self->receive(on_write, on_flush, on_stop);
     while (running && batch.size() < max_count && bytes < max_bytes
            && !self->mailbox().empty())

@@ -605,4 +605,60 @@ TEST_CASE_TEMPLATE("async appends from one thread apply in call order", S,
   CHECK(event_ids(s.events) == ids);
 }
 
+TEST_CASE_TEMPLATE("blocking callers each get their own answer whatever spin_wait is", S,
+                   STORES) {
+  // One waiter per engine polls (up to spin_wait), the others sleep; with a
+  // 10 ms budget the poller catches its answer while polling, with 0 nobody
+  // polls. A crossed or lost answer shows as a wrong id or version, or a hang.
+  using std::chrono::microseconds;
+  for (auto spin : {microseconds(0), microseconds(50), microseconds(10'000)}) {
+    CAPTURE(spin.count());
+    auto t = open_engine(S::kind, [spin](options& o) { o.spin_wait = spin; });
+    auto& e = *t;
+    constexpr int threads = 8;
+    constexpr int per_thread = 100;
+    failures f;
+    start_gate gate;
+    std::vector<std::thread> ts;
+    for (int k = 0; k < threads; ++k) {
+      ts.push_back(guarded(f, [&, k] {
+        auto ref = sref("app", "u" + std::to_string(k % 2), "s" + std::to_string(k));
+        if (auto c = e.create_session(create_req(ref)); !c.ok())
+          return f.add("create " + ref.session_id + ": " + describe(c));
+        gate.wait();
+        for (int i = 0; i < per_thread; ++i) {
+          auto id = ref.session_id + "-" + std::to_string(i);
+          auto r = e.append_event(append_req(ref, make_event(json{{"i", i}}, id)));
+          if (!r.ok())
+            f.add(id + ": " + describe(r));
+          else if (r->ev.id != id || r->version != static_cast<std::uint64_t>(i + 1))
+            f.add(id + ": answered with " + r->ev.id + " at version "
+                  + std::to_string(r->version));
+          auto g = e.get_user_state("app", "u" + std::to_string(k % 2));
+          if (!g.ok())
+            f.add(id + ": get_user_state: " + describe(g));
+        }
+      }));
+    }
+    gate.open();
+    join_all(ts);
+    CHECK_NO_FAILURES(f);
+    for (int k = 0; k < threads; ++k)
+      CHECK(get_existing(e, sref("app", "u" + std::to_string(k % 2), "s" + std::to_string(k)))
+              .version
+            == per_thread);
+  }
+}
+
+TEST_CASE("spin_wait outside 0..10 ms is refused at open") {
+  for (auto spin : {std::chrono::microseconds(-1), std::chrono::microseconds(10'001)}) {
+    CAPTURE(spin.count());
+    auto o = make_options(store_kind::memory, "");
+    o.spin_wait = spin;
+    auto r = engine::open(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == errc::invalid_argument);
+  }
+}
+
 TEST_SUITE_END();

@@ -49,7 +49,7 @@ const char* bench_usage =
   "usage: agentstate bench --workload W [--durability sync|nosync|memory]\n"
   "                        [--scale F] [--dir DIR] [--threads N]\n"
   "                        [--scheduler sharing|stealing] [--max-store-mb N]\n"
-  "                        [--max-resident-mb N]\n"
+  "                        [--max-resident-mb N] [--spin-us N]\n"
   "\n"
   "Runs a workload in-process against a fresh store in a temp directory under\n"
   "DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)\n"
@@ -66,6 +66,8 @@ const char* bench_usage =
   "                   64 GiB; lower it to run under valgrind)\n"
   "  --max-resident-mb N options.max_resident_store_bytes in MiB (default: the\n"
   "                   engine's, 128; 0 = never drop mapped store pages)\n"
+  "  --spin-us N      options.spin_wait in microseconds (default: the engine's,\n"
+  "                   50; 0 = waiting threads sleep at once)\n"
   "\n"
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
   "  a  one session, 20,000* sequential appends, each awaited (blocking API)\n"
@@ -86,7 +88,7 @@ const char* bench_usage =
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
   "rss_growth_mb, peak_rss_mb, seconds, settings (scheduler, threads, batch\n"
-  "caps, idle_timeout_ms), stats (commits, batched_writes, max_batch,\n"
+  "caps, idle_timeout_ms, spin_wait_us), stats (commits, batched_writes, max_batch,\n"
   "mean_batch, ...), target and meets_target. Targets are set for --scale 1 on\n"
   "a 2-core machine; they are reported, not enforced.\n"
   "\n"
@@ -474,6 +476,7 @@ struct config {
   std::string scheduler = "sharing";
   std::uint64_t max_store_mb = 0; ///< 0 = the engine's default
   std::optional<std::uint64_t> max_resident_mb; ///< unset = the engine's default
+  std::optional<long> spin_us;                  ///< unset = the engine's default
 };
 
 const char* mode_name(durability d) {
@@ -522,6 +525,8 @@ public:
       opts.max_store_bytes = cfg_.max_store_mb << 20;
     if (cfg_.max_resident_mb)
       opts.max_resident_store_bytes = *cfg_.max_resident_mb << 20;
+    if (cfg_.spin_us)
+      opts.spin_wait = std::chrono::microseconds(*cfg_.spin_us);
     if (idle_timeout.count() > 0)
       opts.idle_timeout = idle_timeout;
     if (cfg_.mode != durability::memory) {
@@ -573,6 +578,7 @@ public:
     s["max_batch_bytes"] = o.max_batch_bytes;
     s["max_store_mb"] = o.max_store_bytes >> 20;
     s["max_resident_mb"] = o.max_resident_store_bytes >> 20;
+    s["spin_wait_us"] = o.spin_wait.count();
     settings = s;
     auto st = eng->stats();
     ojson x;
@@ -1360,6 +1366,12 @@ int run_bench(const args& argv) {
       if (end == v.c_str() || *end != '\0' || n > (std::uint64_t{1} << 24))
         return usage_error("--max-resident-mb takes a number 0..16777216");
       cfg.max_resident_mb = n;
+    } else if (a == "--spin-us") {
+      char* end = nullptr;
+      auto n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 0 || n > 10000)
+        return usage_error("--spin-us takes a number 0..10000");
+      cfg.spin_us = n;
     } else if (a == "--max-store-mb") {
       char* end = nullptr;
       auto n = std::strtoull(v.c_str(), &end, 10);

@@ -17,9 +17,10 @@ enum class durability {
   /// fsync per group commit: an acknowledged write survives an OS crash or
   /// power loss. The default.
   sync,
-  /// No fsync: an acknowledged write survives a crash of this process but may
-  /// be lost (never torn: the store stays consistent) if the OS crashes.
-  /// `flush()` forces what is acknowledged to disk.
+  /// No fsync: an acknowledged write survives a crash of this process. An OS
+  /// crash or power loss may lose the last transactions and, as LMDB's
+  /// MDB_NOSYNC documents, may corrupt the store unless the filesystem
+  /// preserves write order. `flush()` forces what is acknowledged to disk.
   nosync,
   /// Nothing on disk; everything is gone when the engine closes. `dir` is
   /// ignored. Same semantics otherwise (one conformance suite covers both).
@@ -90,6 +91,15 @@ struct options {
   /// this many bytes, into one transaction.
   std::size_t max_batch_count = 1024;
   std::size_t max_batch_bytes = 32 << 20;
+  /// How long a thread that waits for the engine polls before it sleeps:
+  /// the store writer waiting for work, and one thread at a time (per
+  /// engine) blocked in a blocking call waiting for its answer; other
+  /// blocked threads sleep at once. Waking a sleeping thread costs tens of
+  /// microseconds on small VMs, more than an append's own work, so an
+  /// awaited append one at a time is ~3x faster with polling (README,
+  /// Performance). Each poll yields the core to runnable threads. Costs up
+  /// to this much CPU per wait; 0 = never poll. At most 10 ms.
+  std::chrono::microseconds spin_wait{50};
   /// CAF worker threads; 0 = the number of cores.
   std::size_t threads = 0;
   /// CAF scheduler policy: "sharing" (default: cheaper blocking calls from

@@ -75,6 +75,9 @@ TEST_CASE("bench refuses bad usage with exit 2") {
   CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --durability fast 2>/dev/null")
           .exit_code
         == 2);
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --spin-us -1 2>/dev/null")
+          .exit_code
+        == 2);
 }
 
 TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload") {
@@ -117,6 +120,7 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
     CHECK(s.value("threads", 0) >= 1);
     CHECK(s.value("max_batch_count", 0) >= 1);
     CHECK(s.value("idle_timeout_ms", 0) >= 1);
+    CHECK(s.value("spin_wait_us", -1) == 50); // options::spin_wait's default
     REQUIRE(j.contains("stats"));
     auto& st = j["stats"];
     CHECK(st.value("commits", 0) >= 1);
@@ -155,9 +159,9 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
   CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g"});
 }
 
-TEST_CASE("bench in memory mode runs a workload") {
+TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the engine") {
   auto r = run(std::string(AGENTSTATE_BIN)
-               + " bench --workload a,g --scale 0.001 --durability memory");
+               + " bench --workload a,g --scale 0.001 --durability memory --spin-us 0");
   INFO("stdout:\n", r.out);
   CHECK(r.exit_code == 0);
   auto lines = lines_of(r.out);
@@ -166,6 +170,7 @@ TEST_CASE("bench in memory mode runs a workload") {
     auto parsed = agentstate::parse_json(line, 64);
     REQUIRE(parsed.ok());
     CHECK(parsed->value("durability", "") == "memory");
+    CHECK(parsed->value("settings", agentstate::json::object()).value("spin_wait_us", -1) == 0);
     CHECK(positive_number(*parsed, "events_per_s"));
   }
 }
