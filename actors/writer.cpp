@@ -1,10 +1,12 @@
 // The store writer: the only code that opens write transactions. A detached
 // blocking actor that drains its mailbox into one transaction (group commit,
-// capped in count and bytes, no timer), gives each write set a nested
-// transaction so one failure fails alone, commits, notifies the user and app
-// actors of committed shared-scope writes, and only then answers the session
-// actors (so FIFO mailboxes give read-your-writes to scope reads). Polls its
-// mailbox for up to options::spin_wait before it sleeps.
+// capped in count and bytes, no timer), makes one failure fail alone (a
+// precondition failure writes nothing; a storage failure part-way through a
+// write set reruns the batch with a nested transaction per write set),
+// commits, notifies the user and app actors of committed shared-scope
+// writes, and only then answers the session actors (so FIFO mailboxes give
+// read-your-writes to scope reads). Polls its mailbox for up to
+// options::spin_wait before it sleeps.
 #include <vector>
 
 #include <caf/all.hpp>
@@ -30,8 +32,57 @@ void update_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
   }
 }
 
-// Runs one group commit over `batch`; fills each item's reply.
-void commit_batch(engine_core& core, std::vector<item>& batch, std::uint64_t& txn_id) {
+// The usual group commit: every write set applied straight into one
+// transaction. A write set that fails a precondition has written nothing
+// (store::apply's contract), so it fails alone. Returns false, with the
+// transaction aborted and every write set and reply as they came, when a
+// write set throws (it may have written part of itself, and only a savepoint
+// can take that back: commit_batch_isolated) or when one has a late binding
+// (resolve_late accumulates into it, so it cannot be run twice). A failed
+// commit fails every write set, as in commit_batch_isolated.
+// Costs: LMDB copies each page a transaction dirties once per (nested)
+// transaction, so one transaction for the batch instead of one savepoint per
+// write set saves a page copy for every page two write sets share.
+bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint64_t& txn_id) {
+  for (auto& it : batch)
+    if (it.ws.late)
+      return false;
+  std::unique_ptr<store::kv_write> txn;
+  std::size_t ok = 0;
+  try {
+    txn = core.kv->begin_write();
+    txn_id = txn->txn_id();
+    for (auto& it : batch) {
+      auto r = store::apply(*txn, it.ws);
+      if (r)
+        ++ok;
+      else
+        it.reply = write_reply{r.code(), r.err().message, nullptr};
+    }
+  } catch (...) { // kv_failure, bad_alloc, a throwing put of any kind
+    for (auto& it : batch)
+      it.reply = write_reply{};
+    return false;
+  }
+  try {
+    if (ok > 0)
+      txn->commit();
+  } catch (const store::kv_failure& f) {
+    for (auto& it : batch)
+      if (it.reply.code == errc::ok)
+        it.reply = write_reply{f.code, f.message, nullptr};
+  } catch (const std::exception& e) {
+    for (auto& it : batch)
+      if (it.reply.code == errc::ok)
+        it.reply = write_reply{errc::internal, std::string("writer: ") + e.what(), nullptr};
+  }
+  return true;
+}
+
+// The group commit with a savepoint (nested transaction) per write set, so
+// a write set that throws part-way fails alone; fills each item's reply.
+void commit_batch_isolated(engine_core& core, std::vector<item>& batch,
+                           std::uint64_t& txn_id) {
   try {
     auto txn = core.kv->begin_write();
     txn_id = txn->txn_id();
@@ -112,7 +163,8 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
       self->receive(on_write, on_flush, on_stop);
     if (!batch.empty()) {
       std::uint64_t txn_id = 0;
-      commit_batch(*core, batch, txn_id);
+      if (!commit_batch_direct(*core, batch, txn_id))
+        commit_batch_isolated(*core, batch, txn_id);
       std::uint64_t ok = 0;
       for (auto& it : batch)
         ok += it.reply.code == errc::ok ? 1 : 0;

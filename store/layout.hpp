@@ -109,7 +109,9 @@ struct write_set {
 /// Applies `ws` inside `txn`. Precondition failures come back as errors
 /// (already_exists for a create of an existing id; not_found, or unavailable
 /// when an earlier append of the session failed so this one's version no
-/// longer follows). Throws kv_failure on storage failure.
+/// longer follows), and only before the first write: an error return leaves
+/// `txn` as it was. Throws kv_failure on storage failure, possibly after
+/// some of the write set's puts.
 result<void> apply(kv_write& txn, const write_set& ws);
 
 // -- reads ---------------------------------------------------------------------

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "store/layout.hpp"
+#include "support/test_support.hpp"
 
 using namespace agentstate;
 using namespace agentstate::store;
@@ -98,4 +101,66 @@ TEST_CASE("layout: apply enforces create/append preconditions") {
   REQUIRE(found);
   REQUIRE(*found);
   CHECK((**found).version == 1);
+}
+
+namespace {
+
+// Every row of every table as seen by `txn`: (table, key, value).
+std::vector<std::tuple<int, std::string, std::string>> all_rows(kv_read& txn) {
+  std::vector<std::tuple<int, std::string, std::string>> out;
+  for (std::size_t t = 0; t < table_count; ++t)
+    txn.scan(static_cast<table>(t), "", "", [&](std::string_view k, std::string_view v) {
+      out.emplace_back(static_cast<int>(t), std::string(k), std::string(v));
+      return true;
+    });
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("layout: a write set that apply refuses leaves the transaction as it was") {
+  // The writer applies a whole group commit in one transaction without
+  // savepoints (actors/writer.cpp, commit_batch_direct): a refused write set
+  // must not have written anything first. Each refusal below carries rows in
+  // every scope, so a put before its check would show.
+  agentstate::test::temp_dir dir;
+  std::vector<std::pair<std::string, std::unique_ptr<kv_store>>> stores;
+  stores.emplace_back("memory", make_memory_kv());
+  stores.emplace_back("lmdb", open_lmdb_kv(dir.str(), false, std::uint64_t{64} << 20));
+  for (auto& [name, kv] : stores) {
+    CAPTURE(name);
+    write_set create;
+    create.op = write_set::kind::create;
+    create.app = "app";
+    create.user = "u";
+    create.id = "s";
+    create.time = 10;
+    create.session_writes.push_back({"k", json(), "1"});
+    create.user_writes.push_back({"uk", json(1), "1"});
+    create.app_writes.push_back({"ak", json(1), "1"});
+    write_set append = create;
+    append.op = write_set::kind::append;
+    append.version = 1;
+    append.event_id = "e1";
+    append.event_text = R"({"id":"e1"})";
+    append.time = 11;
+    write_set missing = append;
+    missing.id = "nobody";
+    auto w = kv->begin_write();
+    REQUIRE(apply(*w, create).ok());
+    REQUIRE(apply(*w, append).ok());
+    const auto before = all_rows(*w);
+    REQUIRE(before.size() > 5);
+    CHECK(apply(*w, create).code() == errc::already_exists);
+    CHECK(all_rows(*w) == before);
+    CHECK(apply(*w, missing).code() == errc::not_found);
+    CHECK(all_rows(*w) == before);
+    append.version = 3; // does not follow the stored version 1
+    append.event_id = "e3";
+    CHECK(apply(*w, append).code() == errc::unavailable);
+    CHECK(all_rows(*w) == before);
+    w->commit();
+    auto r = kv->begin_read();
+    CHECK(all_rows(*r) == before);
+  }
 }
