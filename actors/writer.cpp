@@ -32,6 +32,25 @@ void update_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
   }
 }
 
+// Runs `fn`, a transaction's work; if it throws (a kv_failure or any
+// std::exception), every write set of `batch` not already failed fails with
+// that error: the transaction, or its commit, failed and none is stored.
+template <class F>
+void or_fail_rest(std::vector<item>& batch, F&& fn) {
+  auto fail_rest = [&batch](errc code, const std::string& message) {
+    for (auto& it : batch)
+      if (it.reply.code == errc::ok)
+        it.reply = write_reply{code, message, nullptr};
+  };
+  try {
+    fn();
+  } catch (const store::kv_failure& f) {
+    fail_rest(f.code, f.message);
+  } catch (const std::exception& e) {
+    fail_rest(errc::internal, std::string("writer: ") + e.what());
+  }
+}
+
 // The usual group commit: every write set applied straight into one
 // transaction. A write set that fails a precondition has written nothing
 // (store::apply's contract), so it fails alone. Returns false, with the
@@ -64,18 +83,10 @@ bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint6
       it.reply = write_reply{};
     return false;
   }
-  try {
+  or_fail_rest(batch, [&] {
     if (ok > 0)
       txn->commit();
-  } catch (const store::kv_failure& f) {
-    for (auto& it : batch)
-      if (it.reply.code == errc::ok)
-        it.reply = write_reply{f.code, f.message, nullptr};
-  } catch (const std::exception& e) {
-    for (auto& it : batch)
-      if (it.reply.code == errc::ok)
-        it.reply = write_reply{errc::internal, std::string("writer: ") + e.what(), nullptr};
-  }
+  });
   return true;
 }
 
@@ -83,7 +94,9 @@ bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint6
 // a write set that throws part-way fails alone; fills each item's reply.
 void commit_batch_isolated(engine_core& core, std::vector<item>& batch,
                            std::uint64_t& txn_id) {
-  try {
+  // A throw out of here: the transaction (or its commit) failed and nothing
+  // of this batch is stored.
+  or_fail_rest(batch, [&] {
     auto txn = core.kv->begin_write();
     txn_id = txn->txn_id();
     std::size_t ok = 0;
@@ -108,16 +121,7 @@ void commit_batch_isolated(engine_core& core, std::vector<item>& batch,
     }
     if (ok > 0)
       txn->commit();
-  } catch (const store::kv_failure& f) {
-    // The transaction (or its commit) failed: nothing of this batch is stored.
-    for (auto& it : batch)
-      if (it.reply.code == errc::ok)
-        it.reply = write_reply{f.code, f.message, nullptr};
-  } catch (const std::exception& e) {
-    for (auto& it : batch)
-      if (it.reply.code == errc::ok)
-        it.reply = write_reply{errc::internal, std::string("writer: ") + e.what(), nullptr};
-  }
+  });
 }
 
 // Tells the live user and app actors about committed shared-scope writes.

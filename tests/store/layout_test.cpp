@@ -67,20 +67,36 @@ TEST_CASE("layout: session keys of different sessions never prefix each other's 
   CHECK(k2.compare(0, k1.size(), k1) != 0);
 }
 
-TEST_CASE("layout: apply enforces create/append preconditions") {
-  auto kv = make_memory_kv();
+namespace {
+
+// A create of session app/u/s at time 10.
+write_set sample_create() {
   write_set create;
   create.op = write_set::kind::create;
   create.app = "app";
   create.user = "u";
   create.id = "s";
   create.time = 10;
+  return create;
+}
+
+// The first append (event e1, time 11) of the session `create` makes.
+write_set sample_append(const write_set& create) {
   write_set append = create;
   append.op = write_set::kind::append;
   append.version = 1;
   append.event_id = "e1";
   append.event_text = R"({"id":"e1"})";
   append.time = 11;
+  return append;
+}
+
+} // namespace
+
+TEST_CASE("layout: apply enforces create/append preconditions") {
+  auto kv = make_memory_kv();
+  auto create = sample_create();
+  auto append = sample_append(create);
   auto w = kv->begin_write();
   CHECK(apply(*w, append).code() == errc::not_found);
   CHECK(apply(*w, create).ok());
@@ -129,21 +145,11 @@ TEST_CASE("layout: a write set that apply refuses leaves the transaction as it w
   stores.emplace_back("lmdb", open_lmdb_kv(dir.str(), false, std::uint64_t{64} << 20));
   for (auto& [name, kv] : stores) {
     CAPTURE(name);
-    write_set create;
-    create.op = write_set::kind::create;
-    create.app = "app";
-    create.user = "u";
-    create.id = "s";
-    create.time = 10;
+    auto create = sample_create();
     create.session_writes.push_back({"k", json(), "1"});
     create.user_writes.push_back({"uk", json(1), "1"});
     create.app_writes.push_back({"ak", json(1), "1"});
-    write_set append = create;
-    append.op = write_set::kind::append;
-    append.version = 1;
-    append.event_id = "e1";
-    append.event_text = R"({"id":"e1"})";
-    append.time = 11;
+    auto append = sample_append(create);
     write_set missing = append;
     missing.id = "nobody";
     auto w = kv->begin_write();
