@@ -1,9 +1,11 @@
 // examples/quickstart.cpp: the smallest complete use of the engine. Built with
 // the project and run as a CTest smoke test; the README quotes it.
 //
-// usage: quickstart [STORE_DIR]   (default: a new directory under /tmp)
+// usage: quickstart [STORE_DIR]   (default: a new directory under /tmp,
+//                                   removed at exit)
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <string>
 
@@ -11,10 +13,11 @@
 
 using namespace agentstate;
 
-int main(int argc, char** argv) {
-  char tmpl[] = "/tmp/agentstate-quickstart-XXXXXX";
+namespace {
+
+int run(const std::string& dir) {
   options opts;
-  opts.dir = argc > 1 ? argv[1] : ::mkdtemp(tmpl); // durability::sync by default
+  opts.dir = dir; // durability::sync by default
   auto eng = engine::open(opts);
   if (!eng) {
     std::fprintf(stderr, "open: %s\n", to_string(eng.err()).c_str());
@@ -54,4 +57,20 @@ int main(int argc, char** argv) {
   std::printf("session %s v%llu: %s\n", (*got)->id.c_str(),
               static_cast<unsigned long long>((*got)->version), (*got)->state.dump().c_str());
   return (*got)->state == json{{"step", 1}, {"app:calls", 7}, {"user:lang", "en"}} ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1)
+    return run(argv[1]);
+  char tmpl[] = "/tmp/agentstate-quickstart-XXXXXX";
+  if (!::mkdtemp(tmpl)) {
+    std::perror("quickstart: mkdtemp");
+    return 1;
+  }
+  int rc = run(tmpl); // the engine is closed when run returns
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+  return rc;
 }
