@@ -1315,6 +1315,18 @@ ojson workload_g(const config& cfg) {
 
 // -- the command ------------------------------------------------------------------
 
+/// `v` as a whole decimal number in lo..hi; nullopt for anything else
+/// (empty, a sign, trailing characters, out of range).
+std::optional<std::uint64_t> whole_number(const std::string& v, std::uint64_t lo,
+                                          std::uint64_t hi) {
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 19)
+    return std::nullopt;
+  auto n = std::strtoull(v.c_str(), nullptr, 10);
+  if (n < lo || n > hi)
+    return std::nullopt;
+  return n;
+}
+
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "bench: %s\n\n%s", msg.c_str(), bench_usage);
   return 2;
@@ -1355,29 +1367,25 @@ int run_bench(const args& argv) {
     } else if (a == "--dir") {
       cfg.base_dir = v;
     } else if (a == "--threads") {
-      char* end = nullptr;
-      auto n = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 0 || n > 256)
+      auto n = whole_number(v, 0, 256);
+      if (!n)
         return usage_error("--threads takes a number 0..256");
-      cfg.threads = static_cast<std::size_t>(n);
+      cfg.threads = static_cast<std::size_t>(*n);
     } else if (a == "--max-resident-mb") {
-      char* end = nullptr;
-      auto n = std::strtoull(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n > (std::uint64_t{1} << 24))
+      auto n = whole_number(v, 0, std::uint64_t{1} << 24);
+      if (!n)
         return usage_error("--max-resident-mb takes a number 0..16777216");
-      cfg.max_resident_mb = n;
+      cfg.max_resident_mb = *n;
     } else if (a == "--spin-us") {
-      char* end = nullptr;
-      auto n = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 0 || n > 10000)
+      auto n = whole_number(v, 0, 10000);
+      if (!n)
         return usage_error("--spin-us takes a number 0..10000");
-      cfg.spin_us = n;
+      cfg.spin_us = static_cast<long>(*n);
     } else if (a == "--max-store-mb") {
-      char* end = nullptr;
-      auto n = std::strtoull(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 1 || n > (std::uint64_t{1} << 24))
+      auto n = whole_number(v, 1, std::uint64_t{1} << 24);
+      if (!n)
         return usage_error("--max-store-mb takes a number 1..16777216");
-      cfg.max_store_mb = n;
+      cfg.max_store_mb = *n;
     } else if (a == "--scheduler") {
       if (v != "sharing" && v != "stealing")
         return usage_error("--scheduler takes sharing or stealing");
