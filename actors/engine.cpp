@@ -18,6 +18,7 @@
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
 #include "actors/messages.hpp"
+#include "actors/polling_sharing.hpp"
 #include "actors/spin.hpp"
 #include "actors/validate.hpp"
 #include "store/layout.hpp"
@@ -198,6 +199,16 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
   core->cfg = std::make_unique<caf::actor_system_config>();
   core->cfg->set("scheduler.policy", caf::atom_from_string(core->opts.scheduler));
   core->cfg->set("scheduler.max-threads", core->opts.threads);
+  // "sharing" with polling: CAF builds no scheduler of its own when a module
+  // factory supplies one.
+  if (core->opts.scheduler == "sharing" && core->opts.spin_wait.count() > 0) {
+    auto spin = core->opts.spin_wait;
+    core->cfg->module_factories.push_back([spin](caf::actor_system& sys) {
+      auto* c = new caf::scheduler::coordinator<polling_sharing>(sys);
+      c->data().spin = spin;
+      return static_cast<caf::actor_system::module*>(c);
+    });
+  }
   core->sys = std::make_unique<caf::actor_system>(*core->cfg);
   core->writer = spawn_writer(*core);
   return std::unique_ptr<engine>(new engine(std::move(core)));

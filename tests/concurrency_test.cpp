@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -648,6 +649,88 @@ TEST_CASE_TEMPLATE("blocking callers each get their own answer whatever spin_wai
               .version
             == per_thread);
   }
+}
+
+TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers parked or polling", S,
+                   STORES) {
+  // Between bursts every idle CAF worker parks (the pauses outlast
+  // spin_wait); a burst must wake enough of them. With more workers than
+  // cores and many sessions, a lost or missing wake-up leaves an actor
+  // queued with nobody to run it, which shows as a timeout here.
+  using std::chrono::microseconds;
+  struct setting {
+    microseconds spin;
+    std::size_t threads;
+  };
+  for (auto c : {setting{microseconds(0), 2}, setting{microseconds(50), 1},
+                 setting{microseconds(50), 4}, setting{microseconds(2'000), 3}}) {
+    CAPTURE(c.spin.count());
+    CAPTURE(c.threads);
+    auto t = open_engine(S::kind, [c](options& o) {
+      o.spin_wait = c.spin;
+      o.threads = c.threads;
+      o.scheduler = "sharing";
+    });
+    auto& e = *t;
+    constexpr int sessions = 24, bursts = 12;
+    for (int k = 0; k < sessions; ++k)
+      MUST(e.create_session(create_req(sref("app", "u", "b" + std::to_string(k)))));
+    auto sh = std::make_shared<async_acks>(sessions * bursts);
+    for (int b = 0; b < bursts; ++b) {
+      // Longer than the largest spin_wait, so every poller has given up.
+      std::this_thread::sleep_for(std::chrono::milliseconds(b % 2 ? 3 : 12));
+      for (int k = 0; k < sessions; ++k) {
+        int i = b * sessions + k;
+        e.append_event(
+          append_req(sref("app", "u", "b" + std::to_string(k)),
+                     make_event(json{{"b", b}}, "e" + std::to_string(i))),
+          [sh, i](result<append_result> r) {
+            if (sh->calls[i].fetch_add(1) != 0)
+              return;
+            if (r.ok())
+              sh->version_of[i] = r->version;
+            else
+              sh->error_of[i] = describe(r);
+            std::lock_guard<std::mutex> guard(sh->mtx);
+            --sh->pending;
+            sh->cv.notify_all();
+          });
+      }
+      std::unique_lock<std::mutex> lock(sh->mtx);
+      // Each burst is answered before the next pause begins.
+      REQUIRE(sh->cv.wait_for(lock, std::chrono::seconds(30), [&] {
+        return sh->pending == (bursts - b - 1) * sessions;
+      }));
+    }
+    for (int i = 0; i < sessions * bursts; ++i) {
+      CAPTURE(i);
+      CHECK(sh->error_of[i].empty());
+      CHECK(sh->version_of[i] == static_cast<std::uint64_t>(i / sessions + 1));
+      CHECK(sh->calls[i].load() == 1);
+    }
+  }
+}
+
+TEST_CASE("an idle engine stops polling: its threads sleep once spin_wait has passed") {
+  // Every poller gives up after spin_wait (10 ms here, the most allowed); an
+  // engine left idle must then cost next to no CPU. One thread polling
+  // without end would burn ~all of the 300 ms measured.
+  auto t = open_engine(store_kind::lmdb, [](options& o) {
+    o.spin_wait = std::chrono::milliseconds(10);
+    o.scheduler = "sharing";
+  });
+  auto& e = *t;
+  auto ref = sref("app", "u", "idle");
+  MUST(e.create_session(create_req(ref)));
+  for (int i = 0; i < 20; ++i)
+    MUST(e.append_event(append_req(ref, make_event(json{{"i", i}}, "i" + std::to_string(i)))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50)); // past every budget
+  const std::clock_t cpu0 = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double cpu_ms = 1000.0 * double(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  INFO("process CPU while idle for 300 ms: ", cpu_ms, " ms");
+  CHECK(cpu_ms < 60.0);
+  CHECK(get_existing(e, ref).version == 20);
 }
 
 TEST_CASE("spin_wait outside 0..10 ms is refused at open") {

@@ -88,7 +88,7 @@ const char* bench_usage =
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
   "rss_growth_mb, peak_rss_mb, seconds, settings (scheduler, threads, batch\n"
-  "caps, idle_timeout_ms, spin_wait_us), stats (commits, batched_writes, max_batch,\n"
+  "caps, idle_timeout_ms, spin_wait_us, workers_poll), stats (commits, batched_writes, max_batch,\n"
   "mean_batch, ...), target and meets_target. Targets are set for --scale 1 on\n"
   "a 2-core machine; they are reported, not enforced.\n"
   "\n"
@@ -579,6 +579,8 @@ public:
     s["max_store_mb"] = o.max_store_bytes >> 20;
     s["max_resident_mb"] = o.max_resident_store_bytes >> 20;
     s["spin_wait_us"] = o.spin_wait.count();
+    // Whether idle CAF workers poll before parking (actors/polling_sharing.hpp).
+    s["workers_poll"] = o.scheduler == "sharing" && o.spin_wait.count() > 0;
     settings = s;
     auto st = eng->stats();
     ojson x;

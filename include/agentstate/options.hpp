@@ -92,18 +92,23 @@ struct options {
   std::size_t max_batch_count = 1024;
   std::size_t max_batch_bytes = 32 << 20;
   /// How long a thread that waits for the engine polls before it sleeps:
-  /// the store writer waiting for work, and one thread at a time (per
-  /// engine) blocked in a blocking call waiting for its answer; other
-  /// blocked threads sleep at once. Waking a sleeping thread costs tens of
-  /// microseconds on small VMs, more than an append's own work, so an
-  /// awaited append one at a time is ~3x faster with polling (README,
-  /// Performance). Each poll yields the core to runnable threads. Costs up
-  /// to this much CPU per wait; 0 = never poll. At most 10 ms.
+  /// the store writer waiting for work; one thread at a time (per engine)
+  /// blocked in a blocking call waiting for its answer; and, with the
+  /// "sharing" scheduler, one idle CAF worker at a time waiting for an actor
+  /// to run. The other waiters sleep at once. Waking a sleeping thread costs
+  /// tens of microseconds on small VMs, more than an append's own work, so
+  /// an awaited append one at a time is several times faster with polling
+  /// (README, Performance). Each poll yields the core to runnable threads.
+  /// Costs up to this much CPU per wait; an idle engine polls for at most
+  /// this long and then sleeps. 0 = never poll (and CAF's own work-sharing
+  /// policy). At most 10 ms.
   std::chrono::microseconds spin_wait{50};
   /// CAF worker threads; 0 = the number of cores.
   std::size_t threads = 0;
-  /// CAF scheduler policy: "sharing" (default: cheaper blocking calls from
-  /// host threads and cheap spawns, see README Performance) or "stealing".
+  /// CAF scheduler policy: "sharing" (default: one central queue; cheaper
+  /// blocking calls from host threads and cheap spawns, see README
+  /// Performance; its idle workers poll per spin_wait) or "stealing" (CAF's
+  /// own, unchanged).
   std::string scheduler = "sharing";
   limits limit;
   /// Derived keys (see derived_key); checked by engine::open.

@@ -121,6 +121,7 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
     CHECK(s.value("max_batch_count", 0) >= 1);
     CHECK(s.value("idle_timeout_ms", 0) >= 1);
     CHECK(s.value("spin_wait_us", -1) == 50); // options::spin_wait's default
+    CHECK(s.value("workers_poll", false) == (s.value("scheduler", "") == "sharing"));
     REQUIRE(j.contains("stats"));
     auto& st = j["stats"];
     CHECK(st.value("commits", 0) >= 1);
@@ -171,6 +172,8 @@ TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the en
     REQUIRE(parsed.ok());
     CHECK(parsed->value("durability", "") == "memory");
     CHECK(parsed->value("settings", agentstate::json::object()).value("spin_wait_us", -1) == 0);
+    CHECK(parsed->value("settings", agentstate::json::object()).value("workers_poll", true)
+          == false);
     CHECK(positive_number(*parsed, "events_per_s"));
   }
 }
