@@ -88,9 +88,10 @@ const char* bench_usage =
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
   "rss_growth_mb, peak_rss_mb, seconds, settings (scheduler, threads, batch\n"
-  "caps, idle_timeout_ms, spin_wait_us, workers_poll), stats (commits, batched_writes, max_batch,\n"
-  "mean_batch, ...), target and meets_target. Targets are set for --scale 1 on\n"
-  "a 2-core machine; they are reported, not enforced.\n"
+  "caps, idle_timeout_ms, spin_wait_us, workers_poll), stats (commits,\n"
+  "batched_writes, max_batch, mean_batch, ...), target and meets_target.\n"
+  "Targets are set for --scale 1 on a 2-core machine; they are reported, not\n"
+  "enforced.\n"
   "\n"
   "Exit codes: 0 ran and every correctness check held; 1 an engine call or a\n"
   "correctness check failed; 2 bad usage.\n";
