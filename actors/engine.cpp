@@ -116,7 +116,14 @@ double now_seconds() {
 }
 
 std::string make_uuid() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
+  // Seeded with 256 bits: one random_device word (32 bits) would give only
+  // 2^32 streams, so two threads or processes would repeat each other's
+  // ids with a birthday chance of about n^2 / 2^33.
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }();
   std::uint64_t hi = rng(), lo = rng();
   hi = (hi & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
   lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;

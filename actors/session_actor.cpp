@@ -249,6 +249,50 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
            });
 }
 
+/// A6 for a caller's event id: when an append with `cmd`'s id is in flight
+/// or stored, queues `cmd`'s answer as that append's outcome and returns
+/// true. Costs a hash lookup, a read transaction and a dedup-index get.
+bool answer_duplicate(session_actor_t* self, append_cmd& cmd) {
+  auto& st = self->state;
+  const auto& ev = cmd.req.ev;
+  // A6: an id in flight answers with that append's outcome, in order.
+  if (auto it = st.in_flight_ids.find(ev.id); it != st.in_flight_ids.end()) {
+    auto outcome = it->second;
+    auto p = std::make_shared<pending>();
+    p->ready = true;
+    p->run = [outcome, cb = std::move(cmd.cb), core = st.core] {
+      if (outcome->has_value() && (*outcome)->ok())
+        core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
+      if (outcome->has_value())
+        cb(**outcome);
+      else
+        cb(error{errc::internal, "duplicate of an unfinished append"});
+    };
+    st.queue.push_back(std::move(p));
+    return true;
+  }
+  // A6: an id already stored answers with the stored event and version.
+  try {
+    auto txn = st.core->kv->begin_read();
+    auto found = store::find_event(*txn, st.skey, ev.id);
+    if (!found) {
+      answer(self, [cb = std::move(cmd.cb), e = std::move(found).err()] { cb(e); });
+      return true;
+    }
+    if (*found) {
+      st.core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
+      answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable {
+        cb(std::move(r));
+      });
+      return true;
+    }
+  } catch (const store::kv_failure& f) {
+    answer(self, [cb = std::move(cmd.cb), f] { cb(error{f.code, f.message}); });
+    return true;
+  }
+  return false;
+}
+
 void on_append(session_actor_t* self, append_cmd& cmd) {
   auto& st0 = self->state;
   auto checked = validate_event(st0.core->opts.limit, cmd.req.ev);
@@ -277,43 +321,12 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
       return;
     }
     auto& ev = cmd.req.ev;
-    if (ev.id.empty())
+    // A generated id (122 random bits) is in no stored or in-flight event.
+    const bool generated = ev.id.empty();
+    if (generated)
       ev.id = make_uuid();
-    // A6: an id in flight answers with that append's outcome, in order.
-    if (auto it = st.in_flight_ids.find(ev.id); it != st.in_flight_ids.end()) {
-      auto outcome = it->second;
-      auto p = std::make_shared<pending>();
-      p->ready = true;
-      p->run = [outcome, cb = std::move(cmd.cb), core = st.core] {
-        if (outcome->has_value() && (*outcome)->ok())
-          core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
-        if (outcome->has_value())
-          cb(**outcome);
-        else
-          cb(error{errc::internal, "duplicate of an unfinished append"});
-      };
-      st.queue.push_back(std::move(p));
+    else if (answer_duplicate(self, cmd))
       return;
-    }
-    // A6: an id already stored answers with the stored event and version.
-    try {
-      auto txn = st.core->kv->begin_read();
-      auto found = store::find_event(*txn, st.skey, ev.id);
-      if (!found) {
-        answer(self, [cb = std::move(cmd.cb), e = std::move(found).err()] { cb(e); });
-        return;
-      }
-      if (*found) {
-        st.core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
-        answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable {
-          cb(std::move(r));
-        });
-        return;
-      }
-    } catch (const store::kv_failure& f) {
-      answer(self, [cb = std::move(cmd.cb), f] { cb(error{f.code, f.message}); });
-      return;
-    }
     if (cmd.req.expected_version && *cmd.req.expected_version != st.version) {
       error e{errc::version_conflict,
               "expected version " + std::to_string(*cmd.req.expected_version)
@@ -331,19 +344,31 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
       return;
     }
     st.version += 1;
-    auto outcome = std::make_shared<std::optional<result<append_result>>>();
-    st.in_flight_ids.emplace(ev.id, outcome);
     append_result stored{std::move(prepared->stored), st.version};
+    // A caller's id is in flight until the writer answers (A6). Keyed by the
+    // stored event's id: `ev` is moved from.
+    append_outcome outcome;
+    if (!generated) {
+      outcome = std::make_shared<std::optional<result<append_result>>>();
+      st.in_flight_ids.emplace(stored.ev.id, outcome);
+    }
     submit(self, std::move(prepared->ws),
            [self, cb = std::move(cmd.cb), stored = std::move(stored),
             temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
             outcome](result<void> r, std::shared_ptr<store::late_binding> late) mutable {
              auto& st = self->state;
-             auto it = st.in_flight_ids.find(stored.ev.id);
-             if (it != st.in_flight_ids.end() && it->second == outcome)
-               st.in_flight_ids.erase(it);
+             if (outcome) {
+               auto it = st.in_flight_ids.find(stored.ev.id);
+               if (it != st.in_flight_ids.end() && it->second == outcome)
+                 st.in_flight_ids.erase(it);
+             }
+             // Duplicates that arrived in flight hold `outcome` too (all on
+             // this actor's thread); without them nobody reads it, and
+             // copying the event is skipped.
+             const bool awaited = outcome && outcome.use_count() > 1;
              if (!r) {
-               *outcome = result<append_result>{r.err()};
+               if (awaited)
+                 *outcome = result<append_result>{r.err()};
                cb(std::move(r).err());
                return;
              }
@@ -362,7 +387,8 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
                for (auto& k : temp_removed)
                  st.temp.erase(k);
              }
-             *outcome = result<append_result>{stored};
+             if (awaited)
+               *outcome = result<append_result>{stored};
              cb(std::move(stored));
            });
 }

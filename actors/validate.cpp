@@ -46,8 +46,8 @@ result<void> check_depth(const limits& lim, const json& x, const std::string& wh
 
 result<void> check_member_depths(const limits& lim, const json& obj, const char* what) {
   for (auto it = obj.begin(); it != obj.end(); ++it)
-    if (auto r = check_depth(lim, it.value(), std::string(what) + " '" + it.key() + "'"); !r)
-      return r;
+    if (json_depth(it.value(), lim.max_json_depth) > lim.max_json_depth) // label only then
+      return check_depth(lim, it.value(), std::string(what) + " '" + it.key() + "'");
   return {};
 }
 
@@ -370,14 +370,20 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
   auto& ws = out.ws;
   // temp: keys leave the delta here (A3); the rest is encoded row by row.
   json& delta = ev.actions.state_delta;
+  std::size_t rows[4] = {}; // by scope, so each row vector allocates once
   for (auto it = delta.begin(); it != delta.end();) {
-    if (scope_of(it.key()) == scope::temp) {
+    auto sc = scope_of(it.key());
+    if (sc == scope::temp) {
       out.temp[it.key()] = std::move(it.value());
       it = delta.erase(it);
     } else {
+      ++rows[static_cast<std::size_t>(sc)];
       ++it;
     }
   }
+  ws.session_writes.reserve(rows[static_cast<std::size_t>(scope::session)]);
+  ws.user_writes.reserve(rows[static_cast<std::size_t>(scope::user)]);
+  ws.app_writes.reserve(rows[static_cast<std::size_t>(scope::app)]);
   // Removes: temp: ones are the invocation's; the rest become erased rows.
   auto& removes = ev.actions.state_remove;
   std::sort(removes.begin(), removes.end());

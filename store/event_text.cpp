@@ -1,6 +1,7 @@
 #include "store/event_text.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <vector>
@@ -11,19 +12,71 @@ namespace {
 
 using serializer = nlohmann::detail::serializer<json>;
 
-// A JSON string in nlohmann's escaping (ensure_ascii off): ", \ and the
-// control characters below 0x20 are escaped, the short forms where JSON has
-// them and \u00xx (lowercase hex) otherwise; everything else is copied.
-void append_escaped(std::string& out, std::string_view s) {
+// The length of the UTF-8 sequence starting at the non-ASCII byte s[i], or 0
+// when it is not strict UTF-8 (overlong, surrogate, above U+10FFFF, cut off).
+std::size_t utf8_sequence(std::string_view s, std::size_t i) noexcept {
+  auto c = static_cast<unsigned char>(s[i]);
+  std::size_t len;
+  std::uint32_t cp;
+  if ((c & 0xe0) == 0xc0) {
+    len = 2;
+    cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    len = 3;
+    cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size())
+    return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xc0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (cc & 0x3f);
+  }
+  if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
+      || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return len;
+}
+
+// Bytes copied as they are without a closer look: printable ASCII but " and \.
+constexpr std::array<bool, 256> plain_bytes = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x80; ++c)
+    t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+  return t;
+}();
+
+// Appends `s` as a JSON string in nlohmann's escaping (ensure_ascii off):
+// ", \ and the control characters below 0x20 are escaped, the short forms
+// where JSON has them and \u00xx (lowercase hex) otherwise; everything else
+// is copied. Returns false, leaving `out` partly written, when `s` is not
+// strict UTF-8. One pass over `s`.
+bool append_escaped(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
   out += '"';
   std::size_t run = 0; // start of the bytes not yet copied
-  for (std::size_t i = 0; i < s.size(); ++i) {
+  std::size_t i = 0;
+  while (i < s.size()) {
     auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\')
+    if (plain_bytes[c]) {
+      ++i;
       continue;
+    }
+    if (c >= 0x80) {
+      auto len = utf8_sequence(s, i);
+      if (len == 0)
+        return false;
+      i += len;
+      continue;
+    }
     out.append(s.data() + run, i - run);
-    run = i + 1;
+    run = ++i;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -40,6 +93,7 @@ void append_escaped(std::string& out, std::string_view s) {
   }
   out.append(s.data() + run, s.size() - run);
   out += '"';
+  return true;
 }
 
 // One member of an object being written, in the order keys sort.
@@ -55,15 +109,30 @@ bool key_less(const member& a, const member& b) {
   return a.key < b.key;
 }
 
+// A buffer and a serializer writing into it, one per thread: a serializer
+// costs a 512-byte indent string, a shared output adapter and a
+// localeconv() call to build, and keeps no state between dumps.
+struct encoder {
+  std::string buf;
+  serializer ser{nlohmann::detail::output_adapter<char, std::string>(buf), ' '};
+};
+
 class writer {
 public:
-  explicit writer(std::string& out)
-      : out_(out), ser_(nlohmann::detail::output_adapter<char, std::string>(out), ' ') {}
+  explicit writer(encoder& enc) : out_(enc.buf), ser_(enc.ser) {}
 
   // False when a string is not valid UTF-8; nlohmann's own exceptions for a
   // value propagate to encode_event_text.
   bool object(std::vector<member>& members, const event& ev) {
-    std::stable_sort(members.begin(), members.end(), key_less);
+    // Insertion sort (stable) for the usual handful of members: stable_sort
+    // allocates a buffer.
+    if (members.size() <= 16) {
+      for (std::size_t i = 1; i < members.size(); ++i)
+        for (std::size_t j = i; j > 0 && key_less(members[j], members[j - 1]); --j)
+          std::swap(members[j], members[j - 1]);
+    } else {
+      std::stable_sort(members.begin(), members.end(), key_less);
+    }
     out_ += '{';
     bool first = true;
     for (auto& m : members) {
@@ -102,12 +171,7 @@ public:
   }
 
 private:
-  bool string(std::string_view s) {
-    if (!valid_utf8(s))
-      return false;
-    append_escaped(out_, s);
-    return true;
-  }
+  bool string(std::string_view s) { return append_escaped(out_, s); }
 
   // "actions": its unknown members, then state_delta, state_remove (when not
   // empty) and artifact_delta, which take precedence over unknown members of
@@ -115,6 +179,7 @@ private:
   bool actions(const event& ev) {
     const auto& a = ev.actions;
     std::vector<member> m;
+    m.reserve(3 + (a.extra.is_object() ? a.extra.size() : 0));
     m.push_back({"state_delta", member::kind::value, &a.state_delta});
     if (!a.state_remove.empty())
       m.push_back({"state_remove", member::kind::removes});
@@ -128,43 +193,20 @@ private:
   }
 
   std::string& out_;
-  serializer ser_;
+  serializer& ser_;
 };
 
 } // namespace
 
 bool valid_utf8(std::string_view s) noexcept {
-  std::size_t i = 0, n = s.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
       ++i;
       continue;
     }
-    std::size_t len;
-    std::uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n)
-      return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80)
-        return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
-        || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    auto len = utf8_sequence(s, i);
+    if (len == 0)
       return false;
     i += len;
   }
@@ -172,13 +214,14 @@ bool valid_utf8(std::string_view s) noexcept {
 }
 
 result<std::string> encode_event_text(const event& ev) {
-  std::string out;
-  out.reserve(256);
+  thread_local encoder enc;
+  enc.buf.clear();
   try {
-    writer w(out);
+    writer w(enc);
     // Top level: the known members, then unknown ones that do not collide
     // with a known name (known members win, as in to_json(event)).
     std::vector<member> m;
+    m.reserve(7 + (ev.extra.is_object() ? ev.extra.size() : 0));
     m.push_back({"id", member::kind::text, nullptr, &ev.id});
     m.push_back({"invocation_id", member::kind::text, nullptr, &ev.invocation_id});
     m.push_back({"author", member::kind::text, nullptr, &ev.author});
@@ -212,6 +255,9 @@ result<std::string> encode_event_text(const event& ev) {
   } catch (const std::exception& e) {
     return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
   }
+  std::string out(enc.buf);
+  if (enc.buf.capacity() > (std::size_t{1} << 16))
+    std::string().swap(enc.buf); // a large event's buffer is not kept
   return out;
 }
 

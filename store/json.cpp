@@ -40,8 +40,17 @@ result<json> parse_json(std::string_view text, std::size_t max_depth) {
 }
 
 std::size_t json_depth(const json& x, std::size_t limit) {
-  std::size_t deepest = 0;
-  std::vector<std::pair<const json*, std::size_t>> todo{{&x, 0}};
+  if (!x.is_structured())
+    return 0;
+  // Level 1 is walked here, so a value without nested containers (the usual
+  // state value) allocates nothing.
+  std::size_t deepest = 1;
+  if (deepest > limit)
+    return deepest;
+  std::vector<std::pair<const json*, std::size_t>> todo;
+  for (const auto& child : x)
+    if (child.is_structured())
+      todo.emplace_back(&child, 1);
   while (!todo.empty()) {
     auto [node, d] = todo.back();
     todo.pop_back();
@@ -61,8 +70,23 @@ std::size_t json_depth(const json& x, std::size_t limit) {
 }
 
 result<std::string> dump_json(const json& x) {
+  // One serializer per thread, writing into one buffer: json::dump() builds
+  // a serializer per call (a 512-byte indent string, a shared output
+  // adapter, a localeconv() call), which costs more than a small value's
+  // text. The serializer keeps no state between dumps.
+  struct encoder {
+    std::string buf;
+    nlohmann::detail::serializer<json> ser{
+      nlohmann::detail::output_adapter<char, std::string>(buf), ' '};
+  };
+  thread_local encoder enc;
+  enc.buf.clear();
   try {
-    return x.dump();
+    enc.ser.dump(x, false, false, 0);
+    std::string out(enc.buf);
+    if (enc.buf.capacity() > (std::size_t{1} << 16))
+      std::string().swap(enc.buf); // a large value's buffer is not kept
+    return out;
   } catch (const json::exception& e) {
     return error{errc::invalid_argument,
                  std::string("cannot encode value: ") + e.what()};

@@ -190,3 +190,63 @@ TEST_CASE_TEMPLATE("faults: reads failing (readers full) are typed errors and ha
     CHECK(n < 400);
   }
 }
+
+// A6 while the first append is in flight: a duplicate queued behind it is
+// answered with its outcome once the writer answers (the stored event and
+// version, or its error). The duplicates are sent back-to-back with the
+// first, so they reach the session actor long before the writer's reply.
+// The bug: the in-flight index was keyed by the event's id after the event
+// had been moved from (an empty string), so every duplicate in flight missed
+// it, missed the store too, and was stored as a new event.
+TEST_CASE_TEMPLATE("regression: A6 duplicates sent while the first append is in flight get "
+                   "its outcome, not a new version (in-flight index keyed by a moved-from id)",
+                   S, test::memory_store, test::lmdb_store) {
+  for (bool fail : {false, true}) {
+    CAPTURE(fail);
+    test::temp_dir dir;
+    auto opts = test::make_options(S::kind, dir.str());
+    auto plan = std::make_shared<store::fault_plan>();
+    auto opened = detail::engine_factory::open(opts, [plan](std::unique_ptr<store::kv_store> kv) {
+      return store::make_faulty_kv(std::move(kv), plan);
+    });
+    REQUIRE(opened.ok());
+    auto& e = **opened;
+    auto ref = test::sref("app", "u", "s");
+    MUST(e.create_session(test::create_req(ref)));
+    if (fail) {
+      // Every write from the next one on fails. Written before the appends
+      // are sent, so the writer sees it (message passing orders the two).
+      plan->forever = true;
+      plan->fail_at = plan->calls.load() + 1;
+    }
+    constexpr int dups = 8;
+    std::vector<std::future<result<append_result>>> acks;
+    for (int i = 0; i <= dups; ++i) {
+      auto p = std::make_shared<std::promise<result<append_result>>>();
+      acks.push_back(p->get_future());
+      // The first carries k = 1; each duplicate a different delta.
+      auto ev = test::make_event(json{{"k", i == 0 ? 1 : 100 + i}}, "e1");
+      e.append_event(test::append_req(ref, std::move(ev)),
+                     [p](result<append_result> r) { p->set_value(std::move(r)); });
+    }
+    for (int i = 0; i <= dups; ++i) {
+      CAPTURE(i);
+      auto r = acks[i].get();
+      if (fail) {
+        CHECK_ERR(r, errc::io_error);
+      } else {
+        REQUIRE_OK(r);
+        CHECK(r.value().version == 1);
+        CHECK(r.value().ev.actions.state_delta == json{{"k", 1}});
+      }
+    }
+    plan->disarmed = true;
+    auto s = e.get_session(test::get_req(ref));
+    REQUIRE_OK(s);
+    REQUIRE(s.value().has_value());
+    CHECK(s.value()->events.size() == (fail ? 0u : 1u));
+    CHECK(s.value()->state == (fail ? json::object() : json{{"k", 1}}));
+    if (!fail)
+      CHECK(e.stats().deduplicated == dups);
+  }
+}

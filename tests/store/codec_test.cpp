@@ -81,6 +81,13 @@ TEST_CASE("dump_json reports invalid UTF-8 instead of throwing") {
   json bad = std::string("\xc3\x28");
   CHECK(dump_json(bad).code() == errc::invalid_argument);
   CHECK(dump_json(json{{"k", "v"}}).value() == R"({"k":"v"})");
+  // dump_json reuses one buffer per thread: a failure part-way through an
+  // object, or a large value, leaves nothing behind for the next value.
+  CHECK(dump_json(json{{"a", "ok"}, {"b", bad}}).code() == errc::invalid_argument);
+  CHECK(dump_json(json{{"k", 1}}).value() == R"({"k":1})");
+  std::string big(100000, 'x');
+  CHECK(dump_json(json(big)).value() == '"' + big + '"');
+  CHECK(dump_json(json(2.5)).value() == "2.5");
 }
 
 TEST_CASE("S1 scope_of: prefixes are case-sensitive and the first match wins") {
