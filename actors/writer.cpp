@@ -131,8 +131,6 @@ void notify_scopes(engine_core& core, std::vector<item>& batch, std::uint64_t tx
       continue;
     auto& ws = it.ws;
     auto send = [&](std::vector<store::state_write>& writes, const std::string& key) {
-      if (writes.empty())
-        return;
       scope_commit msg;
       msg.txn_id = txn_id;
       msg.writes.reserve(writes.size());
@@ -140,8 +138,11 @@ void notify_scopes(engine_core& core, std::vector<item>& batch, std::uint64_t tx
         msg.writes.push_back({std::move(w.key), std::move(w.value), w.erase});
       core.dir.route(key, std::move(msg), nullptr, true);
     };
-    send(ws.user_writes, user_dir_key(ws.app, ws.user));
-    send(ws.app_writes, app_dir_key(ws.app));
+    // Most appends write no shared scope: their keys are not even built.
+    if (!ws.user_writes.empty())
+      send(ws.user_writes, user_dir_key(ws.app, ws.user));
+    if (!ws.app_writes.empty())
+      send(ws.app_writes, app_dir_key(ws.app));
   }
 }
 

@@ -58,7 +58,9 @@ std::string event_key(std::string_view skey, std::uint64_t version) {
 
 std::string by_update_key(std::string_view app, std::string_view user,
                           std::string_view id, double t) {
-  std::string k(app);
+  std::string k;
+  k.reserve(app.size() + user.size() + id.size() + 10);
+  k.append(app);
   k.push_back('\0');
   append_ordered_double(k, t);
   k.append(id);
@@ -69,7 +71,11 @@ std::string by_update_key(std::string_view app, std::string_view user,
 
 std::string by_user_key(std::string_view app, std::string_view user,
                         std::string_view id, double t) {
-  std::string k = user_scope_key(app, user);
+  std::string k;
+  k.reserve(app.size() + user.size() + id.size() + 10);
+  k.append(app);
+  k.push_back('\0');
+  k.append(user);
   k.push_back('\0');
   append_ordered_double(k, t);
   k.append(id);
