@@ -79,11 +79,14 @@ struct write_cmd {
 struct flush_cmd {};
 struct stop_writer_cmd {};
 /// The writer's answer to write_cmd and flush_cmd: ok, or the error. A
-/// late-bound write set's binding comes back resolved.
+/// late-bound write set's binding comes back resolved. `spent` is the write
+/// set itself, handed back so that its memory is freed by the session
+/// actor's thread instead of the store writer's, the engine's busiest.
 struct write_reply {
   errc code = errc::ok;
   std::string message;
   std::shared_ptr<store::late_binding> late;
+  store::write_set spent;
 };
 
 } // namespace agentstate::detail

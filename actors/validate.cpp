@@ -148,7 +148,8 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
   return {};
 }
 
-// Encodes `ev` as stored into ws.event_text, within max_event_bytes.
+// Encodes `ev` as stored into ws.event_row (at ws.time), within
+// max_event_bytes (of its text).
 result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws) {
   auto text = store::encode_event_text(ev);
   if (!text)
@@ -157,7 +158,7 @@ result<void> encode_event(const limits& lim, const event& ev, store::write_set& 
     return error{errc::too_large, "event is " + std::to_string(text->size())
                                     + " bytes as stored; the limit is "
                                     + std::to_string(lim.max_event_bytes)};
-  ws.event_text = std::move(*text);
+  ws.event_row = store::encode_event_row(ws.time, *text);
   return {};
 }
 

@@ -49,7 +49,7 @@ result<void> check_derived(const std::vector<derived_key>& defs);
 /// Finishes a late-bound write set inside the writer's transaction: resolves
 /// modifies against the committed values (in order), recomputes derived keys
 /// whose inputs changed, adds their rows and, for appends, records them in
-/// ws.late->ev and encodes it into ws.event_text. Host functions that throw
+/// ws.late->ev and encodes it into ws.event_row. Host functions that throw
 /// or return values over the limits fail this write set alone
 /// (invalid_argument / too_large). Throws kv_failure on storage failure.
 /// REQUIRES: ws.late set.

@@ -26,6 +26,13 @@ struct item {
   write_reply reply;
 };
 
+write_reply failure(errc code, std::string message) {
+  write_reply r;
+  r.code = code;
+  r.message = std::move(message);
+  return r;
+}
+
 void update_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
   auto cur = x.load(std::memory_order_relaxed);
   while (v > cur && !x.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
@@ -40,7 +47,7 @@ void or_fail_rest(std::vector<item>& batch, F&& fn) {
   auto fail_rest = [&batch](errc code, const std::string& message) {
     for (auto& it : batch)
       if (it.reply.code == errc::ok)
-        it.reply = write_reply{code, message, nullptr};
+        it.reply = failure(code, message);
   };
   try {
     fn();
@@ -76,7 +83,7 @@ bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint6
       if (r)
         ++ok;
       else
-        it.reply = write_reply{r.code(), r.err().message, nullptr};
+        it.reply = failure(r.code(), r.err().message);
     }
   } catch (...) { // kv_failure, bad_alloc, a throwing put of any kind
     for (auto& it : batch)
@@ -113,9 +120,9 @@ void commit_batch_isolated(engine_core& core, std::vector<item>& batch,
           ++ok;
           continue;
         }
-        it.reply = write_reply{r.code(), r.err().message, nullptr};
+        it.reply = failure(r.code(), r.err().message);
       } catch (const store::kv_failure& f) {
-        it.reply = write_reply{f.code, f.message, nullptr};
+        it.reply = failure(f.code, f.message);
       }
       txn->abort_nested();
     }
@@ -183,6 +190,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
       for (auto& it : batch) {
         if (it.reply.code == errc::ok)
           it.reply.late = std::move(it.ws.late);
+        it.reply.spent = std::move(it.ws);
         it.rp.deliver(std::move(it.reply));
       }
       batch.clear();
@@ -193,7 +201,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
       try {
         core->kv->sync();
       } catch (const store::kv_failure& f) {
-        r = write_reply{f.code, f.message, nullptr};
+        r = failure(f.code, f.message);
       }
       for (auto& rp : flushes)
         rp.deliver(r);

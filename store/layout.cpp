@@ -38,48 +38,54 @@ double double_of(std::uint64_t u) {
   return x;
 }
 
+// Key builders. Each set_* form replaces `k`'s contents, so one buffer
+// serves every key a write set touches (apply() builds ~10 per append); the
+// returning forms are for one-off keys.
+
+void set_sub_key(std::string& k, std::string_view parent, std::string_view child) {
+  k.assign(parent);
+  k.push_back('\0');
+  k.append(child);
+}
+
 std::string sub_key(std::string_view parent, std::string_view child) {
   std::string k;
   k.reserve(parent.size() + 1 + child.size());
-  k.append(parent);
-  k.push_back('\0');
-  k.append(child);
+  set_sub_key(k, parent, child);
   return k;
+}
+
+void set_event_key(std::string& k, std::string_view skey, std::uint64_t version) {
+  k.assign(skey);
+  k.push_back('\0');
+  append_be64(k, version);
 }
 
 std::string event_key(std::string_view skey, std::uint64_t version) {
   std::string k;
   k.reserve(skey.size() + 9);
-  k.append(skey);
-  k.push_back('\0');
-  append_be64(k, version);
+  set_event_key(k, skey, version);
   return k;
 }
 
-std::string by_update_key(std::string_view app, std::string_view user,
-                          std::string_view id, double t) {
-  std::string k;
-  k.reserve(app.size() + user.size() + id.size() + 10);
-  k.append(app);
+void set_by_update_key(std::string& k, std::string_view app, std::string_view user,
+                       std::string_view id, double t) {
+  k.assign(app);
   k.push_back('\0');
   append_ordered_double(k, t);
   k.append(id);
   k.push_back('\0');
   k.append(user);
-  return k;
 }
 
-std::string by_user_key(std::string_view app, std::string_view user,
-                        std::string_view id, double t) {
-  std::string k;
-  k.reserve(app.size() + user.size() + id.size() + 10);
-  k.append(app);
+void set_by_user_key(std::string& k, std::string_view app, std::string_view user,
+                     std::string_view id, double t) {
+  k.assign(app);
   k.push_back('\0');
   k.append(user);
   k.push_back('\0');
   append_ordered_double(k, t);
   k.append(id);
-  return k;
 }
 
 error corrupt(std::string what) {
@@ -137,26 +143,26 @@ void delete_prefix(kv_write& txn, table t, const std::string& prefix) {
     txn.del(t, k);
 }
 
-void put_row(kv_write& txn, table t, const std::string& parent, const state_write& w) {
+// `k` is scratch space for the row keys.
+void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w,
+             std::string& k) {
+  set_sub_key(k, parent, w.key);
   if (w.erase)
-    txn.del(t, sub_key(parent, w.key));
+    txn.del(t, k);
   else
-    txn.put(t, sub_key(parent, w.key), w.text);
+    txn.put(t, k, w.text);
 }
 
-void put_rows(kv_write& txn, const write_set& ws, const std::string& skey) {
+void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, std::string& k) {
   for (auto& w : ws.session_writes)
-    put_row(txn, table::session_state, skey, w);
+    put_row(txn, table::session_state, skey, w, k);
   if (!ws.user_writes.empty()) {
     auto ukey = user_scope_key(ws.app, ws.user);
     for (auto& w : ws.user_writes)
-      put_row(txn, table::user_state, ukey, w);
+      put_row(txn, table::user_state, ukey, w, k);
   }
-  if (!ws.app_writes.empty()) {
-    std::string app(ws.app);
-    for (auto& w : ws.app_writes)
-      put_row(txn, table::app_state, app, w);
-  }
+  for (auto& w : ws.app_writes)
+    put_row(txn, table::app_state, ws.app, w, k);
 }
 
 std::string to_hex(std::string_view x) {
@@ -284,7 +290,7 @@ result<event> decode_event_row(std::string_view row) {
 
 std::size_t write_set::bytes() const {
   std::size_t n = 64 + app.size() + user.size() + id.size() + event_id.size()
-                  + event_text.size();
+                  + event_row.size();
   for (auto* v : {&session_writes, &user_writes, &app_writes})
     for (auto& w : *v)
       n += w.key.size() + w.text.size() + 64;
@@ -301,15 +307,19 @@ result<void> apply(kv_write& txn, const write_set& ws) {
     if (!rec)
       return corrupt("session record of '" + ws.id + "'");
   }
+  std::string k; // every other key, in turn
+  k.reserve(2 * skey.size() + 48);
   switch (ws.op) {
     case write_set::kind::create: {
       if (rec)
         return error{errc::already_exists,
                      "session '" + ws.id + "' already exists"};
       session_record r{0, ws.time, ws.time};
-      put_rows(txn, ws, skey);
-      txn.put(table::by_update, by_update_key(ws.app, ws.user, ws.id, ws.time), {});
-      txn.put(table::by_user, by_user_key(ws.app, ws.user, ws.id, ws.time), {});
+      put_rows(txn, ws, skey, k);
+      set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
+      txn.put(table::by_update, k, {});
+      set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
+      txn.put(table::by_user, k, {});
       txn.put(table::sessions, skey, encode_record(r));
       return {};
     }
@@ -320,20 +330,23 @@ result<void> apply(kv_write& txn, const write_set& ws) {
         return error{errc::unavailable,
                      "an earlier append to session '" + ws.id
                        + "' failed; retry with the same event id"};
-      txn.put(table::events, event_key(skey, ws.version),
-              encode_event_row(ws.time, ws.event_text));
+      set_event_key(k, skey, ws.version);
+      txn.put(table::events, k, ws.event_row);
       std::string ver;
       append_be64(ver, ws.version);
-      txn.put(table::event_ids, sub_key(skey, ws.event_id), ver);
-      put_rows(txn, ws, skey);
+      set_sub_key(k, skey, ws.event_id);
+      txn.put(table::event_ids, k, ver);
+      put_rows(txn, ws, skey, k);
       if (rec->last_update_time != ws.time
           || bits_of(rec->last_update_time) != bits_of(ws.time)) {
-        txn.del(table::by_update,
-                by_update_key(ws.app, ws.user, ws.id, rec->last_update_time));
-        txn.del(table::by_user,
-                by_user_key(ws.app, ws.user, ws.id, rec->last_update_time));
-        txn.put(table::by_update, by_update_key(ws.app, ws.user, ws.id, ws.time), {});
-        txn.put(table::by_user, by_user_key(ws.app, ws.user, ws.id, ws.time), {});
+        set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+        txn.del(table::by_update, k);
+        set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+        txn.del(table::by_user, k);
+        set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
+        txn.put(table::by_update, k, {});
+        set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
+        txn.put(table::by_user, k, {});
       }
       rec->version = ws.version;
       rec->last_update_time = ws.time;
@@ -347,10 +360,10 @@ result<void> apply(kv_write& txn, const write_set& ws) {
       delete_prefix(txn, table::session_state, prefix);
       delete_prefix(txn, table::events, prefix);
       delete_prefix(txn, table::event_ids, prefix);
-      txn.del(table::by_update,
-              by_update_key(ws.app, ws.user, ws.id, rec->last_update_time));
-      txn.del(table::by_user,
-              by_user_key(ws.app, ws.user, ws.id, rec->last_update_time));
+      set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+      txn.del(table::by_update, k);
+      set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+      txn.del(table::by_user, k);
       txn.del(table::sessions, skey);
       return {};
     }

@@ -77,7 +77,7 @@ struct state_write {
 /// because it depends on the committed values at commit time: atomic
 /// modifies and derived keys. The writer resolves it inside the write
 /// transaction (detail::resolve_late), adding rows to the write set and the
-/// resolved values to `ev`, then encodes `ev` into event_text.
+/// resolved values to `ev`, then encodes `ev` into event_row.
 struct late_binding {
   event ev; ///< append: the event as stored so far (no temp: keys)
   std::vector<state_modify> modify;
@@ -97,7 +97,9 @@ struct write_set {
   /// create: creation time; append: the event's timestamp.
   double time = 0;
   std::string event_id;
-  std::string event_text;
+  /// append: the event's row as stored (encode_event_row of its text),
+  /// encoded by whoever prepares the write set, off the writer's thread.
+  std::string event_row;
   std::vector<state_write> session_writes, user_writes, app_writes;
   /// Set when the writer must resolve modifies or derived keys first.
   std::shared_ptr<late_binding> late;

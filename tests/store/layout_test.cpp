@@ -86,8 +86,8 @@ write_set sample_append(const write_set& create) {
   append.op = write_set::kind::append;
   append.version = 1;
   append.event_id = "e1";
-  append.event_text = R"({"id":"e1"})";
   append.time = 11;
+  append.event_row = encode_event_row(append.time, R"({"id":"e1"})");
   return append;
 }
 
