@@ -90,6 +90,8 @@ result<void> check_options(const options& o) {
     return bad("options.spin_wait must be 0..10 ms");
   if (o.scheduler != "sharing" && o.scheduler != "stealing")
     return bad("options.scheduler must be \"sharing\" or \"stealing\"");
+  if (o.write_map && o.mode != durability::nosync)
+    return bad("options.write_map needs durability nosync");
   if (o.max_store_bytes < (std::uint64_t{1} << 20))
     return bad("options.max_store_bytes must be at least 1 MiB");
   return check_derived(o.derived);
@@ -193,7 +195,8 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
         return std::move(r).err();
       core->kv = store::open_lmdb_kv(dir, opts.mode == durability::sync,
                                      opts.max_store_bytes,
-                                     {opts.max_resident_store_bytes, std::chrono::milliseconds(250)});
+                                     {opts.max_resident_store_bytes, std::chrono::milliseconds(250)},
+                                     opts.write_map);
     }
   } catch (const store::kv_failure& f) {
     return error{f.code == errc::internal ? errc::io_error : f.code,

@@ -2,7 +2,8 @@
 // blocking actor that drains its mailbox into one transaction (group commit,
 // capped in count and bytes, no timer), makes one failure fail alone (a
 // precondition failure writes nothing; a storage failure part-way through a
-// write set reruns the batch with a nested transaction per write set),
+// write set reruns the batch with a nested transaction per write set, or a
+// transaction per write set on a store that cannot nest),
 // commits, notifies the user and app actors of committed shared-scope
 // writes, and only then answers the session actors (so FIFO mailboxes give
 // read-your-writes to scope reads). Polls its mailbox for up to
@@ -24,6 +25,7 @@ struct item {
   store::write_set ws;
   caf::response_promise rp;
   write_reply reply;
+  std::uint64_t txn_id = 0; ///< the transaction that holds it (if reply is ok)
 };
 
 write_reply failure(errc code, std::string message) {
@@ -69,7 +71,7 @@ void or_fail_rest(std::vector<item>& batch, F&& fn) {
 // Costs: LMDB copies each page a transaction dirties once per (nested)
 // transaction, so one transaction for the batch instead of one savepoint per
 // write set saves a page copy for every page two write sets share.
-bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint64_t& txn_id) {
+bool commit_batch_direct(engine_core& core, std::vector<item>& batch) {
   for (auto& it : batch)
     if (it.ws.late)
       return false;
@@ -77,8 +79,8 @@ bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint6
   std::size_t ok = 0;
   try {
     txn = core.kv->begin_write();
-    txn_id = txn->txn_id();
     for (auto& it : batch) {
+      it.txn_id = txn->txn_id();
       auto r = store::apply(*txn, it.ws);
       if (r)
         ++ok;
@@ -99,15 +101,14 @@ bool commit_batch_direct(engine_core& core, std::vector<item>& batch, std::uint6
 
 // The group commit with a savepoint (nested transaction) per write set, so
 // a write set that throws part-way fails alone; fills each item's reply.
-void commit_batch_isolated(engine_core& core, std::vector<item>& batch,
-                           std::uint64_t& txn_id) {
+void commit_batch_isolated(engine_core& core, std::vector<item>& batch) {
   // A throw out of here: the transaction (or its commit) failed and nothing
   // of this batch is stored.
   or_fail_rest(batch, [&] {
     auto txn = core.kv->begin_write();
-    txn_id = txn->txn_id();
     std::size_t ok = 0;
     for (auto& it : batch) {
+      it.txn_id = txn->txn_id();
       txn->begin_nested();
       try {
         result<void> r;
@@ -131,15 +132,40 @@ void commit_batch_isolated(engine_core& core, std::vector<item>& batch,
   });
 }
 
+// commit_batch_isolated for a store that cannot nest transactions (an LMDB
+// writable map, nosync): one transaction per write set, so each fails or
+// commits alone. Costs a commit (no flush in nosync) per write set.
+void commit_each(engine_core& core, std::vector<item>& batch) {
+  for (auto& it : batch) {
+    try {
+      auto txn = core.kv->begin_write();
+      it.txn_id = txn->txn_id();
+      result<void> r;
+      if (it.ws.late)
+        r = resolve_late(*txn, core, it.ws);
+      if (r)
+        r = store::apply(*txn, it.ws);
+      if (r)
+        txn->commit();
+      else // the transaction aborts as it goes out of scope
+        it.reply = failure(r.code(), r.err().message);
+    } catch (const store::kv_failure& f) {
+      it.reply = failure(f.code, f.message);
+    } catch (const std::exception& e) {
+      it.reply = failure(errc::internal, std::string("writer: ") + e.what());
+    }
+  }
+}
+
 // Tells the live user and app actors about committed shared-scope writes.
-void notify_scopes(engine_core& core, std::vector<item>& batch, std::uint64_t txn_id) {
+void notify_scopes(engine_core& core, std::vector<item>& batch) {
   for (auto& it : batch) {
     if (it.reply.code != errc::ok)
       continue;
     auto& ws = it.ws;
     auto send = [&](std::vector<store::state_write>& writes, const std::string& key) {
       scope_commit msg;
-      msg.txn_id = txn_id;
+      msg.txn_id = it.txn_id;
       msg.writes.reserve(writes.size());
       for (auto& w : writes)
         msg.writes.push_back({std::move(w.key), std::move(w.value), w.erase});
@@ -174,19 +200,28 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
            && !self->mailbox().empty())
       self->receive(on_write, on_flush, on_stop);
     if (!batch.empty()) {
-      std::uint64_t txn_id = 0;
-      if (!commit_batch_direct(*core, batch, txn_id))
-        commit_batch_isolated(*core, batch, txn_id);
-      std::uint64_t ok = 0;
-      for (auto& it : batch)
-        ok += it.reply.code == errc::ok ? 1 : 0;
+      if (!commit_batch_direct(*core, batch)) {
+        if (core->kv->nests())
+          commit_batch_isolated(*core, batch);
+        else
+          commit_each(*core, batch);
+      }
+      std::uint64_t ok = 0, commits = 0, last_txn = 0;
+      for (auto& it : batch) {
+        if (it.reply.code != errc::ok)
+          continue;
+        ++ok;
+        if (commits == 0 || it.txn_id != last_txn) // commit_each: one per write set
+          ++commits;
+        last_txn = it.txn_id;
+      }
       if (ok > 0) {
-        core->stats.commits.fetch_add(1, std::memory_order_relaxed);
+        core->stats.commits.fetch_add(commits, std::memory_order_relaxed);
         core->stats.batched_writes.fetch_add(ok, std::memory_order_relaxed);
-        update_max(core->stats.max_batch, ok);
+        update_max(core->stats.max_batch, commits == 1 ? ok : 1);
       }
       core->stats.failed_writes.fetch_add(batch.size() - ok, std::memory_order_relaxed);
-      notify_scopes(*core, batch, txn_id);
+      notify_scopes(*core, batch);
       for (auto& it : batch) {
         if (it.reply.code == errc::ok)
           it.reply.late = std::move(it.ws.late);

@@ -90,6 +90,7 @@ public:
     return std::make_unique<faulty_write>(std::move(inner), plan_);
   }
   void sync() override { inner_->sync(); }
+  bool nests() const override { return inner_->nests(); }
   kv_info info() override { return inner_->info(); }
   void copy_to(const std::string& dest, bool compact) override {
     inner_->copy_to(dest, compact);

@@ -112,6 +112,9 @@ public:
   /// How many times the store dropped its mapped pages from the process to
   /// keep them under the resident bound (open_lmdb_kv); 0 for other stores.
   virtual std::uint64_t resident_trims() const { return 0; }
+  /// Whether write transactions support begin_nested (false for an LMDB
+  /// store opened with a writable map, where begin_nested throws).
+  virtual bool nests() const { return true; }
 };
 
 /// The in-memory store (durability::memory).
@@ -135,10 +138,13 @@ struct resident_bound {
 /// Opens an LMDB environment in `dir` (which must exist) per DESIGN.md §4:
 /// MDB_NOTLS, every table opened once here, stale readers cleared.
 /// `sync` = fsync per commit. With a resident bound, one thread checks it
-/// (woken every period; stopped by the store's destructor). Throws kv_failure.
+/// (woken every period; stopped by the store's destructor). `write_map`
+/// (REQUIRES: !sync) opens with MDB_WRITEMAP (options::write_map has the
+/// costs); such a store does not nest transactions. Throws kv_failure.
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        std::uint64_t map_size,
-                                       resident_bound bound = {});
+                                       resident_bound bound = {},
+                                       bool write_map = false);
 
 /// Opens an existing store for reading only (MDB_RDONLY): safe beside an
 /// engine in another process; begin_write throws. Errors: not_found when

@@ -1,8 +1,10 @@
 // The LMDB kv_store. Rules from DESIGN.md §4: MDB_NOTLS, every table opened
-// once at open, mdb_reader_check at open, never WRITEMAP|MAPASYNC. The map is
-// reserved at its maximum size up front (address space only; the file grows
-// with use), so no resize ever runs under live readers; MDB_MAP_FULL means the
-// configured maximum is reached and surfaces as storage_full.
+// once at open, mdb_reader_check at open, never WRITEMAP|MAPASYNC (WRITEMAP
+// only with NOSYNC, on request). The map is reserved at its maximum size up
+// front (address space only; the file grows with use, or, with WRITEMAP, is
+// sparse at that size), so no resize ever runs under live readers;
+// MDB_MAP_FULL means the configured maximum is reached and surfaces as
+// storage_full.
 #include "store/kv.hpp"
 
 #include <sys/mman.h>
@@ -64,6 +66,7 @@ struct env_handle {
   lmdb::env owner{nullptr}; // closes the environment last
   MDB_env* env = nullptr;
   MDB_dbi dbi[table_count] = {};
+  bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
 };
 
 class cursor_guard {
@@ -330,7 +333,10 @@ private:
       struct stat st;
       if (::fstat(fd_, &st) != 0)
         continue;
-      auto used = std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size), map_size_);
+      // A writable map's file is sparse at the map's size: its allocated
+      // blocks tell how much of it is in use.
+      auto used = std::min({static_cast<std::uint64_t>(st.st_size),
+                            static_cast<std::uint64_t>(st.st_blocks) * 512, map_size_});
       auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
       used = (used + page - 1) / page * page;
       // In 8 MiB steps: each madvise holds the map's lock while it unmaps,
@@ -378,6 +384,7 @@ public:
   std::uint64_t resident_trims() const override {
     return trimmer_ ? trimmer_->trims() : 0;
   }
+  bool nests() const override { return !h_->write_map; }
   std::unique_ptr<kv_read> begin_read() override {
     if (trimmer_)
       trimmer_->touched();
@@ -427,18 +434,24 @@ private:
 } // namespace
 
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
-                                       std::uint64_t map_size, resident_bound bound) {
+                                       std::uint64_t map_size, resident_bound bound,
+                                       bool write_map) {
+  if (write_map && sync)
+    throw kv_failure{errc::invalid_argument, "a writable map needs nosync"};
   auto h = std::make_unique<env_handle>();
   try {
     h->owner = lmdb::env::create();
     h->owner.set_max_dbs(16);
     h->owner.set_max_readers(1022);
     h->owner.set_mapsize(map_size);
-    h->owner.open(dir.c_str(), MDB_NOTLS | (sync ? 0u : MDB_NOSYNC), 0644);
+    h->owner.open(dir.c_str(),
+                  MDB_NOTLS | (sync ? 0u : MDB_NOSYNC) | (write_map ? MDB_WRITEMAP : 0u),
+                  0644);
   } catch (const lmdb::error& e) {
     fail(e.origin(), e.code());
   }
   h->env = h->owner.handle();
+  h->write_map = write_map;
   int dead = 0;
   check("mdb_reader_check", ::mdb_reader_check(h->env, &dead));
   MDB_txn* txn = nullptr;

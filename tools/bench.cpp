@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,7 +50,7 @@ const char* bench_usage =
   "usage: agentstate bench --workload W [--durability sync|nosync|memory]\n"
   "                        [--scale F] [--dir DIR] [--threads N]\n"
   "                        [--scheduler sharing|stealing] [--max-store-mb N]\n"
-  "                        [--max-resident-mb N] [--spin-us N]\n"
+  "                        [--max-resident-mb N] [--spin-us N] [--write-map]\n"
   "\n"
   "Runs a workload in-process against a fresh store in a temp directory under\n"
   "DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)\n"
@@ -68,6 +69,8 @@ const char* bench_usage =
   "                   engine's, 128; 0 = never drop mapped store pages)\n"
   "  --spin-us N      options.spin_wait in microseconds (default: the engine's,\n"
   "                   50; 0 = waiting threads sleep at once)\n"
+  "  --write-map      options.write_map: LMDB writes through a writable map\n"
+  "                   (nosync only; see the option's costs in options.hpp)\n"
   "\n"
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
   "  a  one session, 20,000* sequential appends, each awaited (blocking API)\n"
@@ -88,7 +91,7 @@ const char* bench_usage =
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
   "rss_growth_mb, peak_rss_mb, seconds, settings (scheduler, threads, batch\n"
-  "caps, idle_timeout_ms, spin_wait_us, workers_poll), stats (commits,\n"
+  "caps, idle_timeout_ms, spin_wait_us, workers_poll, write_map), stats (commits,\n"
   "batched_writes, max_batch, mean_batch, ...), target and meets_target.\n"
   "Targets are set for --scale 1 on a 2-core machine; they are reported, not\n"
   "enforced.\n"
@@ -318,10 +321,15 @@ public:
   temp_store& operator=(const temp_store&) = delete;
   bool ok() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
+  /// The data file's allocated size (a writable map's file is sparse at the
+  /// map's maximum size).
   double size_mb() const {
-    std::error_code ec;
-    auto n = std::filesystem::file_size(std::filesystem::path(path_) / "data.mdb", ec);
-    return ec ? 0.0 : static_cast<double>(n) / (1024.0 * 1024.0);
+    struct stat st;
+    if (::stat((path_ + "/data.mdb").c_str(), &st) != 0)
+      return 0.0;
+    auto used = std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size),
+                                        static_cast<std::uint64_t>(st.st_blocks) * 512);
+    return static_cast<double>(used) / (1024.0 * 1024.0);
   }
 
 private:
@@ -478,6 +486,7 @@ struct config {
   std::uint64_t max_store_mb = 0; ///< 0 = the engine's default
   std::optional<std::uint64_t> max_resident_mb; ///< unset = the engine's default
   std::optional<long> spin_us;                  ///< unset = the engine's default
+  bool write_map = false;
 };
 
 const char* mode_name(durability d) {
@@ -528,6 +537,7 @@ public:
       opts.max_resident_store_bytes = *cfg_.max_resident_mb << 20;
     if (cfg_.spin_us)
       opts.spin_wait = std::chrono::microseconds(*cfg_.spin_us);
+    opts.write_map = cfg_.write_map;
     if (idle_timeout.count() > 0)
       opts.idle_timeout = idle_timeout;
     if (cfg_.mode != durability::memory) {
@@ -582,6 +592,7 @@ public:
     s["spin_wait_us"] = o.spin_wait.count();
     // Whether idle CAF workers poll before parking (actors/polling_sharing.hpp).
     s["workers_poll"] = o.scheduler == "sharing" && o.spin_wait.count() > 0;
+    s["write_map"] = o.write_map;
     settings = s;
     auto st = eng->stats();
     ojson x;
@@ -1347,6 +1358,10 @@ int run_bench(const args& argv) {
       std::fputs(bench_usage, stdout);
       return 0;
     }
+    if (a == "--write-map") { // the one option without a value
+      cfg.write_map = true;
+      continue;
+    }
     if (i + 1 >= argv.size())
       return usage_error(a.rfind("--", 0) == 0 ? a + " needs a value"
                                                : "unknown argument '" + a + "'");
@@ -1399,6 +1414,8 @@ int run_bench(const args& argv) {
   }
   if (cfg.workloads.empty())
     return usage_error("--workload is required");
+  if (cfg.write_map && cfg.mode != durability::nosync)
+    return usage_error("--write-map needs --durability nosync");
   std::string todo;
   if (cfg.workloads == "all") {
     todo = "abcdefg";

@@ -70,6 +70,26 @@ struct options {
   /// storage_full (nothing already stored is affected). The file grows with
   /// the data; this is address space, not disk, until used.
   std::uint64_t max_store_bytes = std::uint64_t{64} << 30;
+  /// durability::nosync only (refused otherwise): LMDB writes pages through
+  /// a writable memory map (MDB_WRITEMAP) instead of write(2) at commit,
+  /// which saves the kernel's per-page copy and takes ~20-40% more appends
+  /// per second when many sessions append at once (README, Performance).
+  /// Costs, which is why it is off by default:
+  ///  * a full disk ends the process with SIGBUS (the page write that needs
+  ///    a new disk block faults inside LMDB) instead of failing appends with
+  ///    storage_full; nothing committed before is lost;
+  ///  * the data file's apparent size is max_store_bytes from the first
+  ///    open (a sparse file: disk blocks are used only as data is written;
+  ///    copy it with tools that keep holes, or with `agentstate backup`);
+  ///  * a stray write through a wild pointer in the host process can
+  ///    corrupt the store, where a read-only map would fault;
+  ///  * every page the writer writes is mapped into the process, and
+  ///    max_resident_store_bytes does not keep up with it: bench e (1M
+  ///    sessions) peaks at ~1.1 GB RSS with it, ~450 MB without.
+  /// Write sets that need a savepoint (a failed write retried alone, atomic
+  /// modifies, derived keys) commit one transaction each instead, since
+  /// LMDB cannot nest transactions on a writable map.
+  bool write_map = false;
   /// LMDB reads through a memory map, so every store page the process reads
   /// stays mapped and counts in its RSS (VmRSS/VmHWM), although it is OS
   /// page cache, shared and reclaimable. Every 250 ms (25 ms while pages map

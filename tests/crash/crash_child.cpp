@@ -63,12 +63,13 @@ void say(const std::string& line) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: crash_child DIR sync|nosync THREADS\n");
+    std::fprintf(stderr, "usage: crash_child DIR sync|nosync|nosync-write-map THREADS\n");
     return 2;
   }
   options o;
   o.dir = argv[1];
   o.mode = std::string(argv[2]) == "sync" ? durability::sync : durability::nosync;
+  o.write_map = std::string(argv[2]) == "nosync-write-map";
   int threads = std::atoi(argv[3]);
   if (threads < 1)
     threads = 1;

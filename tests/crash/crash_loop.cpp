@@ -8,6 +8,7 @@
 //
 // Each iteration starts CHILD (crash_child.cpp) on one store that lives across
 // all iterations, in sync or (every third iteration on average) nosync mode,
+// half of those with options::write_map,
 // and SIGKILLs it either after a random delay of 0-50 ms or after a random
 // number (1-120) of acknowledged appends. It then reads every ack line the
 // child wrote, reopens the store in this process and checks, per session:
@@ -56,7 +57,8 @@ namespace {
 
 struct totals {
   std::uint64_t iterations = 0, acknowledged = 0, lost = 0, unacked_present = 0,
-                nosync_iterations = 0, killed_before_ready = 0, check_failures = 0,
+                nosync_iterations = 0, write_map_iterations = 0, killed_before_ready = 0,
+                check_failures = 0,
                 stored_events = 0, verified = 0;
 };
 
@@ -80,8 +82,9 @@ struct child_run {
 };
 
 // Starts the child, kills it per plan, collects its ack lines.
-child_run run_child(const std::string& child, const std::string& dir, bool sync, int threads,
-                    int delay_ms, int kill_after_acks, const std::string& err_path) {
+child_run run_child(const std::string& child, const std::string& dir, std::string mode,
+                    int threads, int delay_ms, int kill_after_acks,
+                    const std::string& err_path) {
   child_run out;
   int pfd[2];
   if (::pipe2(pfd, O_CLOEXEC) != 0) {
@@ -93,7 +96,6 @@ child_run run_child(const std::string& child, const std::string& dir, bool sync,
   posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
                                    0644);
-  std::string mode = sync ? "sync" : "nosync";
   std::string th = std::to_string(threads);
   std::vector<char*> argv{const_cast<char*>(child.c_str()), const_cast<char*>(dir.c_str()),
                           mode.data(), th.data(), nullptr};
@@ -315,13 +317,18 @@ int main(int argc, char** argv) {
       break;
     }
     bool sync = rng() % 3 != 0;
+    bool write_map = !sync && rng() % 2 == 0;
     bool by_acks = rng() % 2 == 0;
     int delay_ms = static_cast<int>(rng() % 51);
     int kill_after = by_acks ? 1 + static_cast<int>(rng() % 120) : 0;
-    auto run = run_child(child, store, sync, threads, delay_ms, kill_after, err_path);
+    auto run = run_child(child, store,
+                         sync ? "sync" : write_map ? "nosync-write-map" : "nosync", threads,
+                         delay_ms, kill_after, err_path);
     ++t.iterations;
     if (!sync)
       ++t.nosync_iterations;
+    if (write_map)
+      ++t.write_map_iterations;
     if (!run.ready)
       ++t.killed_before_ready;
     if (run.exited_by_itself) {
@@ -378,11 +385,13 @@ int main(int argc, char** argv) {
   }
   double secs = std::chrono::duration<double>(clk::now() - t0).count();
   std::printf("crash_loop: iterations=%llu acknowledged=%llu lost=%llu unacked_present=%llu "
-              "stored_events=%llu nosync_iterations=%llu killed_before_ready=%llu "
+              "stored_events=%llu nosync_iterations=%llu write_map_iterations=%llu "
+              "killed_before_ready=%llu "
               "verify_runs=%llu check_failures=%llu seconds=%.1f\n",
               (unsigned long long) t.iterations, (unsigned long long) t.acknowledged,
               (unsigned long long) t.lost, (unsigned long long) t.unacked_present,
               (unsigned long long) t.stored_events, (unsigned long long) t.nosync_iterations,
+              (unsigned long long) t.write_map_iterations,
               (unsigned long long) t.killed_before_ready, (unsigned long long) t.verified,
               (unsigned long long) t.check_failures,
               secs);

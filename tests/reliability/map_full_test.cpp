@@ -31,12 +31,16 @@ void check_verify(engine& e) {
 
 } // namespace
 
-TEST_CASE("map full: a 1 MiB store fills up, refuses with storage_full, keeps everything, "
-          "and takes the same append after a reopen with a larger maximum") {
+namespace {
+
+// The scenario, durable (sync) or on a writable map (nosync, write_map),
+// where the map's growth also resizes the file.
+void fill_until_full(bool write_map) {
   temp_dir dir;
   options o;
   o.dir = dir.str();
-  o.mode = durability::sync;
+  o.mode = write_map ? durability::nosync : durability::sync;
+  o.write_map = write_map;
   o.max_store_bytes = std::uint64_t{1} << 20; // the minimum check_options allows
 
   // Below the minimum is refused up front.
@@ -126,4 +130,29 @@ TEST_CASE("map full: a 1 MiB store fills up, refuses with storage_full, keeps ev
   CHECK(again.version == r.version);
   check_verify(*bigger);
   MUST(bigger->close());
+}
+
+} // namespace
+
+TEST_CASE("map full: a 1 MiB store fills up, refuses with storage_full, keeps everything, "
+          "and takes the same append after a reopen with a larger maximum") {
+  fill_until_full(false);
+}
+
+TEST_CASE("map full on a writable map (write_map): the same, nothing lost, no crash") {
+  fill_until_full(true);
+}
+
+TEST_CASE("write_map needs durability nosync: refused at open with sync or memory") {
+  temp_dir dir;
+  options o;
+  o.dir = dir.str();
+  o.write_map = true;
+  o.mode = durability::sync;
+  CHECK_ERR(engine::open(o), errc::invalid_argument);
+  o.mode = durability::memory;
+  CHECK_ERR(engine::open(o), errc::invalid_argument);
+  o.mode = durability::nosync;
+  auto e = MUST(engine::open(o));
+  MUST(e->close());
 }

@@ -16,6 +16,9 @@
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -89,7 +92,9 @@ struct lmdb_store {
   static constexpr store_kind kind = store_kind::lmdb;
 };
 
-/// Options for `k`: durability::memory, or durability::nosync (fast) in `dir`.
+/// Options for `k`: durability::memory, or durability::nosync (fast) in `dir`,
+/// with options::write_map when the environment sets
+/// AGENTSTATE_TEST_WRITE_MAP=1 (the `*_write_map` CTest entries).
 inline options make_options(store_kind k, const std::string& dir) {
   options o;
   if (k == store_kind::memory) {
@@ -97,6 +102,8 @@ inline options make_options(store_kind k, const std::string& dir) {
   } else {
     o.mode = durability::nosync;
     o.dir = dir;
+    const char* wm = std::getenv("AGENTSTATE_TEST_WRITE_MAP");
+    o.write_map = wm && std::string(wm) == "1";
   }
   return o;
 }
@@ -392,10 +399,37 @@ inline bool any_file_contains(const std::filesystem::path& dir,
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_regular_file(ec))
       continue;
-    std::ifstream in(it->path(), std::ios::binary);
-    std::string data((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    if (data.find(needle) != std::string::npos)
+    // Only the file's data segments are read (SEEK_DATA/SEEK_HOLE), in 1 MiB
+    // chunks that overlap by the needle's length: a store on a writable map
+    // is a sparse file as large as its maximum size (64 GiB by default).
+    int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    std::string buf;
+    const off_t chunk = off_t{1} << 20;
+    off_t pos = 0;
+    bool found = false;
+    while (!found) {
+      off_t data = ::lseek(fd, pos, SEEK_DATA);
+      if (data < 0)
+        break; // ENXIO: no data after pos
+      off_t hole = ::lseek(fd, data, SEEK_HOLE);
+      if (hole < 0)
+        break;
+      for (off_t at = data; at < hole && !found; at += chunk) {
+        auto want = static_cast<std::size_t>(std::min<off_t>(chunk + static_cast<off_t>(needle.size()),
+                                                             hole - at));
+        buf.resize(want);
+        auto got = ::pread(fd, buf.data(), want, at);
+        if (got <= 0)
+          break;
+        buf.resize(static_cast<std::size_t>(got));
+        found = buf.find(needle) != std::string::npos;
+      }
+      pos = hole;
+    }
+    ::close(fd);
+    if (found)
       return true;
   }
   return false;

@@ -178,6 +178,29 @@ TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the en
   }
 }
 
+TEST_CASE("bench --write-map runs b on a writable map, reports it, and needs nosync") {
+  agentstate::test::temp_dir dir;
+  auto r = run(std::string(AGENTSTATE_BIN) + " bench --workload b --scale 0.01 --durability "
+               "nosync --write-map --dir " + dir.str());
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 1);
+  auto parsed = agentstate::parse_json(lines[0], 64);
+  REQUIRE(parsed.ok());
+  auto& j = *parsed;
+  CHECK(j.value("errors", -1) == 0);
+  CHECK(j.value("settings", agentstate::json::object()).value("write_map", false) == true);
+  CHECK(positive_number(j, "events_per_s"));
+  // The sparse file is as large as the map; store_mb counts what is used.
+  CHECK(j.value("store_mb", 1e9) < 64.0);
+
+  auto refused = run(std::string(AGENTSTATE_BIN)
+                     + " bench --workload b --scale 0.01 --write-map 2>&1");
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.find("--write-map needs --durability nosync") != std::string::npos);
+}
+
 TEST_CASE("bench a in sync mode measures the disk's commit limit and reports the ratio") {
   agentstate::test::temp_dir dir;
   auto r = run(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0.005 --dir "
