@@ -49,6 +49,19 @@ std::vector<std::string> lines_of(const std::string& s) {
   return out;
 }
 
+// Runs a bench command that prints one workload: checks it exits 0 with one
+// line of JSON and returns that line parsed.
+agentstate::json run_one_line(const std::string& cmd) {
+  auto r = run(cmd);
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 1);
+  auto parsed = agentstate::parse_json(lines[0], 64);
+  REQUIRE(parsed.ok());
+  return std::move(*parsed);
+}
+
 bool positive_number(const agentstate::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>())
          && j[key].get<double>() > 0;
@@ -180,15 +193,8 @@ TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the en
 
 TEST_CASE("bench --write-map runs b on a writable map, reports it, and needs nosync") {
   agentstate::test::temp_dir dir;
-  auto r = run(std::string(AGENTSTATE_BIN) + " bench --workload b --scale 0.01 --durability "
-               "nosync --write-map --dir " + dir.str());
-  INFO("stdout:\n", r.out);
-  CHECK(r.exit_code == 0);
-  auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 1);
-  auto parsed = agentstate::parse_json(lines[0], 64);
-  REQUIRE(parsed.ok());
-  auto& j = *parsed;
+  auto j = run_one_line(std::string(AGENTSTATE_BIN) + " bench --workload b --scale 0.01 "
+                        "--durability nosync --write-map --dir " + dir.str());
   CHECK(j.value("errors", -1) == 0);
   CHECK(j.value("settings", agentstate::json::object()).value("write_map", false) == true);
   CHECK(positive_number(j, "events_per_s"));
@@ -203,15 +209,8 @@ TEST_CASE("bench --write-map runs b on a writable map, reports it, and needs nos
 
 TEST_CASE("bench a in sync mode measures the disk's commit limit and reports the ratio") {
   agentstate::test::temp_dir dir;
-  auto r = run(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0.005 --dir "
-               + dir.str() + " 2>/dev/null");
-  INFO("stdout:\n", r.out);
-  CHECK(r.exit_code == 0);
-  auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 1);
-  auto parsed = agentstate::parse_json(lines[0], 64);
-  REQUIRE(parsed.ok());
-  auto& j = *parsed;
+  auto j = run_one_line(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0.005 --dir "
+                        + dir.str() + " 2>/dev/null");
   CHECK(j.value("durability", "") == "sync");
   REQUIRE(j.contains("machine"));
   CHECK(positive_number(j["machine"], "lmdb_1put_commits_per_s_before"));
