@@ -7,6 +7,7 @@
 // storage_full.
 #include "store/kv.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -243,11 +245,15 @@ std::uint64_t file_resident_bytes() {
 
 // The thread behind resident_bound. After construction it makes no LMDB
 // call and shares no lock with readers or the writer: it reads
-// /proc/self/statm and the data file's size and calls madvise.
+// /proc/self/statm and where the data file's data ends, and calls madvise.
 class resident_trimmer {
 public:
   resident_trimmer(MDB_env* env, resident_bound bound) : bound_(bound) {
     check("mdb_env_get_fd", ::mdb_env_get_fd(env, &fd_));
+    // A descriptor of our own for lseek(SEEK_DATA/SEEK_HOLE): LMDB writes
+    // page runs with lseek + writev on its descriptor, so moving that
+    // descriptor's offset from this thread would misplace its writes.
+    own_fd_ = ::open(("/proc/self/fd/" + std::to_string(fd_)).c_str(), O_RDONLY | O_CLOEXEC);
     find_map();
     baseline_ = file_resident_bytes();
     thread_ = std::thread([this] { run(); });
@@ -259,6 +265,8 @@ public:
     }
     cv_.notify_one();
     thread_.join();
+    if (own_fd_ >= 0)
+      ::close(own_fd_);
   }
   std::uint64_t trims() const { return trims_.load(std::memory_order_relaxed); }
   /// Called per transaction begun: every `check_every` of them wake the
@@ -300,6 +308,29 @@ private:
     std::fclose(f);
   }
 
+  // Where the data file's last data ends: the part of the map LMDB's pages
+  // can occupy. A writable map's file is sparse at the map's size, so its
+  // size says nothing; the walk over data segments (SEEK_DATA/SEEK_HOLE, on
+  // our own descriptor) costs one lseek pair per segment, and LMDB's pages
+  // are contiguous. Without our descriptor: the file's size.
+  std::uint64_t data_end() const {
+    if (own_fd_ < 0) {
+      struct stat st;
+      return ::fstat(fd_, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    }
+    off_t end = 0, pos = 0;
+    for (;;) {
+      off_t data = ::lseek(own_fd_, pos, SEEK_DATA);
+      if (data < 0)
+        break; // ENXIO: no data at or after pos
+      off_t hole = ::lseek(own_fd_, data, SEEK_HOLE);
+      if (hole < 0)
+        break;
+      end = pos = hole;
+    }
+    return static_cast<std::uint64_t>(end);
+  }
+
   void run() {
     std::unique_lock<std::mutex> g(mu_);
     std::uint64_t seen = 0, last = baseline_;
@@ -330,13 +361,7 @@ private:
       last = now;
       if (!map_ || now - baseline_ <= bound_.max_bytes)
         continue;
-      struct stat st;
-      if (::fstat(fd_, &st) != 0)
-        continue;
-      // A writable map's file is sparse at the map's size: its allocated
-      // blocks tell how much of it is in use.
-      auto used = std::min({static_cast<std::uint64_t>(st.st_size),
-                            static_cast<std::uint64_t>(st.st_blocks) * 512, map_size_});
+      auto used = std::min(data_end(), map_size_);
       auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
       used = (used + page - 1) / page * page;
       // In 8 MiB steps: each madvise holds the map's lock while it unmaps,
@@ -357,7 +382,8 @@ private:
   resident_bound bound_;
   void* map_ = nullptr;
   std::uint64_t map_size_ = 0;
-  int fd_ = -1;
+  int fd_ = -1;     ///< LMDB's: fstat only, never lseek
+  int own_fd_ = -1; ///< the same file, opened again for lseek
   std::uint64_t baseline_ = 0;
   std::atomic<std::uint64_t> trims_{0};
   static constexpr std::uint64_t check_every = 64;

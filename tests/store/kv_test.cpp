@@ -296,6 +296,46 @@ TEST_CASE("kv: a burst of transactions checks the resident bound before the peri
   CHECK(reads <= 2 * 64); // a wake-up lost to the race is repeated 64 later
 } // the destructor wakes the thread at once, not after the hour
 
+// LMDB writes a run of pages with lseek + writev on its descriptor of the
+// data file. The trimmer finds where the file's data ends with
+// lseek(SEEK_DATA/SEEK_HOLE); done on LMDB's descriptor, that moved the
+// offset between LMDB's lseek and writev, the run landed elsewhere and bench e
+// corrupted its store (segfaults, created sessions "not found"). Caught
+// before release. The check: an offset parked on LMDB's descriptor survives
+// many trims.
+TEST_CASE("kv: trims never move the file offset of LMDB's descriptor") {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+  agentstate::test::temp_dir dir;
+  auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30,
+                         resident_bound{mib, std::chrono::milliseconds(2)});
+  fill(*kv);
+  // LMDB's descriptor of data.mdb (read-write; its meta descriptor is
+  // write-only and the trimmer's own is read-only).
+  namespace fs = std::filesystem;
+  auto data = fs::canonical(fs::path(dir.str()) / "data.mdb");
+  int fd = -1;
+  for (auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = fs::read_symlink(e.path(), ec);
+    if (ec || target != data)
+      continue;
+    int n = std::stoi(e.path().filename().string());
+    int fl = ::fcntl(n, F_GETFL);
+    if (fl >= 0 && (fl & O_ACCMODE) == O_RDWR)
+      fd = n;
+  }
+  REQUIRE(fd >= 0);
+  constexpr off_t parked = 12345;
+  REQUIRE(::lseek(fd, parked, SEEK_SET) == parked);
+  auto before = kv->resident_trims();
+  for (int round = 0; round < 50 && kv->resident_trims() < before + 5; ++round) {
+    REQUIRE(read_all(*kv) == resident_rows); // maps every page: over the bound
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(kv->resident_trims() >= before + 5);
+  CHECK(::lseek(fd, 0, SEEK_CUR) == parked);
+}
+
 TEST_CASE("kv: a large file the host maps after open causes no trims once it stops growing") {
   constexpr std::uint64_t mib = std::uint64_t{1} << 20;
   agentstate::test::temp_dir dir;
