@@ -6,6 +6,8 @@
 #include <exception>
 #include <vector>
 
+#include "store/json_encoder.hpp"
+
 namespace agentstate::store {
 
 namespace {
@@ -109,17 +111,9 @@ bool key_less(const member& a, const member& b) {
   return a.key < b.key;
 }
 
-// A buffer and a serializer writing into it, one per thread: a serializer
-// costs a 512-byte indent string, a shared output adapter and a
-// localeconv() call to build, and keeps no state between dumps.
-struct encoder {
-  std::string buf;
-  serializer ser{nlohmann::detail::output_adapter<char, std::string>(buf), ' '};
-};
-
 class writer {
 public:
-  explicit writer(encoder& enc) : out_(enc.buf), ser_(enc.ser) {}
+  explicit writer(json_encoder& enc) : out_(enc.buf), ser_(enc.ser) {}
 
   // False when a string is not valid UTF-8; nlohmann's own exceptions for a
   // value propagate to encode_event_text.
@@ -214,7 +208,7 @@ bool valid_utf8(std::string_view s) noexcept {
 }
 
 result<std::string> encode_event_text(const event& ev) {
-  thread_local encoder enc;
+  thread_local json_encoder enc;
   enc.buf.clear();
   try {
     writer w(enc);
@@ -255,10 +249,7 @@ result<std::string> encode_event_text(const event& ev) {
   } catch (const std::exception& e) {
     return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
   }
-  std::string out(enc.buf);
-  if (enc.buf.capacity() > (std::size_t{1} << 16))
-    std::string().swap(enc.buf); // a large event's buffer is not kept
-  return out;
+  return enc.take();
 }
 
 } // namespace agentstate::store

@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "store/json_encoder.hpp"
+
 namespace agentstate {
 
 namespace {
@@ -70,23 +72,11 @@ std::size_t json_depth(const json& x, std::size_t limit) {
 }
 
 result<std::string> dump_json(const json& x) {
-  // One serializer per thread, writing into one buffer: json::dump() builds
-  // a serializer per call (a 512-byte indent string, a shared output
-  // adapter, a localeconv() call), which costs more than a small value's
-  // text. The serializer keeps no state between dumps.
-  struct encoder {
-    std::string buf;
-    nlohmann::detail::serializer<json> ser{
-      nlohmann::detail::output_adapter<char, std::string>(buf), ' '};
-  };
-  thread_local encoder enc;
+  thread_local store::json_encoder enc;
   enc.buf.clear();
   try {
     enc.ser.dump(x, false, false, 0);
-    std::string out(enc.buf);
-    if (enc.buf.capacity() > (std::size_t{1} << 16))
-      std::string().swap(enc.buf); // a large value's buffer is not kept
-    return out;
+    return enc.take();
   } catch (const json::exception& e) {
     return error{errc::invalid_argument,
                  std::string("cannot encode value: ") + e.what()};
