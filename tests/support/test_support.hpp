@@ -417,8 +417,8 @@ inline bool any_file_contains(const std::filesystem::path& dir,
       if (hole < 0)
         break;
       for (off_t at = data; at < hole && !found; at += chunk) {
-        auto want = static_cast<std::size_t>(std::min<off_t>(chunk + static_cast<off_t>(needle.size()),
-                                                             hole - at));
+        const off_t span = chunk + static_cast<off_t>(needle.size());
+        auto want = static_cast<std::size_t>(std::min<off_t>(span, hole - at));
         buf.resize(want);
         auto got = ::pread(fd, buf.data(), want, at);
         if (got <= 0)
