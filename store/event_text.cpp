@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <system_error>
 #include <vector>
 
 #include "store/json_encoder.hpp"
@@ -192,6 +196,259 @@ private:
 
 } // namespace
 
+// -- reading the stored form ----------------------------------------------------
+
+namespace {
+
+constexpr bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// Equality with a member name: the length first, then the bytes.
+bool is(const std::string& key, std::string_view name) {
+  return key.size() == name.size() && std::memcmp(key.data(), name.data(), name.size()) == 0;
+}
+
+// a < b in std::map's order (bytes compared unsigned); most keys differ in
+// their first byte, which is compared without a call.
+bool key_before(const std::string& a, const std::string& b) {
+  if (!a.empty() && !b.empty() && a[0] != b[0])
+    return static_cast<unsigned char>(a[0]) < static_cast<unsigned char>(b[0]);
+  return a < b;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+// A cursor over JSON text in the stored form (see parse_stored_text). Every
+// member function returns false, with the cursor anywhere, on text outside
+// that form; the caller then discards what was built.
+class stored_reader {
+public:
+  explicit stored_reader(std::string_view s) : p_(s.data()), end_(s.data() + s.size()) {}
+
+  bool at_end() const { return p_ == end_; }
+  bool next_is(char c) const { return p_ != end_ && *p_ == c; }
+
+  bool literal(std::string_view word) {
+    if (static_cast<std::size_t>(end_ - p_) < word.size()
+        || std::string_view(p_, word.size()) != word)
+      return false;
+    p_ += word.size();
+    return true;
+  }
+
+  // Appends the string at the cursor, unescaped, to `out`.
+  bool string(std::string& out) {
+    if (!eat('"'))
+      return false;
+    const char* run = p_;
+    for (;;) {
+      while (p_ != end_ && plain_bytes[static_cast<unsigned char>(*p_)])
+        ++p_;
+      if (p_ == end_)
+        return false;
+      auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        out.append(run, static_cast<std::size_t>(p_ - run));
+        ++p_;
+        return true;
+      }
+      if (c >= 0x80) {
+        auto len = utf8_sequence(std::string_view(p_, static_cast<std::size_t>(end_ - p_)), 0);
+        if (len == 0)
+          return false;
+        p_ += len;
+        continue;
+      }
+      if (c != '\\')
+        return false; // a raw control character
+      out.append(run, static_cast<std::size_t>(p_ - run));
+      if (end_ - p_ < 2)
+        return false;
+      char e = p_[1];
+      p_ += 2;
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          if (end_ - p_ < 4)
+            return false;
+          int cp = 0;
+          for (int k = 0; k < 4; ++k) {
+            int h = hex_value(p_[k]);
+            if (h < 0)
+              return false;
+            cp = (cp << 4) | h;
+          }
+          if (cp >= 0xd800 && cp <= 0xdfff)
+            return false; // surrogate pairs: left to nlohmann
+          p_ += 4;
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else if (cp < 0x800) {
+            out += static_cast<char>(0xc0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3f));
+          } else {
+            out += static_cast<char>(0xe0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+            out += static_cast<char>(0x80 | (cp & 0x3f));
+          }
+          break;
+        }
+        default:
+          return false;
+      }
+      run = p_;
+    }
+  }
+
+  // Any value, into `out` (null on entry).
+  bool value(json& out, int depth) {
+    if (p_ == end_ || depth > max_depth)
+      return false;
+    switch (*p_) {
+      case '"':
+        out = json::value_t::string;
+        return string(out.get_ref<std::string&>());
+      case '{':
+        out = json::value_t::object;
+        return object(out.get_ref<json::object_t&>(), depth);
+      case '[': {
+        out = json::value_t::array;
+        auto& a = out.get_ref<json::array_t&>();
+        ++p_;
+        if (eat(']'))
+          return true;
+        do {
+          a.emplace_back();
+          if (!value(a.back(), depth + 1))
+            return false;
+        } while (eat(','));
+        return eat(']');
+      }
+      case 't': return literal("true") && (out = true, true);
+      case 'f': return literal("false") && (out = false, true);
+      case 'n': return literal("null");
+      default: return number(out);
+    }
+  }
+
+  // The members of the object at the cursor into `obj` (empty on entry).
+  bool object(json::object_t& obj, int depth) {
+    return members([&](const std::string& key) {
+      auto it = obj.emplace_hint(obj.end(), key, nullptr);
+      return value(it->second, depth + 1);
+    });
+  }
+
+  // Reads an object, calling on_member(key) with the cursor at each member's
+  // value; on_member must consume the value. Keys must strictly increase.
+  template <class F>
+  bool members(F&& on_member) {
+    if (!eat('{'))
+      return false;
+    if (eat('}'))
+      return true;
+    std::string keys[2]; // this key and the one before, in turn
+    for (int i = 0, n = 0;; i ^= 1, ++n) {
+      std::string& key = keys[i];
+      key.clear();
+      if (!string(key) || !eat(':'))
+        return false;
+      if (n > 0 && !key_before(keys[i ^ 1], key))
+        return false;
+      if (!on_member(static_cast<const std::string&>(key)))
+        return false;
+      if (eat('}'))
+        return true;
+      if (!eat(','))
+        return false;
+    }
+  }
+
+private:
+  static constexpr int max_depth = 128;
+
+  bool eat(char c) {
+    if (p_ == end_ || *p_ != c)
+      return false;
+    ++p_;
+    return true;
+  }
+
+  // nlohmann's number types: unsigned for a non-negative integer, signed for
+  // a negative one, double for a fraction or exponent. Integers of more than
+  // 18 digits and doubles out of range are left to nlohmann.
+  bool number(json& out) {
+    const char* start = p_;
+    bool negative = eat('-');
+    const char* digits = p_;
+    if (p_ == end_ || !is_digit(*p_))
+      return false;
+    if (*p_ == '0')
+      ++p_;
+    else
+      while (p_ != end_ && is_digit(*p_))
+        ++p_;
+    const auto count = static_cast<std::size_t>(p_ - digits);
+    bool fraction = false;
+    if (eat('.')) {
+      if (p_ == end_ || !is_digit(*p_))
+        return false;
+      while (p_ != end_ && is_digit(*p_))
+        ++p_;
+      fraction = true;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-'))
+        ++p_;
+      if (p_ == end_ || !is_digit(*p_))
+        return false;
+      while (p_ != end_ && is_digit(*p_))
+        ++p_;
+      fraction = true;
+    }
+    if (!fraction) {
+      if (count > 18)
+        return false;
+      std::uint64_t v = 0;
+      for (const char* d = digits; d != p_; ++d)
+        v = v * 10 + static_cast<std::uint64_t>(*d - '0');
+      if (negative)
+        out = -static_cast<std::int64_t>(v);
+      else
+        out = v;
+      return true;
+    }
+    double d = 0;
+    auto [ptr, ec] = std::from_chars(start, p_, d);
+    if (ec != std::errc() || ptr != p_ || !std::isfinite(d))
+      return false;
+    out = d;
+    return true;
+  }
+
+  const char* p_;
+  const char* end_;
+};
+
+} // namespace
+
 bool valid_utf8(std::string_view s) noexcept {
   std::size_t i = 0;
   while (i < s.size()) {
@@ -250,6 +507,82 @@ result<std::string> encode_event_text(const event& ev) {
     return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
   }
   return enc.take();
+}
+
+bool parse_stored_text(std::string_view text, json& out) {
+  stored_reader r(text);
+  out = json();
+  return r.value(out, 0) && r.at_end();
+}
+
+bool decode_event_text(std::string_view text, event& ev) {
+  stored_reader r(text);
+  // A string member, or null for absent (read_string in the codec).
+  auto text_member = [&](std::string& out) { return r.literal("null") || r.string(out); };
+  // An object member into `out` (an empty object), or null for absent.
+  auto object_member = [&](json& out) {
+    return r.literal("null") || r.object(out.get_ref<json::object_t&>(), 1);
+  };
+  auto actions = [&](const std::string& key) {
+    if (is(key, "state_delta"))
+      return object_member(ev.actions.state_delta);
+    if (is(key, "artifact_delta"))
+      return object_member(ev.actions.artifact_delta);
+    if (is(key, "state_remove")) {
+      if (r.literal("null"))
+        return true;
+      if (!r.next_is('['))
+        return false;
+      json list;
+      if (!r.value(list, 1))
+        return false;
+      auto& a = list.get_ref<json::array_t&>();
+      ev.actions.state_remove.reserve(a.size());
+      for (auto& k : a) {
+        if (!k.is_string())
+          return false;
+        ev.actions.state_remove.push_back(std::move(k.get_ref<std::string&>()));
+      }
+      return true;
+    }
+    auto& extra = ev.actions.extra.get_ref<json::object_t&>();
+    return r.value(extra.emplace_hint(extra.end(), key, nullptr)->second, 1);
+  };
+  bool ok = r.members([&](const std::string& key) {
+    if (is(key, "id"))
+      return text_member(ev.id);
+    if (is(key, "invocation_id"))
+      return text_member(ev.invocation_id);
+    if (is(key, "author"))
+      return text_member(ev.author);
+    if (is(key, "actions"))
+      return r.literal("null") || r.members(actions);
+    if (is(key, "timestamp")) {
+      json t;
+      if (!r.value(t, 1))
+        return false;
+      if (t.is_null())
+        return true;
+      if (!t.is_number())
+        return false;
+      ev.timestamp = t.get<double>();
+      return std::isfinite(*ev.timestamp);
+    }
+    if (is(key, "partial")) {
+      if (r.literal("null"))
+        return true;
+      if (r.literal("true"))
+        return ev.partial = true, true;
+      return r.literal("false") && (ev.partial = false, true);
+    }
+    if (is(key, "content")) {
+      ev.content.emplace();
+      return r.value(*ev.content, 1);
+    }
+    auto& extra = ev.extra.get_ref<json::object_t&>();
+    return r.value(extra.emplace_hint(extra.end(), key, nullptr)->second, 1);
+  });
+  return ok && r.at_end();
 }
 
 } // namespace agentstate::store

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "agentstate/scope.hpp"
+#include "store/event_text.hpp"
 
 namespace agentstate::store {
 
@@ -99,6 +100,9 @@ error from_failure(const kv_failure& f) {
 } // namespace
 
 result<json> parse_stored(std::string_view text) {
+  json fast;
+  if (parse_stored_text(text, fast))
+    return fast;
   // Stored JSON was depth-checked when it was written, so the plain parser
   // (no per-value callback: about twice as fast) is safe here.
   auto v = json::parse(text.begin(), text.end(), nullptr, false);
@@ -276,15 +280,25 @@ std::optional<double> event_row_timestamp(std::string_view row) {
   return double_of(read_le64(row.data() + 1));
 }
 
-result<event> decode_event_row(std::string_view row) {
+result<void> decode_event_row(std::string_view row, event& out) {
   if (row.size() < 9 || row[0] != event_tag)
     return corrupt("event row with unknown tag");
+  if (decode_event_text(row.substr(9), out))
+    return {};
   auto j = parse_stored(row.substr(9));
   if (!j)
     return std::move(j).err();
   auto ev = event_from_json(std::move(*j));
   if (!ev)
     return corrupt("event: " + ev.err().message);
+  out = std::move(*ev);
+  return {};
+}
+
+result<event> decode_event_row(std::string_view row) {
+  event ev;
+  if (auto r = decode_event_row(row, ev); !r)
+    return std::move(r).err();
   return ev;
 }
 
@@ -455,12 +469,9 @@ result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
     return std::move(rows).err();
   std::vector<event> out;
   out.reserve(rows->size());
-  for (auto row : *rows) {
-    auto ev = decode_event_row(row);
-    if (!ev)
-      return std::move(ev).err();
-    out.push_back(std::move(*ev));
-  }
+  for (auto row : *rows)
+    if (auto r = decode_event_row(row, out.emplace_back()); !r)
+      return std::move(r).err();
   return out;
 }
 

@@ -59,6 +59,10 @@ std::string encode_event_row(double timestamp, std::string_view json_text);
 result<json> parse_stored(std::string_view text);
 std::optional<double> event_row_timestamp(std::string_view row);
 result<event> decode_event_row(std::string_view row);
+/// As above, into `out`, which must be default-constructed (what a vector's
+/// emplace_back gives): no move of the decoded event. On an error `out` is
+/// unspecified.
+result<void> decode_event_row(std::string_view row, event& out);
 
 // -- writes --------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 // The JSON codec of the public types, the bounded parser, and scope helpers.
 #include <doctest/doctest.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -9,6 +11,7 @@
 #include "agentstate/scope.hpp"
 #include "agentstate/types.hpp"
 #include "store/event_text.hpp"
+#include "store/layout.hpp"
 
 using namespace agentstate;
 
@@ -196,19 +199,28 @@ TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for every mem
   check_same_text(ev);
 }
 
-TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for random events") {
-  std::mt19937 rng(20261122);
-  const std::vector<std::string> atoms = {"a", "B", "z", "_", ":", "user:", "app:", "temp:",
-                                          "\"", "\\", "\n", "\x01", "\x1f", "\x7f", "é",
-                                          "中", "😀", " ", "0", "id", "actions"};
-  auto word = [&](int max) {
+namespace {
+
+// Random events of every member shape: strings of escapes, controls and
+// multi-byte characters, integers of both signs and beyond 18 digits,
+// doubles across the exponent range, nesting.
+struct random_events {
+  std::mt19937 rng;
+  std::vector<std::string> atoms = {"a", "B", "z", "_", ":", "user:", "app:", "temp:",
+                                    "\"", "\\", "\n", "\x01", "\x1f", "\x7f", "é",
+                                    "中", "😀", " ", "0", "id", "actions"};
+
+  explicit random_events(unsigned seed) : rng(seed) {}
+
+  std::string word(int max) {
     std::string s;
     int n = static_cast<int>(rng() % (max + 1));
     for (int i = 0; i < n; ++i)
       s += atoms[rng() % atoms.size()];
     return s;
-  };
-  std::function<json(int)> value = [&](int depth) -> json {
+  }
+
+  json value(int depth) {
     switch (rng() % (depth > 2 ? 6 : 8)) {
       case 0: return nullptr;
       case 1: return static_cast<bool>(rng() % 2);
@@ -229,14 +241,16 @@ TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for random ev
         return o;
       }
     }
-  };
-  auto object = [&](int n) {
+  }
+
+  json object(int n) {
     json o = json::object();
     for (int i = static_cast<int>(rng() % (n + 1)); i > 0; --i)
       o[word(3)] = value(0);
     return o;
-  };
-  for (int i = 0; i < 2000; ++i) {
+  }
+
+  event next() {
     event ev;
     ev.id = word(8);
     ev.invocation_id = word(4);
@@ -253,8 +267,17 @@ TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for random ev
     ev.actions.artifact_delta = object(2);
     ev.actions.extra = object(3);
     ev.extra = object(4);
+    return ev;
+  }
+};
+
+} // namespace
+
+TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for random events") {
+  random_events gen(20261122);
+  for (int i = 0; i < 2000; ++i) {
     INFO("event ", i);
-    check_same_text(ev);
+    check_same_text(gen.next());
   }
 }
 
@@ -270,5 +293,203 @@ TEST_CASE("encode_event_text: invalid UTF-8 is invalid_argument, like dump_json"
     event in_value;
     in_value.extra["k"] = bad;
     check_same_text(in_value);
+  }
+}
+
+// -- reading the stored text -------------------------------------------------------
+// decode_event_row reads rows with decode_event_text and falls back on
+// nlohmann + event_from_json for texts outside the stored form; either way
+// the result must be what that general path gives, number types included.
+
+namespace {
+
+// Equality that tells number types apart (nlohmann's == does not: 1u == 1)
+// and -0.0 from 0.0.
+bool same(const json& a, const json& b) {
+  if (a.type() != b.type())
+    return false;
+  switch (a.type()) {
+    case json::value_t::object: {
+      if (a.size() != b.size())
+        return false;
+      for (auto i = a.begin(), k = b.begin(); i != a.end(); ++i, ++k)
+        if (i.key() != k.key() || !same(*i, *k))
+          return false;
+      return true;
+    }
+    case json::value_t::array: {
+      if (a.size() != b.size())
+        return false;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        if (!same(a[i], b[i]))
+          return false;
+      return true;
+    }
+    case json::value_t::number_float: {
+      auto x = a.get<double>(), y = b.get<double>();
+      return std::memcmp(&x, &y, sizeof x) == 0;
+    }
+    default:
+      return a == b;
+  }
+}
+
+bool same_double(const std::optional<double>& a, const std::optional<double>& b) {
+  return a.has_value() == b.has_value()
+         && (!a || std::memcmp(&*a, &*b, sizeof(double)) == 0);
+}
+
+bool same_event(const event& a, const event& b) {
+  return a.id == b.id && a.invocation_id == b.invocation_id && a.author == b.author
+         && same_double(a.timestamp, b.timestamp) && a.partial == b.partial
+         && a.content.has_value() == b.content.has_value()
+         && (!a.content || same(*a.content, *b.content))
+         && same(a.actions.state_delta, b.actions.state_delta)
+         && a.actions.state_remove == b.actions.state_remove
+         && same(a.actions.artifact_delta, b.actions.artifact_delta)
+         && same(a.actions.extra, b.actions.extra) && same(a.extra, b.extra);
+}
+
+// What the general path makes of `text`: the event, or nullopt when it is
+// corrupt (does not parse or does not decode).
+std::optional<event> general_decode(std::string_view text) {
+  auto j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded())
+    return std::nullopt;
+  auto ev = event_from_json(std::move(j));
+  if (!ev)
+    return std::nullopt;
+  return std::move(*ev);
+}
+
+// Checks decode_event_row and parse_stored_text against the general path
+// for `text`; returns whether the fast path took it.
+bool check_decode(const std::string& text) {
+  INFO("text: ", text);
+  auto row = store::encode_event_row(0, text);
+  auto want = general_decode(text);
+  auto got = store::decode_event_row(row);
+  REQUIRE(static_cast<bool>(got) == want.has_value());
+  if (want)
+    CHECK(same_event(*got, *want));
+  else
+    CHECK(got.code() == errc::internal);
+
+  json fast;
+  if (store::parse_stored_text(text, fast)) {
+    auto j = json::parse(text.begin(), text.end(), nullptr, false);
+    REQUIRE_FALSE(j.is_discarded());
+    CHECK(same(fast, j));
+  }
+  event ev;
+  bool took = store::decode_event_text(text, ev);
+  if (took) {
+    REQUIRE(want.has_value());
+    CHECK(same_event(ev, *want));
+  }
+  return took;
+}
+
+} // namespace
+
+TEST_CASE("decode_event_text: every event the engine writes reads back identically") {
+  random_events gen(20261123);
+  int fast = 0, big = 0;
+  for (int i = 0; i < 3000; ++i) {
+    INFO("event ", i);
+    auto ev = gen.next();
+    auto text = store::encode_event_text(ev);
+    if (!text)
+      continue;
+    bool took = check_decode(*text);
+    // Integers of 19-20 digits are the one shape written but left to nlohmann.
+    bool has_big = false;
+    for (std::size_t p = 0, run = 0; p < text->size(); ++p) {
+      run = std::isdigit(static_cast<unsigned char>((*text)[p])) ? run + 1 : 0;
+      has_big = has_big || run > 18;
+    }
+    big += has_big;
+    if (!has_big) {
+      CHECK(took);
+      fast += took;
+    }
+    // And the event read writes the same text again.
+    if (took) {
+      event back;
+      REQUIRE(store::decode_event_text(*text, back));
+      CHECK(*store::encode_event_text(back) == *text);
+    }
+  }
+  CHECK(fast > 500);
+  CHECK(big > 100);
+}
+
+TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann reads them") {
+  struct example {
+    std::string text;
+    bool fast; // whether the fast path takes it
+  };
+  std::string deep = "{\"x\":" + std::string(200, '[') + std::string(200, ']') + "}";
+  std::string shallow = "{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}";
+  std::vector<example> cases = {
+    // In the form, with every number and escape shape.
+    {R"({"author":"a","id":"b","invocation_id":"c","timestamp":1.5})", true},
+    {R"({"x":-0,"y":-0.0,"z":0,"zz":1E5})", true},
+    {R"({"x":123456789012345678,"y":-123456789012345678,"z":2.5e-5,"zz":1e+300})", true},
+    {R"({"x":"\u00e9\u0000\u4e2d\/\b\f\n\r\t\"\\"})", true},
+    {R"({"content":null,"partial":null,"timestamp":null,"actions":null})", false},
+    {R"({"actions":null,"content":null,"partial":null,"timestamp":null})", true},
+    {R"({"actions":{"artifact_delta":null,"state_delta":null,"state_remove":null}})", true},
+    {R"({"actions":{"a":1,"state_remove":["k","user:k"],"z":[]},"partial":false,"timestamp":7})", true},
+    {R"({"id":null,"x":[1,[2,{"a":{}}],"s",true,false,null]})", true},
+    {"{\"id\":\"é中😀\"}", true},
+    {shallow, true},
+    // Outside it, but valid: nlohmann decides.
+    {R"({ "id": "a" })", false},
+    {R"({"id":"a","id":"b"})", false},               // duplicate: the last wins
+    {R"({"id":"a","author":"b"})", false},           // keys out of order
+    {R"({"id":"\ud83d\ude00"})", false},             // surrogate pair
+    {R"({"x":12345678901234567890})", false},        // 20 digits, fits in u64
+    {R"({"x":-9223372036854775808})", false},        // i64 min
+    {R"({"x":123456789012345678901234})", false},    // beyond u64: a double
+    {R"({"x":1e400})", false},                       // out of range
+    {R"({"x":1e-400})", false},
+    {"{\"x\":\"\\u00E9\"}", true},                    // upper-case hex
+    {deep, false},
+    // Corrupt: nlohmann refuses them, or event_from_json does.
+    {R"({"id":"\ud800"})", false},
+    {"{\"id\":\"\xff\"}", false},
+    {"{\"id\":\"\xc0\xaf\"}", false},
+    {"{\"id\":\"a\x01\"}", false},
+    {R"({"id":"a")", false},
+    {R"({"id":"a"}x)", false},
+    {R"({"id":"a"},)", false},
+    {R"({"timestamp":"x"})", false},
+    {R"({"timestamp":1e400})", false},
+    {R"({"partial":1})", false},
+    {R"({"id":5})", false},
+    {R"({"actions":[]})", false},
+    {R"({"actions":{"state_delta":[]}})", false},
+    {R"({"actions":{"state_remove":[1]}})", false},
+    {R"({"actions":{"state_remove":"k"}})", false},
+    {R"({"x":01})", false},
+    {R"({"x":1.})", false},
+    {R"({"x":.5})", false},
+    {R"({"x":+1})", false},
+    {R"({"x":-})", false},
+    {R"({"x":1e})", false},
+    {R"({"x":tru})", false},
+    {R"({"x":"\x"})", false},
+    {R"({"x":"\u12"})", false},
+    {R"([])", false},
+    {R"("id")", false},
+    {"", false},
+    {"{", false},
+    {R"({"a":1,})", false},
+    {R"({"a" :1})", false},
+  };
+  for (auto& c : cases) {
+    INFO("text: ", c.text);
+    CHECK(check_decode(c.text) == c.fast);
   }
 }
