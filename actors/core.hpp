@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <set>
 #include <string>
@@ -27,6 +28,11 @@ struct counters {
 
 struct engine_core {
   options opts;
+  /// True while the store writer holds a batch: from its first write set
+  /// until its replies are delivered. Waiters keep polling past spin_wait
+  /// while it holds (see commit_poll). Declared before `sys`, whose workers
+  /// read it, so it outlives them.
+  std::atomic<bool> committing{false};
   std::unique_ptr<store::kv_store> kv;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -53,6 +59,13 @@ caf::actor spawn_scope_actor(engine_core& core, std::string app,
                              std::optional<std::string> user);
 /// Spawns the detached store writer.
 caf::actor spawn_writer(engine_core& core);
+
+/// How long a waiter polls in all, past options::spin_wait, while the writer
+/// is committing (`engine_core::committing`): a reply is then on its way, and
+/// a durable commit (two disk flushes, 0.2-1 ms here) outlasts spin_wait, so
+/// a waiter that parked at spin_wait would add a wake-up (tens of µs) to
+/// each awaited append. Zero when spin_wait is zero.
+std::chrono::microseconds commit_poll(const options& o);
 
 /// Wall-clock now, epoch seconds.
 double now_seconds();

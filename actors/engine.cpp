@@ -48,9 +48,9 @@ struct answer_slot {
 };
 
 // Runs `start(callback)` and waits for the callback's result. The first
-// waiter of the engine polls for up to opts.spin_wait before it sleeps; any
-// other waiter sleeps at once (64 polling threads on 2 cores would starve
-// the actors they wait for).
+// waiter of the engine polls for up to opts.spin_wait (commit_poll while the
+// writer is committing) before it sleeps; any other waiter sleeps at once
+// (64 polling threads on 2 cores would starve the actors they wait for).
 template <class T, class Start>
 result<T> block_on(engine_core& core, Start&& start) {
   auto slot = std::make_shared<answer_slot<T>>();
@@ -63,7 +63,10 @@ result<T> block_on(engine_core& core, Start&& start) {
   auto ready = [&slot] { return slot->done.load(std::memory_order_acquire); };
   if (!ready() && core.opts.spin_wait.count() > 0) {
     if (core.spinners.fetch_add(1, std::memory_order_acq_rel) == 0)
-      spin_until(ready, core.opts.spin_wait);
+      spin_until(
+        ready, core.opts.spin_wait,
+        [&core] { return core.committing.load(std::memory_order_relaxed); },
+        commit_poll(core.opts));
     core.spinners.fetch_sub(1, std::memory_order_acq_rel);
   }
   std::unique_lock<std::mutex> g(slot->m);
@@ -110,6 +113,12 @@ std::string user_dir_key(const std::string& app, const std::string& user) {
 
 std::string app_dir_key(const std::string& app) {
   return 'a' + app;
+}
+
+std::chrono::microseconds commit_poll(const options& o) {
+  if (o.spin_wait.count() <= 0)
+    return std::chrono::microseconds{0};
+  return std::max<std::chrono::microseconds>(o.spin_wait, std::chrono::milliseconds(1));
 }
 
 double now_seconds() {
@@ -212,10 +221,12 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
   // "sharing" with polling: CAF builds no scheduler of its own when a module
   // factory supplies one.
   if (core->opts.scheduler == "sharing" && core->opts.spin_wait.count() > 0) {
-    auto spin = core->opts.spin_wait;
-    core->cfg->module_factories.push_back([spin](caf::actor_system& sys) {
+    auto* shared = core.get();
+    core->cfg->module_factories.push_back([shared](caf::actor_system& sys) {
       auto* c = new caf::scheduler::coordinator<polling_sharing>(sys);
-      c->data().spin = spin;
+      c->data().spin = shared->opts.spin_wait;
+      c->data().committing = &shared->committing;
+      c->data().commit_poll = commit_poll(shared->opts);
       return static_cast<caf::actor_system::module*>(c);
     });
   }

@@ -38,8 +38,12 @@ public:
     std::size_t parked = 0;              ///< workers waiting on `cv`; guarded by `lock`
     std::atomic<std::size_t> size{0};    ///< queue.size(), for polling without `lock`
     std::atomic<std::size_t> pollers{0}; ///< workers polling: 0 or 1
-    /// Set once, before the coordinator starts its workers.
+    /// Set once, before the coordinator starts its workers: the polling
+    /// budget, and past it, polling while *committing holds, up to
+    /// commit_poll in all (a commit's replies are on their way).
     std::chrono::microseconds spin{0};
+    const std::atomic<bool>* committing = nullptr;
+    std::chrono::microseconds commit_poll{0};
   };
 
   struct worker_data {
@@ -83,14 +87,17 @@ public:
   }
 
   /// The next job, in queue order; blocks until there is one. Polls for up
-  /// to `spin` first when no other worker is polling.
+  /// to `spin` (commit_poll while the writer commits) first when no other
+  /// worker is polling.
   template <class Worker>
   caf::resumable* dequeue(Worker* self) {
     auto& q = d(self->parent());
     std::size_t none = 0;
     if (q.size.load(std::memory_order_acquire) == 0
         && q.pollers.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) {
-      spin_until([&q] { return q.size.load(std::memory_order_acquire) > 0; }, q.spin);
+      spin_until([&q] { return q.size.load(std::memory_order_acquire) > 0; }, q.spin,
+                 [&q] { return q.committing && q.committing->load(std::memory_order_relaxed); },
+                 q.commit_poll);
       q.pollers.store(0, std::memory_order_release);
     }
     std::unique_lock<std::mutex> guard(q.lock);

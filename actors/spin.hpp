@@ -8,6 +8,7 @@
 // it for a time slice.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 
 #include <sched.h>
@@ -30,6 +31,28 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
       return true;
   } while (std::chrono::steady_clock::now() < until);
   return false;
+}
+
+/// As above, and past `budget` for as long as `extend()` holds, up to `cap`
+/// in all (a cap below `budget` counts as `budget`).
+template <class Ready, class Extend>
+bool spin_until(Ready&& ready, std::chrono::microseconds budget, Extend&& extend,
+                std::chrono::microseconds cap) {
+  if (ready())
+    return true;
+  if (budget.count() <= 0)
+    return false;
+  const auto start = std::chrono::steady_clock::now();
+  const auto soft = start + budget;
+  const auto hard = start + std::max(budget, cap);
+  for (;;) {
+    sched_yield();
+    if (ready())
+      return true;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= hard || (now >= soft && !extend()))
+      return false;
+  }
 }
 
 } // namespace agentstate::detail

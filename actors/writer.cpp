@@ -200,6 +200,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
            && !self->mailbox().empty())
       self->receive(on_write, on_flush, on_stop);
     if (!batch.empty()) {
+      core->committing.store(true, std::memory_order_relaxed);
       if (!commit_batch_direct(*core, batch)) {
         if (core->kv->nests())
           commit_batch_isolated(*core, batch);
@@ -228,6 +229,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
         it.reply.spent = std::move(it.ws);
         it.rp.deliver(std::move(it.reply));
       }
+      core->committing.store(false, std::memory_order_relaxed);
       batch.clear();
       bytes = 0;
     }
