@@ -1,5 +1,6 @@
 // store/event_text.hpp: the stored text of an event, written straight from
-// the `event` struct.
+// the `event` struct and read straight back into it; and the reader of the
+// stored JSON form that state values share.
 #pragma once
 
 #include <string>
