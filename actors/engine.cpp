@@ -116,8 +116,8 @@ std::string app_dir_key(const std::string& app) {
 }
 
 std::chrono::microseconds commit_poll(const options& o) {
-  if (o.spin_wait.count() <= 0)
-    return std::chrono::microseconds{0};
+  if (o.spin_wait.count() <= 0 || o.mode != durability::sync)
+    return o.spin_wait;
   return std::max<std::chrono::microseconds>(o.spin_wait, std::chrono::milliseconds(1));
 }
 

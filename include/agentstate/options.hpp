@@ -119,13 +119,13 @@ struct options {
   /// tens of microseconds on small VMs, more than an append's own work, so
   /// an awaited append one at a time is several times faster with polling
   /// (README, Performance). Each poll yields the core to runnable threads.
-  /// While the writer is committing a batch, the blocked caller and the
-  /// idle worker poll on past this budget, up to max(spin_wait, 1 ms) in
-  /// all: the commit's replies are on their way, and a durable commit (two
-  /// disk flushes) outlasts the budget, so parking would add two wake-ups
-  /// to every awaited sync append. Costs up to this much CPU per wait (up to
-  /// 1 ms while a commit runs); an idle engine polls for at most this long
-  /// and then sleeps. 0 = never poll (and CAF's own work-sharing policy).
+  /// With durability::sync, while the writer is committing a batch, the
+  /// blocked caller and the idle worker poll on past this budget, up to
+  /// max(spin_wait, 1 ms) in all: the commit's replies are on their way, and
+  /// a durable commit (two disk flushes) outlasts the budget, so parking
+  /// would add two wake-ups to every awaited sync append. Costs up to this
+  /// much CPU per wait (up to 1 ms while a sync commit runs); an idle engine
+  /// polls for at most this long and then sleeps. 0 = never poll (and CAF's own work-sharing policy).
   /// At most 10 ms.
   std::chrono::microseconds spin_wait{50};
   /// CAF worker threads; 0 = the number of cores.
