@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "actors/core.hpp"
 #include "actors/spin.hpp"
 
 using namespace agentstate::detail;
@@ -63,4 +64,19 @@ TEST_CASE("spin_until: polls past the budget while extend() holds, up to the cap
   CHECK(spent >= 30ms);
   CHECK(spent < 5s);
   stopper.join();
+}
+
+TEST_CASE("commit_poll: waiters poll through a commit in sync mode only") {
+  agentstate::options o;
+  o.mode = agentstate::durability::sync;
+  CHECK(commit_poll(o) == 1ms);
+  o.spin_wait = 5ms;
+  CHECK(commit_poll(o) == 5ms); // never below the budget
+  o.spin_wait = 0us;
+  CHECK(commit_poll(o) == 0us); // no polling at all
+  for (auto mode : {agentstate::durability::nosync, agentstate::durability::memory}) {
+    o.mode = mode;
+    o.spin_wait = 50us;
+    CHECK(commit_poll(o) == 50us); // the budget alone: commits take tens of µs
+  }
 }
