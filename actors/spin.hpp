@@ -15,26 +15,11 @@
 
 namespace agentstate::detail {
 
-/// Polls `ready()` until it returns true or `budget` has passed, yielding the
-/// CPU between polls. Returns the last value of `ready()`. A zero budget polls
-/// once. Costs up to `budget` of CPU; never blocks.
-template <class Ready>
-bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
-  if (ready())
-    return true;
-  if (budget.count() <= 0)
-    return false;
-  const auto until = std::chrono::steady_clock::now() + budget;
-  do {
-    sched_yield();
-    if (ready())
-      return true;
-  } while (std::chrono::steady_clock::now() < until);
-  return false;
-}
-
-/// As above, and past `budget` for as long as `extend()` holds, up to `cap`
-/// in all (a cap below `budget` counts as `budget`).
+/// Polls `ready()` until it returns true or `budget` has passed, and past
+/// `budget` for as long as `extend()` holds, up to `cap` in all (a cap below
+/// `budget` counts as `budget`); yields the CPU between polls. Returns the
+/// last value of `ready()`. A zero budget polls once. Costs up to `cap` of
+/// CPU; never blocks.
 template <class Ready, class Extend>
 bool spin_until(Ready&& ready, std::chrono::microseconds budget, Extend&& extend,
                 std::chrono::microseconds cap) {
@@ -53,6 +38,12 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget, Extend&& extend
     if (now >= hard || (now >= soft && !extend()))
       return false;
   }
+}
+
+/// As above without an extension: polls for up to `budget`.
+template <class Ready>
+bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
+  return spin_until(ready, budget, [] { return false; }, budget);
 }
 
 } // namespace agentstate::detail

@@ -330,15 +330,7 @@ public:
       case '[': {
         out = json::value_t::array;
         auto& a = out.get_ref<json::array_t&>();
-        ++p_;
-        if (eat(']'))
-          return true;
-        do {
-          a.emplace_back();
-          if (!value(a.back(), depth + 1))
-            return false;
-        } while (eat(','));
-        return eat(']');
+        return elements([&] { return value(a.emplace_back(), depth + 1); });
       }
       case 't': return literal("true") && (out = true, true);
       case 'f': return literal("false") && (out = false, true);
@@ -353,6 +345,21 @@ public:
       auto it = obj.emplace_hint(obj.end(), key, nullptr);
       return value(it->second, depth + 1);
     });
+  }
+
+  // Reads an array, calling on_element() with the cursor at each element;
+  // on_element must consume it.
+  template <class F>
+  bool elements(F&& on_element) {
+    if (!eat('['))
+      return false;
+    if (eat(']'))
+      return true;
+    do {
+      if (!on_element())
+        return false;
+    } while (eat(','));
+    return eat(']');
   }
 
   // Reads an object, calling on_member(key) with the cursor at each member's
@@ -529,21 +536,9 @@ bool decode_event_text(std::string_view text, event& ev) {
     if (is(key, "artifact_delta"))
       return object_member(ev.actions.artifact_delta);
     if (is(key, "state_remove")) {
-      if (r.literal("null"))
-        return true;
-      if (!r.next_is('['))
-        return false;
-      json list;
-      if (!r.value(list, 1))
-        return false;
-      auto& a = list.get_ref<json::array_t&>();
-      ev.actions.state_remove.reserve(a.size());
-      for (auto& k : a) {
-        if (!k.is_string())
-          return false;
-        ev.actions.state_remove.push_back(std::move(k.get_ref<std::string&>()));
-      }
-      return true;
+      auto& removes = ev.actions.state_remove;
+      return r.literal("null")
+             || r.elements([&] { return r.string(removes.emplace_back()); });
     }
     auto& extra = ev.actions.extra.get_ref<json::object_t&>();
     return r.value(extra.emplace_hint(extra.end(), key, nullptr)->second, 1);
