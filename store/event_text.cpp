@@ -318,7 +318,7 @@ public:
 
   // Any value, into `out` (null on entry).
   bool value(json& out, int depth) {
-    if (p_ == end_ || depth > max_depth)
+    if (p_ == end_ || depth >= max_depth)
       return false;
     switch (*p_) {
       case '"':
@@ -388,7 +388,9 @@ public:
   }
 
 private:
-  static constexpr int max_depth = 128;
+  // The default options::limit max_json_depth; each level costs ~300 bytes
+  // of stack (the reader recurses), so ~20 KB at most.
+  static constexpr int max_depth = 64;
 
   bool eat(char c) {
     if (p_ == end_ || *p_ != c)

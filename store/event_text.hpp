@@ -26,13 +26,14 @@ result<std::string> encode_event_text(const event& ev);
 /// Reads JSON text in the form the engine writes it into `out`: compact, an
 /// object's keys in strictly increasing byte order, integers of at most 18
 /// digits, finite doubles, no \u escape of a surrogate, strict UTF-8, at
-/// most 128 levels deep. Whenever it returns true, `out` is identical (number
+/// most 64 levels deep. Whenever it returns true, `out` is identical (number
 /// types included) to json::parse(text). It returns false for every text
 /// outside that form, malformed ones included, leaving `out` unspecified:
 /// the caller then parses with nlohmann, which decides what the text means or
 /// that it is corrupt.
 /// Cost: one pass; one allocation per container and per long string, none
-/// per character. Throws only std::bad_alloc.
+/// per character; recursion, ~300 bytes of stack per level (~20 KB at 64).
+/// Throws only std::bad_alloc.
 bool parse_stored_text(std::string_view text, json& out);
 
 /// Decodes the event whose stored text is `text` straight into `ev`, which

@@ -367,7 +367,9 @@ TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann rea
     bool fast; // whether the fast path takes it
   };
   std::string deep = "{\"x\":" + std::string(200, '[') + std::string(200, ']') + "}";
-  std::string shallow = "{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}";
+  // The fast path reads 64 levels (the top-level object is level 0).
+  std::string shallow = "{\"x\":" + std::string(63, '[') + std::string(63, ']') + "}";
+  std::string past = "{\"x\":" + std::string(64, '[') + std::string(64, ']') + "}";
   std::vector<example> cases = {
     // In the form, with every number and escape shape.
     {R"({"author":"a","id":"b","invocation_id":"c","timestamp":1.5})", true},
@@ -381,6 +383,7 @@ TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann rea
     {R"({"id":null,"x":[1,[2,{"a":{}}],"s",true,false,null]})", true},
     {"{\"id\":\"é中😀\"}", true},
     {shallow, true},
+    {past, false},
     // Outside it, but valid: nlohmann decides.
     {R"({ "id": "a" })", false},
     {R"({"id":"a","id":"b"})", false},               // duplicate: the last wins
