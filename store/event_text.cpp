@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "store/json_encoder.hpp"
@@ -58,6 +59,28 @@ constexpr std::array<bool, 256> plain_bytes = [] {
   return t;
 }();
 
+// JSON's short escapes: the character, and the letter after the backslash.
+// (The encoder never writes "\/"; the reader accepts it.)
+constexpr std::pair<char, char> short_escapes[] = {
+  {'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'\b', 'b'},
+  {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
+
+// escape_letter[c]: the letter escaping byte c, 0 if none; unescaped[e]:
+// the byte an escape letter e stands for, 0 if e is not a short escape.
+constexpr std::array<char, 256> escape_letter = [] {
+  std::array<char, 256> t{};
+  for (auto [c, e] : short_escapes)
+    if (c != '/')
+      t[static_cast<unsigned char>(c)] = e;
+  return t;
+}();
+constexpr std::array<char, 256> unescaped = [] {
+  std::array<char, 256> t{};
+  for (auto [c, e] : short_escapes)
+    t[static_cast<unsigned char>(e)] = c;
+  return t;
+}();
+
 // Appends `s` as a JSON string in nlohmann's escaping (ensure_ascii off):
 // ", \ and the control characters below 0x20 are escaped, the short forms
 // where JSON has them and \u00xx (lowercase hex) otherwise; everything else
@@ -83,18 +106,13 @@ bool append_escaped(std::string& out, std::string_view s) {
     }
     out.append(s.data() + run, i - run);
     run = ++i;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        out += "\\u00";
-        out += hex[c >> 4];
-        out += hex[c & 0xf];
+    out += '\\';
+    if (char e = escape_letter[c]) {
+      out += e;
+    } else {
+      out += "u00";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
     }
   }
   out.append(s.data() + run, s.size() - run);
@@ -275,42 +293,34 @@ public:
         return false;
       char e = p_[1];
       p_ += 2;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          if (end_ - p_ < 4)
-            return false;
-          int cp = 0;
-          for (int k = 0; k < 4; ++k) {
-            int h = hex_value(p_[k]);
-            if (h < 0)
-              return false;
-            cp = (cp << 4) | h;
-          }
-          if (cp >= 0xd800 && cp <= 0xdfff)
-            return false; // surrogate pairs: left to nlohmann
-          p_ += 4;
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xc0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3f));
-          } else {
-            out += static_cast<char>(0xe0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-            out += static_cast<char>(0x80 | (cp & 0x3f));
-          }
-          break;
-        }
-        default:
+      if (char c = unescaped[static_cast<unsigned char>(e)]) {
+        out += c;
+        run = p_;
+        continue;
+      }
+      if (e != 'u')
+        return false;
+      if (end_ - p_ < 4)
+        return false;
+      int cp = 0;
+      for (int k = 0; k < 4; ++k) {
+        int h = hex_value(p_[k]);
+        if (h < 0)
           return false;
+        cp = (cp << 4) | h;
+      }
+      if (cp >= 0xd800 && cp <= 0xdfff)
+        return false; // surrogate pairs: left to nlohmann
+      p_ += 4;
+      if (cp < 0x80) {
+        out += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xc0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+      } else {
+        out += static_cast<char>(0xe0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
       }
       run = p_;
     }
