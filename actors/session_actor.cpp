@@ -5,11 +5,13 @@
 // handler) and answers every command strictly in arrival order.
 #include <list>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include <caf/all.hpp>
 
 #include "actors/core.hpp"
+#include "actors/id_index.hpp"
 #include "actors/idle.hpp"
 #include "actors/messages.hpp"
 #include "actors/validate.hpp"
@@ -67,6 +69,10 @@ struct session_state {
 
   std::list<std::shared_ptr<pending>> queue;
   std::unordered_map<std::string, append_outcome> in_flight_ids;
+  /// The stored events' ids (A6), built from the store on the first lookup
+  /// and told of every append that commits; unset until then, and again
+  /// after a failed write or a delete.
+  std::optional<event_id_index> ids;
   bool stopping = false;
 
   static inline const char* name = "agentstate.session";
@@ -107,6 +113,7 @@ void drain(session_actor_t* self) {
   if (st.queue.empty() && st.stale) {
     st.stale = false;
     st.loaded = false; // re-read the record before the next command
+    st.ids.reset();
     auto stash = std::move(st.stash);
     st.stash.clear();
     for (auto& f : stash)
@@ -210,6 +217,7 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
     }
     st.exists = true;
     st.version = 0;
+    st.ids.emplace(); // no events yet
     json own = json::object();
     for (auto& w : ws->session_writes)
       own[w.key] = w.value;
@@ -249,9 +257,47 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
            });
 }
 
+/// The stored event of the session with `id`, if any: the first of the id
+/// index's candidates whose stored event has that id. Builds the index from
+/// the store first when unset (decoding every stored event once). A
+/// committed append not yet answered may be in the store already or not; it
+/// is added to the index when answered either way (add keeps one entry).
+result<std::optional<append_result>> find_stored(session_state& st, const std::string& id) {
+  try {
+    auto txn = st.core->kv->begin_read();
+    if (!st.ids) {
+      event_id_index index;
+      auto built = store::scan_event_ids(
+        *txn, st.skey, [&index](std::uint64_t v, const std::string& i) { index.add(i, v); });
+      if (!built)
+        return std::move(built).err();
+      st.ids = std::move(index);
+    }
+    std::optional<append_result> out;
+    std::optional<error> err;
+    st.ids->candidates(id, [&](std::uint64_t version) {
+      auto r = store::read_event(*txn, st.skey, version);
+      if (!r)
+        err = std::move(r).err();
+      else if (*r && (*r)->ev.id == id)
+        out = std::move(**r);
+      else
+        return true; // stale, or another id of the same hash
+      return false;
+    });
+    if (err)
+      return std::move(*err);
+    return out;
+  } catch (const store::kv_failure& f) {
+    return error{f.code, f.message};
+  }
+}
+
 /// A6 for a caller's event id: when an append with `cmd`'s id is in flight
 /// or stored, queues `cmd`'s answer as that append's outcome and returns
-/// true. Costs a hash lookup, a read transaction and a dedup-index get.
+/// true. Costs a hash lookup, a read transaction and a read of each
+/// candidate event (one, unless hashes collide); the first lookup after
+/// activation builds the id index (find_stored).
 bool answer_duplicate(session_actor_t* self, append_cmd& cmd) {
   auto& st = self->state;
   const auto& ev = cmd.req.ev;
@@ -272,22 +318,16 @@ bool answer_duplicate(session_actor_t* self, append_cmd& cmd) {
     return true;
   }
   // A6: an id already stored answers with the stored event and version.
-  try {
-    auto txn = st.core->kv->begin_read();
-    auto found = store::find_event(*txn, st.skey, ev.id);
-    if (!found) {
-      answer(self, [cb = std::move(cmd.cb), e = std::move(found).err()] { cb(e); });
-      return true;
-    }
-    if (*found) {
-      st.core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
-      answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable {
-        cb(std::move(r));
-      });
-      return true;
-    }
-  } catch (const store::kv_failure& f) {
-    answer(self, [cb = std::move(cmd.cb), f] { cb(error{f.code, f.message}); });
+  auto found = find_stored(st, ev.id);
+  if (!found) {
+    answer(self, [cb = std::move(cmd.cb), e = std::move(found).err()] { cb(e); });
+    return true;
+  }
+  if (*found) {
+    st.core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
+    answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable {
+      cb(std::move(r));
+    });
     return true;
   }
   return false;
@@ -375,6 +415,8 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
              st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
              if (late)
                stored.ev = std::move(late->ev);
+             if (st.ids)
+               st.ids->add(stored.ev.id, stored.version);
              // While a lease is held, only its invocation is the live one.
              bool live = st.lease.empty() || st.lease == stored.ev.invocation_id;
              if (live && stored.ev.invocation_id != st.invocation) {
@@ -437,6 +479,7 @@ void on_delete(session_actor_t* self, delete_cmd& cmd) {
     st.exists = false;
     st.version = 0;
     st.in_flight_ids.clear();
+    st.ids.reset();
     submit(self, std::move(ws), [self, cb = std::move(cmd.cb)](result<void> r,
                                                               std::shared_ptr<store::late_binding>) {
       if (r) {

@@ -434,7 +434,6 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
   ws.id = r.session_id;
   ws.version = version;
   ws.time = *ev.timestamp;
-  ws.event_id = ev.id;
   if (!modify.empty() || touches_derived(core, delta, removes)
       || (!core.derived_inputs.empty() && std::any_of(modify.begin(), modify.end(),
                                                       [&](const state_modify& m) {

@@ -95,7 +95,7 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
                                    const std::function<void(const std::string&)>& sink) {
   try {
     std::uint64_t n = 0;
-    sink(json{{"type", "header"}, {"format", format_version}}.dump());
+    sink(json{{"type", "header"}, {"format", export_format_version}}.dump());
     ++n;
     std::string prefix;
     if (f.app)
@@ -266,9 +266,6 @@ struct importer {
       std::string key = skey + '\0';
       append_be64(key, rec["version"].get<std::uint64_t>());
       txn->put(table::events, key, encode_event_row(*ev->timestamp, *text));
-      std::string ver;
-      append_be64(ver, rec["version"].get<std::uint64_t>());
-      txn->put(table::event_ids, skey + '\0' + ev->id, ver);
       return {};
     }
     if (type == "user_state" || type == "app_state") {
@@ -326,9 +323,9 @@ result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
       if (imp.line == 1) {
         if (!rec->is_object() || rec->value("type", "") != "header")
           return imp.bad("the first line must be the header record");
-        if (rec->value("format", 0u) != format_version)
+        if (rec->value("format", 0u) != export_format_version)
           return imp.bad("export format " + rec->value("format", json()).dump()
-                         + " is not format " + std::to_string(format_version));
+                         + " is not format " + std::to_string(export_format_version));
         continue;
       }
       if (auto r = imp.record(*rec); !r)

@@ -24,6 +24,10 @@
 
 namespace agentstate::store {
 
+/// The export's own format (the header's "format"), independent of the
+/// store's format_version: store formats 1 and 2 export the same records.
+inline constexpr std::uint32_t export_format_version = 1;
+
 /// Restricts an export to one app, one user of it, or one session of that.
 /// REQUIRES: user only with app; session only with user.
 struct export_filter {

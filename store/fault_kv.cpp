@@ -52,6 +52,10 @@ public:
     plan_->on_call(fault_target::writes, "del");
     return inner_->del(t, key);
   }
+  void drop_table(std::string_view name) override {
+    plan_->on_call(fault_target::writes, "drop_table");
+    inner_->drop_table(name);
+  }
   void begin_nested() override {
     plan_->on_call(fault_target::writes, "begin_nested");
     inner_->begin_nested();

@@ -27,11 +27,10 @@ enum class table : std::uint8_t {
   user_state,
   app_state,
   events,
-  event_ids,
   by_update,
   by_user,
 };
-inline constexpr std::size_t table_count = 9;
+inline constexpr std::size_t table_count = 8;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;
@@ -76,6 +75,10 @@ public:
   virtual void put(table t, std::string_view key, std::string_view value) = 0;
   /// Returns whether the key existed.
   virtual bool del(table t, std::string_view key) = 0;
+  /// Deletes the table called `name`, with its rows, if the store holds
+  /// one. For tables an older format kept (see store::format_version), so
+  /// `name` is none of `table`'s; the memory store never holds such a table.
+  virtual void drop_table(std::string_view name) = 0;
 
   /// Savepoints: a nested transaction whose effects vanish on abort_nested.
   /// REQUIRES: commit/abort_nested match a begin_nested.

@@ -303,7 +303,7 @@ result<event> decode_event_row(std::string_view row) {
 }
 
 std::size_t write_set::bytes() const {
-  std::size_t n = 64 + app.size() + user.size() + id.size() + event_id.size()
+  std::size_t n = 64 + app.size() + user.size() + id.size()
                   + event_row.size();
   for (auto* v : {&session_writes, &user_writes, &app_writes})
     for (auto& w : *v)
@@ -346,10 +346,6 @@ result<void> apply(kv_write& txn, const write_set& ws) {
                        + "' failed; retry with the same event id"};
       set_event_key(k, skey, ws.version);
       txn.put(table::events, k, ws.event_row);
-      std::string ver;
-      append_be64(ver, ws.version);
-      set_sub_key(k, skey, ws.event_id);
-      txn.put(table::event_ids, k, ver);
       put_rows(txn, ws, skey, k);
       if (rec->last_update_time != ws.time
           || bits_of(rec->last_update_time) != bits_of(ws.time)) {
@@ -373,7 +369,6 @@ result<void> apply(kv_write& txn, const write_set& ws) {
       auto prefix = skey + '\0';
       delete_prefix(txn, table::session_state, prefix);
       delete_prefix(txn, table::events, prefix);
-      delete_prefix(txn, table::event_ids, prefix);
       set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
       txn.del(table::by_update, k);
       set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
@@ -401,20 +396,39 @@ result<std::optional<session_record>> read_record(kv_read& txn, std::string_view
   }
 }
 
-result<std::optional<append_result>> find_event(kv_read& txn, std::string_view skey,
-                                                std::string_view event_id) {
+result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
+                                                std::uint64_t version) {
   try {
-    auto ver = txn.get(table::event_ids, sub_key(skey, event_id));
-    if (!ver)
-      return std::optional<append_result>{};
-    auto version = read_be64(*ver);
     auto row = txn.get(table::events, event_key(skey, version));
     if (!row)
-      return corrupt("dedup index names a missing event");
+      return std::optional<append_result>{};
     auto ev = decode_event_row(*row);
     if (!ev)
       return std::move(ev).err();
     return std::optional<append_result>{append_result{std::move(*ev), version}};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<void> scan_event_ids(kv_read& txn, std::string_view skey,
+                            const std::function<void(std::uint64_t, const std::string&)>& fn) {
+  try {
+    std::string prefix(skey);
+    prefix += '\0';
+    std::optional<error> err;
+    txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
+      auto ev = decode_event_row(row);
+      if (!ev || k.size() != prefix.size() + 8) {
+        err = ev ? corrupt("event key of unexpected length") : std::move(ev).err();
+        return false;
+      }
+      fn(read_be64(k.substr(prefix.size())), ev->id);
+      return true;
+    });
+    if (err)
+      return std::move(*err);
+    return {};
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
@@ -731,10 +745,18 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
     {
       auto r = kv.begin_read();
       if (auto fmt = r->get(table::meta, "format")) {
-        if (*fmt != std::to_string(format_version))
+        if (*fmt == std::to_string(format_version))
+          return {};
+        if (*fmt != "1")
           return error{errc::internal, "store format " + std::string(*fmt)
                                          + " is not readable by this build (format "
                                          + std::to_string(format_version) + ")"};
+        r.reset();
+        // Format 1 -> 2: the dedup index is gone; everything else is the same.
+        auto w = kv.begin_write();
+        w->drop_table("event_ids");
+        w->put(table::meta, "format", std::to_string(format_version));
+        w->commit();
         return {};
       }
     }

@@ -18,8 +18,14 @@
 
 namespace agentstate::store {
 
-/// Version of the on-disk layout, stored in meta["format"].
-inline constexpr std::uint32_t format_version = 1;
+/// Version of the on-disk layout, stored in meta["format"]. Format 1 also
+/// kept a dedup index of event ids (table `event_ids`); format 2 has none
+/// (session actors index their events' ids in memory, built from the events)
+/// and is otherwise the same. init_meta upgrades a format 1 store when it
+/// opens one for writing: it drops `event_ids` and records format 2.
+inline constexpr std::uint32_t format_version = 2;
+/// The oldest format this build reads (read-only opens read format 1 as is).
+inline constexpr std::uint32_t oldest_format_version = 1;
 
 /// Nesting bound for decoding stored JSON (values were checked against the
 /// configured, smaller, limit when written). options::limit.max_json_depth
@@ -100,7 +106,6 @@ struct write_set {
   std::uint64_t version = 0;
   /// create: creation time; append: the event's timestamp.
   double time = 0;
-  std::string event_id;
   /// append: the event's row as stored (encode_event_row of its text),
   /// encoded by whoever prepares the write set, off the writer's thread.
   std::string event_row;
@@ -124,9 +129,15 @@ result<void> apply(kv_write& txn, const write_set& ws);
 
 result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);
 
-/// The stored event with `event_id` and its version, if any (the dedup index).
-result<std::optional<append_result>> find_event(kv_read& txn, std::string_view skey,
-                                                std::string_view event_id);
+/// The stored event of session `skey` at `version`, if any.
+result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
+                                                std::uint64_t version);
+
+/// Calls fn(version, id) for every stored event of session `skey`, oldest
+/// first. Errors: internal when a row does not decode. Cost: decodes every
+/// event of the session (~1 µs each).
+result<void> scan_event_ids(kv_read& txn, std::string_view skey,
+                            const std::function<void(std::uint64_t, const std::string&)>& fn);
 
 /// The session per G1-G6, in one snapshot. Does not validate `req`.
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req);
@@ -156,8 +167,9 @@ result<json> read_scope(kv_read& txn, std::string_view app,
 result<session_page> list_sessions(kv_read& txn, const list_request& req,
                                    std::size_t page_size);
 
-/// Reads meta; writes it when the store is new. Errors: internal when the
-/// store's format is not format_version.
+/// Reads meta; writes it when the store is new, and upgrades a format 1
+/// store to format 2 (in one transaction: drops its `event_ids` table,
+/// records the format). Errors: internal when the store's format is neither.
 result<void> init_meta(kv_store& kv, std::string_view engine_version);
 
 } // namespace agentstate::store

@@ -205,6 +205,15 @@ public:
     check("mdb_del", rc);
     return true;
   }
+  void drop_table(std::string_view name) override {
+    std::string n(name);
+    MDB_dbi dbi;
+    int rc = ::mdb_dbi_open(top(), n.c_str(), 0, &dbi);
+    if (rc == MDB_NOTFOUND)
+      return;
+    check("mdb_dbi_open", rc);
+    check("mdb_drop", ::mdb_drop(top(), dbi, 1));
+  }
   void begin_nested() override {
     MDB_txn* child = nullptr;
     check("mdb_txn_begin(nested)", ::mdb_txn_begin(h_.env, top(), 0, &child));

@@ -145,6 +145,7 @@ public:
     m.erase(it);
     return true;
   }
+  void drop_table(std::string_view) override {} // holds only `table`'s tables
   void begin_nested() override { savepoints_.push_back(undo_.size()); }
   void commit_nested() override { savepoints_.pop_back(); }
   void abort_nested() noexcept override {
@@ -220,7 +221,6 @@ const char* table_name(table t) noexcept {
     case table::user_state: return "user_state";
     case table::app_state: return "app_state";
     case table::events: return "events";
-    case table::event_ids: return "event_ids";
     case table::by_update: return "by_update";
     case table::by_user: return "by_user";
   }

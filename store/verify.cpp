@@ -1,5 +1,7 @@
 #include "store/verify.hpp"
 
+#include <unordered_map>
+
 #include "agentstate/json.hpp"
 #include "store/layout.hpp"
 
@@ -68,10 +70,9 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     auto fmt = txn.get(table::meta, "format");
     if (!fmt)
       c.fault("meta: no format version");
-    else if (*fmt != std::to_string(format_version))
+    else if (*fmt != std::to_string(format_version) && *fmt != std::to_string(oldest_format_version))
       c.fault("meta: format " + std::string(*fmt) + ", expected "
-              + std::to_string(format_version));
-    std::uint64_t event_ids = 0;
+              + std::to_string(oldest_format_version) + " or " + std::to_string(format_version));
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
       std::string name = printable(skey);
@@ -90,6 +91,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       }
       std::string prefix = skey + '\0';
       std::uint64_t expect = 1;
+      std::unordered_map<std::string, std::uint64_t> ids; // A6: one event per id
       txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
         ++r.events;
         auto version = read_be64(k.substr(prefix.size()));
@@ -108,24 +110,15 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         if (!ev->timestamp || *ev->timestamp != event_row_timestamp(row).value_or(-1))
           c.fault("session " + name + " v" + std::to_string(version)
                   + ": row timestamp differs from the event's");
-        auto idx = txn.get(table::event_ids, prefix + ev->id);
-        if (!idx || read_be64(*idx) != version)
-          c.fault("session " + name + " v" + std::to_string(version) + ": event id '" + ev->id
-                  + "' is not indexed to this version");
+        auto [at, added] = ids.emplace(ev->id, version);
+        if (!added)
+          c.fault("session " + name + " v" + std::to_string(version) + ": event id '"
+                  + printable(ev->id) + "' repeats v" + std::to_string(at->second));
         return true;
       });
       if (expect - 1 != rec->version)
         c.fault("session " + name + ": record says version " + std::to_string(rec->version)
                 + ", events end at " + std::to_string(expect - 1));
-      std::uint64_t ids = 0;
-      txn.scan(table::event_ids, prefix, {}, [&](std::string_view, std::string_view) {
-        ++ids;
-        return true;
-      });
-      event_ids += ids;
-      if (ids != rec->version)
-        c.fault("session " + name + ": " + std::to_string(ids) + " dedup entries for "
-                + std::to_string(rec->version) + " events");
       std::string by_update(parts[0]);
       by_update += '\0';
       append_ordered_double(by_update, rec->last_update_time);
@@ -146,10 +139,6 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     if (total_events != r.events)
       c.fault("events: " + std::to_string(total_events - r.events)
               + " rows belong to no session");
-    auto total_ids = count_rows(txn, table::event_ids);
-    if (total_ids != event_ids)
-      c.fault("event_ids: " + std::to_string(total_ids - event_ids)
-              + " entries belong to no session");
     for (auto t : {table::by_update, table::by_user}) {
       auto n = count_rows(txn, t);
       if (n != r.sessions)

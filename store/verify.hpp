@@ -22,10 +22,10 @@ struct verify_report {
   bool ok() const { return faults == 0; }
 };
 
-/// Checks, in the snapshot `txn`: the format version; every session record
-/// decodes; its events are versions 1..version without gaps, each row
-/// decodes to an event whose timestamp matches the row's; the dedup index
-/// maps each event id to its version and holds nothing else; both list
+/// Checks, in the snapshot `txn`: the format version (1 or 2); every session
+/// record decodes; its events are versions 1..version without gaps, each row
+/// decodes to an event whose timestamp matches the row's, and no two events
+/// of a session share an id (A6); both list
 /// indexes hold exactly one entry per session at its last_update_time; every
 /// state row's key is well-formed and its value decodes; no table holds rows
 /// of a missing session. Cost: one pass over every table.

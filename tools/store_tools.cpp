@@ -172,9 +172,9 @@ int run_inspect(const args& in) {
 const char* verify_usage =
   "usage: agentstate verify DIR [--json]\n"
   "\n"
-  "Checks every session of the store: versions contiguous, events and the\n"
-  "dedup index consistent, every record decodes, list indexes and scope rows\n"
-  "well-formed, no orphan rows. Read-only; safe while an engine runs (it\n"
+  "Checks every session of the store: versions contiguous, every event\n"
+  "decodes, no event id twice in a session, every record decodes, list\n"
+  "indexes and scope rows well-formed, no orphan rows. Read-only; safe while an engine runs (it\n"
   "checks one snapshot). Exit 0 clean, 1 faults found (or unreadable), 2 usage.\n";
 
 int run_verify(const args& in) {

@@ -35,7 +35,7 @@ struct engine_stats {
   std::uint64_t activations = 0;   ///< actors spawned (incl. rehydrations)
   std::uint64_t passivations = 0;
   std::uint64_t appends = 0;       ///< events stored
-  std::uint64_t deduplicated = 0;  ///< appends answered from the dedup index
+  std::uint64_t deduplicated = 0;  ///< appends answered with an already stored event (A6)
   std::uint64_t commits = 0;       ///< write transactions committed
   std::uint64_t batched_writes = 0; ///< write sets in those transactions
   std::uint64_t max_batch = 0;     ///< largest group commit seen

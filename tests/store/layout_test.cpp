@@ -85,7 +85,6 @@ write_set sample_append(const write_set& create) {
   write_set append = create;
   append.op = write_set::kind::append;
   append.version = 1;
-  append.event_id = "e1";
   append.time = 11;
   append.event_row = encode_event_row(append.time, R"({"id":"e1"})");
   return append;
@@ -113,10 +112,18 @@ TEST_CASE("layout: apply enforces create/append preconditions") {
   REQUIRE(*rec);
   CHECK((**rec).version == 1);
   CHECK((**rec).last_update_time == 11);
-  auto found = find_event(*r, session_key("app", "u", "s"), "e1");
+  auto found = read_event(*r, session_key("app", "u", "s"), 1);
   REQUIRE(found);
   REQUIRE(*found);
   CHECK((**found).version == 1);
+  CHECK((**found).ev.id == "e1");
+  auto none = read_event(*r, session_key("app", "u", "s"), 2);
+  REQUIRE(none);
+  CHECK_FALSE(*none);
+  std::vector<std::pair<std::uint64_t, std::string>> ids;
+  REQUIRE(scan_event_ids(*r, session_key("app", "u", "s"),
+                         [&](std::uint64_t v, const std::string& id) { ids.emplace_back(v, id); }));
+  CHECK(ids == std::vector<std::pair<std::uint64_t, std::string>>{{1, "e1"}});
 }
 
 namespace {
@@ -162,7 +169,7 @@ TEST_CASE("layout: a write set that apply refuses leaves the transaction as it w
     CHECK(apply(*w, missing).code() == errc::not_found);
     CHECK(all_rows(*w) == before);
     append.version = 3; // does not follow the stored version 1
-    append.event_id = "e3";
+    append.event_row = encode_event_row(append.time, R"({"id":"e3"})");
     CHECK(apply(*w, append).code() == errc::unavailable);
     CHECK(all_rows(*w) == before);
     w->commit();

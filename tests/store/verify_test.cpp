@@ -85,13 +85,15 @@ TEST_CASE("verify: each planted fault is found and named") {
     CHECK_FALSE(r.ok());
     CHECK(mentions(r, "expected"));
   }
-  SUBCASE("a dedup entry pointing at the wrong version") {
+  SUBCASE("two events of a session with one id (A6)") {
+    // v2 ("e1") rewritten as a copy of v1 ("e0"), timestamp and all.
     plant([&](kv_write& w) {
-      std::string v;
-      append_be64(v, 2);
-      w.put(table::event_ids, s1 + '\0' + "e0", v);
+      std::string first(*w.get(table::events, event_key(s1, 1)));
+      w.put(table::events, event_key(s1, 2), first);
     });
-    CHECK(mentions(check(*kv), "not indexed"));
+    auto r = check(*kv);
+    CHECK(r.faults == 1);
+    CHECK(mentions(r, "event id 'e0' repeats v1"));
   }
   SUBCASE("a record whose version disagrees with the log") {
     plant([&](kv_write& w) {
