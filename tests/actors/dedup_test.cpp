@@ -3,26 +3,11 @@
 // rebuilt after passivation, emptied by a delete. Both stores.
 #include <doctest/doctest.h>
 
-#include <chrono>
-#include <thread>
-
 #include "support/test_support.hpp"
 
 using namespace agentstate;
-using namespace std::chrono_literals;
 
 namespace {
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
 
 std::string id_of(int i) { return "ev-" + std::to_string(i); }
 
@@ -30,14 +15,14 @@ std::string id_of(int i) { return "ev-" + std::to_string(i); }
 
 TEST_CASE_TEMPLATE("dedup: after passivation any stored id answers with its own event", S,
                    test::memory_store, test::lmdb_store) {
-  auto t = test::open_engine(S::kind, [](options& o) { o.idle_timeout = 50ms; });
+  auto t = test::open_engine(S::kind, [](options& o) { o.idle_timeout = std::chrono::milliseconds(50); });
   auto& e = *t;
   auto ref = test::sref("app", "u", "s");
   MUST(e.create_session(test::create_req(ref)));
   for (int i = 1; i <= 60; ++i)
     test::append_ok(e, ref, test::make_event(json{{"n", i}}, id_of(i)));
   auto generated = test::append_ok(e, ref, test::make_event(json{{"n", 61}})); // id by the engine
-  REQUIRE(eventually([&] { return e.stats().sessions_live == 0; }));
+  REQUIRE(test::eventually([&] { return e.stats().sessions_live == 0; }));
 
   for (int i : {1, 17, 60}) {
     auto again = test::append_ok(e, ref, test::make_event(json{{"n", -1}}, id_of(i)));
@@ -99,7 +84,7 @@ TEST_CASE_TEMPLATE("dedup: duplicates sent back to back with their original are 
                      ++done;
                    });
   }
-  REQUIRE(eventually([&] { return done.load() == 2 * n; }));
+  REQUIRE(test::eventually([&] { return done.load() == 2 * n; }));
   for (int i = 0; i < 2 * n; ++i) {
     INFO("append ", i);
     REQUIRE(got[i]->ok());

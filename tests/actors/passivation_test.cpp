@@ -11,22 +11,6 @@
 using namespace agentstate;
 using namespace std::chrono_literals;
 
-namespace {
-
-// Waits until `pred` holds, polling; false after `limit`.
-template <class F>
-bool eventually(F pred, std::chrono::milliseconds limit = 10s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
-
-} // namespace
-
 TEST_CASE_TEMPLATE("passivation: idle actors go away and come back from the store", S,
                    test::memory_store, test::lmdb_store) {
   auto t = test::open_engine(S::kind, [](options& o) { o.idle_timeout = 50ms; });
@@ -41,7 +25,7 @@ TEST_CASE_TEMPLATE("passivation: idle actors go away and come back from the stor
   CHECK(e.stats().users_live == 1);
   CHECK(e.stats().apps_live == 1);
 
-  REQUIRE(eventually([&] {
+  REQUIRE(test::eventually([&] {
     auto s = e.stats();
     return s.sessions_live == 0 && s.users_live == 0 && s.apps_live == 0;
   }));

@@ -43,6 +43,16 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
   return {static_cast<const char*>(val.mv_data), val.mv_size};
 }
 
+/// `agentstate verify`'s check, read-only, must pass with `events` events.
+void verify_clean(const std::string& dir, std::uint64_t events) {
+  auto kv = store::open_lmdb_kv_readonly(dir);
+  auto txn = kv->begin_read();
+  auto report = store::verify_store(*txn);
+  INFO((report.messages.empty() ? std::string() : report.messages.front()));
+  CHECK(report.ok());
+  CHECK(report.events == events);
+}
+
 std::unique_ptr<engine> open_at(const std::string& dir) {
   options o;
   o.dir = dir;
@@ -78,15 +88,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 2 and keeps A6") {
     put(txn, ids, skey + '\0' + "e1", v1);
     put(txn, ids, skey + '\0' + generated, v2);
   });
-  {
-    // Read-only tools read format 1 as is.
-    auto ro = store::open_lmdb_kv_readonly(dir.str());
-    auto txn = ro->begin_read();
-    auto report = store::verify_store(*txn);
-    INFO((report.messages.empty() ? std::string() : report.messages.front()));
-    CHECK(report.ok());
-    CHECK(report.events == 2);
-  }
+  verify_clean(dir.str(), 2); // read-only tools read format 1 as is
   {
     auto e = open_at(dir.str());
     auto again = test::append_ok(*e, ref, test::make_event(json{{"k", 9}}, "e1"));
@@ -101,12 +103,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 2 and keeps A6") {
     MDB_dbi ids;
     CHECK(mdb_dbi_open(txn, "event_ids", 0, &ids) == MDB_NOTFOUND);
   });
-  auto kv = store::open_lmdb_kv_readonly(dir.str());
-  auto txn = kv->begin_read();
-  auto report = store::verify_store(*txn);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
-  CHECK(report.events == 3);
+  verify_clean(dir.str(), 3);
 }
 
 TEST_CASE("format upgrade: a store of an unknown format is refused and left as it was") {

@@ -279,6 +279,19 @@ inline list_request list_req(std::string app,
 
 // -- convenience calls ------------------------------------------------------------
 
+/// Polls `pred` every 5 ms until it holds; false if it still does not after
+/// `limit`.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
 /// get_session that must succeed and find the session.
 inline session get_existing(engine& e, const get_request& req) {
   auto r = e.get_session(req);
