@@ -217,7 +217,6 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
     }
     st.exists = true;
     st.version = 0;
-    st.ids.emplace(); // no events yet
     json own = json::object();
     for (auto& w : ws->session_writes)
       own[w.key] = w.value;

@@ -66,9 +66,8 @@ TEST_CASE_TEMPLATE("dedup: a deleted session's ids are new again in its re-creat
 
 TEST_CASE_TEMPLATE("dedup: duplicates sent back to back with their original are answered once", S,
                    test::memory_store, test::lmdb_store) {
-  // The async API queues all of them before the first commits: each
-  // duplicate is answered from the in-flight append or, once it committed,
-  // from the index.
+  // Sent at once through the async API: each duplicate is answered from its
+  // original while that is in flight, or from the index once it committed.
   auto t = test::open_engine(S::kind);
   auto& e = *t;
   auto ref = test::sref("app", "u", "s");
