@@ -747,12 +747,12 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
       if (auto fmt = r->get(table::meta, "format")) {
         if (*fmt == std::to_string(format_version))
           return {};
-        if (*fmt != "1")
+        if (*fmt != std::to_string(oldest_format_version))
           return error{errc::internal, "store format " + std::string(*fmt)
                                          + " is not readable by this build (format "
                                          + std::to_string(format_version) + ")"};
         r.reset();
-        // Format 1 -> 2: the dedup index is gone; everything else is the same.
+        // Format 1 (the oldest) -> 2: the dedup index is gone; the rest is the same.
         auto w = kv.begin_write();
         w->drop_table("event_ids");
         w->put(table::meta, "format", std::to_string(format_version));

@@ -26,6 +26,8 @@ namespace agentstate::store {
 inline constexpr std::uint32_t format_version = 2;
 /// The oldest format this build reads (read-only opens read format 1 as is).
 inline constexpr std::uint32_t oldest_format_version = 1;
+static_assert(format_version == oldest_format_version + 1,
+              "init_meta upgrades only from the one format before this one");
 
 /// Nesting bound for decoding stored JSON (values were checked against the
 /// configured, smaller, limit when written). options::limit.max_json_depth
