@@ -56,6 +56,10 @@ public:
     plan_->on_call(fault_target::writes, "drop_table");
     inner_->drop_table(name);
   }
+  void absorb_table(table t) override {
+    plan_->on_call(fault_target::writes, "absorb_table");
+    inner_->absorb_table(t);
+  }
   void begin_nested() override {
     plan_->on_call(fault_target::writes, "begin_nested");
     inner_->begin_nested();

@@ -79,6 +79,11 @@ public:
   /// one. For tables an older format kept (see store::format_version), so
   /// `name` is none of `table`'s; the memory store never holds such a table.
   virtual void drop_table(std::string_view name) = 0;
+  /// Moves every row of the LMDB database of its own that formats 1 and 2
+  /// kept for `t` (named table_name(t)) into `t`, then deletes that database.
+  /// No-op when the store holds none, or `t` still has a database of its own
+  /// (meta, events); the memory store never holds one. Costs a put per row.
+  virtual void absorb_table(table t) = 0;
 
   /// Savepoints: a nested transaction whose effects vanish on abort_nested.
   /// REQUIRES: commit/abort_nested match a begin_nested.
@@ -97,6 +102,8 @@ struct kv_info {
   std::uint64_t last_txn_id = 0;
   unsigned max_readers = 0;
   unsigned readers_used = 0;
+  /// Rows per table. LMDB counts a table that shares the `rows` database
+  /// (open_lmdb_kv) by walking its rows: O(rows).
   std::uint64_t entries[table_count] = {};
 };
 
@@ -139,7 +146,13 @@ struct resident_bound {
 };
 
 /// Opens an LMDB environment in `dir` (which must exist) per DESIGN.md §4:
-/// MDB_NOTLS, every table opened once here, stale readers cleared.
+/// MDB_NOTLS, every database opened once here, stale readers cleared.
+/// Layout (store format 3): `meta` and `events` are LMDB databases of their
+/// own; the six small tables share one, `rows`, where a row's key is the
+/// table's number (its `table` value, one byte) followed by its key, so an
+/// append's record, state and index rows dirty one B-tree instead of six.
+/// A store of formats 1-2 (a database per table) opens with empty small
+/// tables until absorb_table moves their rows (store::init_meta does).
 /// `sync` = fsync per commit. With a resident bound, one thread checks it
 /// (woken every period; stopped by the store's destructor). `write_map`
 /// (REQUIRES: !sync) opens with MDB_WRITEMAP (options::write_map has the
@@ -150,8 +163,9 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        bool write_map = false);
 
 /// Opens an existing store for reading only (MDB_RDONLY): safe beside an
-/// engine in another process; begin_write throws. Errors: not_found when
-/// `dir` holds no store, otherwise as open_lmdb_kv.
+/// engine in another process; begin_write throws. Reads either layout: a
+/// store without `rows` (formats 1-2) is read table by table. Errors:
+/// not_found when `dir` holds no store, otherwise as open_lmdb_kv.
 std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir);
 
 } // namespace agentstate::store

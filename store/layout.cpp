@@ -740,21 +740,33 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
   }
 }
 
+std::uint32_t known_format(std::string_view text) {
+  for (auto v = oldest_format_version; v <= format_version; ++v)
+    if (text == std::to_string(v))
+      return v;
+  return 0;
+}
+
 result<void> init_meta(kv_store& kv, std::string_view engine_version) {
   try {
     {
       auto r = kv.begin_read();
       if (auto fmt = r->get(table::meta, "format")) {
-        if (*fmt == std::to_string(format_version))
+        auto from = known_format(*fmt);
+        if (from == format_version)
           return {};
-        if (*fmt != std::to_string(oldest_format_version))
+        if (from == 0)
           return error{errc::internal, "store format " + std::string(*fmt)
                                          + " is not readable by this build (format "
                                          + std::to_string(format_version) + ")"};
         r.reset();
-        // Format 1 (the oldest) -> 2: the dedup index is gone; the rest is the same.
         auto w = kv.begin_write();
-        w->drop_table("event_ids");
+        if (from == 1) // 1 -> 2: the dedup index is gone
+          w->drop_table("event_ids");
+        // 2 -> 3: the small tables move into the shared database.
+        for (auto t : {table::sessions, table::session_state, table::user_state,
+                       table::app_state, table::by_update, table::by_user})
+          w->absorb_table(t);
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

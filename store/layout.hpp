@@ -18,16 +18,22 @@
 
 namespace agentstate::store {
 
-/// Version of the on-disk layout, stored in meta["format"]. Format 1 also
-/// kept a dedup index of event ids (table `event_ids`); format 2 has none
-/// (session actors index their events' ids in memory, built from the events)
-/// and is otherwise the same. init_meta upgrades a format 1 store when it
-/// opens one for writing: it drops `event_ids` and records format 2.
-inline constexpr std::uint32_t format_version = 2;
-/// The oldest format this build reads (read-only opens read format 1 as is).
+/// Version of the on-disk layout, stored in meta["format"].
+/// - 1: a database per table, and a dedup index of event ids (`event_ids`).
+/// - 2: no `event_ids` (session actors index their events' ids in memory,
+///   built from the events).
+/// - 3: the six small tables share one LMDB database (`rows`; open_lmdb_kv),
+///   so an append's commit dirties fewer B-trees. Keys and values are those
+///   of format 2.
+/// init_meta upgrades a format 1 or 2 store when it opens one for writing, in
+/// one transaction; read-only opens read every format as it is.
+inline constexpr std::uint32_t format_version = 3;
+/// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == oldest_format_version + 1,
-              "init_meta upgrades only from the one format before this one");
+static_assert(format_version == 3, "init_meta needs the upgrade step to a new format");
+/// The format meta["format"] names, when this build knows it (oldest to
+/// current); 0 otherwise.
+std::uint32_t known_format(std::string_view text);
 
 /// Nesting bound for decoding stored JSON (values were checked against the
 /// configured, smaller, limit when written). options::limit.max_json_depth

@@ -4,7 +4,7 @@
 // front (address space only; the file grows with use, or, with WRITEMAP, is
 // sparse at that size), so no resize ever runs under live readers;
 // MDB_MAP_FULL means the configured maximum is reached and surfaces as
-// storage_full.
+// storage_full. Layout: kv.hpp, open_lmdb_kv.
 #include "store/kv.hpp"
 
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -64,11 +65,24 @@ bool has_prefix(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
 }
 
+/// The LMDB database the small tables share (store format 3).
+constexpr const char* shared_db = "rows";
+
+/// Whether `t` has a database of its own in every format.
+constexpr bool own_database(table t) {
+  return t == table::meta || t == table::events;
+}
+
 struct env_handle {
   lmdb::env owner{nullptr}; // closes the environment last
   MDB_env* env = nullptr;
   MDB_dbi dbi[table_count] = {};
+  /// Per table: the byte its keys carry in `rows`, or -1 where the table is
+  /// a database of its own (meta, events; every table in formats 1-2).
+  int tag[table_count];
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
+
+  env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
 };
 
 class cursor_guard {
@@ -83,63 +97,109 @@ private:
   MDB_cursor* cur_ = nullptr;
 };
 
+// A key as its table's database stores it: the table's byte first when the
+// table shares `rows`. Built on the stack (LMDB keys are at most 511 bytes;
+// a longer one, which LMDB refuses, goes to the heap). Not copyable: the
+// value points into it.
+class stored_key {
+public:
+  stored_key(int tag, std::string_view key) {
+    std::size_t n = key.size() + (tag >= 0);
+    char* p = n <= sizeof buf_ ? buf_ : (big_.resize(n), big_.data());
+    if (tag >= 0)
+      *p++ = static_cast<char>(tag);
+    if (!key.empty())
+      std::memcpy(p, key.data(), key.size());
+    size_ = n;
+    data_ = n <= sizeof buf_ ? buf_ : big_.data();
+  }
+  stored_key(const stored_key&) = delete;
+  stored_key& operator=(const stored_key&) = delete;
+
+  MDB_val val() const { return MDB_val{size_, data_}; }
+  /// Turns the key into the least key above every key it prefixes (drops
+  /// trailing 0xff bytes, then adds one to the last); false when none is
+  /// left (every byte was 0xff: nothing sorts above).
+  bool to_upper_bound() {
+    while (size_ > 0 && static_cast<unsigned char>(data_[size_ - 1]) == 0xff)
+      --size_;
+    if (size_ == 0)
+      return false;
+    data_[size_ - 1] = static_cast<char>(static_cast<unsigned char>(data_[size_ - 1]) + 1);
+    return true;
+  }
+
+private:
+  char buf_[512];
+  std::string big_;
+  char* data_ = buf_;
+  std::size_t size_ = 0;
+};
+
 // Reads shared by read and write transactions, on the current MDB_txn.
 class lmdb_reader {
 protected:
   lmdb_reader(env_handle& h) : h_(h) {}
 
+  int tag(table t) const { return h_.tag[static_cast<int>(t)]; }
+  MDB_dbi dbi(table t) const { return h_.dbi[static_cast<int>(t)]; }
+
   std::optional<std::string_view> do_get(MDB_txn* txn, table t, std::string_view key) {
-    MDB_val k = as_val(key), v;
-    int rc = ::mdb_get(txn, h_.dbi[static_cast<int>(t)], &k, &v);
+    stored_key sk(tag(t), key);
+    MDB_val k = sk.val(), v;
+    int rc = ::mdb_get(txn, dbi(t), &k, &v);
     if (rc == MDB_NOTFOUND)
       return std::nullopt;
     check("mdb_get", rc);
     return as_view(v);
   }
 
-  void do_scan(MDB_txn* txn, table t, std::string_view prefix, std::string_view from,
-               const kv_visitor& fn) {
-    cursor_guard c(txn, h_.dbi[static_cast<int>(t)]);
-    auto start = from.empty() || from < prefix ? prefix : from;
-    MDB_val k = as_val(start), v;
-    int rc = start.empty() ? ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST)
-                           : ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+  // Visits the entries of t from the cursor's position (the entry in k, v
+  // when rc is MDB_SUCCESS) while their keys, the table's byte stripped,
+  // start with `prefix`, moving by `step`.
+  void visit(cursor_guard& c, int rc, MDB_val k, MDB_val v, MDB_cursor_op step, table t,
+             std::string_view prefix, const kv_visitor& fn) {
+    const int tg = tag(t);
+    const std::size_t skip = tg < 0 ? 0 : 1;
     while (rc == MDB_SUCCESS) {
       auto key = as_view(k);
+      if (key.size() < skip || (skip && key[0] != static_cast<char>(tg)))
+        return;
+      key.remove_prefix(skip);
       if (!has_prefix(key, prefix) || !fn(key, as_view(v)))
         return;
-      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+      rc = ::mdb_cursor_get(c.get(), &k, &v, step);
     }
     if (rc != MDB_NOTFOUND)
       fail("mdb_cursor_get", rc);
   }
 
+  void do_scan(MDB_txn* txn, table t, std::string_view prefix, std::string_view from,
+               const kv_visitor& fn) {
+    cursor_guard c(txn, dbi(t));
+    stored_key start(tag(t), !from.empty() && from > prefix ? from : prefix);
+    MDB_val k = start.val(), v;
+    int rc = k.mv_size == 0 ? ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST)
+                            : ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+    visit(c, rc, k, v, MDB_NEXT, t, prefix, fn);
+  }
+
   void do_scan_back(MDB_txn* txn, table t, std::string_view prefix, const kv_visitor& fn) {
-    cursor_guard c(txn, h_.dbi[static_cast<int>(t)]);
-    std::string upper(prefix);
-    while (!upper.empty() && static_cast<unsigned char>(upper.back()) == 0xff)
-      upper.pop_back();
+    cursor_guard c(txn, dbi(t));
+    stored_key upper(tag(t), prefix);
     MDB_val k, v;
     int rc;
-    if (upper.empty()) {
+    if (!upper.to_upper_bound()) {
       rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
     } else {
-      upper.back() = static_cast<char>(static_cast<unsigned char>(upper.back()) + 1);
-      k = as_val(upper);
+      k = upper.val();
       rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
       if (rc == MDB_SUCCESS)
         rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
       else if (rc == MDB_NOTFOUND)
         rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
     }
-    while (rc == MDB_SUCCESS) {
-      auto key = as_view(k);
-      if (!has_prefix(key, prefix) || !fn(key, as_view(v)))
-        return;
-      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
-    }
-    if (rc != MDB_NOTFOUND)
-      fail("mdb_cursor_get", rc);
+    visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
   }
 
   env_handle& h_;
@@ -194,12 +254,14 @@ public:
   std::uint64_t txn_id() const override { return id_; }
 
   void put(table t, std::string_view key, std::string_view value) override {
-    MDB_val k = as_val(key), v = as_val(value);
-    check("mdb_put", ::mdb_put(top(), h_.dbi[static_cast<int>(t)], &k, &v, 0));
+    stored_key sk(tag(t), key);
+    MDB_val k = sk.val(), v = as_val(value);
+    check("mdb_put", ::mdb_put(top(), dbi(t), &k, &v, 0));
   }
   bool del(table t, std::string_view key) override {
-    MDB_val k = as_val(key);
-    int rc = ::mdb_del(top(), h_.dbi[static_cast<int>(t)], &k, nullptr);
+    stored_key sk(tag(t), key);
+    MDB_val k = sk.val();
+    int rc = ::mdb_del(top(), dbi(t), &k, nullptr);
     if (rc == MDB_NOTFOUND)
       return false;
     check("mdb_del", rc);
@@ -213,6 +275,30 @@ public:
       return;
     check("mdb_dbi_open", rc);
     check("mdb_drop", ::mdb_drop(top(), dbi, 1));
+  }
+  void absorb_table(table t) override {
+    auto i = static_cast<int>(t);
+    if (h_.tag[i] < 0)
+      return;
+    MDB_dbi old;
+    int rc = ::mdb_dbi_open(top(), table_name(t), 0, &old);
+    if (rc == MDB_NOTFOUND)
+      return;
+    check("mdb_dbi_open", rc);
+    {
+      cursor_guard c(top(), old);
+      MDB_val k, v;
+      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST);
+      while (rc == MDB_SUCCESS) {
+        stored_key sk(h_.tag[i], as_view(k));
+        MDB_val nk = sk.val();
+        check("mdb_put", ::mdb_put(top(), h_.dbi[i], &nk, &v, 0));
+        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+      }
+      if (rc != MDB_NOTFOUND)
+        fail("mdb_cursor_get", rc);
+    }
+    check("mdb_drop", ::mdb_drop(top(), old, 1));
   }
   void begin_nested() override {
     MDB_txn* child = nullptr;
@@ -452,10 +538,29 @@ public:
     out.max_readers = ei.me_maxreaders;
     out.readers_used = ei.me_numreaders;
     lmdb_read r(*h_);
+    bool shared = false;
     for (std::size_t i = 0; i < table_count; ++i) {
+      if (h_->tag[i] >= 0) {
+        shared = true;
+        continue;
+      }
       MDB_stat ts;
       check("mdb_stat", ::mdb_stat(r.handle(), h_->dbi[i], &ts));
       out.entries[i] = ts.ms_entries;
+    }
+    if (shared) { // one walk over `rows`, counted by each key's table byte
+      cursor_guard c(r.handle(), h_->dbi[static_cast<int>(table::sessions)]);
+      MDB_val k, v;
+      int rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST);
+      while (rc == MDB_SUCCESS) {
+        std::size_t tag = k.mv_size ? static_cast<unsigned char>(*static_cast<const char*>(k.mv_data))
+                                    : table_count;
+        if (tag < table_count && h_->tag[tag] == static_cast<int>(tag))
+          ++out.entries[tag];
+        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+      }
+      if (rc != MDB_NOTFOUND)
+        fail("mdb_cursor_get", rc);
     }
     return out;
   }
@@ -491,12 +596,20 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
   check("mdb_reader_check", ::mdb_reader_check(h->env, &dead));
   MDB_txn* txn = nullptr;
   check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, 0, &txn));
-  for (std::size_t i = 0; i < table_count; ++i) {
-    int rc = ::mdb_dbi_open(txn, table_name(static_cast<table>(i)), MDB_CREATE, &h->dbi[i]);
-    if (rc != MDB_SUCCESS) {
-      ::mdb_txn_abort(txn);
-      fail("mdb_dbi_open", rc);
+  MDB_dbi rows;
+  int rc = ::mdb_dbi_open(txn, shared_db, MDB_CREATE, &rows);
+  for (std::size_t i = 0; i < table_count && rc == MDB_SUCCESS; ++i) {
+    auto t = static_cast<table>(i);
+    if (own_database(t)) {
+      rc = ::mdb_dbi_open(txn, table_name(t), MDB_CREATE, &h->dbi[i]);
+    } else {
+      h->dbi[i] = rows;
+      h->tag[i] = static_cast<int>(i);
     }
+  }
+  if (rc != MDB_SUCCESS) {
+    ::mdb_txn_abort(txn);
+    fail("mdb_dbi_open", rc);
   }
   check("mdb_txn_commit", ::mdb_txn_commit(txn));
   return std::make_unique<lmdb_kv>(std::move(h), false, bound);
@@ -518,8 +631,20 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir) {
   h->env = h->owner.handle();
   MDB_txn* txn = nullptr;
   check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn));
+  MDB_dbi rows;
+  int shared = ::mdb_dbi_open(txn, shared_db, 0, &rows);
+  if (shared != MDB_SUCCESS && shared != MDB_NOTFOUND) {
+    ::mdb_txn_abort(txn);
+    fail("mdb_dbi_open", shared);
+  }
   for (std::size_t i = 0; i < table_count; ++i) {
-    int rc = ::mdb_dbi_open(txn, table_name(static_cast<table>(i)), 0, &h->dbi[i]);
+    auto t = static_cast<table>(i);
+    if (shared == MDB_SUCCESS && !own_database(t)) {
+      h->dbi[i] = rows;
+      h->tag[i] = static_cast<int>(i);
+      continue;
+    }
+    int rc = ::mdb_dbi_open(txn, table_name(t), 0, &h->dbi[i]);
     if (rc != MDB_SUCCESS) {
       ::mdb_txn_abort(txn);
       if (rc == MDB_NOTFOUND)

@@ -146,6 +146,7 @@ public:
     return true;
   }
   void drop_table(std::string_view) override {} // holds only `table`'s tables
+  void absorb_table(table) override {}            // never held an older layout
   void begin_nested() override { savepoints_.push_back(undo_.size()); }
   void commit_nested() override { savepoints_.pop_back(); }
   void abort_nested() noexcept override {

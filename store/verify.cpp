@@ -70,9 +70,9 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     auto fmt = txn.get(table::meta, "format");
     if (!fmt)
       c.fault("meta: no format version");
-    else if (*fmt != std::to_string(format_version) && *fmt != std::to_string(oldest_format_version))
+    else if (!known_format(*fmt))
       c.fault("meta: format " + std::string(*fmt) + ", expected "
-              + std::to_string(oldest_format_version) + " or " + std::to_string(format_version));
+              + std::to_string(oldest_format_version) + " to " + std::to_string(format_version));
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
       std::string name = printable(skey);

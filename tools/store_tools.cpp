@@ -94,7 +94,8 @@ const char* inspect_usage =
   "\n"
   "Prints the store's format version, counts of apps, users, sessions and\n"
   "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-  "runs. --json prints one JSON object. Exit 0, 1 (cannot read), 2 (usage).\n";
+  "runs; reads every store format (1 to 3) as it is. --json prints one JSON\n"
+  "object. Exit 0, 1 (cannot read), 2 (usage).\n";
 
 int run_inspect(const args& in) {
   parsed p;
@@ -174,8 +175,9 @@ const char* verify_usage =
   "\n"
   "Checks every session of the store: versions contiguous, every event\n"
   "decodes, no event id twice in a session, every record decodes, list\n"
-  "indexes and scope rows well-formed, no orphan rows. Read-only; safe while an engine runs (it\n"
-  "checks one snapshot). Exit 0 clean, 1 faults found (or unreadable), 2 usage.\n";
+  "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
+  "an engine runs (it checks one snapshot); reads every store format (1 to 3)\n"
+  "as it is. Exit 0 clean, 1 faults found (or unreadable), 2 usage.\n";
 
 int run_verify(const args& in) {
   parsed p;

@@ -1,7 +1,9 @@
-// Store format 1 -> 2: a format 1 store (with its `event_ids` dedup table)
-// opens, is upgraded in one transaction (the table dropped, format 2
-// recorded), and keeps every session, event and A6 answer. A store of an
-// unknown format is refused and left as it was.
+// Store format upgrades. Formats 1 and 2 kept each table in an LMDB database
+// of its own (format 1 also a dedup index, `event_ids`); format 3 keeps the
+// six small tables in one (`rows`). A store of either older layout is read
+// as it is by read-only tools, and opening it for writing upgrades it in one
+// transaction with every session, event, state row, list order and A6
+// answer kept. A store of an unknown format is refused and left as it was.
 #include <doctest/doctest.h>
 
 #include <lmdb.h>
@@ -43,6 +45,49 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
   return {static_cast<const char*>(val.mv_data), val.mv_size};
 }
 
+/// Rewrites a store the engine wrote (format 3) into the layout of formats
+/// 1-2: each small table a database of its own, named as the table.
+void split_rows(MDB_txn* txn) {
+  MDB_dbi rows;
+  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
+  MDB_dbi split[store::table_count];
+  for (std::size_t i = 0; i < store::table_count; ++i) {
+    auto t = static_cast<store::table>(i);
+    if (t != store::table::meta && t != store::table::events)
+      REQUIRE(mdb_dbi_open(txn, store::table_name(t), MDB_CREATE, &split[i]) == 0);
+  }
+  MDB_cursor* c = nullptr;
+  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
+  MDB_val k, v;
+  int moved = 0;
+  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    REQUIRE(k.mv_size > 1);
+    auto tag = static_cast<unsigned char>(*static_cast<const char*>(k.mv_data));
+    REQUIRE(tag < store::table_count);
+    MDB_val key{k.mv_size - 1, static_cast<char*>(k.mv_data) + 1};
+    REQUIRE(mdb_put(txn, split[tag], &key, &v, 0) == 0);
+    ++moved;
+  }
+  mdb_cursor_close(c);
+  REQUIRE(moved > 0);
+  REQUIRE(mdb_drop(txn, rows, 1) == 0);
+}
+
+/// Whether the store holds an LMDB database called `name`.
+bool has_database(MDB_txn* txn, const char* name) {
+  MDB_dbi dbi;
+  int rc = mdb_dbi_open(txn, name, 0, &dbi);
+  REQUIRE((rc == 0 || rc == MDB_NOTFOUND));
+  return rc == 0;
+}
+
+/// Rows per table, as `agentstate inspect` counts them (read-only open).
+std::vector<std::uint64_t> entries(const std::string& dir) {
+  auto info = store::open_lmdb_kv_readonly(dir)->info();
+  return {std::begin(info.entries), std::end(info.entries)};
+}
+
 /// `agentstate verify`'s check, read-only, must pass with `events` events.
 void verify_clean(const std::string& dir, std::uint64_t events) {
   auto kv = store::open_lmdb_kv_readonly(dir);
@@ -65,7 +110,7 @@ std::unique_ptr<engine> open_at(const std::string& dir) {
 
 } // namespace
 
-TEST_CASE("format upgrade: a format 1 store opens as format 2 and keeps A6") {
+TEST_CASE("format upgrade: a format 1 store opens as format 3 and keeps A6") {
   test::temp_dir dir;
   auto ref = test::sref("app", "u", "s");
   std::string generated;
@@ -76,8 +121,10 @@ TEST_CASE("format upgrade: a format 1 store opens as format 2 and keeps A6") {
     generated = test::append_ok(*e, ref, test::make_event(json{{"k", 2}})).ev.id;
     MUST(e->close());
   }
-  // Make it what format 1 wrote: the format, and its dedup table.
+  // Make it what format 1 wrote: a database per table, the format, and its
+  // dedup table.
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+    split_rows(txn);
     put(txn, meta, "format", "1");
     MDB_dbi ids;
     REQUIRE(mdb_dbi_open(txn, "event_ids", MDB_CREATE, &ids) == 0);
@@ -99,11 +146,77 @@ TEST_CASE("format upgrade: a format 1 store opens as format 2 and keeps A6") {
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "2");
-    MDB_dbi ids;
-    CHECK(mdb_dbi_open(txn, "event_ids", 0, &ids) == MDB_NOTFOUND);
+    CHECK(get(txn, meta, "format") == "3");
+    CHECK_FALSE(has_database(txn, "event_ids"));
+    CHECK_FALSE(has_database(txn, "sessions"));
+    CHECK(has_database(txn, "rows"));
   });
   verify_clean(dir.str(), 3);
+}
+
+TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to format 3 "
+          "with every row, list order and scope kept") {
+  test::temp_dir dir;
+  std::vector<session_ref> refs;
+  {
+    auto e = open_at(dir.str());
+    for (int u = 0; u < 3; ++u)
+      for (int i = 0; i < 4; ++i) {
+        auto ref = test::sref(u == 2 ? "other" : "app", "u" + std::to_string(u),
+                              "s" + std::to_string(i));
+        MUST(e->create_session(test::create_req(ref)));
+        for (int k = 0; k < 3; ++k)
+          test::append_ok(*e, ref,
+                          test::make_event(json{{"n", i * 10 + k},
+                                                {"user:seen", k},
+                                                {"app:last", ref.session_id},
+                                                {"temp:scratch", k}}));
+        refs.push_back(ref);
+      }
+    MUST(e->close());
+  }
+  auto snapshot = [&](engine& e) {
+    json out = json::array();
+    for (auto& ref : refs)
+      out.push_back(json::parse(MUST(e.get_session_json(test::get_req(ref)))));
+    for (const char* app : {"app", "other"}) {
+      out.push_back(test::session_ids(test::list_all(e, app, {}, 5)));
+      out.push_back(test::session_ids(test::list_all(e, app, std::string("u1"), 3)));
+    }
+    return out;
+  };
+  json before;
+  {
+    auto e = open_at(dir.str());
+    before = snapshot(*e);
+    MUST(e->close());
+  }
+  auto counts = entries(dir.str());
+  CHECK(counts[static_cast<int>(store::table::sessions)] == 12);
+  CHECK(counts[static_cast<int>(store::table::events)] == 36);
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+    split_rows(txn);
+    put(txn, meta, "format", "2");
+  });
+  CHECK(entries(dir.str()) == counts); // read-only opens read the old layout
+  verify_clean(dir.str(), 36);
+  {
+    auto e = open_at(dir.str());
+    CHECK(snapshot(*e) == before);
+    test::append_ok(*e, refs[0], test::make_event(json{{"n", -1}}));
+    MUST(e->close());
+  }
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+    CHECK(get(txn, meta, "format") == "3");
+    for (const char* name :
+         {"sessions", "session_state", "user_state", "app_state", "by_update", "by_user"})
+      CHECK_FALSE(has_database(txn, name));
+  });
+  auto after = entries(dir.str());
+  CHECK(after[static_cast<int>(store::table::events)] == 37);
+  after[static_cast<int>(store::table::events)] = 36;
+  CHECK(after == counts);
+  verify_clean(dir.str(), 37);
 }
 
 TEST_CASE("format upgrade: a store of an unknown format is refused and left as it was") {
@@ -114,7 +227,7 @@ TEST_CASE("format upgrade: a store of an unknown format is refused and left as i
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    put(txn, meta, "format", "3");
+    put(txn, meta, "format", "4");
     MDB_dbi ids;
     REQUIRE(mdb_dbi_open(txn, "event_ids", MDB_CREATE, &ids) == 0);
     put(txn, ids, "k", "v");
@@ -124,9 +237,9 @@ TEST_CASE("format upgrade: a store of an unknown format is refused and left as i
   o.mode = durability::nosync;
   auto r = engine::open(o);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.err().message.find("store format 3") != std::string::npos);
+  CHECK(r.err().message.find("store format 4") != std::string::npos);
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "3");
+    CHECK(get(txn, meta, "format") == "4");
     MDB_dbi ids;
     REQUIRE(mdb_dbi_open(txn, "event_ids", 0, &ids) == 0);
     CHECK(get(txn, ids, "k") == "v");

@@ -109,31 +109,53 @@ TEST_CASE("kv: a nested transaction's abort undoes only its own writes") {
   }
 }
 
-TEST_CASE("kv: scans respect prefix, start key and order, including 0xff bytes") {
+// Every table holds the same keys, so a scan that strayed into another table
+// (in LMDB six tables share one database, told apart by a key byte) would see
+// more than its own.
+TEST_CASE("kv: scans respect prefix, start key, order and table, including 0xff bytes") {
   for (auto& f : both()) {
+    const std::vector<std::string> all = {"a", "ab", "abc", "ab\xff", "ab\xff\xff", "ac", "b"};
     {
       auto w = f.kv->begin_write();
-      for (std::string k : {"a", "ab", "abc", "ab\xff", "ab\xff\xff", "ac", "b"})
-        w->put(table::events, k, "v");
+      for (std::size_t i = 0; i < table_count; ++i)
+        for (auto& k : all)
+          w->put(static_cast<table>(i), k, "v" + std::to_string(i));
       w->commit();
     }
     auto r = f.kv->begin_read();
-    CHECK(keys(*r, table::events, "ab")
-          == std::vector<std::string>{"ab", "abc", "ab\xff", "ab\xff\xff"});
-    CHECK(keys(*r, table::events, "ab", "abc")
-          == std::vector<std::string>{"abc", "ab\xff", "ab\xff\xff"});
-    CHECK(keys_back(*r, table::events, "ab")
-          == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
-    CHECK(keys_back(*r, table::events, "ab\xff")
-          == std::vector<std::string>{"ab\xff\xff", "ab\xff"});
-    CHECK(keys_back(*r, table::events, "b") == std::vector<std::string>{"b"});
-    CHECK(keys(*r, table::events, "zz").empty());
-    CHECK(keys_back(*r, table::events, "zz").empty());
-    CHECK(keys(*r, table::events, "").size() == 7);
-    // A visitor returning false stops the scan.
-    int n = 0;
-    r->scan(table::events, "", {}, [&](auto, auto) { return ++n < 2; });
-    CHECK(n == 2);
+    for (std::size_t i = 0; i < table_count; ++i) {
+      auto t = static_cast<table>(i);
+      INFO("table ", table_name(t));
+      CHECK(keys(*r, t, "ab") == std::vector<std::string>{"ab", "abc", "ab\xff", "ab\xff\xff"});
+      CHECK(keys(*r, t, "ab", "abc") == std::vector<std::string>{"abc", "ab\xff", "ab\xff\xff"});
+      CHECK(keys_back(*r, t, "ab")
+            == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
+      CHECK(keys_back(*r, t, "ab\xff") == std::vector<std::string>{"ab\xff\xff", "ab\xff"});
+      CHECK(keys_back(*r, t, "b") == std::vector<std::string>{"b"});
+      CHECK(keys(*r, t, "zz").empty());
+      CHECK(keys_back(*r, t, "zz").empty());
+      CHECK(keys(*r, t, "") == all);
+      auto back = keys_back(*r, t, "");
+      CHECK(std::vector<std::string>(back.rbegin(), back.rend()) == all);
+      CHECK(r->get(t, "ab\xff").value_or("") == "v" + std::to_string(i));
+      CHECK_FALSE(r->get(t, "zz"));
+      CHECK(f.kv->info().entries[i] == all.size());
+      // A visitor returning false stops the scan.
+      int n = 0;
+      r->scan(t, "", {}, [&](auto, auto) { return ++n < 2; });
+      CHECK(n == 2);
+    }
+    r.reset();
+    // A delete touches its own table only.
+    {
+      auto w = f.kv->begin_write();
+      CHECK(w->del(table::by_update, "ab"));
+      CHECK_FALSE(w->del(table::by_update, "ab"));
+      w->commit();
+    }
+    auto info = f.kv->info();
+    for (std::size_t i = 0; i < table_count; ++i)
+      CHECK(info.entries[i] == all.size() - (static_cast<table>(i) == table::by_update));
   }
 }
 
