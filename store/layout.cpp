@@ -763,10 +763,10 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
         auto w = kv.begin_write();
         if (from == 1) // 1 -> 2: the dedup index is gone
           w->drop_table("event_ids");
-        // 2 -> 3: the small tables move into the shared database.
-        for (auto t : {table::sessions, table::session_state, table::user_state,
-                       table::app_state, table::by_update, table::by_user})
-          w->absorb_table(t);
+        // 2 -> 3: the small tables move into the shared database (a no-op
+        // for the tables that keep a database of their own).
+        for (std::size_t i = 0; i < table_count; ++i)
+          w->absorb_table(static_cast<table>(i));
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};
