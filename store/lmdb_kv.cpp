@@ -83,6 +83,12 @@ struct env_handle {
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
 
   env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
+
+  /// Table i's rows live in `rows`, under the byte i.
+  void share(std::size_t i, MDB_dbi rows) {
+    dbi[i] = rows;
+    tag[i] = static_cast<int>(i);
+  }
 };
 
 class cursor_guard {
@@ -98,20 +104,18 @@ private:
 };
 
 // A key as its table's database stores it: the table's byte first when the
-// table shares `rows`. Built on the stack (LMDB keys are at most 511 bytes;
-// a longer one, which LMDB refuses, goes to the heap). Not copyable: the
-// value points into it.
+// table shares `rows`, else the caller's key itself (no copy). A copy is
+// built on the stack (LMDB keys are at most 511 bytes; a longer one, which
+// LMDB refuses, goes to the heap). Not copyable: the value may point into it.
 class stored_key {
 public:
-  stored_key(int tag, std::string_view key) {
-    std::size_t n = key.size() + (tag >= 0);
-    char* p = n <= sizeof buf_ ? buf_ : (big_.resize(n), big_.data());
-    if (tag >= 0)
-      *p++ = static_cast<char>(tag);
+  stored_key(int tag, std::string_view key) : data_(const_cast<char*>(key.data())), size_(key.size()) {
+    if (tag < 0)
+      return;
+    char* p = own(key.size() + 1);
+    p[0] = static_cast<char>(tag);
     if (!key.empty())
-      std::memcpy(p, key.data(), key.size());
-    size_ = n;
-    data_ = n <= sizeof buf_ ? buf_ : big_.data();
+      std::memcpy(p + 1, key.data(), key.size());
   }
   stored_key(const stored_key&) = delete;
   stored_key& operator=(const stored_key&) = delete;
@@ -121,6 +125,13 @@ public:
   /// trailing 0xff bytes, then adds one to the last); false when none is
   /// left (every byte was 0xff: nothing sorts above).
   bool to_upper_bound() {
+    if (!owned_) {
+      const char* from = data_;
+      std::size_t n = size_;
+      char* p = own(n);
+      if (n)
+        std::memcpy(p, from, n);
+    }
     while (size_ > 0 && static_cast<unsigned char>(data_[size_ - 1]) == 0xff)
       --size_;
     if (size_ == 0)
@@ -130,10 +141,19 @@ public:
   }
 
 private:
+  // Points the key at n bytes of its own storage and returns them.
+  char* own(std::size_t n) {
+    data_ = n <= sizeof buf_ ? buf_ : (big_.resize(n), big_.data());
+    size_ = n;
+    owned_ = true;
+    return data_;
+  }
+
   char buf_[512];
   std::string big_;
-  char* data_ = buf_;
-  std::size_t size_ = 0;
+  char* data_;
+  std::size_t size_;
+  bool owned_ = false;
 };
 
 // Reads shared by read and write transactions, on the current MDB_txn.
@@ -600,12 +620,10 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
   int rc = ::mdb_dbi_open(txn, shared_db, MDB_CREATE, &rows);
   for (std::size_t i = 0; i < table_count && rc == MDB_SUCCESS; ++i) {
     auto t = static_cast<table>(i);
-    if (own_database(t)) {
+    if (own_database(t))
       rc = ::mdb_dbi_open(txn, table_name(t), MDB_CREATE, &h->dbi[i]);
-    } else {
-      h->dbi[i] = rows;
-      h->tag[i] = static_cast<int>(i);
-    }
+    else
+      h->share(i, rows);
   }
   if (rc != MDB_SUCCESS) {
     ::mdb_txn_abort(txn);
@@ -640,8 +658,7 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir) {
   for (std::size_t i = 0; i < table_count; ++i) {
     auto t = static_cast<table>(i);
     if (shared == MDB_SUCCESS && !own_database(t)) {
-      h->dbi[i] = rows;
-      h->tag[i] = static_cast<int>(i);
+      h->share(i, rows);
       continue;
     }
     int rc = ::mdb_dbi_open(txn, table_name(t), 0, &h->dbi[i]);
