@@ -73,7 +73,9 @@ const char* bench_usage =
   "                   (nosync only; see the option's costs in options.hpp)\n"
   "\n"
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
-  "  a  one session, 20,000* sequential appends, each awaited (blocking API)\n"
+  "  a  one session, 20,000* sequential appends, each awaited (blocking API);\n"
+  "     then as many blocking get_app_state calls, the engine's bare round\n"
+  "     trip (host -> actor -> host), reported under \"round_trip\"\n"
   "  b  1,000* sessions over 100 users, 20 events each, 64 appends in flight\n"
   "     (async API: 64 callback chains); also the same with 64 threads on the\n"
   "     blocking API, reported under \"blocking\"\n"
@@ -762,6 +764,38 @@ double append_loop(run_ctx& x, std::size_t jobs, std::size_t steps, std::size_t 
 
 // -- the workloads ------------------------------------------------------------------
 
+/// The engine's own hand-off cost, measured on the running engine right after
+/// a's appends: `n` blocking get_app_state calls, each a host thread -> app
+/// scope actor (CAF worker) -> host thread round trip with no store work
+/// (the scope answers from memory once loaded). An awaited append makes two
+/// such pairs of hand-offs (host -> session actor -> store writer -> session
+/// actor -> host), so a's ceiling with no work at all is about half of this
+/// rate. Adds "round_trip" and "ratio_to_round_trip" (eps / its rate).
+void round_trips(run_ctx& x, const std::string& app, std::size_t n, double eps) {
+  if (auto r = x.eng->get_app_state(app); !r) { // loads the scope: not timed
+    x.errors.add(r.err());
+    return;
+  }
+  samples lat;
+  lat.us.reserve(n);
+  auto t0 = steady::now();
+  for (std::size_t i = 0; i < n && x.errors.count == 0; ++i) {
+    auto t = steady::now();
+    auto r = x.eng->get_app_state(app);
+    lat.us.push_back(us_between(t, steady::now()));
+    if (!r)
+      x.errors.add(r.err());
+  }
+  double rate = double(lat.us.size()) / since(t0);
+  ojson rt;
+  rt["of"] = "blocking get_app_state: host -> app scope actor -> host, no store work";
+  rt["calls"] = lat.us.size();
+  rt["per_s"] = round_to(rate, 0);
+  put_latency(rt, "", lat);
+  x.out["round_trip"] = rt;
+  x.out["ratio_to_round_trip"] = round_to(eps / rate, 3);
+}
+
 ojson workload_a(const config& cfg) {
   run_ctx x(cfg, "a");
   const std::size_t n = scaled(cfg, 20000, 10);
@@ -805,6 +839,8 @@ ojson workload_a(const config& cfg) {
       // and set 3,000 (43%); the disk's flush latency moves both.
       x.out["ratio_to_lmdb_commit_limit"] = round_to(eps / x.commit_limit_, 3);
     }
+    if (x.errors.count == 0)
+      round_trips(x, ref.app_name, n, eps);
     ok = eps >= target;
     x.snapshot_engine();
   }

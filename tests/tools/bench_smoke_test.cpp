@@ -150,6 +150,18 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
     } else {
       CHECK(positive_number(j, "events_per_s"));
     }
+    if (w == "a") {
+      // The bare engine round trip, measured after the appends.
+      REQUIRE(j.contains("round_trip"));
+      auto& rt = j["round_trip"];
+      CHECK(rt.value("calls", 0) == j.value("events", -1));
+      CHECK(positive_number(rt, "per_s"));
+      CHECK(positive_number(rt, "p50_us"));
+      REQUIRE(positive_number(j, "ratio_to_round_trip"));
+      CHECK(j["ratio_to_round_trip"].get<double>()
+            == doctest::Approx(j["events_per_s"].get<double>() / rt["per_s"].get<double>())
+                 .epsilon(0.01));
+    }
     if (w == "b") {
       REQUIRE(j.contains("blocking"));
       CHECK(positive_number(j["blocking"], "events_per_s"));
@@ -188,6 +200,8 @@ TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the en
     CHECK(parsed->value("settings", agentstate::json::object()).value("workers_poll", true)
           == false);
     CHECK(positive_number(*parsed, "events_per_s"));
+    if (parsed->value("workload", "") == "a")
+      CHECK(positive_number(parsed->value("round_trip", agentstate::json::object()), "per_s"));
   }
 }
 
