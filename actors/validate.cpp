@@ -93,6 +93,9 @@ result<void> check_modify(const limits& lim, const state_modify& m) {
                                              "set them instead"};
   if (!m.fn)
     return error{errc::invalid_argument, "modify of '" + m.key + "' has no function"};
+  if (m.expected)
+    if (auto r = check_depth(lim, *m.expected, "modify expected value of '" + m.key + "'"); !r)
+      return r;
   return check_depth(lim, m.fallback, "modify fallback of '" + m.key + "'");
 }
 
@@ -225,6 +228,10 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, store::w
     auto cur = current(m.key);
     if (!cur)
       return std::move(cur).err();
+    if (m.expected && (!*cur || **cur != *m.expected))
+      return error{errc::condition_failed,
+                   "compare_and_set of '" + m.key + "': the key "
+                     + (*cur ? "holds another value" : "is missing") + "; nothing was stored"};
     const json& in = *cur ? **cur : m.fallback;
     auto v = run_host_fn(lim, "modify of '" + m.key + "'", [&] { return m.fn(in); });
     if (!v)
@@ -295,7 +302,40 @@ result<void> check_ref(const session_ref& r) {
   return check_name(r.session_id, "session_id");
 }
 
+namespace {
+
+// Members ADK-JS spells in camelCase where the protocol interprets the
+// snake_case name. Stored as unknown members they would carry no state, so
+// an event holding one is refused, naming the member to use.
+constexpr std::pair<const char*, const char*> camel_event_members[] = {
+  {"invocationId", "invocation_id"},
+};
+constexpr std::pair<const char*, const char*> camel_action_members[] = {
+  {"stateDelta", "state_delta"},
+  {"artifactDelta", "artifact_delta"},
+  {"stateRemove", "state_remove"},
+};
+
+template <std::size_t N>
+result<void> check_not_camel(const json& members, const std::pair<const char*, const char*> (&names)[N],
+                             const char* where) {
+  if (!members.is_object())
+    return {};
+  for (auto& [camel, snake] : names)
+    if (members.contains(camel))
+      return error{errc::invalid_argument, std::string("event member '") + where + camel
+                                             + "' is ADK-JS camelCase: the protocol's name is '"
+                                             + where + snake + "'"};
+  return {};
+}
+
+} // namespace
+
 result<void> validate_event(const limits& lim, const event& ev) {
+  if (auto r = check_not_camel(ev.extra, camel_event_members, ""); !r)
+    return r;
+  if (auto r = check_not_camel(ev.actions.extra, camel_action_members, "actions."); !r)
+    return r;
   if (auto r = check_string(ev.id, "event.id", max_event_id_bytes); !r)
     return r;
   if (auto r = check_string(ev.invocation_id, "event.invocation_id", max_event_id_bytes); !r)

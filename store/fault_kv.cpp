@@ -29,8 +29,9 @@ public:
             const kv_visitor& fn) override {
     inner_->scan(t, prefix, from, fn);
   }
-  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
-    inner_->scan_back(t, prefix, fn);
+  void scan_back(table t, std::string_view prefix, std::string_view from,
+                 const kv_visitor& fn) override {
+    inner_->scan_back(t, prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return inner_->txn_id(); }
 

@@ -59,8 +59,10 @@ public:
   virtual void scan(table t, std::string_view prefix, std::string_view from,
                     const kv_visitor& fn) = 0;
 
-  /// Visits entries whose key starts with `prefix`, in descending key order.
-  virtual void scan_back(table t, std::string_view prefix, const kv_visitor& fn) = 0;
+  /// Visits entries whose key starts with `prefix` and is <= `from` (empty:
+  /// from the last), in descending key order.
+  virtual void scan_back(table t, std::string_view prefix, std::string_view from,
+                         const kv_visitor& fn) = 0;
 
   /// For a read transaction: the id of the last commit it sees. For a write
   /// transaction: the id its commit will have. Ids grow with every commit.

@@ -464,7 +464,7 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     return !limit || out.size() < *limit;
   };
   if (limit) {
-    txn.scan_back(table::events, prefix,
+    txn.scan_back(table::events, prefix, {},
                   [&](std::string_view, std::string_view row) { return take(row); });
     std::reverse(out.begin(), out.end());
   } else {
@@ -679,9 +679,14 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     };
     std::vector<hit> hits;
     bool more = false;
-    txn.scan(index, prefix, from, [&](std::string_view k, std::string_view) {
+    std::uint64_t skip = req.offset;
+    auto visit = [&](std::string_view k, std::string_view) {
       if (!from.empty() && k == from)
         return true;
+      if (skip > 0) {
+        --skip;
+        return true;
+      }
       if (hits.size() == page_size) {
         more = true;
         return false;
@@ -699,8 +704,20 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       }
       hits.push_back(std::move(h));
       return true;
-    });
+    };
+    if (req.descending)
+      txn.scan_back(index, prefix, from, visit);
+    else
+      txn.scan(index, prefix, from, visit);
     session_page page;
+    if (req.include_total) {
+      std::uint64_t n = 0;
+      txn.scan(index, prefix, {}, [&n](std::string_view, std::string_view) {
+        ++n;
+        return true;
+      });
+      page.total = n;
+    }
     auto app_state = read_rows(txn, table::app_state, req.app_name + '\0');
     if (!app_state)
       return std::move(app_state).err();

@@ -204,11 +204,27 @@ protected:
     visit(c, rc, k, v, MDB_NEXT, t, prefix, fn);
   }
 
-  void do_scan_back(MDB_txn* txn, table t, std::string_view prefix, const kv_visitor& fn) {
+  void do_scan_back(MDB_txn* txn, table t, std::string_view prefix, std::string_view from,
+                    const kv_visitor& fn) {
     cursor_guard c(txn, dbi(t));
-    stored_key upper(tag(t), prefix);
     MDB_val k, v;
     int rc;
+    if (!from.empty() && from < prefix)
+      return; // every key with the prefix sorts above `from`
+    if (!from.empty() && has_prefix(from, prefix)) {
+      // The last key <= from: from itself, or the one before the first above it.
+      stored_key at(tag(t), from);
+      k = at.val();
+      MDB_val want = k;
+      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      if (rc == MDB_SUCCESS && as_view(k) != as_view(want))
+        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
+      else if (rc == MDB_NOTFOUND)
+        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
+      visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
+      return;
+    }
+    stored_key upper(tag(t), prefix);
     if (!upper.to_upper_bound()) {
       rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
     } else {
@@ -238,8 +254,9 @@ public:
             const kv_visitor& fn) override {
     do_scan(txn_, t, prefix, from, fn);
   }
-  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
-    do_scan_back(txn_, t, prefix, fn);
+  void scan_back(table t, std::string_view prefix, std::string_view from,
+                 const kv_visitor& fn) override {
+    do_scan_back(txn_, t, prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return ::mdb_txn_id(txn_); }
   MDB_txn* handle() const { return txn_; }
@@ -268,8 +285,9 @@ public:
             const kv_visitor& fn) override {
     do_scan(top(), t, prefix, from, fn);
   }
-  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
-    do_scan_back(top(), t, prefix, fn);
+  void scan_back(table t, std::string_view prefix, std::string_view from,
+                 const kv_visitor& fn) override {
+    do_scan_back(top(), t, prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return id_; }
 

@@ -60,16 +60,23 @@ void scan_map(const table_map& m, std::string_view prefix, std::string_view from
   }
 }
 
-void scan_map_back(const table_map& m, std::string_view prefix, const kv_visitor& fn) {
+void scan_map_back(const table_map& m, std::string_view prefix, std::string_view from,
+                   const kv_visitor& fn) {
   // The first key past every key with `prefix` is prefix with its last byte
-  // incremented; with no such byte, the end.
+  // incremented; with no such byte, the end. With `from`, the first key past it.
   auto it = m.end();
-  std::string upper(prefix);
-  while (!upper.empty() && static_cast<unsigned char>(upper.back()) == 0xff)
-    upper.pop_back();
-  if (!upper.empty()) {
-    upper.back() = static_cast<char>(static_cast<unsigned char>(upper.back()) + 1);
-    it = m.lower_bound(upper);
+  if (!from.empty() && from < prefix)
+    return; // every key with the prefix sorts above `from`
+  if (!from.empty() && has_prefix(from, prefix)) {
+    it = m.upper_bound(from);
+  } else {
+    std::string upper(prefix);
+    while (!upper.empty() && static_cast<unsigned char>(upper.back()) == 0xff)
+      upper.pop_back();
+    if (!upper.empty()) {
+      upper.back() = static_cast<char>(static_cast<unsigned char>(upper.back()) + 1);
+      it = m.lower_bound(upper);
+    }
   }
   while (it != m.begin()) {
     --it;
@@ -92,8 +99,9 @@ public:
             const kv_visitor& fn) override {
     scan_map(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
-  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
-    scan_map_back(db_.tables[static_cast<int>(t)], prefix, fn);
+  void scan_back(table t, std::string_view prefix, std::string_view from,
+                 const kv_visitor& fn) override {
+    scan_map_back(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return db_.last_txn; }
 
@@ -120,8 +128,9 @@ public:
             const kv_visitor& fn) override {
     scan_map(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
-  void scan_back(table t, std::string_view prefix, const kv_visitor& fn) override {
-    scan_map_back(db_.tables[static_cast<int>(t)], prefix, fn);
+  void scan_back(table t, std::string_view prefix, std::string_view from,
+                 const kv_visitor& fn) override {
+    scan_map_back(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return db_.last_txn + 1; }
 

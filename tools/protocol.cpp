@@ -152,6 +152,16 @@ public:
     return std::nullopt;
   }
 
+  std::optional<bool> optional_bool(const char* name) {
+    auto v = find(name);
+    if (!v)
+      return std::nullopt;
+    if (v->is_boolean())
+      return v->get<bool>();
+    fail(std::string("parameter '") + name + "' must be a boolean, not " + kind_of(*v));
+    return std::nullopt;
+  }
+
   std::optional<double> optional_number(const char* name) {
     auto v = find(name);
     if (!v)
@@ -322,6 +332,14 @@ prepare_result prepare_list(const json& params) {
   r.user_id = p.optional_string("user_id");
   r.page_size = p.optional_int("page_size");
   r.page_token = p.optional_string("page_token").value_or("");
+  if (auto order = p.optional_string("order")) {
+    if (*order == "desc")
+      r.descending = true;
+    else if (*order != "asc")
+      p.fail("parameter 'order' must be \"asc\" or \"desc\", not \"" + *order + "\"");
+  }
+  r.offset = p.optional_uint("offset").value_or(0);
+  r.include_total = p.optional_bool("include_total").value_or(false);
   prepared x;
   x.op = [r](engine& e, const reply_fn& reply) mutable {
     e.list_sessions(std::move(r), [reply](result<session_page> page) {
@@ -329,9 +347,12 @@ prepare_result prepare_list(const json& params) {
         json xs = json::array();
         for (const auto& m : v.sessions)
           xs.push_back(to_json(m));
-        return json{{"sessions", std::move(xs)},
-                    {"next_page_token",
-                     v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
+        json out{{"sessions", std::move(xs)},
+                 {"next_page_token",
+                  v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
+        if (v.total)
+          out["total"] = *v.total;
+        return out;
       }));
     });
   };
@@ -360,6 +381,20 @@ prepare_result prepare_append(const json& params) {
       p.fail("parameter 'event': " + decoded.err().message);
   }
   r.expected_version = p.optional_uint("expected_version");
+  if (auto it = params.find("modify"); it != params.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      p.fail("parameter 'modify' must be an array of operations");
+    } else {
+      for (const auto& op : *it) {
+        auto m = state_modify_from_json(op);
+        if (!m) {
+          p.fail("parameter 'modify': " + m.err().message);
+          break;
+        }
+        r.modify.push_back(std::move(*m));
+      }
+    }
+  }
   prepared x{{}, ordering::per_session, session_key(r.ref)};
   x.op = [r](engine& e, const reply_fn& reply) mutable {
     e.append_event(std::move(r), [reply](result<append_result> a) {

@@ -24,6 +24,9 @@ enum class errc : std::uint8_t {
   io_error = 7,         ///< the disk failed; nothing acknowledged. Retryable.
   unavailable = 8,      ///< closing, overloaded or locked. Retryable.
   internal = 9,         ///< a bug; the message says what.
+  /// A compare_and_set (state_modify::expected) found another value; nothing
+  /// was stored. Not retryable unchanged: re-read, then decide.
+  condition_failed = 13,
 };
 
 /// The protocol's name of `x` ("already_exists", ...); "ok" for `errc::ok`.

@@ -81,11 +81,21 @@ struct list_request {
   std::optional<std::string> user_id; ///< absent -> every user (L1)
   std::optional<std::int64_t> page_size; ///< default 100, 1..1000
   std::string page_token;             ///< from a previous page; empty = first
+  /// Newest first (descending last_update_time, then id) instead of L3's
+  /// oldest first. A page token continues in the order it was made for.
+  bool descending = false;
+  /// Matching sessions to skip before the page (after page_token, when
+  /// both are given). Costs O(offset) index reads, no session reads.
+  std::uint64_t offset = 0;
+  /// Count every matching session into session_page::total. Costs
+  /// O(matching sessions) index reads.
+  bool include_total = false;
 };
 
 struct session_page {
   std::vector<session_meta> sessions;
   std::optional<std::string> next_page_token; ///< absent on the last page
+  std::optional<std::uint64_t> total; ///< with list_request::include_total
 };
 
 /// An atomic read-modify-write of one state key, carried by an append. The
@@ -102,7 +112,31 @@ struct state_modify {
   std::string key; ///< session, user: or app: key (not temp:/turn:/derived:)
   json fallback;   ///< what fn sees when the key is missing
   std::function<json(const json& current)> fn;
+  /// Compare-and-set: when set, the append fails with condition_failed,
+  /// storing nothing, unless the key's value (as fn would see it, before
+  /// the fallback) equals this; a missing key matches nothing.
+  std::optional<json> expected = std::nullopt;
 };
+
+/// The built-in modifies (the protocol's `modify` operations), resolved at
+/// commit like any state_modify. A key of the wrong type fails the append
+/// with invalid_argument.
+namespace modify_ops {
+/// Adds `by` (a number) to the key's number, 0 when missing. Integers stay
+/// integers; an integer overflow fails the append.
+state_modify increment(std::string key, json by);
+/// Appends `value` to the key's array ([] when missing).
+state_modify append(std::string key, json value);
+/// Sets each member of `value` (an object) in the key's object ({} when
+/// missing); members not named keep their values.
+state_modify merge(std::string key, json value);
+/// Sets the key to `value` when it is missing; otherwise keeps (and
+/// records) its value.
+state_modify set_if_absent(std::string key, json value);
+/// Sets the key to `value` when it holds `expected` (see
+/// state_modify::expected).
+state_modify compare_and_set(std::string key, json expected, json value);
+} // namespace modify_ops
 
 struct append_request {
   session_ref ref;
@@ -127,5 +161,9 @@ result<event> event_from_json(const json& x);
 /// As above, moving the members out of `x` instead of copying them.
 result<event> event_from_json(json&& x);
 result<session> session_from_json(const json& x);
+/// One protocol `modify` operation: {"key", "op": "increment" ("by"),
+/// "append" / "merge" / "set_if_absent" ("value"), "compare_and_set"
+/// ("expected", "value")}. Errors: invalid_argument naming the member.
+result<state_modify> state_modify_from_json(const json& x);
 
 } // namespace agentstate

@@ -131,6 +131,31 @@ TEST_CASE("codec: hostile member types are invalid_argument, never a throw") {
   }
 }
 
+TEST_CASE_TEMPLATE("engine API: an event in ADK-JS camelCase is refused naming the member, "
+                   "never stored with its state ignored",
+                   S, memory_store, lmdb_store) {
+  auto t = open_engine(S::kind);
+  auto& e = *t;
+  auto ref = sref("app", "u", "s1");
+  MUST(e.create_session(create_req(ref)));
+  struct camel {
+    const char* text;
+    const char* snake;
+  };
+  for (auto c : {camel{R"({"actions":{"stateDelta":{"k":1}}})", "'actions.state_delta'"},
+                 camel{R"({"actions":{"artifactDelta":{}}})", "'actions.artifact_delta'"},
+                 camel{R"({"actions":{"stateRemove":["k"]}})", "'actions.state_remove'"},
+                 camel{R"({"invocationId":"i"})", "'invocation_id'"}}) {
+    INFO("event: ", c.text);
+    auto ev = MUST(event_from_json(MUST(parse_json(c.text, 64))));
+    auto r = e.append_event(append_req(ref, std::move(ev)));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.err().message.find(c.snake) != std::string::npos);
+  }
+  CHECK(get_existing(e, ref).version == 0);
+}
+
 TEST_CASE_TEMPLATE("engine API: hostile names, ids, keys, values and timestamps", S,
                    memory_store, lmdb_store) {
   auto t = open_engine(S::kind);

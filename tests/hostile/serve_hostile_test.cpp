@@ -149,6 +149,16 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
      -32000, "invalid_argument"},
     {"\\u0000 in an invocation id", append_raw_event(R"({"invocation_id":"\u0000"})"), -32000,
      "invalid_argument"},
+    // -- ADK-JS camelCase where the protocol has snake_case: refused, never
+    //    stored with its state ignored
+    {"camelCase actions.stateDelta", append_raw_event(R"({"actions":{"stateDelta":{"k":3}}})"),
+     -32000, "invalid_argument"},
+    {"camelCase actions.artifactDelta",
+     append_raw_event(R"({"actions":{"artifactDelta":{"f":1}}})"), -32000, "invalid_argument"},
+    {"camelCase actions.stateRemove", append_raw_event(R"({"actions":{"stateRemove":["k"]}})"),
+     -32000, "invalid_argument"},
+    {"camelCase invocationId", append_raw_event(R"({"invocationId":"inv"})"), -32000,
+     "invalid_argument"},
     // -- shapes
     {"top-level number", "42", -32600, "invalid_argument"},
     {"top-level string", "\"stats\"", -32600, "invalid_argument"},

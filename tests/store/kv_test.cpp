@@ -46,9 +46,10 @@ std::vector<std::string> keys(kv_read& r, table t, std::string prefix, std::stri
   return out;
 }
 
-std::vector<std::string> keys_back(kv_read& r, table t, std::string prefix) {
+std::vector<std::string> keys_back(kv_read& r, table t, std::string prefix,
+                                   std::string from = {}) {
   std::vector<std::string> out;
-  r.scan_back(t, prefix, [&](std::string_view k, std::string_view) {
+  r.scan_back(t, prefix, from, [&](std::string_view k, std::string_view) {
     out.emplace_back(k);
     return true;
   });
@@ -132,6 +133,14 @@ TEST_CASE("kv: scans respect prefix, start key, order and table, including 0xff 
             == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
       CHECK(keys_back(*r, t, "ab\xff") == std::vector<std::string>{"ab\xff\xff", "ab\xff"});
       CHECK(keys_back(*r, t, "b") == std::vector<std::string>{"b"});
+      // A start key bounds the reverse scan from above (inclusive), whether it
+      // is stored or falls between keys; one past the prefix starts at its last.
+      CHECK(keys_back(*r, t, "ab", "abc") == std::vector<std::string>{"abc", "ab"});
+      CHECK(keys_back(*r, t, "ab", "abb") == std::vector<std::string>{"ab"});
+      CHECK(keys_back(*r, t, "ab", "ab\xff") == std::vector<std::string>{"ab\xff", "abc", "ab"});
+      CHECK(keys_back(*r, t, "ab", "ac") == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
+      CHECK(keys_back(*r, t, "", "zzz").size() == all.size());
+      CHECK(keys_back(*r, t, "b", "b") == std::vector<std::string>{"b"});
       CHECK(keys(*r, t, "zz").empty());
       CHECK(keys_back(*r, t, "zz").empty());
       CHECK(keys(*r, t, "") == all);

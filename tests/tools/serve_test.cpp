@@ -244,6 +244,69 @@ TEST_CASE("serve: inject_state renders templates (I2); state_remove deletes keys
   CHECK(s.wait_exit() == 0);
 }
 
+TEST_CASE("serve: append_event's modify operations; condition_failed stores nothing") {
+  fixture f;
+  server s({"--memory"}, f.err());
+  s.ok("create_session", with(session_params("s1"), "state", json{{"k", 1}, {"user:l", json::array()}}));
+  json ops = json::array({json{{"key", "app:n"}, {"op", "increment"}, {"by", 2}},
+                          json{{"key", "user:l"}, {"op", "append"}, {"value", "x"}},
+                          json{{"key", "m"}, {"op", "merge"}, {"value", {{"a", 1}}}},
+                          json{{"key", "once"}, {"op", "set_if_absent"}, {"value", true}},
+                          json{{"key", "k"}, {"op", "compare_and_set"}, {"expected", 1}, {"value", 2}}});
+  auto r = s.ok("append_event", with(append_params("s1", json{{"id", "e1"}}), "modify", ops));
+  CHECK(r["version"] == 1);
+  CHECK(r["event"]["actions"]["state_delta"]
+        == json{{"app:n", 2}, {"user:l", {"x"}}, {"m", {{"a", 1}}}, {"once", true}, {"k", 2}});
+  auto failed = s.call("append_event",
+                       with(append_params("s1", json{{"id", "e2"}, {"actions", {{"state_delta", {{"z", 1}}}}}}),
+                            "modify", json::array({json{{"key", "k"}, {"op", "compare_and_set"},
+                                                        {"expected", 1}, {"value", 3}}})));
+  CHECK(error_code(failed) == -32000);
+  CHECK(error_kind(failed) == "condition_failed");
+  auto bad_op = s.call("append_event", with(append_params("s1", json::object()), "modify",
+                                            json::array({json{{"key", "k"}, {"op", "nope"}}})));
+  CHECK(error_code(bad_op) == -32602);
+  CHECK(error_message(bad_op).find("unknown op") != std::string::npos);
+  auto got = s.ok("get_session", session_params("s1"));
+  CHECK(got["version"] == 1);
+  CHECK(got["state"]["k"] == 2);
+  CHECK(!got["state"].contains("z"));
+  CHECK(s.wait_exit() == 0);
+}
+
+TEST_CASE("serve: list_sessions' order, offset and include_total") {
+  fixture f;
+  server s({"--memory"}, f.err());
+  for (int i = 0; i < 5; ++i) {
+    auto sid = "s" + std::to_string(i);
+    s.ok("create_session", session_params(sid));
+    s.ok("append_event", append_params(sid, json{{"timestamp", 100.0 + i}}));
+  }
+  auto ids = [](const json& r) {
+    std::vector<std::string> out;
+    for (auto& m : r["sessions"])
+      out.push_back(m["id"]);
+    return out;
+  };
+  auto desc = s.ok("list_sessions", json{{"app_name", "app"}, {"order", "desc"}, {"page_size", 2},
+                                         {"include_total", true}});
+  CHECK(ids(desc) == std::vector<std::string>{"s4", "s3"});
+  CHECK(desc["total"] == 5);
+  auto next = s.ok("list_sessions", json{{"app_name", "app"}, {"order", "desc"}, {"page_size", 2},
+                                         {"page_token", desc["next_page_token"]}});
+  CHECK(ids(next) == std::vector<std::string>{"s2", "s1"});
+  CHECK(!next.contains("total"));
+  auto off = s.ok("list_sessions", json{{"app_name", "app"}, {"offset", 3}});
+  CHECK(ids(off) == std::vector<std::string>{"s3", "s4"});
+  auto bad = s.call("list_sessions", json{{"app_name", "app"}, {"order", "sideways"}});
+  CHECK(error_code(bad) == -32602);
+  auto bad_total = s.call("list_sessions", json{{"app_name", "app"}, {"include_total", 1}});
+  CHECK(error_code(bad_total) == -32602);
+  auto bad_offset = s.call("list_sessions", json{{"app_name", "app"}, {"offset", -1}});
+  CHECK(error_code(bad_offset) == -32602);
+  CHECK(s.wait_exit() == 0);
+}
+
 TEST_CASE("serve: engine errors carry their kind") {
   fixture f;
   server s({"--memory"}, f.err());
