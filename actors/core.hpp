@@ -70,9 +70,5 @@ caf::actor spawn_writer(engine_core& core);
 /// +1.5-3 CPU-µs per event, no faster).
 std::chrono::microseconds commit_poll(const options& o);
 
-/// Wall-clock now, epoch seconds.
-double now_seconds();
-/// A random UUID (version 4) string.
-std::string make_uuid();
 
 } // namespace agentstate::detail

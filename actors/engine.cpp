@@ -21,6 +21,8 @@
 #include "actors/polling_sharing.hpp"
 #include "actors/spin.hpp"
 #include "actors/validate.hpp"
+#include "model/ids.hpp"
+#include "model/text.hpp"
 #include "store/layout.hpp"
 
 namespace agentstate {
@@ -29,13 +31,6 @@ namespace detail {
 
 namespace {
 
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t\r\n\f\v");
-  if (b == std::string::npos)
-    return {};
-  auto e = s.find_last_not_of(" \t\r\n\f\v");
-  return s.substr(b, e - b + 1);
-}
 
 // One blocking call's answer slot. Shared with the callback, which may be
 // destroyed on an actor's thread after the caller has returned.
@@ -119,40 +114,6 @@ std::chrono::microseconds commit_poll(const options& o) {
   if (o.spin_wait.count() <= 0 || o.mode != durability::sync)
     return o.spin_wait;
   return std::max<std::chrono::microseconds>(o.spin_wait, std::chrono::milliseconds(1));
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
-
-std::string make_uuid() {
-  // Seeded with 256 bits: one random_device word (32 bits) would give only
-  // 2^32 streams, so two threads or processes would repeat each other's
-  // ids with a birthday chance of about n^2 / 2^33.
-  thread_local std::mt19937_64 rng = [] {
-    std::random_device rd;
-    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
-    return std::mt19937_64(seq);
-  }();
-  std::uint64_t hi = rng(), lo = rng();
-  hi = (hi & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
-  lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
-  // 8-4-4-4-12 lowercase hex digits, written directly (snprintf cost ~2.6k
-  // instructions per generated id, a visible share of an append).
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out(36, '-');
-  std::size_t pos = 0;
-  auto put = [&](std::uint64_t v, int nibbles) {
-    for (int k = nibbles - 1; k >= 0; --k) {
-      if (pos == 8 || pos == 13 || pos == 18 || pos == 23)
-        ++pos;
-      out[pos++] = digits[(v >> (4 * k)) & 0xf];
-    }
-  };
-  put(hi, 16);
-  put(lo, 16);
-  return out;
 }
 
 } // namespace detail
@@ -299,9 +260,9 @@ void engine::create_session(create_request req, callback<session> cb) {
     return cb(std::move(r).err());
   if (auto r = check_name(req.user_id, "user_id"); !r)
     return cb(std::move(r).err());
-  req.session_id = trim(req.session_id);
+  req.session_id = std::string(model::trim(req.session_id));
   if (req.session_id.empty())
-    req.session_id = make_uuid();
+    req.session_id = model::make_uuid();
   if (auto r = check_name(req.session_id, "session_id"); !r)
     return cb(std::move(r).err());
   session_ref ref{req.app_name, req.user_id, req.session_id};
@@ -392,7 +353,7 @@ void engine::begin_invocation(session_ref ref, std::string invocation_id,
   if (auto r = check_ref(ref); !r)
     return cb(std::move(r).err());
   if (invocation_id.empty())
-    invocation_id = make_uuid();
+    invocation_id = model::make_uuid();
   if (auto r = check_name(invocation_id, "invocation_id"); !r)
     return cb(std::move(r).err());
   if (invocation_id.size() > max_event_id_bytes)

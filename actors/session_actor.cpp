@@ -16,6 +16,7 @@
 #include "actors/messages.hpp"
 #include "actors/validate.hpp"
 #include "agentstate/scope.hpp"
+#include "model/ids.hpp"
 
 namespace agentstate::detail {
 
@@ -363,7 +364,7 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
     // A generated id (122 random bits) is in no stored or in-flight event.
     const bool generated = ev.id.empty();
     if (generated)
-      ev.id = make_uuid();
+      ev.id = model::make_uuid();
     else if (answer_duplicate(self, cmd))
       return;
     if (cmd.req.expected_version && *cmd.req.expected_version != st.version) {
@@ -375,7 +376,7 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
       return;
     }
     if (!ev.timestamp)
-      ev.timestamp = now_seconds();
+      ev.timestamp = model::now_seconds();
     auto prepared = prepare_append(*st.core, st.ref, std::move(ev), st.version + 1,
                                    std::move(cmd.req.modify));
     if (!prepared) {

@@ -4,7 +4,9 @@
 #include <exception>
 
 #include "agentstate/scope.hpp"
-#include "store/event_text.hpp"
+#include "model/event_text.hpp"
+#include "model/ids.hpp"
+#include "model/json_text.hpp"
 
 namespace agentstate::detail {
 
@@ -17,7 +19,7 @@ result<void> check_string(std::string_view value, const char* what, std::size_t 
                                     + std::to_string(max)};
   if (value.find('\0') != std::string_view::npos)
     return error{errc::invalid_argument, std::string("'") + what + "' contains a NUL byte"};
-  if (!store::valid_utf8(value))
+  if (!model::valid_utf8(value))
     return error{errc::invalid_argument, std::string("'") + what + "' is not valid UTF-8"};
   return {};
 }
@@ -154,7 +156,7 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
 // Encodes `ev` as stored into ws.event_row (at ws.time), within
 // max_event_bytes (of its text).
 result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws) {
-  auto text = store::encode_event_text(ev);
+  auto text = model::encode_event_text(ev);
   if (!text)
     return std::move(text).err();
   if (text->size() > lim.max_event_bytes)
@@ -384,7 +386,7 @@ result<store::write_set> prepare_create(const engine_core& core,
   ws.app = req.app_name;
   ws.user = req.user_id;
   ws.id = req.session_id;
-  ws.time = now_seconds();
+  ws.time = model::now_seconds();
   auto parts = partition_delta(req.state);
   if (auto r = encode_rows(lim, parts, ws); !r)
     return std::move(r).err();

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "agentstate/scope.hpp"
-#include "store/event_text.hpp"
+#include "model/event_text.hpp"
 
 namespace agentstate::store {
 
@@ -101,7 +101,7 @@ error from_failure(const kv_failure& f) {
 
 result<json> parse_stored(std::string_view text) {
   json fast;
-  if (parse_stored_text(text, fast))
+  if (model::parse_stored_text(text, fast))
     return fast;
   // Stored JSON was depth-checked when it was written, so the plain parser
   // (no per-value callback: about twice as fast) is safe here.
@@ -283,7 +283,7 @@ std::optional<double> event_row_timestamp(std::string_view row) {
 result<void> decode_event_row(std::string_view row, event& out) {
   if (row.size() < 9 || row[0] != event_tag)
     return corrupt("event row with unknown tag");
-  if (decode_event_text(row.substr(9), out))
+  if (model::decode_event_text(row.substr(9), out))
     return {};
   auto j = parse_stored(row.substr(9));
   if (!j)

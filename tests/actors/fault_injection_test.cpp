@@ -11,7 +11,7 @@
 
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
-#include "store/fault_kv.hpp"
+#include "support/fault_kv.hpp"
 #include "store/verify.hpp"
 #include "support/test_support.hpp"
 

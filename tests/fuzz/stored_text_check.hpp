@@ -15,7 +15,7 @@
 
 #include "agentstate/json.hpp"
 #include "agentstate/types.hpp"
-#include "store/event_text.hpp"
+#include "model/event_text.hpp"
 
 namespace stored_text_check {
 
@@ -84,7 +84,7 @@ inline std::optional<event> general_decode(std::string_view text) {
 /// `took` (optional) is set to whether decode_event_text accepted it.
 inline std::string check(std::string_view text, bool* took = nullptr) {
   json fast;
-  if (agentstate::store::parse_stored_text(text, fast)) {
+  if (agentstate::model::parse_stored_text(text, fast)) {
     auto j = json::parse(text.begin(), text.end(), nullptr, false);
     if (j.is_discarded())
       return "parse_stored_text accepted a text nlohmann refuses";
@@ -92,7 +92,7 @@ inline std::string check(std::string_view text, bool* took = nullptr) {
       return "parse_stored_text differs from json::parse";
   }
   event ev;
-  bool accepted = agentstate::store::decode_event_text(text, ev);
+  bool accepted = agentstate::model::decode_event_text(text, ev);
   if (took)
     *took = accepted;
   if (accepted) {

@@ -13,7 +13,7 @@
 
 #include "agentstate/scope.hpp"
 #include "agentstate/types.hpp"
-#include "store/event_text.hpp"
+#include "model/event_text.hpp"
 #include "store/layout.hpp"
 #include "fuzz/stored_text_check.hpp"
 
@@ -137,7 +137,7 @@ namespace {
 
 void check_same_text(const event& ev) {
   auto want = dump_json(to_json(ev));
-  auto got = store::encode_event_text(ev);
+  auto got = model::encode_event_text(ev);
   REQUIRE(static_cast<bool>(want) == static_cast<bool>(got));
   if (want)
     CHECK(*got == *want);
@@ -290,7 +290,7 @@ TEST_CASE("encode_event_text: invalid UTF-8 is invalid_argument, like dump_json"
     event ev;
     ev.author = bad;
     check_same_text(ev);
-    CHECK(store::encode_event_text(ev).code() == errc::invalid_argument);
+    CHECK(model::encode_event_text(ev).code() == errc::invalid_argument);
     event in_delta;
     in_delta.actions.state_delta[bad] = 1;
     check_same_text(in_delta);
@@ -335,7 +335,7 @@ TEST_CASE("decode_event_text: every event the engine writes reads back identical
   for (int i = 0; i < 3000; ++i) {
     INFO("event ", i);
     auto ev = gen.next();
-    auto text = store::encode_event_text(ev);
+    auto text = model::encode_event_text(ev);
     if (!text)
       continue;
     bool took = check_decode(*text);
@@ -353,8 +353,8 @@ TEST_CASE("decode_event_text: every event the engine writes reads back identical
     // And the event read writes the same text again.
     if (took) {
       event back;
-      REQUIRE(store::decode_event_text(*text, back));
-      CHECK(*store::encode_event_text(back) == *text);
+      REQUIRE(model::decode_event_text(*text, back));
+      CHECK(*model::encode_event_text(back) == *text);
     }
   }
   CHECK(fast > 500);

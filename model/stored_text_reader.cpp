@@ -1,218 +1,17 @@
-#include "store/event_text.hpp"
+// parse_stored_text and decode_event_text: the reader of the stored JSON
+// form (model/event_text.hpp).
+#include "model/event_text.hpp"
 
-#include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <system_error>
 #include <utility>
-#include <vector>
 
-#include "store/json_encoder.hpp"
+#include "model/json_text.hpp"
 
-namespace agentstate::store {
-
-namespace {
-
-using serializer = nlohmann::detail::serializer<json>;
-
-// The length of the UTF-8 sequence starting at the non-ASCII byte s[i], or 0
-// when it is not strict UTF-8 (overlong, surrogate, above U+10FFFF, cut off).
-std::size_t utf8_sequence(std::string_view s, std::size_t i) noexcept {
-  auto c = static_cast<unsigned char>(s[i]);
-  std::size_t len;
-  std::uint32_t cp;
-  if ((c & 0xe0) == 0xc0) {
-    len = 2;
-    cp = c & 0x1f;
-  } else if ((c & 0xf0) == 0xe0) {
-    len = 3;
-    cp = c & 0x0f;
-  } else if ((c & 0xf8) == 0xf0) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size())
-    return 0;
-  for (std::size_t k = 1; k < len; ++k) {
-    auto cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xc0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (cc & 0x3f);
-  }
-  if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
-      || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return len;
-}
-
-// Bytes copied as they are without a closer look: printable ASCII but " and \.
-constexpr std::array<bool, 256> plain_bytes = [] {
-  std::array<bool, 256> t{};
-  for (int c = 0x20; c < 0x80; ++c)
-    t[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
-  return t;
-}();
-
-// JSON's short escapes: the character, and the letter after the backslash.
-// (The encoder never writes "\/"; the reader accepts it.)
-constexpr std::pair<char, char> short_escapes[] = {
-  {'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'\b', 'b'},
-  {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
-
-// escape_letter[c]: the letter escaping byte c, 0 if none; unescaped[e]:
-// the byte an escape letter e stands for, 0 if e is not a short escape.
-constexpr std::array<char, 256> escape_letter = [] {
-  std::array<char, 256> t{};
-  for (auto [c, e] : short_escapes)
-    if (c != '/')
-      t[static_cast<unsigned char>(c)] = e;
-  return t;
-}();
-constexpr std::array<char, 256> unescaped = [] {
-  std::array<char, 256> t{};
-  for (auto [c, e] : short_escapes)
-    t[static_cast<unsigned char>(e)] = c;
-  return t;
-}();
-
-// Appends `s` as a JSON string in nlohmann's escaping (ensure_ascii off):
-// ", \ and the control characters below 0x20 are escaped, the short forms
-// where JSON has them and \u00xx (lowercase hex) otherwise; everything else
-// is copied. Returns false, leaving `out` partly written, when `s` is not
-// strict UTF-8. One pass over `s`.
-bool append_escaped(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out += '"';
-  std::size_t run = 0; // start of the bytes not yet copied
-  std::size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (plain_bytes[c]) {
-      ++i;
-      continue;
-    }
-    if (c >= 0x80) {
-      auto len = utf8_sequence(s, i);
-      if (len == 0)
-        return false;
-      i += len;
-      continue;
-    }
-    out.append(s.data() + run, i - run);
-    run = ++i;
-    out += '\\';
-    if (char e = escape_letter[c]) {
-      out += e;
-    } else {
-      out += "u00";
-      out += hex[c >> 4];
-      out += hex[c & 0xf];
-    }
-  }
-  out.append(s.data() + run, s.size() - run);
-  out += '"';
-  return true;
-}
-
-// One member of an object being written, in the order keys sort.
-struct member {
-  enum class kind { value, text, actions, removes };
-  std::string_view key;
-  kind how = kind::value;
-  const json* value = nullptr;
-  const std::string* text = nullptr;
-};
-
-bool key_less(const member& a, const member& b) {
-  return a.key < b.key;
-}
-
-class writer {
-public:
-  explicit writer(json_encoder& enc) : out_(enc.buf), ser_(enc.ser) {}
-
-  // False when a string is not valid UTF-8; nlohmann's own exceptions for a
-  // value propagate to encode_event_text.
-  bool object(std::vector<member>& members, const event& ev) {
-    // Insertion sort (stable) for the usual handful of members: stable_sort
-    // allocates a buffer.
-    if (members.size() <= 16) {
-      for (std::size_t i = 1; i < members.size(); ++i)
-        for (std::size_t j = i; j > 0 && key_less(members[j], members[j - 1]); --j)
-          std::swap(members[j], members[j - 1]);
-    } else {
-      std::stable_sort(members.begin(), members.end(), key_less);
-    }
-    out_ += '{';
-    bool first = true;
-    for (auto& m : members) {
-      if (!first)
-        out_ += ',';
-      first = false;
-      if (!string(m.key))
-        return false;
-      out_ += ':';
-      switch (m.how) {
-        case member::kind::value:
-          ser_.dump(*m.value, false, false, 0);
-          break;
-        case member::kind::text:
-          if (!string(*m.text))
-            return false;
-          break;
-        case member::kind::actions:
-          if (!actions(ev))
-            return false;
-          break;
-        case member::kind::removes:
-          out_ += '[';
-          for (std::size_t i = 0; i < ev.actions.state_remove.size(); ++i) {
-            if (i)
-              out_ += ',';
-            if (!string(ev.actions.state_remove[i]))
-              return false;
-          }
-          out_ += ']';
-          break;
-      }
-    }
-    out_ += '}';
-    return true;
-  }
-
-private:
-  bool string(std::string_view s) { return append_escaped(out_, s); }
-
-  // "actions": its unknown members, then state_delta, state_remove (when not
-  // empty) and artifact_delta, which take precedence over unknown members of
-  // the same name (as in to_json(event)).
-  bool actions(const event& ev) {
-    const auto& a = ev.actions;
-    std::vector<member> m;
-    m.reserve(3 + (a.extra.is_object() ? a.extra.size() : 0));
-    m.push_back({"state_delta", member::kind::value, &a.state_delta});
-    if (!a.state_remove.empty())
-      m.push_back({"state_remove", member::kind::removes});
-    m.push_back({"artifact_delta", member::kind::value, &a.artifact_delta});
-    if (a.extra.is_object())
-      for (auto it = a.extra.begin(); it != a.extra.end(); ++it)
-        if (it.key() != "state_delta" && it.key() != "artifact_delta"
-            && !(it.key() == "state_remove" && !a.state_remove.empty()))
-          m.push_back({it.key(), member::kind::value, &it.value()});
-    return object(m, ev);
-  }
-
-  std::string& out_;
-  serializer& ser_;
-};
-
-} // namespace
+namespace agentstate::model {
 
 // -- reading the stored form ----------------------------------------------------
 
@@ -468,66 +267,6 @@ private:
 
 } // namespace
 
-bool valid_utf8(std::string_view s) noexcept {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
-      continue;
-    }
-    auto len = utf8_sequence(s, i);
-    if (len == 0)
-      return false;
-    i += len;
-  }
-  return true;
-}
-
-result<std::string> encode_event_text(const event& ev) {
-  thread_local json_encoder enc;
-  enc.buf.clear();
-  try {
-    writer w(enc);
-    // Top level: the known members, then unknown ones that do not collide
-    // with a known name (known members win, as in to_json(event)).
-    std::vector<member> m;
-    m.reserve(7 + (ev.extra.is_object() ? ev.extra.size() : 0));
-    m.push_back({"id", member::kind::text, nullptr, &ev.id});
-    m.push_back({"invocation_id", member::kind::text, nullptr, &ev.invocation_id});
-    m.push_back({"author", member::kind::text, nullptr, &ev.author});
-    json timestamp, partial;
-    if (ev.timestamp) {
-      timestamp = *ev.timestamp;
-      m.push_back({"timestamp", member::kind::value, &timestamp});
-    }
-    if (ev.partial) {
-      partial = *ev.partial;
-      m.push_back({"partial", member::kind::value, &partial});
-    }
-    if (ev.content)
-      m.push_back({"content", member::kind::value, &*ev.content});
-    m.push_back({"actions", member::kind::actions});
-    if (ev.extra.is_object()) {
-      const std::size_t known = m.size();
-      for (auto it = ev.extra.begin(); it != ev.extra.end(); ++it) {
-        bool taken = false;
-        for (std::size_t k = 0; k < known && !taken; ++k)
-          taken = m[k].key == it.key();
-        if (!taken)
-          m.push_back({it.key(), member::kind::value, &it.value()});
-      }
-    }
-    if (!w.object(m, ev))
-      return error{errc::invalid_argument,
-                   "event: cannot encode value: a string is not valid UTF-8"};
-  } catch (const json::exception& e) {
-    return error{errc::invalid_argument, std::string("event: cannot encode value: ") + e.what()};
-  } catch (const std::exception& e) {
-    return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
-  }
-  return enc.take();
-}
-
 bool parse_stored_text(std::string_view text, json& out) {
   stored_reader r(text);
   out = json();
@@ -592,4 +331,5 @@ bool decode_event_text(std::string_view text, event& ev) {
   return ok && r.at_end();
 }
 
-} // namespace agentstate::store
+} // namespace agentstate::model
+

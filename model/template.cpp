@@ -1,5 +1,7 @@
 #include "agentstate/template.hpp"
 
+#include "model/text.hpp"
+
 namespace agentstate {
 
 namespace {
@@ -24,13 +26,6 @@ bool is_state_name(std::string_view s) {
   return is_identifier(s);
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
-    s.remove_suffix(1);
-  return s;
-}
 
 } // namespace
 
@@ -54,10 +49,10 @@ result<std::string> inject_state(std::string_view tmpl, const json& state,
       continue;
     }
     out.append(tmpl.substr(pos, open - pos));
-    auto inner = trim(tmpl.substr(open + 1, close - open - 1));
+    auto inner = model::trim(tmpl.substr(open + 1, close - open - 1), " \t");
     bool optional = !inner.empty() && inner.back() == '?';
     if (optional)
-      inner = trim(inner.substr(0, inner.size() - 1));
+      inner = model::trim(inner.substr(0, inner.size() - 1), " \t");
     constexpr std::string_view artifact_prefix = "artifact.";
     if (inner.size() > artifact_prefix.size()
         && inner.compare(0, artifact_prefix.size(), artifact_prefix) == 0) {

@@ -3,7 +3,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/json_encoder.hpp"
+#include "model/json_encoder.hpp"
 
 namespace agentstate {
 
@@ -72,7 +72,7 @@ std::size_t json_depth(const json& x, std::size_t limit) {
 }
 
 result<std::string> dump_json(const json& x) {
-  thread_local store::json_encoder enc;
+  thread_local model::json_encoder enc;
   enc.buf.clear();
   try {
     enc.ser.dump(x, false, false, 0);

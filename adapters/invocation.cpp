@@ -6,12 +6,9 @@
 #include <future>
 
 #include "agentstate/scope.hpp"
+#include "model/ids.hpp"
 
 namespace agentstate {
-
-namespace detail {
-std::string make_uuid(); // actors/engine.cpp
-} // namespace detail
 
 // -- output_key (I3) -------------------------------------------------------------
 
@@ -111,7 +108,7 @@ void invocation::begin(engine& eng, session_ref ref, std::string invocation_id,
   auto* e = &eng;
   auto r = ref;
   if (invocation_id.empty())
-    invocation_id = detail::make_uuid();
+    invocation_id = model::make_uuid();
   auto id = invocation_id;
   eng.begin_invocation(std::move(ref), std::move(invocation_id),
                        [e, r = std::move(r), id = std::move(id),

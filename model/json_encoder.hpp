@@ -1,4 +1,4 @@
-// store/json_encoder.hpp: nlohmann's serializer writing into a buffer of its
+// model/json_encoder.hpp: nlohmann's serializer writing into a buffer of its
 // own, meant to live once per thread (thread_local): json::dump() builds a
 // serializer per call (a 512-byte indent string, a shared output adapter, a
 // localeconv() call), which costs more than a small value's text. The
@@ -10,7 +10,7 @@
 
 #include "agentstate/json.hpp"
 
-namespace agentstate::store {
+namespace agentstate::model {
 
 struct json_encoder {
   std::string buf;
@@ -27,4 +27,4 @@ struct json_encoder {
   }
 };
 
-} // namespace agentstate::store
+} // namespace agentstate::model

@@ -1,4 +1,4 @@
-#include "store/fault_kv.hpp"
+#include "support/fault_kv.hpp"
 
 #include <string>
 

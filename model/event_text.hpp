@@ -1,4 +1,4 @@
-// store/event_text.hpp: the stored text of an event, written straight from
+// model/event_text.hpp: the stored text of an event, written straight from
 // the `event` struct and read straight back into it; and the reader of the
 // stored JSON form that state values share.
 #pragma once
@@ -9,11 +9,7 @@
 #include "agentstate/error.hpp"
 #include "agentstate/types.hpp"
 
-namespace agentstate::store {
-
-/// True when `s` is strict UTF-8: no overlong forms, no surrogates, nothing
-/// above U+10FFFF (what nlohmann's encoder and the protocol accept).
-bool valid_utf8(std::string_view s) noexcept;
+namespace agentstate::model {
 
 /// The event as compact JSON text, byte for byte what
 /// `dump_json(to_json(ev))` gives (members in key order, nlohmann's number
@@ -46,4 +42,4 @@ bool parse_stored_text(std::string_view text, json& out);
 /// Throws only std::bad_alloc.
 bool decode_event_text(std::string_view text, event& ev);
 
-} // namespace agentstate::store
+} // namespace agentstate::model

@@ -1,0 +1,159 @@
+// encode_event_text: the stored text of an event, written straight from the
+// struct (model/event_text.hpp).
+#include "model/event_text.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "model/json_encoder.hpp"
+#include "model/json_text.hpp"
+
+namespace agentstate::model {
+
+namespace {
+
+using serializer = nlohmann::detail::serializer<json>;
+
+// One member of an object being written, in the order keys sort.
+struct member {
+  enum class kind { value, text, actions, removes };
+  std::string_view key;
+  kind how = kind::value;
+  const json* value = nullptr;
+  const std::string* text = nullptr;
+};
+
+bool key_less(const member& a, const member& b) {
+  return a.key < b.key;
+}
+
+class writer {
+public:
+  explicit writer(json_encoder& enc) : out_(enc.buf), ser_(enc.ser) {}
+
+  // False when a string is not valid UTF-8; nlohmann's own exceptions for a
+  // value propagate to encode_event_text.
+  bool object(std::vector<member>& members, const event& ev) {
+    // Insertion sort (stable) for the usual handful of members: stable_sort
+    // allocates a buffer.
+    if (members.size() <= 16) {
+      for (std::size_t i = 1; i < members.size(); ++i)
+        for (std::size_t j = i; j > 0 && key_less(members[j], members[j - 1]); --j)
+          std::swap(members[j], members[j - 1]);
+    } else {
+      std::stable_sort(members.begin(), members.end(), key_less);
+    }
+    out_ += '{';
+    bool first = true;
+    for (auto& m : members) {
+      if (!first)
+        out_ += ',';
+      first = false;
+      if (!string(m.key))
+        return false;
+      out_ += ':';
+      switch (m.how) {
+        case member::kind::value:
+          ser_.dump(*m.value, false, false, 0);
+          break;
+        case member::kind::text:
+          if (!string(*m.text))
+            return false;
+          break;
+        case member::kind::actions:
+          if (!actions(ev))
+            return false;
+          break;
+        case member::kind::removes:
+          out_ += '[';
+          for (std::size_t i = 0; i < ev.actions.state_remove.size(); ++i) {
+            if (i)
+              out_ += ',';
+            if (!string(ev.actions.state_remove[i]))
+              return false;
+          }
+          out_ += ']';
+          break;
+      }
+    }
+    out_ += '}';
+    return true;
+  }
+
+private:
+  bool string(std::string_view s) { return append_escaped(out_, s); }
+
+  // "actions": its unknown members, then state_delta, state_remove (when not
+  // empty) and artifact_delta, which take precedence over unknown members of
+  // the same name (as in to_json(event)).
+  bool actions(const event& ev) {
+    const auto& a = ev.actions;
+    std::vector<member> m;
+    m.reserve(3 + (a.extra.is_object() ? a.extra.size() : 0));
+    m.push_back({"state_delta", member::kind::value, &a.state_delta});
+    if (!a.state_remove.empty())
+      m.push_back({"state_remove", member::kind::removes});
+    m.push_back({"artifact_delta", member::kind::value, &a.artifact_delta});
+    if (a.extra.is_object())
+      for (auto it = a.extra.begin(); it != a.extra.end(); ++it)
+        if (it.key() != "state_delta" && it.key() != "artifact_delta"
+            && !(it.key() == "state_remove" && !a.state_remove.empty()))
+          m.push_back({it.key(), member::kind::value, &it.value()});
+    return object(m, ev);
+  }
+
+  std::string& out_;
+  serializer& ser_;
+};
+
+} // namespace
+
+
+result<std::string> encode_event_text(const event& ev) {
+  thread_local json_encoder enc;
+  enc.buf.clear();
+  try {
+    writer w(enc);
+    // Top level: the known members, then unknown ones that do not collide
+    // with a known name (known members win, as in to_json(event)).
+    std::vector<member> m;
+    m.reserve(7 + (ev.extra.is_object() ? ev.extra.size() : 0));
+    m.push_back({"id", member::kind::text, nullptr, &ev.id});
+    m.push_back({"invocation_id", member::kind::text, nullptr, &ev.invocation_id});
+    m.push_back({"author", member::kind::text, nullptr, &ev.author});
+    json timestamp, partial;
+    if (ev.timestamp) {
+      timestamp = *ev.timestamp;
+      m.push_back({"timestamp", member::kind::value, &timestamp});
+    }
+    if (ev.partial) {
+      partial = *ev.partial;
+      m.push_back({"partial", member::kind::value, &partial});
+    }
+    if (ev.content)
+      m.push_back({"content", member::kind::value, &*ev.content});
+    m.push_back({"actions", member::kind::actions});
+    if (ev.extra.is_object()) {
+      const std::size_t known = m.size();
+      for (auto it = ev.extra.begin(); it != ev.extra.end(); ++it) {
+        bool taken = false;
+        for (std::size_t k = 0; k < known && !taken; ++k)
+          taken = m[k].key == it.key();
+        if (!taken)
+          m.push_back({it.key(), member::kind::value, &it.value()});
+      }
+    }
+    if (!w.object(m, ev))
+      return error{errc::invalid_argument,
+                   "event: cannot encode value: a string is not valid UTF-8"};
+  } catch (const json::exception& e) {
+    return error{errc::invalid_argument, std::string("event: cannot encode value: ") + e.what()};
+  } catch (const std::exception& e) {
+    return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
+  }
+  return enc.take();
+}
+
+} // namespace agentstate::model

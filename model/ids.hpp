@@ -1,0 +1,16 @@
+// model/ids.hpp: generated identifiers and the wall clock.
+#pragma once
+
+#include <string>
+
+namespace agentstate::model {
+
+/// A random UUID (version 4) in 8-4-4-4-12 lowercase hex. From a per-thread
+/// generator seeded with 256 bits from the OS: unique in practice, fast
+/// (~100 ns), not unpredictable. For event and invocation ids.
+std::string make_uuid();
+
+/// Wall-clock now, epoch seconds.
+double now_seconds();
+
+} // namespace agentstate::model
