@@ -23,7 +23,12 @@
 #include "actors/validate.hpp"
 #include "model/ids.hpp"
 #include "model/text.hpp"
-#include "store/layout.hpp"
+#include "store/commit.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/open.hpp"
+#include "store/reads.hpp"
 
 namespace agentstate {
 
@@ -149,28 +154,25 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
     core->derived_inputs.insert(d.inputs.begin(), d.inputs.end());
   if (core->opts.threads == 0)
     core->opts.threads = std::max(1u, std::thread::hardware_concurrency());
-  try {
-    if (opts.mode == durability::memory) {
-      core->kv = store::make_memory_kv();
-    } else {
-      std::error_code ec;
-      std::filesystem::create_directories(opts.dir, ec);
-      if (ec)
-        return error{errc::io_error, "cannot create store directory '" + opts.dir
-                                       + "': " + ec.message()};
-      auto dir = std::filesystem::canonical(opts.dir, ec).string();
-      if (ec)
-        return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
-      if (auto r = core->lock.acquire(dir); !r)
-        return std::move(r).err();
-      core->kv = store::open_lmdb_kv(dir, opts.mode == durability::sync,
-                                     opts.max_store_bytes,
-                                     {opts.max_resident_store_bytes, std::chrono::milliseconds(250)},
-                                     opts.write_map);
-    }
-  } catch (const store::kv_failure& f) {
-    return error{f.code == errc::internal ? errc::io_error : f.code,
-                 "cannot open store '" + opts.dir + "': " + f.message};
+  if (opts.mode == durability::memory) {
+    core->kv = store::make_memory_kv();
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(opts.dir, ec);
+    if (ec)
+      return error{errc::io_error,
+                   "cannot create store directory '" + opts.dir + "': " + ec.message()};
+    auto dir = std::filesystem::canonical(opts.dir, ec).string();
+    if (ec)
+      return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
+    if (auto r = core->lock.acquire(dir); !r)
+      return std::move(r).err();
+    auto kv = store::open_lmdb(dir, opts.mode == durability::sync, opts.max_store_bytes,
+                               {opts.max_resident_store_bytes, std::chrono::milliseconds(250)},
+                               opts.write_map);
+    if (!kv)
+      return std::move(kv).err();
+    core->kv = std::move(*kv);
   }
   if (auto r = store::init_meta(*core->kv, "0.1.0"); !r)
     return std::move(r).err();
@@ -207,12 +209,7 @@ result<void> engine::close() {
   caf::anon_send(core_->writer, stop_writer_cmd{});
   core_->writer = nullptr;
   core_->sys->await_all_actors_done();
-  result<void> out;
-  try {
-    core_->kv->sync();
-  } catch (const store::kv_failure& f) {
-    out = error{f.code, f.message};
-  }
+  auto out = store::sync(*core_->kv);
   core_->sys.reset();
   core_->kv.reset();
   core_->lock.release();
@@ -323,14 +320,10 @@ void engine::list_sessions(list_request req, callback<session_page> cb) {
     return cb(error{errc::invalid_argument, "'page_size' must be 1..1000"});
   if (core_->closed.load())
     return cb(closing_error());
-  result<session_page> r = error{errc::internal, "unread"};
-  try {
-    auto txn = core_->kv->begin_read();
-    r = store::list_sessions(*txn, req, static_cast<std::size_t>(size));
-  } catch (const store::kv_failure& f) {
-    r = error{f.code, f.message};
-  }
-  cb(std::move(r));
+  auto txn = store::begin_read(*core_->kv);
+  if (!txn)
+    return cb(std::move(txn).err());
+  cb(store::list_sessions(**txn, req, static_cast<std::size_t>(size)));
 }
 
 void engine::delete_session(session_ref ref, callback<void> cb) {

@@ -11,7 +11,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include "agentstate/engine.hpp"
-#include "store/layout.hpp"
+#include "actors/write_plan.hpp"
 
 namespace agentstate::detail {
 
@@ -74,7 +74,7 @@ struct idle_tick {};
 // -- to and from the writer ----------------------------------------------------
 
 struct write_cmd {
-  store::write_set ws;
+  write_plan plan;
 };
 struct flush_cmd {};
 struct stop_writer_cmd {};
@@ -85,7 +85,7 @@ struct stop_writer_cmd {};
 struct write_reply {
   errc code = errc::ok;
   std::string message;
-  std::shared_ptr<store::late_binding> late;
+  std::shared_ptr<late_binding> late;
   store::write_set spent;
 };
 

@@ -7,6 +7,7 @@
 #include "actors/core.hpp"
 #include "actors/idle.hpp"
 #include "actors/messages.hpp"
+#include "store/reads.hpp"
 
 namespace agentstate::detail {
 
@@ -32,18 +33,16 @@ using scope_actor_t = caf::stateful_actor<scope_state>;
 
 result<void> load(scope_actor_t* self) {
   auto& st = self->state;
-  try {
-    auto txn = st.core->kv->begin_read();
-    auto v = store::read_scope(*txn, st.app, st.user ? &*st.user : nullptr);
-    if (!v)
-      return std::move(v).err();
-    st.values = std::move(*v);
-    st.snapshot = txn->txn_id();
-    st.loaded = true;
-    return {};
-  } catch (const store::kv_failure& f) {
-    return error{f.code, f.message};
-  }
+  auto txn = store::begin_read(*st.core->kv);
+  if (!txn)
+    return std::move(txn).err();
+  auto v = store::read_scope(**txn, st.app, st.user ? &*st.user : nullptr);
+  if (!v)
+    return std::move(v).err();
+  st.values = std::move(*v);
+  st.snapshot = (*txn)->txn_id();
+  st.loaded = true;
+  return {};
 }
 
 caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string app,

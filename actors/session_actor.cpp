@@ -17,6 +17,8 @@
 #include "actors/validate.hpp"
 #include "agentstate/scope.hpp"
 #include "model/ids.hpp"
+#include "store/keys.hpp"
+#include "store/reads.hpp"
 
 namespace agentstate::detail {
 
@@ -26,7 +28,7 @@ using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
 
 /// A write's outcome: the writer's verdict and, for a late-bound write set,
 /// its resolved binding.
-using write_done = std::function<void(result<void>, std::shared_ptr<store::late_binding>)>;
+using write_done = std::function<void(result<void>, std::shared_ptr<late_binding>)>;
 
 /// One command awaiting its turn to answer. `run` answers it; it may run
 /// once `ready` (write commands become ready when the writer replies, which
@@ -85,19 +87,17 @@ using session_actor_t = caf::stateful_actor<session_state>;
 /// command tries again) and the error says why.
 result<void> load(session_actor_t* self) {
   auto& st = self->state;
-  try {
-    auto txn = st.core->kv->begin_read();
-    auto rec = store::read_record(*txn, st.skey);
-    if (!rec)
-      return std::move(rec).err();
-    st.exists = rec->has_value();
-    st.version = *rec ? (**rec).version : 0;
-    st.loaded = true;
-    return {};
-  } catch (const store::kv_failure& f) {
+  auto rec = store::read_record(*st.core->kv, st.skey);
+  if (!rec) {
     st.loaded = false;
-    return error{f.code, "cannot read the session record: " + f.message};
+    auto e = std::move(rec).err();
+    e.message = "cannot read the session record: " + e.message;
+    return e;
   }
+  st.exists = rec->has_value();
+  st.version = *rec ? (**rec).version : 0;
+  st.loaded = true;
+  return {};
 }
 
 void maybe_finish(session_actor_t* self);
@@ -155,15 +155,15 @@ void answer(session_actor_t* self, std::function<void()> fn) {
   st.queue.push_back(std::move(p));
 }
 
-/// Sends `ws` to the writer; `done` runs in order with the writer's verdict.
+/// Sends `plan` to the writer; `done` runs in order with the writer's verdict.
 /// The closures given to CAF hold only `self` and the pending entry, so
 /// nothing large is copied per append.
-void submit(session_actor_t* self, store::write_set ws, write_done done) {
+void submit(session_actor_t* self, write_plan plan, write_done done) {
   auto& st = self->state;
   auto p = std::make_shared<pending>();
   p->done = std::move(done);
   st.queue.push_back(p);
-  auto finish = [self, p](result<void> r, std::shared_ptr<store::late_binding> late) {
+  auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late) {
     if (!r)
       self->state.stale = true;
     // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).
@@ -173,7 +173,7 @@ void submit(session_actor_t* self, store::write_set ws, write_done done) {
     p->ready = true;
     drain(self);
   };
-  self->request(st.core->writer, caf::infinite, write_cmd{std::move(ws)})
+  self->request(st.core->writer, caf::infinite, write_cmd{std::move(plan)})
     .then(
       [finish](write_reply& r) {
         if (r.code == errc::ok)
@@ -211,20 +211,20 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
       });
       return;
     }
-    auto ws = prepare_create(*st.core, cmd.req);
-    if (!ws) {
-      answer(self, [cb = std::move(cmd.cb), e = std::move(ws).err()] { cb(e); });
+    auto plan = prepare_create(*st.core, cmd.req);
+    if (!plan) {
+      answer(self, [cb = std::move(cmd.cb), e = std::move(plan).err()] { cb(e); });
       return;
     }
     st.exists = true;
     st.version = 0;
     json own = json::object();
-    for (auto& w : ws->session_writes)
+    for (auto& w : plan->ws.session_writes)
       own[w.key] = w.value;
-    double created = ws->time;
-    submit(self, std::move(*ws),
+    double created = plan->ws.time;
+    submit(self, std::move(*plan),
            [self, cb = std::move(cmd.cb), own = std::move(own),
-            created](result<void> r, std::shared_ptr<store::late_binding> late) mutable {
+            created](result<void> r, std::shared_ptr<late_binding> late) mutable {
              if (!r) {
                cb(std::move(r).err());
                return;
@@ -239,18 +239,14 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
              s.id = st.ref.session_id;
              s.last_update_time = created;
              s.version = 0;
+             // The session is created; when the shared scopes cannot be
+             // read now, its merged view is completed by the next read.
              json user = json::object(), app = json::object();
-             try {
-               auto txn = st.core->kv->begin_read();
-               auto u = store::read_scope(*txn, st.ref.app_name, &st.ref.user_id);
-               auto a = store::read_scope(*txn, st.ref.app_name, nullptr);
-               if (u)
+             if (auto txn = store::begin_read(*st.core->kv)) {
+               if (auto u = store::read_scope(**txn, st.ref.app_name, &st.ref.user_id))
                  user = std::move(*u);
-               if (a)
+               if (auto a = store::read_scope(**txn, st.ref.app_name, nullptr))
                  app = std::move(*a);
-             } catch (const store::kv_failure&) {
-               // The session is created; its merged view is completed by the
-               // next read.
              }
              s.state = merge_state(own, user, app);
              cb(std::move(s));
@@ -263,34 +259,32 @@ void on_create(session_actor_t* self, create_cmd& cmd) {
 /// committed append not yet answered may be in the store already or not; it
 /// is added to the index when answered either way (add keeps one entry).
 result<std::optional<append_result>> find_stored(session_state& st, const std::string& id) {
-  try {
-    auto txn = st.core->kv->begin_read();
-    if (!st.ids) {
-      event_id_index index;
-      auto built = store::scan_event_ids(
-        *txn, st.skey, [&index](std::uint64_t v, const std::string& i) { index.add(i, v); });
-      if (!built)
-        return std::move(built).err();
-      st.ids = std::move(index);
-    }
-    std::optional<append_result> out;
-    std::optional<error> err;
-    st.ids->candidates(id, [&](std::uint64_t version) {
-      auto r = store::read_event(*txn, st.skey, version);
-      if (!r)
-        err = std::move(r).err();
-      else if (*r && (*r)->ev.id == id)
-        out = std::move(**r);
-      else
-        return true; // stale, or another id of the same hash
-      return false;
-    });
-    if (err)
-      return std::move(*err);
-    return out;
-  } catch (const store::kv_failure& f) {
-    return error{f.code, f.message};
+  auto txn = store::begin_read(*st.core->kv);
+  if (!txn)
+    return std::move(txn).err();
+  if (!st.ids) {
+    event_id_index index;
+    auto built = store::scan_event_ids(
+      **txn, st.skey, [&index](std::uint64_t v, const std::string& i) { index.add(i, v); });
+    if (!built)
+      return std::move(built).err();
+    st.ids = std::move(index);
   }
+  std::optional<append_result> out;
+  std::optional<error> err;
+  st.ids->candidates(id, [&](std::uint64_t version) {
+    auto r = store::read_event(**txn, st.skey, version);
+    if (!r)
+      err = std::move(r).err();
+    else if (*r && (*r)->ev.id == id)
+      out = std::move(**r);
+    else
+      return true; // stale, or another id of the same hash
+    return false;
+  });
+  if (err)
+    return std::move(*err);
+  return out;
 }
 
 /// A6 for a caller's event id: when an append with `cmd`'s id is in flight
@@ -392,10 +386,10 @@ void on_append(session_actor_t* self, append_cmd& cmd) {
       outcome = std::make_shared<std::optional<result<append_result>>>();
       st.in_flight_ids.emplace(stored.ev.id, outcome);
     }
-    submit(self, std::move(prepared->ws),
+    submit(self, std::move(prepared->plan),
            [self, cb = std::move(cmd.cb), stored = std::move(stored),
             temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
-            outcome](result<void> r, std::shared_ptr<store::late_binding> late) mutable {
+            outcome](result<void> r, std::shared_ptr<late_binding> late) mutable {
              auto& st = self->state;
              if (outcome) {
                auto it = st.in_flight_ids.find(stored.ev.id);
@@ -471,17 +465,17 @@ void on_delete(session_actor_t* self, delete_cmd& cmd) {
       answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
       return;
     }
-    store::write_set ws;
-    ws.op = store::write_set::kind::remove;
-    ws.app = st.ref.app_name;
-    ws.user = st.ref.user_id;
-    ws.id = st.ref.session_id;
+    write_plan plan;
+    plan.ws.op = store::write_set::kind::remove;
+    plan.ws.app = st.ref.app_name;
+    plan.ws.user = st.ref.user_id;
+    plan.ws.id = st.ref.session_id;
     st.exists = false;
     st.version = 0;
     st.in_flight_ids.clear();
     st.ids.reset();
-    submit(self, std::move(ws), [self, cb = std::move(cmd.cb)](result<void> r,
-                                                              std::shared_ptr<store::late_binding>) {
+    submit(self, std::move(plan), [self, cb = std::move(cmd.cb)](result<void> r,
+                                                              std::shared_ptr<late_binding>) {
       if (r) {
         self->state.invocation.clear();
         self->state.temp = json::object();

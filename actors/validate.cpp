@@ -7,6 +7,9 @@
 #include "model/event_text.hpp"
 #include "model/ids.hpp"
 #include "model/json_text.hpp"
+#include "store/format.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
 
 namespace agentstate::detail {
 
@@ -195,9 +198,10 @@ result<void> check_derived(const std::vector<derived_key>& defs) {
   return {};
 }
 
-result<void> resolve_late(store::kv_read& txn, const engine_core& core, store::write_set& ws) {
+result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_plan& plan) {
   const auto& lim = core.opts.limit;
-  auto& late = *ws.late;
+  auto& ws = plan.ws;
+  auto& late = *plan.late;
   const bool append = ws.op == store::write_set::kind::append;
   const json& delta = late.ev.actions.state_delta;
   const auto& removes = late.ev.actions.state_remove;
@@ -371,8 +375,7 @@ result<void> validate_event(const limits& lim, const event& ev) {
   return {};
 }
 
-result<store::write_set> prepare_create(const engine_core& core,
-                                        const create_request& req) {
+result<write_plan> prepare_create(const engine_core& core, const create_request& req) {
   const auto& lim = core.opts.limit;
   if (!req.state.is_object())
     return error{errc::invalid_argument, "'state' must be an object"};
@@ -381,7 +384,8 @@ result<store::write_set> prepare_create(const engine_core& core,
       return std::move(r).err();
   if (auto r = check_member_depths(lim, req.state, "state value"); !r)
     return std::move(r).err();
-  store::write_set ws;
+  write_plan plan;
+  auto& ws = plan.ws;
   ws.op = store::write_set::kind::create;
   ws.app = req.app_name;
   ws.user = req.user_id;
@@ -399,10 +403,10 @@ result<store::write_set> prepare_create(const engine_core& core,
   for (auto it = req.state.begin(); it != req.state.end(); ++it)
     keys.push_back(it.key());
   if (touches_derived(core, no_delta, keys)) {
-    ws.late = std::make_shared<store::late_binding>();
-    ws.late->derive = true;
+    plan.late = std::make_shared<late_binding>();
+    plan.late->derive = true;
   }
-  return ws;
+  return plan;
 }
 
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
@@ -410,7 +414,7 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
                                        std::vector<state_modify>&& modify) {
   const auto& lim = core.opts.limit;
   prepared_append out;
-  auto& ws = out.ws;
+  auto& ws = out.plan.ws;
   // temp: keys leave the delta here (A3); the rest is encoded row by row.
   json& delta = ev.actions.state_delta;
   std::size_t rows[4] = {}; // by scope, so each row vector allocates once
@@ -485,11 +489,11 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     for (auto& m : modify)
       if (auto c = check_modify(lim, m); !c)
         return std::move(c).err();
-    ws.late = std::make_shared<store::late_binding>();
-    ws.late->ev = std::move(ev);
-    ws.late->modify = std::move(modify);
-    ws.late->derive = !core.derived_inputs.empty();
-    out.stored = ws.late->ev; // provisional: the writer's result replaces it
+    auto& late = out.plan.late = std::make_shared<late_binding>();
+    late->ev = std::move(ev);
+    late->modify = std::move(modify);
+    late->derive = !core.derived_inputs.empty();
+    out.stored = late->ev; // provisional: the writer's result replaces it
     return out;
   }
   out.stored = std::move(ev);

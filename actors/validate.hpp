@@ -8,7 +8,8 @@
 
 #include "actors/core.hpp"
 #include "agentstate/types.hpp"
-#include "store/layout.hpp"
+#include "actors/write_plan.hpp"
+#include "store/kv.hpp"
 
 namespace agentstate::detail {
 
@@ -23,12 +24,11 @@ result<void> validate_event(const limits& lim, const event& ev);
 
 /// The write set of a create, with session rows, shared rows and creation
 /// time. temp: keys are dropped (C3).
-result<store::write_set> prepare_create(const engine_core& core,
-                                        const create_request& req);
+result<write_plan> prepare_create(const engine_core& core, const create_request& req);
 
 struct prepared_append {
-  store::write_set ws;
-  /// The event as stored: temp: keys stripped. Provisional when ws.late is
+  write_plan plan;
+  /// The event as stored: temp: keys stripped. Provisional when plan.late is
   /// set (the writer adds modify and derived values).
   event stored;
   json temp = json::object();  ///< the delta's temp: keys, for the live invocation
@@ -49,10 +49,11 @@ result<void> check_derived(const std::vector<derived_key>& defs);
 /// Finishes a late-bound write set inside the writer's transaction: resolves
 /// modifies against the committed values (in order), recomputes derived keys
 /// whose inputs changed, adds their rows and, for appends, records them in
-/// ws.late->ev and encodes it into ws.event_row. Host functions that throw
-/// or return values over the limits fail this write set alone
-/// (invalid_argument / too_large). Throws kv_failure on storage failure.
-/// REQUIRES: ws.late set.
-result<void> resolve_late(store::kv_read& txn, const engine_core& core, store::write_set& ws);
+/// plan.late->ev and encodes it into plan.ws.event_row. Host functions that
+/// throw or return values over the limits fail this write set alone
+/// (invalid_argument / too_large); a compare_and_set that does not match
+/// fails it with condition_failed. Storage failures come back as errors.
+/// REQUIRES: plan.late set.
+result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_plan& plan);
 
 } // namespace agentstate::detail

@@ -3,7 +3,12 @@
 #include <unordered_map>
 
 #include "agentstate/json.hpp"
-#include "store/layout.hpp"
+#include "store/apply.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
 
 namespace agentstate::store {
 

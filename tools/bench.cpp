@@ -36,7 +36,12 @@
 
 #include "agentstate/engine.hpp"
 #include "store/kv.hpp"
-#include "store/layout.hpp"
+#include "store/apply.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {

@@ -14,7 +14,12 @@
 #include "agentstate/scope.hpp"
 #include "agentstate/types.hpp"
 #include "model/event_text.hpp"
-#include "store/layout.hpp"
+#include "store/apply.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
 #include "fuzz/stored_text_check.hpp"
 
 using namespace agentstate;

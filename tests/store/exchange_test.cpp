@@ -5,7 +5,12 @@
 #include <sstream>
 
 #include "store/exchange.hpp"
-#include "store/layout.hpp"
+#include "store/apply.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
 #include "store/verify.hpp"
 #include "support/test_support.hpp"
 

@@ -11,7 +11,12 @@
 #include <thread>
 
 #include "store/kv.hpp"
-#include "store/layout.hpp"
+#include "store/apply.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;

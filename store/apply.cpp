@@ -1,0 +1,123 @@
+#include "store/apply.hpp"
+
+#include <vector>
+
+#include "store/errors.hpp"
+#include "store/keys.hpp"
+#include "store/records.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+void delete_prefix(kv_write& txn, table t, const std::string& prefix) {
+  std::vector<std::string> keys;
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return true;
+  });
+  for (auto& k : keys)
+    txn.del(t, k);
+}
+
+// `k` is scratch space for the row keys.
+void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w,
+             std::string& k) {
+  set_sub_key(k, parent, w.key);
+  if (w.erase)
+    txn.del(t, k);
+  else
+    txn.put(t, k, w.text);
+}
+
+void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, std::string& k) {
+  for (auto& w : ws.session_writes)
+    put_row(txn, table::session_state, skey, w, k);
+  if (!ws.user_writes.empty()) {
+    auto ukey = user_scope_key(ws.app, ws.user);
+    for (auto& w : ws.user_writes)
+      put_row(txn, table::user_state, ukey, w, k);
+  }
+  for (auto& w : ws.app_writes)
+    put_row(txn, table::app_state, ws.app, w, k);
+}
+
+} // namespace
+
+std::size_t write_set::bytes() const {
+  std::size_t n = 64 + app.size() + user.size() + id.size()
+                  + event_row.size();
+  for (auto* v : {&session_writes, &user_writes, &app_writes})
+    for (auto& w : *v)
+      n += w.key.size() + w.text.size() + 64;
+  return n;
+}
+
+result<void> apply(kv_write& txn, const write_set& ws) {
+  auto skey = session_key(ws.app, ws.user, ws.id);
+  std::optional<session_record> rec;
+  if (auto raw = txn.get(table::sessions, skey)) {
+    rec = decode_record(*raw);
+    if (!rec)
+      return corrupt("session record of '" + ws.id + "'");
+  }
+  std::string k; // every other key, in turn
+  k.reserve(2 * skey.size() + 48);
+  switch (ws.op) {
+    case write_set::kind::create: {
+      if (rec)
+        return error{errc::already_exists,
+                     "session '" + ws.id + "' already exists"};
+      session_record r{0, ws.time, ws.time};
+      put_rows(txn, ws, skey, k);
+      set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
+      txn.put(table::by_update, k, {});
+      set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
+      txn.put(table::by_user, k, {});
+      txn.put(table::sessions, skey, encode_record(r));
+      return {};
+    }
+    case write_set::kind::append: {
+      if (!rec)
+        return error{errc::not_found, "session '" + ws.id + "' not found"};
+      if (rec->version + 1 != ws.version)
+        return error{errc::unavailable,
+                     "an earlier append to session '" + ws.id
+                       + "' failed; retry with the same event id"};
+      set_event_key(k, skey, ws.version);
+      txn.put(table::events, k, ws.event_row);
+      put_rows(txn, ws, skey, k);
+      if (rec->last_update_time != ws.time
+          || bits_of(rec->last_update_time) != bits_of(ws.time)) {
+        set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+        txn.del(table::by_update, k);
+        set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+        txn.del(table::by_user, k);
+        set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
+        txn.put(table::by_update, k, {});
+        set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
+        txn.put(table::by_user, k, {});
+      }
+      rec->version = ws.version;
+      rec->last_update_time = ws.time;
+      txn.put(table::sessions, skey, encode_record(*rec));
+      return {};
+    }
+    case write_set::kind::remove: {
+      if (!rec)
+        return {};
+      auto prefix = skey + '\0';
+      delete_prefix(txn, table::session_state, prefix);
+      delete_prefix(txn, table::events, prefix);
+      set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+      txn.del(table::by_update, k);
+      set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
+      txn.del(table::by_user, k);
+      txn.del(table::sessions, skey);
+      return {};
+    }
+  }
+  return error{errc::internal, "unknown write kind"};
+}
+
+} // namespace agentstate::store

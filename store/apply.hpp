@@ -1,0 +1,21 @@
+// store/apply.hpp: writing a write set's rows (README "Storage format").
+#pragma once
+
+#include "agentstate/error.hpp"
+#include "store/kv.hpp"
+#include "store/write_set.hpp"
+
+namespace agentstate::store {
+
+/// Applies `ws` inside `txn`: a create's record, rows and list entries; an
+/// append's event row, state rows, record and moved list entries; a
+/// delete's every row. Precondition failures come back as errors
+/// (already_exists for a create of an existing id; not_found, or unavailable
+/// when an earlier append of the session failed so this one's version no
+/// longer follows) only before the first write: an error return leaves
+/// `txn` as it was. Throws kv_failure on storage failure, possibly after
+/// some of the write set's puts (the caller's savepoint takes them back).
+/// Cost: an append is ~10 puts/deletes; a delete O(rows of the session).
+result<void> apply(kv_write& txn, const write_set& ws);
+
+} // namespace agentstate::store

@@ -1,0 +1,45 @@
+// store/commit.hpp: a group commit. Many write sets go into one write
+// transaction, and each fails alone: a precondition failure writes nothing;
+// a storage failure part-way through one write set is taken back by a
+// savepoint (or, on a store that cannot nest, by a transaction per write
+// set). Only the store writer calls it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "agentstate/error.hpp"
+#include "store/kv.hpp"
+#include "store/write_set.hpp"
+
+namespace agentstate::store {
+
+/// One write set of a group commit and, after commit_batch, its outcome.
+struct batch_entry {
+  write_set* ws = nullptr; ///< the rows; `resolve` may add to them
+  /// Run `resolve` for this entry inside the transaction before its rows are
+  /// applied (its rows depend on committed values).
+  bool late = false;
+  errc code = errc::ok;    ///< ok when committed
+  std::string message;     ///< why not, otherwise
+  std::uint64_t txn_id = 0; ///< the transaction that committed it (when ok)
+};
+
+/// Finishes entry `i` inside `txn` (adds rows, encodes its event). Called at
+/// most once per entry: an entry it failed is not retried.
+using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
+
+/// Commits `entries` (fills each one's outcome). Entries without `late` go
+/// straight into one transaction; if one of them fails part-way, or any is
+/// late, the batch runs with a savepoint per entry (on a store that does not
+/// nest: a transaction per entry). A failed commit fails every entry of its
+/// transaction. Never throws. Cost: LMDB copies each page a transaction
+/// dirties once per (nested) transaction, so the straight path saves a page
+/// copy for every page two write sets share.
+void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve);
+
+/// Forces committed data to disk (kv_store::sync as a result).
+result<void> sync(kv_store& kv);
+
+} // namespace agentstate::store

@@ -1,0 +1,37 @@
+// store/format.hpp: the store's format version, and the upgrade of older
+// formats when a store is opened for writing (README "Storage format").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "agentstate/error.hpp"
+#include "store/kv.hpp"
+
+namespace agentstate::store {
+
+/// Version of the on-disk layout, stored in meta["format"].
+/// - 1: a database per table, and a dedup index of event ids (`event_ids`).
+/// - 2: no `event_ids` (session actors index their events' ids in memory).
+/// - 3: the six small tables share one LMDB database (`rows`; open_lmdb_kv).
+inline constexpr std::uint32_t format_version = 3;
+/// The oldest format this build reads and upgrades.
+inline constexpr std::uint32_t oldest_format_version = 1;
+static_assert(format_version == 3, "init_meta needs the upgrade step to a new format");
+/// The format meta["format"] names, when this build knows it (oldest to
+/// current); 0 otherwise.
+std::uint32_t known_format(std::string_view text);
+
+/// Nesting bound for decoding stored JSON (values were checked against the
+/// configured, smaller, limit when written). options::limits.max_json_depth
+/// may not exceed it.
+inline constexpr std::size_t stored_json_depth = 512;
+
+/// Reads meta. A new store gets its meta written; a store of an older known
+/// format is upgraded to format_version in one transaction (1 -> 2 drops
+/// `event_ids`; 2 -> 3 moves the small tables into `rows`). Errors: internal
+/// when the format is unknown (the store is left as it was), storage errors.
+result<void> init_meta(kv_store& kv, std::string_view engine_version);
+
+} // namespace agentstate::store

@@ -1,0 +1,91 @@
+#include "store/keys.hpp"
+
+namespace agentstate::store {
+
+std::string session_key(std::string_view app, std::string_view user,
+                        std::string_view id) {
+  std::string k;
+  k.reserve(app.size() + user.size() + id.size() + 2);
+  k.append(app);
+  k.push_back('\0');
+  k.append(user);
+  k.push_back('\0');
+  k.append(id);
+  return k;
+}
+
+std::string user_scope_key(std::string_view app, std::string_view user) {
+  return sub_key(app, user);
+}
+
+void append_be64(std::string& out, std::uint64_t x) {
+  for (int i = 7; i >= 0; --i)
+    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+}
+
+std::uint64_t read_be64(std::string_view x) {
+  std::uint64_t u = 0;
+  for (std::size_t i = 0; i < 8 && i < x.size(); ++i)
+    u = (u << 8) | static_cast<unsigned char>(x[i]);
+  return u;
+}
+
+void append_ordered_double(std::string& out, double x) {
+  std::uint64_t u = bits_of(x);
+  u = (u & (std::uint64_t{1} << 63)) ? ~u : (u | (std::uint64_t{1} << 63));
+  append_be64(out, u);
+}
+
+double read_ordered_double(std::string_view x) {
+  std::uint64_t u = read_be64(x);
+  u = (u & (std::uint64_t{1} << 63)) ? (u & ~(std::uint64_t{1} << 63)) : ~u;
+  return double_of(u);
+}
+
+void set_sub_key(std::string& k, std::string_view parent, std::string_view child) {
+  k.assign(parent);
+  k.push_back('\0');
+  k.append(child);
+}
+
+std::string sub_key(std::string_view parent, std::string_view child) {
+  std::string k;
+  k.reserve(parent.size() + 1 + child.size());
+  set_sub_key(k, parent, child);
+  return k;
+}
+
+void set_event_key(std::string& k, std::string_view skey, std::uint64_t version) {
+  k.assign(skey);
+  k.push_back('\0');
+  append_be64(k, version);
+}
+
+std::string event_key(std::string_view skey, std::uint64_t version) {
+  std::string k;
+  k.reserve(skey.size() + 9);
+  set_event_key(k, skey, version);
+  return k;
+}
+
+void set_by_update_key(std::string& k, std::string_view app, std::string_view user,
+                       std::string_view id, double t) {
+  k.assign(app);
+  k.push_back('\0');
+  append_ordered_double(k, t);
+  k.append(id);
+  k.push_back('\0');
+  k.append(user);
+}
+
+void set_by_user_key(std::string& k, std::string_view app, std::string_view user,
+                     std::string_view id, double t) {
+  k.assign(app);
+  k.push_back('\0');
+  k.append(user);
+  k.push_back('\0');
+  append_ordered_double(k, t);
+  k.append(id);
+}
+
+} // namespace agentstate::store

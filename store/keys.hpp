@@ -1,0 +1,57 @@
+// store/keys.hpp: the key of every row (README "Storage format"). Names
+// never contain NUL (checked before anything is stored), so NUL separates a
+// key's components, and a session's rows in every table share the prefix
+// session_key + '\0'. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace agentstate::store {
+
+/// app ‖ 0 ‖ user ‖ 0 ‖ id: a session's record key and its rows' prefix.
+std::string session_key(std::string_view app, std::string_view user, std::string_view id);
+/// app ‖ 0 ‖ user: the prefix of one user's state rows and list index.
+std::string user_scope_key(std::string_view app, std::string_view user);
+
+/// Big-endian u64, so keys sort by number.
+void append_be64(std::string& out, std::uint64_t x);
+/// The u64 of append_be64; reads at most 8 bytes of `x`.
+std::uint64_t read_be64(std::string_view x);
+/// 8 bytes whose byte order is the numeric order of `x` (negatives included).
+void append_ordered_double(std::string& out, double x);
+double read_ordered_double(std::string_view x);
+
+/// A double's bit pattern, and back (equal bits, not equal values: 0.0 and
+/// -0.0 differ, as their ordered keys do).
+inline std::uint64_t bits_of(double x) {
+  std::uint64_t u;
+  std::memcpy(&u, &x, 8);
+  return u;
+}
+inline double double_of(std::uint64_t u) {
+  double x;
+  std::memcpy(&x, &u, 8);
+  return x;
+}
+
+// Row keys. Each set_* form replaces `k`'s contents, so one buffer serves
+// every key a write set touches (an append builds ~10); the returning forms
+// are for one-off keys.
+
+/// parent ‖ 0 ‖ child: a state row (session, user or app scope).
+void set_sub_key(std::string& k, std::string_view parent, std::string_view child);
+std::string sub_key(std::string_view parent, std::string_view child);
+/// skey ‖ 0 ‖ be64(version): an event row.
+void set_event_key(std::string& k, std::string_view skey, std::uint64_t version);
+std::string event_key(std::string_view skey, std::uint64_t version);
+/// app ‖ 0 ‖ ord64(t) ‖ id ‖ 0 ‖ user: a session in its app's list order.
+void set_by_update_key(std::string& k, std::string_view app, std::string_view user,
+                       std::string_view id, double t);
+/// app ‖ 0 ‖ user ‖ 0 ‖ ord64(t) ‖ id: a session in its user's list order.
+void set_by_user_key(std::string& k, std::string_view app, std::string_view user,
+                     std::string_view id, double t);
+
+} // namespace agentstate::store

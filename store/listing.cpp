@@ -1,0 +1,148 @@
+#include "store/listing.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agentstate/scope.hpp"
+#include "store/errors.hpp"
+#include "store/keys.hpp"
+#include "store/reads.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+std::string to_hex(std::string_view x) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(x.size() * 2);
+  for (unsigned char c : x) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> from_hex(std::string_view x) {
+  if (x.size() % 2 != 0)
+    return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(x.size() / 2);
+  for (std::size_t i = 0; i < x.size(); i += 2) {
+    int hi = nibble(x[i]), lo = nibble(x[i + 1]);
+    if (hi < 0 || lo < 0)
+      return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
+}
+
+} // namespace
+
+result<session_page> list_sessions(kv_read& txn, const list_request& req,
+                                   std::size_t page_size) {
+  try {
+    const bool by_user = req.user_id.has_value();
+    table index = by_user ? table::by_user : table::by_update;
+    std::string prefix = by_user ? user_scope_key(req.app_name, *req.user_id) + '\0'
+                                 : req.app_name + '\0';
+    std::string from;
+    if (!req.page_token.empty()) {
+      auto tok = from_hex(req.page_token);
+      if (!tok || tok->size() < prefix.size() + 8
+          || tok->compare(0, prefix.size(), prefix) != 0)
+        return error{errc::invalid_argument,
+                     "'page_token' is not a token of this listing"};
+      from = std::move(*tok);
+    }
+    struct hit {
+      std::string key, user, id;
+    };
+    std::vector<hit> hits;
+    bool more = false;
+    std::uint64_t skip = req.offset;
+    auto visit = [&](std::string_view k, std::string_view) {
+      if (!from.empty() && k == from)
+        return true;
+      if (skip > 0) {
+        --skip;
+        return true;
+      }
+      if (hits.size() == page_size) {
+        more = true;
+        return false;
+      }
+      auto rest = k.substr(prefix.size() + 8);
+      hit h;
+      h.key = std::string(k);
+      if (by_user) {
+        h.user = *req.user_id;
+        h.id = std::string(rest);
+      } else {
+        auto nul = rest.find('\0');
+        h.id = std::string(rest.substr(0, nul));
+        h.user = nul == std::string_view::npos ? "" : std::string(rest.substr(nul + 1));
+      }
+      hits.push_back(std::move(h));
+      return true;
+    };
+    if (req.descending)
+      txn.scan_back(index, prefix, from, visit);
+    else
+      txn.scan(index, prefix, from, visit);
+    session_page page;
+    if (req.include_total) {
+      std::uint64_t n = 0;
+      txn.scan(index, prefix, {}, [&n](std::string_view, std::string_view) {
+        ++n;
+        return true;
+      });
+      page.total = n;
+    }
+    auto app_state = read_rows(txn, table::app_state, req.app_name + '\0');
+    if (!app_state)
+      return std::move(app_state).err();
+    std::map<std::string, json> users;
+    for (auto& h : hits) {
+      auto skey = session_key(req.app_name, h.user, h.id);
+      auto rec = read_record(txn, skey);
+      if (!rec)
+        return std::move(rec).err();
+      if (!*rec)
+        return corrupt("list index names a missing session '" + h.id + "'");
+      auto own = read_rows(txn, table::session_state, skey + '\0');
+      if (!own)
+        return std::move(own).err();
+      auto u = users.find(h.user);
+      if (u == users.end()) {
+        auto us = read_rows(txn, table::user_state,
+                            user_scope_key(req.app_name, h.user) + '\0');
+        if (!us)
+          return std::move(us).err();
+        u = users.emplace(h.user, std::move(*us)).first;
+      }
+      session_meta m;
+      m.app_name = req.app_name;
+      m.user_id = h.user;
+      m.id = h.id;
+      m.state = merge_state(*own, u->second, *app_state);
+      m.last_update_time = (*rec)->last_update_time;
+      m.version = (*rec)->version;
+      page.sessions.push_back(std::move(m));
+    }
+    if (more && !hits.empty())
+      page.next_page_token = to_hex(hits.back().key);
+    return page;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+} // namespace agentstate::store

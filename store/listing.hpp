@@ -1,0 +1,20 @@
+// store/listing.hpp: pages of an app's or a user's sessions (L1-L3 and
+// list_request's options), from the list indexes.
+#pragma once
+
+#include <cstddef>
+
+#include "agentstate/error.hpp"
+#include "agentstate/types.hpp"
+#include "store/kv.hpp"
+
+namespace agentstate::store {
+
+/// One page in the snapshot `txn`. Errors: invalid_argument (a page token
+/// of another listing), storage errors, internal (corrupt). Cost: O(offset
+/// + page) index reads and a record and state read per listed session
+/// (O(matching) more with include_total). REQUIRES: page_size in 1..1000.
+result<session_page> list_sessions(kv_read& txn, const list_request& req,
+                                   std::size_t page_size);
+
+} // namespace agentstate::store

@@ -1,0 +1,144 @@
+// store/lmdb_handle.hpp: the pieces every LMDB file of store/ shares: the
+// environment and its databases, error translation (every LMDB failure
+// becomes a kv_failure), cursors, and keys as the shared database stores
+// them. Internal to store/.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <string_view>
+
+#include <lmdb++.h>
+
+#include "store/kv.hpp"
+
+namespace agentstate::store::lmdb_detail {
+
+[[noreturn]] inline void fail(const char* what, int rc) {
+  errc code = errc::io_error;
+  switch (rc) {
+    case MDB_MAP_FULL:
+    case ENOSPC: code = errc::storage_full; break;
+    case MDB_READERS_FULL: code = errc::unavailable; break;
+    case MDB_BAD_TXN:
+    case MDB_BAD_DBI:
+    case MDB_BAD_VALSIZE:
+    case EINVAL: code = errc::internal; break;
+    default: break;
+  }
+  throw kv_failure{code, std::string(what) + ": " + ::mdb_strerror(rc)};
+}
+
+inline void check(const char* what, int rc) {
+  if (rc != MDB_SUCCESS)
+    fail(what, rc);
+}
+
+inline MDB_val as_val(std::string_view s) {
+  lmdb::val v(s.data(), s.size());
+  return *static_cast<MDB_val*>(v);
+}
+
+inline std::string_view as_view(const MDB_val& v) {
+  return {static_cast<const char*>(v.mv_data), v.mv_size};
+}
+
+inline bool has_prefix(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
+
+/// The LMDB database the small tables share (store format 3).
+constexpr const char* shared_db = "rows";
+
+/// Whether `t` has a database of its own in every format.
+constexpr bool own_database(table t) {
+  return t == table::meta || t == table::events;
+}
+
+struct env_handle {
+  lmdb::env owner{nullptr}; // closes the environment last
+  MDB_env* env = nullptr;
+  MDB_dbi dbi[table_count] = {};
+  /// Per table: the byte its keys carry in `rows`, or -1 where the table is
+  /// a database of its own (meta, events; every table in formats 1-2).
+  int tag[table_count];
+  bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
+
+  env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
+
+  /// Table i's rows live in `rows`, under the byte i.
+  void share(std::size_t i, MDB_dbi rows) {
+    dbi[i] = rows;
+    tag[i] = static_cast<int>(i);
+  }
+};
+
+class cursor_guard {
+public:
+  cursor_guard(MDB_txn* txn, MDB_dbi dbi) {
+    check("mdb_cursor_open", ::mdb_cursor_open(txn, dbi, &cur_));
+  }
+  ~cursor_guard() { ::mdb_cursor_close(cur_); }
+  MDB_cursor* get() const { return cur_; }
+
+private:
+  MDB_cursor* cur_ = nullptr;
+};
+
+// A key as its table's database stores it: the table's byte first when the
+// table shares `rows`, else the caller's key itself (no copy). A copy is
+// built on the stack (LMDB keys are at most 511 bytes; a longer one, which
+// LMDB refuses, goes to the heap). Not copyable: the value may point into it.
+class stored_key {
+public:
+  stored_key(int tag, std::string_view key) : data_(const_cast<char*>(key.data())), size_(key.size()) {
+    if (tag < 0)
+      return;
+    char* p = own(key.size() + 1);
+    p[0] = static_cast<char>(tag);
+    if (!key.empty())
+      std::memcpy(p + 1, key.data(), key.size());
+  }
+  stored_key(const stored_key&) = delete;
+  stored_key& operator=(const stored_key&) = delete;
+
+  MDB_val val() const { return MDB_val{size_, data_}; }
+  /// Turns the key into the least key above every key it prefixes (drops
+  /// trailing 0xff bytes, then adds one to the last); false when none is
+  /// left (every byte was 0xff: nothing sorts above).
+  bool to_upper_bound() {
+    if (!owned_) {
+      const char* from = data_;
+      std::size_t n = size_;
+      char* p = own(n);
+      if (n)
+        std::memcpy(p, from, n);
+    }
+    while (size_ > 0 && static_cast<unsigned char>(data_[size_ - 1]) == 0xff)
+      --size_;
+    if (size_ == 0)
+      return false;
+    data_[size_ - 1] = static_cast<char>(static_cast<unsigned char>(data_[size_ - 1]) + 1);
+    return true;
+  }
+
+private:
+  // Points the key at n bytes of its own storage and returns them.
+  char* own(std::size_t n) {
+    data_ = n <= sizeof buf_ ? buf_ : (big_.resize(n), big_.data());
+    size_ = n;
+    owned_ = true;
+    return data_;
+  }
+
+  char buf_[512];
+  std::string big_;
+  char* data_;
+  std::size_t size_;
+  bool owned_ = false;
+};
+
+} // namespace agentstate::store::lmdb_detail

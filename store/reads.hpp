@@ -1,0 +1,64 @@
+// store/reads.hpp: every read of a session and of the shared scopes, each
+// in one snapshot (README "Storage format"). These functions never throw:
+// storage failures and rows that do not decode come back as errors
+// (internal, "corrupt store: ...", for the latter).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "agentstate/types.hpp"
+#include "store/kv.hpp"
+#include "store/records.hpp"
+
+namespace agentstate::store {
+
+/// A snapshot of `kv` (kv_store::begin_read as a result).
+result<std::unique_ptr<kv_read>> begin_read(kv_store& kv);
+
+/// The rows of table `t` under `prefix` as an object keyed by the rest of
+/// each row's key (one scope's state).
+result<json> read_rows(kv_read& txn, table t, const std::string& prefix);
+
+result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);
+/// The same in a fresh snapshot of `kv`.
+result<std::optional<session_record>> read_record(kv_store& kv, std::string_view skey);
+
+/// The stored event of session `skey` at `version`, if any.
+result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
+                                                std::uint64_t version);
+
+/// Calls fn(version, id) for every stored event of session `skey`, oldest
+/// first. Cost: decodes every event of the session (~1 µs each).
+result<void> scan_event_ids(kv_read& txn, std::string_view skey,
+                            const std::function<void(std::uint64_t, const std::string&)>& fn);
+
+/// The session per G1-G6, in one snapshot. Does not validate `req`.
+result<std::optional<session>> read_session(kv_read& txn, const get_request& req);
+result<std::optional<session>> read_session(kv_store& kv, const get_request& req);
+
+/// read_session as JSON text, equal to dump_json(to_json(session)), or
+/// "null" when the session does not exist. Stored event texts are copied,
+/// never parsed: O(bytes) instead of a DOM per event. `extra` (an object,
+/// may be null) is merged into the state (the live invocation's temp: keys).
+result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra);
+result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra);
+
+/// The stored value of one state key of session (app, user, id), by the
+/// key's scope (S1; prefixed key), or nullopt when missing (temp: keys are
+/// never stored).
+result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
+                                             std::string_view user, std::string_view id,
+                                             std::string_view key);
+
+/// One scope's state object: user scope when `user` is given, else app scope.
+/// Keys are unprefixed.
+result<json> read_scope(kv_read& txn, std::string_view app, const std::string* user);
+
+} // namespace agentstate::store

@@ -1,0 +1,42 @@
+// store/write_set.hpp: what one create, append or delete writes, as rows.
+// The engine prepares it (validated and encoded, off the writer's thread);
+// store::apply writes it inside a transaction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agentstate/json.hpp"
+
+namespace agentstate::store {
+
+/// One state row to write: the key (unprefixed for app/user scope), the
+/// value's JSON text as stored, or `erase` to delete the row. `value` is the
+/// decoded value, carried for the engine (scope notifications, creates'
+/// late-bound keys); apply ignores it.
+struct state_write {
+  std::string key;
+  json value;
+  std::string text;
+  bool erase = false;
+};
+
+/// Moved, never copied, between threads.
+struct write_set {
+  enum class kind : std::uint8_t { create, append, remove } op = kind::append;
+  std::string app, user, id;
+  /// append: the version this event gets; the session must be at version-1.
+  std::uint64_t version = 0;
+  /// create: creation time; append: the event's timestamp.
+  double time = 0;
+  /// append: the event's row as stored (store::encode_event_row).
+  std::string event_row;
+  std::vector<state_write> session_writes, user_writes, app_writes;
+
+  /// Approximate bytes this write set puts (for the batch byte cap).
+  std::size_t bytes() const;
+};
+
+} // namespace agentstate::store
