@@ -355,14 +355,11 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
   std::atomic<int> writers_done{0};
   std::vector<std::atomic<int>> progress(writers); // appends acknowledged
   // Readers stop at this deadline even if writers are not done, so that a
-  // writer starved by readers is a failure rather than a hang. (Normal runs
-  // take 0.5-3 s; a starved writer manages a few dozen appends.)
-#if defined(__SANITIZE_THREAD__)
-  // TSan slows the writers 5-10x: at 12 s they stood at 515-574 of 600.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-#else
+  // writer starved by readers is a failure rather than a hang. Normal runs
+  // take 0.5-3 s; a starved writer manages a few dozen appends, while a
+  // writer on a slow or busy machine (TSan, a loaded CI host) is past half
+  // its appends by then: only the former fails.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(12);
-#endif
   std::atomic<long> reads{0};
   failures f;
   start_gate gate;
@@ -417,10 +414,14 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
       while (writers_done.load() < writers) {
         if (std::chrono::steady_clock::now() > deadline) {
           std::string p;
-          for (int w = 0; w < writers; ++w)
+          bool starved = false;
+          for (int w = 0; w < writers; ++w) {
             p += " " + std::to_string(progress[w].load()) + "/" + std::to_string(per_writer);
-          f.add("reader " + std::to_string(rd)
-                + ": writers not done after 12 s of concurrent reads; progress:" + p);
+            starved = starved || progress[w].load() < per_writer / 2;
+          }
+          if (starved)
+            f.add("reader " + std::to_string(rd)
+                  + ": a writer is starved after 12 s of concurrent reads; progress:" + p);
           return;
         }
         ++iter;

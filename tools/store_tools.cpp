@@ -21,6 +21,8 @@
 #include "store/reads.hpp"
 #include "store/records.hpp"
 #include "store/lock.hpp"
+#include "store/open.hpp"
+#include "store/summary.hpp"
 #include "store/verify.hpp"
 #include "tools/commands.hpp"
 
@@ -64,12 +66,12 @@ bool parse(const args& in, const std::set<std::string>& flags,
 
 /// Opens DIR read-only; prints the error and returns null on failure.
 std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
-  try {
-    return store::open_lmdb_kv_readonly(dir);
-  } catch (const store::kv_failure& f) {
-    std::fprintf(stderr, "cannot open store '%s': %s\n", dir.c_str(), f.message.c_str());
+  auto kv = store::open_lmdb_readonly(dir);
+  if (!kv) {
+    std::fprintf(stderr, "%s\n", kv.err().message.c_str());
     return nullptr;
   }
+  return std::move(*kv);
 }
 
 /// Progress on stderr, at most once a second, only after the first second.
@@ -117,32 +119,22 @@ int run_inspect(const args& in) {
   auto kv = open_readonly(p.positional[0]);
   if (!kv)
     return 1;
-  try {
-    auto info = kv->info();
-    auto txn = kv->begin_read();
-    std::set<std::string> apps, users;
-    std::uint64_t sessions = 0;
-    progress_line prog;
-    txn->scan(store::table::sessions, {}, {}, [&](std::string_view k, std::string_view) {
-      auto a = k.find('\0');
-      auto u = k.find('\0', a + 1);
-      apps.emplace(k.substr(0, a));
-      users.emplace(k.substr(0, u));
-      prog("sessions", ++sessions);
-      return true;
-    });
-    prog.done();
-    auto meta = [&](const char* name) {
-      auto v = txn->get(store::table::meta, name);
-      return v ? std::string(*v) : std::string();
-    };
+  progress_line prog;
+  auto summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); });
+  prog.done();
+  if (!summary) {
+    std::fprintf(stderr, "inspect: %s\n", summary.err().message.c_str());
+    return 1;
+  }
+  {
+    const auto& info = summary->info;
     json out = {
       {"store", p.positional[0]},
-      {"format", meta("format")},
-      {"engine_version", meta("engine_version")},
-      {"apps", apps.size()},
-      {"users", users.size()},
-      {"sessions", sessions},
+      {"format", summary->format},
+      {"engine_version", summary->engine_version},
+      {"apps", summary->apps},
+      {"users", summary->users},
+      {"sessions", summary->sessions},
       {"events", info.entries[static_cast<int>(store::table::events)]},
       {"session_state_rows", info.entries[static_cast<int>(store::table::session_state)]},
       {"user_state_rows", info.entries[static_cast<int>(store::table::user_state)]},
@@ -157,8 +149,8 @@ int run_inspect(const args& in) {
       std::puts(out.dump().c_str());
     } else {
       std::printf("store            %s\n", p.positional[0].c_str());
-      std::printf("format           %s (engine %s)\n", meta("format").c_str(),
-                  meta("engine_version").c_str());
+      std::printf("format           %s (engine %s)\n", summary->format.c_str(),
+                  summary->engine_version.c_str());
       for (auto k : {"apps", "users", "sessions", "events", "session_state_rows",
                      "user_state_rows", "app_state_rows"})
         std::printf("%-16s %llu\n", k, static_cast<unsigned long long>(out[k].get<std::uint64_t>()));
@@ -167,9 +159,6 @@ int run_inspect(const args& in) {
       std::printf("readers          %u of %u slots\n", info.readers_used, info.max_readers);
     }
     return 0;
-  } catch (const store::kv_failure& f) {
-    std::fprintf(stderr, "inspect: %s\n", f.message.c_str());
-    return 1;
   }
 }
 
@@ -200,14 +189,12 @@ int run_verify(const args& in) {
   if (!kv)
     return 1;
   progress_line prog;
-  std::unique_ptr<store::kv_read> txn;
-  try {
-    txn = kv->begin_read();
-  } catch (const store::kv_failure& f) {
-    std::fprintf(stderr, "verify: %s\n", f.message.c_str());
+  auto txn = store::begin_read(*kv);
+  if (!txn) {
+    std::fprintf(stderr, "verify: %s\n", txn.err().message.c_str());
     return 1;
   }
-  auto r = store::verify_store(*txn, [&](std::uint64_t n) { prog("sessions", n); });
+  auto r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); });
   prog.done();
   if (p.opts.count("--json")) {
     std::puts(json{{"ok", r.ok()},
@@ -272,10 +259,8 @@ int run_backup(const args& in) {
   if (!kv)
     return 1;
   auto t0 = std::chrono::steady_clock::now();
-  try {
-    kv->copy_to(dest, p.opts.count("--compact") > 0);
-  } catch (const store::kv_failure& f) {
-    std::fprintf(stderr, "backup: %s\n", f.message.c_str());
+  if (auto r = store::copy_to(*kv, dest, p.opts.count("--compact") > 0); !r) {
+    std::fprintf(stderr, "backup: %s\n", r.err().message.c_str());
     return 1;
   }
   auto size = fs::file_size(fs::path(dest) / "data.mdb", ec);
@@ -334,25 +319,24 @@ int export_common(const args& in, bool filters, const char* usage) {
   auto kv = open_readonly(p.positional[0]);
   if (!kv)
     return 1;
-  try {
-    auto txn = kv->begin_read();
-    progress_line prog;
-    std::uint64_t lines = 0;
-    auto n = store::export_store(*txn, f, [&](const std::string& line) {
-      std::fwrite(line.data(), 1, line.size(), stdout);
-      std::fputc('\n', stdout);
-      prog("records", ++lines);
-    });
-    prog.done();
-    if (!n) {
-      std::fprintf(stderr, "%s\n", to_string(n.err()).c_str());
-      return 1;
-    }
-    return std::fflush(stdout) == 0 ? 0 : 1;
-  } catch (const store::kv_failure& e) {
-    std::fprintf(stderr, "%s\n", e.message.c_str());
+  auto txn = store::begin_read(*kv);
+  if (!txn) {
+    std::fprintf(stderr, "%s\n", txn.err().message.c_str());
     return 1;
   }
+  progress_line prog;
+  std::uint64_t lines = 0;
+  auto n = store::export_store(**txn, f, [&](const std::string& line) {
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fputc('\n', stdout);
+    prog("records", ++lines);
+  });
+  prog.done();
+  if (!n) {
+    std::fprintf(stderr, "%s\n", to_string(n.err()).c_str());
+    return 1;
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
 int run_dump(const args& in) {
@@ -398,26 +382,25 @@ int run_import(const args& in) {
     std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
     return 1;
   }
-  try {
-    auto kv = store::open_lmdb_kv(dir, true, std::uint64_t{64} << 30);
-    if (auto r = store::init_meta(*kv, "0.1.0"); !r) {
-      std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
-      return 1;
-    }
-    progress_line prog;
-    std::ios::sync_with_stdio(false);
-    auto n = store::import_store(*kv, std::cin, [&](std::uint64_t k) { prog("records", k); });
-    prog.done();
-    if (!n) {
-      std::fprintf(stderr, "import: %s\n", n.err().message.c_str());
-      return 1;
-    }
-    std::printf("%s\n", json{{"imported_records", *n}, {"store", dir}}.dump().c_str());
-    return 0;
-  } catch (const store::kv_failure& f) {
-    std::fprintf(stderr, "import: %s\n", f.message.c_str());
+  auto kv = store::open_lmdb(dir, true, std::uint64_t{64} << 30);
+  if (!kv) {
+    std::fprintf(stderr, "import: %s\n", kv.err().message.c_str());
     return 1;
   }
+  if (auto r = store::init_meta(**kv, "0.1.0"); !r) {
+    std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
+    return 1;
+  }
+  progress_line prog;
+  std::ios::sync_with_stdio(false);
+  auto n = store::import_store(**kv, std::cin, [&](std::uint64_t k) { prog("records", k); });
+  prog.done();
+  if (!n) {
+    std::fprintf(stderr, "import: %s\n", n.err().message.c_str());
+    return 1;
+  }
+  std::printf("%s\n", json{{"imported_records", *n}, {"store", dir}}.dump().c_str());
+  return 0;
 }
 
 const bool registered =

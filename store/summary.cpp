@@ -1,0 +1,41 @@
+#include "store/summary.hpp"
+
+#include <set>
+#include <string_view>
+
+#include "store/errors.hpp"
+
+namespace agentstate::store {
+
+result<store_summary> summarize(kv_store& kv,
+                                const std::function<void(std::uint64_t)>& progress) {
+  try {
+    store_summary out;
+    out.info = kv.info();
+    auto txn = kv.begin_read();
+    std::set<std::string, std::less<>> apps, users;
+    txn->scan(table::sessions, {}, {}, [&](std::string_view k, std::string_view) {
+      auto a = k.find('\0');
+      auto u = k.find('\0', a + 1);
+      if (apps.find(k.substr(0, a)) == apps.end())
+        apps.emplace(k.substr(0, a));
+      if (users.find(k.substr(0, u)) == users.end())
+        users.emplace(k.substr(0, u));
+      ++out.sessions;
+      if (progress)
+        progress(out.sessions);
+      return true;
+    });
+    out.apps = apps.size();
+    out.users = users.size();
+    if (auto v = txn->get(table::meta, "format"))
+      out.format = std::string(*v);
+    if (auto v = txn->get(table::meta, "engine_version"))
+      out.engine_version = std::string(*v);
+    return out;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+} // namespace agentstate::store

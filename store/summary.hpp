@@ -1,0 +1,26 @@
+// store/summary.hpp: what `agentstate inspect` reports about a store.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "agentstate/error.hpp"
+#include "store/kv.hpp"
+
+namespace agentstate::store {
+
+struct store_summary {
+  std::string format;         ///< meta["format"], "" when missing
+  std::string engine_version; ///< meta["engine_version"]
+  std::uint64_t apps = 0, users = 0, sessions = 0;
+  kv_info info;               ///< map size and use, readers, rows per table
+};
+
+/// Counts apps, users and sessions in one snapshot, with the store's info.
+/// `progress(sessions_seen)` is called as sessions are counted. Cost: one
+/// pass over the sessions table, plus kv_store::info.
+result<store_summary> summarize(kv_store& kv,
+                                const std::function<void(std::uint64_t)>& progress = {});
+
+} // namespace agentstate::store
