@@ -14,6 +14,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actors/directory.hpp"
+#include "actors/messages.hpp"
 #include "agentstate/engine.hpp"
 #include "store/kv.hpp"
 #include "store/lock.hpp"
@@ -36,8 +37,9 @@ struct engine_core {
   std::unique_ptr<store::kv_store> kv;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
-  caf::actor writer;
-  directory dir;
+  writer_hdl writer;
+  directory<session_actor_hdl> sessions; ///< live session actors
+  directory<scope_actor_hdl> scopes;     ///< live user and app scope actors
   counters stats;
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).
@@ -53,12 +55,12 @@ std::string user_dir_key(const std::string& app, const std::string& user);
 std::string app_dir_key(const std::string& app);
 
 /// Spawns a session actor for `r` (lazily started, rehydrates on first use).
-caf::actor spawn_session_actor(engine_core& core, session_ref r);
+session_actor_hdl spawn_session_actor(engine_core& core, session_ref r);
 /// Spawns the user-scope actor (user set) or the app-scope actor.
-caf::actor spawn_scope_actor(engine_core& core, std::string app,
-                             std::optional<std::string> user);
+scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
+                                  std::optional<std::string> user);
 /// Spawns the detached store writer.
-caf::actor spawn_writer(engine_core& core);
+writer_hdl spawn_writer(engine_core& core);
 
 /// How long a waiter polls in all, past options::spin_wait, while the writer
 /// is committing (`engine_core::committing`): a reply is then on its way, and

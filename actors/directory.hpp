@@ -1,7 +1,8 @@
-// actors/directory.hpp: maps identities to live actors. Guarantees a single
-// activation per identity, passivation without losing a message, and refusal
-// of new work once closing. Not an actor: a sharded, mutex-protected map that
-// host threads and actors call directly (no mailbox hop on the hot path).
+// actors/directory.hpp: maps identities to live actors of one kind.
+// Guarantees a single activation per identity, passivation without losing a
+// message, and refusal of new work once closing. Not an actor: a sharded,
+// mutex-protected map that host threads and actors call directly (no
+// mailbox hop on the hot path).
 //
 // Passivation protocol: route() counts the messages it sends to an actor
 // under the shard lock; the actor counts the routed messages it handled. An
@@ -16,16 +17,20 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
 #include <caf/send.hpp>
 
 namespace agentstate::detail {
 
+/// `Handle` is the actors' typed handle: route() compiles only for messages
+/// its interface accepts.
+template <class Handle>
 class directory {
 public:
-  using factory = std::function<caf::actor()>;
+  using factory = std::function<Handle()>;
 
   /// Sends `msg` to the actor for `key`, first spawning it with `make` if it
   /// is not live and `make` is set. Returns false (and sends nothing) when
@@ -52,21 +57,48 @@ public:
   }
 
   /// Removes `key` if `self` is its live actor and it handled every routed
-  /// message. Returns whether the caller must now quit.
+  /// message. Returns whether the caller must now quit. Thread-safe.
   bool try_passivate(const std::string& key, const caf::actor_addr& self,
-                     std::uint64_t handled);
+                     std::uint64_t handled) {
+    auto& s = shard_of(key);
+    std::lock_guard<std::mutex> guard(s.mtx);
+    auto it = s.live.find(key);
+    if (it == s.live.end() || it->second.handle.address() != self
+        || it->second.routed != handled)
+      return false;
+    s.live.erase(it);
+    live_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
 
   /// Removes `key` unconditionally if `self` is its live actor (on quit).
-  void remove(const std::string& key, const caf::actor_addr& self);
+  void remove(const std::string& key, const caf::actor_addr& self) {
+    auto& s = shard_of(key);
+    std::lock_guard<std::mutex> guard(s.mtx);
+    auto it = s.live.find(key);
+    if (it != s.live.end() && it->second.handle.address() == self) {
+      s.live.erase(it);
+      live_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
 
-  /// From now on route() refuses unforced work. Returns the live actors.
-  std::vector<std::pair<std::string, caf::actor>> close();
+  /// From now on route() refuses unforced work. Returns the live actors' keys.
+  std::vector<std::string> close() {
+    closing_.store(true, std::memory_order_release);
+    std::vector<std::string> out;
+    for (auto& s : shards_) {
+      std::lock_guard<std::mutex> guard(s.mtx);
+      for (auto& kv : s.live)
+        out.push_back(kv.first);
+    }
+    return out;
+  }
 
   std::size_t live() const { return live_.load(std::memory_order_relaxed); }
 
 private:
   struct entry {
-    caf::actor handle;
+    Handle handle;
     std::uint64_t routed;
   };
   struct shard {

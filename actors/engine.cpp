@@ -201,10 +201,11 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
 result<void> engine::close() {
   if (!core_ || core_->closed.exchange(true))
     return {};
-  auto live = core_->dir.close();
-  for (auto& [key, handle] : live)
-    core_->dir.route(key, shutdown_cmd{}, nullptr, true);
-  while (core_->dir.live() > 0)
+  for (auto& key : core_->sessions.close())
+    core_->sessions.route(key, shutdown_cmd{}, nullptr, true);
+  for (auto& key : core_->scopes.close())
+    core_->scopes.route(key, shutdown_cmd{}, nullptr, true);
+  while (core_->sessions.live() + core_->scopes.live() > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   caf::anon_send(core_->writer, stop_writer_cmd{});
   core_->writer = nullptr;
@@ -246,7 +247,7 @@ template <class Cmd, class T>
 void to_session(engine_core& core, const session_ref& ref, Cmd&& cmd, callback<T>& cb) {
   auto key = session_dir_key(ref);
   auto make = [&core, &ref] { return spawn_session_actor(core, ref); };
-  if (!core.dir.route(key, std::forward<Cmd>(cmd), make))
+  if (!core.sessions.route(key, std::forward<Cmd>(cmd), make))
     cb(closing_error());
 }
 
@@ -361,7 +362,7 @@ void engine::end_invocation(session_ref ref, std::string invocation_id, callback
     return cb(std::move(r).err());
   // Only a live actor can hold temp: state; a passivated session has none.
   end_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};
-  if (!core_->dir.route(session_dir_key(ref), std::move(cmd), nullptr)) {
+  if (!core_->sessions.route(session_dir_key(ref), std::move(cmd), nullptr)) {
     if (core_->closed.load())
       cmd.cb(closing_error());
     else
@@ -375,7 +376,7 @@ void engine::get_app_state(std::string app_name, callback<json> cb) {
   auto& core = *core_;
   scope_get_cmd cmd{std::move(cb)};
   auto make = [&core, &app_name] { return spawn_scope_actor(core, app_name, std::nullopt); };
-  if (!core.dir.route(app_dir_key(app_name), std::move(cmd), make))
+  if (!core.scopes.route(app_dir_key(app_name), std::move(cmd), make))
     cmd.cb(closing_error());
 }
 
@@ -389,7 +390,7 @@ void engine::get_user_state(std::string app_name, std::string user_id, callback<
   auto make = [&core, &app_name, &user_id] {
     return spawn_scope_actor(core, app_name, user_id);
   };
-  if (!core.dir.route(user_dir_key(app_name, user_id), std::move(cmd), make))
+  if (!core.scopes.route(user_dir_key(app_name, user_id), std::move(cmd), make))
     cmd.cb(closing_error());
 }
 
@@ -399,7 +400,7 @@ void engine::flush(callback<void> cb) {
   // The writer is a spawn argument, not a capture: CAF 0.17's init_fun_factory
   // binds a null args tuple to a reference when a function actor has none
   // (UBSan: "reference binding to null pointer"; docs/testing.md, Sanitizers).
-  core_->sys->spawn([cb](caf::event_based_actor* self, caf::actor writer) {
+  core_->sys->spawn([cb](caf::event_based_actor* self, writer_hdl writer) {
     self->request(writer, caf::infinite, flush_cmd{})
       .then(
         [self, cb](write_reply& r) {

@@ -14,12 +14,12 @@ namespace agentstate::detail {
 /// previous tick, and is not `busy`, leaves the directory and quits (only if
 /// no routed message waits for it: directory::try_passivate); otherwise the
 /// next tick is armed. So an actor passivates after one to two idle periods.
-template <class Actor>
-void on_idle_tick(Actor* self, bool busy) {
+template <class Actor, class Directory>
+void on_idle_tick(Actor* self, Directory& dir, bool busy) {
   auto& st = self->state;
   bool idle = !busy && st.handled == st.handled_at_tick;
   st.handled_at_tick = st.handled;
-  if (idle && st.core->dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+  if (idle && dir.try_passivate(st.dir_key, self->address(), st.handled)) {
     st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
     self->quit();
     return;

@@ -1,6 +1,9 @@
-// actors/messages.hpp: every message the engine's actors exchange. Commands
-// carry their reply callback; payloads are moved into messages, never copied
-// (a copied JSON event costs ~3 us, LIMITS.md).
+// actors/messages.hpp: every message the engine's actors exchange, and the
+// typed interface of each internal actor, so the compiler checks every
+// route. Commands carry their reply callback; payloads are moved into
+// messages, never copied (a copied JSON event costs microseconds). No
+// message leaves the process: they are allowed as unsafe (unserialisable)
+// message types.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +12,12 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
-#include "agentstate/engine.hpp"
 #include "actors/write_plan.hpp"
+#include "agentstate/error.hpp"
+#include "agentstate/types.hpp"
 
 namespace agentstate::detail {
 
@@ -88,6 +94,25 @@ struct write_reply {
   std::shared_ptr<late_binding> late;
   store::write_set spent;
 };
+
+// -- interfaces ------------------------------------------------------------------
+
+/// A session actor: one per live session, routed by the directory.
+using session_actor_hdl =
+  caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>,
+                   caf::reacts_to<get_cmd>, caf::reacts_to<delete_cmd>,
+                   caf::reacts_to<begin_invocation_cmd>, caf::reacts_to<end_invocation_cmd>,
+                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>>;
+
+/// A user or app scope actor: one per live shared scope.
+using scope_actor_hdl =
+  caf::typed_actor<caf::reacts_to<scope_get_cmd>, caf::reacts_to<scope_commit>,
+                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>>;
+
+/// The store writer (a detached blocking actor; its handle is typed).
+using writer_hdl = caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
+                                    caf::replies_to<flush_cmd>::with<write_reply>,
+                                    caf::reacts_to<stop_writer_cmd>>;
 
 } // namespace agentstate::detail
 

@@ -29,9 +29,9 @@ struct scope_state {
   static inline const char* name = "agentstate.scope";
 };
 
-using scope_actor_t = caf::stateful_actor<scope_state>;
+using scope_actor_t = scope_actor_hdl::stateful_pointer<scope_state>;
 
-result<void> load(scope_actor_t* self) {
+result<void> load(scope_actor_t self) {
   auto& st = self->state;
   auto txn = store::begin_read(*st.core->kv);
   if (!txn)
@@ -45,7 +45,7 @@ result<void> load(scope_actor_t* self) {
   return {};
 }
 
-caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string app,
+scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core, std::string app,
                           std::optional<std::string> user) {
   auto& st = self->state;
   st.core = core;
@@ -58,7 +58,7 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
   // However the actor ends, it leaves the directory (a no-op when it already
   // did), so close() never waits on an actor that is gone.
   self->attach_functor([&live, core, key = st.dir_key, addr = self->address()] {
-    core->dir.remove(key, addr);
+    core->scopes.remove(key, addr);
     live.fetch_sub(1, std::memory_order_relaxed);
   });
   self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
@@ -88,17 +88,17 @@ caf::behavior scope_actor(scope_actor_t* self, engine_core* core, std::string ap
     },
     [self](shutdown_cmd&) {
       ++self->state.handled;
-      self->state.core->dir.remove(self->state.dir_key, self->address());
+      self->state.core->scopes.remove(self->state.dir_key, self->address());
       self->quit();
     },
-    [self](idle_tick&) { on_idle_tick(self, false); },
+    [self](idle_tick&) { on_idle_tick(self, self->state.core->scopes, false); },
   };
 }
 
 } // namespace
 
-caf::actor spawn_scope_actor(engine_core& core, std::string app,
-                             std::optional<std::string> user) {
+scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
+                                  std::optional<std::string> user) {
   return core.sys->spawn<caf::lazy_init>(scope_actor, &core, std::move(app),
                                          std::move(user));
 }

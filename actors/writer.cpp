@@ -38,7 +38,7 @@ void notify_scopes(engine_core& core, store::write_set& ws, std::uint64_t txn_id
     msg.writes.reserve(writes.size());
     for (auto& w : writes)
       msg.writes.push_back({std::move(w.key), std::move(w.value), w.erase});
-    core.dir.route(key, std::move(msg), nullptr, true);
+    core.scopes.route(key, std::move(msg), nullptr, true);
   };
   // Most appends write no shared scope: their keys are not even built.
   if (!ws.user_writes.empty())
@@ -129,8 +129,8 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
 
 } // namespace
 
-caf::actor spawn_writer(engine_core& core) {
-  return core.sys->spawn<caf::detached>(writer_loop, &core);
+writer_hdl spawn_writer(engine_core& core) {
+  return caf::actor_cast<writer_hdl>(core.sys->spawn<caf::detached>(writer_loop, &core));
 }
 
 } // namespace agentstate::detail

@@ -24,9 +24,6 @@
 
 namespace agentstate {
 
-template <class T>
-using callback = std::function<void(result<T>)>;
-
 /// Counters of one engine, cumulative since open unless noted.
 struct engine_stats {
   std::uint64_t sessions_live = 0; ///< session actors now active

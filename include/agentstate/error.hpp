@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -81,6 +82,10 @@ public:
 private:
   std::variant<T, error> v_;
 };
+
+/// How the async API answers: called exactly once with the outcome.
+template <class T>
+using callback = std::function<void(result<T>)>;
 
 /// A result without a value.
 template <>

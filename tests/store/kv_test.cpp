@@ -409,7 +409,9 @@ TEST_CASE("kv: a large file the host maps after open causes no trims once it sto
   }
   CHECK(settled <= 64 / 8 + 1);
   // Twenty periods of reading the small store: the host's pages stay mapped
-  // (the engine never touches them), and the store is not trimmed again.
+  // (the engine never touches them), and the store is not trimmed again:
+  // the bug this guards against trimmed every period. One more trim is the
+  // host's last growth seen late by a trimmer thread starved of CPU.
   for (int round = 0; round < 20; ++round) {
     auto r = kv->begin_read();
     int n = 0;
@@ -417,7 +419,7 @@ TEST_CASE("kv: a large file the host maps after open causes no trims once it sto
     CHECK(n == 1000);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  CHECK(kv->resident_trims() == settled);
+  CHECK(kv->resident_trims() <= settled + 1);
   ::munmap(host, 64 * mib);
   ::close(fd);
 }

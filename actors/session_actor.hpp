@@ -1,0 +1,148 @@
+// actors/session_actor.hpp: the session actor's state and the functions its
+// handlers are made of, one file per job: its reply queue
+// (session_replies.cpp), the commands that write (session_commands.cpp),
+// event-id deduplication (session_dedup.cpp) and the invocation lease
+// (session_lease.cpp); session_actor.cpp assembles the behavior. Everything
+// here runs on the actor's own thread. Internal to actors/.
+#pragma once
+
+#include <functional>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/core.hpp"
+#include "actors/id_index.hpp"
+#include "actors/messages.hpp"
+
+namespace agentstate::detail {
+
+using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
+
+/// A write's outcome: the writer's verdict and, for a late-bound write set,
+/// its resolved binding.
+using write_done = std::function<void(result<void>, std::shared_ptr<late_binding>)>;
+
+/// One command awaiting its turn to answer. `run` answers it; it may run
+/// once `ready` (write commands become ready when the writer replies, which
+/// hands its verdict to `done`).
+struct pending {
+  bool ready = false;
+  std::function<void()> run;
+  write_done done;
+};
+
+/// A begin_invocation waiting for the lease.
+struct lease_waiter {
+  std::string invocation_id;
+  callback<session> cb;
+};
+
+struct session_state {
+  engine_core* core = nullptr;
+  session_ref ref;
+  std::string skey;
+  std::string dir_key;
+  std::uint64_t handled = 0; ///< routed messages handled (directory protocol)
+  std::uint64_t handled_at_tick = 0; ///< `handled` at the previous idle tick
+
+  bool loaded = false;
+  /// exists/version as of every accepted command (including in-flight).
+  bool exists = false;
+  std::uint64_t version = 0;
+  /// Set when a write failed: in-flight followers are doomed; new commands
+  /// wait in `stash` until the queue drains and the record is re-read.
+  bool stale = false;
+  // Queues are lists, not deques: libstdc++'s deque allocates ~580 bytes
+  // even when empty, and most live actors (idle ones) hold empty queues.
+  std::list<std::function<void()>> stash;
+
+  std::string invocation; ///< the live invocation, "" when none
+  json temp = json::object();
+  /// The invocation holding the lease ("" when free) and those waiting.
+  std::string lease;
+  std::list<lease_waiter> waiters;
+
+  std::list<std::shared_ptr<pending>> queue;
+  std::unordered_map<std::string, append_outcome> in_flight_ids;
+  /// The stored events' ids (A6), built from the store on the first lookup
+  /// and told of every append that commits; unset until then, and again
+  /// after a failed write or a delete.
+  std::optional<event_id_index> ids;
+  bool stopping = false;
+
+  static inline const char* name = "agentstate.session";
+};
+
+using session_actor_t = session_actor_hdl::stateful_pointer<session_state>;
+
+// -- reply queue (session_replies.cpp) -----------------------------------------
+
+/// Reads the session record. On failure the actor stays unloaded (the next
+/// command tries again) and the error says why.
+result<void> load(session_actor_t self);
+
+/// Answers queued commands from the front while they are ready; once the
+/// queue is empty after a failed write, re-reads the record and replays the
+/// stash.
+void drain(session_actor_t self);
+
+/// Quits once a shutdown was asked and nothing is queued.
+void maybe_finish(session_actor_t self);
+
+/// Runs a command now, or, while a failed write is being resolved, after the
+/// queue drains (so every command is still answered in arrival order).
+void enter(session_actor_t self, std::function<void()> fn);
+
+/// Queues an answer that is ready now (it still waits for earlier ones).
+void answer(session_actor_t self, std::function<void()> fn);
+
+/// Sends `plan` to the writer; `done` runs in order with the writer's
+/// verdict. The closures given to CAF hold only `self` and the pending
+/// entry, so nothing large is copied per append.
+void submit(session_actor_t self, write_plan plan, write_done done);
+
+/// Loads the record on first use. Returns false (after answering `cb` in
+/// order) when the store cannot be read.
+template <class T>
+bool ensure_loaded(session_actor_t self, callback<T>& cb) {
+  if (self->state.loaded)
+    return true;
+  auto r = load(self);
+  if (r)
+    return true;
+  answer(self, [cb = std::move(cb), e = std::move(r).err()] { cb(e); });
+  return false;
+}
+
+// -- commands (session_commands.cpp) ---------------------------------------------
+
+void on_create(session_actor_t self, create_cmd& cmd);
+void on_append(session_actor_t self, append_cmd& cmd);
+void on_get(session_actor_t self, get_cmd& cmd);
+void on_delete(session_actor_t self, delete_cmd& cmd);
+
+// -- event-id deduplication, A6 (session_dedup.cpp) ------------------------------
+
+/// A6 for a caller's event id: when an append with `cmd`'s id is in flight
+/// or stored, queues `cmd`'s answer as that append's outcome and returns
+/// true. Costs a hash lookup, a read transaction and a read of each
+/// candidate event (one, unless hashes collide); the first lookup after
+/// activation builds the id index (decoding every stored event once).
+bool answer_duplicate(session_actor_t self, append_cmd& cmd);
+
+// -- the invocation lease and live temp: state (session_lease.cpp) ---------------
+
+/// The live invocation's temp: keys when `invocation_id` names it, else null.
+const json* live_temp(const session_state& st, const std::string& invocation_id);
+/// read_session plus the temp: keys of req.invocation_id when it is live.
+result<std::optional<session>> read_live(session_actor_t self, const get_request& req);
+void on_begin_invocation(session_actor_t self, begin_invocation_cmd& cmd);
+void on_end_invocation(session_actor_t self, end_invocation_cmd& cmd);
+
+} // namespace agentstate::detail

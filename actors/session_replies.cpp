@@ -1,0 +1,103 @@
+// The session actor's reply queue: commands answer strictly in arrival
+// order, writes pipeline to the store writer, a failed write dooms its
+// in-flight followers and re-reads the record (actors/session_actor.hpp).
+#include "actors/session_actor.hpp"
+
+#include <caf/all.hpp>
+
+#include "store/reads.hpp"
+
+namespace agentstate::detail {
+
+result<void> load(session_actor_t self) {
+  auto& st = self->state;
+  auto rec = store::read_record(*st.core->kv, st.skey);
+  if (!rec) {
+    st.loaded = false;
+    auto e = std::move(rec).err();
+    e.message = "cannot read the session record: " + e.message;
+    return e;
+  }
+  st.exists = rec->has_value();
+  st.version = *rec ? (**rec).version : 0;
+  st.loaded = true;
+  return {};
+}
+
+void drain(session_actor_t self) {
+  auto& st = self->state;
+  while (!st.queue.empty() && st.queue.front()->ready) {
+    auto p = std::move(st.queue.front());
+    st.queue.pop_front();
+    p->run();
+  }
+  if (st.queue.empty() && st.stale) {
+    st.stale = false;
+    st.loaded = false; // re-read the record before the next command
+    st.ids.reset();
+    auto stash = std::move(st.stash);
+    st.stash.clear();
+    for (auto& f : stash)
+      f();
+  }
+  maybe_finish(self);
+}
+
+void maybe_finish(session_actor_t self) {
+  auto& st = self->state;
+  if (st.stopping && st.queue.empty() && st.stash.empty()) {
+    st.core->sessions.remove(st.dir_key, self->address());
+    self->quit();
+  }
+}
+
+void enter(session_actor_t self, std::function<void()> fn) {
+  auto& st = self->state;
+  if (st.stale) {
+    st.stash.push_back(std::move(fn));
+    return;
+  }
+  fn();
+}
+
+void answer(session_actor_t self, std::function<void()> fn) {
+  auto& st = self->state;
+  if (st.queue.empty()) {
+    fn();
+    return;
+  }
+  auto p = std::make_shared<pending>();
+  p->ready = true;
+  p->run = std::move(fn);
+  st.queue.push_back(std::move(p));
+}
+
+void submit(session_actor_t self, write_plan plan, write_done done) {
+  auto& st = self->state;
+  auto p = std::make_shared<pending>();
+  p->done = std::move(done);
+  st.queue.push_back(p);
+  auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late) {
+    if (!r)
+      self->state.stale = true;
+    // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).
+    p->run = [q = p.get(), r = std::move(r), late = std::move(late)]() mutable {
+      q->done(std::move(r), std::move(late));
+    };
+    p->ready = true;
+    drain(self);
+  };
+  self->request(st.core->writer, caf::infinite, write_cmd{std::move(plan)})
+    .then(
+      [finish](write_reply& r) {
+        if (r.code == errc::ok)
+          finish(result<void>{}, std::move(r.late));
+        else
+          finish(error{r.code, std::move(r.message)}, nullptr);
+      },
+      [finish](caf::error& e) {
+        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)}, nullptr);
+      });
+}
+
+} // namespace agentstate::detail
