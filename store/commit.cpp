@@ -139,6 +139,17 @@ void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve
     commit_each(kv, entries, resolve);
 }
 
+result<void> commit_one(kv_store& kv, table t, std::string_view key, std::string_view value) {
+  try {
+    auto w = kv.begin_write();
+    w->put(t, key, value);
+    w->commit();
+    return {};
+  } catch (const kv_failure& f) {
+    return error{f.code, f.message};
+  }
+}
+
 result<void> sync(kv_store& kv) {
   try {
     kv.sync();

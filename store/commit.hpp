@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "agentstate/error.hpp"
@@ -38,6 +39,10 @@ using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
 /// dirties once per (nested) transaction, so the straight path saves a page
 /// copy for every page two write sets share.
 void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve);
+
+/// One transaction that puts one row and commits: what a bare commit costs
+/// on the store's disk (the bench's reference). Storage errors as results.
+result<void> commit_one(kv_store& kv, table t, std::string_view key, std::string_view value);
 
 /// Forces committed data to disk (kv_store::sync as a result).
 result<void> sync(kv_store& kv);
