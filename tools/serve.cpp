@@ -25,9 +25,12 @@
 
 #include "agentstate/engine.hpp"
 #include "tools/commands.hpp"
-#include "tools/protocol_io.hpp"
+#include "protocol/framing.hpp"
 
 namespace agentstate::tools {
+
+using protocol::serve_stream;
+using protocol::stream_config;
 
 namespace {
 

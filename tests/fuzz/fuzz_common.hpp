@@ -19,7 +19,7 @@
 
 #include "agentstate/engine.hpp"
 #include "agentstate/json.hpp"
-#include "tools/protocol.hpp"
+#include "protocol/rpc_session.hpp"
 
 namespace fuzzcheck {
 
@@ -76,7 +76,7 @@ struct sink {
 };
 
 /// Feeds `input` line by line and waits for every answer.
-inline void replay(agentstate::tools::rpc_session& rpc, std::string_view input) {
+inline void replay(agentstate::protocol::rpc_session& rpc, std::string_view input) {
   std::size_t start = 0;
   while (start <= input.size()) {
     auto nl = input.find('\n', start);

@@ -1,5 +1,5 @@
 // tests/fuzz/protocol_fuzz.cpp: libFuzzer target over the JSON-RPC line
-// handler (tools/protocol.hpp, rpc_session::handle_line) on an in-memory
+// handler (protocol/rpc_session.hpp, rpc_session::handle_line) on an in-memory
 // engine. Built only with -DAGENTSTATE_FUZZ=ON and clang (docs/testing.md,
 // tier "fuzz"). Aborts when a response is malformed or reports an internal
 // error; ASan/UBSan abort on memory errors. A crasher goes to
@@ -16,7 +16,7 @@ namespace {
 struct harness {
   std::unique_ptr<engine> eng;
   fuzzcheck::sink out;
-  std::unique_ptr<tools::rpc_session> rpc;
+  std::unique_ptr<protocol::rpc_session> rpc;
 
   harness() {
     options o;
@@ -28,7 +28,7 @@ struct harness {
       std::abort();
     }
     eng = std::move(r).value();
-    rpc = std::make_unique<tools::rpc_session>(*eng, [this](std::string line) { out(line); });
+    rpc = std::make_unique<protocol::rpc_session>(*eng, [this](std::string line) { out(line); });
   }
 };
 

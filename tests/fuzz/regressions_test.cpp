@@ -41,7 +41,7 @@ TEST_CASE("fuzz regressions and seeds replay cleanly through rpc_session") {
       auto eng = MUST(engine::open(o));
       fuzzcheck::sink out;
       {
-        tools::rpc_session rpc(*eng, [&](std::string line) { out(line); });
+        protocol::rpc_session rpc(*eng, [&](std::string line) { out(line); });
         fuzzcheck::replay(rpc, data);
         // Still serving after the input.
         rpc.handle_line(R"({"jsonrpc":"2.0","id":"alive","method":"stats"})");

@@ -1,9 +1,14 @@
-// tools/protocol.hpp: the JSON-RPC 2.0 line handler of `agentstate serve`
-// (PROTOCOL.md, docs/protocol.md). One rpc_session per client stream: it takes
-// request lines, runs them through the engine's async API and hands back one
-// response line per request. No processes, sockets or files: the framing
-// (tools/protocol_io.hpp) and the command (tools/serve.cpp) sit on top, and a
-// fuzzer can drive it directly.
+// protocol/rpc_session.hpp: the JSON-RPC 2.0 line handler behind `agentstate
+// serve` (docs/protocol.md), the public class of the agentstate_protocol
+// library. One rpc_session per client stream: it takes request lines, runs
+// them through the engine's async API and hands back one response line per
+// request. No processes, sockets or files: the framing (protocol/framing.hpp)
+// and the command (tools/serve.cpp) sit on top, and a fuzzer can drive it
+// directly.
+//
+// Inside the library: request.hpp decodes a line's envelope, methods.hpp
+// checks each method's params (params.hpp) and builds its engine call,
+// dispatcher.hpp orders and runs the calls, responses.hpp writes the answers.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +20,7 @@
 
 #include "agentstate/engine.hpp"
 
-namespace agentstate::tools {
+namespace agentstate::protocol {
 
 /// JSON-RPC error codes used by the protocol.
 namespace rpc_code {
@@ -32,14 +37,14 @@ struct rpc_config {
   /// must leave room for the envelope (request, params, event, actions,
   /// state_delta) or values the engine accepts would be refused here.
   std::size_t max_line_depth = 64 + 8;
-  /// Requests admitted but not yet answered. handle_line() blocks while this
-  /// many are outstanding, so a client that pipelines without bound cannot grow
-  /// the server's memory without bound.
+  /// Requests admitted but not yet answered (0 counts as 1). handle_line()
+  /// blocks while this many are outstanding, so a client that pipelines
+  /// without bound cannot grow the server's memory without bound.
   std::size_t max_in_flight = 4096;
 };
 
 namespace detail {
-struct rpc_state;
+class dispatcher;
 }
 
 /// Serves one client stream. Requests for different sessions run concurrently
@@ -55,7 +60,7 @@ public:
   /// `write` receives each response as one JSON text without the trailing
   /// newline. It is called once per answered request, possibly from engine
   /// threads, never concurrently with itself. It must not block for long: it
-  /// runs inside engine callbacks (queue the line; see protocol_io.hpp).
+  /// runs inside engine callbacks (queue the line; see framing.hpp).
   /// Exceptions it throws are caught and dropped (the response is lost).
   /// REQUIRES: `eng` outlives every request handed in (call drain() before
   /// closing it).
@@ -88,7 +93,9 @@ public:
   std::size_t in_flight() const;
 
 private:
-  std::shared_ptr<detail::rpc_state> state_;
+  /// Shared with the engine callbacks still pending (see dispatcher).
+  std::shared_ptr<detail::dispatcher> dispatch_;
+  std::size_t max_line_depth_;
 };
 
-} // namespace agentstate::tools
+} // namespace agentstate::protocol

@@ -1,6 +1,6 @@
-// tools/protocol_io.hpp: newline-delimited framing of the protocol over file
+// protocol/framing.hpp: newline-delimited framing of the protocol over file
 // descriptors (a pipe, a terminal, a socket), and serve_stream(), which runs
-// one rpc_session over one such stream.
+// one rpc_session over one such stream. Public part of agentstate_protocol.
 #pragma once
 
 #include <condition_variable>
@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "agentstate/engine.hpp"
-#include "tools/protocol.hpp"
+#include "protocol/rpc_session.hpp"
 
-namespace agentstate::tools {
+namespace agentstate::protocol {
 
 /// Reads `fd` line by line until end of input, or until `stop_fd` (when >= 0)
 /// becomes readable. Calls `on_line` with each line of at most `max_line_bytes`
@@ -90,4 +90,4 @@ struct stream_config {
 result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
                           const stream_config& cfg);
 
-} // namespace agentstate::tools
+} // namespace agentstate::protocol

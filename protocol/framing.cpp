@@ -1,4 +1,4 @@
-#include "tools/protocol_io.hpp"
+#include "protocol/framing.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace agentstate::tools {
+namespace agentstate::protocol {
 
 namespace {
 
@@ -188,4 +188,4 @@ result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
   return r;
 }
 
-} // namespace agentstate::tools
+} // namespace agentstate::protocol

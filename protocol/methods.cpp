@@ -1,0 +1,272 @@
+#include "protocol/methods.hpp"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "agentstate/template.hpp"
+#include "protocol/params.hpp"
+#include "store/layout.hpp"
+
+namespace agentstate::protocol::detail {
+
+namespace {
+
+// `s` without leading and trailing blanks: the engine's rule for
+// create_session's session_id (actors/engine.cpp), so the key matches the id
+// the engine creates.
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view blank = " \t\r\n\f\v";
+  auto b = s.find_first_not_of(blank);
+  if (b == std::string_view::npos)
+    return {};
+  return s.substr(b, s.find_last_not_of(blank) - b + 1);
+}
+
+// The sequencing key of a session: the store's key of it, whose components
+// cannot hold the NUL that separates them (a name holding one is refused, so
+// mixing it up in ordering is harmless).
+std::string session_key(const session_ref& r) {
+  return store::session_key(r.app_name, r.user_id, r.session_id);
+}
+
+prepare_result checked(param_reader& p, prepared x) {
+  if (p.failure())
+    return *p.failure();
+  return x;
+}
+
+prepare_result prepare_create(const json& params) {
+  param_reader p(params);
+  create_request r;
+  r.app_name = p.required_string("app_name");
+  r.user_id = p.required_string("user_id");
+  r.session_id = p.optional_string("session_id").value_or("");
+  r.state = p.optional_object("state");
+  prepared x;
+  auto id = trim(r.session_id);
+  if (!id.empty()) {
+    x.order = ordering::per_session;
+    x.key = store::session_key(r.app_name, r.user_id, id);
+  }
+  x.op = [r](engine& e, const reply_fn& reply) mutable {
+    e.create_session(std::move(r), [reply](result<session> s) {
+      reply(to_outcome(s, [](const session& v) { return to_json(v); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_get(const json& params) {
+  param_reader p(params);
+  get_request r;
+  r.ref = p.ref();
+  r.num_recent_events = p.optional_int("num_recent_events");
+  r.after_timestamp = p.optional_number("after_timestamp");
+  r.invocation_id = p.optional_string("invocation_id").value_or("");
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r](engine& e, const reply_fn& reply) mutable {
+    e.get_session_json(std::move(r), [reply](result<std::string> s) {
+      if (!s)
+        return reply(from_engine(s.err()));
+      reply(raw_result{std::move(*s)});
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_list(const json& params) {
+  param_reader p(params);
+  list_request r;
+  r.app_name = p.required_string("app_name");
+  r.user_id = p.optional_string("user_id");
+  r.page_size = p.optional_int("page_size");
+  r.page_token = p.optional_string("page_token").value_or("");
+  if (auto order = p.optional_string("order")) {
+    if (*order == "desc")
+      r.descending = true;
+    else if (*order != "asc")
+      p.fail("parameter 'order' must be \"asc\" or \"desc\", not \"" + *order + "\"");
+  }
+  r.offset = p.optional_uint("offset").value_or(0);
+  r.include_total = p.optional_bool("include_total").value_or(false);
+  prepared x;
+  x.op = [r](engine& e, const reply_fn& reply) mutable {
+    e.list_sessions(std::move(r), [reply](result<session_page> page) {
+      reply(to_outcome(page, [](const session_page& v) {
+        json xs = json::array();
+        for (const auto& m : v.sessions)
+          xs.push_back(to_json(m));
+        json out{{"sessions", std::move(xs)},
+                 {"next_page_token",
+                  v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
+        if (v.total)
+          out["total"] = *v.total;
+        return out;
+      }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_delete(const json& params) {
+  param_reader p(params);
+  auto ref = p.ref();
+  prepared x{{}, ordering::per_session, session_key(ref)};
+  x.op = [ref](engine& e, const reply_fn& reply) mutable {
+    e.delete_session(std::move(ref), [reply](result<void> r) { reply(to_outcome(r)); });
+  };
+  return checked(p, std::move(x));
+}
+
+// append_event's optional `modify`: an array of state operations
+// (state_modify_from_json), checked before the event is written.
+void read_modify(const json& params, param_reader& p, std::vector<state_modify>& out) {
+  auto it = params.find("modify");
+  if (it == params.end() || it->is_null())
+    return;
+  if (!it->is_array()) {
+    p.fail("parameter 'modify' must be an array of operations");
+    return;
+  }
+  for (const auto& op : *it) {
+    auto m = state_modify_from_json(op);
+    if (!m) {
+      p.fail("parameter 'modify': " + m.err().message);
+      return;
+    }
+    out.push_back(std::move(*m));
+  }
+}
+
+prepare_result prepare_append(const json& params) {
+  param_reader p(params);
+  append_request r;
+  r.ref = p.ref();
+  if (auto ev = p.required_object("event")) {
+    auto decoded = event_from_json(*ev);
+    if (decoded)
+      r.ev = std::move(*decoded);
+    else
+      p.fail("parameter 'event': " + decoded.err().message);
+  }
+  r.expected_version = p.optional_uint("expected_version");
+  read_modify(params, p, r.modify);
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r](engine& e, const reply_fn& reply) mutable {
+    e.append_event(std::move(r), [reply](result<append_result> a) {
+      reply(to_outcome(a, [](const append_result& v) {
+        return json{{"event", to_json(v.ev)}, {"version", v.version}};
+      }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_end_invocation(const json& params) {
+  param_reader p(params);
+  auto ref = p.ref();
+  auto inv = p.required_string("invocation_id");
+  prepared x{{}, ordering::per_session, session_key(ref)};
+  x.op = [ref, inv](engine& e, const reply_fn& reply) mutable {
+    e.end_invocation(std::move(ref), std::move(inv),
+                     [reply](result<void> r) { reply(to_outcome(r)); });
+  };
+  return checked(p, std::move(x));
+}
+
+// I2 over the session's merged state (with the live invocation's temp: keys
+// when `invocation_id` names it). The server has no artifact store, so an
+// {artifact.x} placeholder is missing (an error unless optional).
+prepare_result prepare_inject_state(const json& params) {
+  param_reader p(params);
+  get_request r;
+  r.ref = p.ref();
+  r.num_recent_events = 0;
+  r.invocation_id = p.optional_string("invocation_id").value_or("");
+  auto tmpl = p.required_string("template");
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r, tmpl](engine& e, const reply_fn& reply) mutable {
+    auto id = r.ref.session_id;
+    e.get_session(std::move(r), [reply, id = std::move(id),
+                                 tmpl = std::move(tmpl)](result<std::optional<session>> s) {
+      if (!s)
+        return reply(from_engine(s.err()));
+      if (!*s)
+        return reply(from_engine(error{errc::not_found, "session '" + id + "' not found"}));
+      auto text = inject_state(tmpl, (**s).state);
+      reply(to_outcome(text, [](std::string& v) { return json(std::move(v)); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_app_state(const json& params) {
+  param_reader p(params);
+  auto app = p.required_string("app_name");
+  prepared x;
+  x.op = [app](engine& e, const reply_fn& reply) mutable {
+    e.get_app_state(std::move(app), [reply](result<json> r) {
+      reply(to_outcome(r, [](json& v) { return std::move(v); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_user_state(const json& params) {
+  param_reader p(params);
+  auto app = p.required_string("app_name");
+  auto user = p.required_string("user_id");
+  prepared x;
+  x.op = [app, user](engine& e, const reply_fn& reply) mutable {
+    e.get_user_state(std::move(app), std::move(user), [reply](result<json> r) {
+      reply(to_outcome(r, [](json& v) { return std::move(v); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_flush(const json&) {
+  prepared x;
+  x.order = ordering::barrier;
+  x.op = [](engine& e, const reply_fn& reply) {
+    e.flush([reply](result<void> r) { reply(to_outcome(r)); });
+  };
+  return x;
+}
+
+prepare_result prepare_stats(const json&) {
+  prepared x;
+  x.op = [](engine& e, const reply_fn& reply) { reply(outcome{to_json(e.stats())}); };
+  return x;
+}
+
+struct method {
+  std::string_view name;
+  prepare_fn prepare;
+};
+
+constexpr method methods[] = {
+  {"create_session", prepare_create},
+  {"get_session", prepare_get},
+  {"list_sessions", prepare_list},
+  {"delete_session", prepare_delete},
+  {"append_event", prepare_append},
+  {"end_invocation", prepare_end_invocation},
+  {"inject_state", prepare_inject_state},
+  {"get_app_state", prepare_app_state},
+  {"get_user_state", prepare_user_state},
+  {"flush", prepare_flush},
+  {"stats", prepare_stats},
+};
+
+} // namespace
+
+prepare_fn find_method(std::string_view name) {
+  for (const auto& m : methods)
+    if (m.name == name)
+      return m.prepare;
+  return nullptr;
+}
+
+} // namespace agentstate::protocol::detail

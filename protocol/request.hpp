@@ -1,0 +1,33 @@
+// protocol/request.hpp: decoding one request line (JSON-RPC 2.0 envelope:
+// jsonrpc, id, method, params) into a prepared request or the error that
+// answers it. Internal to agentstate_protocol.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "agentstate/json.hpp"
+#include "protocol/methods.hpp"
+#include "protocol/responses.hpp"
+
+namespace agentstate::protocol::detail {
+
+/// What one line asks for. At most one of `run` and `refusal` is set; neither
+/// when the line is a notification whose method or params are wrong
+/// (notifications are never answered once their envelope is readable).
+struct decoded_request {
+  json id = nullptr;         ///< the request's id; null when absent or unusable
+  bool notification = false; ///< no "id": run, never answered
+  std::optional<prepared> run;        ///< the request to submit
+  std::optional<rpc_failure> refusal; ///< the error to answer with `id`
+};
+
+/// Decodes `line` (without its '\n'; one trailing '\r' is ignored), nesting
+/// at most `max_depth` deep. Any bytes are accepted: what is not a valid
+/// request comes back as a refusal (parse_error, invalid_request,
+/// method_not_found or invalid_params). Pure: runs nothing. Throws only
+/// bad_alloc.
+decoded_request decode_request(std::string_view line, std::size_t max_depth);
+
+} // namespace agentstate::protocol::detail

@@ -1,0 +1,74 @@
+// protocol/responses.hpp: what a request comes to (a JSON result, result text
+// already encoded, or a failure) and the JSON-RPC response line that carries
+// it. Internal to agentstate_protocol.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "protocol/rpc_session.hpp"
+
+namespace agentstate::protocol::detail {
+
+/// A request's error: the JSON-RPC code (rpc_code), a message for people, and
+/// the response's data.kind (an errc name) and data.current_version (set only
+/// when the engine reported a version conflict).
+struct rpc_failure {
+  int code = rpc_code::engine_error;
+  std::string message;
+  std::string kind;
+  std::optional<std::uint64_t> current_version;
+};
+
+/// A result that is already JSON text, sent as is (get_session's stored
+/// events are never parsed and re-encoded). The producer guarantees it is one
+/// valid JSON value.
+struct raw_result {
+  std::string text;
+};
+
+/// A request's result (any JSON, null included) or its error.
+using outcome = std::variant<json, raw_result, rpc_failure>;
+
+/// Receives a request's outcome: called exactly once per request, on any
+/// thread, possibly before the call that started the request returns.
+using reply_fn = std::function<void(outcome)>;
+
+/// A failure of `code` whose data.kind is `kind`. Throws only bad_alloc.
+rpc_failure make_failure(int code, std::string message, errc kind);
+
+/// The engine's error as an engine_error failure (kind and current_version
+/// carried over). Throws only bad_alloc.
+rpc_failure from_engine(const error& e);
+
+/// A server bug or exhaustion at `where`: engine_error, kind "internal".
+rpc_failure internal_failure(const char* where, const char* what);
+
+/// The response line (no trailing newline) answering request `id` with `o`.
+/// Bytes in messages that are not UTF-8 are replaced, so the line is always
+/// valid JSON. Throws only bad_alloc.
+std::string response_line(const json& id, const outcome& o);
+
+/// `r`'s value through `convert`, or the engine's error. An exception thrown
+/// by `convert` becomes an internal failure, so an outcome always results.
+template <class T, class F>
+outcome to_outcome(result<T>& r, F&& convert) {
+  try {
+    if (!r)
+      return from_engine(r.err());
+    return outcome{convert(r.value())};
+  } catch (const std::exception& e) {
+    return internal_failure("result encoding", e.what());
+  }
+}
+
+/// null on success, or the engine's error.
+outcome to_outcome(result<void>& r);
+
+} // namespace agentstate::protocol::detail
