@@ -93,8 +93,11 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
     if (!batch.empty()) {
       core->committing.store(true, std::memory_order_relaxed);
       entries.clear();
-      for (auto& it : batch)
-        entries.push_back({&it.plan.ws, it.plan.late != nullptr});
+      for (auto& it : batch) {
+        auto& e = entries.emplace_back();
+        e.ws = &it.plan.ws;
+        e.late = it.plan.late != nullptr;
+      }
       store::commit_batch(*core->kv, entries, resolve);
       count(*core, entries);
       for (std::size_t i = 0; i < batch.size(); ++i)

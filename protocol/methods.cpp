@@ -6,22 +6,12 @@
 
 #include "agentstate/template.hpp"
 #include "protocol/params.hpp"
-#include "store/layout.hpp"
+#include "model/text.hpp"
+#include "store/keys.hpp"
 
 namespace agentstate::protocol::detail {
 
 namespace {
-
-// `s` without leading and trailing blanks: the engine's rule for
-// create_session's session_id (actors/engine.cpp), so the key matches the id
-// the engine creates.
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view blank = " \t\r\n\f\v";
-  auto b = s.find_first_not_of(blank);
-  if (b == std::string_view::npos)
-    return {};
-  return s.substr(b, s.find_last_not_of(blank) - b + 1);
-}
 
 // The sequencing key of a session: the store's key of it, whose components
 // cannot hold the NUL that separates them (a name holding one is refused, so
@@ -44,7 +34,7 @@ prepare_result prepare_create(const json& params) {
   r.session_id = p.optional_string("session_id").value_or("");
   r.state = p.optional_object("state");
   prepared x;
-  auto id = trim(r.session_id);
+  auto id = model::trim(r.session_id);
   if (!id.empty()) {
     x.order = ordering::per_session;
     x.key = store::session_key(r.app_name, r.user_id, id);
