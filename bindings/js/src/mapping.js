@@ -1,0 +1,192 @@
+// ADK-JS objects <-> the protocol's JSON (docs/protocol.md, "Objects").
+//
+// Contract: for every ADK-JS Event E that this module accepts,
+//   eventFromWire(eventToWire(E)) equals E as JSON (undefined members are absent in
+//   both), given that the server stores the wire event unchanged except for the members
+//   it fills in (`id` and `timestamp` when missing, `actions.state_delta` and
+//   `actions.artifact_delta` when missing, `invocation_id` and `author` as "").
+// The rules (README.md, "How events are stored"):
+// - known member names (names.js) go to snake_case and back; unknown members are kept
+//   under their own name with their value untouched, at any level;
+// - an unknown member whose name is the wire name of a known one (`function_call`
+//   beside ADK's `functionCall`) could not be told apart on the way back, so it is
+//   refused (invalid_argument);
+// - OPAQUE members keep their value as given; MAP_OF_RECORDS members keep their keys;
+// - `timestamp` is milliseconds in ADK-JS and seconds on the wire; `author` "" (the
+//   server's fill-in for a missing author) reads back as absent.
+import { AgentStateError, invalid } from './errors.js';
+import { FROM_WIRE, KNOWN, MAP_OF_RECORDS, OPAQUE, TO_WIRE } from './names.js';
+
+const TEMP_PREFIX = 'temp:';
+
+function isRecord(v) {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+// Plain assignment of `__proto__` would change the prototype instead of adding a member.
+function put(obj, key, value) {
+  if (key === '__proto__') {
+    Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
+  } else {
+    obj[key] = value;
+  }
+}
+
+function valueToWire(name, value, path) {
+  if (OPAQUE.has(name)) return value;
+  if (MAP_OF_RECORDS.has(name) && isRecord(value)) {
+    const out = {};
+    for (const key of Object.keys(value)) {
+      const v = value[key];
+      if (v !== undefined) put(out, key, isRecord(v) ? recordToWire(v, `${path}.${key}`) : v);
+    }
+    return out;
+  }
+  if (Array.isArray(value)) {
+    return value.map((v, i) => (isRecord(v) ? recordToWire(v, `${path}[${i}]`)
+      : Array.isArray(v) ? valueToWire(name, v, `${path}[${i}]`) : v));
+  }
+  if (isRecord(value)) return recordToWire(value, path);
+  return value;
+}
+
+function recordToWire(record, path) {
+  const out = {};
+  for (const key of Object.keys(record)) {
+    const value = record[key];
+    if (value === undefined) continue;
+    if (KNOWN.has(key)) {
+      out[TO_WIRE.get(key) ?? key] = valueToWire(key, value, `${path}.${key}`);
+    } else if (FROM_WIRE.has(key)) {
+      throw invalid(`event member ${path}.${key} is the stored name of ADK-JS's ` +
+        `'${FROM_WIRE.get(key)}'; it could not be read back as given: use '${FROM_WIRE.get(key)}'`);
+    } else {
+      put(out, key, value);
+    }
+  }
+  return out;
+}
+
+function valueFromWire(name, value) {
+  if (OPAQUE.has(name)) return value;
+  if (MAP_OF_RECORDS.has(name) && isRecord(value)) {
+    const out = {};
+    for (const key of Object.keys(value)) {
+      const v = value[key];
+      put(out, key, isRecord(v) ? recordFromWire(v) : v);
+    }
+    return out;
+  }
+  if (Array.isArray(value)) {
+    return value.map((v) => (isRecord(v) ? recordFromWire(v)
+      : Array.isArray(v) ? valueFromWire(name, v) : v));
+  }
+  if (isRecord(value)) return recordFromWire(value);
+  return value;
+}
+
+function recordFromWire(record) {
+  const out = {};
+  for (const key of Object.keys(record)) {
+    const value = record[key];
+    const camel = FROM_WIRE.get(key);
+    if (camel !== undefined) {
+      out[camel] = valueFromWire(camel, value);
+    } else if (KNOWN.has(key) && !TO_WIRE.has(key)) {
+      out[key] = valueFromWire(key, value);
+    } else {
+      put(out, key, value);
+    }
+  }
+  return out;
+}
+
+/** Milliseconds (ADK-JS) -> epoch seconds (protocol). */
+export function msToSeconds(ms) {
+  return ms / 1000;
+}
+
+/**
+ * Epoch seconds -> milliseconds, the exact inverse of msToSeconds for every finite
+ * millisecond value: the result m satisfies m / 1000 === seconds whenever such an m
+ * exists (it is unique), and an integer m is preferred. Seconds written by other clients
+ * (with no such m) give seconds * 1000.
+ */
+export function secondsToMs(seconds) {
+  const guess = seconds * 1000;
+  const whole = Math.round(guess);
+  if (whole / 1000 === seconds) return whole;
+  if (guess / 1000 === seconds) return guess;
+  // guess is within a few units in the last place of the exact inverse.
+  const buf = new DataView(new ArrayBuffer(8));
+  buf.setFloat64(0, guess);
+  const bits = buf.getBigInt64(0);
+  for (const step of [1n, -1n, 2n, -2n, 3n, -3n]) {
+    buf.setBigInt64(0, bits + step);
+    const candidate = buf.getFloat64(0);
+    if (candidate / 1000 === seconds) return candidate;
+  }
+  return guess;
+}
+
+function checkTimestamp(ms, what) {
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) {
+    throw invalid(`${what} must be a finite number of milliseconds, not ${String(ms)}`);
+  }
+  return ms;
+}
+
+/**
+ * An ADK-JS Event -> the protocol's event object. `temp:` keys are left out of
+ * `actions.state_delta` (ADK never stores them). Throws AgentStateError
+ * (invalid_argument) for a value that cannot be mapped back exactly.
+ */
+export function eventToWire(event) {
+  if (!isRecord(event)) throw invalid('event must be an object');
+  const out = recordToWire(event, 'event');
+  if (event.timestamp !== undefined) {
+    out.timestamp = msToSeconds(checkTimestamp(event.timestamp, 'event.timestamp'));
+  }
+  const actions = out.actions;
+  if (actions !== undefined) {
+    if (!isRecord(actions)) throw invalid('event.actions must be an object');
+    const delta = actions.state_delta;
+    if (isRecord(delta)) {
+      let temp = false;
+      for (const key in delta) {
+        if (key.startsWith(TEMP_PREFIX)) { temp = true; break; }
+      }
+      if (temp) {
+        const kept = {};
+        for (const key of Object.keys(delta)) {
+          if (!key.startsWith(TEMP_PREFIX)) put(kept, key, delta[key]);
+        }
+        out.actions = { ...actions, state_delta: kept };
+      }
+    }
+  }
+  return out;
+}
+
+/** The protocol's stored event -> an ADK-JS Event (a plain object, as ADK stores them). */
+export function eventFromWire(wire) {
+  if (!isRecord(wire)) {
+    throw new AgentStateError('internal', `the server returned an event that is not an object: ${JSON.stringify(wire)}`);
+  }
+  const out = recordFromWire(wire);
+  if (typeof wire.timestamp === 'number') out.timestamp = secondsToMs(wire.timestamp);
+  if (out.author === '') delete out.author;
+  return out;
+}
+
+/** The protocol's Session (or SessionMeta) -> an ADK-JS Session. */
+export function sessionFromWire(wire) {
+  return {
+    id: wire.id,
+    appName: wire.app_name,
+    userId: wire.user_id,
+    state: wire.state ?? {},
+    events: Array.isArray(wire.events) ? wire.events.map(eventFromWire) : [],
+    lastUpdateTime: secondsToMs(wire.last_update_time),
+  };
+}
