@@ -152,8 +152,10 @@ export class Connection {
     this.#out.write(text);
   }
 
+  // While calls wait (and from close() on), the connection keeps node's event loop alive.
   #ref(on) {
-    const handles = this.#child ? [this.#child.stdout] : [this.#socket];
+    if (!on && this.#closing) return;
+    const handles = this.#child ? [this.#child, this.#child.stdout] : [this.#socket];
     for (const h of handles) {
       if (on) h.ref(); else h.unref();
     }

@@ -107,26 +107,31 @@ export function msToSeconds(ms) {
 }
 
 /**
- * Epoch seconds -> milliseconds, the exact inverse of msToSeconds for every finite
- * millisecond value: the result m satisfies m / 1000 === seconds whenever such an m
- * exists (it is unique), and an integer m is preferred. Seconds written by other clients
- * (with no such m) give seconds * 1000.
+ * Epoch seconds -> milliseconds: the inverse of msToSeconds. Every whole number of
+ * milliseconds (what ADK-JS writes: Date.now()) and every value with at most three
+ * decimals (microseconds) comes back exactly. Dividing by 1000 can map two adjacent
+ * doubles to one, so for a finer fraction the result is the value with the shortest
+ * decimal form among those that give `seconds`: at most one unit in the last place
+ * from the original. Seconds written by other clients give the nearest such value.
  */
 export function secondsToMs(seconds) {
   const guess = seconds * 1000;
   const whole = Math.round(guess);
   if (whole / 1000 === seconds) return whole;
-  if (guess / 1000 === seconds) return guess;
-  // guess is within a few units in the last place of the exact inverse.
+  // The exact inverse, if any, is within a few units in the last place of guess.
   const buf = new DataView(new ArrayBuffer(8));
   buf.setFloat64(0, guess);
   const bits = buf.getBigInt64(0);
-  for (const step of [1n, -1n, 2n, -2n, 3n, -3n]) {
+  let best;
+  for (const step of [0n, 1n, -1n, 2n, -2n, 3n, -3n]) {
     buf.setBigInt64(0, bits + step);
     const candidate = buf.getFloat64(0);
-    if (candidate / 1000 === seconds) return candidate;
+    if (candidate / 1000 === seconds
+        && (best === undefined || String(candidate).length < String(best).length)) {
+      best = candidate;
+    }
   }
-  return guess;
+  return best ?? guess;
 }
 
 function checkTimestamp(ms, what) {
