@@ -16,6 +16,11 @@ import net from 'node:net';
 import { AgentStateError, invalid } from './errors.js';
 
 const NEWLINE = 10;
+// Write coalescing: while more than HOLD_WHILE requests are written and unanswered,
+// new requests wait (for an answer, which re-checks) until BATCH of them are queued.
+// With few calls in flight every request is written at once.
+const HOLD_WHILE = 16;
+const BATCH = 16;
 const STDERR_KEEP = 8192;
 /** The server's default --max-line-bytes; a longer request would be answered with id null. */
 export const MAX_LINE_BYTES = 16 * 1024 * 1024;
@@ -136,17 +141,24 @@ export class Connection {
       if (this.#pending.size === 0) this.#ref(true);
       this.#pending.set(id, { resolve, reject, method });
       this.#queued.push(line);
-      if (!this.#flushScheduled) {
-        this.#flushScheduled = true;
-        setImmediate(() => this.#flush());
-      }
+      this.#scheduleFlush();
     });
   }
 
-  // Requests issued in one turn of the event loop go out in one write.
-  #flush() {
+  #scheduleFlush() {
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(() => this.#flush(false));
+    }
+  }
+
+  // Requests issued in one turn of the event loop go out in one write; under a deep
+  // pipeline they wait for BATCH (see HOLD_WHILE).
+  #flush(force) {
     this.#flushScheduled = false;
     if (this.#queued.length === 0 || this.#failure) return;
+    const unanswered = this.#pending.size - this.#queued.length;
+    if (!force && unanswered > HOLD_WHILE && this.#queued.length < BATCH) return;
     const text = this.#queued.length === 1 ? this.#queued[0] : this.#queued.join('');
     this.#queued = [];
     this.#out.write(text);
@@ -202,6 +214,7 @@ export class Connection {
     if (this.#pending.size === 0) this.#ref(false);
     if (msg.error !== undefined) waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
     else waiter.resolve(msg.result);
+    if (this.#queued.length > 0) this.#scheduleFlush();
   }
 
   #fail(error) {
@@ -220,7 +233,7 @@ export class Connection {
   async close() {
     if (!this.#closing) {
       this.#closing = true;
-      this.#flush();
+      this.#flush(true);
       if (this.#child) {
         this.#child.ref();
         this.#child.stdout.ref();

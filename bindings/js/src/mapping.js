@@ -32,73 +32,92 @@ function put(obj, key, value) {
   }
 }
 
-function valueToWire(name, value, path) {
-  if (OPAQUE.has(name)) return value;
-  if (MAP_OF_RECORDS.has(name) && isRecord(value)) {
-    const out = {};
-    for (const key of Object.keys(value)) {
-      const v = value[key];
-      if (v !== undefined) put(out, key, isRecord(v) ? recordToWire(v, `${path}.${key}`) : v);
-    }
-    return out;
-  }
-  if (Array.isArray(value)) {
-    return value.map((v, i) => (isRecord(v) ? recordToWire(v, `${path}[${i}]`)
-      : Array.isArray(v) ? valueToWire(name, v, `${path}[${i}]`) : v));
-  }
-  if (isRecord(value)) return recordToWire(value, path);
-  return value;
+// One lookup per member: how a known name is written (WRITE, by ADK-JS name) and read
+// (READ, by wire name). Members absent from both tables are unknown and kept as given.
+const RECURSE = 1;
+const KEEP = 2; // OPAQUE: the value is data
+const RECORDS = 3; // MAP_OF_RECORDS: keys are data, values are records
+const WRITE = new Map();
+const READ = new Map();
+for (const name of KNOWN) {
+  const mode = OPAQUE.has(name) ? KEEP : MAP_OF_RECORDS.has(name) ? RECORDS : RECURSE;
+  const wire = TO_WIRE.get(name) ?? name;
+  WRITE.set(name, { name: wire, mode });
+  READ.set(wire, { name, mode });
 }
 
-function recordToWire(record, path) {
+// Thrown for a member whose name is another member's stored name; eventToWire adds
+// where it is.
+class Ambiguous extends Error {
+  constructor(key) {
+    super(key);
+    this.key = key;
+  }
+}
+
+function convert(value, mode, recordFn) {
+  if (mode === KEEP) return value;
+  if (Array.isArray(value)) {
+    const out = new Array(value.length);
+    for (let i = 0; i < value.length; i++) out[i] = convert(value[i], mode === RECORDS ? RECURSE : mode, recordFn);
+    return out;
+  }
+  if (!isRecord(value)) return value;
+  if (mode === RECURSE) return recordFn(value);
+  const out = {};
+  for (const key of Object.keys(value)) {
+    const v = value[key];
+    if (v !== undefined) put(out, key, isRecord(v) ? recordFn(v) : v);
+  }
+  return out;
+}
+
+function recordToWire(record) {
   const out = {};
   for (const key of Object.keys(record)) {
     const value = record[key];
     if (value === undefined) continue;
-    if (KNOWN.has(key)) {
-      out[TO_WIRE.get(key) ?? key] = valueToWire(key, value, `${path}.${key}`);
+    const known = WRITE.get(key);
+    if (known !== undefined) {
+      out[known.name] = convert(value, known.mode, recordToWire);
     } else if (FROM_WIRE.has(key)) {
-      throw invalid(`event member ${path}.${key} is the stored name of ADK-JS's ` +
-        `'${FROM_WIRE.get(key)}'; it could not be read back as given: use '${FROM_WIRE.get(key)}'`);
+      throw new Ambiguous(key);
     } else {
       put(out, key, value);
     }
   }
   return out;
-}
-
-function valueFromWire(name, value) {
-  if (OPAQUE.has(name)) return value;
-  if (MAP_OF_RECORDS.has(name) && isRecord(value)) {
-    const out = {};
-    for (const key of Object.keys(value)) {
-      const v = value[key];
-      put(out, key, isRecord(v) ? recordFromWire(v) : v);
-    }
-    return out;
-  }
-  if (Array.isArray(value)) {
-    return value.map((v) => (isRecord(v) ? recordFromWire(v)
-      : Array.isArray(v) ? valueFromWire(name, v) : v));
-  }
-  if (isRecord(value)) return recordFromWire(value);
-  return value;
 }
 
 function recordFromWire(record) {
   const out = {};
   for (const key of Object.keys(record)) {
     const value = record[key];
-    const camel = FROM_WIRE.get(key);
-    if (camel !== undefined) {
-      out[camel] = valueFromWire(camel, value);
-    } else if (KNOWN.has(key) && !TO_WIRE.has(key)) {
-      out[key] = valueFromWire(key, value);
-    } else {
-      put(out, key, value);
-    }
+    const known = READ.get(key);
+    if (known !== undefined) out[known.name] = convert(value, known.mode, recordFromWire);
+    else put(out, key, value);
   }
   return out;
+}
+
+// Where `key` sits in `value` as recordToWire walks it, for the error message.
+function pathTo(value, key, path) {
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = pathTo(value[i], key, `${path}[${i}]`);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  if (!isRecord(value)) return undefined;
+  for (const k of Object.keys(value)) {
+    if (k === key) return `${path}.${k}`;
+    const known = WRITE.get(k);
+    if (known === undefined || known.mode === KEEP) continue;
+    const found = pathTo(value[k], key, `${path}.${k}`);
+    if (found) return found;
+  }
+  return undefined;
 }
 
 /** Milliseconds (ADK-JS) -> epoch seconds (protocol). */
@@ -148,7 +167,15 @@ function checkTimestamp(ms, what) {
  */
 export function eventToWire(event) {
   if (!isRecord(event)) throw invalid('event must be an object');
-  const out = recordToWire(event, 'event');
+  let out;
+  try {
+    out = recordToWire(event);
+  } catch (err) {
+    if (!(err instanceof Ambiguous)) throw err;
+    const camel = FROM_WIRE.get(err.key);
+    throw invalid(`event member ${pathTo(event, err.key, 'event') ?? err.key} is the stored name of ` +
+      `ADK-JS's '${camel}'; it could not be read back as given: use '${camel}'`);
+  }
   if (event.timestamp !== undefined) {
     out.timestamp = msToSeconds(checkTimestamp(event.timestamp, 'event.timestamp'));
   }

@@ -197,6 +197,8 @@ describe('events through the server', () => {
         return true;
       });
     }
+    await assert.rejects(service.appendEvent({ session, event: { author: 'a', content: { parts: [{ text: 'x' }, { function_call: {} }] } } }),
+      { kind: 'invalid_argument', message: /event\.content\.parts\[1\]\.function_call .*'functionCall'/ });
     await assert.rejects(service.appendEvent({ session, event: { timestamp: NaN } }), { kind: 'invalid_argument' });
     const got = await service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
     assert.deepEqual(got.events, []);
