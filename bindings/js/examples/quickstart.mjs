@@ -21,5 +21,5 @@ await sessions.appendEvent({
 });
 
 const stored = await sessions.getSession({ appName: 'my-app', userId: 'alice', sessionId: session.id });
-console.log(stored.events.length, stored.state); // 1 { 'user:lang': 'en', step: 1, 'app:calls': 7 }
+console.log(stored.events.length, stored.state); // 1 { 'app:calls': 7, step: 1, 'user:lang': 'en' }
 await sessions.close(); // the server flushes and exits 0

@@ -14,7 +14,7 @@ test('examples/quickstart.mjs runs and its session is in the store', async () =>
   const { stdout } = await run(process.execPath, ['examples/quickstart.mjs', store], {
     cwd: PACKAGE_DIR, env: { ...process.env, AGENTSTATE_BIN: agentstateBin() },
   });
-  assert.equal(stdout.trim(), "1 { 'user:lang': 'en', step: 1, 'app:calls': 7 }");
+  assert.equal(stdout.trim(), "1 { 'app:calls': 7, step: 1, 'user:lang': 'en' }");
   const s = new AgentStateSessionService({ store, binary: agentstateBin() });
   const listed = await s.listSessions({ appName: 'my-app', userId: 'alice' });
   assert.equal(listed.totalItems, 1);

@@ -1,14 +1,12 @@
-// The event mapping, through a real `agentstate serve`: every member of ADK-JS's Event
-// type (read from the installed type declarations) survives storage, is stored under
-// ADK-Python's snake_case names, and unknown members are kept as given.
+// The event mapping, through a real `agentstate serve` (the walk over every member of
+// ADK-JS's Event type is in types.test.mjs).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createEvent } from '@google/adk';
 import { AgentStateError, AgentStateSessionService } from '../src/index.js';
 import { Connection } from '../src/connection.js';
 import { eventFromWire, eventToWire, msToSeconds, secondsToMs } from '../src/mapping.js';
-import { camelToSnake, FROM_WIRE, KNOWN, MAP_OF_RECORDS, OPAQUE, TO_WIRE } from '../src/names.js';
-import { reachableEventMembers, sampleEvent } from './support/adk_types.mjs';
+import { camelToSnake, FROM_WIRE, KNOWN, TO_WIRE } from '../src/names.js';
 import { agentstateBin, asJson } from './support/env.mjs';
 
 const APP = 'mapping';
@@ -24,46 +22,7 @@ function rawServer() {
   return new Connection({ bin: agentstateBin(), args: ['serve', '--memory'] });
 }
 
-// Every key of a stored (wire) event outside free-form values, with its path.
-function wireKeys(value, path = 'event', out = [], name = '') {
-  if (Array.isArray(value)) {
-    value.forEach((v, i) => wireKeys(v, `${path}[${i}]`, out, name));
-  } else if (value && typeof value === 'object') {
-    for (const key of Object.keys(value)) {
-      const camel = FROM_WIRE.get(key) ?? key;
-      if (!KNOWN.has(camel)) continue; // an unknown member: kept as given
-      out.push({ key, path: `${path}.${key}` });
-      if (OPAQUE.has(camel)) continue;
-      if (MAP_OF_RECORDS.has(camel)) {
-        for (const k of Object.keys(value[key])) wireKeys(value[key][k], `${path}.${key}.${k}`, out, camel);
-        continue;
-      }
-      wireKeys(value[key], `${path}.${key}`, out, camel);
-    }
-  }
-  return out;
-}
-
-function fullEvent() {
-  const event = sampleEvent();
-  event.timestamp = 1_700_000_000_123.25;
-  event.partial = false;
-  // Members ADK-JS does not declare, at three levels, in several styles.
-  event.extraTopLevel = { nested_snake: 1, nestedCamel: [{ mimeType: 'not converted' }] };
-  event.another_extra = 'snake-named unknown member';
-  event.actions.futureFlag = { when: 'later', how_much: 2 };
-  event.content.parts[0].futurePart = { keep_me: true };
-  return event;
-}
-
 describe('the name table', () => {
-  test('covers every member reachable from @google/adk\'s Event type', () => {
-    const reachable = reachableEventMembers();
-    assert.ok(reachable.size > 150, `only ${reachable.size} members found: the type walk is broken`);
-    const missing = [...reachable].filter(([name]) => !KNOWN.has(name)).map(([n, p]) => `${n} (${p})`);
-    assert.deepEqual(missing, [], 'members of ADK-JS\'s Event missing from src/names.js KNOWN');
-  });
-
   test('maps names one to one and back', () => {
     for (const name of KNOWN) {
       assert.ok(!name.includes('_'), `known name ${name} holds '_'`);
@@ -79,65 +38,6 @@ describe('the name table', () => {
 });
 
 describe('events through the server', () => {
-  test('every field of ADK-JS\'s Event, and unknown ones, come back as given', async () => {
-    const session = await service.createSession({ appName: APP, userId: 'u', sessionId: 'full' });
-    const event = fullEvent();
-    const expected = asJson(event);
-    const returned = await service.appendEvent({ session, event });
-    assert.equal(returned, event, 'appendEvent returns the caller\'s event');
-    const got = await service.getSession({ appName: APP, userId: 'u', sessionId: 'full' });
-    assert.equal(got.events.length, 1);
-    assert.deepEqual(asJson(got.events[0]), expected);
-    assert.deepEqual(asJson(session.events[0]), expected);
-    for (const key of ['camelKey', 'snake_key', 'function_call', 'stateDeltaOwn']) {
-      assert.deepEqual(got.state[key], expected.actions.stateDelta[key]);
-    }
-    assert.equal(got.lastUpdateTime, 1_700_000_000_123.25);
-  });
-
-  test('are stored under ADK-Python\'s snake_case names, free-form values as given', async () => {
-    const conn = rawServer();
-    try {
-      await conn.call('create_session', { app_name: APP, user_id: 'u', session_id: 's' });
-      // The event in the form the service sends it, read back raw.
-      const appended = await conn.call('append_event', {
-        app_name: APP, user_id: 'u', session_id: 's', event: eventToWire(fullEvent()),
-      });
-      const stored = (await conn.call('get_session', { app_name: APP, user_id: 'u', session_id: 's' })).events[0];
-      assert.deepEqual(stored, appended.event);
-      assert.equal(stored.invocation_id, 'invocationId-value');
-      assert.equal(stored.timestamp, 1_700_000_000.12325);
-      assert.ok(Array.isArray(stored.long_running_tool_ids));
-      assert.equal(stored.actions.skip_summarization, true);
-      assert.equal(stored.actions.transfer_to_agent, 'transferToAgent-value');
-      assert.ok('camelKey' in stored.actions.state_delta, 'state keys are data');
-      const part = stored.content.parts[0];
-      assert.equal(part.function_call.name, 'name-value');
-      assert.ok('camelKey' in part.function_call.args, 'tool arguments are data');
-      assert.ok('function_call' in part.function_call.args);
-      assert.ok('mime_type' in part.inline_data);
-      assert.ok('response' in part.function_response);
-      assert.equal(typeof stored.usage_metadata.prompt_token_count, 'number');
-      assert.ok(stored.grounding_metadata.grounding_chunks[0].retrieved_context);
-      const auth = stored.actions.requested_auth_configs['adk-call_1'];
-      assert.equal(auth.raw_auth_credential.service_account.service_account_credential.auth_provider_x509_cert_url,
-        'authProviderX509CertUrl-value');
-      assert.equal(stored.actions.requested_tool_confirmations['adk-call_1'].confirmed, true);
-      // Unknown members: kept under their own names, values untouched.
-      assert.deepEqual(stored.extraTopLevel, { nested_snake: 1, nestedCamel: [{ mimeType: 'not converted' }] });
-      assert.equal(stored.another_extra, 'snake-named unknown member');
-      assert.deepEqual(stored.actions.futureFlag, { when: 'later', how_much: 2 });
-      assert.deepEqual(part.futurePart, { keep_me: true });
-      // Every other key is snake_case.
-      const keys = wireKeys(stored);
-      assert.ok(keys.length > 150);
-      const notSnake = keys.filter(({ key }) => /[A-Z]/.test(key)).map(({ path }) => path);
-      assert.deepEqual(notSnake, []);
-    } finally {
-      await conn.close();
-    }
-  });
-
   test('an event made by createEvent comes back as created', async () => {
     const session = await service.createSession({ appName: APP, userId: 'u' });
     const event = createEvent({ author: 'agent', invocationId: 'inv-1', content: { role: 'model', parts: [{ text: 'hi' }] } });
@@ -168,7 +68,7 @@ describe('events through the server', () => {
     }
     const got = await service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
     assert.deepEqual(got.events.map((e) => e.timestamp), stamps);
-    for (let i = 0; i < 100000; i++) {
+    for (let i = 0; i < 20000; i++) {
       const whole = Math.floor(Math.random() * 4e12);
       assert.equal(secondsToMs(msToSeconds(whole)), whole);
       const micros = Number((Math.random() * 4e12).toFixed(3));

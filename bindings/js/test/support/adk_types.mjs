@@ -1,5 +1,6 @@
 // Reads the declared TypeScript types of the installed @google/adk (and the
-// @google/genai types it embeds) with the TypeScript compiler:
+// @google/genai types it embeds) with the TypeScript compiler (one program per process):
+// - usageDiagnostics(): test/types/usage.ts checked against src/index.d.ts;
 // - reachableEventMembers(): every member name reachable from ADK's `Event`, with the
 //   first path it was seen at;
 // - sampleEvent(): an Event value with every reachable member set (each union resolved
@@ -18,7 +19,8 @@ function load() {
   if (cached) return cached;
   const adkRoot = path.dirname(require.resolve('@google/adk/package.json'));
   const entry = path.join(adkRoot, 'dist/types/events/event.d.ts');
-  const program = ts.createProgram([entry], {
+  const program = ts.createProgram([entry, USAGE], {
+    strict: true,
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
@@ -29,8 +31,19 @@ function load() {
   const file = program.getSourceFile(entry);
   const decl = file.statements.find((s) => ts.isInterfaceDeclaration(s) && s.name.text === 'Event');
   if (!decl) throw new Error(`no interface Event in ${entry}`);
-  cached = { checker, eventType: checker.getTypeAtLocation(decl) };
+  cached = { program, checker, eventType: checker.getTypeAtLocation(decl) };
   return cached;
+}
+
+/** test/types/usage.ts, compiled in the same program as the Event walk. */
+export const USAGE = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../types/usage.ts');
+
+/** The compiler's complaints about test/types/usage.ts, and the files it read. */
+export function usageDiagnostics() {
+  const { program } = load();
+  const diagnostics = ts.getPreEmitDiagnostics(program, program.getSourceFile(USAGE)).map((d) =>
+    `${d.file ? path.basename(d.file.fileName) : ''}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`);
+  return { diagnostics, files: program.getSourceFiles().map((f) => path.resolve(f.fileName)) };
 }
 
 function fromOpenApi(type) {
