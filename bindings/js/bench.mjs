@@ -14,6 +14,7 @@
 //
 // usage: node bench.mjs [--scale S] [--services agentstate,memory,database]
 //                       [--durability sync|nosync] [--binary PATH]
+//                       [--events-per-session N (B's 20)]
 // Needs the agentstate binary (--binary, AGENTSTATE_BIN, or the repository's
 // build/bin/agentstate) and devDependencies installed (npm ci).
 import fs from 'node:fs';
@@ -31,6 +32,7 @@ const { values: opts } = parseArgs({
     services: { type: 'string', default: 'agentstate,memory,database' },
     durability: { type: 'string', default: 'sync' },
     binary: { type: 'string' },
+    'events-per-session': { type: 'string', default: '20' },
   },
 });
 const scale = Number(opts.scale);
@@ -41,14 +43,17 @@ for (const s of services) {
 }
 const binary = opts.binary ?? process.env.AGENTSTATE_BIN ?? path.resolve(here, '../../build/bin/agentstate');
 
+if (!(Number.isSafeInteger(Number(opts['events-per-session'])) && Number(opts['events-per-session']) > 0)) {
+  throw new Error(`--events-per-session must be a positive integer, not ${opts['events-per-session']}`);
+}
 const sized = (n, min = 1) => Math.max(min, Math.round(n * scale));
 const SIZES = {
-  aAppends: sized(2000, 10),
+  aAppends: sized(2000, 5),
   bSessions: sized(1000, 4),
   bUsers: sized(100, 2),
-  bEvents: 20,
+  bEvents: Number(opts['events-per-session']),
   bInFlight: 64,
-  cEvents: sized(10000, 20),
+  cEvents: sized(10000, 10),
   cFullReads: sized(20, 3),
   cRecentReads: sized(200, 10),
 };
@@ -150,22 +155,19 @@ console.log(`agentstate: ${binary} (durability ${opts.durability}); node ${proce
 const results = {};
 for (const kind of services) {
   const r = {};
-  for (const [name, run] of [['A', workloadA], ['B', workloadB], ['C', workloadC]]) {
-    const { service, close } = await open(kind);
-    try {
-      const out = await run(service);
-      if (name === 'C') {
-        r.C_full = out.full;
-        r.C_recent = out.recent;
-        console.log(`${kind.padEnd(10)} C full     ${fmt(out.full, 'ms')}`);
-        console.log(`${kind.padEnd(10)} C last 10  ${fmt(out.recent, 'ms')}`);
-      } else {
-        r[name] = out;
-        console.log(`${kind.padEnd(10)} ${name}          ${fmt(out)}`);
-      }
-    } finally {
-      await close();
-    }
+  const { service, close } = await open(kind);
+  try {
+    r.A = await workloadA(service);
+    console.log(`${kind.padEnd(10)} A          ${fmt(r.A)}`);
+    r.B = await workloadB(service);
+    console.log(`${kind.padEnd(10)} B          ${fmt(r.B)}`);
+    const c = await workloadC(service);
+    r.C_full = c.full;
+    r.C_recent = c.recent;
+    console.log(`${kind.padEnd(10)} C full     ${fmt(c.full, 'ms')}`);
+    console.log(`${kind.padEnd(10)} C last 10  ${fmt(c.recent, 'ms')}`);
+  } finally {
+    await close();
   }
   results[kind] = r;
 }

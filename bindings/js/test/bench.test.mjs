@@ -8,7 +8,7 @@ import { agentstateBin, PACKAGE_DIR } from './support/env.mjs';
 const run = promisify(execFile);
 
 test('bench.mjs runs every workload on every service', async () => {
-  const { stdout } = await run(process.execPath, ['bench.mjs', '--scale', '0.002', '--binary', agentstateBin()], {
+  const { stdout } = await run(process.execPath, ['bench.mjs', '--scale', '0.001', '--events-per-session', '2', '--binary', agentstateBin()], {
     cwd: PACKAGE_DIR, timeout: 120_000,
   });
   const last = JSON.parse(stdout.trim().split('\n').at(-1));

@@ -105,7 +105,7 @@ describe('a Runner on agentstate', () => {
     const want = await ref.getSession({ appName: APP, userId: 'u1', sessionId: 'u1-s0' });
     assert.deepEqual(normalize(mine), normalize(want));
     assert.equal(mineRunner.models[1].instructions.at(-1), refRunner.models[1].instructions.at(-1));
-    assert.match(mineRunner.models[1].instructions.at(-1), /^Write about Paris0 for Cy; earlier draft: Draft \d+\.$/);
+    assert.match(mineRunner.models[1].instructions.at(-1), /^Write about Paris0 for Ann; earlier draft: Draft \d+\.$/);
   });
 
   test('32 concurrent runners on 32 sessions lose nothing', async () => {

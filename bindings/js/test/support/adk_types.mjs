@@ -21,6 +21,8 @@ function load() {
   const entry = path.join(adkRoot, 'dist/types/events/event.d.ts');
   const program = ts.createProgram([entry, USAGE], {
     strict: true,
+    types: [], // only what the roots import
+
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
