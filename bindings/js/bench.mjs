@@ -2,7 +2,10 @@
 // The ADK-JS session workloads on three session services in one run:
 //   agentstate: AgentStateSessionService on an LMDB store (--durability, default sync);
 //   memory:     ADK-JS's InMemorySessionService;
-//   database:   ADK-JS's DatabaseSessionService on a SQLite file.
+//   database:   ADK-JS's DatabaseSessionService on a SQLite file;
+//   wire:       (only when listed in --services) workload B sent straight over the
+//               protocol connection, without ADK's session bookkeeping: the ceiling the
+//               agentstate service works under.
 // Workloads (sizes at --scale 1), after docs/performance.md's a, b and c:
 //   A  one session; 2,000 appends, each awaited                                events/s
 //   B  1,000 sessions over 100 users, 20 events each; 64 chains, each taking a
@@ -24,6 +27,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createEvent, InMemorySessionService } from '@google/adk';
 import { AgentStateSessionService } from './src/index.js';
+import { Connection } from './src/connection.js';
+import { eventToWire } from './src/mapping.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const { values: opts } = parseArgs({
@@ -39,7 +44,7 @@ const scale = Number(opts.scale);
 if (!(scale > 0)) throw new Error(`--scale must be a positive number, not ${opts.scale}`);
 const services = opts.services.split(',');
 for (const s of services) {
-  if (!['agentstate', 'memory', 'database'].includes(s)) throw new Error(`unknown service '${s}'`);
+  if (!['agentstate', 'memory', 'database', 'wire'].includes(s)) throw new Error(`unknown service '${s}'`);
 }
 const binary = opts.binary ?? process.env.AGENTSTATE_BIN ?? path.resolve(here, '../../build/bin/agentstate');
 
@@ -152,8 +157,38 @@ console.log(`ADK-JS session services, scale ${scale}: A ${SIZES.aAppends} awaite
   `C ${SIZES.cEvents}-event session, ${SIZES.cFullReads} full + ${SIZES.cRecentReads} last-10 reads`);
 console.log(`agentstate: ${binary} (durability ${opts.durability}); node ${process.version}; ${os.cpus().length} cores`);
 
+// Workload B over a bare connection: the same events in the service's wire form.
+async function wireB() {
+  const dir = fs.mkdtempSync(path.join(scratch, 'store-'));
+  const conn = new Connection({ bin: binary, args: ['serve', '--store', dir, '--durability', opts.durability] });
+  const sessions = [];
+  for (let i = 0; i < SIZES.bSessions; i++) {
+    sessions.push(await conn.call('create_session', { app_name: 'bench-b', user_id: `user${i % SIZES.bUsers}` }));
+  }
+  let next = 0;
+  const chain = async () => {
+    while (next < sessions.length) {
+      const s = sessions[next++];
+      for (let i = 0; i < SIZES.bEvents; i++) {
+        await conn.call('append_event', { app_name: 'bench-b', user_id: s.user_id, session_id: s.id, event: eventToWire(event(`inv-${s.id}`, i)) });
+      }
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: SIZES.bInFlight }, chain));
+  const seconds = (performance.now() - t0) / 1000;
+  await conn.close();
+  return (SIZES.bSessions * SIZES.bEvents) / seconds;
+}
+
 const results = {};
 for (const kind of services) {
+  if (kind === 'wire') {
+    const b = await wireB();
+    console.log(`${'wire'.padEnd(10)} B          ${fmt(b)} (protocol only, no ADK bookkeeping)`);
+    results.wire = { B: b };
+    continue;
+  }
   const r = {};
   const { service, close } = await open(kind);
   try {
