@@ -5,8 +5,8 @@
 // differences are deliberate and listed in README.md ("Where it differs from ADK-JS").
 // Many concurrent calls from one process are the normal case: they share one pipelined
 // connection. Methods never block the event loop; each costs one round trip, except
-// listSessions without a limit (one per 1,000 sessions), getOrCreateSession (up to
-// three) and close().
+// listSessions (one per 1,000 sessions listed), getOrCreateSession (up to three) and
+// close().
 import path from 'node:path';
 import { BaseSessionService } from '@google/adk';
 import { Connection, parseAddress } from './connection.js';
