@@ -1,0 +1,25 @@
+// Quick start: ADK-JS sessions stored by agentstate.
+// Run: AGENTSTATE_BIN=path/to/agentstate node examples/quickstart.mjs [STORE_DIR]
+import { createEvent } from '@google/adk';
+import { AgentStateSessionService } from '@agentstate/adk';
+
+// Spawns `agentstate serve --store DIR` (fsync per commit); hand it to a Runner as
+// `new Runner({ appName, agent, sessionService: sessions })`.
+const sessions = new AgentStateSessionService({ store: process.argv[2] ?? './agentstate-data' });
+
+const session = await sessions.createSession({
+  appName: 'my-app', userId: 'alice', state: { 'user:lang': 'en' },
+});
+await sessions.appendEvent({
+  session,
+  event: createEvent({
+    invocationId: 'inv-1',
+    author: 'planner',
+    content: { role: 'model', parts: [{ text: 'Looking it up' }] },
+    actions: { stateDelta: { step: 1, 'app:calls': 7, 'temp:scratch': 'never stored' } },
+  }),
+});
+
+const stored = await sessions.getSession({ appName: 'my-app', userId: 'alice', sessionId: session.id });
+console.log(stored.events.length, stored.state); // 1 { 'app:calls': 7, step: 1, 'user:lang': 'en' }
+await sessions.close(); // the server flushes and exits 0

@@ -1,0 +1,95 @@
+import type {
+  BaseSessionService,
+  Event,
+  Session,
+} from '@google/adk';
+
+/** The protocol's error kinds (`data.kind`, docs/protocol.md "Errors"). */
+export type AgentStateErrorKind =
+  | 'already_exists'
+  | 'not_found'
+  | 'invalid_argument'
+  | 'version_conflict'
+  | 'too_large'
+  | 'storage_full'
+  | 'io_error'
+  | 'unavailable'
+  | 'internal'
+  | 'data_corrupt'
+  | 'unauthenticated'
+  | 'permission_denied'
+  | 'condition_failed'
+  | 'cursor_expired';
+
+export declare const ERROR_KINDS: readonly AgentStateErrorKind[];
+
+/**
+ * Every failure this package reports. Branch on `kind`.
+ * - `already_exists`: createSession with a session id already used by that app and user.
+ * - `invalid_argument`: a bad option or parameter, or an event member that could not be
+ *   read back as given (see the README, "How events are stored").
+ * - `unavailable`: the server is not running (not started, exited, closed) or the
+ *   service was closed.
+ */
+export declare class AgentStateError extends Error {
+  readonly name: 'AgentStateError';
+  /** The protocol's `data.kind`. */
+  readonly kind: AgentStateErrorKind;
+  /** The JSON-RPC error code when the server answered; undefined for failures found locally. */
+  readonly code: number | undefined;
+  /** The error's `data` object as the server sent it (e.g. `current_version`), if any. */
+  readonly data: Record<string, unknown> | undefined;
+}
+
+/** Exactly one of `store`, `memory` and `address`. */
+export type AgentStateSessionServiceOptions =
+  | {
+      /** Spawn `agentstate serve --store DIR` (created if missing). */
+      store: string;
+      memory?: never;
+      address?: never;
+      /** The agentstate binary; default `AGENTSTATE_BIN`, else `agentstate` on PATH. */
+      binary?: string;
+      /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the server, not of the OS. */
+      durability?: 'sync' | 'nosync';
+    }
+  | {
+      /** Spawn `agentstate serve --memory`: nothing is kept after close(). */
+      memory: true;
+      store?: never;
+      address?: never;
+      binary?: string;
+      durability?: 'sync' | 'nosync';
+    }
+  | {
+      /** Connect to `agentstate serve --listen` at 'HOST:PORT' ('[::1]:7400' for IPv6). */
+      address: string;
+      store?: never;
+      memory?: never;
+      binary?: never;
+      durability?: never;
+    };
+
+type ServiceMethods = Pick<BaseSessionService,
+  'createSession' | 'getSession' | 'listSessions' | 'deleteSession' | 'appendEvent' | 'getOrCreateSession'>;
+
+/**
+ * ADK-JS's BaseSessionService stored in agentstate. All methods may be called
+ * concurrently; they share one pipelined connection. Methods reject with AgentStateError.
+ */
+export declare class AgentStateSessionService extends BaseSessionService {
+  constructor(options: AgentStateSessionServiceOptions);
+  createSession(request: Parameters<ServiceMethods['createSession']>[0]): Promise<Session>;
+  getSession(request: Parameters<ServiceMethods['getSession']>[0]): Promise<Session | undefined>;
+  listSessions(request: Parameters<ServiceMethods['listSessions']>[0]): ReturnType<ServiceMethods['listSessions']>;
+  deleteSession(request: Parameters<ServiceMethods['deleteSession']>[0]): Promise<void>;
+  appendEvent(request: { session: Session; event: Event }): Promise<Event>;
+  getOrCreateSession(request: Parameters<ServiceMethods['getOrCreateSession']>[0]): Promise<Session>;
+  /** The spawned server's process id; undefined when connected to an address. */
+  readonly serverPid: number | undefined;
+  /**
+   * Ends the connection after the answers already owed; a spawned server flushes and
+   * must exit 0 (else this rejects with kind 'unavailable'). Idempotent.
+   */
+  close(): Promise<void>;
+}

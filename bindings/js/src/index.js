@@ -1,0 +1,2 @@
+export { AgentStateSessionService } from './service.js';
+export { AgentStateError, ERROR_KINDS } from './errors.js';

@@ -1,0 +1,281 @@
+// AgentStateSessionService: ADK-JS's BaseSessionService over agentstate's protocol.
+//
+// Contract: each method keeps the meaning @google/adk 2.0.0 gives it (its
+// InMemorySessionService is the reference), with the stored data in agentstate; the
+// differences are deliberate and listed in README.md ("Where it differs from ADK-JS").
+// Many concurrent calls from one process are the normal case: they share one pipelined
+// connection. Methods never block the event loop; each costs one round trip, except
+// listSessions (one per 1,000 sessions listed), getOrCreateSession (up to three) and
+// close().
+import path from 'node:path';
+import { BaseSessionService } from '@google/adk';
+import { Connection, parseAddress } from './connection.js';
+import { AgentStateError, invalid } from './errors.js';
+import { eventFromWire, eventToWire, msToSeconds, secondsToMs, sessionFromWire } from './mapping.js';
+
+const PAGE_MAX = 1000;
+
+function requireName(what, value) {
+  if (typeof value !== 'string') {
+    throw invalid(`${what} must be a string, not ${value === null ? 'null' : typeof value}`);
+  }
+  return value;
+}
+
+function optionalCount(what, value, { min = 0 } = {}) {
+  if (value === undefined || value === null) return undefined;
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw invalid(`${what} must be an integer >= ${min}, not ${String(value)}`);
+  }
+  return value;
+}
+
+function resolveTarget(options) {
+  if (options === null || typeof options !== 'object') {
+    throw invalid("options must be an object: { store: DIR } | { memory: true } | { address: 'HOST:PORT' }");
+  }
+  const known = new Set(['store', 'memory', 'address', 'binary', 'durability']);
+  for (const key of Object.keys(options)) {
+    if (!known.has(key)) throw invalid(`unknown option '${key}' (known: ${[...known].join(', ')})`);
+  }
+  const { store, memory, address, binary, durability } = options;
+  const given = [store !== undefined && 'store', memory !== undefined && 'memory',
+    address !== undefined && 'address'].filter(Boolean);
+  if (given.length !== 1) {
+    throw invalid(`give exactly one of store, memory and address (given: ${given.join(', ') || 'none'})`);
+  }
+  if (durability !== undefined && durability !== 'sync' && durability !== 'nosync') {
+    throw invalid(`durability must be 'sync' or 'nosync', not ${JSON.stringify(durability)}`);
+  }
+  if (address !== undefined) {
+    if (durability !== undefined) {
+      throw invalid('durability applies to a server this service starts; a server at an address has its own');
+    }
+    if (binary !== undefined) throw invalid('binary applies to a server this service starts, not to address');
+    return parseAddress(address);
+  }
+  let args;
+  if (store !== undefined) {
+    if (typeof store !== 'string' || store === '') throw invalid('store must be a non-empty directory path');
+    args = ['serve', '--store', path.resolve(store)];
+  } else {
+    if (memory !== true) throw invalid('memory must be true when given');
+    args = ['serve', '--memory'];
+  }
+  if (durability !== undefined) args.push('--durability', durability);
+  if (binary !== undefined && (typeof binary !== 'string' || binary === '')) {
+    throw invalid('binary must be a non-empty path');
+  }
+  const bin = binary ?? (process.env.AGENTSTATE_BIN || 'agentstate');
+  return { bin, args };
+}
+
+export class AgentStateSessionService extends BaseSessionService {
+  #conn;
+
+  /**
+   * @param {{store?: string, memory?: true, address?: string, binary?: string,
+   *          durability?: 'sync'|'nosync'}} options
+   */
+  constructor(options) {
+    super();
+    this.#conn = new Connection(resolveTarget(options));
+  }
+
+  /** The spawned server's process id; undefined when connected to an address. */
+  get serverPid() {
+    return this.#conn.pid;
+  }
+
+  async createSession({ appName, userId, state, sessionId } = {}) {
+    const params = {
+      app_name: requireName('appName', appName),
+      user_id: requireName('userId', userId),
+    };
+    if (sessionId !== undefined && sessionId !== null && sessionId !== '') {
+      params.session_id = requireName('sessionId', sessionId);
+    }
+    if (state !== undefined && state !== null) {
+      if (typeof state !== 'object' || Array.isArray(state)) throw invalid('state must be an object');
+      params.state = state;
+    }
+    return sessionFromWire(await this.#conn.call('create_session', params));
+  }
+
+  async getSession({ appName, userId, sessionId, config } = {}) {
+    const params = {
+      app_name: requireName('appName', appName),
+      user_id: requireName('userId', userId),
+      session_id: requireName('sessionId', sessionId),
+    };
+    if (config !== undefined && config !== null) {
+      // ADK-JS treats 0 (and absent) as "no limit" and 0 as "no time filter".
+      const n = optionalCount('config.numRecentEvents', config.numRecentEvents);
+      if (n) params.num_recent_events = n;
+      const after = config.afterTimestamp;
+      if (after !== undefined && after !== null) {
+        if (typeof after !== 'number' || !Number.isFinite(after)) {
+          throw invalid(`config.afterTimestamp must be a finite number of milliseconds, not ${String(after)}`);
+        }
+        if (after) params.after_timestamp = msToSeconds(after);
+      }
+    }
+    const wire = await this.#conn.call('get_session', params);
+    return wire === null ? undefined : sessionFromWire(wire);
+  }
+
+  async listSessions({ appName, userId, limit, offset, page, order } = {}) {
+    const base = { app_name: requireName('appName', appName) };
+    if (userId !== undefined && userId !== null) base.user_id = requireName('userId', userId);
+    if (order !== undefined && order !== null) {
+      if (order !== 'asc' && order !== 'desc') throw invalid(`order must be 'asc' or 'desc', not ${JSON.stringify(order)}`);
+      base.order = order;
+    }
+    limit = optionalCount('limit', limit);
+    offset = optionalCount('offset', offset);
+    page = optionalCount('page', page, { min: 1 });
+
+    if (limit === undefined) {
+      // ADK returns every session (after `offset`) as one page.
+      const { sessions, total } = await this.#collect(base, offset ?? 0, Infinity);
+      const totalItems = total;
+      return { sessions, page: 1, limit: totalItems, totalItems, totalPages: totalItems === 0 ? 0 : 1 };
+    }
+    const start = page !== undefined ? (page - 1) * limit : (offset ?? 0);
+    const effectivePage = page !== undefined ? page : limit === 0 ? 1 : Math.floor(start / limit) + 1;
+    const { sessions, total } = await this.#collect(base, start, limit);
+    return {
+      sessions,
+      page: effectivePage,
+      limit,
+      totalItems: total,
+      totalPages: limit === 0 ? 0 : Math.ceil(total / limit),
+    };
+  }
+
+  // Up to `count` sessions from position `skip` on, and the number of all matching ones.
+  async #collect(base, skip, count) {
+    const sessions = [];
+    let total;
+    let token = null;
+    let first = true;
+    do {
+      const params = { ...base, page_size: Math.max(1, Math.min(PAGE_MAX, count - sessions.length)) };
+      if (first) {
+        params.include_total = true;
+        if (skip > 0) params.offset = skip;
+      } else {
+        params.page_token = token;
+      }
+      const r = await this.#conn.call('list_sessions', params);
+      if (first) {
+        if (!Number.isSafeInteger(r.total)) {
+          throw new AgentStateError('internal', 'list_sessions answered without total: the agentstate binary is older than this package needs');
+        }
+        total = r.total;
+        first = false;
+      }
+      for (const s of r.sessions) {
+        if (sessions.length < count) sessions.push(sessionFromWire(s));
+      }
+      token = r.next_page_token;
+    } while (token !== null && token !== undefined && sessions.length < count);
+    return { sessions, total };
+  }
+
+  async deleteSession({ appName, userId, sessionId } = {}) {
+    await this.#conn.call('delete_session', {
+      app_name: requireName('appName', appName),
+      user_id: requireName('userId', userId),
+      session_id: requireName('sessionId', sessionId),
+    });
+  }
+
+  /**
+   * Stores `event` in `session`, then updates the caller's `session` as ADK-JS does
+   * (state delta applied without `temp:` keys, event appended or replaced by id,
+   * lastUpdateTime set to the event's timestamp). Partial events are returned unstored.
+   * When the event's id is already stored with a different event, nothing is changed:
+   * the stored event is returned (and put into `session.events` in place of any copy).
+   */
+  async appendEvent({ session, event } = {}) {
+    if (event === null || typeof event !== 'object') throw invalid('event must be an object');
+    if (event.partial) return event;
+    if (session === null || typeof session !== 'object') throw invalid('session must be a Session object');
+    const wire = eventToWire(event);
+    const result = await this.#conn.call('append_event', {
+      app_name: requireName('session.appName', session.appName),
+      user_id: requireName('session.userId', session.userId),
+      session_id: requireName('session.id', session.id),
+      event: wire,
+    });
+    const stored = result.event;
+    if (!isSameEvent(wire, stored)) {
+      const kept = eventFromWire(stored);
+      replaceOrPush(session.events, kept);
+      return kept;
+    }
+    // Server fill-ins (a generated id, the current time) become the caller's too.
+    if (!event.id) event.id = stored.id;
+    if (event.timestamp === undefined) event.timestamp = secondsToMs(stored.timestamp);
+    await super.appendEvent({ session, event });
+    const removed = stored.actions && stored.actions.state_remove;
+    if (Array.isArray(removed)) {
+      for (const key of removed) delete session.state[key];
+    }
+    session.lastUpdateTime = event.timestamp;
+    return event;
+  }
+
+  /**
+   * The session if it exists, else a new one. Two calls racing on the same id both
+   * resolve to the same stored session: the one whose create loses reads the winner's.
+   */
+  async getOrCreateSession(request = {}) {
+    if (!request.sessionId) return this.createSession(request);
+    const found = await this.getSession({
+      appName: request.appName, userId: request.userId, sessionId: request.sessionId,
+    });
+    if (found) return found;
+    try {
+      return await this.createSession(request);
+    } catch (err) {
+      if (!(err instanceof AgentStateError) || err.kind !== 'already_exists') throw err;
+    }
+    const winner = await this.getSession({
+      appName: request.appName, userId: request.userId, sessionId: request.sessionId,
+    });
+    if (!winner) {
+      throw new AgentStateError('not_found',
+        `session '${request.sessionId}' was created by another caller and deleted before it could be read`);
+    }
+    return winner;
+  }
+
+  /**
+   * Ends the connection after the answers already owed. A spawned server flushes its
+   * store and must exit 0 (else this rejects with kind 'unavailable'). Later calls
+   * reject with kind 'unavailable'. Idempotent.
+   */
+  close() {
+    return this.#conn.close();
+  }
+}
+
+// Whether the server stored this event (new, or an exact retry), rather than answering
+// with a different event stored earlier under the same id.
+function isSameEvent(sent, stored) {
+  if (stored === null || typeof stored !== 'object') {
+    throw new AgentStateError('internal', 'append_event answered without the stored event');
+  }
+  if (sent.timestamp !== undefined && sent.timestamp !== stored.timestamp) return false;
+  if ((sent.invocation_id ?? '') !== stored.invocation_id) return false;
+  if ((sent.author ?? '') !== stored.author) return false;
+  return true;
+}
+
+function replaceOrPush(events, event) {
+  const i = events.findIndex((e) => e.id === event.id);
+  if (i >= 0) events[i] = event;
+  else events.push(event);
+}

@@ -1,0 +1,41 @@
+// Compiled (not run) by test/types.test.mjs against src/index.d.ts and @google/adk's types.
+import { BaseSessionService, createEvent, Runner, LlmAgent } from '@google/adk';
+import type { Event, Session } from '@google/adk';
+import { AgentStateError, AgentStateSessionService, ERROR_KINDS } from '@agentstate/adk';
+import type { AgentStateErrorKind, AgentStateSessionServiceOptions } from '@agentstate/adk';
+
+const base: BaseSessionService = new AgentStateSessionService({ store: './data' });
+new AgentStateSessionService({ memory: true, durability: 'nosync', binary: '/usr/bin/agentstate' });
+new AgentStateSessionService({ address: '127.0.0.1:7400' });
+const options: AgentStateSessionServiceOptions = { store: './x', durability: 'sync' };
+// @ts-expect-error exactly one of store, memory and address
+new AgentStateSessionService({ memory: true, store: './x' });
+// @ts-expect-error durability belongs to a spawned server
+new AgentStateSessionService({ address: 'h:1', durability: 'sync' });
+// @ts-expect-error durability is sync or nosync
+new AgentStateSessionService({ memory: true, durability: 'always' });
+
+new Runner({ appName: 'a', agent: new LlmAgent({ name: 'x', model: 'm' }), sessionService: base });
+
+export async function use(service: AgentStateSessionService): Promise<number> {
+  const session: Session = await service.createSession({ appName: 'a', userId: 'u', state: { k: 1 } });
+  const got: Session | undefined = await service.getSession({
+    appName: 'a', userId: 'u', sessionId: session.id, config: { numRecentEvents: 10, afterTimestamp: 1 },
+  });
+  const event: Event = await service.appendEvent({ session, event: createEvent({ author: 'a' }) });
+  const listed = await service.listSessions({ appName: 'a', userId: 'u', limit: 10, offset: 0, page: 1, order: 'desc' });
+  const same: Session = await service.getOrCreateSession({ appName: 'a', userId: 'u', sessionId: 's' });
+  await service.deleteSession({ appName: 'a', userId: 'u', sessionId: same.id });
+  const pid: number | undefined = service.serverPid;
+  try {
+    await service.close();
+  } catch (err) {
+    if (err instanceof AgentStateError) {
+      const kind: AgentStateErrorKind = err.kind;
+      const code: number | undefined = err.code;
+      if (kind === 'unavailable' && code === undefined && ERROR_KINDS.includes(kind)) return -1;
+    }
+  }
+  return listed.totalPages + listed.totalItems + listed.page + listed.limit + event.timestamp
+    + (got?.events.length ?? 0) + (pid ?? 0) + String(options.durability).length;
+}
