@@ -24,6 +24,7 @@
 #include "store/open.hpp"
 #include "store/summary.hpp"
 #include "store/verify.hpp"
+#include "tools/adk_sqlite.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -344,6 +345,15 @@ int run_dump(const args& in) {
 }
 
 int run_export(const args& in) {
+  if (adk::wants_export(in))
+    return adk::run_export(in);
+  for (auto& a : in)
+    if (a == "--help" || a == "-h") {
+      std::fputs(export_usage, stdout);
+      std::fputs("\n", stdout);
+      std::fputs(adk::export_help, stdout);
+      return 0;
+    }
   return export_common(in, false, export_usage);
 }
 
@@ -358,11 +368,15 @@ const char* import_usage =
   "message names the line), 2 (usage).\n";
 
 int run_import(const args& in) {
+  if (adk::wants_import(in))
+    return adk::run_import(in);
   parsed p;
   if (!parse(in, {}, {}, p, import_usage))
     return 2;
   if (p.help) {
     std::fputs(import_usage, stdout);
+    std::fputs("\n", stdout);
+    std::fputs(adk::import_help, stdout);
     return 0;
   }
   if (p.positional.size() != 1) {
