@@ -11,8 +11,36 @@ library only, Python >= 3.11.
 from ._protocol import MAX_LINE_BYTES, MAX_LINE_DEPTH
 from .aio import AsyncClient, find_binary, parse_address
 from .blocking import Client
-from .errors import *  # noqa: F403 (errors.__all__ is part of this package's API)
-from .errors import __all__ as _error_names
+from .errors import (
+    ENGINE_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    AgentStateError,
+    AlreadyExistsError,
+    ConditionFailedError,
+    ConnectionClosedError,
+    CursorExpiredError,
+    DataCorruptError,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    NotFoundError,
+    PermissionDeniedError,
+    StorageFullError,
+    TooLargeError,
+    UnauthenticatedError,
+    UnavailableError,
+    VersionConflictError,
+    error_from_response,
+)
 
-__all__ = ["AsyncClient", "Client", "find_binary", "parse_address", "MAX_LINE_BYTES",
-           "MAX_LINE_DEPTH", *_error_names]
+__all__ = [
+    "AsyncClient", "Client", "find_binary", "parse_address", "MAX_LINE_BYTES", "MAX_LINE_DEPTH",
+    "AgentStateError", "AlreadyExistsError", "NotFoundError", "InvalidArgumentError",
+    "VersionConflictError", "TooLargeError", "StorageFullError", "IoError", "UnavailableError",
+    "InternalError", "DataCorruptError", "UnauthenticatedError", "PermissionDeniedError",
+    "ConditionFailedError", "CursorExpiredError", "ConnectionClosedError", "error_from_response",
+    "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "ENGINE_ERROR",
+]

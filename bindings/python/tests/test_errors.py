@@ -43,6 +43,14 @@ def test_every_kind_has_its_class(kind):
     assert type(copy) is type(e) and copy.data == e.data
 
 
+def test_package_exports_every_error():
+    import agentstate_client.errors as errors
+    assert set(errors.__all__) <= set(ac.__all__)
+    assert all(getattr(ac, name) is getattr(errors, name) for name in errors.__all__)
+    assert set(KINDS.values()) | {ac.AgentStateError, ac.ConnectionClosedError} == {
+        v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, ac.AgentStateError)}
+
+
 def test_unknown_and_malformed_errors():
     e = ac.error_from_response({"code": -32000, "message": "m", "data": {"kind": "brand_new"}})
     assert type(e) is ac.AgentStateError and e.kind == "brand_new"
