@@ -28,7 +28,7 @@ def agentstate_bin() -> str:
     path = os.environ.get("AGENTSTATE_BIN") or shutil.which("agentstate")
     if not path or not os.access(path, os.X_OK):
         pytest.fail("no agentstate binary: set AGENTSTATE_BIN (CTest does) or put agentstate on PATH")
-    return path
+    return os.path.abspath(path)  # tests run children in other directories
 
 
 @pytest.fixture
