@@ -43,6 +43,8 @@ result<void> check_options(const options& o) {
   if (o.limits.max_json_depth == 0 || o.limits.max_json_depth > store::stored_json_depth)
     return bad("options.limits.max_json_depth must be 1.."
                + std::to_string(store::stored_json_depth));
+  if (o.limits.max_response_bytes < (std::size_t{1} << 16))
+    return bad("options.limits.max_response_bytes must be at least 64 KiB");
   if (o.max_batch_count == 0 || o.max_batch_bytes == 0)
     return bad("options.max_batch_count and max_batch_bytes must be positive");
   if (o.idle_timeout.count() <= 0)

@@ -1,11 +1,13 @@
 // store/kv.hpp: the storage seam. An ordered key-value store with named
 // tables, snapshot read transactions and one write transaction at a time with
 // nested (savepoint) transactions. LMDB and the in-memory store implement it;
-// tests wrap it to inject faults. Everything above it (store/layout.hpp) is
-// shared, so both stores have identical semantics.
+// tests wrap it to inject faults. Everything above it in store/ (keys, records,
+// apply, reads, listing, commit) is shared, so both stores have identical
+// semantics.
 //
-// Errors: implementations throw kv_failure (never anything else); the layout
-// layer catches it at its boundary and returns an agentstate::error.
+// Errors: implementations throw kv_failure (never anything else); the store/
+// functions above the seam catch it at their boundary and return an
+// agentstate::error.
 #pragma once
 
 #include <chrono>
@@ -147,7 +149,7 @@ struct resident_bound {
   std::chrono::milliseconds period{250};
 };
 
-/// Opens an LMDB environment in `dir` (which must exist) per DESIGN.md §4:
+/// Opens an LMDB environment in `dir` (which must exist) as docs/storage.md describes:
 /// MDB_NOTLS, every database opened once here, stale readers cleared.
 /// Layout (store format 3): `meta` and `events` are LMDB databases of their
 /// own; the six small tables share one, `rows`, where a row's key is the

@@ -47,16 +47,21 @@ std::optional<std::string> from_hex(std::string_view x) {
 } // namespace
 
 result<session_page> list_sessions(kv_read& txn, const list_request& req,
-                                   std::size_t page_size) {
+                                   std::size_t page_size, std::size_t max_bytes) {
   try {
     const bool by_user = req.user_id.has_value();
-    table index = by_user ? table::by_user : table::by_update;
+    const bool by_id = req.order_by == list_order::id;
+    // By id the scan walks the session records themselves (key app, user,
+    // id); by update time one of the two list indexes (8 bytes of time
+    // after the prefix).
+    table index = by_id ? table::sessions : by_user ? table::by_user : table::by_update;
+    const std::size_t time_bytes = by_id ? 0 : 8;
     std::string prefix = by_user ? user_scope_key(req.app_name, *req.user_id) + '\0'
                                  : req.app_name + '\0';
     std::string from;
     if (!req.page_token.empty()) {
       auto tok = from_hex(req.page_token);
-      if (!tok || tok->size() < prefix.size() + 8
+      if (!tok || tok->size() < prefix.size() + time_bytes + (by_id ? 1 : 0)
           || tok->compare(0, prefix.size(), prefix) != 0)
         return error{errc::invalid_argument,
                      "'page_token' is not a token of this listing"};
@@ -79,12 +84,16 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
         more = true;
         return false;
       }
-      auto rest = k.substr(prefix.size() + 8);
+      auto rest = k.substr(prefix.size() + time_bytes);
       hit h;
       h.key = std::string(k);
       if (by_user) {
         h.user = *req.user_id;
         h.id = std::string(rest);
+      } else if (by_id) { // user ‖ 0 ‖ id
+        auto nul = rest.find('\0');
+        h.user = std::string(rest.substr(0, nul));
+        h.id = nul == std::string_view::npos ? "" : std::string(rest.substr(nul + 1));
       } else {
         auto nul = rest.find('\0');
         h.id = std::string(rest.substr(0, nul));
@@ -110,7 +119,9 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     if (!app_state)
       return std::move(app_state).err();
     std::map<std::string, json> users;
-    for (auto& h : hits) {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < hits.size(); ++i) {
+      auto& h = hits[i];
       auto skey = session_key(req.app_name, h.user, h.id);
       auto rec = read_record(txn, skey);
       if (!rec)
@@ -135,6 +146,19 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       m.state = merge_state(*own, u->second, *app_state);
       m.last_update_time = (*rec)->last_update_time;
       m.version = (*rec)->version;
+      // The session's JSON: its state, ids and the fixed members.
+      auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size()
+                  + 128;
+      if (bytes + size > max_bytes) {
+        if (page.sessions.empty())
+          return error{errc::too_large,
+                       "session '" + h.id + "' alone is larger than the response limit ("
+                         + std::to_string(max_bytes) + " bytes)"};
+        more = true;
+        hits.resize(i);
+        break;
+      }
+      bytes += size;
       page.sessions.push_back(std::move(m));
     }
     if (more && !hits.empty())

@@ -1,4 +1,4 @@
-// `agentstate serve`: the engine behind the JSON-RPC protocol (PROTOCOL.md,
+// `agentstate serve`: the engine behind the JSON-RPC protocol (docs/protocol.md,
 // docs/protocol.md), on standard input/output or on a TCP port.
 #include <arpa/inet.h>
 #include <fcntl.h>

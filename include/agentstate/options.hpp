@@ -42,9 +42,13 @@ struct limits {
   /// Nesting of each value a client supplies (a state value, `content`, any
   /// other member's value); `{}`/`[]` count one level.
   std::size_t max_json_depth = 64;
+  /// The largest answer one read builds: a list_sessions page ends early at
+  /// this budget (at least one session per page; too_large only when one
+  /// session alone exceeds it). Sizes are those of the sessions' JSON.
+  std::size_t max_response_bytes = std::size_t{64} << 20;
 };
 
-/// A derived key (SEMANTICS.md N1): the engine stores fn(inputs) under
+/// A derived key (docs/semantics.md N1): the engine stores fn(inputs) under
 /// "derived:"+name whenever a create or an append changes (sets, removes or
 /// modifies) one of `inputs` in that session, in the same transaction, and
 /// records it in the stored event's state_delta. `fn` gets an object holding
