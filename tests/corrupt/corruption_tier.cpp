@@ -384,7 +384,7 @@ TEST_CASE("data.mdb deleted beside lock files: serve silently starts empty") {
       fs::remove(c.store / "data.mdb");
     else
       truncate_to(c.store, 0);
-    INFO(deleted ? "deleted" : "truncated to 0");
+    INFO(std::string(deleted ? "deleted" : "truncated to 0"));
     auto o = run_tool({"serve", "--store", c.store.string()}, c.scratch, serve_requests());
     CHECK(o.code == 1);
     CHECK(o.err.find("data_corrupt") != std::string::npos);
