@@ -66,6 +66,9 @@ result<void> guarded(const std::string& what, const std::function<void()>& fn) {
     active = &here;
     try {
       fn();
+    } catch (const store::kv_failure& f) {
+      active = outer;
+      return error{f.code, what + ": " + f.message};
     } catch (...) {
       active = outer;
       throw;

@@ -24,8 +24,8 @@ namespace agentstate::tools {
 void install_fault_guard();
 
 /// Runs `fn` on this thread under the guard (nesting allowed). A fault inside
-/// it returns data_corrupt: "`what`: <signal or assertion>". A C++ exception
-/// passes through unchanged. REQUIRES of fn: it takes no lock and starts no
+/// it returns data_corrupt: "`what`: <signal or assertion>"; a kv_failure
+/// thrown by it returns its code; other exceptions pass through. REQUIRES of fn: it takes no lock and starts no
 /// thread that touches the map (a fault there is not caught); what it
 /// allocated before a fault leaks. Cost: one sigsetjmp (saves the signal
 /// mask: one syscall).

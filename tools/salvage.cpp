@@ -96,6 +96,28 @@ result<void> imports_clean(const std::vector<std::string>& lines) {
   return {};
 }
 
+// A session's export lines hold its record's version and events 1..version
+// in order (a damaged key can renumber an event).
+result<void> versions_contiguous(const std::vector<std::string>& lines) {
+  std::uint64_t want = 0, next = 1;
+  for (auto& l : lines) {
+    auto rec = json::parse(l, nullptr, false);
+    if (rec.is_discarded() || !rec.is_object() || !rec.contains("version")
+        || !rec["version"].is_number_unsigned())
+      return error{errc::data_corrupt, "a record without a version"};
+    auto v = rec["version"].get<std::uint64_t>();
+    if (rec.value("type", "") == "session")
+      want = v;
+    else if (v != next++)
+      return error{errc::data_corrupt, "event version " + std::to_string(v) + " where "
+                                         + std::to_string(next - 1) + " was expected"};
+  }
+  if (next - 1 != want)
+    return error{errc::data_corrupt, "record says version " + std::to_string(want)
+                                       + ", events end at " + std::to_string(next - 1)};
+  return {};
+}
+
 // The session keys of the snapshot, walked forward and, when a fault stops
 // that walk, backward from the end down to where it stopped, so one damaged
 // page hides only the keys it holds. Each walk has its own transaction.
@@ -168,7 +190,13 @@ int run_salvage(const args& in) {
     std::fprintf(stderr, "salvage: '%s' exists and is not empty\n", pos[1].c_str());
     return 1;
   }
-  auto opened = store::open_lmdb_readonly(src, /*allow_damage=*/true);
+  // Opening reads the main database's root page: under the guard too.
+  result<std::unique_ptr<store::kv_store>> opened = error{errc::internal, "not opened"};
+  if (auto g = guarded("opening " + src, [&] {
+        opened = store::open_lmdb_readonly(src, /*allow_damage=*/true);
+      });
+      !g)
+    opened = std::move(g).err();
   if (!opened) {
     std::fprintf(stderr, "salvage: %s\n", to_string(opened.err()).c_str());
     return 1;
@@ -221,6 +249,8 @@ int run_salvage(const args& in) {
       lines.erase(lines.begin()); // export_store's header
     if (r && lines.empty())
       r = error{errc::data_corrupt, "the session's record does not read back"};
+    if (r)
+      r = versions_contiguous(lines);
     if (r)
       r = imports_clean(lines);
     if (!r) {
