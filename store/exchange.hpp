@@ -40,6 +40,12 @@ struct export_filter {
 result<std::uint64_t> export_store(kv_read& txn, const export_filter& filter,
                                    const std::function<void(const std::string&)>& sink);
 
+/// Emits the user_state and app_state records of the snapshot `txn` (what
+/// export_store emits after the sessions). Returns the number of records.
+/// Errors as export_store.
+result<std::uint64_t> export_scope_states(kv_read& txn,
+                                          const std::function<void(const std::string&)>& sink);
+
 /// Writes the records read from `in` into `kv`, which must hold no session
 /// and no scope state (invalid_argument otherwise). Commits every 10,000
 /// records; on error, what was committed stays (import into a fresh

@@ -160,7 +160,11 @@ struct resident_bound {
 /// `sync` = fsync per commit. With a resident bound, one thread checks it
 /// (woken every period; stopped by the store's destructor). `write_map`
 /// (REQUIRES: !sync) opens with MDB_WRITEMAP (options::write_map has the
-/// costs); such a store does not nest transactions. Throws kv_failure.
+/// costs); such a store does not nest transactions. Before the map is made,
+/// DIR/data.mdb is checked against its meta pages (store/file_check.hpp):
+/// data_corrupt when they disagree (a missing or empty file is created).
+/// A commit that fails on a full disk is storage_full (lmdb_handle.hpp,
+/// fail_write). Throws kv_failure.
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        std::uint64_t map_size,
                                        resident_bound bound = {},
@@ -169,7 +173,19 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
 /// Opens an existing store for reading only (MDB_RDONLY): safe beside an
 /// engine in another process; begin_write throws. Reads either layout: a
 /// store without `rows` (formats 1-2) is read table by table. Errors:
-/// not_found when `dir` holds no store, otherwise as open_lmdb_kv.
-std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir);
+/// not_found when `dir` holds no store, data_corrupt when data.mdb is empty
+/// or disagrees with its meta pages, otherwise as open_lmdb_kv.
+/// `allow_damage` (agentstate salvage): a data file shorter than its meta
+/// pages claim is opened anyway; reads past its end fault (SIGBUS), which
+/// only a process with tools/fault_guard.hpp may survive.
+std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir,
+                                                bool allow_damage = false);
+
+/// Called when one of LMDB's internal assertions fails (a damaged page it
+/// walked), before LMDB aborts the process. Null (the default): LMDB prints
+/// the assertion and aborts. The store tools set it to leave the read by
+/// siglongjmp (tools/fault_guard.hpp); the engine never does. Process-wide.
+using lmdb_assert_handler = void (*)(const char* message);
+void set_lmdb_assert_handler(lmdb_assert_handler fn);
 
 } // namespace agentstate::store

@@ -172,7 +172,7 @@ public:
   void commit_nested() override {
     MDB_txn* child = stack_.back();
     stack_.pop_back();
-    check("mdb_txn_commit(nested)", ::mdb_txn_commit(child));
+    check_write("mdb_txn_commit(nested)", ::mdb_txn_commit(child), h_.dir);
   }
   void abort_nested() noexcept override {
     ::mdb_txn_abort(stack_.back());
@@ -181,7 +181,7 @@ public:
   void commit() override {
     MDB_txn* txn = stack_.front();
     stack_.clear();
-    check("mdb_txn_commit", ::mdb_txn_commit(txn));
+    check_write("mdb_txn_commit", ::mdb_txn_commit(txn), h_.dir);
   }
 
 private:

@@ -53,6 +53,11 @@ const char* serve_usage =
   "  --max-line-bytes N     longest request line (default 16777216); a longer\n"
   "                         line is discarded and answered with kind too_large\n"
   "  --threads N            engine worker threads (default: one per core)\n"
+  "  --create               start an empty store even where a store's lock files\n"
+  "                         remain without its data.mdb (refused otherwise: the\n"
+  "                         data of a store that was there is gone)\n"
+  "  --max-store-mb N       the store's size limit in MiB (default 65536): past it\n"
+  "                         writes fail with storage_full, before the disk fills\n"
   "\n"
   "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, the store\n"
   "is flushed and closed, exit 0. A second signal exits at once (status 1).\n"
@@ -91,8 +96,13 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
       memory = true;
       continue;
     }
+    if (a == "--create") {
+      cfg.engine_opts.create = create_policy::always;
+      continue;
+    }
     auto takes_value = a == "--store" || a == "--durability" || a == "--listen"
-                       || a == "--max-line-bytes" || a == "--threads";
+                       || a == "--max-line-bytes" || a == "--threads"
+                       || a == "--max-store-mb";
     if (!takes_value)
       return usage_error("unknown option '" + a + "'");
     if (i + 1 >= xs.size())
@@ -122,6 +132,11 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
       if (!n || *n > 1024)
         return usage_error("--threads must be an integer 0..1024, not '" + v + "'");
       cfg.engine_opts.threads = static_cast<std::size_t>(*n);
+    } else if (a == "--max-store-mb") {
+      auto n = parse_count(v);
+      if (!n || *n == 0 || *n > (std::uint64_t{1} << 24))
+        return usage_error("--max-store-mb must be an integer 1..16777216, not '" + v + "'");
+      cfg.engine_opts.max_store_bytes = *n << 20;
     }
   }
   if (memory == cfg.have_store)

@@ -26,6 +26,7 @@
 #include "store/verify.hpp"
 #include "tools/adk_sqlite.hpp"
 #include "tools/commands.hpp"
+#include "tools/fault_guard.hpp"
 
 namespace agentstate::tools {
 
@@ -65,11 +66,15 @@ bool parse(const args& in, const std::set<std::string>& flags,
   return true;
 }
 
-/// Opens DIR read-only; prints the error and returns null on failure.
+/// Opens DIR read-only; prints the error and returns null on failure. Every
+/// read-only tool reads the map under the fault guard (tools/fault_guard.hpp):
+/// a fault on a damaged page ends the command with a data_corrupt message
+/// and exit 1, never a signal.
 std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
+  install_fault_guard();
   auto kv = store::open_lmdb_readonly(dir);
   if (!kv) {
-    std::fprintf(stderr, "%s\n", kv.err().message.c_str());
+    std::fprintf(stderr, "%s\n", to_string(kv.err()).c_str());
     return nullptr;
   }
   return std::move(*kv);
@@ -121,7 +126,12 @@ int run_inspect(const args& in) {
   if (!kv)
     return 1;
   progress_line prog;
-  auto summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); });
+  result<store::store_summary> summary = error{errc::internal, "not read"};
+  if (auto g = guarded("inspect", [&] {
+        summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); });
+      });
+      !g)
+    summary = std::move(g).err();
   prog.done();
   if (!summary) {
     std::fprintf(stderr, "inspect: %s\n", summary.err().message.c_str());
@@ -195,7 +205,15 @@ int run_verify(const args& in) {
     std::fprintf(stderr, "verify: %s\n", txn.err().message.c_str());
     return 1;
   }
-  auto r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); });
+  store::verify_report r;
+  if (auto g = guarded("storage", [&] {
+        r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); });
+      });
+      !g) {
+    // The walk stopped at the fault; what it counted so far stands.
+    ++r.faults;
+    r.messages.push_back(to_string(g.err()) + " (run agentstate salvage)");
+  }
   prog.done();
   if (p.opts.count("--json")) {
     std::puts(json{{"ok", r.ok()},
@@ -260,7 +278,16 @@ int run_backup(const args& in) {
   if (!kv)
     return 1;
   auto t0 = std::chrono::steady_clock::now();
-  if (auto r = store::copy_to(*kv, dest, p.opts.count("--compact") > 0); !r) {
+  // LMDB's compacting copy reads the tree on this thread (its second thread
+  // writes what this one copied), so the guard covers every read of the map.
+  // After a fault the copy is abandoned; DEST keeps a partial data.mdb.
+  result<void> r;
+  if (auto g = guarded("backup", [&] {
+        r = store::copy_to(*kv, dest, p.opts.count("--compact") > 0);
+      });
+      !g)
+    r = std::move(g).err();
+  if (!r) {
     std::fprintf(stderr, "backup: %s\n", r.err().message.c_str());
     return 1;
   }
@@ -327,11 +354,16 @@ int export_common(const args& in, bool filters, const char* usage) {
   }
   progress_line prog;
   std::uint64_t lines = 0;
-  auto n = store::export_store(**txn, f, [&](const std::string& line) {
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fputc('\n', stdout);
-    prog("records", ++lines);
-  });
+  result<std::uint64_t> n = std::uint64_t{0};
+  if (auto g = guarded("export", [&] {
+        n = store::export_store(**txn, f, [&](const std::string& line) {
+          std::fwrite(line.data(), 1, line.size(), stdout);
+          std::fputc('\n', stdout);
+          prog("records", ++lines);
+        });
+      });
+      !g)
+    n = std::move(g).err();
   prog.done();
   if (!n) {
     std::fprintf(stderr, "%s\n", to_string(n.err()).c_str());
