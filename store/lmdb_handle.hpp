@@ -66,6 +66,7 @@ struct env_handle {
   /// a database of its own (meta, events; every table in formats 1-2).
   int tag[table_count];
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
+  bool read_only = false; ///< open_lmdb_kv_readonly: snapshots read meta["format"]
 
   env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
 

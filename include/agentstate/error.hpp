@@ -25,6 +25,10 @@ enum class errc : std::uint8_t {
   io_error = 7,         ///< the disk failed; nothing acknowledged. Retryable.
   unavailable = 8,      ///< closing, overloaded or locked. Retryable.
   internal = 9,         ///< a bug; the message says what.
+  /// A stored row failed its checksum (or its layout is wrong): the store is
+  /// damaged. The message names the session (app/user/id) and the row; other
+  /// sessions are still served. Not retryable: restore or salvage the store.
+  data_corrupt = 10,
   /// A compare_and_set (state_modify::expected) found another value; nothing
   /// was stored. Not retryable unchanged: re-read, then decide.
   condition_failed = 13,
