@@ -57,14 +57,94 @@ std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n)
 }
 
 #ifdef AGENTSTATE_CRC32C_X86
+// The CRC register (no inversions) is linear: the register after bytes A ‖ B
+// from register r is shift_|B|(reg(r, A)) ^ reg(0, B), where shift_k(r) is
+// the register after k zero bytes from r (r·x^(8k) mod P). So three
+// independent streams over adjacent blocks of k bytes run the crc32
+// instruction at its throughput (one a cycle) instead of its latency (three
+// cycles), and two shifts join them.
+struct shift_table {
+  std::uint32_t t[4][256];
+};
+
+// shift_k as four byte tables (it is linear in the register's 32 bits).
+shift_table make_shift(std::size_t k) {
+  const auto& t0 = table_set().t[0];
+  std::uint32_t basis[32];
+  for (int i = 0; i < 32; ++i) {
+    std::uint32_t r = 1u << i;
+    for (std::size_t z = 0; z < k; ++z)
+      r = (r >> 8) ^ t0[r & 0xff];
+    basis[i] = r;
+  }
+  shift_table s;
+  for (int byte = 0; byte < 4; ++byte)
+    for (int b = 0; b < 256; ++b) {
+      std::uint32_t v = 0;
+      for (int i = 0; i < 8; ++i)
+        if ((b >> i) & 1)
+          v ^= basis[8 * byte + i];
+      s.t[byte][b] = v;
+    }
+  return s;
+}
+
+inline std::uint32_t shifted(const shift_table& s, std::uint64_t r) {
+  return s.t[0][r & 0xff] ^ s.t[1][(r >> 8) & 0xff] ^ s.t[2][(r >> 16) & 0xff]
+         ^ s.t[3][(r >> 24) & 0xff];
+}
+
+// Block sizes of the three streams (multiples of 8), largest first.
+constexpr std::size_t block_sizes[] = {1024, 128, 64};
+
+struct shift_tables {
+  shift_table s[3];
+  shift_tables() {
+    for (int i = 0; i < 3; ++i)
+      s[i] = make_shift(block_sizes[i]);
+  }
+};
+
+const shift_tables& shifts() {
+  static const shift_tables x;
+  return x;
+}
+
+__attribute__((target("sse4.2"))) inline std::uint64_t word(const unsigned char* p) {
+  std::uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
+// Runs the three streams over blocks of k bytes while 3k bytes remain.
+__attribute__((target("sse4.2"))) void three_streams(std::uint64_t& c0, const unsigned char*& p,
+                                                     std::size_t& n, std::size_t k,
+                                                     const shift_table& s) {
+  while (n >= 3 * k) {
+    std::uint64_t c1 = 0, c2 = 0;
+    for (const unsigned char* end = p + k; p < end; p += 8) {
+      c0 = _mm_crc32_u64(c0, word(p));
+      c1 = _mm_crc32_u64(c1, word(p + k));
+      c2 = _mm_crc32_u64(c2, word(p + 2 * k));
+    }
+    c0 = shifted(s, c0) ^ c1;
+    c0 = shifted(s, c0) ^ c2;
+    p += 2 * k;
+    n -= 3 * k;
+  }
+}
+
 __attribute__((target("sse4.2"))) std::uint32_t hardware(std::uint32_t crc,
                                                          const unsigned char* p,
                                                          std::size_t n) noexcept {
-  std::uint64_t c = ~crc;
+  std::uint64_t c = static_cast<std::uint32_t>(~crc);
+  if (n >= 3 * block_sizes[2]) {
+    const auto& s = shifts();
+    for (int i = 0; i < 3; ++i)
+      three_streams(c, p, n, block_sizes[i], s.s[i]);
+  }
   while (n >= 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
+    c = _mm_crc32_u64(c, word(p));
     p += 8;
     n -= 8;
   }

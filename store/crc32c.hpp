@@ -12,7 +12,9 @@ namespace agentstate::store {
 /// Extends `crc` (0 to start) over `n` bytes at `p`: crc32c(a ‖ b) ==
 /// crc32c_extend(crc32c_extend(0, a), b). Uses the SSE4.2 instruction when
 /// the CPU has it (checked once, at the first call), a table otherwise; both
-/// give the same value. Cost with SSE4.2: ~0.4 ns per 8 bytes.
+/// give the same value. Cost with SSE4.2 here: ~4 ns for 24 bytes, ~20 ns
+/// for 200 (one instruction per 8 bytes, three streams from 192 bytes on),
+/// ~16-25 bytes/ns for kilobytes; the table: ~1.5 bytes/ns.
 std::uint32_t crc32c_extend(std::uint32_t crc, const void* p, std::size_t n) noexcept;
 
 inline std::uint32_t crc32c_extend(std::uint32_t crc, std::string_view x) noexcept {

@@ -38,7 +38,8 @@ struct export_filter {
 /// `sink` call (no trailing newline). Returns the number of records.
 /// A session, user or app scope with a damaged row (data_corrupt: a wrong
 /// checksum) is left out whole and reported to `on_damaged`, and the export
-/// goes on; without `on_damaged` it ends the export with that error.
+/// goes on; without `on_damaged` it ends the export with that error. Memory:
+/// one session's lines are held until all of them decode.
 /// Errors: data_corrupt, internal (a row does not decode: run verify),
 /// storage errors.
 result<std::uint64_t> export_store(kv_read& txn, const export_filter& filter,

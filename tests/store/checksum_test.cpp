@@ -176,12 +176,15 @@ TEST_CASE("checksums: a byte flipped in each kind of row is data_corrupt naming 
     }
     {
       auto e = open_at(dir.str());
+      // A get reads the record, the state rows and the events, not the
+      // list indexes.
+      const bool index = t == table::by_update || t == table::by_user;
       auto got = e->get_session(test::get_req(target));
-      CHECK(got.code() == errc::data_corrupt);
-      CHECK(names_target(got.err()));
+      CHECK(got.code() == (index ? errc::ok : errc::data_corrupt));
+      CHECK((index || names_target(got.err())));
       auto text = e->get_session_json(test::get_req(target));
-      CHECK(text.code() == errc::data_corrupt);
-      CHECK(names_target(text.err()));
+      CHECK(text.code() == (index ? errc::ok : errc::data_corrupt));
+      CHECK((index || names_target(text.err())));
       if (t != table::user_state && t != table::app_state)
         CHECK(json::parse(MUST(e->get_session_json(test::get_req(same_app)))) == same_before);
       if (t != table::app_state)
@@ -201,9 +204,11 @@ TEST_CASE("checksums: a byte flipped in each kind of row is data_corrupt naming 
         CHECK(page.ok());
       }
       CHECK(e->list_sessions(test::list_req("other")).ok());
-      // An append reads the record and the session's event ids.
+      // An append reads the record, and the session's event ids when the
+      // event comes with an id of the client's.
       if (t == table::sessions || t == table::events) {
-        auto app = e->append_event(test::append_req(target, test::make_event(json{{"x", 1}})));
+        auto app = e->append_event(
+          test::append_req(target, test::make_event(json{{"x", 1}}, "client-id")));
         CHECK(app.code() == errc::data_corrupt);
         CHECK(names_target(app.err()));
       }
