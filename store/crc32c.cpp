@@ -1,5 +1,6 @@
 #include "store/crc32c.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -164,6 +165,26 @@ bool detect() noexcept {
 }
 #endif
 
+#ifdef AGENTSTATE_CRC32C_X86
+__attribute__((target("sse4.2"))) void hardware3(std::uint32_t crc[3],
+                                                 const unsigned char* const p[3],
+                                                 const std::size_t n[3]) noexcept {
+  std::uint64_t c0 = static_cast<std::uint32_t>(~crc[0]);
+  std::uint64_t c1 = static_cast<std::uint32_t>(~crc[1]);
+  std::uint64_t c2 = static_cast<std::uint32_t>(~crc[2]);
+  std::size_t m = std::min(n[0], std::min(n[1], n[2])) & ~std::size_t{7};
+  const unsigned char *a = p[0], *b = p[1], *c = p[2];
+  for (std::size_t i = 0; i < m; i += 8) {
+    c0 = _mm_crc32_u64(c0, word(a + i));
+    c1 = _mm_crc32_u64(c1, word(b + i));
+    c2 = _mm_crc32_u64(c2, word(c + i));
+  }
+  crc[0] = hardware(~static_cast<std::uint32_t>(c0), a + m, n[0] - m);
+  crc[1] = hardware(~static_cast<std::uint32_t>(c1), b + m, n[1] - m);
+  crc[2] = hardware(~static_cast<std::uint32_t>(c2), c + m, n[2] - m);
+}
+#endif
+
 bool use_hardware() noexcept {
   static const bool yes = detect();
   return yes;
@@ -177,6 +198,21 @@ bool crc32c_hardware() noexcept {
 
 std::uint32_t crc32c_extend_portable(std::uint32_t crc, const void* p, std::size_t n) noexcept {
   return portable(crc, static_cast<const unsigned char*>(p), n);
+}
+
+void crc32c_extend3(std::uint32_t crc[3], const void* const p[3],
+                    const std::size_t n[3]) noexcept {
+#ifdef AGENTSTATE_CRC32C_X86
+  if (use_hardware()) {
+    const unsigned char* const q[3] = {static_cast<const unsigned char*>(p[0]),
+                                       static_cast<const unsigned char*>(p[1]),
+                                       static_cast<const unsigned char*>(p[2])};
+    hardware3(crc, q, n);
+    return;
+  }
+#endif
+  for (int i = 0; i < 3; ++i)
+    crc[i] = portable(crc[i], static_cast<const unsigned char*>(p[i]), n[i]);
 }
 
 std::uint32_t crc32c_extend(std::uint32_t crc, const void* p, std::size_t n) noexcept {

@@ -17,7 +17,6 @@ namespace {
 result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std::string& skey,
                                                         const get_request& req) {
   std::vector<std::string_view> out;
-  std::optional<error> err;
   auto prefix = skey + '\0';
   std::optional<std::uint64_t> limit;
   if (req.num_recent_events)
@@ -27,27 +26,44 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     after = *req.after_timestamp;
   if (limit && *limit == 0)
     return out;
+  // Every row visited is collected, then all are checked together (three
+  // checksums at a time), the rows skipped by `after` too: the scan decides
+  // where to stop on timestamps not yet checked, and a damaged one is caught
+  // below before anything is answered.
+  std::vector<std::string_view> keys, rows;
+  std::size_t taken = 0; // rows `after` keeps
   const bool legacy = txn.legacy_values();
   auto take = [&](std::string_view key, std::string_view row) {
-    auto body = open_row(table::events, key, row, legacy);
-    if (!body) {
-      err = damaged(table::events, key);
-      return false;
-    }
-    if (after && !(event_body_timestamp(*body) >= *after))
+    keys.push_back(key);
+    rows.push_back(row);
+    const std::size_t head = legacy ? 1 : seal_bytes;
+    if (row.size() < head + 8)
+      return false; // damaged: reported below
+    double ts = event_body_timestamp(row.substr(head));
+    if (after && !(ts >= *after))
       return true;
-    out.push_back(*body);
-    return !limit || out.size() < *limit;
+    ++taken;
+    return !limit || taken < *limit;
   };
-  if (limit) {
+  if (limit)
     txn.scan_back(table::events, prefix, {}, take);
-    std::reverse(out.begin(), out.end());
-  } else {
+  else
     txn.scan(table::events, prefix, {}, take);
-  }
-  if (err)
-    return std::move(*err);
-  return out;
+  // The bodies replace the rows in place (open_rows reads each row before
+  // it writes its body).
+  auto good = open_rows(table::events, rows.size(), keys.data(), rows.data(), legacy,
+                        rows.data());
+  if (good != rows.size())
+    return damaged(table::events, keys[good]);
+  if (after)
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [&](std::string_view body) {
+                                return !(event_body_timestamp(body) >= *after);
+                              }),
+               rows.end());
+  if (limit)
+    std::reverse(rows.begin(), rows.end());
+  return rows;
 }
 
 result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,

@@ -1,5 +1,6 @@
 #include "store/records.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -143,6 +144,48 @@ std::optional<std::string_view> open_row(table t, std::string_view key, std::str
     default:
       return value;
   }
+}
+
+std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
+                      const std::string_view* values, bool legacy,
+                      std::string_view* bodies) noexcept {
+  if (legacy) {
+    for (std::size_t i = 0; i < n; ++i) {
+      auto b = open_row(t, keys[i], values[i], true);
+      if (!b)
+        return i;
+      bodies[i] = *b;
+    }
+    return n;
+  }
+  for (std::size_t i = 0; i < n; i += 3) {
+    std::size_t m = std::min<std::size_t>(3, n - i);
+    std::uint32_t crc[3] = {0, 0, 0};
+    const void* p[3] = {"", "", ""};
+    std::size_t len[3] = {0, 0, 0};
+    for (std::size_t j = 0; j < m; ++j) {
+      auto v = values[i + j];
+      if (v.size() < seal_bytes || v[0] != sealed_tag)
+        return i + j;
+      p[j] = keys[i + j].data();
+      len[j] = keys[i + j].size();
+    }
+    crc32c_extend3(crc, p, len);
+    for (std::size_t j = 0; j < m; ++j) {
+      p[j] = values[i + j].data() + seal_bytes;
+      len[j] = values[i + j].size() - seal_bytes;
+    }
+    crc32c_extend3(crc, p, len);
+    for (std::size_t j = 0; j < m; ++j) {
+      auto v = values[i + j];
+      auto body = v.substr(seal_bytes);
+      if (read_le32(v.data() + 1) != crc[j] || (t == table::sessions && body.size() != record_body)
+          || (t == table::events && body.size() < 8))
+        return i + j;
+      bodies[i + j] = body;
+    }
+  }
+  return n;
 }
 
 std::string printable(std::string_view x) {

@@ -38,6 +38,15 @@ std::string seal(std::string_view key, std::string_view body);
 std::optional<std::string_view> open_row(table t, std::string_view key, std::string_view value,
                                          bool legacy) noexcept;
 
+/// open_row over n rows of table `t` (keys[i], values[i]), checking three
+/// checksums at a time (crc32c_extend3: ~1.5x faster for event rows than
+/// one by one). Sets bodies[i] for every row and returns n, or returns the
+/// index of the first damaged row (bodies then partly set). `bodies` may
+/// be `values` (each body replaces its row).
+std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
+                      const std::string_view* values, bool legacy,
+                      std::string_view* bodies) noexcept;
+
 /// The row `key` of table `t` as a reader names it in errors: "session
 /// 'app/user/id' event v3", "user 'app/user' state row 'k'", ... Bytes that
 /// are not printable ASCII or part of valid UTF-8 show as \xNN, so a damaged
