@@ -99,7 +99,14 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         progress(r.sessions);
       auto rec = decode_record(skey, raw, legacy);
       if (!rec) {
+        // The session's other rows are still checked, each damaged one named.
         c.fault(damaged(table::sessions, skey).message);
+        txn.scan(table::events, skey + '\0', {}, [&](std::string_view k, std::string_view row) {
+          ++r.events;
+          if (!open_row(table::events, k, row, legacy))
+            c.fault(damaged(table::events, k).message);
+          return true;
+        });
         return true;
       }
       auto parts = split_nul(skey, 3);
