@@ -69,6 +69,12 @@ public:
   /// For a read transaction: the id of the last commit it sees. For a write
   /// transaction: the id its commit will have. Ids grow with every commit.
   virtual std::uint64_t txn_id() const = 0;
+
+  /// Whether this snapshot's values are laid out as store formats 1-3 wrote
+  /// them, without checksums (store/records.hpp): true only in a store
+  /// opened read-only (open_lmdb_kv_readonly) whose meta["format"] is 1-3 as
+  /// the snapshot begins. A store opened for writing is upgraded before use.
+  virtual bool legacy_values() const { return false; }
 };
 
 /// The write transaction. Only one exists at a time per store (begin_write

@@ -73,9 +73,15 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     std::vector<hit> hits;
     bool more = false;
     std::uint64_t skip = req.offset;
-    auto visit = [&](std::string_view k, std::string_view) {
+    std::optional<error> err;
+    const bool legacy = txn.legacy_values();
+    auto visit = [&](std::string_view k, std::string_view v) {
       if (!from.empty() && k == from)
         return true;
+      if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + 8) {
+        err = damaged(index, k);
+        return false;
+      }
       if (skip > 0) {
         --skip;
         return true;
@@ -106,6 +112,8 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       txn.scan_back(index, prefix, from, visit);
     else
       txn.scan(index, prefix, from, visit);
+    if (err)
+      return std::move(*err);
     session_page page;
     if (req.include_total) {
       std::uint64_t n = 0;
@@ -127,7 +135,10 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       if (!rec)
         return std::move(rec).err();
       if (!*rec)
-        return corrupt("list index names a missing session '" + h.id + "'");
+        return error{errc::data_corrupt,
+                     row_name(table::sessions, skey)
+                       + " is missing while the list index names it (the store is damaged; "
+                         "`agentstate verify` lists every damaged row)"};
       auto own = read_rows(txn, table::session_state, skey + '\0');
       if (!own)
         return std::move(own).err();
@@ -135,8 +146,13 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       if (u == users.end()) {
         auto us = read_rows(txn, table::user_state,
                             user_scope_key(req.app_name, h.user) + '\0');
-        if (!us)
-          return std::move(us).err();
+        if (!us) {
+          auto e = std::move(us).err();
+          if (e.code == errc::data_corrupt)
+            e.message = "session '" + printable(req.app_name) + "/" + printable(h.user) + "/"
+                        + printable(h.id) + "' cannot be listed: " + e.message;
+          return e;
+        }
         u = users.emplace(h.user, std::move(*us)).first;
       }
       session_meta m;

@@ -107,6 +107,7 @@ struct env_handle {
   int tag[table_count];
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
   std::string dir;        ///< the store's directory (full-disk checks)
+  bool read_only = false; ///< open_lmdb_kv_readonly: snapshots read meta["format"]
 
   env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
 

@@ -188,6 +188,7 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
     fail(e.origin(), e.code());
   }
   h->env = h->owner.handle();
+  h->read_only = true;
   MDB_txn* txn = nullptr;
   check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn));
   MDB_dbi rows;
