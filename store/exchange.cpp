@@ -226,9 +226,9 @@ result<std::uint64_t> export_scope_states(kv_read& txn,
                                           const std::function<void(const std::string&)>& sink) {
   try {
     std::uint64_t n = 0;
-    if (auto r = export_scopes(txn, table::user_state, {}, true, sink, n); !r)
+    if (auto r = export_scopes(txn, table::user_state, {}, true, sink, {}, n); !r)
       return r.err();
-    if (auto r = export_scopes(txn, table::app_state, {}, false, sink, n); !r)
+    if (auto r = export_scopes(txn, table::app_state, {}, false, sink, {}, n); !r)
       return r.err();
     return n;
   } catch (const kv_failure& e) {

@@ -78,7 +78,7 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     auto visit = [&](std::string_view k, std::string_view v) {
       if (!from.empty() && k == from)
         return true;
-      if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + 8) {
+      if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + time_bytes + 1) {
         err = damaged(index, k);
         return false;
       }
