@@ -231,6 +231,13 @@ prepare_result prepare_stats(const json&) {
   return x;
 }
 
+// For health checks: answered at once, allowed before authentication.
+prepare_result prepare_ping(const json&) {
+  prepared x;
+  x.op = [](engine&, const reply_fn& reply) { reply(outcome{json("pong")}); };
+  return x;
+}
+
 struct method {
   std::string_view name;
   prepare_fn prepare;
@@ -248,6 +255,7 @@ constexpr method methods[] = {
   {"get_user_state", prepare_user_state},
   {"flush", prepare_flush},
   {"stats", prepare_stats},
+  {"ping", prepare_ping},
 };
 
 } // namespace

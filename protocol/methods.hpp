@@ -37,8 +37,9 @@ using prepare_result = std::variant<prepared, rpc_failure>;
 /// Throws only bad_alloc.
 using prepare_fn = prepare_result (*)(const json& params);
 
-/// The method named `name`, or nullptr when there is none. Cost: a scan of
-/// the table's eleven names.
+/// The method named `name`, or nullptr when there is none (`authenticate` is
+/// not here: rpc_session answers it, see auth.hpp). Cost: a scan of the
+/// table's twelve names.
 prepare_fn find_method(std::string_view name);
 
 } // namespace agentstate::protocol::detail

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "protocol/params.hpp"
+
 namespace agentstate::protocol::detail {
 
 namespace {
@@ -50,22 +52,40 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
                    errc::invalid_argument);
   // From here on a notification's problems go unanswered.
   const auto& name = m->get_ref<const std::string&>();
+  d.method = name;
   auto prepare = find_method(name);
-  if (!prepare) {
+  const bool authenticate = name == "authenticate";
+  if (!prepare && !authenticate) {
     if (d.notification)
       return d;
-    return refused(std::move(d.id), rpc_code::method_not_found, "unknown method '" + name + "'",
-                   errc::invalid_argument);
+    d.refusal = make_failure(rpc_code::method_not_found, "unknown method '" + name + "'",
+                             errc::invalid_argument);
+    return d;
   }
   json params = json::object();
   if (auto it = req.find("params"); it != req.end() && !it->is_null()) {
     if (!it->is_object()) {
       if (d.notification)
         return d;
-      return refused(std::move(d.id), rpc_code::invalid_params,
-                     "'params' must be an object (parameters by name)", errc::invalid_argument);
+      d.refusal = make_failure(rpc_code::invalid_params,
+                               "'params' must be an object (parameters by name)",
+                               errc::invalid_argument);
+      return d;
     }
     params = std::move(*it);
+  }
+  if (auto it = params.find("app_name"); it != params.end() && it->is_string())
+    d.app_name = it->get<std::string>();
+  if (authenticate) {
+    param_reader reader(params);
+    auto token = reader.required_string("token");
+    if (reader.failure()) {
+      if (!d.notification)
+        d.refusal = *reader.failure();
+      return d;
+    }
+    d.token = std::move(token);
+    return d;
   }
   auto p = prepare(params);
   if (auto f = std::get_if<rpc_failure>(&p)) {

@@ -21,6 +21,14 @@ struct decoded_request {
   bool notification = false; ///< no "id": run, never answered
   std::optional<prepared> run;        ///< the request to submit
   std::optional<rpc_failure> refusal; ///< the error to answer with `id`
+  /// The access check's inputs (auth.hpp): the method named (empty when the
+  /// line is no request), and params.app_name when it is a string.
+  std::string method;
+  std::optional<std::string> app_name;
+  /// `authenticate`'s token. Set only for an authenticate request with a
+  /// string token; such a request has neither `run` nor `refusal` and is
+  /// answered by the session, which holds the access state.
+  std::optional<std::string> token;
 };
 
 /// Decodes `line` (without its '\n'; one trailing '\r' is ignored), nesting

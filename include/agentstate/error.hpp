@@ -25,9 +25,18 @@ enum class errc : std::uint8_t {
   io_error = 7,         ///< the disk failed; nothing acknowledged. Retryable.
   unavailable = 8,      ///< closing, overloaded or locked. Retryable.
   internal = 9,         ///< a bug; the message says what.
+  // 10 is reserved (data_corrupt).
+  /// The server requires authentication and the connection has none yet
+  /// (`authenticate` not sent, or its token was refused). Not retryable
+  /// unchanged: authenticate first.
+  unauthenticated = 11,
+  /// The connection's token does not grant the app the request names (or a
+  /// request that spans every app, such as `stats`). Not retryable.
+  permission_denied = 12,
   /// A compare_and_set (state_modify::expected) found another value; nothing
   /// was stored. Not retryable unchanged: re-read, then decide.
   condition_failed = 13,
+  // 14 is reserved (cursor_expired).
 };
 
 /// The protocol's name of `x` ("already_exists", ...); "ok" for `errc::ok`.
