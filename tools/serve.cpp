@@ -235,7 +235,7 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
     cfg.net.tls = server::tls_files{tls_cert, tls_key, tls_ca};
   }
   cfg.engine_opts.mode = memory ? durability::memory : mode.value_or(durability::sync);
-  cfg.stream.rpc.max_line_depth = cfg.engine_opts.limit.max_json_depth + 8;
+  cfg.stream.rpc.max_line_depth = cfg.engine_opts.limits.max_json_depth + 8;
   cfg.net.max_line_depth = cfg.stream.rpc.max_line_depth;
   cfg.net.lim.max_line_bytes = cfg.stream.max_line_bytes;
   cfg.net.lim.max_in_flight = cfg.stream.rpc.max_in_flight;
