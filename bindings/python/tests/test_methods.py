@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 from conftest import run
 
-import agentstate_client as ac
 from agentstate_client import AsyncClient, Client
 
 APP, USER = "chat", "alice"
