@@ -338,7 +338,8 @@ inline bool ok(const std::optional<json>& r) {
 
 // -- TLS material ------------------------------------------------------------------
 
-/// A CA and a certificate it signed, made with the openssl CLI in `dir`:
+/// A CA and a certificate it signed (P-256 keys: quick to make), made with
+/// the openssl CLI in `dir`:
 /// NAME-ca.pem / NAME-ca.key, NAME.pem / NAME.key (subjectAltName
 /// IP:127.0.0.1). Each call makes a fresh CA.
 struct tls_pair {
@@ -350,12 +351,13 @@ inline tls_pair make_tls_pair(const std::string& dir, const std::string& name) {
              dir + "/" + name + ".key"};
   auto ext = dir + "/" + name + ".ext";
   write_text(ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
-  std::string cmd =
-    "set -e; openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + name
-    + "-test-ca -keyout " + p.ca_key + " -out " + p.ca + " && openssl req -newkey rsa:2048 -nodes"
-    + " -subj /CN=" + name + " -keyout " + p.key + " -out " + dir + "/" + name + ".csr"
-    + " && openssl x509 -req -days 2 -in " + dir + "/" + name + ".csr -CA " + p.ca + " -CAkey "
-    + p.ca_key + " -CAcreateserial -extfile " + ext + " -out " + p.cert;
+  const std::string ec_key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  std::string cmd = "set -e; openssl req -x509" + ec_key + " -days 2 -subj /CN=" + name
+                    + "-test-ca -keyout " + p.ca_key + " -out " + p.ca + " && openssl req"
+                    + ec_key + " -subj /CN=" + name + " -keyout " + p.key + " -out " + dir + "/"
+                    + name + ".csr && openssl x509 -req -days 2 -in " + dir + "/" + name
+                    + ".csr -CA " + p.ca + " -CAkey " + p.ca_key + " -CAcreateserial -extfile "
+                    + ext + " -out " + p.cert;
   auto [code, out] = shell(cmd);
   INFO("openssl: ", out);
   REQUIRE(code == 0);
