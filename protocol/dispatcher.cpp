@@ -1,6 +1,5 @@
 #include "protocol/dispatcher.hpp"
 
-#include <atomic>
 #include <exception>
 #include <utility>
 
@@ -9,6 +8,8 @@ namespace agentstate::protocol::detail {
 dispatcher::dispatcher(engine& e, std::function<void(std::string)> write,
                        std::size_t max_in_flight)
   : eng_(e), write_(std::move(write)), max_in_flight_(max_in_flight == 0 ? 1 : max_in_flight) {}
+
+dispatcher::~dispatcher() = default;
 
 void dispatcher::answer(const json& id, const outcome& o) {
   try {
@@ -20,157 +21,180 @@ void dispatcher::answer(const json& id, const outcome& o) {
   }
 }
 
-// Runs t.op; `then` runs after the reply has been answered. Returns true if
-// the reply arrived before t.op returned (inline completion).
-template <class Then>
-bool dispatcher::start(task& t, Then then) {
-  auto done = std::make_shared<std::atomic<int>>(0); // 1st of {reply, return} sets 1
-  auto replied = std::make_shared<std::atomic<bool>>(false);
-  auto self = shared_from_this();
-  reply_fn reply = [self, done, replied, id = t.id, note = t.notification, then](outcome o) {
-    if (replied->exchange(true))
-      return;
-    if (!note)
-      self->answer(id, o);
-    try {
-      then(done->fetch_add(1) == 1);
-    } catch (...) {
-      // Only allocation can fail here. The request counts could no longer
-      // reach zero and wait_idle() would hang: fail loudly instead.
-      std::terminate();
-    }
-  };
+// Forgets an idle lane. REQUIRES: mtx_ held; nothing of it runs or waits.
+void dispatcher::drop(lane* l) {
+  lanes_.erase(lanes_.find(*l->key));
+}
+
+bool dispatcher::may_start(const lane& l, const record& r) {
+  return !l.exclusive && (r.order == ordering::pipelined || l.running == 0);
+}
+
+// Runs r->op. The reply is handled by on_reply (possibly before op returns);
+// the record goes once both have happened.
+void dispatcher::start(record* r) {
+  reply_fn reply = [r](outcome o) { r->owner->on_reply(r, std::move(o)); };
   try {
-    t.op(eng_, reply);
+    r->op(eng_, reply);
   } catch (const std::exception& e) {
     reply(internal_failure("dispatch", e.what()));
   } catch (...) {
     reply(internal_failure("dispatch", "unknown exception"));
   }
-  return done->fetch_add(1) == 1;
+  if (r->phase.fetch_add(1, std::memory_order_acq_rel) == 1)
+    delete r; // may release the last reference to *this: nothing follows
 }
 
-// Runs `t` and then the requests queued behind it on the same session.
-// REQUIRES: the caller holds the session's turn (chains_[key] exists and no
-// other request of it is running).
-void dispatcher::run_chain(const std::string& key, task t) {
-  for (;;) {
-    auto seq = t.seq;
-    auto self = shared_from_this();
-    // `late` is true when the reply came after start() returned: the
-    // callback's thread then carries the chain on.
-    bool inline_done = start(t, [self, key, seq](bool late) {
-      if (late)
-        if (auto next = self->next_in_chain(key))
-          self->run_chain(key, std::move(*next));
-      self->complete(seq, false);
-    });
-    if (!inline_done)
-      return;
-    auto next = next_in_chain(key);
-    if (!next)
-      return;
-    t = std::move(*next);
+void dispatcher::on_reply(record* r, outcome o) {
+  if (r->replied.exchange(true, std::memory_order_acq_rel))
+    return; // op threw after replying: the first reply stands
+  if (!r->notification)
+    answer(r->id, o);
+  try {
+    complete(r);
+  } catch (...) {
+    // Only allocation can fail here. The request counts could no longer
+    // reach zero and wait_idle() would hang: fail loudly instead.
+    std::terminate();
+  }
+  if (r->phase.fetch_add(1, std::memory_order_acq_rel) == 1)
+    delete r; // may release the last reference to *this: nothing follows
+}
+
+// Barriers whose earlier requests have all completed, in order. Every epoch
+// but the newest is closed by a barrier. REQUIRES: mtx_ held.
+void dispatcher::ready_barriers(std::vector<record*>& out) {
+  while (epochs_.size() > 1 && epochs_.front().pending == 0) {
+    out.push_back(epochs_.front().barrier);
+    epochs_.pop_front();
+    ++first_epoch_;
   }
 }
 
-// The next request of the session's chain, or nullopt (and the chain ends,
-// giving up the session's turn) when none waits.
-std::optional<dispatcher::task> dispatcher::next_in_chain(const std::string& key) {
-  std::lock_guard<std::mutex> guard(mtx_);
-  auto it = chains_.find(key);
-  if (it == chains_.end())
-    return std::nullopt; // unreachable: the turn holder's entry stays
-  if (it->second.waiting.empty()) {
-    chains_.erase(it);
-    return std::nullopt;
-  }
-  auto t = std::move(it->second.waiting.front());
-  it->second.waiting.pop_front();
-  return t;
-}
-
-void dispatcher::run_free(task t) {
-  auto self = shared_from_this();
-  auto seq = t.seq;
-  start(t, [self, seq](bool) { self->complete(seq, false); });
-}
-
-void dispatcher::run_barrier(task t) {
-  auto self = shared_from_this();
-  start(t, [self](bool) { self->complete(0, true); });
-}
-
-// Barriers whose earlier requests have all completed. REQUIRES: mtx_ held.
-std::vector<dispatcher::task> dispatcher::ready_barriers() {
-  std::vector<task> out;
-  while (!barriers_.empty()
-         && (unfinished_.empty() || *unfinished_.begin() > barriers_.front().seq)) {
-    out.push_back(std::move(barriers_.front()));
-    barriers_.pop_front();
-  }
-  return out;
-}
-
-void dispatcher::complete(std::uint64_t seq, bool barrier) {
-  std::vector<task> ready;
+void dispatcher::complete(record* r) {
+  lane* to_run = nullptr;
+  std::vector<record*> barriers;
   {
     std::lock_guard<std::mutex> guard(mtx_);
-    if (!barrier)
-      unfinished_.erase(seq);
-    ready = ready_barriers();
+    if (r->order != ordering::barrier) {
+      --epochs_[r->epoch - first_epoch_].pending;
+      if (lane* l = r->l) {
+        --l->running;
+        if (r->order == ordering::per_session)
+          l->exclusive = false;
+        if (!l->starting) {
+          if (l->head && may_start(*l, *l->head)) {
+            l->starting = true;
+            to_run = l;
+          } else if (!l->head && l->running == 0) {
+            drop(l);
+          }
+        }
+      }
+      ready_barriers(barriers);
+    }
     --in_flight_;
-    cv_.notify_all();
+    if (waiting_room_ || (idle_waiters_ > 0 && in_flight_ == 0))
+      cv_.notify_all();
   }
-  for (auto& b : ready)
-    run_barrier(std::move(b));
+  for (auto* b : barriers)
+    start(b);
+  if (to_run)
+    run_lane(to_run);
+}
+
+// Starts l's waiting requests in order while they may start. REQUIRES: the
+// caller set l->starting (so no other thread starts requests of l).
+void dispatcher::run_lane(lane* l) {
+  std::unique_lock<std::mutex> lock(mtx_);
+  for (;;) {
+    record* r = l->head;
+    if (!r || !may_start(*l, *r)) {
+      l->starting = false;
+      if (!l->head && l->running == 0)
+        drop(l);
+      return;
+    }
+    l->head = r->next;
+    if (!l->head)
+      l->tail = nullptr;
+    r->next = nullptr;
+    ++l->running;
+    if (r->order == ordering::per_session)
+      l->exclusive = true;
+    lock.unlock();
+    start(r); // a completion inside it sees l->starting and leaves l to us
+    lock.lock();
+  }
 }
 
 void dispatcher::submit(json id, bool notification, prepared p) {
-  task t;
-  t.id = std::move(id);
-  t.notification = notification;
-  t.op = std::move(p.op);
+  auto* r = new record;
+  r->id = std::move(id);
+  r->notification = notification;
+  r->order = p.order;
+  r->op = std::move(p.op);
+  const bool keyed = p.order == ordering::pipelined || p.order == ordering::per_session;
   bool run_now = false;
-  std::vector<task> ready;
-  {
+  std::vector<record*> barriers;
+  try {
+    r->owner = shared_from_this();
     std::unique_lock<std::mutex> lock(mtx_);
-    cv_.wait(lock, [this] { return in_flight_ < max_in_flight_; });
-    ++in_flight_;
-    t.seq = next_seq_++;
-    switch (p.order) {
-      case ordering::free:
-        unfinished_.insert(t.seq);
-        run_now = true;
-        break;
-      case ordering::per_session: {
-        unfinished_.insert(t.seq);
-        auto [it, fresh] = chains_.try_emplace(p.key);
-        if (fresh)
-          run_now = true;
-        else
-          it->second.waiting.push_back(std::move(t));
-        break;
-      }
-      case ordering::barrier:
-        barriers_.push_back(std::move(t));
-        ready = ready_barriers();
-        break;
+    if (in_flight_ >= max_in_flight_) {
+      waiting_room_ = true;
+      cv_.wait(lock, [this] { return in_flight_ < max_in_flight_; });
+      waiting_room_ = false;
     }
+    // What can throw (allocation) comes before the request is counted.
+    if (p.order == ordering::barrier) {
+      epochs_.emplace_back();
+      epochs_[epochs_.size() - 2].barrier = r;
+      barriers.reserve(epochs_.size());
+      ++in_flight_;
+      ready_barriers(barriers);
+    } else if (!keyed) {
+      r->epoch = first_epoch_ + epochs_.size() - 1;
+      ++epochs_.back().pending;
+      ++in_flight_;
+      run_now = true;
+    } else {
+      auto [it, fresh] = lanes_.try_emplace(std::move(p.key));
+      lane& l = it->second;
+      if (fresh)
+        l.key = &it->first;
+      r->l = &l;
+      r->epoch = first_epoch_ + epochs_.size() - 1;
+      ++epochs_.back().pending;
+      ++in_flight_;
+      // A lane nobody is starting has no startable head (run_lane and
+      // complete keep that so), so `r` starts now only when nothing waits.
+      if (!l.head && !l.starting && may_start(l, *r)) {
+        ++l.running;
+        if (r->order == ordering::per_session)
+          l.exclusive = true;
+        run_now = true;
+      } else if (l.tail) {
+        l.tail->next = r;
+        l.tail = r;
+      } else {
+        l.head = l.tail = r;
+      }
+    }
+  } catch (...) {
+    delete r;
+    throw;
   }
-  if (run_now) {
-    if (p.order == ordering::per_session)
-      run_chain(p.key, std::move(t));
-    else
-      run_free(std::move(t));
-  }
-  for (auto& b : ready)
-    run_barrier(std::move(b));
+  if (run_now)
+    start(r);
+  for (auto* b : barriers)
+    start(b);
 }
 
 void dispatcher::wait_idle() {
   std::unique_lock<std::mutex> lock(mtx_);
+  ++idle_waiters_;
   cv_.wait(lock, [this] { return in_flight_ == 0; });
+  --idle_waiters_;
 }
 
 std::size_t dispatcher::in_flight() const {

@@ -36,10 +36,10 @@ prepare_result prepare_create(const json& params) {
   prepared x;
   auto id = model::trim(r.session_id);
   if (!id.empty()) {
-    x.order = ordering::per_session;
+    x.order = ordering::pipelined;
     x.key = store::session_key(r.app_name, r.user_id, id);
   }
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.create_session(std::move(r), [reply](result<session> s) {
       reply(to_outcome(s, [](const session& v) { return to_json(v); }));
     });
@@ -55,7 +55,7 @@ prepare_result prepare_get(const json& params) {
   r.after_timestamp = p.optional_number("after_timestamp");
   r.invocation_id = p.optional_string("invocation_id").value_or("");
   prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.get_session_json(std::move(r), [reply](result<std::string> s) {
       if (!s)
         return reply(from_engine(s.err()));
@@ -81,7 +81,7 @@ prepare_result prepare_list(const json& params) {
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
   prepared x;
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.list_sessions(std::move(r), [reply](result<session_page> page) {
       reply(to_outcome(page, [](const session_page& v) {
         json xs = json::array();
@@ -102,12 +102,25 @@ prepare_result prepare_list(const json& params) {
 prepare_result prepare_delete(const json& params) {
   param_reader p(params);
   auto ref = p.ref();
-  prepared x{{}, ordering::per_session, session_key(ref)};
-  x.op = [ref](engine& e, const reply_fn& reply) mutable {
+  prepared x{{}, ordering::pipelined, session_key(ref)};
+  x.op = [ref = std::move(ref)](engine& e, const reply_fn& reply) mutable {
     e.delete_session(std::move(ref), [reply](result<void> r) { reply(to_outcome(r)); });
   };
   return checked(p, std::move(x));
 }
+
+} // namespace
+
+prepared append_call(append_request r) {
+  prepared x{{}, ordering::pipelined, session_key(r.ref)};
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    e.append_event(std::move(r),
+                   [reply](result<append_result> a) { reply(append_outcome(a)); });
+  };
+  return x;
+}
+
+namespace {
 
 // append_event's optional `modify`: an array of state operations
 // (state_modify_from_json), checked before the event is written.
@@ -142,23 +155,17 @@ prepare_result prepare_append(const json& params) {
   }
   r.expected_version = p.optional_uint("expected_version");
   read_modify(params, p, r.modify);
-  prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
-    e.append_event(std::move(r), [reply](result<append_result> a) {
-      reply(to_outcome(a, [](const append_result& v) {
-        return json{{"event", to_json(v.ev)}, {"version", v.version}};
-      }));
-    });
-  };
-  return checked(p, std::move(x));
+  if (p.failure())
+    return *p.failure();
+  return append_call(std::move(r));
 }
 
 prepare_result prepare_end_invocation(const json& params) {
   param_reader p(params);
   auto ref = p.ref();
   auto inv = p.required_string("invocation_id");
-  prepared x{{}, ordering::per_session, session_key(ref)};
-  x.op = [ref, inv](engine& e, const reply_fn& reply) mutable {
+  prepared x{{}, ordering::pipelined, session_key(ref)};
+  x.op = [ref = std::move(ref), inv = std::move(inv)](engine& e, const reply_fn& reply) mutable {
     e.end_invocation(std::move(ref), std::move(inv),
                      [reply](result<void> r) { reply(to_outcome(r)); });
   };
@@ -176,7 +183,7 @@ prepare_result prepare_inject_state(const json& params) {
   r.invocation_id = p.optional_string("invocation_id").value_or("");
   auto tmpl = p.required_string("template");
   prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r, tmpl](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r), tmpl = std::move(tmpl)](engine& e, const reply_fn& reply) mutable {
     auto id = r.ref.session_id;
     e.get_session(std::move(r), [reply, id = std::move(id),
                                  tmpl = std::move(tmpl)](result<std::optional<session>> s) {
