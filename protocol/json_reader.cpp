@@ -151,6 +151,26 @@ bool json_cursor::read_string(std::string& out) {
   return false;
 }
 
+bool json_cursor::read_key(std::string_view& out, std::string& scratch) {
+  if (!next_is('"'))
+    return false;
+  // Plain printable ASCII up to the closing quote is the name as it stands.
+  const char* first = p_ + 1;
+  const char* q = first;
+  while (q < end_ && model::plain_bytes[static_cast<unsigned char>(*q)])
+    ++q;
+  if (q < end_ && *q == '"') {
+    out = std::string_view(first, static_cast<std::size_t>(q - first));
+    p_ = q + 1;
+    return true;
+  }
+  scratch.clear();
+  if (!read_string(scratch))
+    return false;
+  out = scratch;
+  return true;
+}
+
 // nlohmann's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?; an
 // integer is unsigned unless negative; a fraction or exponent makes a
 // double (correctly rounded, as strtod).

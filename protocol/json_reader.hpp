@@ -33,8 +33,11 @@ public:
   bool next_is(char c);
   /// True when a container that `depth` containers enclose may start.
   bool may_open(std::size_t depth) const { return depth < max_depth_; }
-  /// A string (the next item must be one).
+  /// A string (the next item must be one), appended to `out`.
   bool read_string(std::string& out);
+  /// A member name: `out` views the text when the name has no escapes, else
+  /// `scratch`, which holds it decoded. Valid until the next read.
+  bool read_key(std::string_view& out, std::string& scratch);
   /// A number, as parse_json types it.
   bool read_number(json& out);
   /// Any value that `depth` containers enclose.

@@ -40,9 +40,10 @@ bool read_actions(json_cursor& c, event_actions& a) {
   if (c.take('}'))
     return true;
   bool delta = false, remove = false, artifacts = false;
+  std::string scratch;
   for (;;) {
-    std::string key;
-    if (!c.read_string(key) || !c.take(':'))
+    std::string_view key;
+    if (!c.read_key(key, scratch) || !c.take(':'))
       return false;
     if (key == "state_delta" || key == "artifact_delta") {
       bool& seen = key == "state_delta" ? delta : artifacts;
@@ -73,7 +74,7 @@ bool read_actions(json_cursor& c, event_actions& a) {
     } else {
       json v;
       if (!c.read_value(v, 4)
-          || !a.extra.get_ptr<json::object_t*>()->emplace(std::move(key), std::move(v)).second)
+          || !a.extra.get_ptr<json::object_t*>()->emplace(std::string(key), std::move(v)).second)
         return false;
     }
     if (c.take('}'))
@@ -92,9 +93,10 @@ bool read_event(json_cursor& c, event& ev) {
   bool id = false, invocation = false, author = false, timestamp = false, partial = false,
        content = false, actions = false;
   auto once = [](bool& seen) { return !std::exchange(seen, true); };
+  std::string scratch;
   for (;;) {
-    std::string key;
-    if (!c.read_string(key) || !c.take(':'))
+    std::string_view key;
+    if (!c.read_key(key, scratch) || !c.take(':'))
       return false;
     bool ok;
     if (key == "id") {
@@ -126,7 +128,7 @@ bool read_event(json_cursor& c, event& ev) {
     } else {
       json v;
       ok = c.read_value(v, 3)
-           && ev.extra.get_ptr<json::object_t*>()->emplace(std::move(key), std::move(v)).second;
+           && ev.extra.get_ptr<json::object_t*>()->emplace(std::string(key), std::move(v)).second;
     }
     if (!ok)
       return false;
@@ -145,9 +147,10 @@ bool read_append_params(json_cursor& c, append_request& r) {
   auto once = [](bool& seen) { return !std::exchange(seen, true); };
   if (c.take('}'))
     return false; // missing parameters: the general path says which
+  std::string scratch;
   for (;;) {
-    std::string key;
-    if (!c.read_string(key) || !c.take(':'))
+    std::string_view key;
+    if (!c.read_key(key, scratch) || !c.take(':'))
       return false;
     bool ok;
     if (key == "app_name")
@@ -183,13 +186,14 @@ bool decode_append(std::string_view line, std::size_t max_depth, decoded_request
     return false;
   bool version = false, id = false, method = false, params = false;
   append_request r;
+  std::string scratch, value_scratch;
   for (;;) {
-    std::string key;
-    if (!c.read_string(key) || !c.take(':'))
+    std::string_view key;
+    if (!c.read_key(key, scratch) || !c.take(':'))
       return false;
     if (key == "jsonrpc") {
-      std::string v;
-      if (version || !c.read_string(v) || v != "2.0")
+      std::string_view v;
+      if (version || !c.read_key(v, value_scratch) || v != "2.0")
         return false;
       version = true;
     } else if (key == "id") {
@@ -198,8 +202,8 @@ bool decode_append(std::string_view line, std::size_t max_depth, decoded_request
         return false;
       id = true;
     } else if (key == "method") {
-      std::string v;
-      if (method || !c.read_string(v) || v != "append_event")
+      std::string_view v;
+      if (method || !c.read_key(v, value_scratch) || v != "append_event")
         return false;
       method = true;
     } else if (key == "params") {
