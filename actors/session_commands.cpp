@@ -4,7 +4,8 @@
 
 #include <caf/all.hpp>
 
-#include "actors/validate.hpp"
+#include "actors/prepare.hpp"
+#include "model/checks.hpp"
 #include "agentstate/scope.hpp"
 #include "model/ids.hpp"
 #include "store/reads.hpp"
@@ -65,7 +66,7 @@ void on_create(session_actor_t self, create_cmd& cmd) {
 
 void on_append(session_actor_t self, append_cmd& cmd) {
   auto& st0 = self->state;
-  auto checked = validate_event(st0.core->opts.limit, cmd.req.ev);
+  auto checked = model::validate_event(st0.core->opts.limit, cmd.req.ev);
   if (!checked) {
     answer(self, [cb = std::move(cmd.cb), e = std::move(checked).err()] { cb(e); });
     return;

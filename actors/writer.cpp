@@ -12,7 +12,7 @@
 #include "actors/core.hpp"
 #include "actors/messages.hpp"
 #include "actors/spin.hpp"
-#include "actors/validate.hpp"
+#include "actors/resolve.hpp"
 #include "store/commit.hpp"
 
 namespace agentstate::detail {

@@ -1,0 +1,57 @@
+// The blocking form of every engine call: the async form, awaited.
+#include "agentstate/engine.hpp"
+
+#include "actors/block_on.hpp"
+
+namespace agentstate {
+
+using namespace detail;
+
+result<session> engine::create_session(create_request req) {
+  return block_on<session>(*core_,
+                           [&](callback<session> cb) { create_session(std::move(req), cb); });
+}
+result<std::optional<session>> engine::get_session(get_request req) {
+  return block_on<std::optional<session>>(
+    *core_, [&](callback<std::optional<session>> cb) { get_session(std::move(req), cb); });
+}
+result<session_page> engine::list_sessions(list_request req) {
+  return block_on<session_page>(
+    *core_, [&](callback<session_page> cb) { list_sessions(std::move(req), cb); });
+}
+result<std::string> engine::get_session_json(get_request req) {
+  return block_on<std::string>(
+    *core_, [&](callback<std::string> cb) { get_session_json(std::move(req), cb); });
+}
+result<void> engine::delete_session(session_ref ref) {
+  return block_on<void>(*core_,
+                        [&](callback<void> cb) { delete_session(std::move(ref), cb); });
+}
+result<append_result> engine::append_event(append_request req) {
+  return block_on<append_result>(
+    *core_, [&](callback<append_result> cb) { append_event(std::move(req), cb); });
+}
+result<session> engine::begin_invocation(session_ref ref, std::string invocation_id) {
+  return block_on<session>(*core_, [&](callback<session> cb) {
+    begin_invocation(std::move(ref), std::move(invocation_id), cb);
+  });
+}
+result<void> engine::end_invocation(session_ref ref, std::string invocation_id) {
+  return block_on<void>(*core_, [&](callback<void> cb) {
+    end_invocation(std::move(ref), std::move(invocation_id), cb);
+  });
+}
+result<json> engine::get_app_state(std::string app_name) {
+  return block_on<json>(*core_,
+                        [&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
+}
+result<json> engine::get_user_state(std::string app_name, std::string user_id) {
+  return block_on<json>(*core_, [&](callback<json> cb) {
+    get_user_state(std::move(app_name), std::move(user_id), cb);
+  });
+}
+result<void> engine::flush() {
+  return block_on<void>(*core_, [&](callback<void> cb) { flush(cb); });
+}
+
+} // namespace agentstate

@@ -1,0 +1,199 @@
+// agentstate::engine's lifecycle: option checks, store ownership (the lock
+// file and the in-process registry), the actor system, close, stats.
+#include "agentstate/engine.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/core.hpp"
+#include "actors/engine_factory.hpp"
+#include "actors/messages.hpp"
+#include "actors/polling_sharing.hpp"
+#include "actors/spin.hpp"
+#include "model/checks.hpp"
+#include "model/ids.hpp"
+#include "model/text.hpp"
+#include "store/commit.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/listing.hpp"
+#include "store/open.hpp"
+#include "store/reads.hpp"
+
+namespace agentstate {
+
+namespace detail {
+
+namespace {
+
+result<void> check_options(const options& o) {
+  auto bad = [](std::string m) { return error{errc::invalid_argument, std::move(m)}; };
+  if (o.mode != durability::memory && o.dir.empty())
+    return bad("options.dir is required unless durability is memory");
+  if (o.limit.max_json_depth == 0 || o.limit.max_json_depth > store::stored_json_depth)
+    return bad("options.limit.max_json_depth must be 1.."
+               + std::to_string(store::stored_json_depth));
+  if (o.max_batch_count == 0 || o.max_batch_bytes == 0)
+    return bad("options.max_batch_count and max_batch_bytes must be positive");
+  if (o.idle_timeout.count() <= 0)
+    return bad("options.idle_timeout must be positive");
+  if (o.spin_wait.count() < 0 || o.spin_wait > std::chrono::milliseconds(10))
+    return bad("options.spin_wait must be 0..10 ms");
+  if (o.scheduler != "sharing" && o.scheduler != "stealing")
+    return bad("options.scheduler must be \"sharing\" or \"stealing\"");
+  if (o.write_map && o.mode != durability::nosync)
+    return bad("options.write_map needs durability nosync");
+  if (o.max_store_bytes < (std::uint64_t{1} << 20))
+    return bad("options.max_store_bytes must be at least 1 MiB");
+  return model::check_derived(o.derived);
+}
+
+} // namespace
+
+std::string session_dir_key(const session_ref& r) {
+  return 's' + store::session_key(r.app_name, r.user_id, r.session_id);
+}
+
+std::string user_dir_key(const std::string& app, const std::string& user) {
+  return 'u' + store::user_scope_key(app, user);
+}
+
+std::string app_dir_key(const std::string& app) {
+  return 'a' + app;
+}
+
+std::chrono::microseconds commit_poll(const options& o) {
+  if (o.spin_wait.count() <= 0 || o.mode != durability::sync)
+    return o.spin_wait;
+  return std::max<std::chrono::microseconds>(o.spin_wait, std::chrono::milliseconds(1));
+}
+
+} // namespace detail
+
+using namespace detail;
+
+json to_json(const engine_stats& x) {
+  return json{{"sessions_live", x.sessions_live},   {"users_live", x.users_live},
+              {"apps_live", x.apps_live},           {"activations", x.activations},
+              {"passivations", x.passivations},     {"appends", x.appends},
+              {"deduplicated", x.deduplicated},     {"commits", x.commits},
+              {"batched_writes", x.batched_writes}, {"max_batch", x.max_batch},
+              {"failed_writes", x.failed_writes},   {"resident_trims", x.resident_trims}};
+}
+
+engine::engine(std::unique_ptr<engine_core> core) : core_(std::move(core)) {}
+
+engine::~engine() {
+  close();
+}
+
+result<std::unique_ptr<engine>> engine::open(const options& opts) {
+  return engine_factory::open(opts, nullptr);
+}
+
+result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
+                                                     const store_wrapper& wrap) {
+  if (auto r = check_options(opts); !r)
+    return std::move(r).err();
+  auto core = std::make_unique<engine_core>();
+  core->opts = opts;
+  for (auto& d : opts.derived)
+    core->derived_inputs.insert(d.inputs.begin(), d.inputs.end());
+  if (core->opts.threads == 0)
+    core->opts.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (opts.mode == durability::memory) {
+    core->kv = store::make_memory_kv();
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(opts.dir, ec);
+    if (ec)
+      return error{errc::io_error,
+                   "cannot create store directory '" + opts.dir + "': " + ec.message()};
+    auto dir = std::filesystem::canonical(opts.dir, ec).string();
+    if (ec)
+      return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
+    if (auto r = core->lock.acquire(dir); !r)
+      return std::move(r).err();
+    auto kv = store::open_lmdb(dir, opts.mode == durability::sync, opts.max_store_bytes,
+                               {opts.max_resident_store_bytes, std::chrono::milliseconds(250)},
+                               opts.write_map);
+    if (!kv)
+      return std::move(kv).err();
+    core->kv = std::move(*kv);
+  }
+  if (auto r = store::init_meta(*core->kv, "0.1.0"); !r)
+    return std::move(r).err();
+  if (wrap)
+    core->kv = wrap(std::move(core->kv));
+  core->cfg = std::make_unique<caf::actor_system_config>();
+  core->cfg->set("scheduler.policy", caf::atom_from_string(core->opts.scheduler));
+  core->cfg->set("scheduler.max-threads", core->opts.threads);
+  // "sharing" with polling: CAF builds no scheduler of its own when a module
+  // factory supplies one.
+  if (core->opts.scheduler == "sharing" && core->opts.spin_wait.count() > 0) {
+    auto* shared = core.get();
+    core->cfg->module_factories.push_back([shared](caf::actor_system& sys) {
+      auto* c = new caf::scheduler::coordinator<polling_sharing>(sys);
+      c->data().spin = shared->opts.spin_wait;
+      c->data().committing = &shared->committing;
+      c->data().commit_poll = commit_poll(shared->opts);
+      return static_cast<caf::actor_system::module*>(c);
+    });
+  }
+  core->sys = std::make_unique<caf::actor_system>(*core->cfg);
+  core->writer = spawn_writer(*core);
+  return std::unique_ptr<engine>(new engine(std::move(core)));
+}
+
+result<void> engine::close() {
+  if (!core_ || core_->closed.exchange(true))
+    return {};
+  for (auto& key : core_->sessions.close())
+    core_->sessions.route(key, shutdown_cmd{}, nullptr, true);
+  for (auto& key : core_->scopes.close())
+    core_->scopes.route(key, shutdown_cmd{}, nullptr, true);
+  while (core_->sessions.live() + core_->scopes.live() > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  caf::anon_send(core_->writer, stop_writer_cmd{});
+  core_->writer = nullptr;
+  core_->sys->await_all_actors_done();
+  auto out = store::sync(*core_->kv);
+  core_->sys.reset();
+  core_->kv.reset();
+  core_->lock.release();
+  return out;
+}
+
+const options& engine::opts() const {
+  return core_->opts;
+}
+
+engine_stats engine::stats() const {
+  auto& c = core_->stats;
+  auto ld = [](const std::atomic<std::uint64_t>& x) { return x.load(std::memory_order_relaxed); };
+  engine_stats s;
+  s.sessions_live = ld(c.sessions_live);
+  s.users_live = ld(c.users_live);
+  s.apps_live = ld(c.apps_live);
+  s.activations = ld(c.activations);
+  s.passivations = ld(c.passivations);
+  s.appends = ld(c.appends);
+  s.deduplicated = ld(c.deduplicated);
+  s.commits = ld(c.commits);
+  s.batched_writes = ld(c.batched_writes);
+  s.max_batch = ld(c.max_batch);
+  s.failed_writes = ld(c.failed_writes);
+  s.resident_trims = core_->kv ? core_->kv->resident_trims() : 0;
+  return s;
+}
+
+} // namespace agentstate
