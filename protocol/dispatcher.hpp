@@ -29,7 +29,13 @@ namespace agentstate::protocol::detail {
 /// completed. One session's requests are started in the order they were
 /// submitted, one at a time (never two threads starting calls of one
 /// session at once), so the engine's per-session order is the stream's.
-/// Each answered request's response line goes to `write`, one call at a time.
+///
+/// Responses: each answered request's response line goes to `write`, one
+/// call at a time. One session's responses go out in the order its requests
+/// were submitted: a reply that arrives before an earlier one of its session
+/// (an error the engine or a refusal answers at once) waits for it. A
+/// request counts as completed (for per_session, barriers, the in-flight cap
+/// and wait_idle) once its response has been passed to `write`.
 ///
 /// Ownership: always held by shared_ptr (create with std::make_shared); every
 /// request in flight holds one, so the dispatcher outlives its rpc_session
@@ -37,10 +43,12 @@ namespace agentstate::protocol::detail {
 /// engine.
 /// Thread safety: submit() from one thread (the stream's reader); answer(),
 /// wait_idle() and in_flight() from any; completions arrive on engine
-/// threads, and may start the requests they unblock there.
+/// threads, and may start the requests they unblock there and write the
+/// responses they release.
 /// Cost per request: one allocation for its record, one lock of the
-/// dispatcher's mutex to admit it and one to complete it; a session's entry
-/// lives while it has requests in flight.
+/// dispatcher's mutex to admit it and two to complete it (one more for a
+/// session's request); a session's entry lives while it has requests in
+/// flight.
 class dispatcher : public std::enable_shared_from_this<dispatcher> {
 public:
   /// `max_in_flight` 0 counts as 1. `write` as for rpc_session.
@@ -76,18 +84,25 @@ private:
     lane* l = nullptr;        ///< its session's lane (pipelined, per_session)
     std::uint64_t epoch = 0;  ///< the epoch it was admitted in (not barriers)
     record* next = nullptr;   ///< the next waiting request of its lane
+    record* later = nullptr;  ///< the next unanswered request of its lane
+    bool ready = false;       ///< replied; `line` waits for earlier answers
+    bool has_line = false;    ///< `line` is to be written (not a notification)
+    std::string line;         ///< its response, while it waits
     std::atomic<bool> replied{false};
     std::atomic<int> phase{0};
   };
   /// A session with requests in flight or waiting: its requests waiting to
-  /// start, in order, and what runs.
+  /// start, in order, what runs, and its requests not yet answered, in order.
   struct lane {
     const std::string* key = nullptr; ///< its key in lanes_
     std::size_t running = 0;          ///< started, not completed
     bool exclusive = false;           ///< a per_session request is running
     bool starting = false;            ///< a thread is starting its waiting ones
-    record* head = nullptr;
+    bool answering = false;           ///< a thread is writing its answers
+    record* head = nullptr;           ///< waiting to start (via `next`)
     record* tail = nullptr;
+    record* first = nullptr;          ///< admitted, unanswered (via `later`)
+    record* last = nullptr;
   };
   /// Requests admitted between two barriers, and the barrier that closes
   /// them (null for the newest, open one).
@@ -98,9 +113,14 @@ private:
 
   void start(record* r);
   void on_reply(record* r, outcome o);
-  void complete(record* r);
+  void write_line(std::string line);
+  static record* take_ready(lane* l);
+  void answer_lane(lane* l, record* batch);
+  void settle(record* r, lane*& to_run, std::vector<record*>& barriers);
+  void after_settle(lane* to_run, std::vector<record*>& barriers);
+  static void release(record* r);
   void run_lane(lane* l);
-  void drop(lane* l);
+  void drop_if_idle(lane* l);
   void ready_barriers(std::vector<record*>& out);
   static bool may_start(const lane& l, const record& r);
 

@@ -112,7 +112,10 @@ prepare_result prepare_delete(const json& params) {
 } // namespace
 
 prepared append_call(append_request r) {
-  prepared x{{}, ordering::pipelined, session_key(r.ref)};
+  // A modify can fail at commit, which would fail the appends pipelined
+  // behind it (unavailable): such an append runs alone.
+  prepared x{{}, r.modify.empty() ? ordering::pipelined : ordering::per_session,
+             session_key(r.ref)};
   x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.append_event(std::move(r),
                    [reply](result<append_result> a) { reply(append_outcome(a)); });
@@ -238,32 +241,73 @@ prepare_result prepare_stats(const json&) {
   return x;
 }
 
+/// Which session a method's request is sequenced under.
+enum class names {
+  nothing, ///< free or barrier
+  session, ///< app_name, user_id, session_id as given
+  created, ///< create_session: its trimmed session_id, when not empty
+};
+
 struct method {
   std::string_view name;
   prepare_fn prepare;
+  names keyed;
 };
 
 constexpr method methods[] = {
-  {"create_session", prepare_create},
-  {"get_session", prepare_get},
-  {"list_sessions", prepare_list},
-  {"delete_session", prepare_delete},
-  {"append_event", prepare_append},
-  {"end_invocation", prepare_end_invocation},
-  {"inject_state", prepare_inject_state},
-  {"get_app_state", prepare_app_state},
-  {"get_user_state", prepare_user_state},
-  {"flush", prepare_flush},
-  {"stats", prepare_stats},
+  {"create_session", prepare_create, names::created},
+  {"get_session", prepare_get, names::session},
+  {"list_sessions", prepare_list, names::nothing},
+  {"delete_session", prepare_delete, names::session},
+  {"append_event", prepare_append, names::session},
+  {"end_invocation", prepare_end_invocation, names::session},
+  {"inject_state", prepare_inject_state, names::session},
+  {"get_app_state", prepare_app_state, names::nothing},
+  {"get_user_state", prepare_user_state, names::nothing},
+  {"flush", prepare_flush, names::nothing},
+  {"stats", prepare_stats, names::nothing},
 };
+
+const method* lookup(std::string_view name) {
+  for (const auto& m : methods)
+    if (m.name == name)
+      return &m;
+  return nullptr;
+}
+
+const std::string* string_member(const json& params, const char* name) {
+  auto it = params.find(name);
+  return it != params.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+}
 
 } // namespace
 
 prepare_fn find_method(std::string_view name) {
-  for (const auto& m : methods)
-    if (m.name == name)
-      return m.prepare;
-  return nullptr;
+  auto m = lookup(name);
+  return m ? m->prepare : nullptr;
+}
+
+std::optional<std::string> named_session_key(std::string_view name, const json& params) {
+  auto m = lookup(name);
+  if (!m || m->keyed == names::nothing || !params.is_object())
+    return std::nullopt;
+  auto app = string_member(params, "app_name");
+  auto user = string_member(params, "user_id");
+  auto id = string_member(params, "session_id");
+  if (!app || !user || !id)
+    return std::nullopt;
+  if (m->keyed == names::session)
+    return store::session_key(*app, *user, *id);
+  auto trimmed = model::trim(*id);
+  if (trimmed.empty())
+    return std::nullopt;
+  return store::session_key(*app, *user, trimmed);
+}
+
+prepared refusal_call(rpc_failure f, std::string key) {
+  prepared x{{}, ordering::pipelined, std::move(key)};
+  x.op = [f = std::move(f)](engine&, const reply_fn& reply) { reply(outcome{f}); };
+  return x;
 }
 
 } // namespace agentstate::protocol::detail

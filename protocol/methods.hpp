@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -24,9 +25,11 @@ using operation = std::function<void(engine&, const reply_fn&)>;
 ///    id, append_event, delete_session, end_invocation): started as soon as
 ///    the earlier requests naming the same session have been started, so a
 ///    session's writes reach the engine back to back and share commits;
-///  * per_session: a read of the session (get_session, inject_state): started
-///    once every earlier request naming the session has completed, and the
-///    later ones wait until it has, so it sees exactly the writes before it;
+///  * per_session: a read of the session (get_session, inject_state), and an
+///    append_event with `modify` (which can fail at commit, and would then
+///    fail the appends pipelined behind it): started once every earlier
+///    request naming the session has completed, and the later ones wait
+///    until it has, so it sees exactly the writes before it;
 ///  * barrier (flush): once every earlier request has completed.
 /// Either way a session's requests reach the engine in the stream's order.
 enum class ordering { free, pipelined, per_session, barrier };
@@ -54,5 +57,18 @@ prepared append_call(append_request r);
 /// The method named `name`, or nullptr when there is none. Cost: a scan of
 /// the table's eleven names.
 prepare_fn find_method(std::string_view name);
+
+/// The sequencing key a request of method `name` with `params` would run
+/// under (see prepared::key), judged from the name members alone (strings
+/// app_name, user_id, session_id; create_session's trimmed and not empty);
+/// nullopt when the method is not about one session or they are missing.
+/// Throws only bad_alloc.
+std::optional<std::string> named_session_key(std::string_view name, const json& params);
+
+/// A request that only answers `f`, sequenced under `key` as a pipelined
+/// write: a refused request that names a session is answered in that
+/// session's order (after the responses to its earlier requests). Throws
+/// only bad_alloc.
+prepared refusal_call(rpc_failure f, std::string key);
 
 } // namespace agentstate::protocol::detail

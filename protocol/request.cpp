@@ -285,7 +285,12 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   }
   auto p = prepare(params);
   if (auto f = std::get_if<rpc_failure>(&p)) {
-    if (!d.notification)
+    if (d.notification)
+      return d;
+    // Refused, but naming a session: answered in that session's order.
+    if (auto key = named_session_key(name, params))
+      d.run = refusal_call(std::move(*f), std::move(*key));
+    else
       d.refusal = std::move(*f);
     return d;
   }
