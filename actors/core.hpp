@@ -13,7 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
-#include "actors/directory.hpp"
+#include "actors/registry.hpp"
 #include "actors/messages.hpp"
 #include "agentstate/engine.hpp"
 #include "store/kv.hpp"
@@ -38,21 +38,23 @@ struct engine_core {
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   writer_hdl writer;
-  directory<session_actor_hdl> sessions; ///< live session actors
-  directory<scope_actor_hdl> scopes;     ///< live user and app scope actors
+  registry<session_actor_hdl> sessions; ///< live session actors
+  registry<scope_actor_hdl> scopes;     ///< live user and app scope actors
   counters stats;
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).
   std::atomic<int> spinners{0};
   store::store_lock lock; ///< held while open, in LMDB modes
+  /// The actors run on CAF's test coordinator (engine_factory::open).
+  bool deterministic = false;
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;
 };
 
 /// Directory keys: a kind byte, then the store key of the identity.
-std::string session_dir_key(const session_ref& r);
-std::string user_dir_key(const std::string& app, const std::string& user);
-std::string app_dir_key(const std::string& app);
+std::string session_registry_key(const session_ref& r);
+std::string user_registry_key(const std::string& app, const std::string& user);
+std::string app_registry_key(const std::string& app);
 
 /// Spawns a session actor for `r` (lazily started, rehydrates on first use).
 session_actor_hdl spawn_session_actor(engine_core& core, session_ref r);
@@ -62,14 +64,10 @@ scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
 /// Spawns the detached store writer.
 writer_hdl spawn_writer(engine_core& core);
 
-/// How long a waiter polls in all, past options::spin_wait, while the writer
-/// is committing (`engine_core::committing`): a reply is then on its way, and
-/// a durable commit (two disk flushes, 0.2-1 ms here) outlasts spin_wait, so
-/// a waiter that parked at spin_wait would add a wake-up (tens of µs) to
-/// each awaited append. max(spin_wait, 1 ms) in sync mode; spin_wait (no
-/// extension) otherwise: nosync and memory commits take tens of µs, and
-/// polling on through them only cost CPU (bench b nosync --write-map:
-/// +1.5-3 CPU-µs per event, no faster).
+/// How long a waiter polls in all while the writer is committing
+/// (`engine_core::committing`): max(spin_wait, 1 ms) under durability::sync,
+/// whose commits outlast spin_wait; spin_wait otherwise (docs/performance.md,
+/// "Polling").
 std::chrono::microseconds commit_poll(const options& o);
 
 

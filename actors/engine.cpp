@@ -47,7 +47,7 @@ namespace {
 // Routes a command to the session actor of `ref`, spawning it if needed.
 template <class Cmd, class T>
 void to_session(engine_core& core, const session_ref& ref, Cmd&& cmd, callback<T>& cb) {
-  auto key = session_dir_key(ref);
+  auto key = session_registry_key(ref);
   auto make = [&core, &ref] { return spawn_session_actor(core, ref); };
   if (!core.sessions.route(key, std::forward<Cmd>(cmd), make))
     cb(closing_error());
@@ -164,7 +164,7 @@ void engine::end_invocation(session_ref ref, std::string invocation_id, callback
     return cb(std::move(r).err());
   // Only a live actor can hold temp: state; a passivated session has none.
   end_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};
-  if (!core_->sessions.route(session_dir_key(ref), std::move(cmd), nullptr)) {
+  if (!core_->sessions.route(session_registry_key(ref), std::move(cmd), nullptr)) {
     if (core_->closed.load())
       cmd.cb(closing_error());
     else
@@ -178,7 +178,7 @@ void engine::get_app_state(std::string app_name, callback<json> cb) {
   auto& core = *core_;
   scope_get_cmd cmd{std::move(cb)};
   auto make = [&core, &app_name] { return spawn_scope_actor(core, app_name, std::nullopt); };
-  if (!core.scopes.route(app_dir_key(app_name), std::move(cmd), make))
+  if (!core.scopes.route(app_registry_key(app_name), std::move(cmd), make))
     cmd.cb(closing_error());
 }
 
@@ -192,7 +192,7 @@ void engine::get_user_state(std::string app_name, std::string user_id, callback<
   auto make = [&core, &app_name, &user_id] {
     return spawn_scope_actor(core, app_name, user_id);
   };
-  if (!core.scopes.route(user_dir_key(app_name, user_id), std::move(cmd), make))
+  if (!core.scopes.route(user_registry_key(app_name, user_id), std::move(cmd), make))
     cmd.cb(closing_error());
 }
 

@@ -1,10 +1,14 @@
-// actors/engine_factory.hpp: opening an engine over a wrapped store. The
-// fault-injection tests use it to put store/fault_kv.hpp between the engine
-// and LMDB; engine::open is this with no wrapper.
+// actors/engine_factory.hpp: the engine's internal entry points, for tests:
+// opening an engine over a wrapped store (the fault-injection tests put a
+// failing store between the engine and LMDB) or on CAF's deterministic test
+// scheduler, and reaching its store and actor system. engine::open is
+// engine_factory::open with neither.
 #pragma once
 
 #include <functional>
 #include <memory>
+
+#include <caf/fwd.hpp>
 
 #include "agentstate/engine.hpp"
 #include "store/kv.hpp"
@@ -14,10 +18,22 @@ namespace agentstate::detail {
 using store_wrapper =
   std::function<std::unique_ptr<store::kv_store>(std::unique_ptr<store::kv_store>)>;
 
+/// Internal entry points, in the manner of LevelDB's TEST_ hooks: engine
+/// befriends this struct, so tests reach internals only through it.
 struct engine_factory {
   /// As engine::open; the opened store is passed through `wrap` (if set)
-  /// before the engine uses it.
-  static result<std::unique_ptr<engine>> open(const options& opts, const store_wrapper& wrap);
+  /// before the engine uses it. With `deterministic`, the engine's actors
+  /// run on CAF's test coordinator (scheduler policy "testing"): nothing
+  /// runs until the test runs it (system_of(e).scheduler(), a
+  /// caf::scheduler::test_coordinator), timers fire when the test advances
+  /// the clock, and the store writer is a scheduled actor committing one
+  /// write set per message. Blocking calls must not be used then.
+  static result<std::unique_ptr<engine>> open(const options& opts, const store_wrapper& wrap,
+                                              bool deterministic = false);
+  /// The engine's store (for tests that read it directly). REQUIRES: open.
+  static store::kv_store& store_of(engine& e);
+  /// The engine's actor system. REQUIRES: open.
+  static caf::actor_system& system_of(engine& e);
 };
 
 } // namespace agentstate::detail

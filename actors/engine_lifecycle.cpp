@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
@@ -39,8 +40,8 @@ result<void> check_options(const options& o) {
   auto bad = [](std::string m) { return error{errc::invalid_argument, std::move(m)}; };
   if (o.mode != durability::memory && o.dir.empty())
     return bad("options.dir is required unless durability is memory");
-  if (o.limit.max_json_depth == 0 || o.limit.max_json_depth > store::stored_json_depth)
-    return bad("options.limit.max_json_depth must be 1.."
+  if (o.limits.max_json_depth == 0 || o.limits.max_json_depth > store::stored_json_depth)
+    return bad("options.limits.max_json_depth must be 1.."
                + std::to_string(store::stored_json_depth));
   if (o.max_batch_count == 0 || o.max_batch_bytes == 0)
     return bad("options.max_batch_count and max_batch_bytes must be positive");
@@ -48,8 +49,8 @@ result<void> check_options(const options& o) {
     return bad("options.idle_timeout must be positive");
   if (o.spin_wait.count() < 0 || o.spin_wait > std::chrono::milliseconds(10))
     return bad("options.spin_wait must be 0..10 ms");
-  if (o.scheduler != "sharing" && o.scheduler != "stealing")
-    return bad("options.scheduler must be \"sharing\" or \"stealing\"");
+  if (o.scheduler != scheduler_policy::sharing && o.scheduler != scheduler_policy::stealing)
+    return bad("options.scheduler must be sharing or stealing");
   if (o.write_map && o.mode != durability::nosync)
     return bad("options.write_map needs durability nosync");
   if (o.max_store_bytes < (std::uint64_t{1} << 20))
@@ -59,15 +60,15 @@ result<void> check_options(const options& o) {
 
 } // namespace
 
-std::string session_dir_key(const session_ref& r) {
+std::string session_registry_key(const session_ref& r) {
   return 's' + store::session_key(r.app_name, r.user_id, r.session_id);
 }
 
-std::string user_dir_key(const std::string& app, const std::string& user) {
+std::string user_registry_key(const std::string& app, const std::string& user) {
   return 'u' + store::user_scope_key(app, user);
 }
 
-std::string app_dir_key(const std::string& app) {
+std::string app_registry_key(const std::string& app) {
   return 'a' + app;
 }
 
@@ -101,7 +102,8 @@ result<std::unique_ptr<engine>> engine::open(const options& opts) {
 }
 
 result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
-                                                     const store_wrapper& wrap) {
+                                                     const store_wrapper& wrap,
+                                                     bool deterministic) {
   if (auto r = check_options(opts); !r)
     return std::move(r).err();
   auto core = std::make_unique<engine_core>();
@@ -135,11 +137,19 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
   if (wrap)
     core->kv = wrap(std::move(core->kv));
   core->cfg = std::make_unique<caf::actor_system_config>();
-  core->cfg->set("scheduler.policy", caf::atom_from_string(core->opts.scheduler));
-  core->cfg->set("scheduler.max-threads", core->opts.threads);
+  core->deterministic = deterministic;
+  if (deterministic) {
+    core->cfg->set("scheduler.policy", caf::atom("testing"));
+  } else {
+    core->cfg->set("scheduler.policy", core->opts.scheduler == scheduler_policy::sharing
+                                         ? caf::atom("sharing")
+                                         : caf::atom("stealing"));
+    core->cfg->set("scheduler.max-threads", core->opts.threads);
+  }
   // "sharing" with polling: CAF builds no scheduler of its own when a module
   // factory supplies one.
-  if (core->opts.scheduler == "sharing" && core->opts.spin_wait.count() > 0) {
+  if (!deterministic && core->opts.scheduler == scheduler_policy::sharing
+      && core->opts.spin_wait.count() > 0) {
     auto* shared = core.get();
     core->cfg->module_factories.push_back([shared](caf::actor_system& sys) {
       auto* c = new caf::scheduler::coordinator<polling_sharing>(sys);
@@ -154,6 +164,14 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 
+store::kv_store& engine_factory::store_of(engine& e) {
+  return *e.core_->kv;
+}
+
+caf::actor_system& engine_factory::system_of(engine& e) {
+  return *e.core_->sys;
+}
+
 result<void> engine::close() {
   if (!core_ || core_->closed.exchange(true))
     return {};
@@ -161,9 +179,21 @@ result<void> engine::close() {
     core_->sessions.route(key, shutdown_cmd{}, nullptr, true);
   for (auto& key : core_->scopes.close())
     core_->scopes.route(key, shutdown_cmd{}, nullptr, true);
-  while (core_->sessions.live() + core_->scopes.live() > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  caf::anon_send(core_->writer, stop_writer_cmd{});
+  auto actors_gone = [this] { return core_->sessions.live() + core_->scopes.live() == 0; };
+  if (core_->deterministic) {
+    // Nothing runs unless run here: the actors finish their work, then the
+    // writer stops.
+    auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(core_->sys->scheduler());
+    while (!actors_gone())
+      if (sched.run() == 0 && sched.trigger_timeouts() == 0)
+        std::this_thread::yield(); // a reply from the store is on its way
+    caf::anon_send(core_->writer, stop_writer_cmd{});
+    sched.run();
+  } else {
+    while (!actors_gone())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    caf::anon_send(core_->writer, stop_writer_cmd{});
+  }
   core_->writer = nullptr;
   core_->sys->await_all_actors_done();
   auto out = store::sync(*core_->kv);

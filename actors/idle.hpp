@@ -1,5 +1,5 @@
 // actors/idle.hpp: passivation of idle routed actors (session, user, app).
-// Each such actor's state has `core`, `dir_key`, `handled` (routed messages
+// Each such actor's state has `core`, `registry_key`, `handled` (routed messages
 // handled) and `handled_at_tick`; it arms the first tick when spawned.
 #pragma once
 
@@ -11,15 +11,15 @@
 namespace agentstate::detail {
 
 /// Handles an idle_tick: an actor that handled no routed message since the
-/// previous tick, and is not `busy`, leaves the directory and quits (only if
-/// no routed message waits for it: directory::try_passivate); otherwise the
+/// previous tick, and is not `busy`, leaves the registry and quits (only if
+/// no routed message waits for it: registry::try_passivate); otherwise the
 /// next tick is armed. So an actor passivates after one to two idle periods.
-template <class Actor, class Directory>
-void on_idle_tick(Actor* self, Directory& dir, bool busy) {
+template <class Actor, class Registry>
+void on_idle_tick(Actor* self, Registry& registry, bool busy) {
   auto& st = self->state;
   bool idle = !busy && st.handled == st.handled_at_tick;
   st.handled_at_tick = st.handled;
-  if (idle && dir.try_passivate(st.dir_key, self->address(), st.handled)) {
+  if (idle && registry.try_passivate(st.registry_key, self->address(), st.handled)) {
     st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
     self->quit();
     return;

@@ -21,7 +21,7 @@
 
 namespace agentstate::detail {
 
-// -- to session actors (routed by the directory) ----------------------------
+// -- to session actors (routed by the registry) ----------------------------
 
 /// REQUIRES: names validated, req.session_id trimmed and non-empty.
 struct create_cmd {
@@ -97,7 +97,7 @@ struct write_reply {
 
 // -- interfaces ------------------------------------------------------------------
 
-/// A session actor: one per live session, routed by the directory.
+/// A session actor: one per live session, routed by the registry.
 using session_actor_hdl =
   caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>,
                    caf::reacts_to<get_cmd>, caf::reacts_to<delete_cmd>,

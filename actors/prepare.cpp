@@ -93,7 +93,7 @@ result<void> encode_event(const limits& lim, const event& ev, store::write_set& 
 }
 
 result<write_plan> prepare_create(const engine_core& core, const create_request& req) {
-  const auto& lim = core.opts.limit;
+  const auto& lim = core.opts.limits;
   if (auto r = model::check_initial_state(lim, req.state); !r)
     return std::move(r).err();
   write_plan plan;
@@ -124,7 +124,7 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
                                        event&& ev, std::uint64_t version,
                                        std::vector<state_modify>&& modify) {
-  const auto& lim = core.opts.limit;
+  const auto& lim = core.opts.limits;
   prepared_append out;
   auto& ws = out.plan.ws;
   // temp: keys leave the delta here (A3); the rest is encoded row by row.

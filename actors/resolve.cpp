@@ -33,7 +33,7 @@ result<json> run_host_fn(const limits& lim, const std::string& what, Fn&& fn) {
 } // namespace
 
 result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_plan& plan) {
-  const auto& lim = core.opts.limit;
+  const auto& lim = core.opts.limits;
   auto& ws = plan.ws;
   auto& late = *plan.late;
   const bool append = ws.op == store::write_set::kind::append;

@@ -17,7 +17,7 @@ struct scope_state {
   engine_core* core = nullptr;
   std::string app;
   std::optional<std::string> user;
-  std::string dir_key;
+  std::string registry_key;
   std::uint64_t handled = 0;
   std::uint64_t handled_at_tick = 0; ///< `handled` at the previous idle tick
   bool loaded = false;
@@ -49,15 +49,15 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
                           std::optional<std::string> user) {
   auto& st = self->state;
   st.core = core;
-  st.dir_key = user ? user_dir_key(app, *user) : app_dir_key(app);
+  st.registry_key = user ? user_registry_key(app, *user) : app_registry_key(app);
   st.app = std::move(app);
   st.user = std::move(user);
   auto& live = st.user ? core->stats.users_live : core->stats.apps_live;
   core->stats.activations.fetch_add(1, std::memory_order_relaxed);
   live.fetch_add(1, std::memory_order_relaxed);
-  // However the actor ends, it leaves the directory (a no-op when it already
+  // However the actor ends, it leaves the registry (a no-op when it already
   // did), so close() never waits on an actor that is gone.
-  self->attach_functor([&live, core, key = st.dir_key, addr = self->address()] {
+  self->attach_functor([&live, core, key = st.registry_key, addr = self->address()] {
     core->scopes.remove(key, addr);
     live.fetch_sub(1, std::memory_order_relaxed);
   });
@@ -88,7 +88,7 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
     },
     [self](shutdown_cmd&) {
       ++self->state.handled;
-      self->state.core->scopes.remove(self->state.dir_key, self->address());
+      self->state.core->scopes.remove(self->state.registry_key, self->address());
       self->quit();
     },
     [self](idle_tick&) { on_idle_tick(self, self->state.core->scopes, false); },

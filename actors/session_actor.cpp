@@ -18,13 +18,13 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
   auto& st = self->state;
   st.core = core;
   st.skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);
-  st.dir_key = session_dir_key(ref);
+  st.registry_key = session_registry_key(ref);
   st.ref = std::move(ref);
   core->stats.activations.fetch_add(1, std::memory_order_relaxed);
   core->stats.sessions_live.fetch_add(1, std::memory_order_relaxed);
-  // However the actor ends, it leaves the directory (a no-op when it already
+  // However the actor ends, it leaves the registry (a no-op when it already
   // did), so close() never waits on an actor that is gone.
-  self->attach_functor([core, key = st.dir_key, addr = self->address()] {
+  self->attach_functor([core, key = st.registry_key, addr = self->address()] {
     core->sessions.remove(key, addr);
     core->stats.sessions_live.fetch_sub(1, std::memory_order_relaxed);
   });

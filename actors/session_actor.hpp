@@ -47,8 +47,8 @@ struct session_state {
   engine_core* core = nullptr;
   session_ref ref;
   std::string skey;
-  std::string dir_key;
-  std::uint64_t handled = 0; ///< routed messages handled (directory protocol)
+  std::string registry_key;
+  std::uint64_t handled = 0; ///< routed messages handled (registry protocol)
   std::uint64_t handled_at_tick = 0; ///< `handled` at the previous idle tick
 
   bool loaded = false;
@@ -61,6 +61,10 @@ struct session_state {
   // Queues are lists, not deques: libstdc++'s deque allocates ~580 bytes
   // even when empty, and most live actors (idle ones) hold empty queues.
   std::list<std::function<void()>> stash;
+  /// Set while a read of the live session waits behind in-flight writes: new
+  /// commands wait in `stash` until it has answered, so the read sees every
+  /// command before it and none after it.
+  bool hold = false;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();
@@ -95,8 +99,10 @@ void drain(session_actor_t self);
 /// Quits once a shutdown was asked and nothing is queued.
 void maybe_finish(session_actor_t self);
 
-/// Runs a command now, or, while a failed write is being resolved, after the
-/// queue drains (so every command is still answered in arrival order).
+/// Runs a command now, or, while a failed write is being resolved or a read
+/// waits behind writes (`stale`, `hold`), after the queue drains (so every
+/// command is still answered in arrival order and reads see exactly the
+/// commands before them).
 void enter(session_actor_t self, std::function<void()> fn);
 
 /// Queues an answer that is ready now (it still waits for earlier ones).

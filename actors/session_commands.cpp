@@ -66,7 +66,7 @@ void on_create(session_actor_t self, create_cmd& cmd) {
 
 void on_append(session_actor_t self, append_cmd& cmd) {
   auto& st0 = self->state;
-  auto checked = model::validate_event(st0.core->opts.limit, cmd.req.ev);
+  auto checked = model::validate_event(st0.core->opts.limits, cmd.req.ev);
   if (!checked) {
     answer(self, [cb = std::move(cmd.cb), e = std::move(checked).err()] { cb(e); });
     return;
@@ -167,7 +167,10 @@ void on_append(session_actor_t self, append_cmd& cmd) {
 }
 
 void on_get(session_actor_t self, get_cmd& cmd) {
-  // Answered at its turn, so it sees every append accepted before it.
+  // Answered at its turn, so it sees every append accepted before it; while
+  // it waits, later commands wait too (`hold`), so it sees none after it.
+  if (!self->state.queue.empty())
+    self->state.hold = true;
   answer(self, [self, cmd = std::move(cmd)]() mutable {
     if (cmd.text_cb) {
       auto& st = self->state;

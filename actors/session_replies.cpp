@@ -31,14 +31,19 @@ void drain(session_actor_t self) {
     st.queue.pop_front();
     p->run();
   }
-  if (st.queue.empty() && st.stale) {
+  if (st.queue.empty() && (st.stale || st.hold)) {
+    if (st.stale) {
+      st.loaded = false; // re-read the record before the next command
+      st.ids.reset();
+    }
     st.stale = false;
-    st.loaded = false; // re-read the record before the next command
-    st.ids.reset();
-    auto stash = std::move(st.stash);
-    st.stash.clear();
-    for (auto& f : stash)
+    st.hold = false;
+    // A replayed read may hold again; the rest then waits for the next drain.
+    while (!st.stash.empty() && !st.hold) {
+      auto f = std::move(st.stash.front());
+      st.stash.pop_front();
       f();
+    }
   }
   maybe_finish(self);
 }
@@ -46,14 +51,14 @@ void drain(session_actor_t self) {
 void maybe_finish(session_actor_t self) {
   auto& st = self->state;
   if (st.stopping && st.queue.empty() && st.stash.empty()) {
-    st.core->sessions.remove(st.dir_key, self->address());
+    st.core->sessions.remove(st.registry_key, self->address());
     self->quit();
   }
 }
 
 void enter(session_actor_t self, std::function<void()> fn) {
   auto& st = self->state;
-  if (st.stale) {
+  if (st.stale || st.hold) {
     st.stash.push_back(std::move(fn));
     return;
   }

@@ -1,11 +1,6 @@
-// actors/spin.hpp: bounded polling before a thread parks.
-//
-// On a small VM a parked thread costs ~35-40 us to wake (the guest idles its
-// vCPU; the wake-up is an IPI), several times the work of an append. A
-// thread that expects its answer within microseconds polls first. Each poll
-// yields the CPU (sched_yield), so on a machine with fewer cores than busy
-// threads the poller hands its core to whoever has work instead of holding
-// it for a time slice.
+// actors/spin.hpp: bounded polling before a thread parks, for threads that
+// expect an answer within microseconds (waking a parked thread costs more;
+// docs/performance.md, "Polling"). Each poll yields the CPU.
 #pragma once
 
 #include <algorithm>

@@ -42,9 +42,9 @@ void notify_scopes(engine_core& core, store::write_set& ws, std::uint64_t txn_id
   };
   // Most appends write no shared scope: their keys are not even built.
   if (!ws.user_writes.empty())
-    send(ws.user_writes, user_dir_key(ws.app, ws.user));
+    send(ws.user_writes, user_registry_key(ws.app, ws.user));
   if (!ws.app_writes.empty())
-    send(ws.app_writes, app_dir_key(ws.app));
+    send(ws.app_writes, app_registry_key(ws.app));
 }
 
 // Counts a batch's commits and write sets into the engine's stats.
@@ -66,6 +66,50 @@ void count(engine_core& core, const std::vector<store::batch_entry>& entries) {
   core.stats.failed_writes.fetch_add(entries.size() - ok, std::memory_order_relaxed);
 }
 
+// Commits `batch` as one group commit, counts it, notifies the scope actors
+// of committed shared-scope writes and then answers each write set (FIFO
+// mailboxes give read-your-writes to scope reads).
+void commit_and_answer(engine_core& core, std::vector<item>& batch,
+                       std::vector<store::batch_entry>& entries) {
+  core.committing.store(true, std::memory_order_relaxed);
+  entries.clear();
+  for (auto& it : batch) {
+    auto& e = entries.emplace_back();
+    e.ws = &it.plan.ws;
+    e.late = it.plan.late != nullptr;
+  }
+  store::commit_batch(*core.kv, entries, [&](store::kv_read& txn, std::size_t i) {
+    return resolve_late(txn, core, batch[i].plan);
+  });
+  count(core, entries);
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    if (entries[i].code == errc::ok)
+      notify_scopes(core, batch[i].plan.ws, entries[i].txn_id);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    auto& it = batch[i];
+    write_reply reply;
+    reply.code = entries[i].code;
+    reply.message = std::move(entries[i].message);
+    if (reply.code == errc::ok)
+      reply.late = std::move(it.plan.late);
+    reply.spent = std::move(it.plan.ws);
+    it.rp.deliver(std::move(reply));
+  }
+  core.committing.store(false, std::memory_order_relaxed);
+  batch.clear();
+}
+
+write_reply sync_reply(engine_core& core) {
+  write_reply reply;
+  if (auto r = store::sync(*core.kv); !r) {
+    reply.code = r.code();
+    reply.message = std::move(r).err().message;
+  }
+  return reply;
+}
+
+// The production writer: a detached thread that blocks for one message, then
+// drains whatever is queued (up to the caps) into one group commit.
 void writer_loop(caf::blocking_actor* self, engine_core* core) {
   std::vector<item> batch;
   std::vector<store::batch_entry> entries;
@@ -74,9 +118,6 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
   bool running = true;
   const auto max_count = core->opts.max_batch_count;
   const auto max_bytes = core->opts.max_batch_bytes;
-  const store::resolve_fn resolve = [&](store::kv_read& txn, std::size_t i) {
-    return resolve_late(txn, *core, batch[i].plan);
-  };
   auto on_write = [&](write_cmd& c) {
     bytes += c.plan.ws.bytes();
     batch.push_back(item{std::move(c.plan), self->make_response_promise()});
@@ -91,38 +132,11 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
            && !self->mailbox().empty())
       self->receive(on_write, on_flush, on_stop);
     if (!batch.empty()) {
-      core->committing.store(true, std::memory_order_relaxed);
-      entries.clear();
-      for (auto& it : batch) {
-        auto& e = entries.emplace_back();
-        e.ws = &it.plan.ws;
-        e.late = it.plan.late != nullptr;
-      }
-      store::commit_batch(*core->kv, entries, resolve);
-      count(*core, entries);
-      for (std::size_t i = 0; i < batch.size(); ++i)
-        if (entries[i].code == errc::ok)
-          notify_scopes(*core, batch[i].plan.ws, entries[i].txn_id);
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        auto& it = batch[i];
-        write_reply reply;
-        reply.code = entries[i].code;
-        reply.message = std::move(entries[i].message);
-        if (reply.code == errc::ok)
-          reply.late = std::move(it.plan.late);
-        reply.spent = std::move(it.plan.ws);
-        it.rp.deliver(std::move(reply));
-      }
-      core->committing.store(false, std::memory_order_relaxed);
-      batch.clear();
+      commit_and_answer(*core, batch, entries);
       bytes = 0;
     }
     if (!flushes.empty()) {
-      write_reply reply;
-      if (auto r = store::sync(*core->kv); !r) {
-        reply.code = r.code();
-        reply.message = std::move(r).err().message;
-      }
+      auto reply = sync_reply(*core);
       for (auto& rp : flushes)
         rp.deliver(reply);
       flushes.clear();
@@ -130,9 +144,28 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
   }
 }
 
+// The writer on CAF's test coordinator (engine_core::deterministic): a
+// scheduled actor, so the test runs it like every other actor; a group
+// commit of one write set per message.
+writer_hdl::behavior_type scheduled_writer(writer_hdl::pointer self, engine_core* core) {
+  return {
+    [self, core](write_cmd& c) -> caf::result<write_reply> {
+      std::vector<item> batch;
+      std::vector<store::batch_entry> entries;
+      batch.push_back(item{std::move(c.plan), self->make_response_promise()});
+      commit_and_answer(*core, batch, entries); // answers through the promise
+      return caf::delegated<write_reply>{};
+    },
+    [core](flush_cmd&) -> write_reply { return sync_reply(*core); },
+    [self](stop_writer_cmd&) { self->quit(); },
+  };
+}
+
 } // namespace
 
 writer_hdl spawn_writer(engine_core& core) {
+  if (core.deterministic)
+    return core.sys->spawn(scheduled_writer, &core);
   return caf::actor_cast<writer_hdl>(core.sys->spawn<caf::detached>(writer_loop, &core));
 }
 

@@ -191,7 +191,7 @@ result<append_result> invocation::append(event ev) {
 result<append_result> invocation::append_final(event ev, const output_key& out) {
   if (!live())
     return ended(p_ ? p_->id : std::string());
-  if (auto r = apply_output_key(ev, out, p_->eng->opts().limit.max_json_depth); !r)
+  if (auto r = apply_output_key(ev, out, p_->eng->opts().limits.max_json_depth); !r)
     return std::move(r).err();
   return append(std::move(ev));
 }

@@ -1,5 +1,8 @@
 #include "agentstate/error.hpp"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace agentstate {
 
 const char* to_string(errc x) noexcept {
@@ -22,6 +25,20 @@ const char* to_string(errc x) noexcept {
 bool is_retryable(errc x) noexcept {
   return x == errc::io_error || x == errc::unavailable;
 }
+
+namespace detail {
+
+void result_misuse(const char* what) noexcept {
+  std::fprintf(stderr, "agentstate: precondition violated: %s\n", what);
+  std::abort();
+}
+
+const error& no_error() noexcept {
+  static const error none{errc::ok, ""};
+  return none;
+}
+
+} // namespace detail
 
 std::string to_string(const error& x) {
   std::string out = to_string(x.code);

@@ -197,7 +197,7 @@ public:
   }
 
 private:
-  // The default options::limit max_json_depth; each level costs ~300 bytes
+  // The default options::limits.max_json_depth; each level costs ~300 bytes
   // of stack (the reader recurses), so ~20 KB at most.
   static constexpr int max_depth = 64;
 

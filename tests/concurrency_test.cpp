@@ -670,7 +670,7 @@ TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers park
     auto t = open_engine(S::kind, [c](options& o) {
       o.spin_wait = c.spin;
       o.threads = c.threads;
-      o.scheduler = "sharing";
+      o.scheduler = scheduler_policy::sharing;
     });
     auto& e = *t;
     constexpr int sessions = 24, bursts = 12;
@@ -718,7 +718,7 @@ TEST_CASE("an idle engine stops polling: its threads sleep once spin_wait has pa
   // without end would burn ~all of the 300 ms measured.
   auto t = open_engine(store_kind::lmdb, [](options& o) {
     o.spin_wait = std::chrono::milliseconds(10);
-    o.scheduler = "sharing";
+    o.scheduler = scheduler_policy::sharing;
   });
   auto& e = *t;
   auto ref = sref("app", "u", "idle");

@@ -283,7 +283,7 @@ TEST_CASE_TEMPLATE("state keys up to 200 bytes are accepted, longer are too_larg
 
 TEST_CASE_TEMPLATE("events up to max_event_bytes are accepted, larger are too_large",
                    S, STORES) {
-  auto t = open_engine(S::kind, [](options& o) { o.limit.max_event_bytes = 4096; });
+  auto t = open_engine(S::kind, [](options& o) { o.limits.max_event_bytes = 4096; });
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
 
@@ -324,7 +324,7 @@ TEST_CASE_TEMPLATE("events up to max_event_bytes are accepted, larger are too_la
 
 TEST_CASE_TEMPLATE("state values up to max_value_bytes are accepted, larger are too_large",
                    S, STORES) {
-  auto t = open_engine(S::kind, [](options& o) { o.limit.max_value_bytes = 2048; });
+  auto t = open_engine(S::kind, [](options& o) { o.limits.max_value_bytes = 2048; });
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
   // NOTE: a value's size is its compact JSON text ("one state value (JSON)").
@@ -364,7 +364,7 @@ TEST_CASE_TEMPLATE("state values up to max_value_bytes are accepted, larger are 
 
 TEST_CASE_TEMPLATE("a create's state within max_state_bytes is accepted, over it too_large",
                    S, STORES) {
-  auto t = open_engine(S::kind, [](options& o) { o.limit.max_state_bytes = 4096; });
+  auto t = open_engine(S::kind, [](options& o) { o.limits.max_state_bytes = 4096; });
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
   // NOTE: unlike max_event_bytes and max_value_bytes the header does not say
@@ -394,9 +394,9 @@ TEST_CASE_TEMPLATE("json nesting up to max_json_depth is accepted, deeper is too
   std::size_t limit = 64;
   SUBCASE("default limit") {}
   SUBCASE("configured limit") { limit = 8; }
-  auto t = open_engine(S::kind, [&](options& o) { o.limit.max_json_depth = limit; });
+  auto t = open_engine(S::kind, [&](options& o) { o.limits.max_json_depth = limit; });
   auto& e = *t;
-  CHECK(e.opts().limit.max_json_depth == limit);
+  CHECK(e.opts().limits.max_json_depth == limit);
   probe p(e, sref("app", "u", "probe"));
   REQUIRE(json_depth(nested(limit), 1000) == limit);
   REQUIRE(json_depth(nested(limit + 1), 1000) == limit + 1);

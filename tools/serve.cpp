@@ -129,7 +129,7 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
   if (memory && mode)
     return usage_error("--durability applies to --store only");
   cfg.engine_opts.mode = memory ? durability::memory : mode.value_or(durability::sync);
-  cfg.stream.rpc.max_line_depth = cfg.engine_opts.limit.max_json_depth + 8;
+  cfg.stream.rpc.max_line_depth = cfg.engine_opts.limits.max_json_depth + 8;
   return std::nullopt;
 }
 

@@ -3,7 +3,7 @@
 # Idempotent; needs root (or sudo) only when something must be installed.
 set -euo pipefail
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
-          doctest-dev lmdb-utils libsqlite3-dev)
+          doctest-dev lmdb-utils libsqlite3-dev python3 python3-pytest)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -46,7 +46,7 @@ json to_json(const engine_stats& x);
 
 namespace detail {
 struct engine_core;
-struct engine_factory; // internal: opens engines over a wrapped store (tests)
+struct engine_factory; // internal: wrapped stores and the tests' access to internals
 } // namespace detail
 
 class engine {
@@ -148,9 +148,6 @@ public:
 
   engine_stats stats() const;
   const options& opts() const;
-
-  /// For the CAF interop header only.
-  detail::engine_core& core() { return *core_; }
 
 private:
   friend struct detail::engine_factory;

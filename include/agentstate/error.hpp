@@ -53,8 +53,18 @@ struct error {
 /// "kind: message", for logs.
 std::string to_string(const error& x);
 
-/// Either a value or an error. Cheap to move; never throws on access misuse
-/// in release builds (accessing the wrong alternative is a precondition bug).
+namespace detail {
+/// Reports a result accessed as the wrong alternative and aborts: a
+/// precondition bug in the caller, never a condition to handle.
+[[noreturn]] void result_misuse(const char* what) noexcept;
+/// The error a successful result reports: code errc::ok, no message.
+const error& no_error() noexcept;
+} // namespace detail
+
+/// Either a value or an error. Cheap to move. Nothing here throws:
+/// value() on an error aborts the process (a precondition bug, like a null
+/// dereference, reported with a message); err() on a success returns an
+/// error whose code is errc::ok.
 template <class T>
 class result {
 public:
@@ -64,22 +74,43 @@ public:
   explicit operator bool() const noexcept { return v_.index() == 0; }
   bool ok() const noexcept { return v_.index() == 0; }
 
-  // REQUIRES: ok()
-  T& value() & { return std::get<0>(v_); }
-  const T& value() const& { return std::get<0>(v_); }
-  T&& value() && { return std::get<0>(std::move(v_)); }
+  /// REQUIRES: ok().
+  T& value() & { return *checked(); }
+  const T& value() const& { return *checked(); }
+  T&& value() && { return std::move(*checked()); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
+  T* operator->() { return checked(); }
+  const T* operator->() const { return checked(); }
 
-  // REQUIRES: !ok()
-  const error& err() const& { return std::get<1>(v_); }
-  error&& err() && { return std::get<1>(std::move(v_)); }
-  /// errc::ok on success.
-  errc code() const noexcept { return ok() ? errc::ok : err().code; }
+  /// The error; errc::ok (and no message) on success.
+  const error& err() const& noexcept {
+    auto e = std::get_if<1>(&v_);
+    return e ? *e : detail::no_error();
+  }
+  /// The error moved out. REQUIRES: !ok().
+  error&& err() && {
+    auto e = std::get_if<1>(&v_);
+    if (!e)
+      detail::result_misuse("result::err() on a success");
+    return std::move(*e);
+  }
+  errc code() const noexcept { return err().code; }
 
 private:
+  T* checked() {
+    auto x = std::get_if<0>(&v_);
+    if (!x)
+      detail::result_misuse("result::value() on an error");
+    return x;
+  }
+  const T* checked() const {
+    auto x = std::get_if<0>(&v_);
+    if (!x)
+      detail::result_misuse("result::value() on an error");
+    return x;
+  }
+
   std::variant<T, error> v_;
 };
 
@@ -96,9 +127,14 @@ public:
 
   explicit operator bool() const noexcept { return !e_.has_value(); }
   bool ok() const noexcept { return !e_.has_value(); }
-  // REQUIRES: !ok()
-  const error& err() const& { return *e_; }
-  error&& err() && { return std::move(*e_); }
+  /// The error; errc::ok (and no message) on success.
+  const error& err() const& noexcept { return e_ ? *e_ : detail::no_error(); }
+  /// The error moved out. REQUIRES: !ok().
+  error&& err() && {
+    if (!e_)
+      detail::result_misuse("result::err() on a success");
+    return std::move(*e_);
+  }
   errc code() const noexcept { return e_ ? e_->code : errc::ok; }
 
 private:

@@ -60,6 +60,15 @@ struct derived_key {
   std::function<json(const json& inputs)> fn;
 };
 
+/// The actor scheduler's policy.
+enum class scheduler_policy {
+  /// One central queue (the default): cheaper blocking calls from host
+  /// threads and cheap spawns; idle workers poll per options::spin_wait.
+  sharing,
+  /// Work stealing (CAF's own policy, unchanged).
+  stealing,
+};
+
 struct options {
   /// Store directory, created if missing. Required unless durability is
   /// memory. One engine per directory: a second open, in this process or
@@ -111,31 +120,19 @@ struct options {
   /// this many bytes, into one transaction.
   std::size_t max_batch_count = 1024;
   std::size_t max_batch_bytes = 32 << 20;
-  /// How long a thread that waits for the engine polls before it sleeps:
-  /// the store writer waiting for work; one thread at a time (per engine)
-  /// blocked in a blocking call waiting for its answer; and, with the
-  /// "sharing" scheduler, one idle CAF worker at a time waiting for an actor
-  /// to run. The other waiters sleep at once. Waking a sleeping thread costs
-  /// tens of microseconds on small VMs, more than an append's own work, so
-  /// an awaited append one at a time is several times faster with polling
-  /// (README, Performance). Each poll yields the core to runnable threads.
-  /// With durability::sync, while the writer is committing a batch, the
-  /// blocked caller and the idle worker poll on past this budget, up to
-  /// max(spin_wait, 1 ms) in all: the commit's replies are on their way, and
-  /// a durable commit (two disk flushes) outlasts the budget, so parking
-  /// would add two wake-ups to every awaited sync append. Costs up to this
-  /// much CPU per wait (up to 1 ms while a sync commit runs); an idle engine
-  /// polls for at most this long and then sleeps. 0 = never poll (and CAF's own work-sharing policy).
-  /// At most 10 ms.
+  /// How long a waiting thread polls before it sleeps: the store writer
+  /// waiting for work, one thread per engine blocked in a blocking call,
+  /// and (scheduler_policy::sharing) one idle worker. Others sleep at once.
+  /// Under durability::sync, while a commit runs, the caller and the worker
+  /// poll on up to max(spin_wait, 1 ms). Costs up to this much CPU per wait;
+  /// buys faster awaited calls (docs/performance.md, "Polling"). 0 = never
+  /// poll. At most 10 ms.
   std::chrono::microseconds spin_wait{50};
-  /// CAF worker threads; 0 = the number of cores.
+  /// Worker threads; 0 = the number of cores.
   std::size_t threads = 0;
-  /// CAF scheduler policy: "sharing" (default: one central queue; cheaper
-  /// blocking calls from host threads and cheap spawns, see README
-  /// Performance; its idle workers poll per spin_wait) or "stealing" (CAF's
-  /// own, unchanged).
-  std::string scheduler = "sharing";
-  limits limit;
+  /// How workers share actors (docs/performance.md, "Scheduler").
+  scheduler_policy scheduler = scheduler_policy::sharing;
+  agentstate::limits limits;
   /// Derived keys (see derived_key); checked by engine::open.
   std::vector<derived_key> derived;
 };

@@ -107,7 +107,7 @@ void check_store(engine& e, const outcome& out) {
     CHECK(stored_n.count(app.value().value("last", -1)) == 1);
     CHECK(user.value().value("last", -2) == app.value().value("last", -1));
   }
-  auto txn = e.core().kv->begin_read();
+  auto txn = detail::engine_factory::store_of(e).begin_read();
   auto report = store::verify_store(*txn);
   INFO((report.messages.empty() ? std::string() : report.messages.front()));
   CHECK(report.ok());

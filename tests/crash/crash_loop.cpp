@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/core.hpp"
+#include "actors/engine_factory.hpp"
 #include "agentstate/engine.hpp"
 #include "crash/workload.hpp"
 #include "store/verify.hpp"
@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
     // ever-growing store stay linear. The per-session checks run every time.
     if (it < 100 || it % 20 == 0 || last) {
       ++t.verified;
-      auto txn = e.core().kv->begin_read();
+      auto txn = detail::engine_factory::store_of(e).begin_read();
       auto rep = store::verify_store(*txn);
       if (!rep.ok())
         report(t, "iteration " + std::to_string(it) + ": verify_store: "

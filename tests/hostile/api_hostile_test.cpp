@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "actors/core.hpp"
+#include "actors/engine_factory.hpp"
 #include "store/exchange.hpp"
 #include "store/verify.hpp"
 #include "support/test_support.hpp"
@@ -20,7 +20,7 @@ using namespace agentstate::test;
 namespace {
 
 std::string export_all(engine& e) {
-  auto txn = e.core().kv->begin_read();
+  auto txn = detail::engine_factory::store_of(e).begin_read();
   std::string out;
   auto r = store::export_store(*txn, {}, [&](const std::string& line) { out += line + "\n"; });
   REQUIRE(r.ok());
@@ -275,7 +275,7 @@ TEST_CASE_TEMPLATE("engine API: hostile names, ids, keys, values and timestamps"
   CHECK(to_json(get_existing(e, ok_ref)) == session_before);
   if (S::kind == store_kind::lmdb) {
     CHECK(export_all(e) == before);
-    auto txn = e.core().kv->begin_read();
+    auto txn = detail::engine_factory::store_of(e).begin_read();
     CHECK(store::verify_store(*txn).ok());
   }
   CHECK(get_maybe(e, sref("app", "u", "new")) == std::nullopt);

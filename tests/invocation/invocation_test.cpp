@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agentstate/invocation.hpp"
+#include "support/deterministic.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -102,41 +103,52 @@ TEST_CASE_TEMPLATE("I1: a failed append keeps the pending change; rollback resto
 }
 
 TEST_CASE("I1: two invocations on one session run one after the other; different sessions "
-          "run concurrently") {
-  test::test_engine t = test::open_engine(test::store_kind::lmdb);
+          "run concurrently (deterministic scheduler)") {
+  auto t = test::open_deterministic(test::store_kind::lmdb);
   engine& e = *t;
   auto a = test::sref("app", "u", "a");
   auto b = test::sref("app", "u", "b");
-  MUST(e.create_session(test::create_req(a)));
-  MUST(e.create_session(test::create_req(b)));
-  auto first = begin(e, a, "first");
+  test::pending_call<session> ca, cb;
+  e.create_session(test::create_req(a), ca.cb());
+  e.create_session(test::create_req(b), cb.cb());
+  t.run();
+  MUST(std::move(ca.get()));
+  MUST(std::move(cb.get()));
+  test::pending_call<invocation> first, other, second;
+  invocation::begin(e, a, "first", first.cb());
+  t.run();
+  REQUIRE(first.ready());
+  REQUIRE(first.get().ok());
   // Another session is not blocked by a's lease.
-  auto other = begin(e, b, "on-b");
-  MUST(other.end());
-  std::atomic<bool> second_began{false};
-  std::promise<std::uint64_t> seen_version;
-  std::thread th([&] {
-    auto second = invocation::begin(e, a, "second");
-    second_began = true;
-    if (!second.ok()) {
-      seen_version.set_value(~0ull);
-      return;
-    }
-    // Granted after first ended: it sees first's append.
-    seen_version.set_value(second->version());
-    (void)second->end();
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK_FALSE(second_began.load());
-  MUST(first.state().set("temp:t", 1));
-  MUST(first.append(plain(json{{"k", 1}})));
-  CHECK_FALSE(second_began.load());
-  MUST(first.end());
-  auto f = seen_version.get_future();
-  REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  CHECK(f.get() == 1);
-  th.join();
-  CHECK(second_began.load());
+  invocation::begin(e, b, "on-b", other.cb());
+  t.run();
+  REQUIRE(other.ready());
+  REQUIRE(other.get().ok());
+  // A second begin on `a` waits while `first` holds the lease, however much runs.
+  invocation::begin(e, a, "second", second.cb());
+  t.run();
+  CHECK_FALSE(second.ready());
+  MUST(first.get()->state().set("temp:t", 1));
+  test::pending_call<append_result> appended;
+  first.get()->append(plain(json{{"k", 1}}), appended.cb());
+  t.run();
+  MUST(std::move(appended.get()));
+  CHECK_FALSE(second.ready());
+  test::pending_call<void> ended;
+  first.get()->end(ended.cb());
+  t.run();
+  MUST(std::move(ended.get()));
+  // Granted once first ended: it sees first's append, not its temp: keys.
+  REQUIRE(second.ready());
+  REQUIRE(second.get().ok());
+  CHECK(second.get()->version() == 1);
+  CHECK_FALSE(second.get()->state().contains("temp:t"));
+  test::pending_call<void> e2, e3;
+  second.get()->end(e2.cb());
+  other.get()->end(e3.cb());
+  t.run();
+  MUST(std::move(e2.get()));
+  MUST(std::move(e3.get()));
 }
 
 TEST_CASE("I1: many threads each running invocations on a shared session never overlap") {

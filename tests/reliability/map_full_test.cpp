@@ -6,7 +6,7 @@
 // succeeds at the next version. DESIGN.md guarantees 1 and 8, §4 map-full rule.
 #include <doctest/doctest.h>
 
-#include "actors/core.hpp"
+#include "actors/engine_factory.hpp"
 #include "store/verify.hpp"
 #include "support/test_support.hpp"
 
@@ -23,7 +23,7 @@ event big_event(int i, std::size_t pad) {
 }
 
 void check_verify(engine& e) {
-  auto txn = e.core().kv->begin_read();
+  auto txn = detail::engine_factory::store_of(e).begin_read();
   auto rep = store::verify_store(*txn);
   INFO((rep.messages.empty() ? std::string() : rep.messages.front()));
   CHECK(rep.ok());

@@ -63,7 +63,8 @@ void run_ctx::describe(const char* description,
 bool run_ctx::open(std::chrono::milliseconds idle_timeout) {
   opts.mode = cfg_.mode;
   opts.threads = cfg_.threads;
-  opts.scheduler = cfg_.scheduler;
+  opts.scheduler = cfg_.scheduler == "stealing" ? scheduler_policy::stealing
+                                                : scheduler_policy::sharing;
   if (cfg_.max_store_mb > 0)
     opts.max_store_bytes = cfg_.max_store_mb << 20;
   if (cfg_.max_resident_mb)
@@ -111,7 +112,7 @@ void run_ctx::cpu_stop(double n, const char* unit) {
 void run_ctx::snapshot_engine() {
   auto& o = eng->opts();
   ojson s;
-  s["scheduler"] = o.scheduler;
+  s["scheduler"] = o.scheduler == scheduler_policy::sharing ? "sharing" : "stealing";
   s["threads"] = o.threads;
   s["idle_timeout_ms"] = o.idle_timeout.count();
   s["max_batch_count"] = o.max_batch_count;
@@ -120,7 +121,7 @@ void run_ctx::snapshot_engine() {
   s["max_resident_mb"] = o.max_resident_store_bytes >> 20;
   s["spin_wait_us"] = o.spin_wait.count();
   // Whether idle CAF workers poll before parking (actors/polling_sharing.hpp).
-  s["workers_poll"] = o.scheduler == "sharing" && o.spin_wait.count() > 0;
+  s["workers_poll"] = o.scheduler == scheduler_policy::sharing && o.spin_wait.count() > 0;
   s["write_map"] = o.write_map;
   settings = s;
   auto st = eng->stats();

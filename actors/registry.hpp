@@ -1,4 +1,4 @@
-// actors/directory.hpp: maps identities to live actors of one kind.
+// actors/registry.hpp: maps identities to live actors of one kind.
 // Guarantees a single activation per identity, passivation without losing a
 // message, and refusal of new work once closing. Not an actor: a sharded,
 // mutex-protected map that host threads and actors call directly (no
@@ -28,7 +28,7 @@ namespace agentstate::detail {
 /// `Handle` is the actors' typed handle: route() compiles only for messages
 /// its interface accepts.
 template <class Handle>
-class directory {
+class registry {
 public:
   using factory = std::function<Handle()>;
 

@@ -1,0 +1,46 @@
+"""agentstate_client: a client for ``agentstate serve`` (docs/protocol.md), standard
+library only, Python >= 3.11.
+
+- AsyncClient: asyncio; ``await AsyncClient.spawn(store=DIR)`` starts the server as a
+  child process over stdin/stdout, ``await AsyncClient.connect("127.0.0.1:7400")`` uses
+  TCP. Requests may be awaited concurrently; responses are matched by id.
+- Client: the same methods, blocking, safe to call from many threads at once.
+- errors: AgentStateError and one subclass per ``error.data.kind``.
+"""
+
+from ._protocol import MAX_LINE_BYTES, MAX_LINE_DEPTH
+from .aio import AsyncClient, find_binary, parse_address
+from .blocking import Client
+from .errors import (
+    ENGINE_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    AgentStateError,
+    AlreadyExistsError,
+    ConditionFailedError,
+    ConnectionClosedError,
+    CursorExpiredError,
+    DataCorruptError,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    NotFoundError,
+    PermissionDeniedError,
+    StorageFullError,
+    TooLargeError,
+    UnauthenticatedError,
+    UnavailableError,
+    VersionConflictError,
+    error_from_response,
+)
+
+__all__ = [
+    "AsyncClient", "Client", "find_binary", "parse_address", "MAX_LINE_BYTES", "MAX_LINE_DEPTH",
+    "AgentStateError", "AlreadyExistsError", "NotFoundError", "InvalidArgumentError",
+    "VersionConflictError", "TooLargeError", "StorageFullError", "IoError", "UnavailableError",
+    "InternalError", "DataCorruptError", "UnauthenticatedError", "PermissionDeniedError",
+    "ConditionFailedError", "CursorExpiredError", "ConnectionClosedError", "error_from_response",
+    "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "ENGINE_ERROR",
+]

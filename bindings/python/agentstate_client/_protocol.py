@@ -1,0 +1,179 @@
+"""What both clients share: request encoding with the server's limits checked up front,
+and the protocol's methods, written once over an abstract ``call``."""
+
+from __future__ import annotations
+
+import abc
+import json
+from typing import Any
+
+from .errors import InvalidArgumentError, TooLargeError
+
+# The server's default --max-line-bytes: the longest request line it reads, newline excluded.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+# The deepest nesting of arrays and objects the server parses in one request line
+# (the engine's max_json_depth, 64, plus 8); the request object itself is level 1.
+MAX_LINE_DEPTH = 72
+# The read buffer for response lines: a line up to 16 MiB plus slack is read in one piece;
+# longer response lines (a get_session with many large events) are read in several.
+READ_LIMIT = MAX_LINE_BYTES + 64 * 1024
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True when ``value`` nests arrays/objects more than ``limit`` levels deep. Visits each
+    container once (cost: the number of elements), stops at the first path over the limit."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            children = v.values()
+        elif isinstance(v, (list, tuple)):
+            children = v
+        else:
+            continue
+        if depth > limit:
+            return True
+        for c in children:
+            if isinstance(c, (dict, list, tuple)):
+                stack.append((c, depth + 1))
+    return False
+
+
+def encode_request(request_id: int, method: str, params: dict[str, Any] | None,
+                   max_line_bytes: int) -> bytes:
+    """One request line (newline included). Raises, before anything is sent:
+    InvalidArgumentError when ``params`` is not JSON (a non-serialisable object, NaN or
+    infinity, a circular reference, a string with a lone surrogate); TooLargeError when the
+    line would nest deeper than the server parses or be longer than ``max_line_bytes``.
+    The server would answer such lines with ``id`` null, which no caller could be given."""
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    try:
+        text = json.dumps(msg, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        line = text.encode("utf-8")
+    except RecursionError:
+        raise TooLargeError("too_large", None, f"{method}: parameters nest too deeply to encode") from None
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError("invalid_argument", None,
+                                   f"{method}: a string is not valid Unicode ({e.reason})") from None
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError("invalid_argument", None,
+                                   f"{method}: parameters are not JSON: {e}") from None
+    # The request object and "params" are levels 1 and 2. (Checked after encoding, which
+    # has refused circular structures.)
+    if params is not None and _deeper_than(params, MAX_LINE_DEPTH - 1):
+        raise TooLargeError("too_large", None,
+                            f"{method}: parameters nest deeper than the server parses "
+                            f"({MAX_LINE_DEPTH} levels per request line)")
+    if len(line) > max_line_bytes:
+        raise TooLargeError("too_large", None,
+                            f"{method}: request line of {len(line)} bytes exceeds the server's "
+                            f"limit of {max_line_bytes} bytes")
+    return line + b"\n"
+
+
+def _params(**kw: Any) -> dict[str, Any]:
+    """By-name params without the ones left as None (the server treats null as absent)."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+class ProtocolMethods(abc.ABC):
+    """The protocol's methods (docs/protocol.md, "Methods") over ``self.call(method,
+    params)``. In AsyncClient every method returns an awaitable; in Client it blocks and
+    returns the result. Results are the server's JSON as Python values (dict, list, str,
+    int, float, bool, None); failures raise AgentStateError subclasses (errors.py)."""
+
+    @abc.abstractmethod
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Sends one request and gives its result (the transport's own form: awaitable or
+        blocking). Methods this class does not name yet can be called through it."""
+
+    def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
+                       state: dict[str, Any] | None = None) -> Any:
+        """The new Session (no events, version 0). ``session_id`` None, empty or blank ->
+        a generated id; ``temp:`` keys of ``state`` are dropped.
+        Raises AlreadyExistsError, InvalidArgumentError, TooLargeError."""
+        return self.call("create_session", _params(app_name=app_name, user_id=user_id,
+                                                   session_id=session_id, state=state))
+
+    def get_session(self, app_name: str, user_id: str, session_id: str, *,
+                    num_recent_events: int | None = None, after_timestamp: float | None = None,
+                    invocation_id: str | None = None) -> Any:
+        """The Session, or None when it does not exist. ``num_recent_events``: None -> all
+        events, 0 -> none, n -> the last n. ``after_timestamp``: events with timestamp >= t
+        (0 -> no filter). ``invocation_id``: when it is the live invocation, ``state`` also
+        holds its ``temp:`` keys."""
+        return self.call("get_session", _params(
+            app_name=app_name, user_id=user_id, session_id=session_id,
+            num_recent_events=num_recent_events, after_timestamp=after_timestamp,
+            invocation_id=invocation_id))
+
+    def list_sessions(self, app_name: str, user_id: str | None = None, *,
+                      page_size: int | None = None, page_token: str | None = None,
+                      order: str | None = None, offset: int | None = None,
+                      include_total: bool | None = None) -> Any:
+        """One page: ``{"sessions": [SessionMeta...], "next_page_token": str | None}`` (plus
+        ``"total"`` with ``include_total=True``). ``user_id`` None -> every user of the app;
+        ``page_size`` 1..1000 (server default 100); ``order`` "asc" (default) or "desc" by
+        last_update_time then id; ``offset`` skips that many sessions."""
+        return self.call("list_sessions", _params(
+            app_name=app_name, user_id=user_id, page_size=page_size, page_token=page_token,
+            order=order, offset=offset, include_total=include_total))
+
+    def delete_session(self, app_name: str, user_id: str, session_id: str) -> Any:
+        """Removes the session and its events (app and user state stay). None; deleting a
+        missing session is not an error."""
+        return self.call("delete_session", _params(app_name=app_name, user_id=user_id,
+                                                   session_id=session_id))
+
+    def append_event(self, app_name: str, user_id: str, session_id: str, event: dict[str, Any], *,
+                     expected_version: int | None = None,
+                     modify: list[dict[str, Any]] | None = None) -> Any:
+        """``{"event": stored Event, "version": N}``. Re-sending an event ``id`` already in
+        the session returns the stored event and its version instead of appending again.
+        ``expected_version``: append only at that version (else VersionConflictError, with
+        ``current_version``). ``modify``: atomic state operations applied in the commit
+        (``increment``, ``append``, ``merge``, ``set_if_absent``, ``compare_and_set``; a failed
+        compare_and_set raises ConditionFailedError and appends nothing).
+        Raises NotFoundError, VersionConflictError, ConditionFailedError, InvalidArgumentError,
+        TooLargeError, StorageFullError, IoError, UnavailableError."""
+        return self.call("append_event", _params(
+            app_name=app_name, user_id=user_id, session_id=session_id, event=event,
+            expected_version=expected_version, modify=modify))
+
+    def end_invocation(self, app_name: str, user_id: str, session_id: str, invocation_id: str) -> Any:
+        """Drops the ``temp:`` state of ``invocation_id`` if it is the session's live
+        invocation. None."""
+        return self.call("end_invocation", _params(app_name=app_name, user_id=user_id,
+                                                   session_id=session_id,
+                                                   invocation_id=invocation_id))
+
+    def inject_state(self, app_name: str, user_id: str, session_id: str, template: str, *,
+                     invocation_id: str | None = None) -> Any:
+        """``template`` rendered against the session's merged state (``{key}``, ``{key?}``).
+        Raises NotFoundError naming a missing key (or the session)."""
+        return self.call("inject_state", _params(app_name=app_name, user_id=user_id,
+                                                 session_id=session_id, template=template,
+                                                 invocation_id=invocation_id))
+
+    def get_app_state(self, app_name: str) -> Any:
+        """The app's keys without their ``app:`` prefix (``{}`` when none)."""
+        return self.call("get_app_state", _params(app_name=app_name))
+
+    def get_user_state(self, app_name: str, user_id: str) -> Any:
+        """The user's keys without their ``user:`` prefix (``{}`` when none)."""
+        return self.call("get_user_state", _params(app_name=app_name, user_id=user_id))
+
+    def flush(self) -> Any:
+        """None, once every request sent before it has completed and everything
+        acknowledged is on disk."""
+        return self.call("flush")
+
+    def stats(self) -> Any:
+        """The engine's counters since the server started (a dict of ints)."""
+        return self.call("stats")
+
+    def ping(self) -> Any:
+        """``"pong"``: a round trip that touches no session."""
+        return self.call("ping")

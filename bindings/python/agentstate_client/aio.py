@@ -1,0 +1,415 @@
+"""The asyncio client: one connection to ``agentstate serve`` (a spawned process over
+stdin/stdout, or TCP), any number of requests in flight, responses matched by id."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from ._protocol import MAX_LINE_BYTES, READ_LIMIT, ProtocolMethods, encode_request
+from .errors import ConnectionClosedError, error_from_response
+
+__all__ = ["AsyncClient", "find_binary", "parse_address"]
+
+_log = logging.getLogger("agentstate_client")
+
+# How much of a spawned server's stderr is kept for error messages (the end of it).
+_STDERR_TAIL_BYTES = 16 * 1024
+
+NotificationHandler = Callable[[str, Any], None]
+
+
+def find_binary(binary: str | os.PathLike[str] | None = None) -> str:
+    """The agentstate executable: ``binary`` if given, else $AGENTSTATE_BIN, else
+    ``agentstate`` on PATH. Raises FileNotFoundError naming all three when none is set."""
+    if binary is not None:
+        return os.fspath(binary)
+    env = os.environ.get("AGENTSTATE_BIN")
+    if env:
+        return env
+    found = shutil.which("agentstate")
+    if found:
+        return found
+    raise FileNotFoundError("agentstate executable not found: pass binary=..., set "
+                            "AGENTSTATE_BIN, or put agentstate on PATH")
+
+
+def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    """``"HOST:PORT"``, ``"[V6]:PORT"`` or ``(host, port)`` -> ``(host, port)``. Raises
+    ValueError for anything else, and for a port outside 1..65535."""
+    if isinstance(address, tuple) and len(address) == 2:
+        host, port = address
+    elif isinstance(address, str):
+        if address.startswith("["):
+            host, _, rest = address[1:].partition("]")
+            if not rest.startswith(":"):
+                raise ValueError(f"address {address!r}: expected [HOST]:PORT")
+            port = rest[1:]
+        else:
+            host, sep, port = address.rpartition(":")
+            if not sep:
+                raise ValueError(f"address {address!r}: expected HOST:PORT")
+    else:
+        raise ValueError(f"address {address!r}: expected 'HOST:PORT' or (host, port)")
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"address {address!r}: the host is empty")
+    try:
+        port_number = int(port)
+    except (TypeError, ValueError):
+        raise ValueError(f"address {address!r}: the port is not a number") from None
+    if isinstance(port, bool) or not 1 <= port_number <= 65535:
+        raise ValueError(f"address {address!r}: the port must be 1..65535")
+    return host, port_number
+
+
+class _Violation(Exception):
+    """The server sent something the protocol does not allow; the stream cannot be
+    trusted any further."""
+
+
+class AsyncClient(ProtocolMethods):
+    """A connection to one ``agentstate serve``.
+
+    Create with :meth:`spawn` (a child process over stdin/stdout) or :meth:`connect`
+    (TCP); end with :meth:`close` (or ``async with``). Every protocol method is a
+    coroutine (see ProtocolMethods); any number may be awaited concurrently from tasks of
+    the loop the client was created on: each request gets its own id, is written as one
+    line and is matched with its response by id, whatever order responses come in.
+    Requests about one session run in the order they were written.
+
+    Not thread-safe: use it from its own event loop only (the blocking ``Client`` runs one
+    on a private thread for threaded programs).
+
+    ``on_notification(method, params)``: called on the loop, in arrival order, for every
+    server notification (a message with ``method`` and no ``id``); it must not block. An
+    exception it raises is logged and does not affect requests.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 max_line_bytes: int = MAX_LINE_BYTES,
+                 on_notification: NotificationHandler | None = None,
+                 process: asyncio.subprocess.Process | None = None,
+                 description: str = "agentstate serve"):
+        """Private: use spawn() or connect()."""
+        self._loop = asyncio.get_running_loop()
+        self._reader = reader
+        self._writer = writer
+        self._max_line_bytes = max_line_bytes
+        self._on_notification = on_notification
+        self._process = process
+        self._description = description
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._next_id = 0
+        self._closing = False        # close() or abort started: no new requests
+        self._ended: ConnectionClosedError | None = None  # why the stream ended
+        self._stderr_tail = bytearray()
+        self._stderr_task = None
+        if process is not None and process.stderr is not None:
+            self._stderr_task = self._loop.create_task(self._drain_stderr(process.stderr))
+        self._reader_task = self._loop.create_task(self._read_loop())
+        self._close_task: asyncio.Task[None] | None = None
+
+    # -- creation ------------------------------------------------------------------
+
+    @classmethod
+    async def spawn(cls, store: str | os.PathLike[str] | None = None, *, memory: bool = False,
+                    binary: str | os.PathLike[str] | None = None, durability: str | None = None,
+                    threads: int | None = None, max_line_bytes: int | None = None,
+                    on_notification: NotificationHandler | None = None) -> AsyncClient:
+        """Starts ``agentstate serve --store STORE`` (or ``--memory``) as a child process
+        and returns a client on its stdin/stdout, after one round trip has shown the store
+        is open. The executable: ``binary``, else $AGENTSTATE_BIN, else PATH.
+
+        Raises ValueError unless exactly one of ``store`` and ``memory=True`` is given;
+        FileNotFoundError when no executable is found; ConnectionClosedError (with the exit
+        status and the server's stderr) when the server exits instead of answering, e.g.
+        because another process owns the store. The server's stderr is kept (its last
+        16 KiB, see ``server_stderr``), not forwarded."""
+        if (store is None) == (not memory):
+            raise ValueError("give exactly one of store=DIR and memory=True")
+        args = [find_binary(binary), "serve"]
+        args += ["--memory"] if memory else ["--store", os.fspath(store)]
+        if durability is not None:
+            args += ["--durability", durability]
+        if threads is not None:
+            args += ["--threads", str(threads)]
+        if max_line_bytes is not None:
+            args += ["--max-line-bytes", str(max_line_bytes)]
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, limit=READ_LIMIT)
+        client = cls(proc.stdout, proc.stdin,
+                     max_line_bytes=max_line_bytes if max_line_bytes is not None else MAX_LINE_BYTES,
+                     on_notification=on_notification, process=proc,
+                     description=f"agentstate serve (pid {proc.pid})")
+        try:
+            await client.call("stats")
+        except BaseException:
+            await client._abort()
+            raise
+        return client
+
+    @classmethod
+    async def connect(cls, address: str | tuple[str, int], *,
+                      max_line_bytes: int = MAX_LINE_BYTES,
+                      on_notification: NotificationHandler | None = None) -> AsyncClient:
+        """A client on a TCP connection to ``agentstate serve --listen``. ``address``:
+        ``"HOST:PORT"``, ``"[V6]:PORT"`` or ``(host, port)``. ``max_line_bytes`` must not
+        exceed the server's --max-line-bytes (default 16 MiB): longer requests are refused
+        locally with TooLargeError.
+
+        Raises ValueError for a malformed address; ConnectionClosedError when the
+        connection cannot be made."""
+        host, port = parse_address(address)
+        try:
+            reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
+        except OSError as e:
+            raise ConnectionClosedError(f"cannot connect to {host}:{port}: {e}") from e
+        return cls(reader, writer, max_line_bytes=max_line_bytes,
+                   on_notification=on_notification,
+                   description=f"agentstate serve at {host}:{port}")
+
+    # -- requests ------------------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Sends ``method`` with ``params`` and returns the response's result. Raises the
+        AgentStateError subclass of the response's ``data.kind``; InvalidArgumentError or
+        TooLargeError (``code`` None) when the request cannot be encoded within the server's
+        limits, before anything is sent; ConnectionClosedError when the client is closed or
+        the connection ends before the response. Cancelling the caller leaves the request
+        running on the server; its response is then discarded."""
+        if not isinstance(method, str):
+            raise TypeError(f"method must be a string, not {type(method).__name__}")
+        if params is not None and not isinstance(params, dict):
+            raise TypeError(f"params must be a dict or None, not {type(params).__name__}")
+        if self._ended is not None:
+            raise self._ended_error()
+        if self._closing:
+            raise ConnectionClosedError(f"the client of {self._description} is closed")
+        self._next_id += 1
+        request_id = self._next_id
+        line = encode_request(request_id, method, params, self._max_line_bytes)
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[request_id] = fut
+        try:
+            self._writer.write(line)
+            await self._writer.drain()
+            return await fut
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except (ConnectionError, OSError) as e:
+            self._pending.pop(request_id, None)
+            if fut.done() and not fut.cancelled():
+                return fut.result()
+            fut.cancel()
+            raise ConnectionClosedError(f"writing to {self._description} failed: {e}",
+                                        returncode=self.returncode,
+                                        stderr=self.server_stderr) from e
+
+    async def iter_sessions(self, app_name: str, user_id: str | None = None, *,
+                            page_size: int | None = None,
+                            order: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Every SessionMeta of ``list_sessions``, page after page (one request per page,
+        ``page_size`` each), until ``next_page_token`` is null."""
+        token = None
+        while True:
+            page = await self.list_sessions(app_name, user_id, page_size=page_size,
+                                            page_token=token, order=order)
+            for meta in page["sessions"]:
+                yield meta
+            token = page.get("next_page_token")
+            if token is None:
+                return
+
+    # -- the spawned process -------------------------------------------------------
+
+    @property
+    def returncode(self) -> int | None:
+        """The spawned server's exit status once it has exited; None before, and for TCP."""
+        return self._process.returncode if self._process is not None else None
+
+    @property
+    def server_stderr(self) -> str:
+        """The last 16 KiB of the spawned server's stderr (its log); "" for TCP."""
+        return self._stderr_tail.decode("utf-8", "replace")
+
+    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
+        while True:
+            chunk = await stream.read(64 * 1024)
+            if not chunk:
+                return
+            self._stderr_tail += chunk
+            if len(self._stderr_tail) > _STDERR_TAIL_BYTES:
+                del self._stderr_tail[:-_STDERR_TAIL_BYTES]
+
+    # -- reading -------------------------------------------------------------------
+
+    async def _read_line(self) -> bytes | None:
+        """The next line without its newline; None at a clean end of stream. A response
+        longer than the read buffer is read in pieces (no upper bound)."""
+        parts = []
+        while True:
+            try:
+                chunk = await self._reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError as e:
+                parts.append(await self._reader.readexactly(e.consumed))
+                continue
+            except asyncio.IncompleteReadError as e:
+                if e.partial or parts:
+                    raise _Violation("the connection ended inside a response line") from None
+                return None
+            parts.append(chunk)
+            line = b"".join(parts) if len(parts) > 1 else chunk
+            return line[:-1]
+
+    def _dispatch_line(self, line: bytes) -> None:
+        """Routes one message from the server: a response to the request with its id, a
+        notification to ``on_notification``. Raises _Violation for anything else."""
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise _Violation(f"the server sent a line that is not JSON: {line[:200]!r}") from None
+        if not isinstance(msg, dict):
+            raise _Violation(f"the server sent a line that is not an object: {line[:200]!r}")
+        if "id" in msg and ("result" in msg or "error" in msg):
+            request_id = msg["id"]
+            fut = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
+            if fut is None:
+                # id null: the server could not read one of our lines (this client checks
+                # the limits it knows; the server's may be lower). Which request it was is
+                # unknown, so no request can be answered with it.
+                cause = error_from_response(msg["error"]) if "error" in msg else None
+                raise _Violation(f"the server sent a response to no pending request "
+                                 f"(id {request_id!r}): {cause or msg.get('result')!r}") from cause
+            if fut.done():
+                return  # the caller was cancelled
+            if "error" in msg:
+                fut.set_exception(error_from_response(msg["error"]))
+            else:
+                fut.set_result(msg["result"])
+        elif "method" in msg and "id" not in msg:
+            if self._on_notification is not None:
+                try:
+                    self._on_notification(msg["method"], msg.get("params"))
+                except Exception:
+                    _log.exception("on_notification raised on %r", msg["method"])
+        else:
+            raise _Violation(f"the server sent a message that is neither a response nor a "
+                             f"notification: {line[:200]!r}")
+
+    async def _read_loop(self) -> None:
+        reason = "the server closed the connection"
+        cause: BaseException | None = None
+        try:
+            try:
+                while (line := await self._read_line()) is not None:
+                    self._dispatch_line(line)
+            except _Violation as e:
+                # Stop sending; whatever the server still writes is read and discarded so
+                # that a spawned server is never blocked on a full pipe and can exit.
+                reason, cause = str(e), e.__cause__
+                self._closing = True
+                self._writer.close()
+                while await self._reader.read(64 * 1024):
+                    pass
+        except (ConnectionError, OSError) as e:
+            reason, cause = f"reading from the server failed: {e}", e
+        finally:
+            await self._end(reason, cause)
+
+    async def _end(self, reason: str, cause: BaseException | None) -> None:
+        """The stream is over: refuse new requests, fail the pending ones with
+        ConnectionClosedError (with the exit status and log of a spawned server)."""
+        self._closing = True
+        try:
+            self._writer.close()
+        except OSError:
+            pass
+        returncode = None
+        if self._process is not None:
+            try:
+                returncode = await asyncio.wait_for(self._process.wait(), 10)
+            except asyncio.TimeoutError:
+                pass
+            if self._stderr_task is not None:
+                await asyncio.wait([self._stderr_task], timeout=2)
+        message = f"{self._description}: {reason}"
+        if returncode is not None:
+            message += f"; it exited with status {returncode}"
+            if returncode != 0:
+                message += f"; its last log lines: {_last_lines(self.server_stderr.strip())}"
+        self._ended = ConnectionClosedError(message, returncode=returncode, stderr=self.server_stderr)
+        self._ended.__cause__ = cause
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(self._ended_error())
+
+    def _ended_error(self) -> ConnectionClosedError:
+        assert self._ended is not None
+        e = ConnectionClosedError(self._ended.message, returncode=self._ended.returncode,
+                                  stderr=self._ended.stderr)
+        e.__cause__ = self._ended.__cause__
+        return e
+
+    # -- closing -------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Ends the request stream and waits for every request already sent to be
+        answered (their callers get their results), then for the connection to close. A
+        spawned server then flushes, closes its store and exits; close() waits for that and
+        raises ConnectionClosedError if its exit status is not 0. Later requests raise
+        ConnectionClosedError. Safe to call more than once and concurrently."""
+        if self._close_task is None:
+            self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        self._closing = True
+        try:
+            self._writer.write_eof()
+        except (OSError, RuntimeError):
+            pass  # the stream has already ended; the reader has seen or will see it
+        await self._reader_task
+        if self._process is None:
+            try:
+                await self._writer.wait_closed()
+            except OSError:
+                pass
+            return
+        returncode = await self._process.wait()
+        if self._stderr_task is not None:
+            await self._stderr_task
+        if returncode != 0:
+            raise ConnectionClosedError(
+                f"{self._description} exited with status {returncode}; its last log lines: "
+                f"{_last_lines(self.server_stderr.strip())}",
+                returncode=returncode, stderr=self.server_stderr)
+
+    async def _abort(self) -> None:
+        """Closes at once: kills a spawned server, drops the connection."""
+        self._closing = True
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+        self._writer.close()
+        await self._reader_task
+        if self._process is not None:
+            await self._process.wait()
+            if self._stderr_task is not None:
+                await self._stderr_task
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _last_lines(text: str, n: int = 5) -> str:
+    return " | ".join(text.splitlines()[-n:]) if text else "(none)"

@@ -1,0 +1,233 @@
+"""Typed errors for the agentstate protocol.
+
+Every failure a client method reports is an :class:`AgentStateError`. The server's
+``error.data.kind`` picks the subclass (``not_found`` -> :class:`NotFoundError`, ...);
+a kind this module does not know yet maps to :class:`AgentStateError` itself, so a newer
+server never breaks an older client. Programs branch on the class (or on ``kind``);
+``message`` is for people.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentStateError",
+    "AlreadyExistsError",
+    "NotFoundError",
+    "InvalidArgumentError",
+    "VersionConflictError",
+    "TooLargeError",
+    "StorageFullError",
+    "IoError",
+    "UnavailableError",
+    "InternalError",
+    "DataCorruptError",
+    "UnauthenticatedError",
+    "PermissionDeniedError",
+    "ConditionFailedError",
+    "CursorExpiredError",
+    "ConnectionClosedError",
+    "error_from_response",
+    "PARSE_ERROR",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "INVALID_PARAMS",
+    "ENGINE_ERROR",
+]
+
+# JSON-RPC error codes the server uses (docs/protocol.md, "Errors").
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+ENGINE_ERROR = -32000
+
+
+class AgentStateError(Exception):
+    """A failed request.
+
+    kind:    the protocol's ``data.kind`` (``"not_found"``, ...).
+    code:    the JSON-RPC ``error.code`` (-32000 for engine errors, -326xx for protocol
+             errors), or ``None`` when the client refused the request before sending it or
+             the connection failed.
+    message: the server's (or client's) human-readable text.
+    data:    the whole ``error.data`` object (``kind`` included), ``{}`` for client errors.
+    """
+
+    kind: str = ""
+
+    def __init__(self, kind: str, code: int | None, message: str, data: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.code = code
+        self.message = message
+        self.data = dict(data) if data else {}
+
+    @property
+    def retryable(self) -> bool:
+        """True when the same request may be sent again unchanged (an ``append_event`` with
+        the same event ``id`` is deduplicated by the server): ``io_error`` and ``unavailable``."""
+        return self.kind in ("io_error", "unavailable")
+
+    def __str__(self) -> str:
+        where = f" ({self.code})" if self.code is not None else ""
+        return f"{self.kind}{where}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, code={self.code!r}, message={self.message!r})"
+
+    def __reduce__(self):
+        return (type(self), (self.kind, self.code, self.message, self.data))
+
+
+class AlreadyExistsError(AgentStateError):
+    """``create_session`` with a session id already used in that (app, user)."""
+
+    kind = "already_exists"
+
+
+class NotFoundError(AgentStateError):
+    """The session (or, for ``inject_state``, a template key) does not exist."""
+
+    kind = "not_found"
+
+
+class InvalidArgumentError(AgentStateError):
+    """A value breaks a documented rule, or the request was malformed (codes -32700,
+    -32600, -32601, -32602 carry this kind too)."""
+
+    kind = "invalid_argument"
+
+
+class VersionConflictError(AgentStateError):
+    """``expected_version`` differed from the session's version."""
+
+    kind = "version_conflict"
+
+    @property
+    def current_version(self) -> int | None:
+        """The session's version when the append was refused (``data.current_version``)."""
+        return self.data.get("current_version")
+
+
+class TooLargeError(AgentStateError):
+    """A name, id, key, value, event, line or nesting depth is over its limit."""
+
+    kind = "too_large"
+
+
+class StorageFullError(AgentStateError):
+    """The store reached its maximum size."""
+
+    kind = "storage_full"
+
+
+class IoError(AgentStateError):
+    """The server's disk failed; nothing was acknowledged. Retryable."""
+
+    kind = "io_error"
+
+
+class UnavailableError(AgentStateError):
+    """The server is shutting down (or the connection to it is gone). Retryable."""
+
+    kind = "unavailable"
+
+
+class InternalError(AgentStateError):
+    """A bug in the server (or a response the client cannot read)."""
+
+    kind = "internal"
+
+
+class DataCorruptError(AgentStateError):
+    """Stored data failed a consistency check."""
+
+    kind = "data_corrupt"
+
+
+class UnauthenticatedError(AgentStateError):
+    """The connection has not authenticated."""
+
+    kind = "unauthenticated"
+
+
+class PermissionDeniedError(AgentStateError):
+    """The connection may not perform this operation."""
+
+    kind = "permission_denied"
+
+
+class ConditionFailedError(AgentStateError):
+    """A conditional state change (``compare_and_set``) found another value; nothing was
+    appended."""
+
+    kind = "condition_failed"
+
+
+class CursorExpiredError(AgentStateError):
+    """A paging or change cursor is no longer valid."""
+
+    kind = "cursor_expired"
+
+
+class ConnectionClosedError(UnavailableError):
+    """The connection ended before this request was answered, or the client is closed.
+
+    Whether an unanswered request took effect is unknown: re-send it (an ``append_event``
+    with the same event ``id`` is safe) on a new connection. ``returncode`` is the spawned
+    server's exit status when known, ``stderr`` the end of its log (spawned servers only).
+    """
+
+    def __init__(self, message: str, *, returncode: int | None = None, stderr: str = ""):
+        super().__init__("unavailable", None, message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+    def __reduce__(self):
+        return (_rebuild_connection_closed, (self.message, self.returncode, self.stderr))
+
+
+def _rebuild_connection_closed(message: str, returncode: int | None, stderr: str) -> ConnectionClosedError:
+    return ConnectionClosedError(message, returncode=returncode, stderr=stderr)
+
+
+_BY_KIND: dict[str, type[AgentStateError]] = {
+    cls.kind: cls
+    for cls in (
+        AlreadyExistsError,
+        NotFoundError,
+        InvalidArgumentError,
+        VersionConflictError,
+        TooLargeError,
+        StorageFullError,
+        IoError,
+        UnavailableError,
+        InternalError,
+        DataCorruptError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+        ConditionFailedError,
+        CursorExpiredError,
+    )
+}
+
+
+def error_from_response(error: Any) -> AgentStateError:
+    """The typed exception for a response's ``error`` member. A member that does not have
+    the documented shape becomes an :class:`InternalError` describing it."""
+    if not isinstance(error, dict):
+        return InternalError("internal", None, f"server sent an error that is not an object: {error!r}")
+    code = error.get("code")
+    message = error.get("message")
+    data = error.get("data")
+    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+        return InternalError("internal", None, f"server sent a malformed error: {error!r}")
+    if not isinstance(data, dict):
+        data = {}
+    kind = data.get("kind")
+    if not isinstance(kind, str):
+        kind = "internal"
+    cls = _BY_KIND.get(kind, AgentStateError)
+    return cls(kind, code, message, data)

@@ -1,0 +1,190 @@
+"""Every protocol method through AsyncClient against a real ``serve --store``."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run
+
+import agentstate_client as ac
+from agentstate_client import AsyncClient, Client
+
+APP, USER = "chat", "alice"
+
+
+def test_create_get_append_with_scoped_state(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            s = await c.create_session(APP, USER, "s1", {
+                "topic": "weather", "user:lang": "en", "app:model": "m1", "temp:draft": "x"})
+            assert s["id"] == "s1" and s["app_name"] == APP and s["user_id"] == USER
+            assert s["version"] == 0 and s["events"] == []
+            assert s["state"] == {"topic": "weather", "user:lang": "en", "app:model": "m1"}
+
+            r = await c.append_event(APP, USER, "s1", {
+                "id": "ev-1", "invocation_id": "inv-1", "author": "planner",
+                "timestamp": 1700000000.5, "content": {"parts": [{"text": "Looking it up"}]},
+                "actions": {"state_delta": {"step": 1, "temp:scratch": "y", "user:lang": "fr"}}})
+            assert r["version"] == 1
+            assert r["event"]["id"] == "ev-1"
+            assert r["event"]["actions"]["state_delta"] == {"step": 1, "user:lang": "fr"}
+
+            got = await c.get_session(APP, USER, "s1")
+            assert got["version"] == 1 and [e["id"] for e in got["events"]] == ["ev-1"]
+            assert got["events"][0]["content"] == {"parts": [{"text": "Looking it up"}]}
+            assert got["state"] == {"topic": "weather", "step": 1, "user:lang": "fr",
+                                    "app:model": "m1"}
+            # The live invocation's temp: keys are visible only when it is named.
+            live = await c.get_session(APP, USER, "s1", invocation_id="inv-1")
+            assert live["state"]["temp:scratch"] == "y"
+
+            assert await c.get_user_state(APP, USER) == {"lang": "fr"}
+            assert await c.get_app_state(APP) == {"model": "m1"}
+            assert await c.get_user_state(APP, "nobody") == {}
+            assert await c.get_app_state("no-app") == {}
+            assert await c.get_session(APP, USER, "missing") is None
+    run(body())
+
+
+def test_generated_session_id_and_delete(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            a = await c.create_session(APP, USER)
+            b = await c.create_session(APP, USER, "   ")
+            assert a["id"] and b["id"] and a["id"] != b["id"]
+            trimmed = await c.create_session(APP, USER, "  padded  ")
+            assert trimmed["id"] == "padded"
+            await c.append_event(APP, USER, a["id"], {"author": "x", "actions": {
+                "state_delta": {"user:kept": True}}})
+            assert await c.delete_session(APP, USER, a["id"]) is None
+            assert await c.get_session(APP, USER, a["id"]) is None
+            assert await c.delete_session(APP, USER, a["id"]) is None  # missing: not an error
+            assert await c.get_user_state(APP, USER) == {"kept": True}  # user state stays
+            assert await c.get_session(APP, USER, b["id"]) is not None
+    run(body())
+
+
+def test_get_session_filters(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            await c.create_session(APP, USER, "s")
+            for i, ts in enumerate([10.0, 20.0, 30.0, 40.0]):
+                await c.append_event(APP, USER, "s", {"id": f"e{i}", "author": "a", "timestamp": ts})
+
+            async def ids(**kw):
+                return [e["id"] for e in (await c.get_session(APP, USER, "s", **kw))["events"]]
+
+            assert await ids() == ["e0", "e1", "e2", "e3"]
+            assert await ids(num_recent_events=2) == ["e2", "e3"]
+            assert await ids(num_recent_events=0) == []
+            assert await ids(after_timestamp=20.0) == ["e1", "e2", "e3"]   # inclusive
+            assert await ids(after_timestamp=20.5) == ["e2", "e3"]
+            assert await ids(after_timestamp=0) == ["e0", "e1", "e2", "e3"]  # 0: no filter
+            assert await ids(after_timestamp=15.0, num_recent_events=1) == ["e3"]
+    run(body())
+
+
+def test_append_idempotent_partial_remove_and_extra_members(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            await c.create_session(APP, USER, "s", {"draft": "d", "keep": 1})
+            ev = {"id": "ev-1", "author": "model", "timestamp": 5.0,
+                  "custom_metadata": {"trace": [1, 2]},
+                  "actions": {"state_delta": {"n": 1}, "rewind_before_invocation_id": "inv-0",
+                              "skip_summarization": True}}
+            first = await c.append_event(APP, USER, "s", ev)
+            again = await c.append_event(APP, USER, "s", ev)
+            assert first == again and first["version"] == 1
+            assert (await c.stats())["deduplicated"] == 1
+            # Members the protocol does not name are stored and returned unchanged.
+            stored = (await c.get_session(APP, USER, "s"))["events"][0]
+            assert stored["custom_metadata"] == {"trace": [1, 2]}
+            assert stored["actions"]["rewind_before_invocation_id"] == "inv-0"
+            assert stored["actions"]["skip_summarization"] is True
+
+            partial = await c.append_event(APP, USER, "s", {
+                "author": "model", "partial": True, "actions": {"state_delta": {"n": 99}}})
+            assert partial["version"] == 1
+            removed = await c.append_event(APP, USER, "s", {
+                "author": "model", "actions": {"state_delta": {"n": None},
+                                               "state_remove": ["draft", "missing"]}})
+            assert removed["version"] == 2
+            assert removed["event"]["actions"]["state_remove"] == ["draft", "missing"]
+            got = await c.get_session(APP, USER, "s")
+            assert got["version"] == 2 and len(got["events"]) == 2
+            assert got["state"] == {"keep": 1, "n": None}  # null is a value, not a delete
+
+            with_version = await c.append_event(APP, USER, "s", {"author": "m"}, expected_version=2)
+            assert with_version["version"] == 3
+    run(body())
+
+
+def test_invocation_state_inject_and_end(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            await c.create_session(APP, USER, "s", {"topic": "weather", "user:lang": "en"})
+            await c.append_event(APP, USER, "s", {
+                "author": "a", "invocation_id": "inv-1",
+                "actions": {"state_delta": {"temp:scratch": "y"}}})
+            text = await c.inject_state(APP, USER, "s",
+                                        "Answer in {user:lang} about {topic}.{temp:scratch?}",
+                                        invocation_id="inv-1")
+            assert text == "Answer in en about weather.y"
+            assert await c.inject_state(APP, USER, "s", "{temp:scratch?}|{a-b}") == "|{a-b}"
+            assert await c.end_invocation(APP, USER, "s", "inv-1") is None
+            after = await c.get_session(APP, USER, "s", invocation_id="inv-1")
+            assert "temp:scratch" not in after["state"]
+            assert await c.inject_state(APP, USER, "s", "{temp:scratch?}",
+                                        invocation_id="inv-1") == ""
+    run(body())
+
+
+def test_list_sessions_pages_and_iter(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            for i in range(5):
+                await c.create_session(APP, USER, f"s{i}", {"i": i})
+                await c.append_event(APP, USER, f"s{i}", {"author": "a", "timestamp": 100.0 + i})
+            await c.create_session(APP, "bob", "b0")
+            await c.append_event(APP, "bob", "b0", {"author": "a", "timestamp": 50.0})
+
+            first = await c.list_sessions(APP, USER, page_size=2)
+            assert [m["id"] for m in first["sessions"]] == ["s0", "s1"]
+            assert "events" not in first["sessions"][0]
+            assert first["sessions"][0]["state"] == {"i": 0}
+            assert first["next_page_token"] is not None
+            second = await c.list_sessions(APP, USER, page_size=2,
+                                           page_token=first["next_page_token"])
+            assert [m["id"] for m in second["sessions"]] == ["s2", "s3"]
+
+            assert [m["id"] async for m in c.iter_sessions(APP, USER, page_size=2)] == \
+                ["s0", "s1", "s2", "s3", "s4"]
+            everyone = [(m["user_id"], m["id"]) async for m in c.iter_sessions(APP, page_size=4)]
+            assert everyone == [("bob", "b0")] + [(USER, f"s{i}") for i in range(5)]
+            assert (await c.list_sessions("no-app")) == {"sessions": [], "next_page_token": None}
+    run(body())
+
+
+def test_flush_and_stats(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin, durability="nosync") as c:
+            await c.create_session(APP, USER, "s")
+            for _ in range(3):
+                await c.append_event(APP, USER, "s", {"author": "a"})
+            assert await c.flush() is None
+            stats = await c.stats()
+            assert stats["appends"] == 3
+            assert all(isinstance(v, int) for v in stats.values())
+    run(body())
+
+
+# The server answers ping from the commit that adds it; until then this fails as expected
+# (unknown method), and once it passes, strict=True fails the suite so the marker is removed.
+@pytest.mark.xfail(raises=ac.InvalidArgumentError, strict=True,
+                   reason="agentstate serve has no 'ping' method yet")
+def test_ping(agentstate_bin, store):
+    async def body():
+        async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
+            assert await c.ping() == "pong"
+            with Client.spawn(memory=True, binary=agentstate_bin) as b:
+                assert b.ping() == "pong"
+    run(body())
