@@ -75,13 +75,15 @@ TEST_CASE("serve: 2,000 appends pipelined to one session, fsync per commit: answ
   CHECK(g["result"]["state"]["n"] == n);
   REQUIRE(g["result"]["events"].size() == 3);
   CHECK(g["result"]["events"][2]["id"] == "e" + std::to_string(n));
-  // Pipelined appends reach the writer back to back and share commits. With
-  // one at a time there would be one commit per append (n + 2 in all).
+  // Pipelined appends reach the writer back to back and share commits. One
+  // at a time, every commit would hold one write (max_batch 1, n + 2 commits
+  // in all). How many share depends on the disk's flush time against the
+  // server's parsing, so only sharing itself is checked.
   auto st = s.ok("stats", json::object());
   INFO("stats: ", st.dump());
   CHECK(st["appends"] == n + 1);
   CHECK(st["max_batch"].get<int>() > 1);
-  CHECK(st["commits"].get<int>() * 2 < n);
+  CHECK(st["commits"].get<int>() < n);
   CHECK(s.quiet_for(50ms));
   CHECK(s.wait_exit() == 0);
   // Durable: a new server reads back every append.
