@@ -15,7 +15,9 @@ namespace agentstate::protocol::detail {
 
 /// What one line asks for. At most one of `run` and `refusal` is set; neither
 /// when the line is a notification whose method or params are wrong
-/// (notifications are never answered once their envelope is readable).
+/// (notifications are never answered once their envelope is readable). A
+/// request refused for its params that still names a session comes back as
+/// a `run` that answers the refusal in the session's order (refusal_call).
 struct decoded_request {
   json id = nullptr;         ///< the request's id; null when absent or unusable
   bool notification = false; ///< no "id": run, never answered
