@@ -72,8 +72,8 @@ void engine::create_session(create_request req, callback<session> cb) {
 
 namespace {
 
-result<void> check_get(const get_request& req) {
-  if (auto r = model::check_ref(req.ref); !r)
+result<void> check_get(get_request& req) {
+  if (auto r = model::normalize_ref(req.ref); !r)
     return r;
   if (req.num_recent_events && *req.num_recent_events < 0)
     return error{errc::invalid_argument, "'num_recent_events' must not be negative"};
@@ -126,18 +126,19 @@ void engine::list_sessions(list_request req, callback<session_page> cb) {
   auto txn = store::begin_read(*core_->kv);
   if (!txn)
     return cb(std::move(txn).err());
-  cb(store::list_sessions(**txn, req, static_cast<std::size_t>(size)));
+  cb(store::list_sessions(**txn, req, static_cast<std::size_t>(size),
+                         core_->opts.limits.max_response_bytes));
 }
 
 void engine::delete_session(session_ref ref, callback<void> cb) {
-  if (auto r = model::check_ref(ref); !r)
+  if (auto r = model::normalize_ref(ref); !r)
     return cb(std::move(r).err());
   delete_cmd cmd{std::move(cb)};
   to_session(*core_, ref, std::move(cmd), cmd.cb);
 }
 
 void engine::append_event(append_request req, callback<append_result> cb) {
-  if (auto r = model::check_ref(req.ref); !r)
+  if (auto r = model::normalize_ref(req.ref); !r)
     return cb(std::move(r).err());
   auto ref = req.ref;
   append_cmd cmd{std::move(req), std::move(cb)};
@@ -146,7 +147,7 @@ void engine::append_event(append_request req, callback<append_result> cb) {
 
 void engine::begin_invocation(session_ref ref, std::string invocation_id,
                               callback<session> cb) {
-  if (auto r = model::check_ref(ref); !r)
+  if (auto r = model::normalize_ref(ref); !r)
     return cb(std::move(r).err());
   if (invocation_id.empty())
     invocation_id = model::make_uuid();
@@ -160,7 +161,7 @@ void engine::begin_invocation(session_ref ref, std::string invocation_id,
 }
 
 void engine::end_invocation(session_ref ref, std::string invocation_id, callback<void> cb) {
-  if (auto r = model::check_ref(ref); !r)
+  if (auto r = model::normalize_ref(ref); !r)
     return cb(std::move(r).err());
   // Only a live actor can hold temp: state; a passivated session has none.
   end_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};

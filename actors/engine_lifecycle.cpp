@@ -23,6 +23,7 @@
 #include "model/checks.hpp"
 #include "model/ids.hpp"
 #include "model/text.hpp"
+#include "store/file_check.hpp"
 #include "store/commit.hpp"
 #include "store/format.hpp"
 #include "store/keys.hpp"
@@ -43,6 +44,8 @@ result<void> check_options(const options& o) {
   if (o.limits.max_json_depth == 0 || o.limits.max_json_depth > store::stored_json_depth)
     return bad("options.limits.max_json_depth must be 1.."
                + std::to_string(store::stored_json_depth));
+  if (o.limits.max_response_bytes < (std::size_t{1} << 16))
+    return bad("options.limits.max_response_bytes must be at least 64 KiB");
   if (o.max_batch_count == 0 || o.max_batch_bytes == 0)
     return bad("options.max_batch_count and max_batch_bytes must be positive");
   if (o.idle_timeout.count() <= 0)
@@ -116,6 +119,8 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
     core->kv = store::make_memory_kv();
   } else {
     std::error_code ec;
+    if (opts.create == create_policy::never && !std::filesystem::is_directory(opts.dir, ec))
+      return error{errc::not_found, "no store directory '" + opts.dir + "'"};
     std::filesystem::create_directories(opts.dir, ec);
     if (ec)
       return error{errc::io_error,
@@ -123,6 +128,13 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
     auto dir = std::filesystem::canonical(opts.dir, ec).string();
     if (ec)
       return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
+    // Before the lock: taking it creates agentstate.lock, one of the files
+    // that mark a store that was there.
+    auto rule = opts.create == create_policy::always  ? store::create_rule::always
+                : opts.create == create_policy::never ? store::create_rule::never
+                                                      : store::create_rule::if_new;
+    if (auto r = store::check_store_dir(dir, rule); !r)
+      return std::move(r).err();
     if (auto r = core->lock.acquire(dir); !r)
       return std::move(r).err();
     auto kv = store::open_lmdb(dir, opts.mode == durability::sync, opts.max_store_bytes,

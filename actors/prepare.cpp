@@ -6,6 +6,7 @@
 #include "model/checks.hpp"
 #include "model/event_text.hpp"
 #include "model/ids.hpp"
+#include "store/keys.hpp"
 #include "store/records.hpp"
 
 namespace agentstate::detail {
@@ -88,7 +89,8 @@ result<void> encode_event(const limits& lim, const event& ev, store::write_set& 
     return error{errc::too_large, "event is " + std::to_string(text->size())
                                     + " bytes as stored; the limit is "
                                     + std::to_string(lim.max_event_bytes)};
-  ws.event_row = store::encode_event_row(ws.time, *text);
+  ws.event_row = store::encode_event_row(
+    store::event_key(store::session_key(ws.app, ws.user, ws.id), ws.version), ws.time, *text);
   return {};
 }
 

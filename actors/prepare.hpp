@@ -41,7 +41,8 @@ result<store::state_write> encode_value(const limits& lim, std::string key, cons
 result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std::string& key,
                               const json& value);
 
-/// Encodes `ev` as stored into ws.event_row (at ws.time), within
+/// Encodes `ev` as stored into ws.event_row (at ws.time, sealed under the
+/// key of ws.version: REQUIRES ws's app, user, id and version set), within
 /// max_event_bytes (of its text).
 result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws);
 

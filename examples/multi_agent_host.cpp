@@ -2,7 +2,7 @@
 // LLM) on many sessions at once, from a pool of threads. Built with the
 // project and run as a CTest smoke test (example_multi_agent_host).
 //
-// What it demonstrates (SEMANTICS.md I1-I3, N1):
+// What it demonstrates (docs/semantics.md I1-I3, N1):
 //  * one invocation per conversation round (invocation::begin takes the
 //    session's lease, inv.end() releases it), in which a user message and four
 //    agents take turns: planner -> researcher -> writer -> editor;

@@ -5,6 +5,7 @@
 
 #include "agentstate/scope.hpp"
 #include "model/json_text.hpp"
+#include "model/text.hpp"
 
 namespace agentstate::model {
 
@@ -26,7 +27,9 @@ result<void> check_name(std::string_view value, const char* what) {
   return check_string(value, what, max_name_bytes);
 }
 
-result<void> check_ref(const session_ref& r) {
+result<void> normalize_ref(session_ref& r) {
+  if (auto t = trim(r.session_id); t.size() != r.session_id.size())
+    r.session_id = std::string(t);
   if (auto x = check_name(r.app_name, "app_name"); !x)
     return x;
   if (auto x = check_name(r.user_id, "user_id"); !x)

@@ -22,7 +22,12 @@ result<void> check_string(std::string_view value, const char* what, std::size_t 
 /// A name (app, user or session id): non-empty, at most max_name_bytes, no
 /// NUL byte, valid UTF-8. `what` names the parameter in the message.
 result<void> check_name(std::string_view value, const char* what);
-result<void> check_ref(const session_ref& r);
+
+/// Normalises and checks a session reference: the session id loses
+/// surrounding whitespace (as a create's does, so every method names the same
+/// session for " s " and "s"); app name and user id are taken exactly. Then
+/// each part is checked with check_name.
+result<void> normalize_ref(session_ref& r);
 
 /// A state key a client may write: not derived:, at most
 /// max_state_key_bytes, no NUL, valid UTF-8.

@@ -1,4 +1,4 @@
-// JSON codec of the public types (PROTOCOL.md "Objects").
+// JSON codec of the public types (docs/protocol.md "Objects").
 #include "agentstate/types.hpp"
 
 #include <cmath>

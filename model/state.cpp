@@ -1,4 +1,4 @@
-// The delta-aware state view (include/agentstate/state.hpp; SEMANTICS.md I1,
+// The delta-aware state view (include/agentstate/state.hpp; docs/semantics.md I1,
 // N1, N2). Pure: no I/O, no actors.
 //
 // Layout: base_ is the snapshot; overlay_ holds pending values (sets and

@@ -1,5 +1,7 @@
 #include "agentstate/template.hpp"
 
+#include <algorithm>
+
 #include "model/text.hpp"
 
 namespace agentstate {
@@ -30,25 +32,40 @@ bool is_state_name(std::string_view s) {
 } // namespace
 
 result<std::string> inject_state(std::string_view tmpl, const json& state,
-                                 const artifact_lookup& artifacts) {
+                                 const artifact_lookup& artifacts,
+                                 std::size_t max_output_bytes) {
   std::string out;
-  out.reserve(tmpl.size());
+  out.reserve(std::min(tmpl.size(), max_output_bytes));
+  auto too_large = [max_output_bytes] {
+    return error{errc::too_large, "the rendered template would be larger than "
+                                    + std::to_string(max_output_bytes) + " bytes"};
+  };
+  // Appends `x` unless the output would pass the bound.
+  auto add = [&out, max_output_bytes](std::string_view x) {
+    if (x.size() > max_output_bytes - out.size())
+      return false;
+    out.append(x);
+    return true;
+  };
   std::size_t pos = 0;
   while (pos < tmpl.size()) {
     auto open = tmpl.find('{', pos);
     if (open == std::string_view::npos) {
-      out.append(tmpl.substr(pos));
+      if (!add(tmpl.substr(pos)))
+        return too_large();
       break;
     }
     // The nearest '}' with no '{' between: an innermost brace pair.
     auto close = tmpl.find_first_of("{}", open + 1);
     if (close == std::string_view::npos || tmpl[close] == '{') {
       auto upto = close == std::string_view::npos ? tmpl.size() : close;
-      out.append(tmpl.substr(pos, upto - pos));
+      if (!add(tmpl.substr(pos, upto - pos)))
+        return too_large();
       pos = upto;
       continue;
     }
-    out.append(tmpl.substr(pos, open - pos));
+    if (!add(tmpl.substr(pos, open - pos)))
+      return too_large();
     auto inner = model::trim(tmpl.substr(open + 1, close - open - 1), " \t");
     bool optional = !inner.empty() && inner.back() == '?';
     if (optional)
@@ -62,7 +79,8 @@ result<std::string> inject_state(std::string_view tmpl, const json& state,
         text = artifacts(name);
       if (!text && !optional)
         return error{errc::not_found, "artifact '" + std::string(name) + "' not found"};
-      out += text.value_or("");
+      if (text && !add(*text))
+        return too_large();
     } else if (is_state_name(inner)) {
       auto it = state.is_object() ? state.find(std::string(inner)) : state.end();
       if (it == state.end()) {
@@ -71,15 +89,18 @@ result<std::string> inject_state(std::string_view tmpl, const json& state,
                                           + "' is missing (write {" + std::string(inner)
                                           + "?} if it is optional)"};
       } else if (it->is_string()) {
-        out += it->get_ref<const std::string&>();
+        if (!add(it->get_ref<const std::string&>()))
+          return too_large();
       } else if (!it->is_null()) {
         auto text = dump_json(*it);
         if (!text)
           return std::move(text).err();
-        out += *text;
+        if (!add(*text))
+          return too_large();
       }
     } else {
-      out.append(tmpl.substr(open, close - open + 1)); // not ours: verbatim
+      if (!add(tmpl.substr(open, close - open + 1))) // not ours: verbatim
+        return too_large();
     }
     pos = close + 1;
   }

@@ -20,26 +20,39 @@ void delete_prefix(kv_write& txn, table t, const std::string& prefix) {
     txn.del(t, k);
 }
 
-// `k` is scratch space for the row keys.
+// Scratch space for one write set's row keys and sealed values: each buffer
+// is reused row after row.
+struct scratch {
+  std::string k, v;
+};
+
 void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w,
-             std::string& k) {
-  set_sub_key(k, parent, w.key);
-  if (w.erase)
-    txn.del(t, k);
-  else
-    txn.put(t, k, w.text);
+             scratch& s) {
+  set_sub_key(s.k, parent, w.key);
+  if (w.erase) {
+    txn.del(t, s.k);
+  } else {
+    seal_into(s.v, s.k, w.text);
+    txn.put(t, s.k, s.v);
+  }
 }
 
-void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, std::string& k) {
+void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, scratch& s) {
   for (auto& w : ws.session_writes)
-    put_row(txn, table::session_state, skey, w, k);
+    put_row(txn, table::session_state, skey, w, s);
   if (!ws.user_writes.empty()) {
     auto ukey = user_scope_key(ws.app, ws.user);
     for (auto& w : ws.user_writes)
-      put_row(txn, table::user_state, ukey, w, k);
+      put_row(txn, table::user_state, ukey, w, s);
   }
   for (auto& w : ws.app_writes)
-    put_row(txn, table::app_state, ws.app, w, k);
+    put_row(txn, table::app_state, ws.app, w, s);
+}
+
+// A list index entry: its value seals the key (an empty body).
+void put_index(kv_write& txn, table t, scratch& s) {
+  seal_into(s.v, s.k, {});
+  txn.put(t, s.k, s.v);
 }
 
 } // namespace
@@ -57,11 +70,12 @@ result<void> apply(kv_write& txn, const write_set& ws) {
   auto skey = session_key(ws.app, ws.user, ws.id);
   std::optional<session_record> rec;
   if (auto raw = txn.get(table::sessions, skey)) {
-    rec = decode_record(*raw);
+    rec = decode_record(skey, *raw);
     if (!rec)
-      return corrupt("session record of '" + ws.id + "'");
+      return damaged(table::sessions, skey);
   }
-  std::string k; // every other key, in turn
+  scratch s;
+  auto& k = s.k; // every other key, in turn
   k.reserve(2 * skey.size() + 48);
   switch (ws.op) {
     case write_set::kind::create: {
@@ -69,12 +83,12 @@ result<void> apply(kv_write& txn, const write_set& ws) {
         return error{errc::already_exists,
                      "session '" + ws.id + "' already exists"};
       session_record r{0, ws.time, ws.time};
-      put_rows(txn, ws, skey, k);
+      put_rows(txn, ws, skey, s);
       set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
-      txn.put(table::by_update, k, {});
+      put_index(txn, table::by_update, s);
       set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
-      txn.put(table::by_user, k, {});
-      txn.put(table::sessions, skey, encode_record(r));
+      put_index(txn, table::by_user, s);
+      txn.put(table::sessions, skey, encode_record(skey, r));
       return {};
     }
     case write_set::kind::append: {
@@ -86,7 +100,7 @@ result<void> apply(kv_write& txn, const write_set& ws) {
                        + "' failed; retry with the same event id"};
       set_event_key(k, skey, ws.version);
       txn.put(table::events, k, ws.event_row);
-      put_rows(txn, ws, skey, k);
+      put_rows(txn, ws, skey, s);
       if (rec->last_update_time != ws.time
           || bits_of(rec->last_update_time) != bits_of(ws.time)) {
         set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
@@ -94,13 +108,13 @@ result<void> apply(kv_write& txn, const write_set& ws) {
         set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
         txn.del(table::by_user, k);
         set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
-        txn.put(table::by_update, k, {});
+        put_index(txn, table::by_update, s);
         set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
-        txn.put(table::by_user, k, {});
+        put_index(txn, table::by_user, s);
       }
       rec->version = ws.version;
       rec->last_update_time = ws.time;
-      txn.put(table::sessions, skey, encode_record(*rec));
+      txn.put(table::sessions, skey, encode_record(skey, *rec));
       return {};
     }
     case write_set::kind::remove: {

@@ -24,6 +24,8 @@ std::vector<std::string> split_nul(std::string_view k) {
   }
 }
 
+// A row that passed its checksum (or has none: formats 1-3) but does not
+// decode.
 error corrupt(const std::string& what) {
   return error{errc::internal, "corrupt store (run verify): " + what};
 }
@@ -32,8 +34,14 @@ error corrupt(const std::string& what) {
 result<json> rows_of(kv_read& txn, table t, const std::string& prefix) {
   json out = json::object();
   std::optional<error> err;
+  const bool legacy = txn.legacy_values();
   txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
-    auto val = parse_json(v, stored_json_depth);
+    auto body = open_row(t, k, v, legacy);
+    if (!body) {
+      err = damaged(t, k);
+      return false;
+    }
+    auto val = parse_json(*body, stored_json_depth);
     if (!val) {
       err = corrupt("state row: " + val.err().message);
       return false;
@@ -47,15 +55,19 @@ result<json> rows_of(kv_read& txn, table t, const std::string& prefix) {
 }
 
 // Emits one line per scope (user or app) from a state table whose keys are
-// scope ‖ 0 ‖ key, grouping consecutive rows of the same scope.
+// scope ‖ 0 ‖ key, grouping consecutive rows of the same scope. A scope with
+// a damaged row goes to `on_damaged` (when set) instead of the output.
 result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, bool user,
                            const std::function<void(const std::string&)>& sink,
+                           const std::function<void(const error&)>& on_damaged,
                            std::uint64_t& n) {
   std::optional<error> err;
   std::string current; // scope part of the key, with its trailing NUL
   json state;
+  bool skip = false; // the current scope has a damaged row (reported)
+  const bool legacy = txn.legacy_values();
   auto emit = [&] {
-    if (current.empty())
+    if (current.empty() || skip)
       return;
     auto parts = split_nul(std::string_view(current).substr(0, current.size() - 1));
     json rec = {{"type", user ? "user_state" : "app_state"}, {"app_name", parts[0]}};
@@ -79,8 +91,21 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
       emit();
       current = std::string(scope);
       state = json::object();
+      skip = false;
     }
-    auto val = parse_json(v, stored_json_depth);
+    if (skip)
+      return true;
+    auto body = open_row(t, k, v, legacy);
+    if (!body) {
+      if (!on_damaged) {
+        err = damaged(t, k);
+        return false;
+      }
+      on_damaged(damaged(t, k));
+      skip = true;
+      return true;
+    }
+    auto val = parse_json(*body, stored_json_depth);
     if (!val) {
       err = corrupt("state row: " + val.err().message);
       return false;
@@ -97,7 +122,8 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
 } // namespace
 
 result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
-                                   const std::function<void(const std::string&)>& sink) {
+                                   const std::function<void(const std::string&)>& sink,
+                                   const std::function<void(const error&)>& on_damaged) {
   try {
     std::uint64_t n = 0;
     sink(json{{"type", "header"}, {"format", export_format_version}}.dump());
@@ -108,22 +134,35 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
     if (f.user)
       prefix += *f.user + '\0';
     std::optional<error> err;
+    const bool legacy = txn.legacy_values();
+    // One session's lines, emitted once all of them decode.
+    std::vector<std::string> lines;
+    // A damaged session: reported and skipped with on_damaged, else the end.
+    auto give_up = [&](error e) {
+      if (e.code != errc::data_corrupt || !on_damaged) {
+        err = std::move(e);
+        return false;
+      }
+      on_damaged(e);
+      return true;
+    };
     auto one_session = [&](std::string_view skey, std::string_view raw) {
       if (f.session && skey != session_key(*f.app, *f.user, *f.session))
         return true;
       auto parts = split_nul(skey);
-      auto rec = decode_record(raw);
-      if (parts.size() != 3 || !rec) {
-        err = corrupt("session record '" + parts[0] + "'");
+      auto rec = decode_record(skey, raw, legacy);
+      if (!rec)
+        return give_up(damaged(table::sessions, skey));
+      if (parts.size() != 3) {
+        err = corrupt("session key '" + printable(skey) + "'");
         return false;
       }
       std::string sk(skey);
       auto own = rows_of(txn, table::session_state, sk + '\0');
-      if (!own) {
-        err = own.err();
-        return false;
-      }
-      sink(json{{"type", "session"},
+      if (!own)
+        return give_up(std::move(own).err());
+      lines.clear();
+      lines.push_back(json{{"type", "session"},
                 {"app_name", parts[0]},
                 {"user_id", parts[1]},
                 {"id", parts[2]},
@@ -132,28 +171,33 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
                 {"version", rec->version},
                 {"state", std::move(*own)}}
              .dump());
-      ++n;
+      std::optional<error> bad;
       txn.scan(table::events, sk + '\0', {}, [&](std::string_view k, std::string_view row) {
-        if (row.size() < 9) {
-          err = corrupt("event row");
+        auto body = open_row(table::events, k, row, legacy);
+        if (!body || k.size() != sk.size() + 9) {
+          bad = damaged(table::events, k);
           return false;
         }
-        auto ev = parse_json(row.substr(9), stored_json_depth);
+        auto ev = parse_json(event_body_text(*body), stored_json_depth);
         if (!ev) {
-          err = corrupt("event: " + ev.err().message);
+          bad = corrupt("event: " + ev.err().message);
           return false;
         }
-        sink(json{{"type", "event"},
+        lines.push_back(json{{"type", "event"},
                   {"app_name", parts[0]},
                   {"user_id", parts[1]},
                   {"session_id", parts[2]},
                   {"version", read_be64(k.substr(sk.size() + 1))},
                   {"event", std::move(*ev)}}
                .dump());
-        ++n;
         return true;
       });
-      return !err;
+      if (bad)
+        return give_up(std::move(*bad));
+      for (auto& line : lines)
+        sink(line);
+      n += lines.size();
+      return true;
     };
     if (f.session) {
       auto skey = session_key(*f.app, *f.user, *f.session);
@@ -165,12 +209,27 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
     if (err)
       return *err;
     if (!f.session) {
-      if (auto r = export_scopes(txn, table::user_state, prefix, true, sink, n); !r)
+      if (auto r = export_scopes(txn, table::user_state, prefix, true, sink, on_damaged, n); !r)
         return r.err();
       if (!f.user)
-        if (auto r = export_scopes(txn, table::app_state, prefix, false, sink, n); !r)
+        if (auto r = export_scopes(txn, table::app_state, prefix, false, sink, on_damaged, n);
+            !r)
           return r.err();
     }
+    return n;
+  } catch (const kv_failure& e) {
+    return error{e.code, e.message};
+  }
+}
+
+result<std::uint64_t> export_scope_states(kv_read& txn,
+                                          const std::function<void(const std::string&)>& sink) {
+  try {
+    std::uint64_t n = 0;
+    if (auto r = export_scopes(txn, table::user_state, {}, true, sink, n); !r)
+      return r.err();
+    if (auto r = export_scopes(txn, table::app_state, {}, false, sink, n); !r)
+      return r.err();
     return n;
   } catch (const kv_failure& e) {
     return error{e.code, e.message};
@@ -212,7 +271,8 @@ struct importer {
       auto text = dump_json(it.value());
       if (!text)
         return bad(text.err().message);
-      txn->put(t, prefix + it.key(), *text);
+      auto key = prefix + it.key();
+      txn->put(t, key, seal(key, *text));
     }
     return {};
   }
@@ -238,15 +298,15 @@ struct importer {
       auto skey = session_key(*app, *user, *id);
       if (txn->get(table::sessions, skey))
         return bad("session '" + *id + "' appears twice");
-      txn->put(table::sessions, skey, encode_record(r));
+      txn->put(table::sessions, skey, encode_record(skey, r));
       std::string by_update = *app + '\0';
       append_ordered_double(by_update, r.last_update_time);
       by_update += *id + '\0' + *user;
-      txn->put(table::by_update, by_update, {});
+      txn->put(table::by_update, by_update, seal(by_update, {}));
       std::string by_user = user_scope_key(*app, *user) + '\0';
       append_ordered_double(by_user, r.last_update_time);
       by_user += *id;
-      txn->put(table::by_user, by_user, {});
+      txn->put(table::by_user, by_user, seal(by_user, {}));
       return put_rows(table::session_state, skey + '\0', *state);
     }
     if (type == "event") {
@@ -270,7 +330,7 @@ struct importer {
       auto skey = session_key(*app, *user, *id);
       std::string key = skey + '\0';
       append_be64(key, rec["version"].get<std::uint64_t>());
-      txn->put(table::events, key, encode_event_row(*ev->timestamp, *text));
+      txn->put(table::events, key, encode_event_row(key, *ev->timestamp, *text));
       return {};
     }
     if (type == "user_state" || type == "app_state") {

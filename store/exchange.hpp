@@ -36,9 +36,21 @@ struct export_filter {
 
 /// Emits the records of the snapshot `txn` that match `filter`, one line per
 /// `sink` call (no trailing newline). Returns the number of records.
-/// Errors: internal (a row does not decode: run verify), storage errors.
+/// A session, user or app scope with a damaged row (data_corrupt: a wrong
+/// checksum) is left out whole and reported to `on_damaged`, and the export
+/// goes on; without `on_damaged` it ends the export with that error. Memory:
+/// one session's lines are held until all of them decode.
+/// Errors: data_corrupt, internal (a row does not decode: run verify),
+/// storage errors.
 result<std::uint64_t> export_store(kv_read& txn, const export_filter& filter,
-                                   const std::function<void(const std::string&)>& sink);
+                                   const std::function<void(const std::string&)>& sink,
+                                   const std::function<void(const error&)>& on_damaged = {});
+
+/// Emits the user_state and app_state records of the snapshot `txn` (what
+/// export_store emits after the sessions). Returns the number of records.
+/// Errors as export_store.
+result<std::uint64_t> export_scope_states(kv_read& txn,
+                                          const std::function<void(const std::string&)>& sink);
 
 /// Writes the records read from `in` into `kv`, which must hold no session
 /// and no scope state (invalid_argument otherwise). Commits every 10,000

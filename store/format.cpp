@@ -3,9 +3,71 @@
 #include <chrono>
 #include <string>
 
+#include <utility>
+#include <vector>
+
+#include "agentstate/json.hpp"
 #include "store/errors.hpp"
+#include "store/records.hpp"
 
 namespace agentstate::store {
+
+namespace {
+
+// The format 4 value of row `k` of `t`, whose format 1-3 value is `v`. A row
+// that does not decode as its table's rows do gets its checksum inverted.
+std::string sealed_legacy(table t, std::string_view k, std::string_view v) {
+  auto body = open_row(t, k, v, true);
+  bool good = body.has_value();
+  if (good) {
+    switch (t) {
+      case table::events:
+        good = parse_json(event_body_text(*body), stored_json_depth).ok();
+        break;
+      case table::session_state:
+      case table::user_state:
+      case table::app_state:
+        good = parse_json(*body, stored_json_depth).ok();
+        break;
+      default:
+        break;
+    }
+  }
+  auto out = seal(k, good ? *body : v);
+  if (!good)
+    for (std::size_t i = 1; i < seal_bytes; ++i)
+      out[i] = static_cast<char>(~out[i]);
+  return out;
+}
+
+// 3 -> 4: rewrites every row of `t` with its value sealed, in batches (a
+// cursor is not kept across puts), each at most ~8 MiB of rows in memory.
+void seal_table(kv_write& w, table t) {
+  std::string from;
+  for (;;) {
+    std::vector<std::pair<std::string, std::string>> batch;
+    std::size_t bytes = 0;
+    bool more = false;
+    w.scan(t, {}, from, [&](std::string_view k, std::string_view v) {
+      if (!from.empty() && k == from)
+        return true;
+      if (batch.size() >= 8192 || bytes >= (std::size_t{8} << 20)) {
+        more = true;
+        return false;
+      }
+      batch.emplace_back(std::string(k), sealed_legacy(t, k, v));
+      bytes += k.size() + v.size() + 64;
+      return true;
+    });
+    for (auto& [k, v] : batch)
+      w.put(t, k, v);
+    if (!more || batch.empty())
+      return;
+    from = std::move(batch.back().first);
+  }
+}
+
+} // namespace
 
 std::uint32_t known_format(std::string_view text) {
   for (auto v = oldest_format_version; v <= format_version; ++v)
@@ -34,6 +96,10 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
         // for the tables that keep a database of their own).
         for (std::size_t i = 0; i < table_count; ++i)
           w->absorb_table(static_cast<table>(i));
+        // 3 -> 4: every value but meta's sealed.
+        for (std::size_t i = 0; i < table_count; ++i)
+          if (static_cast<table>(i) != table::meta)
+            seal_table(*w, static_cast<table>(i));
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

@@ -1,5 +1,5 @@
 // store/format.hpp: the store's format version, and the upgrade of older
-// formats when a store is opened for writing (README "Storage format").
+// formats when a store is opened for writing (docs/storage.md).
 #pragma once
 
 #include <cstddef>
@@ -15,10 +15,11 @@ namespace agentstate::store {
 /// - 1: a database per table, and a dedup index of event ids (`event_ids`).
 /// - 2: no `event_ids` (session actors index their events' ids in memory).
 /// - 3: the six small tables share one LMDB database (`rows`; open_lmdb_kv).
-inline constexpr std::uint32_t format_version = 3;
+/// - 4: every value but meta's is sealed with a CRC-32C (store/records.hpp).
+inline constexpr std::uint32_t format_version = 4;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 3, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 4, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -30,8 +31,14 @@ inline constexpr std::size_t stored_json_depth = 512;
 
 /// Reads meta. A new store gets its meta written; a store of an older known
 /// format is upgraded to format_version in one transaction (1 -> 2 drops
-/// `event_ids`; 2 -> 3 moves the small tables into `rows`). Errors: internal
-/// when the format is unknown (the store is left as it was), storage errors.
+/// `event_ids`; 2 -> 3 moves the small tables into `rows`; 3 -> 4 rewrites
+/// every row with its value sealed, checking each: a row that does not
+/// decode is sealed with a wrong checksum, so it reads as data_corrupt, as a
+/// row damaged later would). Cost of 3 -> 4: a put and a JSON parse per row,
+/// and the transaction needs free map space for a copy of the rewritten
+/// pages (storage_full otherwise, the store left as it was). Errors:
+/// internal when the format is unknown (the store is left as it was),
+/// storage errors.
 result<void> init_meta(kv_store& kv, std::string_view engine_version);
 
 } // namespace agentstate::store

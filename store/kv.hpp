@@ -1,11 +1,13 @@
 // store/kv.hpp: the storage seam. An ordered key-value store with named
 // tables, snapshot read transactions and one write transaction at a time with
 // nested (savepoint) transactions. LMDB and the in-memory store implement it;
-// tests wrap it to inject faults. Everything above it (store/layout.hpp) is
-// shared, so both stores have identical semantics.
+// tests wrap it to inject faults. Everything above it in store/ (keys, records,
+// apply, reads, listing, commit) is shared, so both stores have identical
+// semantics.
 //
-// Errors: implementations throw kv_failure (never anything else); the layout
-// layer catches it at its boundary and returns an agentstate::error.
+// Errors: implementations throw kv_failure (never anything else); the store/
+// functions above the seam catch it at their boundary and return an
+// agentstate::error.
 #pragma once
 
 #include <chrono>
@@ -67,6 +69,12 @@ public:
   /// For a read transaction: the id of the last commit it sees. For a write
   /// transaction: the id its commit will have. Ids grow with every commit.
   virtual std::uint64_t txn_id() const = 0;
+
+  /// Whether this snapshot's values are laid out as store formats 1-3 wrote
+  /// them, without checksums (store/records.hpp): true only in a store
+  /// opened read-only (open_lmdb_kv_readonly) whose meta["format"] is 1-3 as
+  /// the snapshot begins. A store opened for writing is upgraded before use.
+  virtual bool legacy_values() const { return false; }
 };
 
 /// The write transaction. Only one exists at a time per store (begin_write
@@ -147,7 +155,7 @@ struct resident_bound {
   std::chrono::milliseconds period{250};
 };
 
-/// Opens an LMDB environment in `dir` (which must exist) per DESIGN.md §4:
+/// Opens an LMDB environment in `dir` (which must exist) as docs/storage.md describes:
 /// MDB_NOTLS, every database opened once here, stale readers cleared.
 /// Layout (store format 3): `meta` and `events` are LMDB databases of their
 /// own; the six small tables share one, `rows`, where a row's key is the
@@ -158,7 +166,11 @@ struct resident_bound {
 /// `sync` = fsync per commit. With a resident bound, one thread checks it
 /// (woken every period; stopped by the store's destructor). `write_map`
 /// (REQUIRES: !sync) opens with MDB_WRITEMAP (options::write_map has the
-/// costs); such a store does not nest transactions. Throws kv_failure.
+/// costs); such a store does not nest transactions. Before the map is made,
+/// DIR/data.mdb is checked against its meta pages (store/file_check.hpp):
+/// data_corrupt when they disagree (a missing or empty file is created).
+/// A commit that fails on a full disk is storage_full (lmdb_handle.hpp,
+/// fail_write). Throws kv_failure.
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        std::uint64_t map_size,
                                        resident_bound bound = {},
@@ -167,7 +179,19 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
 /// Opens an existing store for reading only (MDB_RDONLY): safe beside an
 /// engine in another process; begin_write throws. Reads either layout: a
 /// store without `rows` (formats 1-2) is read table by table. Errors:
-/// not_found when `dir` holds no store, otherwise as open_lmdb_kv.
-std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir);
+/// not_found when `dir` holds no store, data_corrupt when data.mdb is empty
+/// or disagrees with its meta pages, otherwise as open_lmdb_kv.
+/// `allow_damage` (agentstate salvage): a data file shorter than its meta
+/// pages claim is opened anyway; reads past its end fault (SIGBUS), which
+/// only a process with tools/fault_guard.hpp may survive.
+std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir,
+                                                bool allow_damage = false);
+
+/// Called when one of LMDB's internal assertions fails (a damaged page it
+/// walked), before LMDB aborts the process. Null (the default): LMDB prints
+/// the assertion and aborts. The store tools set it to leave the read by
+/// siglongjmp (tools/fault_guard.hpp); the engine never does. Process-wide.
+using lmdb_assert_handler = void (*)(const char* message);
+void set_lmdb_assert_handler(lmdb_assert_handler fn);
 
 } // namespace agentstate::store

@@ -47,16 +47,21 @@ std::optional<std::string> from_hex(std::string_view x) {
 } // namespace
 
 result<session_page> list_sessions(kv_read& txn, const list_request& req,
-                                   std::size_t page_size) {
+                                   std::size_t page_size, std::size_t max_bytes) {
   try {
     const bool by_user = req.user_id.has_value();
-    table index = by_user ? table::by_user : table::by_update;
+    const bool by_id = req.order_by == list_order::id;
+    // By id the scan walks the session records themselves (key app, user,
+    // id); by update time one of the two list indexes (8 bytes of time
+    // after the prefix).
+    table index = by_id ? table::sessions : by_user ? table::by_user : table::by_update;
+    const std::size_t time_bytes = by_id ? 0 : 8;
     std::string prefix = by_user ? user_scope_key(req.app_name, *req.user_id) + '\0'
                                  : req.app_name + '\0';
     std::string from;
     if (!req.page_token.empty()) {
       auto tok = from_hex(req.page_token);
-      if (!tok || tok->size() < prefix.size() + 8
+      if (!tok || tok->size() < prefix.size() + time_bytes + (by_id ? 1 : 0)
           || tok->compare(0, prefix.size(), prefix) != 0)
         return error{errc::invalid_argument,
                      "'page_token' is not a token of this listing"};
@@ -68,9 +73,15 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     std::vector<hit> hits;
     bool more = false;
     std::uint64_t skip = req.offset;
-    auto visit = [&](std::string_view k, std::string_view) {
+    std::optional<error> err;
+    const bool legacy = txn.legacy_values();
+    auto visit = [&](std::string_view k, std::string_view v) {
       if (!from.empty() && k == from)
         return true;
+      if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + 8) {
+        err = damaged(index, k);
+        return false;
+      }
       if (skip > 0) {
         --skip;
         return true;
@@ -79,12 +90,16 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
         more = true;
         return false;
       }
-      auto rest = k.substr(prefix.size() + 8);
+      auto rest = k.substr(prefix.size() + time_bytes);
       hit h;
       h.key = std::string(k);
       if (by_user) {
         h.user = *req.user_id;
         h.id = std::string(rest);
+      } else if (by_id) { // user ‖ 0 ‖ id
+        auto nul = rest.find('\0');
+        h.user = std::string(rest.substr(0, nul));
+        h.id = nul == std::string_view::npos ? "" : std::string(rest.substr(nul + 1));
       } else {
         auto nul = rest.find('\0');
         h.id = std::string(rest.substr(0, nul));
@@ -97,6 +112,8 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       txn.scan_back(index, prefix, from, visit);
     else
       txn.scan(index, prefix, from, visit);
+    if (err)
+      return std::move(*err);
     session_page page;
     if (req.include_total) {
       std::uint64_t n = 0;
@@ -110,13 +127,18 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     if (!app_state)
       return std::move(app_state).err();
     std::map<std::string, json> users;
-    for (auto& h : hits) {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < hits.size(); ++i) {
+      auto& h = hits[i];
       auto skey = session_key(req.app_name, h.user, h.id);
       auto rec = read_record(txn, skey);
       if (!rec)
         return std::move(rec).err();
       if (!*rec)
-        return corrupt("list index names a missing session '" + h.id + "'");
+        return error{errc::data_corrupt,
+                     row_name(table::sessions, skey)
+                       + " is missing while the list index names it (the store is damaged; "
+                         "`agentstate verify` lists every damaged row)"};
       auto own = read_rows(txn, table::session_state, skey + '\0');
       if (!own)
         return std::move(own).err();
@@ -124,8 +146,13 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       if (u == users.end()) {
         auto us = read_rows(txn, table::user_state,
                             user_scope_key(req.app_name, h.user) + '\0');
-        if (!us)
-          return std::move(us).err();
+        if (!us) {
+          auto e = std::move(us).err();
+          if (e.code == errc::data_corrupt)
+            e.message = "session '" + printable(req.app_name) + "/" + printable(h.user) + "/"
+                        + printable(h.id) + "' cannot be listed: " + e.message;
+          return e;
+        }
         u = users.emplace(h.user, std::move(*us)).first;
       }
       session_meta m;
@@ -135,6 +162,19 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       m.state = merge_state(*own, u->second, *app_state);
       m.last_update_time = (*rec)->last_update_time;
       m.version = (*rec)->version;
+      // The session's JSON: its state, ids and the fixed members.
+      auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size()
+                  + 128;
+      if (bytes + size > max_bytes) {
+        if (page.sessions.empty())
+          return error{errc::too_large,
+                       "session '" + h.id + "' alone is larger than the response limit ("
+                         + std::to_string(max_bytes) + " bytes)"};
+        more = true;
+        hits.resize(i);
+        break;
+      }
+      bytes += size;
       page.sessions.push_back(std::move(m));
     }
     if (more && !hits.empty())

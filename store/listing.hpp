@@ -13,8 +13,11 @@ namespace agentstate::store {
 /// One page in the snapshot `txn`. Errors: invalid_argument (a page token
 /// of another listing), storage errors, internal (corrupt). Cost: O(offset
 /// + page) index reads and a record and state read per listed session
-/// (O(matching) more with include_total). REQUIRES: page_size in 1..1000.
+/// (O(matching) more with include_total). The page ends early, with a
+/// next_page_token, once its sessions' JSON would pass `max_bytes` (it
+/// holds at least one session; too_large when the first alone passes it).
+/// REQUIRES: page_size in 1..1000.
 result<session_page> list_sessions(kv_read& txn, const list_request& req,
-                                   std::size_t page_size);
+                                   std::size_t page_size, std::size_t max_bytes);
 
 } // namespace agentstate::store

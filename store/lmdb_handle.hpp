@@ -4,6 +4,8 @@
 // them. Internal to store/.
 #pragma once
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -21,7 +23,16 @@ namespace agentstate::store::lmdb_detail {
   errc code = errc::io_error;
   switch (rc) {
     case MDB_MAP_FULL:
-    case ENOSPC: code = errc::storage_full; break;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG: code = errc::storage_full; break;
+    // LMDB's own findings about the file: a page that is not what its
+    // parent or the meta page says (store/file_check.hpp checks the rest
+    // before the map is made).
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+    case MDB_VERSION_MISMATCH: code = errc::data_corrupt; break;
     case MDB_READERS_FULL: code = errc::unavailable; break;
     case MDB_BAD_TXN:
     case MDB_BAD_DBI:
@@ -35,6 +46,35 @@ namespace agentstate::store::lmdb_detail {
 inline void check(const char* what, int rc) {
   if (rc != MDB_SUCCESS)
     fail(what, rc);
+}
+
+/// Below this many free bytes on the store's filesystem, a failed write is a
+/// full disk. LMDB reports a short write(2) - what a full disk gives when
+/// part of a commit's pages fit - as EIO, and a failed fsync of delayed
+/// allocation may be EIO too.
+constexpr std::uint64_t full_disk_bytes = std::uint64_t{16} << 20;
+
+/// As fail, for a write path (commit, sync) of the store in `dir`: EIO with
+/// less than full_disk_bytes free (statvfs, space an unprivileged writer may
+/// use) is storage_full, the free space named. Nothing of the failed
+/// transaction is stored; the same write succeeds once space frees.
+[[noreturn]] inline void fail_write(const char* what, int rc, const std::string& dir) {
+  if (rc == EIO && !dir.empty()) {
+    struct statvfs fs;
+    if (::statvfs(dir.c_str(), &fs) == 0) {
+      auto free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+      if (free_bytes < full_disk_bytes)
+        throw kv_failure{errc::storage_full,
+                         std::string(what) + ": the disk holding '" + dir + "' is full ("
+                           + std::to_string(free_bytes) + " bytes free): " + ::mdb_strerror(rc)};
+    }
+  }
+  fail(what, rc);
+}
+
+inline void check_write(const char* what, int rc, const std::string& dir) {
+  if (rc != MDB_SUCCESS)
+    fail_write(what, rc, dir);
 }
 
 inline MDB_val as_val(std::string_view s) {
@@ -66,6 +106,8 @@ struct env_handle {
   /// a database of its own (meta, events; every table in formats 1-2).
   int tag[table_count];
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
+  std::string dir;        ///< the store's directory (full-disk checks)
+  bool read_only = false; ///< open_lmdb_kv_readonly: snapshots read meta["format"]
 
   env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
 

@@ -9,10 +9,12 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <system_error>
 
+#include "store/file_check.hpp"
 #include "store/lmdb_txn.hpp"
 #include "store/resident_trimmer.hpp"
 
@@ -53,7 +55,7 @@ public:
   }
   void sync() override {
     if (!read_only_)
-      check("mdb_env_sync", ::mdb_env_sync(h_->env, 1));
+      check_write("mdb_env_sync", ::mdb_env_sync(h_->env, 1), h_->dir);
   }
   void copy_to(const std::string& dest, bool compact) override {
     check("mdb_env_copy2",
@@ -104,16 +106,42 @@ private:
   std::unique_ptr<resident_trimmer> trimmer_; // destroyed (joined) before h_ closes
 };
 
+std::atomic<lmdb_assert_handler> assert_handler{nullptr};
+
+void on_lmdb_assert(MDB_env*, const char* msg) {
+  if (auto fn = assert_handler.load())
+    fn(msg);
+}
+
+// Before LMDB maps DIR/data.mdb: refuses a file its meta pages disagree with
+// (check_data_file). `need_data`: a missing or empty file is refused too.
+void check_before_map(const std::string& dir, bool need_data, bool allow_short = false) {
+  auto state = check_data_file(dir, nullptr, allow_short);
+  if (!state)
+    throw kv_failure{state.code(), state.err().message};
+  if (need_data && *state == data_file_state::missing)
+    throw kv_failure{errc::not_found, "no store in '" + dir + "' (no data.mdb)"};
+  if (need_data && *state == data_file_state::empty)
+    throw kv_failure{errc::data_corrupt, "store '" + dir + "' has an empty data.mdb"};
+}
+
 } // namespace
+
+void set_lmdb_assert_handler(lmdb_assert_handler fn) {
+  assert_handler.store(fn);
+}
 
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        std::uint64_t map_size, resident_bound bound,
                                        bool write_map) {
   if (write_map && sync)
     throw kv_failure{errc::invalid_argument, "a writable map needs nosync"};
+  check_before_map(dir, false);
   auto h = std::make_unique<env_handle>();
+  h->dir = dir;
   try {
     h->owner = lmdb::env::create();
+    ::mdb_env_set_assert(h->owner.handle(), on_lmdb_assert);
     h->owner.set_max_dbs(16);
     h->owner.set_max_readers(1022);
     h->owner.set_mapsize(map_size);
@@ -146,13 +174,13 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
   return std::make_unique<lmdb_kv>(std::move(h), false, bound);
 }
 
-std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir) {
-  struct stat st;
-  if (::stat((dir + "/data.mdb").c_str(), &st) != 0)
-    throw kv_failure{errc::not_found, "no store in '" + dir + "' (no data.mdb)"};
+std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool allow_damage) {
+  check_before_map(dir, true, allow_damage);
   auto h = std::make_unique<env_handle>();
+  h->dir = dir;
   try {
     h->owner = lmdb::env::create();
+    ::mdb_env_set_assert(h->owner.handle(), on_lmdb_assert);
     h->owner.set_max_dbs(16);
     h->owner.set_max_readers(1022);
     h->owner.open(dir.c_str(), MDB_NOTLS | MDB_RDONLY, 0644);
@@ -160,6 +188,7 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir) {
     fail(e.origin(), e.code());
   }
   h->env = h->owner.handle();
+  h->read_only = true;
   MDB_txn* txn = nullptr;
   check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn));
   MDB_dbi rows;

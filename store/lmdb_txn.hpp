@@ -101,6 +101,15 @@ class lmdb_read : public kv_read, lmdb_reader {
 public:
   explicit lmdb_read(env_handle& h) : lmdb_reader(h) {
     check("mdb_txn_begin(read)", ::mdb_txn_begin(h.env, nullptr, MDB_RDONLY, &txn_));
+    if (h.read_only) {
+      try {
+        auto fmt = do_get(txn_, table::meta, "format");
+        legacy_ = fmt && (*fmt == "1" || *fmt == "2" || *fmt == "3");
+      } catch (...) {
+        ::mdb_txn_abort(txn_);
+        throw;
+      }
+    }
   }
   ~lmdb_read() override { ::mdb_txn_abort(txn_); }
   std::optional<std::string_view> get(table t, std::string_view key) override {
@@ -115,10 +124,12 @@ public:
     do_scan_back(txn_, t, prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return ::mdb_txn_id(txn_); }
+  bool legacy_values() const override { return legacy_; }
   MDB_txn* handle() const { return txn_; }
 
 private:
   MDB_txn* txn_ = nullptr;
+  bool legacy_ = false; // formats 1-3, read-only (kv_read::legacy_values)
 };
 
 class lmdb_write : public kv_write, lmdb_reader {
@@ -172,7 +183,7 @@ public:
   void commit_nested() override {
     MDB_txn* child = stack_.back();
     stack_.pop_back();
-    check("mdb_txn_commit(nested)", ::mdb_txn_commit(child));
+    check_write("mdb_txn_commit(nested)", ::mdb_txn_commit(child), h_.dir);
   }
   void abort_nested() noexcept override {
     ::mdb_txn_abort(stack_.back());
@@ -181,7 +192,7 @@ public:
   void commit() override {
     MDB_txn* txn = stack_.front();
     stack_.clear();
-    check("mdb_txn_commit", ::mdb_txn_commit(txn));
+    check_write("mdb_txn_commit", ::mdb_txn_commit(txn), h_.dir);
   }
 
 private:

@@ -20,7 +20,8 @@ result<std::unique_ptr<kv_store>> open_lmdb(const std::string& dir, bool sync,
 
 /// open_lmdb_kv_readonly (kv.hpp) as a result: not_found when `dir` holds
 /// no store.
-result<std::unique_ptr<kv_store>> open_lmdb_readonly(const std::string& dir);
+result<std::unique_ptr<kv_store>> open_lmdb_readonly(const std::string& dir,
+                                                     bool allow_damage = false);
 
 /// kv_store::info as a result.
 result<kv_info> info(kv_store& kv);

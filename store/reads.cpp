@@ -11,12 +11,12 @@ namespace agentstate::store {
 
 namespace {
 
-// The rows of the events `req` selects (G3/G4), oldest first. The views are
+// The bodies (event_body_text) of the rows of the events `req` selects
+// (G3/G4), oldest first, each checked against its checksum. The views are
 // valid while `txn` lives.
 result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std::string& skey,
                                                         const get_request& req) {
   std::vector<std::string_view> out;
-  std::optional<error> err;
   auto prefix = skey + '\0';
   std::optional<std::uint64_t> limit;
   if (req.num_recent_events)
@@ -26,28 +26,44 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     after = *req.after_timestamp;
   if (limit && *limit == 0)
     return out;
-  auto take = [&](std::string_view row) {
-    auto ts = event_row_timestamp(row);
-    if (!ts) {
-      err = corrupt("event row with unknown tag");
-      return false;
-    }
-    if (after && !(*ts >= *after))
+  // Every row visited is collected, then all are checked together (three
+  // checksums at a time), the rows skipped by `after` too: the scan decides
+  // where to stop on timestamps not yet checked, and a damaged one is caught
+  // below before anything is answered.
+  std::vector<std::string_view> keys, rows;
+  std::size_t taken = 0; // rows `after` keeps
+  const bool legacy = txn.legacy_values();
+  auto take = [&](std::string_view key, std::string_view row) {
+    keys.push_back(key);
+    rows.push_back(row);
+    const std::size_t head = legacy ? 1 : seal_bytes;
+    if (row.size() < head + 8)
+      return false; // damaged: reported below
+    double ts = event_body_timestamp(row.substr(head));
+    if (after && !(ts >= *after))
       return true;
-    out.push_back(row);
-    return !limit || out.size() < *limit;
+    ++taken;
+    return !limit || taken < *limit;
   };
-  if (limit) {
-    txn.scan_back(table::events, prefix, {},
-                  [&](std::string_view, std::string_view row) { return take(row); });
-    std::reverse(out.begin(), out.end());
-  } else {
-    txn.scan(table::events, prefix, {},
-             [&](std::string_view, std::string_view row) { return take(row); });
-  }
-  if (err)
-    return std::move(*err);
-  return out;
+  if (limit)
+    txn.scan_back(table::events, prefix, {}, take);
+  else
+    txn.scan(table::events, prefix, {}, take);
+  // The bodies replace the rows in place (open_rows reads each row before
+  // it writes its body).
+  auto good = open_rows(table::events, rows.size(), keys.data(), rows.data(), legacy,
+                        rows.data());
+  if (good != rows.size())
+    return damaged(table::events, keys[good]);
+  if (after)
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [&](std::string_view body) {
+                                return !(event_body_timestamp(body) >= *after);
+                              }),
+               rows.end());
+  if (limit)
+    std::reverse(rows.begin(), rows.end());
+  return rows;
 }
 
 result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
@@ -57,10 +73,19 @@ result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
     return std::move(rows).err();
   std::vector<event> out;
   out.reserve(rows->size());
-  for (auto row : *rows)
-    if (auto r = decode_event_row(row, out.emplace_back()); !r)
+  for (auto body : *rows)
+    if (auto r = decode_event_body(body, out.emplace_back()); !r)
       return std::move(r).err();
   return out;
+}
+
+// A shared scope's error as the reader of session `r` sees it: a damaged
+// user or app row names the session that could not be read, too.
+error for_session(error e, const session_ref& r) {
+  if (e.code == errc::data_corrupt)
+    e.message = "session '" + printable(r.app_name) + "/" + printable(r.user_id) + "/"
+                + printable(r.session_id) + "' cannot be read: " + e.message;
+  return e;
 }
 
 // The three scopes of a session, merged (S2).
@@ -70,11 +95,25 @@ result<json> read_merged_state(kv_read& txn, const session_ref& r, const std::st
     return std::move(own).err();
   auto user = read_rows(txn, table::user_state, user_scope_key(r.app_name, r.user_id) + '\0');
   if (!user)
-    return std::move(user).err();
+    return for_session(std::move(user).err(), r);
   auto app = read_rows(txn, table::app_state, r.app_name + '\0');
   if (!app)
-    return std::move(app).err();
+    return for_session(std::move(app).err(), r);
   return merge_state(*own, *user, *app);
+}
+
+// Whether session `skey` has event or state rows (its record being absent:
+// a damaged record key hides the record from lookups, not its rows).
+bool has_rows(kv_read& txn, const std::string& skey) {
+  bool any = false;
+  auto found = [&](std::string_view, std::string_view) {
+    any = true;
+    return false;
+  };
+  txn.scan(table::events, skey + '\0', {}, found);
+  if (!any)
+    txn.scan(table::session_state, skey + '\0', {}, found);
+  return any;
 }
 
 /// What every session read starts with: the key, the record and the merged
@@ -90,8 +129,14 @@ result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r
   auto rec = read_record(txn, skey);
   if (!rec)
     return std::move(rec).err();
-  if (!*rec)
+  if (!*rec) {
+    if (has_rows(txn, skey))
+      return error{errc::data_corrupt,
+                   row_name(table::sessions, skey)
+                     + " is missing while the session's rows exist (the store is damaged; "
+                       "`agentstate verify` lists every damaged row)"};
     return std::optional<session_head>{};
+  }
   auto state = read_merged_state(txn, r, skey);
   if (!state)
     return std::move(state).err();
@@ -112,8 +157,14 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix) {
   try {
     json out = json::object();
     std::optional<error> err;
+    const bool legacy = txn.legacy_values();
     txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
-      auto val = parse_stored(v);
+      auto body = open_row(t, k, v, legacy);
+      if (!body) {
+        err = damaged(t, k);
+        return false;
+      }
+      auto val = parse_stored(*body);
       if (!val) {
         err = std::move(val).err();
         return false;
@@ -134,9 +185,9 @@ result<std::optional<session_record>> read_record(kv_read& txn, std::string_view
     auto raw = txn.get(table::sessions, skey);
     if (!raw)
       return std::optional<session_record>{};
-    auto rec = decode_record(*raw);
+    auto rec = decode_record(skey, *raw, txn.legacy_values());
     if (!rec)
-      return corrupt("session record");
+      return damaged(table::sessions, skey);
     return std::optional<session_record>{*rec};
   } catch (const kv_failure& f) {
     return from_failure(f);
@@ -146,10 +197,14 @@ result<std::optional<session_record>> read_record(kv_read& txn, std::string_view
 result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
                                                 std::uint64_t version) {
   try {
-    auto row = txn.get(table::events, event_key(skey, version));
+    auto key = event_key(skey, version);
+    auto row = txn.get(table::events, key);
     if (!row)
       return std::optional<append_result>{};
-    auto ev = decode_event_row(*row);
+    auto body = open_row(table::events, key, *row, txn.legacy_values());
+    if (!body)
+      return damaged(table::events, key);
+    auto ev = decode_event_body(*body);
     if (!ev)
       return std::move(ev).err();
     return std::optional<append_result>{append_result{std::move(*ev), version}};
@@ -164,10 +219,16 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
     std::string prefix(skey);
     prefix += '\0';
     std::optional<error> err;
+    const bool legacy = txn.legacy_values();
     txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
-      auto ev = decode_event_row(row);
-      if (!ev || k.size() != prefix.size() + 8) {
-        err = ev ? corrupt("event key of unexpected length") : std::move(ev).err();
+      auto body = open_row(table::events, k, row, legacy);
+      if (!body || k.size() != prefix.size() + 8) {
+        err = damaged(table::events, k);
+        return false;
+      }
+      auto ev = decode_event_body(*body);
+      if (!ev) {
+        err = std::move(ev).err();
         return false;
       }
       fn(read_be64(k.substr(prefix.size())), ev->id);
@@ -239,7 +300,7 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
     for (std::size_t i = 0; i < rows->size(); ++i) {
       if (i)
         out += ',';
-      out.append(event_row_text((*rows)[i]));
+      out.append(event_body_text((*rows)[i]));
     }
     out += "],\"id\":";
     out += json(r.session_id).dump();
@@ -289,22 +350,30 @@ result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
                                              std::string_view user, std::string_view id,
                                              std::string_view key) try {
   std::optional<std::string_view> raw;
+  std::string k;
+  table t = table::session_state;
   switch (scope_of(key)) {
     case scope::user:
-      raw = txn.get(table::user_state, sub_key(user_scope_key(app, user), unprefixed(key)));
+      t = table::user_state;
+      k = sub_key(user_scope_key(app, user), unprefixed(key));
       break;
     case scope::app:
-      raw = txn.get(table::app_state, sub_key(app, unprefixed(key)));
+      t = table::app_state;
+      k = sub_key(app, unprefixed(key));
       break;
     case scope::session:
-      raw = txn.get(table::session_state, sub_key(session_key(app, user, id), key));
+      k = sub_key(session_key(app, user, id), key);
       break;
     case scope::temp:
       return std::optional<json>{};
   }
+  raw = txn.get(t, k);
   if (!raw)
     return std::optional<json>{};
-  auto v = parse_stored(*raw);
+  auto body = open_row(t, k, *raw, txn.legacy_values());
+  if (!body)
+    return damaged(t, k);
+  auto v = parse_stored(*body);
   if (!v)
     return std::move(v).err();
   return std::optional<json>{std::move(*v)};

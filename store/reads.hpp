@@ -1,7 +1,9 @@
 // store/reads.hpp: every read of a session and of the shared scopes, each
-// in one snapshot (README "Storage format"). These functions never throw:
-// storage failures and rows that do not decode come back as errors
-// (internal, "corrupt store: ...", for the latter).
+// in one snapshot (docs/storage.md). These functions never throw: storage
+// failures come back as errors; every row read is checked against its
+// checksum first, and a damaged one is data_corrupt naming the session and
+// the row (store::damaged), never a value; a row that passes but does not
+// decode is internal ("corrupt store: ...", a bug of its writer).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,11 @@
 #include "store/records.hpp"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "model/event_text.hpp"
+#include "store/crc32c.hpp"
 #include "store/errors.hpp"
 #include "store/keys.hpp"
 
@@ -8,9 +13,8 @@ namespace agentstate::store {
 
 namespace {
 
-constexpr char record_tag = 1;
-constexpr char event_tag = 1;
-constexpr std::size_t record_size = 1 + 8 + 8 + 8;
+constexpr char legacy_tag = 1; // records and event rows of formats 1-3
+constexpr std::size_t record_body = 8 + 8 + 8;
 
 void append_le64(std::string& out, std::uint64_t x) {
   for (int i = 0; i < 8; ++i)
@@ -24,7 +28,238 @@ std::uint64_t read_le64(const char* p) {
   return x;
 }
 
+std::uint32_t checksum(std::string_view key, std::string_view body) {
+  return crc32c_extend(crc32c_extend(0, key), body);
+}
+
+void put_le32(char* p, std::uint32_t x) {
+  for (int i = 0; i < 4; ++i)
+    p[i] = static_cast<char>((x >> (8 * i)) & 0xff);
+}
+
+std::uint32_t read_le32(const char* p) {
+  std::uint32_t x = 0;
+  for (int i = 3; i >= 0; --i)
+    x = (x << 8) | static_cast<unsigned char>(p[i]);
+  return x;
+}
+
+// The length of the valid UTF-8 sequence at s[i] (printable when ASCII), or
+// 0 when there is none.
+std::size_t utf8_run(std::string_view s, std::size_t i) {
+  auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = b(i);
+  if (c >= 0x20 && c < 0x7f)
+    return 1;
+  std::size_t n;
+  std::uint32_t min;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2, min = 0x80;
+  else if (c >= 0xe0 && c <= 0xef)
+    n = 3, min = 0x800;
+  else if (c >= 0xf0 && c <= 0xf4)
+    n = 4, min = 0x10000;
+  else
+    return 0;
+  if (i + n > s.size())
+    return 0;
+  std::uint32_t cp = c & (0x7f >> n);
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
+// Splits a key at its NULs, at most `max_parts` parts (the last keeps the rest).
+std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts) {
+  std::vector<std::string_view> parts;
+  while (parts.size() + 1 < max_parts) {
+    auto nul = k.find('\0');
+    if (nul == std::string_view::npos)
+      break;
+    parts.push_back(k.substr(0, nul));
+    k.remove_prefix(nul + 1);
+  }
+  parts.push_back(k);
+  return parts;
+}
+
+std::string joined(const std::vector<std::string_view>& parts, std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < n && i < parts.size(); ++i) {
+    if (i)
+      out += '/';
+    out += printable(parts[i]);
+  }
+  return out;
+}
+
 } // namespace
+
+void seal_into(std::string& out, std::string_view key, std::string_view body) {
+  out.resize(seal_bytes + body.size());
+  out[0] = sealed_tag;
+  put_le32(&out[1], checksum(key, body));
+  if (!body.empty())
+    std::memcpy(&out[seal_bytes], body.data(), body.size());
+}
+
+std::string seal(std::string_view key, std::string_view body) {
+  std::string out;
+  seal_into(out, key, body);
+  return out;
+}
+
+std::optional<std::string_view> open_row(table t, std::string_view key, std::string_view value,
+                                         bool legacy) noexcept {
+  if (!legacy) {
+    if (value.size() < seal_bytes || value[0] != sealed_tag)
+      return std::nullopt;
+    auto body = value.substr(seal_bytes);
+    if (read_le32(value.data() + 1) != checksum(key, body))
+      return std::nullopt;
+    if ((t == table::sessions && body.size() != record_body)
+        || (t == table::events && body.size() < 8))
+      return std::nullopt; // a bug of the writer rather than damage
+    return body;
+  }
+  switch (t) {
+    case table::sessions:
+      if (value.size() != 1 + record_body || value[0] != legacy_tag)
+        return std::nullopt;
+      return value.substr(1);
+    case table::events:
+      if (value.size() < 9 || value[0] != legacy_tag)
+        return std::nullopt;
+      return value.substr(1);
+    case table::by_update:
+    case table::by_user:
+      if (!value.empty())
+        return std::nullopt;
+      return value;
+    default:
+      return value;
+  }
+}
+
+std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
+                      const std::string_view* values, bool legacy,
+                      std::string_view* bodies) noexcept {
+  if (legacy) {
+    for (std::size_t i = 0; i < n; ++i) {
+      auto b = open_row(t, keys[i], values[i], true);
+      if (!b)
+        return i;
+      bodies[i] = *b;
+    }
+    return n;
+  }
+  for (std::size_t i = 0; i < n; i += 3) {
+    std::size_t m = std::min<std::size_t>(3, n - i);
+    std::uint32_t crc[3] = {0, 0, 0};
+    const void* p[3] = {"", "", ""};
+    std::size_t len[3] = {0, 0, 0};
+    for (std::size_t j = 0; j < m; ++j) {
+      auto v = values[i + j];
+      if (v.size() < seal_bytes || v[0] != sealed_tag)
+        return i + j;
+      p[j] = keys[i + j].data();
+      len[j] = keys[i + j].size();
+    }
+    crc32c_extend3(crc, p, len);
+    for (std::size_t j = 0; j < m; ++j) {
+      p[j] = values[i + j].data() + seal_bytes;
+      len[j] = values[i + j].size() - seal_bytes;
+    }
+    crc32c_extend3(crc, p, len);
+    for (std::size_t j = 0; j < m; ++j) {
+      auto v = values[i + j];
+      auto body = v.substr(seal_bytes);
+      if (read_le32(v.data() + 1) != crc[j] || (t == table::sessions && body.size() != record_body)
+          || (t == table::events && body.size() < 8))
+        return i + j;
+      bodies[i + j] = body;
+    }
+  }
+  return n;
+}
+
+std::string printable(std::string_view x) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(x.size());
+  for (std::size_t i = 0; i < x.size();) {
+    if (auto n = utf8_run(x, i)) {
+      out.append(x.substr(i, n));
+      i += n;
+      continue;
+    }
+    auto c = static_cast<unsigned char>(x[i++]);
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+std::string row_name(table t, std::string_view key) {
+  switch (t) {
+    case table::sessions:
+      return "session '" + joined(split_key(key, 3), 3) + "' record";
+    case table::events: {
+      if (key.size() < 9 || key[key.size() - 9] != '\0')
+        return "event row '" + printable(key) + "'";
+      auto skey = key.substr(0, key.size() - 9);
+      return "session '" + joined(split_key(skey, 3), 3) + "' event v"
+             + std::to_string(read_be64(key.substr(key.size() - 8)));
+    }
+    case table::session_state: {
+      auto p = split_key(key, 4);
+      return "session '" + joined(p, 3) + "' state row '"
+             + (p.size() == 4 ? printable(p[3]) : std::string()) + "'";
+    }
+    case table::user_state: {
+      auto p = split_key(key, 3);
+      return "user '" + joined(p, 2) + "' state row '"
+             + (p.size() == 3 ? printable(p[2]) : std::string()) + "'";
+    }
+    case table::app_state: {
+      auto p = split_key(key, 2);
+      return "app '" + printable(p[0]) + "' state row '"
+             + (p.size() == 2 ? printable(p[1]) : std::string()) + "'";
+    }
+    case table::by_update: {
+      // app ‖ 0 ‖ ord64(t) ‖ id ‖ 0 ‖ user
+      auto nul = key.find('\0');
+      if (nul == std::string_view::npos || key.size() < nul + 9)
+        return "by_update entry '" + printable(key) + "'";
+      auto rest = split_key(key.substr(nul + 9), 2);
+      return "session '" + printable(key.substr(0, nul)) + "/"
+             + (rest.size() == 2 ? printable(rest[1]) : std::string()) + "/"
+             + printable(rest[0]) + "' by_update entry";
+    }
+    case table::by_user: {
+      // app ‖ 0 ‖ user ‖ 0 ‖ ord64(t) ‖ id
+      auto p = split_key(key, 3);
+      if (p.size() != 3 || p[2].size() < 8)
+        return "by_user entry '" + printable(key) + "'";
+      return "session '" + joined(p, 2) + "/" + printable(p[2].substr(8)) + "' by_user entry";
+    }
+    case table::meta:
+      break;
+  }
+  return "meta row '" + printable(key) + "'";
+}
+
+error damaged(table t, std::string_view key) {
+  return error{errc::data_corrupt,
+               row_name(t, key) + " is damaged (its checksum or layout is wrong; "
+                                  "`agentstate verify` lists every damaged row)"};
+}
 
 result<json> parse_stored(std::string_view text) {
   json fast;
@@ -38,47 +273,51 @@ result<json> parse_stored(std::string_view text) {
   return v;
 }
 
-std::string encode_record(const session_record& x) {
-  std::string out;
-  out.reserve(record_size);
-  out.push_back(record_tag);
-  append_le64(out, x.version);
-  append_le64(out, bits_of(x.last_update_time));
-  append_le64(out, bits_of(x.created));
-  return out;
+std::string encode_record(std::string_view skey, const session_record& x) {
+  std::string body;
+  body.reserve(record_body);
+  append_le64(body, x.version);
+  append_le64(body, bits_of(x.last_update_time));
+  append_le64(body, bits_of(x.created));
+  return seal(skey, body);
 }
 
-std::optional<session_record> decode_record(std::string_view x) {
-  if (x.size() != record_size || x[0] != record_tag)
+std::optional<session_record> decode_record(std::string_view skey, std::string_view value,
+                                            bool legacy) {
+  auto body = open_row(table::sessions, skey, value, legacy);
+  if (!body)
     return std::nullopt;
   session_record r;
-  r.version = read_le64(x.data() + 1);
-  r.last_update_time = double_of(read_le64(x.data() + 9));
-  r.created = double_of(read_le64(x.data() + 17));
+  r.version = read_le64(body->data());
+  r.last_update_time = double_of(read_le64(body->data() + 8));
+  r.created = double_of(read_le64(body->data() + 16));
   return r;
 }
 
-std::string encode_event_row(double timestamp, std::string_view json_text) {
+std::string encode_event_row(std::string_view key, double timestamp,
+                             std::string_view json_text) {
   std::string out;
-  out.reserve(9 + json_text.size());
-  out.push_back(event_tag);
-  append_le64(out, bits_of(timestamp));
-  out.append(json_text);
+  out.resize(seal_bytes + 8 + json_text.size());
+  out[0] = sealed_tag;
+  auto ts = bits_of(timestamp);
+  for (int i = 0; i < 8; ++i)
+    out[seal_bytes + i] = static_cast<char>((ts >> (8 * i)) & 0xff);
+  if (!json_text.empty())
+    std::memcpy(&out[seal_bytes + 8], json_text.data(), json_text.size());
+  put_le32(&out[1], checksum(key, std::string_view(out).substr(seal_bytes)));
   return out;
 }
 
-std::optional<double> event_row_timestamp(std::string_view row) {
-  if (row.size() < 9 || row[0] != event_tag)
-    return std::nullopt;
-  return double_of(read_le64(row.data() + 1));
+double event_body_timestamp(std::string_view body) {
+  return double_of(read_le64(body.data()));
 }
 
-result<void> decode_event_row(std::string_view row, event& out) {
-  if (row.size() < 9 || row[0] != event_tag)
-    return corrupt("event row with unknown tag");
-  if (model::decode_event_text(event_row_text(row), out))
+result<void> decode_event_body(std::string_view body, event& out) {
+  if (body.size() < 8)
+    return corrupt("event row shorter than its timestamp");
+  if (model::decode_event_text(event_body_text(body), out))
     return {};
-  auto j = parse_stored(event_row_text(row));
+  auto j = parse_stored(event_body_text(body));
   if (!j)
     return std::move(j).err();
   auto ev = event_from_json(std::move(*j));
@@ -88,9 +327,9 @@ result<void> decode_event_row(std::string_view row, event& out) {
   return {};
 }
 
-result<event> decode_event_row(std::string_view row) {
+result<event> decode_event_body(std::string_view body) {
   event ev;
-  if (auto r = decode_event_row(row, ev); !r)
+  if (auto r = decode_event_body(body, ev); !r)
     return std::move(r).err();
   return ev;
 }

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "store/errors.hpp"
+#include "store/records.hpp"
 
 namespace agentstate::store {
 
@@ -14,7 +15,10 @@ result<store_summary> summarize(kv_store& kv,
     out.info = kv.info();
     auto txn = kv.begin_read();
     std::set<std::string, std::less<>> apps, users;
-    txn->scan(table::sessions, {}, {}, [&](std::string_view k, std::string_view) {
+    const bool legacy = txn->legacy_values();
+    txn->scan(table::sessions, {}, {}, [&](std::string_view k, std::string_view v) {
+      if (!decode_record(k, v, legacy) && ++out.damaged_records <= 100)
+        out.damaged.push_back(damaged(table::sessions, k));
       auto a = k.find('\0');
       auto u = k.find('\0', a + 1);
       if (apps.find(k.substr(0, a)) == apps.end())

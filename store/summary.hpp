@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "agentstate/error.hpp"
 #include "store/kv.hpp"
@@ -15,11 +16,17 @@ struct store_summary {
   std::string engine_version; ///< meta["engine_version"]
   std::uint64_t apps = 0, users = 0, sessions = 0;
   kv_info info;               ///< map size and use, readers, rows per table
+  /// data_corrupt errors of the session records that fail their checksum
+  /// (the first 100; `damaged_records` counts them all). Counted sessions
+  /// include them.
+  std::vector<error> damaged;
+  std::uint64_t damaged_records = 0;
 };
 
-/// Counts apps, users and sessions in one snapshot, with the store's info.
-/// `progress(sessions_seen)` is called as sessions are counted. Cost: one
-/// pass over the sessions table, plus kv_store::info.
+/// Counts apps, users and sessions in one snapshot, with the store's info,
+/// checking each session record's checksum. `progress(sessions_seen)` is
+/// called as sessions are counted. Cost: one pass over the sessions table,
+/// plus kv_store::info.
 result<store_summary> summarize(kv_store& kv,
                                 const std::function<void(std::uint64_t)>& progress = {});
 

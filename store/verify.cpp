@@ -36,17 +36,23 @@ std::vector<std::string_view> split_nul(std::string_view k, std::size_t max_part
   return parts;
 }
 
-std::string printable(std::string_view k) {
+// A key with its NULs shown as '/', as valid UTF-8.
+std::string shown(std::string_view k) {
   std::string out;
   for (char c : k)
     out += c == '\0' ? '/' : c;
-  return out;
+  return printable(out);
 }
 
-std::uint64_t count_rows(kv_read& txn, table t) {
+// Counts the rows of `t`; with `sealed_index`, also checks each entry's
+// checksum (the list indexes).
+std::uint64_t count_rows(kv_read& txn, table t, checker* sealed_index = nullptr) {
   std::uint64_t n = 0;
-  txn.scan(t, {}, {}, [&](std::string_view, std::string_view) {
+  const bool legacy = txn.legacy_values();
+  txn.scan(t, {}, {}, [&](std::string_view k, std::string_view v) {
     ++n;
+    if (sealed_index && !open_row(t, k, v, legacy))
+      sealed_index->fault(damaged(t, k).message);
     return true;
   });
   return n;
@@ -54,13 +60,19 @@ std::uint64_t count_rows(kv_read& txn, table t) {
 
 void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c,
                       std::uint64_t& count) {
+  const bool legacy = txn.legacy_values();
   txn.scan(t, {}, {}, [&](std::string_view k, std::string_view v) {
     ++count;
+    auto body = open_row(t, k, v, legacy);
+    if (!body) {
+      c.fault(damaged(t, k).message);
+      return true;
+    }
     auto p = split_nul(k, parts);
     if (p.size() != parts || p[0].empty() || (parts == 3 && p[1].empty()))
-      c.fault(std::string(table_name(t)) + ": malformed key '" + printable(k) + "'");
-    if (!parse_json(v, stored_json_depth))
-      c.fault(std::string(table_name(t)) + ": value of '" + printable(k)
+      c.fault(std::string(table_name(t)) + ": malformed key '" + shown(k) + "'");
+    if (!parse_json(*body, stored_json_depth))
+      c.fault(std::string(table_name(t)) + ": value of '" + shown(k)
               + "' is not valid JSON");
     return true;
   });
@@ -78,20 +90,28 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     else if (!known_format(*fmt))
       c.fault("meta: format " + std::string(*fmt) + ", expected "
               + std::to_string(oldest_format_version) + " to " + std::to_string(format_version));
+    const bool legacy = txn.legacy_values();
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
-      std::string name = printable(skey);
+      std::string name = shown(skey);
       ++r.sessions;
       if (progress && r.sessions % 10000 == 0)
         progress(r.sessions);
+      auto rec = decode_record(skey, raw, legacy);
+      if (!rec) {
+        // The session's other rows are still checked, each damaged one named.
+        c.fault(damaged(table::sessions, skey).message);
+        txn.scan(table::events, skey + '\0', {}, [&](std::string_view k, std::string_view row) {
+          ++r.events;
+          if (!open_row(table::events, k, row, legacy))
+            c.fault(damaged(table::events, k).message);
+          return true;
+        });
+        return true;
+      }
       auto parts = split_nul(skey, 3);
       if (parts.size() != 3 || parts[0].empty() || parts[1].empty() || parts[2].empty()) {
         c.fault("sessions: malformed key '" + name + "'");
-        return true;
-      }
-      auto rec = decode_record(raw);
-      if (!rec) {
-        c.fault("session " + name + ": record does not decode");
         return true;
       }
       std::string prefix = skey + '\0';
@@ -107,12 +127,17 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
           return true;
         }
         ++expect;
-        auto ev = decode_event_row(row);
+        auto body = open_row(table::events, k, row, legacy);
+        if (!body) {
+          c.fault(damaged(table::events, k).message);
+          return true;
+        }
+        auto ev = decode_event_body(*body);
         if (!ev) {
           c.fault("session " + name + " v" + std::to_string(version) + ": " + ev.err().message);
           return true;
         }
-        if (!ev->timestamp || *ev->timestamp != event_row_timestamp(row).value_or(-1))
+        if (!ev->timestamp || *ev->timestamp != event_body_timestamp(*body))
           c.fault("session " + name + " v" + std::to_string(version)
                   + ": row timestamp differs from the event's");
         auto [at, added] = ids.emplace(ev->id, version);
@@ -145,7 +170,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       c.fault("events: " + std::to_string(total_events - r.events)
               + " rows belong to no session");
     for (auto t : {table::by_update, table::by_user}) {
-      auto n = count_rows(txn, t);
+      auto n = count_rows(txn, t, &c);
       if (n != r.sessions)
         c.fault(std::string(table_name(t)) + ": " + std::to_string(n) + " entries for "
                 + std::to_string(r.sessions) + " sessions");
@@ -155,7 +180,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       auto p = split_nul(k, 4);
       if (p.size() == 4
           && !txn.get(table::sessions, session_key(p[0], p[1], p[2])))
-        c.fault("session_state: row '" + printable(k) + "' of a missing session");
+        c.fault("session_state: row '" + shown(k) + "' of a missing session");
       return true;
     });
     check_value_rows(txn, table::user_state, 3, c, r.user_rows);

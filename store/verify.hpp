@@ -22,7 +22,9 @@ struct verify_report {
   bool ok() const { return faults == 0; }
 };
 
-/// Checks, in the snapshot `txn`: the format version (1 or 2); every session
+/// Checks, in the snapshot `txn`: the format version (1 to 4); every row's
+/// checksum (format 4: every value of every table but meta, each bad row
+/// reported by its row_name, as data_corrupt names it); every session
 /// record decodes; its events are versions 1..version without gaps, each row
 /// decodes to an event whose timestamp matches the row's, and no two events
 /// of a session share an id (A6); both list

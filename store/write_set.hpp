@@ -31,7 +31,9 @@ struct write_set {
   std::uint64_t version = 0;
   /// create: creation time; append: the event's timestamp.
   double time = 0;
-  /// append: the event's row as stored (store::encode_event_row).
+  /// append: the event's row as stored (store::encode_event_row under
+  /// event_key(session_key(app, user, id), version): sealed, so it is
+  /// encoded after version is known).
   std::string event_row;
   std::vector<state_write> session_writes, user_writes, app_writes;
 

@@ -1,5 +1,5 @@
 // tests/concurrency_test.cpp: real host threads against one engine, both
-// stores. Concurrent appenders lose nothing and get one total order (DESIGN.md
+// stores. Concurrent appenders lose nothing and get one total order (README
 // guarantee 2), concurrent creates of one id have one winner (C2), shared
 // keys end at the last committed write (S4), reads are consistent snapshots
 // (guarantee 4) and see acknowledged writes (guarantee 3), conditional appends

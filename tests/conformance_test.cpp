@@ -1,4 +1,4 @@
-// tests/conformance_test.cpp: the session semantics of SEMANTICS.md, one test
+// tests/conformance_test.cpp: the session semantics of docs/semantics.md, one test
 // case per rule id, run against both stores (in-memory and LMDB). A store
 // that passes this file behaves like the reference session services.
 #include "support/test_support.hpp"
@@ -445,7 +445,7 @@ TEST_CASE_TEMPLATE("C2 a duplicate create fails and leaves the session untouched
   CHECK(after.state == json{{"k", 2}});
   CHECK(event_ids(after.events) == std::vector<std::string>{"e1"});
   CHECK(after.last_update_time == before.last_update_time);
-  // NOTE: a refused create stores nothing (DESIGN.md guarantee 8), so its
+  // NOTE: a refused create stores nothing (README guarantee 8), so its
   // user:/app: keys must not reach the shared scopes either.
   CHECK(user_state(e, "app", "u") == json::object());
   CHECK(app_state(e, "app") == json::object());
@@ -1014,7 +1014,7 @@ TEST_CASE_TEMPLATE("A3 temp: keys live in the invocation and are never stored",
   CHECK(has_no_temp_keys(user_state(e, "app", "u")));
 
   if (S::kind == store_kind::lmdb) {
-    // temp: never reaches disk (DESIGN.md guarantee 5). The session value
+    // temp: never reaches disk (README guarantee 5). The session value
     // written beside it is the positive control of the byte search.
     MUST(e.flush());
     if (any_file_contains(t.dir->path(), session_marker)) {
@@ -1117,8 +1117,8 @@ TEST_CASE_TEMPLATE("A6 re-appending a stored event id is idempotent", S, STORES)
 
   // A retry carrying its original expected_version is answered from the
   // dedup index, not refused as a conflict.
-  // NOTE: DESIGN.md §2 orders the session actor's checks as "deduplicates
-  // event ids, checks expected_version": dedup comes first.
+  // NOTE: the session actor answers duplicate event ids before it checks
+  // expected_version (docs/architecture.md): dedup comes first.
   auto retry_cond = e.append_event(append_req(ref, orig, 0));
   REQUIRE_OK(retry_cond);
   CHECK(retry_cond->version == 1);

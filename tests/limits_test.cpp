@@ -1,5 +1,5 @@
 // tests/limits_test.cpp: every documented limit at its boundary and one past
-// it, and bad input of every kind (options.hpp limits, DESIGN.md guarantee 8:
+// it, and bad input of every kind (options.hpp limits, README guarantee 8:
 // "every invalid request gets a typed error, stores nothing, and leaves every
 // actor alive"). Both stores.
 //
@@ -155,7 +155,7 @@ TEST_CASE_TEMPLATE("names up to max_name_bytes are accepted, longer are too_larg
   }
 
   SUBCASE("one past the limit, on append") {
-    // NOTE: limits are checked up front (DESIGN.md §3: too_large before any
+    // NOTE: limits are checked up front (docs/architecture.md: the session actor checks before any
     // store access), so an over-long name is too_large, not not_found.
     event ev = make_event(json{{"user:leak", 1}, {"app:leak", 1}}, "x");
     EXPECT_REFUSED(p, e.append_event(append_req(sref(n101, "u", "probe"), ev)),
@@ -495,7 +495,7 @@ TEST_CASE_TEMPLATE("values of the wrong type are invalid_argument", S, STORES) {
                  errc::invalid_argument);
   event bad_artifacts = make_event(json{{"k", 1}});
   bad_artifacts.actions.artifact_delta = json::array({"f.txt"});
-  // NOTE: artifact_delta is an object in PROTOCOL.md like state_delta.
+  // NOTE: artifact_delta is an object in docs/protocol.md like state_delta.
   EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), bad_artifacts)),
                  errc::invalid_argument);
   // NOTE: a timestamp must be an epoch double that JSON can carry (D4).

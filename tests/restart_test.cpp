@@ -1,6 +1,6 @@
 // tests/restart_test.cpp: what survives close() and reopen of an LMDB store,
 // idempotent retries across a restart (A6), and one owner per store
-// directory (DESIGN.md guarantee 9). LMDB only, in sync and nosync modes.
+// directory (README guarantee 9). LMDB only, in sync and nosync modes.
 #include "support/test_support.hpp"
 
 #include <chrono>

@@ -51,6 +51,11 @@ const char* serve_usage =
   "                         (default 67108864); beyond it the connection is not\n"
   "                         read until the client catches up\n"
   "  --log-format FORMAT    text (default, logfmt) or json (one object per line)\n"
+  "  --create               start an empty store even where a store's lock files\n"
+  "                         remain without its data.mdb (refused otherwise: the\n"
+  "                         data of a store that was there is gone)\n"
+  "  --max-store-mb N       the store's size limit in MiB (default 65536): past it\n"
+  "                         writes fail with storage_full, before the disk fills\n"
   "\n"
   "Network (with --listen; may be repeated):\n"
   "  --listen [HOST:]PORT   a TCP listener; HOST defaults to 127.0.0.1, PORT 0\n"
@@ -127,6 +132,10 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
       memory = true;
       continue;
     }
+    if (a == "--create") {
+      cfg.engine_opts.create = create_policy::always;
+      continue;
+    }
     if (a == "--insecure") {
       cfg.net.insecure = true;
       network_only.push_back(a);
@@ -137,7 +146,7 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
       "--threads",        "--max-in-flight",    "--max-output-bytes", "--log-format",
       "--auth-file",      "--tls-cert",         "--tls-key",        "--tls-client-ca",
       "--io-threads",     "--max-connections",  "--idle-timeout-s", "--line-timeout-s",
-      "--shutdown-grace-s"};
+      "--shutdown-grace-s", "--max-store-mb"};
     bool takes_value = false;
     for (auto v : valued)
       takes_value = takes_value || a == v;
@@ -172,6 +181,10 @@ std::optional<int> parse_args(const args& xs, serve_config& cfg) {
       if (auto e = count(a, v, 0, 1024, n))
         return e;
       cfg.engine_opts.threads = static_cast<std::size_t>(n);
+    } else if (a == "--max-store-mb") {
+      if (auto e = count(a, v, 1, std::uint64_t{1} << 24, n))
+        return e;
+      cfg.engine_opts.max_store_bytes = n << 20;
     } else if (a == "--max-in-flight") {
       if (auto e = count(a, v, 1, 1u << 20, n))
         return e;

@@ -26,6 +26,7 @@
 #include "store/verify.hpp"
 #include "tools/adk_sqlite.hpp"
 #include "tools/commands.hpp"
+#include "tools/fault_guard.hpp"
 
 namespace agentstate::tools {
 
@@ -65,11 +66,15 @@ bool parse(const args& in, const std::set<std::string>& flags,
   return true;
 }
 
-/// Opens DIR read-only; prints the error and returns null on failure.
+/// Opens DIR read-only; prints the error and returns null on failure. Every
+/// read-only tool reads the map under the fault guard (tools/fault_guard.hpp):
+/// a fault on a damaged page ends the command with a data_corrupt message
+/// and exit 1, never a signal.
 std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
+  install_fault_guard();
   auto kv = store::open_lmdb_readonly(dir);
   if (!kv) {
-    std::fprintf(stderr, "%s\n", kv.err().message.c_str());
+    std::fprintf(stderr, "%s\n", to_string(kv.err()).c_str());
     return nullptr;
   }
   return std::move(*kv);
@@ -102,8 +107,10 @@ const char* inspect_usage =
   "\n"
   "Prints the store's format version, counts of apps, users, sessions and\n"
   "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-  "runs; reads every store format (1 to 3) as it is. --json prints one JSON\n"
-  "object. Exit 0, 1 (cannot read), 2 (usage).\n";
+  "runs; reads every store format (1 to 4) as it is. Each session record that\n"
+  "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
+  "\"damaged_records\"); the counts go on. --json prints one JSON object.\n"
+  "Exit 0, 1 (cannot read, or damaged records), 2 (usage).\n";
 
 int run_inspect(const args& in) {
   parsed p;
@@ -121,7 +128,12 @@ int run_inspect(const args& in) {
   if (!kv)
     return 1;
   progress_line prog;
-  auto summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); });
+  result<store::store_summary> summary = error{errc::internal, "not read"};
+  if (auto g = guarded("inspect", [&] {
+        summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); });
+      });
+      !g)
+    summary = std::move(g).err();
   prog.done();
   if (!summary) {
     std::fprintf(stderr, "inspect: %s\n", summary.err().message.c_str());
@@ -145,7 +157,10 @@ int run_inspect(const args& in) {
       {"last_txn_id", info.last_txn_id},
       {"readers_used", info.readers_used},
       {"max_readers", info.max_readers},
+      {"damaged_records", summary->damaged_records},
     };
+    for (auto& e : summary->damaged)
+      std::fprintf(stderr, "%s\n", to_string(e).c_str());
     if (p.opts.count("--json")) {
       std::puts(out.dump().c_str());
     } else {
@@ -158,8 +173,11 @@ int run_inspect(const args& in) {
       std::printf("map              %.1f MiB used of %.1f MiB\n", info.used_bytes / 1048576.0,
                   info.map_size / 1048576.0);
       std::printf("readers          %u of %u slots\n", info.readers_used, info.max_readers);
+      if (summary->damaged_records)
+        std::printf("damaged_records  %llu\n",
+                    static_cast<unsigned long long>(summary->damaged_records));
     }
-    return 0;
+    return summary->damaged_records ? 1 : 0;
   }
 }
 
@@ -168,10 +186,11 @@ int run_inspect(const args& in) {
 const char* verify_usage =
   "usage: agentstate verify DIR [--json]\n"
   "\n"
-  "Checks every session of the store: versions contiguous, every event\n"
-  "decodes, no event id twice in a session, every record decodes, list\n"
+  "Checks every row of the store: every checksum (format 4; each damaged row\n"
+  "is named: session app/user/id and which row), versions contiguous, every\n"
+  "event decodes, no event id twice in a session, every record decodes, list\n"
   "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
-  "an engine runs (it checks one snapshot); reads every store format (1 to 3)\n"
+  "an engine runs (it checks one snapshot); reads every store format (1 to 4)\n"
   "as it is. Exit 0 clean, 1 faults found (or unreadable), 2 usage.\n";
 
 int run_verify(const args& in) {
@@ -195,7 +214,15 @@ int run_verify(const args& in) {
     std::fprintf(stderr, "verify: %s\n", txn.err().message.c_str());
     return 1;
   }
-  auto r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); });
+  store::verify_report r;
+  if (auto g = guarded("storage", [&] {
+        r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); });
+      });
+      !g) {
+    // The walk stopped at the fault; what it counted so far stands.
+    ++r.faults;
+    r.messages.push_back(to_string(g.err()) + " (run agentstate salvage)");
+  }
   prog.done();
   if (p.opts.count("--json")) {
     std::puts(json{{"ok", r.ok()},
@@ -260,7 +287,16 @@ int run_backup(const args& in) {
   if (!kv)
     return 1;
   auto t0 = std::chrono::steady_clock::now();
-  if (auto r = store::copy_to(*kv, dest, p.opts.count("--compact") > 0); !r) {
+  // LMDB's compacting copy reads the tree on this thread (its second thread
+  // writes what this one copied), so the guard covers every read of the map.
+  // After a fault the copy is abandoned; DEST keeps a partial data.mdb.
+  result<void> r;
+  if (auto g = guarded("backup", [&] {
+        r = store::copy_to(*kv, dest, p.opts.count("--compact") > 0);
+      });
+      !g)
+    r = std::move(g).err();
+  if (!r) {
     std::fprintf(stderr, "backup: %s\n", r.err().message.c_str());
     return 1;
   }
@@ -282,14 +318,18 @@ const char* dump_usage =
   "\n"
   "Prints the store (or one app, user or session of it) as JSON lines: a\n"
   "header, each session with its own state, its events, then user and app\n"
-  "state. Read-only; safe while an engine runs. Exit 0, 1, 2 (usage).\n";
+  "state. Read-only; safe while an engine runs. A session or scope with a\n"
+  "damaged row is left out and reported on stderr (data_corrupt), the others\n"
+  "printed; the exit is then 1. Exit 0, 1, 2 (usage).\n";
 
 const char* export_usage =
   "usage: agentstate export DIR > FILE\n"
   "\n"
   "Writes the whole store as JSON lines that `agentstate import` turns back\n"
   "into the same store (export -> import -> export is byte-identical).\n"
-  "Read-only; safe while an engine runs. Exit 0, 1, 2 (usage).\n";
+  "Read-only; safe while an engine runs. A session or scope with a damaged\n"
+  "row is left out and reported on stderr (data_corrupt), the others written;\n"
+  "the exit is then 1. Exit 0, 1, 2 (usage).\n";
 
 int export_common(const args& in, bool filters, const char* usage) {
   parsed p;
@@ -326,18 +366,32 @@ int export_common(const args& in, bool filters, const char* usage) {
     return 1;
   }
   progress_line prog;
-  std::uint64_t lines = 0;
-  auto n = store::export_store(**txn, f, [&](const std::string& line) {
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fputc('\n', stdout);
-    prog("records", ++lines);
-  });
+  std::uint64_t lines = 0, damaged = 0;
+  result<std::uint64_t> n = std::uint64_t{0};
+  if (auto g = guarded("export", [&] {
+        n = store::export_store(
+          **txn, f,
+          [&](const std::string& line) {
+            std::fwrite(line.data(), 1, line.size(), stdout);
+            std::fputc('\n', stdout);
+            prog("records", ++lines);
+          },
+          [&](const error& e) {
+            ++damaged;
+            std::fprintf(stderr, "%s\n", to_string(e).c_str());
+          });
+      });
+      !g)
+    n = std::move(g).err();
   prog.done();
   if (!n) {
     std::fprintf(stderr, "%s\n", to_string(n.err()).c_str());
     return 1;
   }
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  if (damaged)
+    std::fprintf(stderr, "%llu sessions or scopes left out: damaged (run `agentstate verify`)\n",
+                 static_cast<unsigned long long>(damaged));
+  return std::fflush(stdout) == 0 && damaged == 0 ? 0 : 1;
 }
 
 int run_dump(const args& in) {

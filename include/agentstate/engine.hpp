@@ -75,7 +75,7 @@ public:
   void get_session(get_request req, callback<std::optional<session>> cb);
   result<std::optional<session>> get_session(get_request req);
 
-  /// get_session as the JSON text of the Session object (PROTOCOL.md), equal
+  /// get_session as the JSON text of the Session object (docs/protocol.md), equal
   /// to dump_json(to_json(*session)), or "null" when it does not exist.
   /// Stored events are copied as stored, never parsed: the fast path for
   /// servers and long sessions (see README Performance). Errors: as

@@ -25,7 +25,12 @@ enum class errc : std::uint8_t {
   io_error = 7,         ///< the disk failed; nothing acknowledged. Retryable.
   unavailable = 8,      ///< closing, overloaded or locked. Retryable.
   internal = 9,         ///< a bug; the message says what.
-  // 10 is reserved (data_corrupt).
+  /// The store is damaged: a stored row failed its checksum (the message
+  /// names the session, app/user/id, and the row; other sessions are still
+  /// served), or the store's file does not hold what it claims (truncated,
+  /// damaged pages, a lost data file; the message names the file). Not
+  /// retryable: restore a backup or run `agentstate salvage`.
+  data_corrupt = 10,
   /// The server requires authentication and the connection has none yet
   /// (`authenticate` not sent, or its token was refused). Not retryable
   /// unchanged: authenticate first.

@@ -42,9 +42,13 @@ struct limits {
   /// Nesting of each value a client supplies (a state value, `content`, any
   /// other member's value); `{}`/`[]` count one level.
   std::size_t max_json_depth = 64;
+  /// The largest answer one read builds: a list_sessions page ends early at
+  /// this budget (at least one session per page; too_large only when one
+  /// session alone exceeds it). Sizes are those of the sessions' JSON.
+  std::size_t max_response_bytes = std::size_t{64} << 20;
 };
 
-/// A derived key (SEMANTICS.md N1): the engine stores fn(inputs) under
+/// A derived key (docs/semantics.md N1): the engine stores fn(inputs) under
 /// "derived:"+name whenever a create or an append changes (sets, removes or
 /// modifies) one of `inputs` in that session, in the same transaction, and
 /// records it in the stored event's state_delta. `fn` gets an object holding
@@ -69,15 +73,40 @@ enum class scheduler_policy {
   stealing,
 };
 
+/// When engine::open may start a new, empty store (docs/storage.md, "Damage
+/// and recovery").
+enum class create_policy {
+  /// The default: when `dir` is missing or holds none of a store's files.
+  /// A directory that holds the store's lock files (agentstate.lock,
+  /// lock.mdb) but no data.mdb, or an empty one, held a store whose data is
+  /// gone: refused with data_corrupt naming the path, never replaced by an
+  /// empty store.
+  if_new,
+  /// Also in such a directory (`serve --create`): a new empty store.
+  always,
+  /// Never: a directory without data.mdb is refused with not_found.
+  never,
+};
+
 struct options {
-  /// Store directory, created if missing. Required unless durability is
-  /// memory. One engine per directory: a second open, in this process or
-  /// another, is refused with errc::unavailable.
+  /// Store directory, created if missing (see `create`). Required unless
+  /// durability is memory. One engine per directory: a second open, in this
+  /// process or another, is refused with errc::unavailable.
   std::string dir;
+  /// Whether open may start an empty store in `dir` (create_policy). Before
+  /// LMDB maps an existing data.mdb, open checks it against its meta pages
+  /// and refuses a truncated or damaged file with data_corrupt.
+  create_policy create = create_policy::if_new;
   durability mode = durability::sync;
   /// The store may grow to this size; beyond it appends fail with
   /// storage_full (nothing already stored is affected). The file grows with
-  /// the data; this is address space, not disk, until used.
+  /// the data; this is address space, not disk, until used. Set it below the
+  /// disk's free space to get storage_full before the disk fills (`serve
+  /// --max-store-mb`). A disk that fills first also gives storage_full (a
+  /// failed commit with less than 16 MiB free on the store's filesystem);
+  /// nothing of the failed write is stored, and the same write (the same
+  /// event id) succeeds once space frees. An existing store larger than this
+  /// opens at its own size.
   std::uint64_t max_store_bytes = std::uint64_t{64} << 30;
   /// durability::nosync only (refused otherwise): LMDB writes pages through
   /// a writable memory map (MDB_WRITEMAP) instead of write(2) at commit,

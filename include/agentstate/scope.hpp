@@ -1,5 +1,5 @@
 // agentstate/scope.hpp: state keys, their scopes, and the pure functions that
-// split and merge state by scope (SEMANTICS.md S1-S4). No I/O, no actors.
+// split and merge state by scope (docs/semantics.md S1-S4). No I/O, no actors.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// agentstate/state.hpp: the delta-aware state view (SEMANTICS.md I1, N1, N2).
+// agentstate/state.hpp: the delta-aware state view (docs/semantics.md I1, N1, N2).
 // A value type over a merged state snapshot plus a pending change: reads see
 // pending writes; writes, removes and modifies are recorded in the pending
 // change, which the next appended event carries (invocation.hpp does that).

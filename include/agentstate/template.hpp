@@ -1,5 +1,5 @@
 // agentstate/template.hpp: inject_state, the instruction-template renderer of
-// SEMANTICS.md I2. A pure function over a state snapshot; no I/O of its own.
+// docs/semantics.md I2. A pure function over a state snapshot; no I/O of its own.
 #pragma once
 
 #include <functional>
@@ -25,8 +25,12 @@ using artifact_lookup = std::function<std::optional<std::string>(std::string_vie
 /// Anything else in braces (JSON, {a-b}, {a:b:c}, {}) is left verbatim.
 /// Values render as: null -> "", strings raw, anything else compact JSON.
 /// Errors: not_found naming the missing key or artifact; invalid_argument
-/// when a value cannot be encoded (invalid UTF-8). Cost: O(template + output).
+/// when a value cannot be encoded (invalid UTF-8); too_large as soon as the
+/// output would pass `max_output_bytes` (the output is never built beyond
+/// it; the default is limits::max_response_bytes' default).
+/// Cost: O(template + output).
 result<std::string> inject_state(std::string_view tmpl, const json& state,
-                                 const artifact_lookup& artifacts = {});
+                                 const artifact_lookup& artifacts = {},
+                                 std::size_t max_output_bytes = std::size_t{64} << 20);
 
 } // namespace agentstate

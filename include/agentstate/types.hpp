@@ -1,5 +1,5 @@
 // agentstate/types.hpp: sessions, events, and the requests and replies of the
-// engine API, with their JSON codec (PROTOCOL.md "Objects").
+// engine API, with their JSON codec (docs/protocol.md "Objects").
 #pragma once
 
 #include <cstdint>
@@ -55,7 +55,9 @@ struct session : session_meta {
   std::vector<event> events;
 };
 
-/// Names one session (D1).
+/// Names one session (D1). Every engine call drops whitespace around
+/// `session_id` (so " s " names "s", as create_session stores it); `app_name`
+/// and `user_id` are taken exactly.
 struct session_ref {
   std::string app_name;
   std::string user_id;
@@ -76,13 +78,24 @@ struct get_request {
   std::string invocation_id; ///< when the live one: temp: keys are included
 };
 
+/// The order of a listing (L3). By update time a session that is written
+/// during a paged scan moves: if its new time sorts before the cursor the
+/// remaining pages miss it, if after, they list it again. By id (user id,
+/// then session id, for an app-wide listing) nothing moves: every session
+/// that exists for the whole scan is listed exactly once.
+enum class list_order : std::uint8_t {
+  update_time, ///< last_update_time, then id (L3's order)
+  id,          ///< (user id,) session id, byte order
+};
+
 struct list_request {
   std::string app_name;
   std::optional<std::string> user_id; ///< absent -> every user (L1)
   std::optional<std::int64_t> page_size; ///< default 100, 1..1000
   std::string page_token;             ///< from a previous page; empty = first
-  /// Newest first (descending last_update_time, then id) instead of L3's
-  /// oldest first. A page token continues in the order it was made for.
+  list_order order_by = list_order::update_time;
+  /// Reverse order (newest first by update time). A page token continues in
+  /// the order it was made for.
   bool descending = false;
   /// Matching sessions to skip before the page (after page_token, when
   /// both are given). Costs O(offset) index reads, no session reads.

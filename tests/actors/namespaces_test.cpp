@@ -1,4 +1,4 @@
-// SEMANTICS.md N1: turn: lives like temp: (invocation-scoped, never stored);
+// docs/semantics.md N1: turn: lives like temp: (invocation-scoped, never stored);
 // session: and bg: are plain session keys; derived: keys are not writable by
 // clients.
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 // tests/crash/crash_loop.cpp: the kill -9 loop (docs/testing.md, tier
-// "crash"). DESIGN.md guarantees 1 (atomic append; after a crash an
+// "crash"). README guarantees 1 (atomic append; after a crash an
 // unacknowledged append is wholly present or wholly absent), 2 (versions
 // contiguous), 5 (temp: never stored) and 6 (idempotent retry after restart).
 //

@@ -1,4 +1,4 @@
-// Hostile input through the C++ API (DESIGN.md guarantee 8): parse_json on
+// Hostile input through the C++ API (README guarantee 8): parse_json on
 // hostile text, the codec on hostile JSON, and engine calls with hostile
 // names, ids, keys, values and timestamps. Each gets a typed error (or the
 // documented normalisation, docs/testing.md), nothing throws, nothing is

@@ -1,4 +1,4 @@
-// Hostile input through the real `agentstate serve` (DESIGN.md guarantee 8:
+// Hostile input through the real `agentstate serve` (README guarantee 8:
 // bad input is harmless). Every line below gets a typed error, or one of the
 // documented normalisations (docs/testing.md "Hostile input"); the server
 // answers a probe after each; and `agentstate export` of the store is

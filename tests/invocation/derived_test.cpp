@@ -1,4 +1,4 @@
-// SEMANTICS.md N1 derived keys: registered by the host, recomputed by the
+// docs/semantics.md N1 derived keys: registered by the host, recomputed by the
 // engine when an append (or create) changes an input, stored under derived:.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// SEMANTICS.md I1-I3 through agentstate::invocation: the delta-aware view,
+// docs/semantics.md I1-I3 through agentstate::invocation: the delta-aware view,
 // appends carrying the pending change, the lease, output_key, templating.
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 // storage_full. Everything stored before is intact, the failed append left
 // no trace in any scope, actors still answer, the store verifies clean; after
 // a reopen with a larger maximum the very same append (same event id)
-// succeeds at the next version. DESIGN.md guarantees 1 and 8, §4 map-full rule.
+// succeeds at the next version. README guarantees 1 and 8, and the map-full rule of docs/storage.md.
 #include <doctest/doctest.h>
 
 #include "actors/engine_factory.hpp"

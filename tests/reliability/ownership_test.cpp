@@ -1,4 +1,4 @@
-// One owner per store (DESIGN.md guarantee 9), across processes: while
+// One owner per store (README guarantee 9), across processes: while
 // `agentstate serve --store DIR` owns DIR, engine::open(DIR) in this process
 // and a second `agentstate serve --store DIR` are refused with unavailable /
 // exit 1, both naming the owner's pid, and the owner is unaffected: it keeps

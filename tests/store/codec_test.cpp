@@ -306,7 +306,7 @@ TEST_CASE("encode_event_text: invalid UTF-8 is invalid_argument, like dump_json"
 }
 
 // -- reading the stored text -------------------------------------------------------
-// decode_event_row reads rows with decode_event_text and falls back on
+// decode_event_body reads rows with decode_event_text and falls back on
 // nlohmann + event_from_json for texts outside the stored form; either way
 // the result must be what that general path gives, number types included.
 
@@ -315,13 +315,15 @@ namespace {
 using stored_text_check::general_decode;
 using stored_text_check::same_event;
 
-// Checks decode_event_row and parse_stored_text against the general path
+// Checks decode_event_body and parse_stored_text against the general path
 // for `text`; returns whether the fast path took it.
 bool check_decode(const std::string& text) {
   INFO("text: ", text);
-  auto row = store::encode_event_row(0, text);
+  auto row = store::encode_event_row("k", 0, text);
+  auto body = store::open_row(store::table::events, "k", row, false);
+  REQUIRE(body);
   auto want = general_decode(text);
-  auto got = store::decode_event_row(row);
+  auto got = store::decode_event_body(*body);
   REQUIRE(static_cast<bool>(got) == want.has_value());
   if (want)
     CHECK(same_event(*got, *want));

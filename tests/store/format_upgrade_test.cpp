@@ -1,9 +1,11 @@
 // Store format upgrades. Formats 1 and 2 kept each table in an LMDB database
 // of its own (format 1 also a dedup index, `event_ids`); format 3 keeps the
-// six small tables in one (`rows`). A store of either older layout is read
-// as it is by read-only tools, and opening it for writing upgrades it in one
-// transaction with every session, event, state row, list order and A6
-// answer kept. A store of an unknown format is refused and left as it was.
+// six small tables in one (`rows`); format 4 seals every value with a
+// checksum (3 -> 4: tests/store/checksum_test.cpp). A store of an older
+// layout is read as it is by read-only tools, and opening it for writing
+// upgrades it in one transaction with every session, event, state row, list
+// order and A6 answer kept. A store of an unknown format is refused and left
+// as it was.
 #include <doctest/doctest.h>
 
 #include <lmdb.h>
@@ -16,6 +18,7 @@
 #include "store/reads.hpp"
 #include "store/records.hpp"
 #include "store/verify.hpp"
+#include "support/legacy_store.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -50,9 +53,11 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
   return {static_cast<const char*>(val.mv_data), val.mv_size};
 }
 
-/// Rewrites a store the engine wrote (format 3) into the layout of formats
-/// 1-2: each small table a database of its own, named as the table.
+/// Rewrites a store the engine wrote (format 4) into the layout of formats
+/// 1-2: values bare, each small table a database of its own, named as the
+/// table.
 void split_rows(MDB_txn* txn) {
+  test::unseal_store(txn);
   MDB_dbi rows;
   REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
   MDB_dbi split[store::table_count];
@@ -115,7 +120,7 @@ std::unique_ptr<engine> open_at(const std::string& dir) {
 
 } // namespace
 
-TEST_CASE("format upgrade: a format 1 store opens as format 3 and keeps A6") {
+TEST_CASE("format upgrade: a format 1 store opens as format 4 and keeps A6") {
   test::temp_dir dir;
   auto ref = test::sref("app", "u", "s");
   std::string generated;
@@ -151,7 +156,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 3 and keeps A6") {
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "3");
+    CHECK(get(txn, meta, "format") == "4");
     CHECK_FALSE(has_database(txn, "event_ids"));
     CHECK_FALSE(has_database(txn, "sessions"));
     CHECK(has_database(txn, "rows"));
@@ -159,7 +164,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 3 and keeps A6") {
   verify_clean(dir.str(), 3);
 }
 
-TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to format 3 "
+TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to format 4 "
           "with every row, list order and scope kept") {
   test::temp_dir dir;
   std::vector<session_ref> refs;
@@ -212,7 +217,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "3");
+    CHECK(get(txn, meta, "format") == "4");
     for (const char* name :
          {"sessions", "session_state", "user_state", "app_state", "by_update", "by_user"})
       CHECK_FALSE(has_database(txn, name));
@@ -232,7 +237,7 @@ TEST_CASE("format upgrade: a store of an unknown format is refused and left as i
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    put(txn, meta, "format", "4");
+    put(txn, meta, "format", "5");
     MDB_dbi ids;
     REQUIRE(mdb_dbi_open(txn, "event_ids", MDB_CREATE, &ids) == 0);
     put(txn, ids, "k", "v");
@@ -242,9 +247,9 @@ TEST_CASE("format upgrade: a store of an unknown format is refused and left as i
   o.mode = durability::nosync;
   auto r = engine::open(o);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.err().message.find("store format 4") != std::string::npos);
+  CHECK(r.err().message.find("store format 5") != std::string::npos);
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "4");
+    CHECK(get(txn, meta, "format") == "5");
     MDB_dbi ids;
     REQUIRE(mdb_dbi_open(txn, "event_ids", 0, &ids) == 0);
     CHECK(get(txn, ids, "k") == "v");

@@ -47,22 +47,31 @@ TEST_CASE("layout: big-endian u64 sorts numerically") {
 
 TEST_CASE("layout: session records and event rows round-trip; bad bytes are refused") {
   session_record r{42, 1700000000.5, 1690000000.25};
-  auto enc = encode_record(r);
-  auto dec = decode_record(enc);
+  auto skey = session_key("a", "u", "s");
+  auto enc = encode_record(skey, r);
+  CHECK(enc.size() == seal_bytes + 24);
+  auto dec = decode_record(skey, enc);
   REQUIRE(dec);
   CHECK(dec->version == 42);
   CHECK(dec->last_update_time == 1700000000.5);
   CHECK(dec->created == 1690000000.25);
-  CHECK_FALSE(decode_record(enc.substr(1)));
-  CHECK_FALSE(decode_record("x" + enc.substr(1)));
+  CHECK_FALSE(decode_record(skey, enc.substr(1)));
+  CHECK_FALSE(decode_record(skey, "x" + enc.substr(1)));
+  CHECK_FALSE(decode_record(session_key("a", "u", "t"), enc)); // the key is checked too
 
-  auto row = encode_event_row(12.5, R"({"id":"e1","actions":{}})");
-  CHECK(event_row_timestamp(row).value() == 12.5);
-  auto ev = decode_event_row(row);
+  auto key = event_key(skey, 1);
+  auto row = encode_event_row(key, 12.5, R"({"id":"e1","actions":{}})");
+  auto body = open_row(table::events, key, row, false);
+  REQUIRE(body);
+  CHECK(event_body_timestamp(*body) == 12.5);
+  auto ev = decode_event_body(*body);
   REQUIRE(ev);
   CHECK(ev->id == "e1");
-  CHECK(decode_event_row("\x01short").code() == errc::internal);
-  CHECK(decode_event_row(encode_event_row(1, "{not json")).code() == errc::internal);
+  CHECK_FALSE(open_row(table::events, key, "\x04short", false));
+  CHECK_FALSE(open_row(table::events, event_key(skey, 2), row, false));
+  CHECK(decode_event_body("short").code() == errc::internal);
+  auto bad = encode_event_row(key, 1, "{not json");
+  CHECK(decode_event_body(*open_row(table::events, key, bad, false)).code() == errc::internal);
 }
 
 TEST_CASE("layout: session keys of different sessions never prefix each other's rows") {
@@ -91,7 +100,8 @@ write_set sample_append(const write_set& create) {
   append.op = write_set::kind::append;
   append.version = 1;
   append.time = 11;
-  append.event_row = encode_event_row(append.time, R"({"id":"e1"})");
+  append.event_row = encode_event_row(event_key(session_key("app", "u", "s"), 1), append.time,
+                                      R"({"id":"e1"})");
   return append;
 }
 
@@ -174,7 +184,8 @@ TEST_CASE("layout: a write set that apply refuses leaves the transaction as it w
     CHECK(apply(*w, missing).code() == errc::not_found);
     CHECK(all_rows(*w) == before);
     append.version = 3; // does not follow the stored version 1
-    append.event_row = encode_event_row(append.time, R"({"id":"e3"})");
+    append.event_row = encode_event_row(event_key(session_key("app", "u", "s"), 3), append.time,
+                                        R"({"id":"e3"})");
     CHECK(apply(*w, append).code() == errc::unavailable);
     CHECK(all_rows(*w) == before);
     w->commit();

@@ -1,4 +1,4 @@
-// SEMANTICS.md I2: inject_state, rule by rule.
+// docs/semantics.md I2: inject_state, rule by rule.
 #include <doctest/doctest.h>
 
 #include "agentstate/template.hpp"

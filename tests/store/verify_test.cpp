@@ -78,8 +78,17 @@ TEST_CASE("verify: each planted fault is found and named") {
     fn(*w);
     w->commit();
   };
-  SUBCASE("a corrupt event row") {
+  SUBCASE("a damaged event row (its checksum fails)") {
     plant([&](kv_write& w) { w.put(table::events, event_key(s1, 1), "\x01garbage"); });
+    auto r = check(*kv);
+    CHECK_FALSE(r.ok());
+    CHECK(mentions(r, "session 'app/u/s1' event v1 is damaged"));
+  }
+  SUBCASE("an event row whose checksum passes but whose text is no event") {
+    plant([&](kv_write& w) {
+      auto k = event_key(s1, 1);
+      w.put(table::events, k, encode_event_row(k, 1.0, "garbage"));
+    });
     auto r = check(*kv);
     CHECK_FALSE(r.ok());
     CHECK(mentions(r, "v1"));
@@ -93,8 +102,10 @@ TEST_CASE("verify: each planted fault is found and named") {
   SUBCASE("two events of a session with one id (A6)") {
     // v2 ("e1") rewritten as a copy of v1 ("e0"), timestamp and all.
     plant([&](kv_write& w) {
-      std::string first(*w.get(table::events, event_key(s1, 1)));
-      w.put(table::events, event_key(s1, 2), first);
+      auto first = open_row(table::events, event_key(s1, 1),
+                            *w.get(table::events, event_key(s1, 1)), false);
+      REQUIRE(first);
+      w.put(table::events, event_key(s1, 2), seal(event_key(s1, 2), std::string(*first)));
     });
     auto r = check(*kv);
     CHECK(r.faults == 1);
@@ -102,20 +113,24 @@ TEST_CASE("verify: each planted fault is found and named") {
   }
   SUBCASE("a record whose version disagrees with the log") {
     plant([&](kv_write& w) {
-      auto rec = decode_record(*w.get(table::sessions, s1));
+      auto rec = decode_record(s1, *w.get(table::sessions, s1));
       rec->version = 5;
-      w.put(table::sessions, s1, encode_record(*rec));
+      w.put(table::sessions, s1, encode_record(s1, *rec));
     });
     CHECK(mentions(check(*kv), "record says version 5"));
   }
   SUBCASE("an orphan state row of a missing session") {
     plant([&](kv_write& w) {
-      w.put(table::session_state, session_key("app", "u", "gone") + '\0' + "k", "1");
+      auto k = session_key("app", "u", "gone") + '\0' + "k";
+      w.put(table::session_state, k, seal(k, "1"));
     });
     CHECK(mentions(check(*kv), "missing session"));
   }
   SUBCASE("a state value that is not JSON") {
-    plant([&](kv_write& w) { w.put(table::user_state, user_scope_key("app", "u") + '\0' + "x", "{"); });
+    plant([&](kv_write& w) {
+      auto k = user_scope_key("app", "u") + '\0' + "x";
+      w.put(table::user_state, k, seal(k, "{"));
+    });
     CHECK(mentions(check(*kv), "not valid JSON"));
   }
   SUBCASE("a session missing from a list index") {

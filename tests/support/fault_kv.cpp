@@ -34,6 +34,7 @@ public:
     inner_->scan_back(t, prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return inner_->txn_id(); }
+  bool legacy_values() const override { return inner_->legacy_values(); }
 
 protected:
   std::unique_ptr<Base> inner_;

@@ -1,5 +1,5 @@
 // `agentstate serve` over stdin/stdout: the real binary, driven through pipes.
-// Covers every method of PROTOCOL.md, every error kind a client can reach,
+// Covers every method of docs/protocol.md, every error kind a client can reach,
 // malformed lines, pipelining, per-session order, notifications and the
 // end-of-input contract (exit 0, data durable).
 #include "support/serve_process.hpp"

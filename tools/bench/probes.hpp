@@ -22,7 +22,7 @@ flush_probe probe_flush(const std::string& dir);
 
 /// This machine's ceiling for workload a in sync mode: 300 durable LMDB
 /// commits of one 200-byte put each (the pattern a single awaited session is
-/// bound by; LIMITS.md's "1 put + durable commit" row) into a fresh store in
+/// bound by; the ceiling probe's durable one-put commit) into a fresh store in
 /// a temp directory under `dir`. Commits per second; -1 when the probe cannot
 /// run.
 double probe_lmdb_commits(const std::string& dir);

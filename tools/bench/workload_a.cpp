@@ -79,7 +79,7 @@ ojson workload_a(const config& cfg) {
     put_latency(x.out, "", lat);
     x.out["write_seconds"] = round_to(secs, 3);
     if (cfg.mode == durability::sync && x.commit_limit_ > 0) {
-      // The target's own ratio: LIMITS.md put this pattern at 6.9k commits/s
+      // The target's own ratio: the ceiling probe put this pattern at 6.9k commits/s
       // and set 3,000 (43%); the disk's flush latency moves both.
       x.out["ratio_to_lmdb_commit_limit"] = round_to(eps / x.commit_limit_, 3);
     }

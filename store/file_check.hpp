@@ -1,0 +1,55 @@
+// store/file_check.hpp: what a store directory holds, checked before LMDB
+// maps it. LMDB trusts its data file: a file shorter than its meta pages
+// claim faults (SIGBUS) on the first read past the end. These checks read the
+// file with pread, never through a map, so they cannot fault. Internal to
+// store/ and the tools.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "agentstate/error.hpp"
+
+namespace agentstate::store {
+
+/// The data file's state, as found.
+enum class data_file_state {
+  missing, ///< no DIR/data.mdb
+  empty,   ///< DIR/data.mdb of 0 bytes (LMDB would initialise it)
+  present, ///< DIR/data.mdb whose meta pages and size agree (check_data_file)
+};
+
+/// What the newest valid meta page of a data file claims.
+struct data_file_meta {
+  std::uint32_t page_size = 0;
+  std::uint64_t last_page = 0; ///< the highest page number in use
+  std::uint64_t txn_id = 0;
+  std::uint64_t file_bytes = 0;
+  std::uint64_t map_bytes = 0; ///< the map size the file was last opened with
+};
+
+/// Reads DIR/data.mdb's two meta pages (LMDB 0.9 data format 1) and checks,
+/// for each: the meta flag, magic and version; a page size that is a power of
+/// two in 512..65536 and the same in both; and for the newer one (the one
+/// LMDB uses): that the file holds every page it claims (size >= (last page
+/// + 1) * page size) and that both database roots lie within them.
+/// missing/empty as found; data_corrupt naming the path and the claim the
+/// file breaks; io_error when the file cannot be read. Cost: two preads.
+/// Safe beside a running engine (a writer grows the file before it commits a
+/// meta page that claims the new pages).
+/// `allow_short` (salvage): a file shorter than its pages passes as present.
+result<data_file_state> check_data_file(const std::string& dir, data_file_meta* meta = nullptr,
+                                        bool allow_short = false);
+
+/// Whether engine::open may start an empty store (options::create_policy).
+enum class create_rule { if_new, always, never };
+
+/// Decides whether DIR may be opened for writing under `rule`, before the
+/// store's lock is taken: ok when DIR/data.mdb checks out (check_data_file),
+/// or when no store is there and `rule` allows a new one. A directory that
+/// holds agentstate.lock or lock.mdb but no (or an empty) data.mdb held a
+/// store whose data is gone: data_corrupt naming the path unless `rule` is
+/// always. A directory with no store file and rule never: not_found.
+result<void> check_store_dir(const std::string& dir, create_rule rule);
+
+} // namespace agentstate::store

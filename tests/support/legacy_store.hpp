@@ -1,0 +1,74 @@
+// tests/support/legacy_store.hpp: turning a store this build wrote (format
+// 4, sealed values) back into what format 3 wrote (bare values), directly
+// through LMDB, for the upgrade tests. Test-only.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <lmdb.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/keys.hpp"
+#include "store/kv.hpp"
+#include "store/records.hpp"
+
+namespace agentstate::test {
+
+/// Format 3's value of row `key` of `t`, whose format 4 value is `sealed`.
+inline std::string legacy_value(store::table t, std::string_view key, std::string_view sealed) {
+  auto body = store::open_row(t, key, sealed, false);
+  REQUIRE(body);
+  switch (t) {
+    case store::table::sessions:
+    case store::table::events:
+      return '\x01' + std::string(*body);
+    case store::table::by_update:
+    case store::table::by_user:
+      return {};
+    default:
+      return std::string(*body);
+  }
+}
+
+/// Rewrites every value of the LMDB database `dbi` in `txn` with fn(key,
+/// value) (a null result keeps the row as it is).
+template <class F>
+void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  MDB_cursor* c = nullptr;
+  REQUIRE(mdb_cursor_open(txn, dbi, &c) == 0);
+  MDB_val k, v;
+  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+    rows.emplace_back(std::string(static_cast<const char*>(k.mv_data), k.mv_size),
+                      std::string(static_cast<const char*>(v.mv_data), v.mv_size));
+  mdb_cursor_close(c);
+  for (auto& [key, value] : rows) {
+    auto nv = fn(key, value);
+    MDB_val mk{key.size(), key.data()}, mv{nv.size(), nv.data()};
+    REQUIRE(mdb_put(txn, dbi, &mk, &mv, 0) == 0);
+  }
+}
+
+/// Makes the closed format-4 store in `dir` what format 3 wrote: values
+/// bare, meta["format"] "3". `txn` is a write transaction on it.
+inline void unseal_store(MDB_txn* txn) {
+  MDB_dbi rows, events, meta;
+  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
+  REQUIRE(mdb_dbi_open(txn, "events", 0, &events) == 0);
+  REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
+  rewrite_values(txn, rows, [](const std::string& k, const std::string& v) {
+    REQUIRE(k.size() > 1);
+    return legacy_value(static_cast<store::table>(k[0]), std::string_view(k).substr(1), v);
+  });
+  rewrite_values(txn, events, [](const std::string& k, const std::string& v) {
+    return legacy_value(store::table::events, k, v);
+  });
+  std::string fk = "format", fv = "3";
+  MDB_val mk{fk.size(), fk.data()}, mv{fv.size(), fv.data()};
+  REQUIRE(mdb_put(txn, meta, &mk, &mv, 0) == 0);
+}
+
+} // namespace agentstate::test

@@ -1,0 +1,354 @@
+// `agentstate salvage DIR DEST`: copies every session of a damaged store that
+// reads clean into a new store, and lists what it could not copy. Each read
+// runs under tools/fault_guard.hpp, so a fault on a damaged page costs the
+// session it belongs to, not the walk.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agentstate/json.hpp"
+#include "store/exchange.hpp"
+#include "store/format.hpp"
+#include "store/keys.hpp"
+#include "store/kv.hpp"
+#include "store/lock.hpp"
+#include "store/open.hpp"
+#include "store/reads.hpp"
+#include "tools/commands.hpp"
+#include "tools/fault_guard.hpp"
+
+namespace agentstate::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* salvage_usage =
+  "usage: agentstate salvage DIR DEST [--json]\n"
+  "\n"
+  "Copies every session of the store in DIR that reads clean - its record,\n"
+  "state and every event decode, and no read of it faults - into a new store\n"
+  "in DEST (created; must not exist or be empty), with the user and app state\n"
+  "that reads clean, and lists every session it could not copy with the\n"
+  "reason. For a store that verify reports damaged, or that the engine\n"
+  "refuses with data_corrupt (a truncated data.mdb is read as far as it goes).\n"
+  "Reads DIR without its lock: run it on a store no engine writes. DEST is\n"
+  "written through `import` (one transaction per 10,000 records) and holds\n"
+  "its lock while salvage runs.\n"
+  "\n"
+  "  --json   one JSON object: source, dest, sessions_found, sessions_copied,\n"
+  "           lost [{app_name, user_id, session_id, kind, message}],\n"
+  "           problems [messages about the walk and the scope state]\n"
+  "\n"
+  "Exit 0 every session copied, 3 some lost (listed), 1 nothing could be\n"
+  "done (DIR unreadable, DEST unusable), 2 usage.\n";
+
+struct lost_session {
+  std::string app, user, session;
+  error why;
+};
+
+std::vector<std::string> split3(const std::string& key) {
+  std::vector<std::string> parts;
+  std::size_t at = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto nul = key.find('\0', at);
+    if (nul == std::string::npos)
+      break;
+    parts.push_back(key.substr(at, nul - at));
+    at = nul + 1;
+  }
+  parts.push_back(key.substr(at));
+  return parts;
+}
+
+std::string printable(const std::string& key) {
+  std::string out = key;
+  for (auto& c : out)
+    if (c == '\0')
+      c = '/';
+  return out;
+}
+
+// Whether `lines` (records after a header) import into an empty store: what
+// export read may still be refused by import (an event without an id, a
+// version gap).
+result<void> imports_clean(const std::vector<std::string>& lines) {
+  auto kv = store::make_memory_kv();
+  if (auto r = store::init_meta(*kv, "0.1.0"); !r)
+    return r;
+  std::string text = json{{"type", "header"}, {"format", store::export_format_version}}.dump();
+  text += '\n';
+  for (auto& l : lines) {
+    text += l;
+    text += '\n';
+  }
+  std::istringstream in(text);
+  auto n = store::import_store(*kv, in);
+  if (!n)
+    return std::move(n).err();
+  return {};
+}
+
+// A session's export lines hold its record's version and events 1..version
+// in order (a damaged key can renumber an event).
+result<void> versions_contiguous(const std::vector<std::string>& lines) {
+  std::uint64_t want = 0, next = 1;
+  for (auto& l : lines) {
+    auto rec = json::parse(l, nullptr, false);
+    if (rec.is_discarded() || !rec.is_object() || !rec.contains("version")
+        || !rec["version"].is_number_unsigned())
+      return error{errc::data_corrupt, "a record without a version"};
+    auto v = rec["version"].get<std::uint64_t>();
+    if (rec.value("type", "") == "session")
+      want = v;
+    else if (v != next++)
+      return error{errc::data_corrupt, "event version " + std::to_string(v) + " where "
+                                         + std::to_string(next - 1) + " was expected"};
+  }
+  if (next - 1 != want)
+    return error{errc::data_corrupt, "record says version " + std::to_string(want)
+                                       + ", events end at " + std::to_string(next - 1)};
+  return {};
+}
+
+// The session keys of the snapshot, walked forward and, when a fault stops
+// that walk, backward from the end down to where it stopped, so one damaged
+// page hides only the keys it holds. Each walk has its own transaction.
+std::set<std::string> session_keys(store::kv_store& kv, std::vector<std::string>& problems) {
+  std::set<std::string> keys;
+  std::string last;
+  bool stopped = false;
+  {
+    auto txn = store::begin_read(kv);
+    if (!txn) {
+      problems.push_back("sessions: " + txn.err().message);
+      return keys;
+    }
+    auto r = guarded("sessions table", [&] {
+      (*txn)->scan(store::table::sessions, {}, {}, [&](std::string_view k, std::string_view) {
+        last.assign(k);
+        keys.insert(last);
+        return true;
+      });
+    });
+    if (!r) {
+      stopped = true;
+      problems.push_back(r.err().message + " after session '" + printable(last)
+                         + "'; walking back from the end");
+    }
+  }
+  if (!stopped)
+    return keys;
+  auto txn = store::begin_read(kv);
+  if (!txn)
+    return keys;
+  auto r = guarded("sessions table (backward)", [&] {
+    (*txn)->scan_back(store::table::sessions, {}, {}, [&](std::string_view k, std::string_view) {
+      if (!last.empty() && std::string_view(last) >= k)
+        return false;
+      keys.emplace(k);
+      return true;
+    });
+  });
+  if (!r)
+    problems.push_back(r.err().message + ": sessions between the two walks are not listed");
+  return keys;
+}
+
+int run_salvage(const args& in) {
+  bool as_json = false;
+  std::vector<std::string> pos;
+  for (auto& a : in) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(salvage_usage, stdout);
+      return 0;
+    }
+    if (a == "--json") {
+      as_json = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      std::fprintf(stderr, "salvage: unknown option '%s'\n\n%s", a.c_str(), salvage_usage);
+      return 2;
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.size() != 2) {
+    std::fputs(salvage_usage, stderr);
+    return 2;
+  }
+  install_fault_guard();
+  const auto& src = pos[0];
+  std::error_code ec;
+  if (fs::exists(pos[1], ec) && !fs::is_empty(pos[1], ec)) {
+    std::fprintf(stderr, "salvage: '%s' exists and is not empty\n", pos[1].c_str());
+    return 1;
+  }
+  // Opening reads the main database's root page: under the guard too.
+  result<std::unique_ptr<store::kv_store>> opened = error{errc::internal, "not opened"};
+  if (auto g = guarded("opening " + src, [&] {
+        opened = store::open_lmdb_readonly(src, /*allow_damage=*/true);
+      });
+      !g)
+    opened = std::move(g).err();
+  if (!opened) {
+    std::fprintf(stderr, "salvage: %s\n", to_string(opened.err()).c_str());
+    return 1;
+  }
+  auto& kv = **opened;
+  fs::create_directories(pos[1], ec);
+  auto dest = fs::canonical(pos[1], ec).string();
+  if (ec) {
+    std::fprintf(stderr, "salvage: cannot create '%s': %s\n", pos[1].c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
+  if (fs::equivalent(dest, src, ec)) {
+    std::fprintf(stderr, "salvage: DEST is DIR\n");
+    return 1;
+  }
+
+  std::vector<std::string> problems;
+  auto keys = session_keys(kv, problems);
+  auto tmp_path = dest + "/salvage-records.jsonl";
+  std::ofstream tmp(tmp_path, std::ios::binary | std::ios::trunc);
+  if (!tmp) {
+    std::fprintf(stderr, "salvage: cannot write %s\n", tmp_path.c_str());
+    return 1;
+  }
+  tmp << json{{"type", "header"}, {"format", store::export_format_version}}.dump() << '\n';
+
+  std::vector<lost_session> lost;
+  std::uint64_t copied = 0;
+  for (auto& key : keys) {
+    auto p = split3(key);
+    if (p.size() != 3) {
+      lost.push_back({printable(key), "", "", error{errc::data_corrupt, "malformed session key"}});
+      continue;
+    }
+    std::vector<std::string> lines;
+    result<void> r;
+    if (auto txn = store::begin_read(kv); !txn) {
+      r = std::move(txn).err();
+    } else {
+      store::export_filter f{p[0], p[1], p[2]};
+      result<std::uint64_t> n = std::uint64_t{0};
+      r = guarded("session " + printable(key), [&] {
+        n = store::export_store(**txn, f, [&](const std::string& l) { lines.push_back(l); });
+      });
+      if (r && !n)
+        r = std::move(n).err();
+    }
+    if (r && !lines.empty())
+      lines.erase(lines.begin()); // export_store's header
+    if (r && lines.empty())
+      r = error{errc::data_corrupt, "the session's record does not read back"};
+    if (r)
+      r = versions_contiguous(lines);
+    if (r)
+      r = imports_clean(lines);
+    if (!r) {
+      lost.push_back({p[0], p[1], p[2], std::move(r).err()});
+      continue;
+    }
+    for (auto& l : lines)
+      tmp << l << '\n';
+    ++copied;
+  }
+  {
+    std::vector<std::string> lines;
+    result<void> r;
+    if (auto txn = store::begin_read(kv); !txn) {
+      r = std::move(txn).err();
+    } else {
+      result<std::uint64_t> n = std::uint64_t{0};
+      r = guarded("user and app state", [&] {
+        n = store::export_scope_states(**txn, [&](const std::string& l) { lines.push_back(l); });
+      });
+      if (r && !n)
+        r = std::move(n).err();
+    }
+    if (!r) {
+      problems.push_back("user and app state not copied: " + to_string(r.err()));
+    } else {
+      for (auto& l : lines) {
+        if (auto ok = imports_clean({l}); !ok) {
+          problems.push_back("scope state not copied: " + ok.err().message);
+          continue;
+        }
+        tmp << l << '\n';
+      }
+    }
+  }
+  tmp.close();
+  if (!tmp) {
+    std::fprintf(stderr, "salvage: cannot write %s\n", tmp_path.c_str());
+    return 1;
+  }
+
+  // The new store, written through import.
+  store::store_lock lock;
+  if (auto r = lock.acquire(dest); !r) {
+    std::fprintf(stderr, "salvage: %s\n", r.err().message.c_str());
+    return 1;
+  }
+  auto out = store::open_lmdb(dest, true, std::uint64_t{64} << 30);
+  if (!out) {
+    std::fprintf(stderr, "salvage: %s\n", out.err().message.c_str());
+    return 1;
+  }
+  if (auto r = store::init_meta(**out, "0.1.0"); !r) {
+    std::fprintf(stderr, "salvage: %s\n", r.err().message.c_str());
+    return 1;
+  }
+  {
+    std::ifstream records(tmp_path, std::ios::binary);
+    auto n = store::import_store(**out, records);
+    if (!n) {
+      std::fprintf(stderr, "salvage: writing %s: %s\n", dest.c_str(), n.err().message.c_str());
+      return 1;
+    }
+  }
+  fs::remove(tmp_path, ec);
+
+  if (as_json) {
+    json l = json::array();
+    for (auto& x : lost)
+      l.push_back({{"app_name", x.app},
+                   {"user_id", x.user},
+                   {"session_id", x.session},
+                   {"kind", to_string(x.why.code)},
+                   {"message", x.why.message}});
+    std::puts(json{{"source", src},
+                   {"dest", dest},
+                   {"sessions_found", keys.size()},
+                   {"sessions_copied", copied},
+                   {"lost", std::move(l)},
+                   {"problems", problems}}
+                .dump(-1, ' ', false, json::error_handler_t::replace)
+                .c_str());
+  } else {
+    for (auto& x : lost)
+      std::printf("LOST %s/%s/%s: %s\n", x.app.c_str(), x.user.c_str(), x.session.c_str(),
+                  to_string(x.why).c_str());
+    for (auto& m : problems)
+      std::printf("PROBLEM %s\n", m.c_str());
+    std::printf("salvaged %llu of %zu sessions into %s; %zu lost\n",
+                static_cast<unsigned long long>(copied), keys.size(), dest.c_str(), lost.size());
+  }
+  return lost.empty() && problems.empty() ? 0 : 3;
+}
+
+const bool registered = register_command(
+  {"salvage", "copy every session that reads clean from a damaged store into a new one",
+   run_salvage});
+
+} // namespace
+
+} // namespace agentstate::tools
