@@ -17,7 +17,9 @@ namespace {
 // cannot hold the NUL that separates them (a name holding one is refused, so
 // mixing it up in ordering is harmless).
 std::string session_key(const session_ref& r) {
-  return store::session_key(r.app_name, r.user_id, r.session_id);
+  // The engine trims session ids in every call, so " s " and "s" are one
+  // session and one sequence.
+  return store::session_key(r.app_name, r.user_id, model::trim(r.session_id));
 }
 
 prepare_result checked(param_reader& p, prepared x) {
@@ -77,6 +79,12 @@ prepare_result prepare_list(const json& params) {
       r.descending = true;
     else if (*order != "asc")
       p.fail("parameter 'order' must be \"asc\" or \"desc\", not \"" + *order + "\"");
+  }
+  if (auto by = p.optional_string("order_by")) {
+    if (*by == "id")
+      r.order_by = list_order::id;
+    else if (*by != "update_time")
+      p.fail("parameter 'order_by' must be \"update_time\" or \"id\", not \"" + *by + "\"");
   }
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
@@ -304,9 +312,9 @@ std::optional<std::string> named_session_key(std::string_view name, const json& 
   auto id = string_member(params, "session_id");
   if (!app || !user || !id)
     return std::nullopt;
-  if (m->keyed == names::session)
-    return store::session_key(*app, *user, *id);
   auto trimmed = model::trim(*id);
+  if (m->keyed == names::session)
+    return store::session_key(*app, *user, trimmed);
   if (trimmed.empty())
     return std::nullopt;
   return store::session_key(*app, *user, trimmed);
