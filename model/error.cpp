@@ -18,6 +18,8 @@ const char* to_string(errc x) noexcept {
     case errc::unavailable: return "unavailable";
     case errc::internal: return "internal";
     case errc::data_corrupt: return "data_corrupt";
+    case errc::unauthenticated: return "unauthenticated";
+    case errc::permission_denied: return "permission_denied";
     case errc::condition_failed: return "condition_failed";
   }
   return "internal";

@@ -1,6 +1,5 @@
 #include "protocol/dispatcher.hpp"
 
-#include <atomic>
 #include <exception>
 #include <utility>
 
@@ -10,167 +9,310 @@ dispatcher::dispatcher(engine& e, std::function<void(std::string)> write,
                        std::size_t max_in_flight)
   : eng_(e), write_(std::move(write)), max_in_flight_(max_in_flight == 0 ? 1 : max_in_flight) {}
 
+dispatcher::~dispatcher() = default;
+
+void dispatcher::write_line(std::string line) {
+  std::lock_guard<std::mutex> guard(write_mtx_);
+  try {
+    write_(std::move(line));
+  } catch (...) {
+    // The writer refused the line: the client sees no answer for this id.
+  }
+}
+
 void dispatcher::answer(const json& id, const outcome& o) {
   try {
-    auto line = response_line(id, o);
-    std::lock_guard<std::mutex> guard(write_mtx_);
-    write_(std::move(line));
+    write_line(response_line(id, o));
   } catch (...) {
     // Nothing sensible left to do: the client sees no answer for this id.
   }
 }
 
-// Runs t.op; `then` runs after the reply has been answered. Returns true if
-// the reply arrived before t.op returned (inline completion).
-template <class Then>
-bool dispatcher::start(task& t, Then then) {
-  auto done = std::make_shared<std::atomic<int>>(0); // 1st of {reply, return} sets 1
-  auto replied = std::make_shared<std::atomic<bool>>(false);
-  auto self = shared_from_this();
-  reply_fn reply = [self, done, replied, id = t.id, note = t.notification, then](outcome o) {
-    if (replied->exchange(true))
-      return;
-    if (!note)
-      self->answer(id, o);
-    try {
-      then(done->fetch_add(1) == 1);
-    } catch (...) {
-      // Only allocation can fail here. The request counts could no longer
-      // reach zero and wait_idle() would hang: fail loudly instead.
-      std::terminate();
-    }
-  };
+// Forgets a lane with nothing admitted, started or being answered.
+// REQUIRES: mtx_ held. Every admitted request stays on the lane's answer list
+// until it is answered, and is settled while `answering` is set, so an empty
+// list and no thread at work mean nothing runs or waits.
+void dispatcher::drop_if_idle(lane* l) {
+  if (!l->first && !l->starting && !l->answering)
+    lanes_.erase(lanes_.find(*l->key));
+}
+
+bool dispatcher::may_start(const lane& l, const record& r) {
+  return !l.exclusive && (r.order == ordering::pipelined || l.running == 0);
+}
+
+void dispatcher::release(record* r) {
+  if (r->phase.fetch_add(1, std::memory_order_acq_rel) == 1)
+    delete r; // may release the last reference to the dispatcher
+}
+
+// Runs r->op. The reply is handled by on_reply (possibly before op returns);
+// the record goes once it is settled and op has returned.
+void dispatcher::start(record* r) {
+  reply_fn reply = [r](outcome o) { r->owner->on_reply(r, std::move(o)); };
   try {
-    t.op(eng_, reply);
+    r->op(eng_, reply);
   } catch (const std::exception& e) {
     reply(internal_failure("dispatch", e.what()));
   } catch (...) {
     reply(internal_failure("dispatch", "unknown exception"));
   }
-  return done->fetch_add(1) == 1;
+  release(r); // may release the last reference to *this: nothing follows
 }
 
-// Runs `t` and then the requests queued behind it on the same session.
-// REQUIRES: the caller holds the session's turn (chains_[key] exists and no
-// other request of it is running).
-void dispatcher::run_chain(const std::string& key, task t) {
+void dispatcher::on_reply(record* r, outcome o) {
+  if (r->replied.exchange(true, std::memory_order_acq_rel))
+    return; // op threw after replying: the first reply stands
+  std::string line;
+  bool has_line = false;
+  if (!r->notification) {
+    try {
+      line = response_line(r->id, o);
+      has_line = true;
+    } catch (...) {
+      // The line cannot be built: the client sees no answer for this id.
+    }
+  }
+  try {
+    if (lane* l = r->l) {
+      record* batch;
+      {
+        std::lock_guard<std::mutex> guard(mtx_);
+        r->line = std::move(line);
+        r->has_line = has_line;
+        r->ready = true;
+        // An earlier request of the session is unanswered (it writes this
+        // one after its own), or another thread is writing the session's
+        // answers (it takes this one along). `r` may be gone once unlocked.
+        if (l->answering || l->first != r)
+          return;
+        l->answering = true;
+        batch = take_ready(l);
+      }
+      answer_lane(l, batch);
+      return;
+    }
+    if (has_line)
+      write_line(std::move(line));
+    lane* to_run = nullptr;
+    std::vector<record*> barriers;
+    {
+      std::lock_guard<std::mutex> guard(mtx_);
+      settle(r, to_run, barriers);
+    }
+    after_settle(to_run, barriers);
+  } catch (...) {
+    // Only allocation can fail here. The request counts could no longer
+    // reach zero and wait_idle() would hang: fail loudly instead.
+    std::terminate();
+  }
+  release(r); // may release the last reference to *this: nothing follows
+}
+
+// Detaches the ready requests at the front of l's answer list, as a chain
+// linked by `later`; nullptr when the front one is not ready. REQUIRES: mtx_.
+dispatcher::record* dispatcher::take_ready(lane* l) {
+  record* first = l->first;
+  record* last = nullptr;
+  for (record* p = first; p && p->ready; p = p->later)
+    last = p;
+  if (!last)
+    return nullptr;
+  l->first = last->later;
+  if (!l->first)
+    l->last = nullptr;
+  last->later = nullptr;
+  return first;
+}
+
+// Writes `batch` (ready answers of l, in order), settles them, and goes on
+// with the answers that became ready meanwhile, until the front of l's list
+// is not ready. REQUIRES: the caller set l->answering and detached `batch`.
+// The records are released at the end, so *this lives until then.
+void dispatcher::answer_lane(lane* l, record* batch) {
+  record* done = nullptr; // settled, to release
   for (;;) {
-    auto seq = t.seq;
-    auto self = shared_from_this();
-    // `late` is true when the reply came after start() returned: the
-    // callback's thread then carries the chain on.
-    bool inline_done = start(t, [self, key, seq](bool late) {
-      if (late)
-        if (auto next = self->next_in_chain(key))
-          self->run_chain(key, std::move(*next));
-      self->complete(seq, false);
-    });
-    if (!inline_done)
-      return;
-    auto next = next_in_chain(key);
-    if (!next)
-      return;
-    t = std::move(*next);
+    {
+      std::lock_guard<std::mutex> guard(write_mtx_);
+      for (record* p = batch; p; p = p->later) {
+        if (!p->has_line)
+          continue;
+        try {
+          write_(std::move(p->line));
+        } catch (...) {
+          // The writer refused the line: the client sees no answer for it.
+        }
+        std::string().swap(p->line);
+      }
+    }
+    lane* to_run = nullptr;
+    std::vector<record*> barriers;
+    bool more;
+    {
+      std::lock_guard<std::mutex> guard(mtx_);
+      record* tail = batch;
+      for (record* p = batch; p; p = p->later) {
+        settle(p, to_run, barriers);
+        tail = p;
+      }
+      tail->later = done;
+      done = batch;
+      batch = take_ready(l);
+      more = batch != nullptr;
+      if (!more) {
+        // Later replies answer themselves from here on. (If to_run is l,
+        // `starting` keeps it.)
+        l->answering = false;
+        drop_if_idle(l);
+      }
+    }
+    after_settle(to_run, barriers);
+    if (!more)
+      break;
+  }
+  while (done) {
+    record* next = done->later;
+    release(done);
+    done = next;
   }
 }
 
-// The next request of the session's chain, or nullopt (and the chain ends,
-// giving up the session's turn) when none waits.
-std::optional<dispatcher::task> dispatcher::next_in_chain(const std::string& key) {
-  std::lock_guard<std::mutex> guard(mtx_);
-  auto it = chains_.find(key);
-  if (it == chains_.end())
-    return std::nullopt; // unreachable: the turn holder's entry stays
-  if (it->second.waiting.empty()) {
-    chains_.erase(it);
-    return std::nullopt;
+// Barriers whose earlier requests have all completed, in order. Every epoch
+// but the newest is closed by a barrier. REQUIRES: mtx_ held.
+void dispatcher::ready_barriers(std::vector<record*>& out) {
+  while (epochs_.size() > 1 && epochs_.front().pending == 0) {
+    out.push_back(epochs_.front().barrier);
+    epochs_.pop_front();
+    ++first_epoch_;
   }
-  auto t = std::move(it->second.waiting.front());
-  it->second.waiting.pop_front();
-  return t;
 }
 
-void dispatcher::run_free(task t) {
-  auto self = shared_from_this();
-  auto seq = t.seq;
-  start(t, [self, seq](bool) { self->complete(seq, false); });
-}
-
-void dispatcher::run_barrier(task t) {
-  auto self = shared_from_this();
-  start(t, [self](bool) { self->complete(0, true); });
-}
-
-// Barriers whose earlier requests have all completed. REQUIRES: mtx_ held.
-std::vector<dispatcher::task> dispatcher::ready_barriers() {
-  std::vector<task> out;
-  while (!barriers_.empty()
-         && (unfinished_.empty() || *unfinished_.begin() > barriers_.front().seq)) {
-    out.push_back(std::move(barriers_.front()));
-    barriers_.pop_front();
+// Counts r completed: its epoch, its lane (whose waiting requests may now
+// start: to_run), the in-flight cap. Does not drop the lane (answer_lane
+// does, once its answers are written). REQUIRES: mtx_ held; r's response,
+// if any, has been written.
+void dispatcher::settle(record* r, lane*& to_run, std::vector<record*>& barriers) {
+  if (r->order != ordering::barrier) {
+    --epochs_[r->epoch - first_epoch_].pending;
+    if (lane* l = r->l) {
+      --l->running;
+      if (r->order == ordering::per_session)
+        l->exclusive = false;
+      if (!l->starting && l->head && may_start(*l, *l->head)) {
+        l->starting = true;
+        to_run = l;
+      }
+    }
+    ready_barriers(barriers);
   }
-  return out;
-}
-
-void dispatcher::complete(std::uint64_t seq, bool barrier) {
-  std::vector<task> ready;
-  {
-    std::lock_guard<std::mutex> guard(mtx_);
-    if (!barrier)
-      unfinished_.erase(seq);
-    ready = ready_barriers();
-    --in_flight_;
+  --in_flight_;
+  if (waiting_room_ || (idle_waiters_ > 0 && in_flight_ == 0))
     cv_.notify_all();
+}
+
+void dispatcher::after_settle(lane* to_run, std::vector<record*>& barriers) {
+  for (auto* b : barriers)
+    start(b);
+  if (to_run)
+    run_lane(to_run);
+}
+
+// Starts l's waiting requests in order while they may start. REQUIRES: the
+// caller set l->starting (so no other thread starts requests of l).
+void dispatcher::run_lane(lane* l) {
+  std::unique_lock<std::mutex> lock(mtx_);
+  for (;;) {
+    record* r = l->head;
+    if (!r || !may_start(*l, *r)) {
+      l->starting = false;
+      drop_if_idle(l);
+      return;
+    }
+    l->head = r->next;
+    if (!l->head)
+      l->tail = nullptr;
+    r->next = nullptr;
+    ++l->running;
+    if (r->order == ordering::per_session)
+      l->exclusive = true;
+    lock.unlock();
+    start(r); // a completion inside it sees l->starting and leaves l to us
+    lock.lock();
   }
-  for (auto& b : ready)
-    run_barrier(std::move(b));
 }
 
 void dispatcher::submit(json id, bool notification, prepared p) {
-  task t;
-  t.id = std::move(id);
-  t.notification = notification;
-  t.op = std::move(p.op);
+  auto* r = new record;
+  r->id = std::move(id);
+  r->notification = notification;
+  r->order = p.order;
+  r->op = std::move(p.op);
+  const bool keyed = p.order == ordering::pipelined || p.order == ordering::per_session;
   bool run_now = false;
-  std::vector<task> ready;
-  {
+  std::vector<record*> barriers;
+  try {
+    r->owner = shared_from_this();
     std::unique_lock<std::mutex> lock(mtx_);
-    cv_.wait(lock, [this] { return in_flight_ < max_in_flight_; });
-    ++in_flight_;
-    t.seq = next_seq_++;
-    switch (p.order) {
-      case ordering::free:
-        unfinished_.insert(t.seq);
-        run_now = true;
-        break;
-      case ordering::per_session: {
-        unfinished_.insert(t.seq);
-        auto [it, fresh] = chains_.try_emplace(p.key);
-        if (fresh)
-          run_now = true;
-        else
-          it->second.waiting.push_back(std::move(t));
-        break;
-      }
-      case ordering::barrier:
-        barriers_.push_back(std::move(t));
-        ready = ready_barriers();
-        break;
+    if (in_flight_ >= max_in_flight_) {
+      waiting_room_ = true;
+      cv_.wait(lock, [this] { return in_flight_ < max_in_flight_; });
+      waiting_room_ = false;
     }
+    // What can throw (allocation) comes before the request is counted.
+    if (p.order == ordering::barrier) {
+      epochs_.emplace_back();
+      epochs_[epochs_.size() - 2].barrier = r;
+      barriers.reserve(epochs_.size());
+      ++in_flight_;
+      ready_barriers(barriers);
+    } else if (!keyed) {
+      r->epoch = first_epoch_ + epochs_.size() - 1;
+      ++epochs_.back().pending;
+      ++in_flight_;
+      run_now = true;
+    } else {
+      auto [it, fresh] = lanes_.try_emplace(std::move(p.key));
+      lane& l = it->second;
+      if (fresh)
+        l.key = &it->first;
+      r->l = &l;
+      r->epoch = first_epoch_ + epochs_.size() - 1;
+      ++epochs_.back().pending;
+      ++in_flight_;
+      if (l.last)
+        l.last->later = r;
+      else
+        l.first = r;
+      l.last = r;
+      // A lane nobody is starting has no startable head (run_lane and
+      // settle keep that so), so `r` starts now only when nothing waits.
+      if (!l.head && !l.starting && may_start(l, *r)) {
+        ++l.running;
+        if (r->order == ordering::per_session)
+          l.exclusive = true;
+        run_now = true;
+      } else if (l.tail) {
+        l.tail->next = r;
+        l.tail = r;
+      } else {
+        l.head = l.tail = r;
+      }
+    }
+  } catch (...) {
+    delete r;
+    throw;
   }
-  if (run_now) {
-    if (p.order == ordering::per_session)
-      run_chain(p.key, std::move(t));
-    else
-      run_free(std::move(t));
-  }
-  for (auto& b : ready)
-    run_barrier(std::move(b));
+  if (run_now)
+    start(r);
+  for (auto* b : barriers)
+    start(b);
 }
 
 void dispatcher::wait_idle() {
   std::unique_lock<std::mutex> lock(mtx_);
+  ++idle_waiters_;
   cv_.wait(lock, [this] { return in_flight_ == 0; });
+  --idle_waiters_;
 }
 
 std::size_t dispatcher::in_flight() const {

@@ -1,8 +1,9 @@
 // protocol/dispatcher.hpp: the ordering of one stream's requests (per-session
-// chains, flush barriers, the in-flight cap) and the writing of their
-// responses. Internal to agentstate_protocol.
+// pipelines and turns, flush barriers, the in-flight cap) and the writing of
+// their responses. Internal to agentstate_protocol.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -10,8 +11,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,20 +21,39 @@
 
 namespace agentstate::protocol::detail {
 
-/// Runs prepared requests through the engine: a per_session request after
-/// every earlier one naming the same session has completed, a barrier after
-/// every earlier request has completed, a free one at once. Each answered
-/// request's response line goes to `write`, one call at a time.
+/// Runs prepared requests through the engine (the rules of ordering, see
+/// methods.hpp): a free one at once; a per-session one once every earlier
+/// request naming the same session has been started (pipelined) or has
+/// completed (per_session), and no earlier per_session one of it is still
+/// waiting or running; a barrier after every earlier non-barrier request has
+/// completed. One session's requests are started in the order they were
+/// submitted, one at a time (never two threads starting calls of one
+/// session at once), so the engine's per-session order is the stream's.
+///
+/// Responses: each answered request's response line goes to `write`, one
+/// call at a time. One session's responses go out in the order its requests
+/// were submitted: a reply that arrives before an earlier one of its session
+/// (an error the engine or a refusal answers at once) waits for it. A
+/// request counts as completed (for per_session, barriers, the in-flight cap
+/// and wait_idle) once its response has been passed to `write`.
 ///
 /// Ownership: always held by shared_ptr (create with std::make_shared); every
-/// pending engine callback holds one, so it outlives its rpc_session when a
-/// callback is still returning as wait_idle() wakes up. Borrows the engine.
+/// request in flight holds one, so the dispatcher outlives its rpc_session
+/// when a callback is still returning as wait_idle() wakes up. Borrows the
+/// engine.
 /// Thread safety: submit() from one thread (the stream's reader); answer(),
-/// wait_idle() and in_flight() from any; completions arrive on engine threads.
+/// wait_idle() and in_flight() from any; completions arrive on engine
+/// threads, and may start the requests they unblock there and write the
+/// responses they release.
+/// Cost per request: one allocation for its record, one lock of the
+/// dispatcher's mutex to admit it and two to complete it (one more for a
+/// session's request); a session's entry lives while it has requests in
+/// flight.
 class dispatcher : public std::enable_shared_from_this<dispatcher> {
 public:
   /// `max_in_flight` 0 counts as 1. `write` as for rpc_session.
   dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight);
+  ~dispatcher();
 
   /// Admits and starts (or queues) `p`; answers with `id` unless
   /// `notification`. Blocks while max_in_flight requests are outstanding.
@@ -54,26 +72,57 @@ public:
   std::size_t in_flight() const;
 
 private:
-  struct task {
-    std::uint64_t seq = 0;
-    json id;                   ///< null for notifications
-    bool notification = false; ///< run, never answered
+  struct lane;
+  /// One admitted request. Deleted by whichever of its reply and the return
+  /// of its start comes second.
+  struct record {
+    std::shared_ptr<dispatcher> owner; ///< keeps the dispatcher while in flight
+    json id;                           ///< null for notifications
+    bool notification = false;         ///< run, never answered
+    ordering order = ordering::free;
     operation op;
+    lane* l = nullptr;        ///< its session's lane (pipelined, per_session)
+    std::uint64_t epoch = 0;  ///< the epoch it was admitted in (not barriers)
+    record* next = nullptr;   ///< the next waiting request of its lane
+    record* later = nullptr;  ///< the next unanswered request of its lane
+    bool ready = false;       ///< replied; `line` waits for earlier answers
+    bool has_line = false;    ///< `line` is to be written (not a notification)
+    std::string line;         ///< its response, while it waits
+    std::atomic<bool> replied{false};
+    std::atomic<int> phase{0};
+  };
+  /// A session with requests in flight or waiting: its requests waiting to
+  /// start, in order, what runs, and its requests not yet answered, in order.
+  struct lane {
+    const std::string* key = nullptr; ///< its key in lanes_
+    std::size_t running = 0;          ///< started, not completed
+    bool exclusive = false;           ///< a per_session request is running
+    bool starting = false;            ///< a thread is starting its waiting ones
+    bool answering = false;           ///< a thread is writing its answers
+    record* head = nullptr;           ///< waiting to start (via `next`)
+    record* tail = nullptr;
+    record* first = nullptr;          ///< admitted, unanswered (via `later`)
+    record* last = nullptr;
+  };
+  /// Requests admitted between two barriers, and the barrier that closes
+  /// them (null for the newest, open one).
+  struct epoch {
+    std::size_t pending = 0; ///< non-barrier requests not yet completed
+    record* barrier = nullptr;
   };
 
-  // A session with a request running; `waiting` are the later ones, in order.
-  struct chain {
-    std::deque<task> waiting;
-  };
-
-  template <class Then>
-  bool start(task& t, Then then);
-  void run_chain(const std::string& key, task t);
-  std::optional<task> next_in_chain(const std::string& key);
-  void run_free(task t);
-  void run_barrier(task t);
-  std::vector<task> ready_barriers();
-  void complete(std::uint64_t seq, bool barrier);
+  void start(record* r);
+  void on_reply(record* r, outcome o);
+  void write_line(std::string line);
+  static record* take_ready(lane* l);
+  void answer_lane(lane* l, record* batch);
+  void settle(record* r, lane*& to_run, std::vector<record*>& barriers);
+  void after_settle(lane* to_run, std::vector<record*>& barriers);
+  static void release(record* r);
+  void run_lane(lane* l);
+  void drop_if_idle(lane* l);
+  void ready_barriers(std::vector<record*>& out);
+  static bool may_start(const lane& l, const record& r);
 
   engine& eng_;
   std::function<void(std::string)> write_;
@@ -83,11 +132,12 @@ private:
 
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  std::size_t in_flight_ = 0;          ///< admitted, not yet completed
-  std::uint64_t next_seq_ = 0;
-  std::set<std::uint64_t> unfinished_; ///< seqs of admitted non-barrier requests
-  std::deque<task> barriers_;          ///< flushes waiting for earlier requests
-  std::unordered_map<std::string, chain> chains_;
+  bool waiting_room_ = false;       ///< submit() waits for room (cv_)
+  std::size_t idle_waiters_ = 0;    ///< threads in wait_idle() (cv_)
+  std::size_t in_flight_ = 0;  ///< admitted, not yet completed (barriers too)
+  std::uint64_t first_epoch_ = 0; ///< the number of epochs_.front()
+  std::deque<epoch> epochs_{1};
+  std::unordered_map<std::string, lane> lanes_; ///< sessions with work
 };
 
 } // namespace agentstate::protocol::detail

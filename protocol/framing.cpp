@@ -2,6 +2,8 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -86,14 +88,62 @@ result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
 
 // -- line_writer ---------------------------------------------------------------------
 
-line_writer::line_writer(int fd) : fd_(fd), thread_([this] { run(); }) {}
+namespace {
+
+// Bounds the writing a producer does for others before the thread takes over.
+constexpr int max_direct_rounds = 8;
+constexpr std::size_t max_direct_bytes = std::size_t{256} << 10;
+
+} // namespace
+
+line_writer::line_writer(int fd) : fd_(fd) {
+  struct stat st;
+  socket_ = ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+  thread_ = std::thread([this] { run(); });
+}
 
 line_writer::~line_writer() {
   close();
 }
 
+line_writer::tried line_writer::write_nowait(const std::string& batch, std::size_t& off) {
+  while (off < batch.size()) {
+    ssize_t n;
+    if (socket_) {
+      n = ::send(fd_, batch.data() + off, batch.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+      iovec v{const_cast<char*>(batch.data() + off), batch.size() - off};
+      n = ::pwritev2(fd_, &v, 1, -1, RWF_NOWAIT);
+    }
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return tried::blocked;
+      // A descriptor or kernel without non-blocking writes of this kind.
+      if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL || errno == ESPIPE
+          || errno == ENOTSOCK)
+        return tried::unsupported;
+      return tried::failed; // EPIPE, ECONNRESET, ...: the reader is gone
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  return tried::all;
+}
+
+void line_writer::requeue(std::string& batch, std::size_t off) {
+  batch.erase(0, off);
+  batch += pending_;
+  pending_.swap(batch);
+}
+
+void line_writer::notify_room() {
+  if (room_waiters_ > 0)
+    room_cv_.notify_all();
+}
+
 void line_writer::push(std::string line) {
-  std::lock_guard<std::mutex> guard(mtx_);
+  std::unique_lock<std::mutex> lock(mtx_);
   if (failed_ || closing_)
     return;
   if (pending_.empty() && line.capacity() > line.size()) {
@@ -102,19 +152,63 @@ void line_writer::push(std::string line) {
     pending_ += line;
   }
   pending_ += '\n';
-  cv_.notify_all();
+  if (busy_)
+    return; // whoever writes takes it along
+  if (handed_off_ || !direct_) {
+    work_cv_.notify_one();
+    return;
+  }
+  busy_ = true;
+  std::string batch;
+  std::size_t written = 0;
+  for (int round = 1;; ++round) {
+    batch.clear();
+    batch.swap(pending_);
+    writing_ = batch.size();
+    lock.unlock();
+    std::size_t off = 0;
+    auto t = write_nowait(batch, off);
+    lock.lock();
+    writing_ = 0;
+    written += off;
+    if (t == tried::failed) {
+      failed_ = true;
+      std::string().swap(pending_);
+      break;
+    }
+    if (t != tried::all) {
+      if (t == tried::unsupported)
+        direct_ = false;
+      requeue(batch, off);
+      handed_off_ = true;
+      break;
+    }
+    if (pending_.empty())
+      break;
+    if (round >= max_direct_rounds || written >= max_direct_bytes) {
+      handed_off_ = true;
+      break;
+    }
+  }
+  busy_ = false;
+  if (handed_off_ || closing_ || !direct_)
+    work_cv_.notify_one();
+  notify_room();
 }
 
 void line_writer::wait_below(std::size_t bytes) {
   std::unique_lock<std::mutex> lock(mtx_);
-  cv_.wait(lock, [&] { return failed_ || closing_ || pending_.size() + writing_ < bytes; });
+  ++room_waiters_;
+  room_cv_.wait(lock, [&] { return failed_ || closing_ || pending_.size() + writing_ < bytes; });
+  --room_waiters_;
 }
 
 void line_writer::close() {
   {
     std::lock_guard<std::mutex> guard(mtx_);
     closing_ = true;
-    cv_.notify_all();
+    work_cv_.notify_all();
+    notify_room();
   }
   if (thread_.joinable())
     thread_.join();
@@ -125,14 +219,19 @@ bool line_writer::ok() const {
   return !failed_;
 }
 
+// The thread writes what producers could not write without blocking (and
+// everything, where non-blocking writes do not work), with blocking calls,
+// until the queue is empty; then producers write again.
 void line_writer::run() {
-  bool socket = true; // send() with MSG_NOSIGNAL until the fd proves not a socket
   std::string batch;
   std::unique_lock<std::mutex> lock(mtx_);
   for (;;) {
-    cv_.wait(lock, [this] { return !pending_.empty() || closing_; });
+    work_cv_.wait(lock, [this] {
+      return !busy_ && (closing_ || (!pending_.empty() && (handed_off_ || !direct_)));
+    });
     if (pending_.empty())
       return; // closing, and everything is written
+    busy_ = true;
     batch.clear();
     batch.swap(pending_);
     writing_ = batch.size();
@@ -140,16 +239,8 @@ void line_writer::run() {
     std::size_t off = 0;
     bool failed = false;
     while (off < batch.size()) {
-      ssize_t n;
-      if (socket) {
-        n = ::send(fd_, batch.data() + off, batch.size() - off, MSG_NOSIGNAL);
-        if (n < 0 && errno == ENOTSOCK) {
-          socket = false;
-          continue;
-        }
-      } else {
-        n = ::write(fd_, batch.data() + off, batch.size() - off);
-      }
+      ssize_t n = socket_ ? ::send(fd_, batch.data() + off, batch.size() - off, MSG_NOSIGNAL)
+                          : ::write(fd_, batch.data() + off, batch.size() - off);
       if (n < 0) {
         if (errno == EINTR)
           continue;
@@ -160,13 +251,16 @@ void line_writer::run() {
     }
     lock.lock();
     writing_ = 0;
+    busy_ = false;
     if (failed) {
       failed_ = true;
       std::string().swap(pending_);
-    }
-    cv_.notify_all();
-    if (failed)
+      notify_room();
       return;
+    }
+    if (pending_.empty())
+      handed_off_ = false;
+    notify_room();
   }
 }
 

@@ -29,9 +29,16 @@ result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
                         const std::function<void(std::string_view)>& on_line,
                         const std::function<void(std::uint64_t)>& on_oversized);
 
-/// Writes lines to a file descriptor from its own thread, so that producers
-/// (engine callbacks) never wait for a slow reader. Each line is written whole:
-/// lines never interleave. Does not own the descriptor.
+/// Writes lines to a file descriptor without making producers (engine
+/// callbacks) wait for a slow reader. A producer that finds nothing being
+/// written writes itself, without blocking (send(MSG_DONTWAIT) on a socket,
+/// pwritev2(RWF_NOWAIT) on a pipe), taking along what others queue
+/// meanwhile; what the descriptor does not take at once goes to the
+/// writer's own thread, which writes with blocking calls until it has caught
+/// up. So a reader that keeps up costs no thread hand-off per response, and
+/// one that does not costs producers only a queue append. Each line is
+/// written whole: lines never interleave, and they go out in push order.
+/// Does not own the descriptor.
 /// Thread safety: push() and wait_below() may be called from any thread.
 class line_writer {
 public:
@@ -42,8 +49,11 @@ public:
   line_writer(const line_writer&) = delete;
   line_writer& operator=(const line_writer&) = delete;
 
-  /// Queues `line` followed by '\n'. Never blocks beyond a short lock. After a
-  /// write has failed (the reader went away) lines are dropped.
+  /// Queues `line` followed by '\n', and writes it (with whatever else is
+  /// queued) when nobody else is writing and the descriptor takes it without
+  /// blocking. Never blocks beyond that non-blocking write (at most a few
+  /// batches, ~256 KiB, before the thread takes over) and a short lock. After
+  /// a write has failed (the reader went away) lines are dropped.
   void push(std::string line);
 
   /// Blocks until fewer than `bytes` bytes wait to be written, or writing has
@@ -60,12 +70,24 @@ public:
 
 private:
   void run();
+  /// How a non-blocking write ended.
+  enum class tried { all, blocked, unsupported, failed };
+  tried write_nowait(const std::string& batch, std::size_t& off);
+  /// Puts `batch` from `off` back in front of what was queued meanwhile.
+  void requeue(std::string& batch, std::size_t off);
+  void notify_room();
 
   int fd_;
+  bool socket_ = false;
   mutable std::mutex mtx_;
-  std::condition_variable cv_;
-  std::string pending_;     ///< queued bytes, not yet taken by the thread
-  std::size_t writing_ = 0; ///< bytes the thread is writing now
+  std::condition_variable work_cv_; ///< the thread waits for work
+  std::condition_variable room_cv_; ///< wait_below() and close() wait
+  std::string pending_;     ///< queued bytes, not yet taken by a writer
+  std::size_t writing_ = 0; ///< bytes a writer has taken and is writing
+  bool busy_ = false;       ///< a producer or the thread is writing
+  bool handed_off_ = false; ///< the thread writes until the queue is empty
+  bool direct_ = true;      ///< non-blocking writes work on this descriptor
+  std::size_t room_waiters_ = 0;
   bool closing_ = false;
   bool failed_ = false;
   std::thread thread_;

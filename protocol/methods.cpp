@@ -17,7 +17,9 @@ namespace {
 // cannot hold the NUL that separates them (a name holding one is refused, so
 // mixing it up in ordering is harmless).
 std::string session_key(const session_ref& r) {
-  return store::session_key(r.app_name, r.user_id, r.session_id);
+  // The engine trims session ids in every call, so " s " and "s" are one
+  // session and one sequence.
+  return store::session_key(r.app_name, r.user_id, model::trim(r.session_id));
 }
 
 prepare_result checked(param_reader& p, prepared x) {
@@ -36,10 +38,10 @@ prepare_result prepare_create(const json& params) {
   prepared x;
   auto id = model::trim(r.session_id);
   if (!id.empty()) {
-    x.order = ordering::per_session;
+    x.order = ordering::pipelined;
     x.key = store::session_key(r.app_name, r.user_id, id);
   }
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.create_session(std::move(r), [reply](result<session> s) {
       reply(to_outcome(s, [](const session& v) { return to_json(v); }));
     });
@@ -55,7 +57,7 @@ prepare_result prepare_get(const json& params) {
   r.after_timestamp = p.optional_number("after_timestamp");
   r.invocation_id = p.optional_string("invocation_id").value_or("");
   prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.get_session_json(std::move(r), [reply](result<std::string> s) {
       if (!s)
         return reply(from_engine(s.err()));
@@ -78,10 +80,16 @@ prepare_result prepare_list(const json& params) {
     else if (*order != "asc")
       p.fail("parameter 'order' must be \"asc\" or \"desc\", not \"" + *order + "\"");
   }
+  if (auto by = p.optional_string("order_by")) {
+    if (*by == "id")
+      r.order_by = list_order::id;
+    else if (*by != "update_time")
+      p.fail("parameter 'order_by' must be \"update_time\" or \"id\", not \"" + *by + "\"");
+  }
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
   prepared x;
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.list_sessions(std::move(r), [reply](result<session_page> page) {
       reply(to_outcome(page, [](const session_page& v) {
         json xs = json::array();
@@ -102,12 +110,28 @@ prepare_result prepare_list(const json& params) {
 prepare_result prepare_delete(const json& params) {
   param_reader p(params);
   auto ref = p.ref();
-  prepared x{{}, ordering::per_session, session_key(ref)};
-  x.op = [ref](engine& e, const reply_fn& reply) mutable {
+  prepared x{{}, ordering::pipelined, session_key(ref)};
+  x.op = [ref = std::move(ref)](engine& e, const reply_fn& reply) mutable {
     e.delete_session(std::move(ref), [reply](result<void> r) { reply(to_outcome(r)); });
   };
   return checked(p, std::move(x));
 }
+
+} // namespace
+
+prepared append_call(append_request r) {
+  // A modify can fail at commit, which would fail the appends pipelined
+  // behind it (unavailable): such an append runs alone.
+  prepared x{{}, r.modify.empty() ? ordering::pipelined : ordering::per_session,
+             session_key(r.ref)};
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    e.append_event(std::move(r),
+                   [reply](result<append_result> a) { reply(append_outcome(a)); });
+  };
+  return x;
+}
+
+namespace {
 
 // append_event's optional `modify`: an array of state operations
 // (state_modify_from_json), checked before the event is written.
@@ -142,23 +166,17 @@ prepare_result prepare_append(const json& params) {
   }
   r.expected_version = p.optional_uint("expected_version");
   read_modify(params, p, r.modify);
-  prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r](engine& e, const reply_fn& reply) mutable {
-    e.append_event(std::move(r), [reply](result<append_result> a) {
-      reply(to_outcome(a, [](const append_result& v) {
-        return json{{"event", to_json(v.ev)}, {"version", v.version}};
-      }));
-    });
-  };
-  return checked(p, std::move(x));
+  if (p.failure())
+    return *p.failure();
+  return append_call(std::move(r));
 }
 
 prepare_result prepare_end_invocation(const json& params) {
   param_reader p(params);
   auto ref = p.ref();
   auto inv = p.required_string("invocation_id");
-  prepared x{{}, ordering::per_session, session_key(ref)};
-  x.op = [ref, inv](engine& e, const reply_fn& reply) mutable {
+  prepared x{{}, ordering::pipelined, session_key(ref)};
+  x.op = [ref = std::move(ref), inv = std::move(inv)](engine& e, const reply_fn& reply) mutable {
     e.end_invocation(std::move(ref), std::move(inv),
                      [reply](result<void> r) { reply(to_outcome(r)); });
   };
@@ -176,7 +194,7 @@ prepare_result prepare_inject_state(const json& params) {
   r.invocation_id = p.optional_string("invocation_id").value_or("");
   auto tmpl = p.required_string("template");
   prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r, tmpl](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r), tmpl = std::move(tmpl)](engine& e, const reply_fn& reply) mutable {
     auto id = r.ref.session_id;
     e.get_session(std::move(r), [reply, id = std::move(id),
                                  tmpl = std::move(tmpl)](result<std::optional<session>> s) {
@@ -231,32 +249,81 @@ prepare_result prepare_stats(const json&) {
   return x;
 }
 
+// For health checks: answered at once, allowed before authentication.
+prepare_result prepare_ping(const json&) {
+  prepared x;
+  x.op = [](engine&, const reply_fn& reply) { reply(outcome{json("pong")}); };
+  return x;
+}
+
+/// Which session a method's request is sequenced under.
+enum class names {
+  nothing, ///< free or barrier
+  session, ///< app_name, user_id, session_id as given
+  created, ///< create_session: its trimmed session_id, when not empty
+};
+
 struct method {
   std::string_view name;
   prepare_fn prepare;
+  names keyed;
 };
 
 constexpr method methods[] = {
-  {"create_session", prepare_create},
-  {"get_session", prepare_get},
-  {"list_sessions", prepare_list},
-  {"delete_session", prepare_delete},
-  {"append_event", prepare_append},
-  {"end_invocation", prepare_end_invocation},
-  {"inject_state", prepare_inject_state},
-  {"get_app_state", prepare_app_state},
-  {"get_user_state", prepare_user_state},
-  {"flush", prepare_flush},
-  {"stats", prepare_stats},
+  {"create_session", prepare_create, names::created},
+  {"get_session", prepare_get, names::session},
+  {"list_sessions", prepare_list, names::nothing},
+  {"delete_session", prepare_delete, names::session},
+  {"append_event", prepare_append, names::session},
+  {"end_invocation", prepare_end_invocation, names::session},
+  {"inject_state", prepare_inject_state, names::session},
+  {"get_app_state", prepare_app_state, names::nothing},
+  {"get_user_state", prepare_user_state, names::nothing},
+  {"flush", prepare_flush, names::nothing},
+  {"stats", prepare_stats, names::nothing},
+  {"ping", prepare_ping, names::nothing},
 };
+
+const method* lookup(std::string_view name) {
+  for (const auto& m : methods)
+    if (m.name == name)
+      return &m;
+  return nullptr;
+}
+
+const std::string* string_member(const json& params, const char* name) {
+  auto it = params.find(name);
+  return it != params.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+}
 
 } // namespace
 
 prepare_fn find_method(std::string_view name) {
-  for (const auto& m : methods)
-    if (m.name == name)
-      return m.prepare;
-  return nullptr;
+  auto m = lookup(name);
+  return m ? m->prepare : nullptr;
+}
+
+std::optional<std::string> named_session_key(std::string_view name, const json& params) {
+  auto m = lookup(name);
+  if (!m || m->keyed == names::nothing || !params.is_object())
+    return std::nullopt;
+  auto app = string_member(params, "app_name");
+  auto user = string_member(params, "user_id");
+  auto id = string_member(params, "session_id");
+  if (!app || !user || !id)
+    return std::nullopt;
+  auto trimmed = model::trim(*id);
+  if (m->keyed == names::session)
+    return store::session_key(*app, *user, trimmed);
+  if (trimmed.empty())
+    return std::nullopt;
+  return store::session_key(*app, *user, trimmed);
+}
+
+prepared refusal_call(rpc_failure f, std::string key) {
+  prepared x{{}, ordering::pipelined, std::move(key)};
+  x.op = [f = std::move(f)](engine&, const reply_fn& reply) { reply(outcome{f}); };
+  return x;
 }
 
 } // namespace agentstate::protocol::detail

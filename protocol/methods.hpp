@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -18,16 +19,26 @@ namespace agentstate::protocol::detail {
 /// dispatcher then replies with an internal failure.
 using operation = std::function<void(engine&, const reply_fn&)>;
 
-/// How a request runs relative to the others of its stream: alone, behind the
-/// earlier requests naming the same session, or after every earlier request
-/// has completed (flush).
-enum class ordering { free, per_session, barrier };
+/// How a request runs relative to the others of its stream:
+///  * free: at once;
+///  * pipelined: a write the session's actor orders (create_session with an
+///    id, append_event, delete_session, end_invocation): started as soon as
+///    the earlier requests naming the same session have been started, so a
+///    session's writes reach the engine back to back and share commits;
+///  * per_session: a read of the session (get_session, inject_state), and an
+///    append_event with `modify` (which can fail at commit, and would then
+///    fail the appends pipelined behind it): started once every earlier
+///    request naming the session has completed, and the later ones wait
+///    until it has, so it sees exactly the writes before it;
+///  * barrier (flush): once every earlier request has completed.
+/// Either way a session's requests reach the engine in the stream's order.
+enum class ordering { free, pipelined, per_session, barrier };
 
 /// A checked request, ready to run.
 struct prepared {
   operation op;
   ordering order = ordering::free;
-  std::string key; ///< the session's sequencing key, with ordering::per_session
+  std::string key; ///< the session's sequencing key (pipelined, per_session)
 };
 
 /// A prepared request, or the invalid_params failure that refuses it.
@@ -37,8 +48,28 @@ using prepare_result = std::variant<prepared, rpc_failure>;
 /// Throws only bad_alloc.
 using prepare_fn = prepare_result (*)(const json& params);
 
-/// The method named `name`, or nullptr when there is none. Cost: a scan of
-/// the table's eleven names.
+/// append_event's call for the checked request `r` (what the method
+/// prepares once its params are read; request.cpp's direct reader of
+/// append_event lines builds `r` without a DOM and calls this too).
+/// Throws only bad_alloc.
+prepared append_call(append_request r);
+
+/// The method named `name`, or nullptr when there is none (`authenticate` is
+/// not here: rpc_session answers it, see auth.hpp). Cost: a scan of the
+/// table's twelve names.
 prepare_fn find_method(std::string_view name);
+
+/// The sequencing key a request of method `name` with `params` would run
+/// under (see prepared::key), judged from the name members alone (strings
+/// app_name, user_id, session_id; create_session's trimmed and not empty);
+/// nullopt when the method is not about one session or they are missing.
+/// Throws only bad_alloc.
+std::optional<std::string> named_session_key(std::string_view name, const json& params);
+
+/// A request that only answers `f`, sequenced under `key` as a pipelined
+/// write: a refused request that names a session is answered in that
+/// session's order (after the responses to its earlier requests). Throws
+/// only bad_alloc.
+prepared refusal_call(rpc_failure f, std::string key);
 
 } // namespace agentstate::protocol::detail

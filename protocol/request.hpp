@@ -15,12 +15,22 @@ namespace agentstate::protocol::detail {
 
 /// What one line asks for. At most one of `run` and `refusal` is set; neither
 /// when the line is a notification whose method or params are wrong
-/// (notifications are never answered once their envelope is readable).
+/// (notifications are never answered once their envelope is readable). A
+/// request refused for its params that still names a session comes back as
+/// a `run` that answers the refusal in the session's order (refusal_call).
 struct decoded_request {
   json id = nullptr;         ///< the request's id; null when absent or unusable
   bool notification = false; ///< no "id": run, never answered
   std::optional<prepared> run;        ///< the request to submit
   std::optional<rpc_failure> refusal; ///< the error to answer with `id`
+  /// The access check's inputs (auth.hpp): the method named (empty when the
+  /// line is no request), and params.app_name when it is a string.
+  std::string method;
+  std::optional<std::string> app_name;
+  /// `authenticate`'s token. Set only for an authenticate request with a
+  /// string token; such a request has neither `run` nor `refusal` and is
+  /// answered by the session, which holds the access state.
+  std::optional<std::string> token;
 };
 
 /// Decodes `line` (without its '\n'; one trailing '\r' is ignored), nesting

@@ -1,15 +1,62 @@
 #include "protocol/responses.hpp"
 
+#include <charconv>
 #include <utility>
+
+#include "model/event_text.hpp"
+#include "model/json_text.hpp"
 
 namespace agentstate::protocol::detail {
 
 namespace {
 
-std::string dump_lossy(const json& x) {
-  // Values came from the validating parser or the engine; `replace` only
-  // guards against a message quoting bytes of a malformed line.
-  return x.dump(-1, ' ', false, json::error_handler_t::replace);
+// nlohmann's serializer, once per thread: json::dump() builds one per call
+// (an indent string, an output adapter, a localeconv() call), which costs
+// more than a small value's text. Bytes that are not UTF-8 are replaced:
+// values came from the validating parser or the engine; `replace` only
+// guards against a message quoting bytes of a malformed line.
+struct lossy_encoder {
+  std::string buf;
+  nlohmann::detail::serializer<json> ser{nlohmann::detail::output_adapter<char, std::string>(buf),
+                                         ' ', json::error_handler_t::replace};
+};
+
+void append_lossy(std::string& out, const json& x) {
+  thread_local lossy_encoder enc;
+  enc.buf.clear();
+  enc.ser.dump(x, false, false, 0);
+  out += enc.buf;
+  if (enc.buf.capacity() > (std::size_t{1} << 16))
+    std::string().swap(enc.buf);
+}
+
+template <class Int>
+void append_int(std::string& out, Int v) {
+  char digits[24];
+  auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+  out.append(digits, end);
+}
+
+// An id as the serializer writes it: integers and strings of plain bytes
+// directly, anything else through the serializer.
+void append_id(std::string& out, const json& id) {
+  if (id.is_number_unsigned())
+    return append_int(out, id.get<std::uint64_t>());
+  if (id.is_number_integer())
+    return append_int(out, id.get<std::int64_t>());
+  if (id.is_string()) {
+    const auto& s = id.get_ref<const std::string&>();
+    bool plain = true;
+    for (unsigned char c : s)
+      plain = plain && model::plain_bytes[c];
+    if (plain) {
+      out += '"';
+      out += s;
+      out += '"';
+      return;
+    }
+  }
+  append_lossy(out, id);
 }
 
 } // namespace
@@ -28,12 +75,15 @@ rpc_failure internal_failure(const char* where, const char* what) {
 }
 
 std::string response_line(const json& id, const outcome& o) {
-  std::string out = R"({"jsonrpc":"2.0","id":)";
-  out += dump_lossy(id);
+  std::string out;
+  auto raw = std::get_if<raw_result>(&o);
+  out.reserve(64 + (raw ? raw->text.size() : 0));
+  out += R"({"jsonrpc":"2.0","id":)";
+  append_id(out, id);
   if (auto r = std::get_if<json>(&o)) {
     out += R"(,"result":)";
-    out += dump_lossy(*r);
-  } else if (auto raw = std::get_if<raw_result>(&o)) {
+    append_lossy(out, *r);
+  } else if (raw) {
     out += R"(,"result":)";
     out += raw->text;
   } else {
@@ -43,7 +93,7 @@ std::string response_line(const json& id, const outcome& o) {
       data["current_version"] = *f.current_version;
     json err{{"code", f.code}, {"message", f.message}, {"data", std::move(data)}};
     out += R"(,"error":)";
-    out += dump_lossy(err);
+    append_lossy(out, err);
   }
   out += '}';
   return out;
@@ -53,6 +103,26 @@ outcome to_outcome(result<void>& r) {
   if (!r)
     return from_engine(r.err());
   return outcome{json(nullptr)};
+}
+
+outcome append_outcome(result<append_result>& r) {
+  if (!r)
+    return from_engine(r.err());
+  try {
+    auto text = model::encode_event_text(r->ev);
+    if (!text) // a string that is not UTF-8: the general encoder replaces it
+      return outcome{json{{"event", to_json(r->ev)}, {"version", r->version}}};
+    raw_result out;
+    out.text.reserve(text->size() + 32);
+    out.text += R"({"event":)";
+    out.text += *text;
+    out.text += R"(,"version":)";
+    append_int(out.text, r->version);
+    out.text += '}';
+    return outcome{std::move(out)};
+  } catch (const std::exception& e) {
+    return internal_failure("result encoding", e.what());
+  }
 }
 
 } // namespace agentstate::protocol::detail

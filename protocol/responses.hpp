@@ -12,6 +12,7 @@
 
 #include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
+#include "agentstate/types.hpp"
 #include "protocol/rpc_session.hpp"
 
 namespace agentstate::protocol::detail {
@@ -70,5 +71,11 @@ outcome to_outcome(result<T>& r, F&& convert) {
 
 /// null on success, or the engine's error.
 outcome to_outcome(result<void>& r);
+
+/// append_event's result {"event": Event, "version": N}, or the engine's
+/// error. The event is encoded straight from the struct
+/// (model::encode_event_text, the same bytes as the general encoder), not
+/// through a DOM; a failure to encode becomes an internal failure.
+outcome append_outcome(result<append_result>& r);
 
 } // namespace agentstate::protocol::detail

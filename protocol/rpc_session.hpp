@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "agentstate/engine.hpp"
+#include "protocol/auth.hpp"
 
 namespace agentstate::protocol {
 
@@ -29,6 +30,9 @@ inline constexpr int invalid_request = -32600;  ///< JSON, but not a request obj
 inline constexpr int method_not_found = -32601;
 inline constexpr int invalid_params = -32602;   ///< data.kind is "invalid_argument"
 inline constexpr int engine_error = -32000;     ///< data.kind is the errc name
+/// Refused by the access check (auth.hpp): data.kind is "unauthenticated" or
+/// "permission_denied".
+inline constexpr int access_error = -32001;
 } // namespace rpc_code
 
 struct rpc_config {
@@ -41,10 +45,28 @@ struct rpc_config {
   /// blocks while this many are outstanding, so a client that pipelines
   /// without bound cannot grow the server's memory without bound.
   std::size_t max_in_flight = 4096;
+  /// Authentication (auth.hpp): null, every method is allowed (stdio, a
+  /// server without a token file); set, the stream must `authenticate`
+  /// first and its token decides which apps it reaches.
+  std::shared_ptr<const token_source> tokens;
+
+  // Observers for a server's counters and logs; each may be empty. They run
+  // on the reader's thread or on engine threads, and must not block or throw.
+  /// Extra members of `stats`' result under "server".
+  std::function<json()> server_stats;
+  /// Called with data.kind of every error answered.
+  std::function<void(std::string_view kind)> on_error;
+  /// Called after each `authenticate`, with whether the token was accepted.
+  std::function<void(bool accepted)> on_authenticate;
+  /// Called after each request handed in (notifications included) has
+  /// completed and been answered; in_flight() no longer counts it. A reader
+  /// that stopped taking lines at max_in_flight resumes from here.
+  std::function<void()> on_complete;
 };
 
 namespace detail {
 class dispatcher;
+struct decoded_request;
 }
 
 /// Serves one client stream. Requests for different sessions run concurrently
@@ -76,8 +98,9 @@ public:
   /// bytes at all are accepted: what is not a valid request is answered with
   /// an error response and changes nothing stored. A request is answered
   /// later, when the engine completes it; a notification (no "id") is run and
-  /// never answered. Blocks only while max_in_flight requests are
-  /// outstanding. Never throws.
+  /// never answered. With `tokens` set, a request the stream's access does
+  /// not allow is answered with access_error and not run. Blocks only while
+  /// max_in_flight requests are outstanding. Never throws.
   void handle_line(std::string_view line);
 
   /// Answers a line that was discarded because it had `bytes` bytes, more
@@ -93,9 +116,18 @@ public:
   std::size_t in_flight() const;
 
 private:
+  struct observers;
+  void authenticate(detail::decoded_request& d);
+  void refuse(const detail::decoded_request& d, int code, const std::string& message,
+              std::string_view kind);
+
   /// Shared with the engine callbacks still pending (see dispatcher).
   std::shared_ptr<detail::dispatcher> dispatch_;
   std::size_t max_line_depth_;
+  access_gate gate_;
+  /// The config's observers, shared with the replies they watch; null when
+  /// there are none.
+  std::shared_ptr<const observers> observers_;
 };
 
 } // namespace agentstate::protocol

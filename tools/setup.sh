@@ -2,8 +2,11 @@
 # Installs the Debian packages agentstate builds with, when any is missing.
 # Idempotent; needs root (or sudo) only when something must be installed.
 set -euo pipefail
+# libasio-dev and libssl-dev: the network server (server/: event loop, TLS); openssl:
+# the CLI the TLS tests make their certificates and connect with.
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
-          doctest-dev lmdb-utils libsqlite3-dev python3 python3-pytest)
+          doctest-dev lmdb-utils libsqlite3-dev libasio-dev libssl-dev openssl python3
+          python3-pytest)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -31,9 +31,17 @@ enum class errc : std::uint8_t {
   /// damaged pages, a lost data file; the message names the file). Not
   /// retryable: restore a backup or run `agentstate salvage`.
   data_corrupt = 10,
+  /// The server requires authentication and the connection has none yet
+  /// (`authenticate` not sent, or its token was refused). Not retryable
+  /// unchanged: authenticate first.
+  unauthenticated = 11,
+  /// The connection's token does not grant the app the request names (or a
+  /// request that spans every app, such as `stats`). Not retryable.
+  permission_denied = 12,
   /// A compare_and_set (state_modify::expected) found another value; nothing
   /// was stored. Not retryable unchanged: re-read, then decide.
   condition_failed = 13,
+  // 14 is reserved (cursor_expired).
 };
 
 /// The protocol's name of `x` ("already_exists", ...); "ok" for `errc::ok`.

@@ -4,11 +4,13 @@
 // checks every response must pass.
 //
 // An input is split at '\n' into lines; each line goes to handle_line, then
-// drain() waits for every answer. Every response must be one JSON object
-// with "jsonrpc":"2.0", an "id", and exactly one of "result" / "error"; an
-// error must carry an integer code and a known data.kind, never "internal"
-// (internal means a bug). A violation is returned as text (the fuzzer aborts
-// on it, the replay test fails).
+// drain() waits for every answer. Each input is replayed twice: on a stream
+// with every app open (stdio) and on one that must authenticate first
+// (fuzz_tokens()), so `authenticate` and the access checks are fuzzed too.
+// Every response must be one JSON object with "jsonrpc":"2.0", an "id", and
+// exactly one of "result" / "error"; an error must carry an integer code and
+// a known data.kind, never "internal" (internal means a bug). A violation is
+// returned as text (the fuzzer aborts on it, the replay test fails).
 #pragma once
 
 #include <mutex>
@@ -19,6 +21,7 @@
 
 #include "agentstate/engine.hpp"
 #include "agentstate/json.hpp"
+#include "protocol/auth.hpp"
 #include "protocol/rpc_session.hpp"
 
 namespace fuzzcheck {
@@ -45,8 +48,9 @@ inline std::string check_response(const std::string& line) {
         || !e.contains("message") || !e["message"].is_string())
       return "malformed error member";
     static const std::set<std::string> kinds{
-      "already_exists", "not_found", "invalid_argument", "version_conflict", "too_large",
-      "storage_full",   "io_error",  "unavailable"};
+      "already_exists", "not_found",       "invalid_argument",  "version_conflict",
+      "too_large",      "storage_full",    "io_error",          "unavailable",
+      "unauthenticated", "permission_denied", "condition_failed"};
     if (!e.contains("data") || !e["data"].is_object() || !e["data"].contains("kind")
         || !e["data"]["kind"].is_string())
       return "error without data.kind";
@@ -55,6 +59,16 @@ inline std::string check_response(const std::string& line) {
       return "error kind '" + kind + "' (" + e["message"].dump() + ")";
   }
   return {};
+}
+
+/// The token table inputs are also replayed against (a stream that must
+/// authenticate first, as over `serve --auth-file`): one token for every app,
+/// one for the apps "app" and "chat". The seed corpus/authenticate.jsonl uses
+/// them.
+inline std::shared_ptr<const agentstate::protocol::token_source> fuzz_tokens() {
+  auto t = agentstate::protocol::token_table::parse(
+    "fuzz-all-token-0123456789 *\nfuzz-app-token-0123456789 app,chat\n");
+  return std::make_shared<agentstate::protocol::token_source>(std::move(t).value());
 }
 
 /// Collects responses and the first problem seen.

@@ -36,7 +36,16 @@ struct harness {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static harness* h = new harness; // lives for the whole run
-  fuzzcheck::replay(*h->rpc, std::string_view(reinterpret_cast<const char*>(data), size));
+  static const auto tokens = fuzzcheck::fuzz_tokens();
+  std::string_view input(reinterpret_cast<const char*>(data), size);
+  fuzzcheck::replay(*h->rpc, input);
+  {
+    // A fresh stream that must authenticate: the input decides whether it does.
+    agentstate::protocol::rpc_config cfg;
+    cfg.tokens = tokens;
+    agentstate::protocol::rpc_session gated(*h->eng, [](std::string line) { h->out(line); }, cfg);
+    fuzzcheck::replay(gated, input);
+  }
   std::lock_guard<std::mutex> guard(h->out.mtx);
   if (!h->out.problem.empty()) {
     std::fprintf(stderr, "protocol_fuzz: %s\nresponse: %s\n", h->out.problem.c_str(),

@@ -47,6 +47,15 @@ TEST_CASE("fuzz regressions and seeds replay cleanly through rpc_session") {
         rpc.handle_line(R"({"jsonrpc":"2.0","id":"alive","method":"stats"})");
         rpc.drain();
       }
+      {
+        // Again on a stream that must authenticate first.
+        protocol::rpc_config cfg;
+        cfg.tokens = fuzzcheck::fuzz_tokens();
+        protocol::rpc_session rpc(*eng, [&](std::string line) { out(line); }, cfg);
+        fuzzcheck::replay(rpc, data);
+        rpc.handle_line(R"({"jsonrpc":"2.0","id":"alive","method":"ping"})");
+        rpc.drain();
+      }
       INFO("response: ", out.problem_line);
       CHECK(out.problem == "");
       CHECK(out.responses >= 1);
@@ -55,5 +64,5 @@ TEST_CASE("fuzz regressions and seeds replay cleanly through rpc_session") {
     }
   }
   MESSAGE(files, " fuzz inputs replayed");
-  CHECK(files >= 5);
+  CHECK(files >= 6);
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tools/bench/temp_store.hpp"
+#include "tools/bench/via_workloads.hpp"
 #include "tools/bench/workloads.hpp"
 #include "tools/commands.hpp"
 
@@ -26,6 +27,9 @@ const char* bench_usage =
   "                        [--scale F] [--dir DIR] [--threads N]\n"
   "                        [--scheduler sharing|stealing] [--max-store-mb N]\n"
   "                        [--max-resident-mb N] [--spin-us N] [--write-map]\n"
+  "       agentstate bench --workload a|b|c|LIST|all --via stdio|tcp\n"
+  "                        [--durability D] [--scale F] [--dir DIR] [--threads N]\n"
+  "                        [--serve-bin PATH]\n"
   "\n"
   "Runs a workload in-process against a fresh store in a temp directory under\n"
   "DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)\n"
@@ -64,6 +68,28 @@ const char* bench_usage =
   "  g  100* sessions of 10 users, 50 events each, all writing one user: key\n"
   "     per user and one app: key; checks the final values are the last\n"
   "     acknowledged writes (\"correct\")\n"
+  "\n"
+  "Through the protocol (--via): a, b and c run against `agentstate serve`, a\n"
+  "child process (this binary, or --serve-bin PATH) on a fresh store with the\n"
+  "same durability and --threads, driven by one client thread over its\n"
+  "stdin/stdout pipes (stdio) or loopback TCP (tcp, serve --listen\n"
+  "127.0.0.1:0); each line also holds the same shape run in-process in the\n"
+  "same run (\"in_process\") and \"ratio_to_in_process\". all = a,b,c.\n"
+  "  a  one session, 20,000* appends pipelined, 256 in flight; in-process: the\n"
+  "     same on the async API from one thread. Target: sync >= 12,000/s,\n"
+  "     memory >= 50,000/s\n"
+  "  b  as b's async phase: 1,000* sessions x 20 appends, 64 chains in flight;\n"
+  "     over tcp on 8 connections of 8 chains. Target: ratio >= 0.7\n"
+  "  c  one session of 10,000* events loaded as a; get_session awaited one at\n"
+  "     a time, num_recent_events=10 (1,000) and full (200); in-process:\n"
+  "     get_session_json. ratio = in-process p50 / through-serve p50\n"
+  "  Also: server_cpu_us_per_event and client_cpu_us_per_event (a, b), and\n"
+  "  serve_stats (the stats method: commits, mean_batch, ...). --scheduler,\n"
+  "  --spin-us, --write-map, --max-store-mb and --max-resident-mb do not apply\n"
+  "  (serve runs with the engine's defaults).\n"
+  "  --via M          stdio or tcp\n"
+  "  --serve-bin PATH the agentstate binary to run serve from (e.g. an older\n"
+  "                   build, for a before/after comparison in one run)\n"
   "\n"
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
@@ -165,6 +191,14 @@ int run_bench(const args& argv) {
       cfg.scale = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0' || !(cfg.scale > 0) || cfg.scale > 10)
         return usage_error("--scale takes a number, 0 < F <= 10");
+    } else if (a == "--via") {
+      if (v != "stdio" && v != "tcp")
+        return usage_error("--via takes stdio or tcp");
+      cfg.via = v;
+    } else if (a == "--serve-bin") {
+      if (v.empty())
+        return usage_error("--serve-bin needs a path");
+      cfg.serve_bin = v;
     } else if (a == "--dir") {
       cfg.base_dir = v;
     } else if (a == "--scheduler") {
@@ -179,17 +213,26 @@ int run_bench(const args& argv) {
     return usage_error("--workload is required");
   if (cfg.write_map && cfg.mode != durability::nosync)
     return usage_error("--write-map needs --durability nosync");
+  const bool via = !cfg.via.empty();
+  if (!via && !cfg.serve_bin.empty())
+    return usage_error("--serve-bin needs --via");
+  if (via && (cfg.scheduler != "sharing" || cfg.spin_us || cfg.write_map || cfg.max_store_mb
+              || cfg.max_resident_mb))
+    return usage_error("--via runs serve with the engine's defaults: --scheduler, --spin-us, "
+                       "--write-map, --max-store-mb and --max-resident-mb do not apply");
+  const char last = via ? 'c' : 'g';
   std::string todo;
   if (cfg.workloads == "all") {
-    todo = "abcdefg";
+    todo = via ? "abc" : "abcdefg";
   } else {
     for (std::size_t p = 0; p < cfg.workloads.size(); ++p) {
       char c = cfg.workloads[p];
       if (c == ',')
         continue;
       bool alone = (p + 1 == cfg.workloads.size() || cfg.workloads[p + 1] == ',');
-      if (c < 'a' || c > 'g' || !alone)
-        return usage_error("unknown workload '" + cfg.workloads + "' (a..g, a list, or all)");
+      if (c < 'a' || c > last || !alone)
+        return usage_error("unknown workload '" + cfg.workloads + "' ("
+                           + (via ? "a..c with --via" : "a..g") + ", a list, or all)");
       todo += c;
     }
   }
@@ -201,7 +244,7 @@ int run_bench(const args& argv) {
   install_interrupt_handler();
   bool failed = false;
   for (char w : todo) {
-    ojson line = workloads_by_name[w - 'a'](cfg);
+    ojson line = via ? via_workload(w, cfg) : workloads_by_name[w - 'a'](cfg);
     std::cout << line.dump() << std::endl;
     if (line.value("errors", 0) != 0 || (line.contains("correct") && !line["correct"]))
       failed = true;
@@ -212,7 +255,8 @@ int run_bench(const args& argv) {
 }
 
 static const bool registered = register_command(
-  {"bench", "run benchmark workloads a..g in-process; one JSON line each", run_bench});
+  {"bench", "run benchmark workloads a..g in-process (a..c through serve with --via); "
+   "one JSON line each", run_bench});
 
 } // namespace
 

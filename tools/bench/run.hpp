@@ -33,6 +33,11 @@ struct config {
   std::optional<std::uint64_t> max_resident_mb; ///< unset = the engine's default
   std::optional<long> spin_us;                  ///< unset = the engine's default
   bool write_map = false;
+  /// "stdio" or "tcp": run a, b, c through `serve` (via_workloads.hpp); ""
+  /// runs in-process.
+  std::string via;
+  /// The binary whose `serve` --via drives; "" = this one (/proc/self/exe).
+  std::string serve_bin;
 };
 
 /// "sync", "nosync" or "memory".

@@ -358,7 +358,7 @@ describe('lifecycle', () => {
         server.stderr.setEncoding('utf8');
         server.stderr.on('data', (s) => {
           text += s;
-          const m = /listening on (\S+)/.exec(text);
+          const m = /listening on ([^\s"]+)/.exec(text); // the log line quotes its message
           if (m) resolve(m[1]);
         });
         server.on('exit', (code) => reject(new Error(`server exited ${code}: ${text}`)));

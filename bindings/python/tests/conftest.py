@@ -45,7 +45,7 @@ def run(coro):
 
 class TcpServer:
     """``agentstate serve --listen 127.0.0.1:0`` as a child process; ``address`` is the
-    ``HOST:PORT`` it printed. Its stderr is drained on a thread (kept in ``log``)."""
+    ``HOST:PORT`` it logged. Its stderr is drained on a thread (kept in ``log``)."""
 
     def __init__(self, binary: str, store: Path, extra: list[str]):
         self.proc = subprocess.Popen(
@@ -56,7 +56,8 @@ class TcpServer:
         for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.log.append(line)
-            m = re.match(r"listening on (\S+:\d+)$", line)
+            # The log line (text or json format) holds "listening on HOST:PORT".
+            m = re.search(r'listening on ([^\s"]+:\d+)', line)
             if m:
                 self.address = m.group(1)
                 break

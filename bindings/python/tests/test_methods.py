@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 from conftest import run
 
-import agentstate_client as ac
 from agentstate_client import AsyncClient, Client
 
 APP, USER = "chat", "alice"
@@ -177,10 +175,6 @@ def test_flush_and_stats(agentstate_bin, store):
     run(body())
 
 
-# The server answers ping from the commit that adds it; until then this fails as expected
-# (unknown method), and once it passes, strict=True fails the suite so the marker is removed.
-@pytest.mark.xfail(raises=ac.InvalidArgumentError, strict=True,
-                   reason="agentstate serve has no 'ping' method yet")
 def test_ping(agentstate_bin, store):
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:

@@ -1,0 +1,785 @@
+// server/connection.hpp: one client connection of the network server: its
+// socket (TCP, Unix or TLS over TCP), its rpc_session, its outbox and its
+// timers. Internal to server/ (server.cpp instantiates it).
+//
+// Threads: everything a connection does runs on its strand, except the
+// rpc_session's write callback, which runs on engine threads (or inline on
+// the strand) and only appends to the outbox and posts a wake-up.
+//
+// Flow control, never blocking an I/O thread:
+//  * A complete line is handed to the rpc_session only when it may be
+//    admitted: fewer than max_in_flight requests outstanding, and the output
+//    queued plus the estimated responses of the requests in flight (and of
+//    this one) within max_output_bytes. The estimate is the largest recent
+//    response on the connection (decaying by 1/16 per response, at least
+//    max_output_bytes / max_in_flight, 1 MiB before the first). One request
+//    is always admitted while the output is under the cap and nothing is in
+//    flight.
+//  * Otherwise the connection is not read (at most one read's worth of lines
+//    waits in `backlog_`) until a response is written or arrives, or a
+//    request completes. Responses are never dropped while the client is
+//    connected: a response that takes the queue over the cap is kept, and
+//    the cap stops further reading.
+//  * A partial line is kept as the pieces read (no doubling growth) up to
+//    max_line_bytes; a longer one is discarded as it arrives and answered
+//    too_large.
+//
+// Lifetime: held by shared_ptr (the server's registry and its pending
+// handlers). It leaves the registry only once nothing is in flight, so its
+// rpc_session's destructor never waits.
+#pragma once
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "agentstate/engine.hpp"
+#include "protocol/rpc_session.hpp"
+#include "server/counters.hpp"
+#include "server/log.hpp"
+#include "server/server.hpp"
+
+namespace agentstate::server::detail {
+
+using clock = std::chrono::steady_clock;
+using strand_t = asio::strand<asio::io_context::executor_type>;
+using tcp_socket = asio::basic_stream_socket<asio::ip::tcp, strand_t>;
+using unix_socket = asio::basic_stream_socket<asio::local::stream_protocol, strand_t>;
+using tls_stream = asio::ssl::stream<tcp_socket>;
+using timer_t = asio::basic_waitable_timer<clock, asio::wait_traits<clock>, strand_t>;
+
+/// What every connection shares with the server. Outlives every connection
+/// (the server destroys connections before it).
+struct shared_state {
+  engine* eng = nullptr;
+  logger* log = nullptr;
+  limits lim;
+  std::size_t max_line_depth = 72;
+  std::shared_ptr<const protocol::token_source> tokens; ///< null: no authentication
+  counters stats;
+  /// Called on the connection's strand once it is closed and idle.
+  std::function<void(std::uint64_t id)> on_finished;
+  /// The "server" member of stats.
+  std::function<json()> server_stats;
+};
+
+/// The connection-level error line (id null, kind unavailable).
+inline std::string connection_error_line(const std::string& message) {
+  json r{{"jsonrpc", "2.0"},
+         {"id", nullptr},
+         {"error", {{"code", protocol::rpc_code::engine_error},
+                    {"message", message},
+                    {"data", {{"kind", "unavailable"}}}}}};
+  return r.dump() + "\n";
+}
+
+class connection_base : public std::enable_shared_from_this<connection_base> {
+public:
+  virtual ~connection_base() = default;
+  /// Each posts to the connection's strand.
+  virtual void start() = 0;
+  /// Graceful: stop reading, finish what is in flight, write it, close.
+  virtual void shutdown() = 0;
+  /// Close the socket now (responses still owed are lost), then finish.
+  virtual void drop() = 0;
+  /// Requests in flight. Any thread.
+  virtual std::size_t in_flight() const = 0;
+};
+
+/// Responses waiting to be written. Shared with the write callback.
+struct outbox {
+  std::mutex mtx;
+  std::string pending;         ///< lines not yet taken by a write
+  std::size_t bytes = 0;       ///< pending plus the write in progress
+  std::size_t estimate = 0;    ///< expected size of a response (see above)
+  bool wake_posted = false;
+  bool closed = false;         ///< the socket is gone: drop what comes
+};
+
+template <class Stream>
+class connection final : public connection_base {
+  static constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
+  static constexpr std::size_t read_chunk = 64 * 1024;
+  /// Fallback re-check while requests are in flight and the connection is
+  /// paused or closing (completions normally wake it through on_complete).
+  static constexpr auto poll_interval = std::chrono::milliseconds(50);
+
+public:
+  connection(std::shared_ptr<shared_state> sh, Stream stream, std::uint64_t id, std::string peer)
+    : sh_(std::move(sh)),
+      stream_(std::move(stream)),
+      strand_(stream_.get_executor()),
+      timer_(strand_),
+      id_(id),
+      peer_(std::move(peer)),
+      out_(std::make_shared<outbox>()),
+      opened_(clock::now()),
+      last_progress_(opened_) {
+    out_->estimate = std::size_t{1} << 20;
+  }
+
+  void start() override {
+    asio::post(strand_, [self = self()] { self->begin(); });
+  }
+
+  void shutdown() override {
+    asio::post(strand_, [self = self()] { self->begin_close("shutdown"); });
+  }
+
+  void drop() override {
+    asio::post(strand_, [self = self()] { self->close_now("dropped at shutdown"); });
+  }
+
+  std::size_t in_flight() const override { return rpc_ ? rpc_->in_flight() : 0; }
+
+private:
+  std::shared_ptr<connection> self() {
+    return std::static_pointer_cast<connection>(shared_from_this());
+  }
+
+  auto& socket() {
+    if constexpr (is_tls)
+      return stream_.next_layer();
+    else
+      return stream_;
+  }
+
+  std::size_t floor_estimate() const {
+    return std::max<std::size_t>(1, sh_->lim.max_output_bytes / std::max<std::size_t>(1, sh_->lim.max_in_flight));
+  }
+
+  // -- start ---------------------------------------------------------------------
+
+  void begin() {
+    if constexpr (is_tls) {
+      handshaking_ = true;
+      tls_buf_.resize(16 * 1024);
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = self()](const asio::error_code& ec) {
+                                self->on_handshake(ec);
+                              });
+      schedule();
+    } else {
+      socket().non_blocking(true);
+      pump();
+    }
+  }
+
+public:
+  /// Creates the rpc_session. Call once, after construction and before the
+  /// connection is published to other threads.
+  void init() {
+    protocol::rpc_config rc;
+    rc.max_line_depth = sh_->max_line_depth;
+    rc.max_in_flight = sh_->lim.max_in_flight;
+    rc.tokens = sh_->tokens;
+    rc.server_stats = sh_->server_stats;
+    auto sh = sh_;
+    rc.on_error = [sh](std::string_view kind) { sh->stats.error(kind); };
+    rc.on_authenticate = [sh, id = id_, peer = peer_](bool ok) {
+      if (ok) {
+        sh->log->info("authenticated", "", {{"conn", id}, {"peer", peer}});
+      } else {
+        sh->stats.add(sh->stats.auth_failures);
+        sh->log->warn("auth_failed", "a token was refused", {{"conn", id}, {"peer", peer}});
+      }
+    };
+    std::weak_ptr<connection> weak = self();
+    auto out = out_;
+    auto floor = floor_estimate();
+    auto strand = strand_;
+    // A completed request may let the reader take more lines.
+    rc.on_complete = [weak, out, strand] {
+      bool post = false;
+      {
+        std::lock_guard<std::mutex> guard(out->mtx);
+        if (!out->wake_posted) {
+          out->wake_posted = true;
+          post = true;
+        }
+      }
+      if (post)
+        asio::post(strand, [weak] {
+          if (auto c = weak.lock())
+            c->on_output();
+        });
+    };
+    rpc_ = std::make_unique<protocol::rpc_session>(
+      *sh_->eng,
+      [weak, out, sh, floor, strand](std::string line) {
+        auto n = line.size() + 1;
+        bool post = false;
+        {
+          std::lock_guard<std::mutex> guard(out->mtx);
+          if (out->closed)
+            return;
+          if (out->pending.empty() && line.capacity() > line.size())
+            out->pending = std::move(line);
+          else
+            out->pending += line;
+          out->pending += '\n';
+          out->bytes += n;
+          out->estimate = std::max({n, out->estimate - out->estimate / 16, floor});
+          if (!out->wake_posted) {
+            out->wake_posted = true;
+            post = true;
+          }
+        }
+        sh->stats.add(sh->stats.queued_output_bytes, n);
+        if (post)
+          asio::post(strand, [weak] {
+            if (auto c = weak.lock())
+              c->on_output();
+          });
+      },
+      rc);
+  }
+
+private:
+  void on_handshake(const asio::error_code& ec) {
+    handshaking_ = false;
+    if (closed_)
+      return finish_if_idle();
+    if (ec) {
+      sh_->stats.add(sh_->stats.tls_handshake_failures);
+      sh_->log->warn("tls_handshake_failed", ec.message(), {{"conn", id_}, {"peer", peer_}});
+      return close_now("tls handshake failed");
+    }
+    last_progress_ = clock::now();
+    pump();
+  }
+
+  // -- reading -------------------------------------------------------------------
+
+  bool may_admit() {
+    if (closing_ || closed_)
+      return false;
+    auto inflight = rpc_->in_flight();
+    if (inflight >= sh_->lim.max_in_flight)
+      return false;
+    std::size_t bytes, est;
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      bytes = out_->bytes;
+      est = out_->estimate;
+    }
+    auto cap = sh_->lim.max_output_bytes;
+    if (bytes >= cap)
+      return false;
+    return inflight == 0 || bytes + (inflight + 1) * est <= cap;
+  }
+
+  void arm_read() {
+    reading_ = true;
+    if constexpr (is_tls) {
+      stream_.async_read_some(asio::buffer(tls_buf_),
+                              [self = self()](const asio::error_code& ec, std::size_t n) {
+                                self->on_read(ec, n);
+                              });
+    } else {
+      stream_.async_wait(Stream::wait_read,
+                         [self = self()](const asio::error_code& ec) { self->on_readable(ec); });
+    }
+  }
+
+  // Plain sockets: wait until readable, then read into the I/O thread's
+  // buffer, so an idle connection holds no read buffer.
+  void on_readable(const asio::error_code& ec) {
+    reading_ = false;
+    if (closing_ || closed_)
+      return finish_if_idle();
+    if (ec)
+      return close_now("read failed: " + ec.message());
+    thread_local std::vector<char> buf(read_chunk);
+    asio::error_code rec;
+    auto n = stream_.read_some(asio::buffer(buf), rec);
+    if (rec == asio::error::would_block || rec == asio::error::try_again)
+      return pump();
+    on_read_data(rec, buf.data(), n);
+  }
+
+  void on_read(const asio::error_code& ec, std::size_t n) {
+    reading_ = false;
+    if (closing_ || closed_)
+      return finish_if_idle();
+    on_read_data(ec, tls_buf_.data(), n);
+  }
+
+  void on_read_data(const asio::error_code& ec, const char* data, std::size_t n) {
+    if (n > 0) {
+      bytes_in_ += n;
+      sh_->stats.add(sh_->stats.bytes_in, n);
+      last_progress_ = clock::now();
+      auto used = process_input(std::string_view(data, n));
+      if (used < n)
+        backlog_.assign(data + used, n - used);
+    }
+    if (ec) {
+      bool end = ec == asio::error::eof || ec == asio::error::connection_reset;
+      if constexpr (is_tls)
+        end = end || ec == asio::ssl::error::stream_truncated;
+      if (!end)
+        return close_now("read failed: " + ec.message());
+      eof_ = true;
+    }
+    pump();
+  }
+
+  // Hands complete lines to the rpc_session while they may be admitted and
+  // keeps a trailing partial line. Returns the bytes used; the rest waits.
+  std::size_t process_input(std::string_view data) {
+    const auto max_line = sh_->lim.max_line_bytes;
+    std::size_t pos = 0;
+    while (pos < data.size()) {
+      auto nl = static_cast<const char*>(std::memchr(data.data() + pos, '\n', data.size() - pos));
+      if (!nl) {
+        add_partial(data.substr(pos));
+        return data.size();
+      }
+      auto seg = static_cast<std::size_t>(nl - (data.data() + pos));
+      if (discarding_ || partial_bytes_ + seg > max_line) {
+        auto total = discarding_ ? discarded_ + seg : partial_bytes_ + seg;
+        drop_partial();
+        ++requests_;
+        sh_->stats.add(sh_->stats.requests);
+        rpc_->handle_oversized_line(total, max_line);
+        pos += seg + 1;
+        continue;
+      }
+      if (!may_admit())
+        break;
+      ++requests_;
+      sh_->stats.add(sh_->stats.requests);
+      if (parts_.empty()) {
+        rpc_->handle_line(data.substr(pos, seg));
+      } else {
+        std::string line;
+        line.reserve(partial_bytes_ + seg);
+        for (auto& p : parts_)
+          line += p;
+        line.append(data.data() + pos, seg);
+        drop_partial();
+        rpc_->handle_line(line);
+      }
+      pos += seg + 1;
+    }
+    return pos;
+  }
+
+  void add_partial(std::string_view piece) {
+    if (!in_line())
+      line_started_ = clock::now();
+    if (discarding_) {
+      discarded_ += piece.size();
+      return;
+    }
+    if (partial_bytes_ + piece.size() > sh_->lim.max_line_bytes) {
+      auto total = partial_bytes_ + piece.size();
+      drop_partial();
+      discarding_ = true;
+      discarded_ = total;
+      return;
+    }
+    partial_bytes_ += piece.size();
+    // Small pieces are joined, so a line sent a byte at a time costs no more
+    // than its bytes and a little.
+    if (!parts_.empty() && parts_.back().size() < 4096)
+      parts_.back().append(piece.data(), piece.size());
+    else
+      parts_.emplace_back(piece);
+  }
+
+  void drop_partial() {
+    std::vector<std::string>().swap(parts_);
+    partial_bytes_ = 0;
+    discarding_ = false;
+    discarded_ = 0;
+  }
+
+  bool in_line() const { return discarding_ || !parts_.empty(); }
+
+  // -- the state machine -------------------------------------------------------
+
+  // Decides what to do next: admit waiting lines, read, or finish.
+  void pump() {
+    if (closed_)
+      return finish_if_idle();
+    if (!closing_ && !backlog_.empty()) {
+      auto used = process_input(backlog_);
+      backlog_.erase(0, used);
+      if (backlog_.empty())
+        std::string().swap(backlog_);
+    }
+    if (!closing_ && eof_ && backlog_.empty()) {
+      // End of input: a last line without '\n' counts.
+      if (in_line()) {
+        if (!may_admit()) {
+          schedule();
+          return;
+        }
+        if (discarding_) {
+          auto total = discarded_;
+          drop_partial();
+          rpc_->handle_oversized_line(total, sh_->lim.max_line_bytes);
+        } else {
+          std::string line;
+          line.reserve(partial_bytes_);
+          for (auto& p : parts_)
+            line += p;
+          drop_partial();
+          rpc_->handle_line(line);
+        }
+        ++requests_;
+        sh_->stats.add(sh_->stats.requests);
+      }
+      begin_close("end of input");
+      return;
+    }
+    if (!closing_ && !handshaking_ && !reading_ && !eof_) {
+      if (backlog_.empty() && may_admit()) {
+        if (paused_ && in_line())
+          line_started_ = clock::now(); // the line's time runs while it is read
+        paused_ = false;
+        arm_read();
+      } else if (!paused_) {
+        paused_ = true;
+        sh_->stats.add(sh_->stats.paused_reads);
+      }
+    }
+    if (closing_)
+      return finish_if_idle();
+    schedule();
+  }
+
+  void on_output() {
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      out_->wake_posted = false;
+    }
+    last_progress_ = clock::now();
+    start_write();
+    pump();
+  }
+
+  void start_write() {
+    if (writing_ || closed_ || handshaking_)
+      return;
+    if (write_off_ >= write_buf_.size()) {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      if (out_->pending.empty())
+        return;
+      write_buf_ = std::move(out_->pending);
+      out_->pending = std::string();
+      write_off_ = 0;
+    }
+    writing_ = true;
+    stream_.async_write_some(
+      asio::buffer(write_buf_.data() + write_off_, write_buf_.size() - write_off_),
+      [self = self()](const asio::error_code& ec, std::size_t n) { self->on_written(ec, n); });
+  }
+
+  void on_written(const asio::error_code& ec, std::size_t n) {
+    writing_ = false;
+    if (n > 0) {
+      write_off_ += n;
+      bytes_out_ += n;
+      sh_->stats.add(sh_->stats.bytes_out, n);
+      sh_->stats.sub(sh_->stats.queued_output_bytes, n);
+      {
+        std::lock_guard<std::mutex> guard(out_->mtx);
+        out_->bytes -= n;
+      }
+      last_progress_ = clock::now();
+    }
+    if (closed_)
+      return finish_if_idle();
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again)
+      return close_now("write failed: " + ec.message());
+    if (write_off_ >= write_buf_.size()) {
+      write_off_ = 0;
+      if (write_buf_.capacity() > read_chunk)
+        std::string().swap(write_buf_);
+      else
+        write_buf_.clear();
+    }
+    start_write();
+    pump();
+  }
+
+  // Stops reading; the connection closes once nothing is in flight and every
+  // response is written.
+  void begin_close(const std::string& reason) {
+    if (closing_ || closed_)
+      return;
+    closing_ = true;
+    close_reason_ = reason;
+    closing_since_ = clock::now();
+    drop_partial();
+    std::string().swap(backlog_);
+    finish_if_idle();
+  }
+
+  // Sends a connection-level error line, then closes gracefully.
+  void fail(const std::string& event, const std::string& message) {
+    if (closing_ || closed_)
+      return;
+    sh_->log->warn(event, message, {{"conn", id_}, {"peer", peer_}});
+    auto line = connection_error_line(message);
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      out_->pending += line;
+      out_->bytes += line.size();
+    }
+    sh_->stats.add(sh_->stats.queued_output_bytes, line.size());
+    begin_close(event);
+    start_write();
+  }
+
+  // Closes the socket at once; responses still owed are dropped.
+  void close_now(const std::string& reason) {
+    if (closed_)
+      return finish_if_idle();
+    if (close_reason_.empty() || !closing_)
+      close_reason_ = reason;
+    closing_ = true;
+    closed_ = true;
+    std::size_t unwritten;
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      out_->closed = true;
+      unwritten = out_->bytes;
+      out_->bytes = 0;
+      std::string().swap(out_->pending);
+    }
+    sh_->stats.sub(sh_->stats.queued_output_bytes, unwritten);
+    std::string().swap(write_buf_);
+    write_off_ = 0;
+    drop_partial();
+    std::string().swap(backlog_);
+    asio::error_code ignored;
+    socket().close(ignored);
+    finish_if_idle();
+  }
+
+  // The last step: once nothing is in flight and all is written, close the
+  // socket (if still open) and leave the registry.
+  void finish_if_idle() {
+    if (finished_)
+      return;
+    if (rpc_->in_flight() > 0) {
+      schedule();
+      return;
+    }
+    if (!closed_) {
+      bool output;
+      {
+        std::lock_guard<std::mutex> guard(out_->mtx);
+        output = out_->bytes > 0;
+      }
+      if (output || writing_) {
+        start_write();
+        schedule();
+        return;
+      }
+      if constexpr (is_tls) {
+        if (!handshaking_ && !tls_shutdown_started_) {
+          if (reading_) {
+            // The read must end before the shutdown runs; it ends aborted.
+            asio::error_code ignored;
+            socket().cancel(ignored);
+            return;
+          }
+          tls_shutdown_started_ = true;
+          tls_shutdown_deadline_ = clock::now() + std::chrono::seconds(1);
+          stream_.async_shutdown([self = self()](const asio::error_code&) {
+            self->tls_shutdown_done_ = true;
+            self->finish_if_idle();
+          });
+          schedule();
+          return;
+        }
+        if (tls_shutdown_started_ && !tls_shutdown_done_) {
+          schedule();
+          return;
+        }
+      }
+      asio::error_code ignored;
+      socket().shutdown(asio::socket_base::shutdown_both, ignored);
+      socket().close(ignored);
+      closed_ = true;
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      out_->closed = true;
+    }
+    if (reading_ || writing_ || handshaking_) {
+      // The socket is closed: the pending operations complete (aborted) soon.
+      return;
+    }
+    finished_ = true;
+    asio::error_code ignored;
+    timer_.cancel();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - opened_);
+    sh_->log->info("connection_closed", close_reason_.empty() ? "closed" : close_reason_,
+                   {{"conn", id_},
+                    {"peer", peer_},
+                    {"requests", requests_},
+                    {"bytes_in", bytes_in_},
+                    {"bytes_out", bytes_out_},
+                    {"duration_ms", ms.count()}});
+    sh_->on_finished(id_);
+  }
+
+  // -- timers -------------------------------------------------------------------
+
+  // Arms the timer for the earliest deadline that applies now.
+  void schedule() {
+    if (finished_)
+      return;
+    auto now = clock::now();
+    auto next = clock::time_point::max();
+    auto consider = [&](clock::time_point t) { next = std::min(next, t); };
+    const auto& lim = sh_->lim;
+    bool inflight = rpc_->in_flight() > 0;
+    if (closed_) {
+      if (inflight)
+        consider(now + poll_interval);
+    } else {
+      if (handshaking_ && lim.line_timeout.count() > 0)
+        consider(opened_ + lim.line_timeout);
+      if (tls_shutdown_started_ && !tls_shutdown_done_)
+        consider(tls_shutdown_deadline_);
+      if (!closing_ && reading_ && in_line() && lim.line_timeout.count() > 0)
+        consider(line_started_ + lim.line_timeout);
+      if (lim.idle_timeout.count() > 0 && !closing_)
+        consider(last_progress_ + lim.idle_timeout);
+      if (closing_)
+        consider(std::max(last_progress_, closing_since_)
+                 + std::max(lim.shutdown_grace, std::chrono::seconds(1)));
+      if (paused_ && inflight)
+        consider(now + poll_interval);
+    }
+    if (next == clock::time_point::max())
+      return;
+    if (timer_armed_ && timer_at_ <= next)
+      return;
+    timer_armed_ = true;
+    timer_at_ = next;
+    auto gen = ++timer_gen_;
+    timer_.expires_at(next);
+    timer_.async_wait([self = self(), gen](const asio::error_code&) { self->on_timer(gen); });
+  }
+
+  void on_timer(std::uint64_t gen) {
+    if (gen != timer_gen_)
+      return; // superseded by a re-arm
+    timer_armed_ = false;
+    if (finished_)
+      return;
+    auto now = clock::now();
+    const auto& lim = sh_->lim;
+    if (!closed_) {
+      if (handshaking_ && lim.line_timeout.count() > 0 && now >= opened_ + lim.line_timeout) {
+        sh_->stats.add(sh_->stats.tls_handshake_failures);
+        sh_->log->warn("tls_handshake_failed", "handshake not completed in time",
+                       {{"conn", id_}, {"peer", peer_}});
+        return close_now("tls handshake timed out");
+      }
+      if (tls_shutdown_started_ && !tls_shutdown_done_ && now >= tls_shutdown_deadline_) {
+        tls_shutdown_done_ = true; // the peer did not answer close_notify
+        return finish_if_idle();
+      }
+      if (!closing_ && reading_ && in_line() && lim.line_timeout.count() > 0
+          && now >= line_started_ + lim.line_timeout) {
+        sh_->stats.add(sh_->stats.line_timeouts);
+        return fail("line_timeout", "request line not completed within "
+                                      + std::to_string(lim.line_timeout.count())
+                                      + " s; closing the connection");
+      }
+      if (!closing_ && lim.idle_timeout.count() > 0 && now >= last_progress_ + lim.idle_timeout
+          && rpc_->in_flight() == 0) {
+        sh_->stats.add(sh_->stats.idle_timeouts);
+        bool stalled;
+        {
+          std::lock_guard<std::mutex> guard(out_->mtx);
+          stalled = out_->bytes > 0;
+        }
+        if (stalled) {
+          sh_->log->warn("idle_timeout", "the client has not read its responses for "
+                                           + std::to_string(lim.idle_timeout.count())
+                                           + " s; dropping them",
+                         {{"conn", id_}, {"peer", peer_}});
+          return close_now("output not read");
+        }
+        return fail("idle_timeout", "idle for " + std::to_string(lim.idle_timeout.count())
+                                      + " s; closing the connection");
+      }
+      if (closing_
+          && now >= std::max(last_progress_, closing_since_)
+                       + std::max(lim.shutdown_grace, std::chrono::seconds(1))
+          && rpc_->in_flight() == 0) {
+        // Closing, and the client takes no more of its responses.
+        return close_now(close_reason_ + "; the client stopped reading");
+      }
+    }
+    pump();
+  }
+
+  std::shared_ptr<shared_state> sh_;
+  Stream stream_;
+  strand_t strand_;
+  timer_t timer_;
+  std::uint64_t id_;
+  std::string peer_;
+  std::unique_ptr<protocol::rpc_session> rpc_;
+  std::shared_ptr<outbox> out_;
+
+  // input
+  std::string backlog_;             ///< read, not yet admitted (at most one read)
+  std::vector<std::string> parts_;  ///< the partial line's pieces
+  std::uint64_t partial_bytes_ = 0;
+  bool discarding_ = false;         ///< the current line is over the limit
+  std::uint64_t discarded_ = 0;
+  clock::time_point line_started_;
+  std::vector<char> tls_buf_;
+
+  // output (strand)
+  std::string write_buf_;
+  std::size_t write_off_ = 0;
+
+  // state (strand)
+  bool handshaking_ = false;
+  bool reading_ = false;  ///< a read or wait is pending
+  bool writing_ = false;  ///< a write is pending
+  bool paused_ = false;   ///< not read because nothing more may be admitted
+  bool eof_ = false;      ///< the client finished sending
+  bool closing_ = false;  ///< no more reading; finishing
+  bool closed_ = false;   ///< socket closed
+  bool finished_ = false; ///< left the registry
+  bool tls_shutdown_started_ = false;
+  bool tls_shutdown_done_ = false;
+  clock::time_point tls_shutdown_deadline_;
+  std::string close_reason_;
+  clock::time_point closing_since_;
+
+  clock::time_point opened_;
+  clock::time_point last_progress_;
+  bool timer_armed_ = false;
+  clock::time_point timer_at_;
+  std::uint64_t timer_gen_ = 0;
+
+  std::uint64_t requests_ = 0;
+  std::uint64_t bytes_in_ = 0;
+  std::uint64_t bytes_out_ = 0;
+};
+
+} // namespace agentstate::server::detail

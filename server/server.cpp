@@ -1,0 +1,634 @@
+#include "server/server.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <atomic>
+#include <cerrno>
+#include <thread>
+#include <unordered_map>
+
+#include "protocol/auth.hpp"
+#include "server/connection.hpp"
+
+namespace agentstate::server {
+
+using namespace detail;
+
+namespace {
+
+using tcp_acceptor = asio::basic_socket_acceptor<asio::ip::tcp, strand_t>;
+using unix_acceptor = asio::basic_socket_acceptor<asio::local::stream_protocol, strand_t>;
+
+// Descriptors kept free for the engine (store files, its own threads'
+// plumbing), reloading the token file and the spare descriptor.
+constexpr std::size_t reserved_descriptors = 32;
+
+std::string describe(const asio::ip::tcp::endpoint& e) {
+  auto a = e.address();
+  if (a.is_v6())
+    return "[" + a.to_string() + "]:" + std::to_string(e.port());
+  return a.to_string() + ":" + std::to_string(e.port());
+}
+
+bool is_loopback(const asio::ip::address& a) {
+  if (a.is_v4())
+    return a.to_v4().is_loopback();
+  auto v6 = a.to_v6();
+  if (v6.is_v4_mapped())
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, v6).is_loopback();
+  return v6.is_loopback();
+}
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (auto e = ::readdir(d))
+      if (e->d_name[0] != '.')
+        ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+error invalid(std::string message) {
+  return error{errc::invalid_argument, std::move(message)};
+}
+
+} // namespace
+
+struct network_server::impl {
+  struct listener {
+    listen_spec spec;
+    std::string address; ///< as bound
+    bool tls = false;
+    std::unique_ptr<tcp_acceptor> tcp;
+    std::unique_ptr<unix_acceptor> local;
+    bool created_path = false; ///< unix: remove the file at exit
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::unique_ptr<timer_t> retry; ///< accept back-off after a failure
+  };
+
+  impl(server_config c, logger& l)
+    : cfg(std::move(c)),
+      log(l),
+      ctx(static_cast<int>(threads())),
+      srv_strand(asio::make_strand(ctx)),
+      grace_timer(srv_strand),
+      sh(std::make_shared<shared_state>()) {
+    sh->log = &log;
+    sh->lim = cfg.lim;
+    sh->max_line_depth = cfg.max_line_depth;
+  }
+
+  ~impl() {
+    for (auto& l : listeners) {
+      asio::error_code ignored;
+      if (l.tcp)
+        l.tcp->close(ignored);
+      if (l.local)
+        l.local->close(ignored);
+      if (l.created_path) {
+        struct stat st{};
+        if (::lstat(l.spec.path.c_str(), &st) == 0 && st.st_dev == l.dev && st.st_ino == l.ino)
+          ::unlink(l.spec.path.c_str());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      registry.clear();
+    }
+    if (spare_fd >= 0)
+      ::close(spare_fd);
+  }
+
+  std::size_t threads() const {
+    if (cfg.io_threads > 0)
+      return cfg.io_threads;
+    auto n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : n;
+  }
+
+  // -- open ------------------------------------------------------------------------
+
+  result<void> open() {
+    bool any_tcp = false;
+    for (const auto& l : cfg.listen)
+      any_tcp = any_tcp || l.type == listen_spec::kind::tcp;
+    if (cfg.tls && !any_tcp)
+      return invalid("--tls-cert applies to TCP listeners, and every --listen is a Unix socket");
+    if (!cfg.auth_file.empty()) {
+      auto t = protocol::token_table::load(cfg.auth_file);
+      if (!t)
+        return error{errc::invalid_argument, "--auth-file: " + t.err().message};
+      if (t->size() == 0)
+        log.warn("tokens_loaded", "the token file holds no token: nobody can authenticate",
+                 {{"file", cfg.auth_file}});
+      tokens = std::make_shared<protocol::token_source>(std::move(*t));
+      sh->tokens = tokens;
+    }
+    if (cfg.tls)
+      if (auto r = make_tls(); !r)
+        return r;
+    if (auto r = limit_connections(); !r)
+      return r;
+    for (const auto& spec : cfg.listen) {
+      auto r = spec.type == listen_spec::kind::tcp ? bind_tcp(spec) : bind_unix(spec);
+      if (!r)
+        return r;
+    }
+    spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return {};
+  }
+
+  result<void> make_tls() {
+    auto& files = *cfg.tls;
+    ssl.emplace(asio::ssl::context::tls_server);
+    asio::error_code ec;
+    ssl->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2
+                       | asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1
+                       | asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                     ec);
+    // Idle connections give their TLS buffers back.
+    ::SSL_CTX_set_mode(ssl->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+    if (ssl->use_certificate_chain_file(files.cert, ec); ec)
+      return invalid("--tls-cert '" + files.cert + "': " + ec.message());
+    if (ssl->use_private_key_file(files.key, asio::ssl::context::pem, ec); ec) {
+      // OpenSSL checks the key against the certificate while loading it.
+      if (ec.category() == asio::error::get_ssl_category()
+          && ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH)
+        return invalid("--tls-key '" + files.key + "' does not match the certificate '"
+                       + files.cert + "'");
+      return invalid("--tls-key '" + files.key + "': " + ec.message());
+    }
+    if (::SSL_CTX_check_private_key(ssl->native_handle()) != 1)
+      return invalid("--tls-key '" + files.key + "' does not match the certificate '"
+                     + files.cert + "'");
+    if (!files.client_ca.empty()) {
+      if (ssl->load_verify_file(files.client_ca, ec); ec)
+        return invalid("--tls-client-ca '" + files.client_ca + "': " + ec.message());
+      ssl->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
+    }
+    return {};
+  }
+
+  // Raises the soft descriptor limit to the hard one and lowers the
+  // connection cap to what the limit leaves.
+  result<void> limit_connections() {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rlimit raised = rl;
+      raised.rlim_cur = rl.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0)
+        rl = raised;
+    }
+    cap = cfg.lim.max_connections;
+    if (rl.rlim_cur != RLIM_INFINITY) {
+      auto used = open_descriptors() + cfg.listen.size() + reserved_descriptors;
+      auto room = rl.rlim_cur > used ? static_cast<std::size_t>(rl.rlim_cur - used) : 0;
+      if (room == 0)
+        return invalid("the descriptor limit (RLIMIT_NOFILE " + std::to_string(rl.rlim_cur)
+                       + ") leaves no room for connections");
+      if (room < cap) {
+        log.warn("max_connections_lowered",
+                 "--max-connections lowered to " + std::to_string(room)
+                   + " by the descriptor limit",
+                 {{"max_connections", room}, {"rlimit_nofile", rl.rlim_cur}});
+        cap = room;
+      }
+    }
+    return {};
+  }
+
+  result<void> bind_tcp(const listen_spec& spec) {
+    asio::ip::tcp::resolver resolver(ctx);
+    asio::error_code ec;
+    auto found = resolver.resolve(spec.host, spec.port,
+                                  asio::ip::tcp::resolver::passive
+                                    | asio::ip::tcp::resolver::numeric_service,
+                                  ec);
+    if (ec)
+      return error{errc::io_error, "cannot listen on " + server::describe(spec)
+                                     + ": cannot resolve '" + spec.host + "': " + ec.message()};
+    bool authenticated = tokens || (cfg.tls && !cfg.tls->client_ca.empty());
+    if (!authenticated && !cfg.insecure)
+      for (const auto& r : found)
+        if (!is_loopback(r.endpoint().address()))
+          return invalid("--listen " + server::describe(spec) + " reaches beyond this machine ("
+                         + r.endpoint().address().to_string()
+                         + "): configure --auth-file (or --tls-client-ca), or pass --insecure");
+    std::string last = "no address";
+    for (const auto& r : found) {
+      auto a = std::make_unique<tcp_acceptor>(srv_strand);
+      asio::error_code e;
+      a->open(r.endpoint().protocol(), e);
+      if (!e)
+        a->set_option(asio::socket_base::reuse_address(true), e);
+      if (!e)
+        a->bind(r.endpoint(), e);
+      if (!e)
+        a->listen(asio::socket_base::max_listen_connections, e);
+      if (e) {
+        last = describe(r.endpoint()) + ": " + e.message();
+        continue;
+      }
+      listener l;
+      l.spec = spec;
+      l.tls = cfg.tls.has_value();
+      l.address = describe(a->local_endpoint());
+      l.tcp = std::move(a);
+      log.info("listening", "listening on " + l.address,
+               {{"address", l.address}, {"transport", l.tls ? "tls" : "tcp"},
+                {"auth", tokens ? "token" : "none"}});
+      listeners.push_back(std::move(l));
+      return {};
+    }
+    return error{errc::io_error, "cannot listen on " + server::describe(spec) + ": " + last};
+  }
+
+  result<void> bind_unix(const listen_spec& spec) {
+    if (spec.path.size() >= sizeof(sockaddr_un{}.sun_path))
+      return invalid("--listen unix:" + spec.path + ": the path is longer than "
+                     + std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
+    struct stat st{};
+    if (::lstat(spec.path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode))
+        return invalid("--listen unix:" + spec.path + ": the path exists and is not a socket");
+      asio::local::stream_protocol::socket probe(ctx);
+      asio::error_code e;
+      probe.connect(asio::local::stream_protocol::endpoint(spec.path), e);
+      if (!e)
+        return error{errc::io_error, "cannot listen on unix:" + spec.path
+                                       + ": a server is already listening there"};
+      if (e != asio::error::connection_refused)
+        return error{errc::io_error, "cannot listen on unix:" + spec.path
+                                       + ": cannot tell whether the socket there is stale: "
+                                       + e.message()};
+      if (::unlink(spec.path.c_str()) != 0)
+        return error{errc::io_error, "cannot listen on unix:" + spec.path
+                                       + ": cannot remove the stale socket: "
+                                       + std::strerror(errno)};
+      log.info("stale_socket_removed", "removed a stale socket", {{"path", spec.path}});
+    }
+    auto a = std::make_unique<unix_acceptor>(srv_strand);
+    asio::error_code e;
+    a->open(asio::local::stream_protocol(), e);
+    if (!e) {
+      // Created 0600: only the server's user may connect. The umask covers
+      // the moment between bind() and chmod().
+      auto old = ::umask(0177);
+      a->bind(asio::local::stream_protocol::endpoint(spec.path), e);
+      ::umask(old);
+    }
+    if (!e && ::chmod(spec.path.c_str(), 0600) != 0)
+      e = asio::error_code(errno, asio::system_category());
+    if (!e)
+      a->listen(asio::socket_base::max_listen_connections, e);
+    if (e)
+      return error{errc::io_error, "cannot listen on unix:" + spec.path + ": " + e.message()};
+    listener l;
+    l.spec = spec;
+    l.address = "unix:" + spec.path;
+    if (::lstat(spec.path.c_str(), &st) == 0) {
+      l.created_path = true;
+      l.dev = st.st_dev;
+      l.ino = st.st_ino;
+    }
+    l.local = std::move(a);
+    log.info("listening", "listening on " + l.address,
+             {{"address", l.address}, {"transport", "unix"},
+              {"auth", tokens ? "token" : "none"}});
+    listeners.push_back(std::move(l));
+    return {};
+  }
+
+  // -- run ---------------------------------------------------------------------------
+
+  void run(engine& eng) {
+    sh->eng = &eng;
+    sh->server_stats = [this] { return stats_json(); };
+    sh->on_finished = [this](std::uint64_t id) { remove(id); };
+    auto guard = asio::make_work_guard(ctx);
+    asio::post(srv_strand, [this] {
+      for (auto& l : listeners) {
+        if (stopping)
+          break;
+        if (l.tcp)
+          accept_next(l, *l.tcp);
+        else
+          accept_next(l, *l.local);
+      }
+    });
+    log.info("serving", "serving with " + std::to_string(threads()) + " I/O thread(s)",
+             {{"io_threads", threads()}, {"max_connections", cap}});
+    std::vector<std::thread> pool;
+    for (std::size_t i = 1; i < threads(); ++i)
+      pool.emplace_back([this] { run_loop(); });
+    run_loop();
+    for (auto& t : pool)
+      t.join();
+  }
+
+  void run_loop() {
+    for (;;) {
+      try {
+        ctx.run();
+        return;
+      } catch (const std::exception& e) {
+        log.error("internal", std::string("an I/O handler failed: ") + e.what());
+      } catch (...) {
+        log.error("internal", "an I/O handler failed");
+      }
+    }
+  }
+
+  template <class Acceptor>
+  void accept_next(listener& l, Acceptor& a) {
+    a.async_accept(asio::make_strand(ctx), [this, &l, &a](const asio::error_code& ec, auto sock) {
+      if (stopping)
+        return;
+      if (ec)
+        return on_accept_error(l, a, ec);
+      on_accepted(l, std::move(sock));
+      accept_next(l, a);
+    });
+  }
+
+  template <class Acceptor>
+  void on_accept_error(listener& l, Acceptor& a, const asio::error_code& ec) {
+    auto delay = std::chrono::milliseconds(0);
+    if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
+      // Out of descriptors: the spare one lets the waiting client be told.
+      if (spare_fd >= 0) {
+        ::close(spare_fd);
+        spare_fd = -1;
+      }
+      int fd = ::accept4(a.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        refuse_fd(fd, l.tls, "the descriptor limit is reached", l.address);
+        ::close(fd);
+      }
+      spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      delay = std::chrono::milliseconds(50);
+    } else if (ec != asio::error::connection_aborted && ec != asio::error::interrupted
+               && ec != asio::error::would_block) {
+      log.error("accept_failed", ec.message(), {{"listener", l.address}});
+      delay = std::chrono::milliseconds(100);
+    }
+    if (delay.count() == 0)
+      return accept_next(l, a);
+    if (!l.retry)
+      l.retry = std::make_unique<timer_t>(srv_strand);
+    l.retry->expires_after(delay);
+    l.retry->async_wait([this, &l, &a](const asio::error_code&) {
+      if (!stopping)
+        accept_next(l, a);
+    });
+  }
+
+  // Tells a client over the cap why it is closed (TLS clients get no line:
+  // it would need a handshake).
+  void refuse_fd(int fd, bool tls, const std::string& why, const std::string& listener_name) {
+    sh->stats.add(sh->stats.connections_refused);
+    log.warn("connection_refused", why, {{"listener", listener_name}});
+    if (!tls) {
+      auto line = connection_error_line("too many connections: " + why + "; retry later");
+      (void)!::send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    ::shutdown(fd, SHUT_WR);
+  }
+
+  static std::string peer_of(const tcp_socket& s) {
+    asio::error_code ec;
+    auto e = s.remote_endpoint(ec);
+    return ec ? std::string("?") : describe(e);
+  }
+
+  static std::string peer_of(unix_socket& s) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+      return "unix:pid=" + std::to_string(cred.pid) + ",uid=" + std::to_string(cred.uid);
+    return "unix";
+  }
+
+  template <class Socket>
+  void on_accepted(listener& l, Socket sock) {
+    auto peer = peer_of(sock);
+    std::size_t open_now;
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      open_now = registry.size();
+    }
+    if (open_now >= cap) {
+      refuse_fd(sock.native_handle(), l.tls,
+                "max_connections (" + std::to_string(cap) + ") reached, from " + peer,
+                l.address);
+      asio::error_code ignored;
+      sock.close(ignored);
+      return;
+    }
+    auto id = ++next_id;
+    std::shared_ptr<connection_base> c;
+    if constexpr (std::is_same_v<Socket, tcp_socket>) {
+      asio::error_code ignored;
+      sock.set_option(asio::ip::tcp::no_delay(true), ignored);
+      if (l.tls) {
+        auto t = std::make_shared<connection<tls_stream>>(sh, tls_stream(std::move(sock), *ssl),
+                                                          id, peer);
+        t->init();
+        c = t;
+      } else {
+        auto t = std::make_shared<connection<tcp_socket>>(sh, std::move(sock), id, peer);
+        t->init();
+        c = t;
+      }
+    } else {
+      auto t = std::make_shared<connection<unix_socket>>(sh, std::move(sock), id, peer);
+      t->init();
+      c = t;
+    }
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      registry.emplace(id, c);
+    }
+    sh->stats.add(sh->stats.connections_open);
+    sh->stats.add(sh->stats.connections_total);
+    log.info("connection_opened", "", {{"conn", id}, {"peer", peer}, {"listener", l.address}});
+    c->start();
+  }
+
+  void remove(std::uint64_t id) {
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      registry.erase(id);
+    }
+    sh->stats.sub(sh->stats.connections_open, 1);
+    if (stopping)
+      asio::post(srv_strand, [this] { check_done(); });
+  }
+
+  // -- stop ---------------------------------------------------------------------------
+
+  void request_stop() {
+    asio::post(srv_strand, [this] { begin_shutdown(); });
+  }
+
+  void begin_shutdown() {
+    if (stopping)
+      return;
+    stopping = true;
+    for (auto& l : listeners) {
+      asio::error_code ignored;
+      if (l.tcp)
+        l.tcp->close(ignored);
+      if (l.local)
+        l.local->close(ignored);
+      if (l.retry)
+        l.retry->cancel();
+    }
+    auto open = snapshot();
+    log.info("shutdown", "stopped accepting; " + std::to_string(open.size())
+                           + " connection(s) finishing their requests",
+             {{"connections", open.size()}, {"grace_s", cfg.lim.shutdown_grace.count()}});
+    for (auto& c : open)
+      c->shutdown();
+    grace_timer.expires_after(cfg.lim.shutdown_grace);
+    grace_timer.async_wait([this](const asio::error_code& ec) {
+      if (!ec)
+        grace_expired();
+    });
+    check_done();
+  }
+
+  void grace_expired() {
+    if (done)
+      return;
+    auto open = snapshot();
+    log.warn("shutdown_grace_expired",
+             std::to_string(open.size()) + " connection(s) still open after "
+               + std::to_string(cfg.lim.shutdown_grace.count())
+               + " s (not reading their responses, or requests still running); dropping them",
+             {{"connections", open.size()}});
+    for (auto& c : open)
+      c->drop();
+    // The drops close the sockets; whatever the engine still owes them is
+    // finished when the engine closes.
+    grace_timer.expires_after(std::chrono::milliseconds(200));
+    grace_timer.async_wait([this](const asio::error_code&) { finish(); });
+  }
+
+  void check_done() {
+    if (done)
+      return;
+    std::lock_guard<std::mutex> guard(registry_mtx);
+    if (registry.empty())
+      asio::post(srv_strand, [this] { finish(); });
+  }
+
+  void finish() {
+    if (done)
+      return;
+    done = true;
+    grace_timer.cancel();
+    ctx.stop();
+  }
+
+  std::vector<std::shared_ptr<connection_base>> snapshot() {
+    std::vector<std::shared_ptr<connection_base>> out;
+    std::lock_guard<std::mutex> guard(registry_mtx);
+    out.reserve(registry.size());
+    for (auto& [id, c] : registry)
+      out.push_back(c);
+    return out;
+  }
+
+  json stats_json() {
+    std::uint64_t in_flight = 0;
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      for (auto& [id, c] : registry)
+        in_flight += c->in_flight();
+    }
+    auto j = sh->stats.to_json(in_flight);
+    j["max_connections"] = cap;
+    j["io_threads"] = threads();
+    return j;
+  }
+
+  void reload_tokens() {
+    if (!tokens) {
+      log.info("tokens_reload_skipped", "SIGHUP: no --auth-file to reload");
+      return;
+    }
+    auto t = protocol::token_table::load(cfg.auth_file);
+    if (!t) {
+      log.error("tokens_reload_failed", t.err().message + "; keeping the current tokens",
+                {{"file", cfg.auth_file}});
+      return;
+    }
+    auto n = t->size();
+    tokens->replace(std::move(*t));
+    log.info("tokens_reloaded", "", {{"file", cfg.auth_file}, {"tokens", n}});
+  }
+
+  server_config cfg;
+  logger& log;
+  asio::io_context ctx;
+  strand_t srv_strand;
+  timer_t grace_timer;
+  std::optional<asio::ssl::context> ssl;
+  std::shared_ptr<protocol::token_source> tokens;
+  std::shared_ptr<shared_state> sh;
+  std::vector<listener> listeners;
+  std::size_t cap = 0;
+  int spare_fd = -1;
+  std::atomic<bool> stopping{false};
+  bool done = false; ///< srv_strand only
+  std::atomic<std::uint64_t> next_id{0};
+  std::mutex registry_mtx;
+  std::unordered_map<std::uint64_t, std::shared_ptr<connection_base>> registry;
+};
+
+result<std::unique_ptr<network_server>> network_server::open(server_config cfg, logger& log) {
+  if (cfg.listen.empty())
+    return error{errc::invalid_argument, "no listener"};
+  auto p = std::make_unique<impl>(std::move(cfg), log);
+  if (auto r = p->open(); !r)
+    return r.err();
+  return std::unique_ptr<network_server>(new network_server(std::move(p)));
+}
+
+network_server::network_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+network_server::~network_server() = default;
+
+void network_server::run(engine& eng) {
+  impl_->run(eng);
+}
+
+void network_server::request_stop() {
+  impl_->request_stop();
+}
+
+void network_server::reload_tokens() {
+  impl_->reload_tokens();
+}
+
+std::vector<std::string> network_server::addresses() const {
+  std::vector<std::string> out;
+  for (const auto& l : impl_->listeners)
+    out.push_back(l.address);
+  return out;
+}
+
+} // namespace agentstate::server

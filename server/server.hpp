@@ -1,0 +1,112 @@
+// server/server.hpp: the network side of `agentstate serve` (docs/protocol.md,
+// "Listeners" to "Shutting down"): TCP, TLS and Unix-socket listeners on a
+// fixed pool of I/O threads (Asio), one protocol::rpc_session per connection,
+// authentication, and the limits that keep one client from hurting the
+// others. No thread per connection: a connection costs its socket and a few
+// KiB while idle.
+//
+// Threads: run() drives the I/O pool; the engine's threads stay separate and
+// only queue responses into a connection's outbox and post a wake-up to its
+// strand, never blocking. An I/O thread never blocks on a client: a
+// connection that may not admit another request (in-flight cap, output cap)
+// is simply not read until it may.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agentstate/engine.hpp"
+#include "server/address.hpp"
+#include "server/log.hpp"
+
+namespace agentstate::server {
+
+/// Per-connection and server-wide limits; each is a `serve` flag.
+struct limits {
+  /// Connections served at once; a connection beyond it is sent one error
+  /// line (kind unavailable) and closed. Lowered at start to what the
+  /// descriptor limit (RLIMIT_NOFILE) allows.
+  std::size_t max_connections = 1024;
+  /// A connection with nothing in flight that neither sends nor takes a byte
+  /// for this long is sent an error line and closed (0: never).
+  std::chrono::seconds idle_timeout{300};
+  /// A request line (from its first byte) or a TLS handshake that does not
+  /// complete within this time closes the connection (0: never).
+  std::chrono::seconds line_timeout{30};
+  /// Requests admitted and not yet answered, per connection.
+  std::size_t max_in_flight = 4096;
+  /// Responses waiting for a slow reader, per connection (bytes).
+  std::size_t max_output_bytes = std::size_t{64} << 20;
+  /// Longest request line; longer ones are answered too_large and discarded.
+  std::uint64_t max_line_bytes = std::uint64_t{16} << 20;
+  /// SIGTERM: how long connections may take to finish before they are dropped.
+  std::chrono::seconds shutdown_grace{5};
+};
+
+struct tls_files {
+  std::string cert;      ///< PEM certificate chain
+  std::string key;       ///< PEM private key
+  std::string client_ca; ///< PEM CAs for client certificates; empty: none asked
+};
+
+struct server_config {
+  std::vector<listen_spec> listen;
+  /// TLS on every TCP listener (Unix sockets stay plain).
+  std::optional<tls_files> tls;
+  /// Token file (protocol/auth.hpp); empty: no authentication.
+  std::string auth_file;
+  /// Allow a non-loopback TCP address without authentication.
+  bool insecure = false;
+  /// I/O threads; 0: one per core.
+  std::size_t io_threads = 0;
+  limits lim;
+  /// rpc_config::max_line_depth.
+  std::size_t max_line_depth = 64 + 8;
+};
+
+class network_server {
+public:
+  /// Checks the configuration, loads the token file and the TLS files, and
+  /// binds every listener, logging `listening on ADDRESS` for each. Nothing is
+  /// served before run(). Errors: invalid_argument (a non-loopback address
+  /// without authentication or --insecure, bad TLS files, bad token file, a
+  /// Unix path that exists and is not a stale socket), io_error (cannot
+  /// bind or listen; the message names the address).
+  static result<std::unique_ptr<network_server>> open(server_config cfg, logger& log);
+
+  /// Closes the listeners and removes the Unix socket files this server
+  /// created. REQUIRES: run() has returned or was never called; the engine
+  /// given to run() is closed (its last callbacks may still be queued here).
+  ~network_server();
+  network_server(const network_server&) = delete;
+  network_server& operator=(const network_server&) = delete;
+
+  /// Serves with `eng` until request_stop(), then shuts down gracefully:
+  /// stops accepting and reading, lets requests in flight finish and their
+  /// responses be written, closes every connection; after limits::
+  /// shutdown_grace the connections still open are dropped. Returns then.
+  /// Blocking; the calling thread is one of the I/O threads.
+  void run(engine& eng);
+
+  /// Starts the shutdown. Any thread (not a signal handler).
+  void request_stop();
+
+  /// Re-reads the token file; a file that cannot be read or parsed keeps the
+  /// current table and is logged. No-op without authentication. Any thread.
+  void reload_tokens();
+
+  /// The bound addresses (TCP ports resolved), in --listen order.
+  std::vector<std::string> addresses() const;
+
+private:
+  struct impl;
+  explicit network_server(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace agentstate::server

@@ -1,0 +1,338 @@
+// Authentication and authorisation (docs/protocol.md, "Authentication"): the
+// token table (protocol/auth.hpp) on its own, then the real `serve --listen
+// --auth-file` refusing every method without a token, with a wrong token and
+// with a token for another app; SIGHUP reloads and revokes; tokens never
+// reach the log.
+#include "server/net_support.hpp"
+
+#include "protocol/auth.hpp"
+#include "protocol/rpc_session.hpp"
+
+#include <map>
+#include <mutex>
+
+using namespace agentstate;
+using namespace agentstate::test;
+using namespace agentstate::test::net;
+using protocol::token_table;
+
+namespace {
+
+const std::string tok_all = "all-apps-token-0123456789abcdef";
+const std::string tok_chat = "chat-only-token-0123456789abcdef";
+const std::string tok_two = "two-apps-token-0123456789abcdef";
+
+std::string token_file_text() {
+  return "# agentstate tokens\n\n" + tok_all + " *\n" + tok_chat + "\tchat\n" + tok_two
+         + "  chat,mail\n";
+}
+
+// Every method that names an app, with params valid for app `app`.
+std::vector<std::pair<std::string, json>> app_requests(const std::string& app) {
+  auto ref = sref_params(app, "s1");
+  return {
+    {"create_session", json{{"app_name", app}, {"user_id", "u"}, {"session_id", "s1"}}},
+    {"get_session", ref},
+    {"list_sessions", json{{"app_name", app}}},
+    {"delete_session", ref},
+    {"append_event", with(ref, "event", json{{"author", "a"}})},
+    {"end_invocation", with(ref, "invocation_id", "i1")},
+    {"inject_state", with(ref, "template", "x")},
+    {"get_app_state", json{{"app_name", app}}},
+    {"get_user_state", json{{"app_name", app}, {"user_id", "u"}}},
+  };
+}
+
+struct auth_server {
+  temp_dir dir;
+  std::string tokens = (dir.path() / "tokens").string();
+  std::unique_ptr<server_process> srv;
+  int port = 0;
+
+  explicit auth_server(std::vector<std::string> extra = {}) {
+    write_text(tokens, token_file_text());
+    std::vector<std::string> args{"--listen", "127.0.0.1:0", "--memory", "--auth-file", tokens};
+    args.insert(args.end(), extra.begin(), extra.end());
+    srv = std::make_unique<server_process>(args, (dir.path() / "log.txt").string());
+    port = srv->port();
+  }
+};
+
+} // namespace
+
+TEST_CASE("token table: the file format, its errors, and lookups") {
+  auto t = token_table::parse(token_file_text());
+  REQUIRE_OK(t);
+  CHECK(t->size() == 3);
+  auto all = t->find(tok_all);
+  REQUIRE(all);
+  CHECK(all->all_apps);
+  CHECK(all->allows("anything"));
+  auto two = t->find(tok_two);
+  REQUIRE(two);
+  CHECK(!two->all_apps);
+  CHECK(two->apps == std::vector<std::string>{"chat", "mail"});
+  CHECK(two->allows("mail"));
+  CHECK(!two->allows("mai"));
+  // Exact match only: a prefix, an extension, a one-byte change, other case.
+  CHECK(!t->find(tok_chat.substr(0, tok_chat.size() - 1)));
+  CHECK(!t->find(tok_chat + "x"));
+  auto changed = tok_chat;
+  changed.back() = 'e';
+  CHECK(!t->find(changed));
+  CHECK(!t->find("CHAT-ONLY-TOKEN-0123456789ABCDEF"));
+  CHECK(!t->find(""));
+
+  auto empty = token_table::parse("# nobody\n\n");
+  REQUIRE_OK(empty);
+  CHECK(empty->size() == 0);
+
+  // Errors name the line, never the token.
+  const std::string secret = "secret-token-0123456789";
+  struct bad {
+    std::string text;
+    std::string says;
+  };
+  for (const auto& b : std::vector<bad>{
+         {"# c\n" + secret + "\n", "line 2"},
+         {secret + " a b\n", "found 3 field(s)"},
+         {"short *\n", "16 to 4096"},
+         {secret + " a,,b\n", "empty app name"},
+         {secret + " a,*\n", "'*' must stand alone"},
+         {secret + " " + std::string(101, 'a') + "\n", "over 100 bytes"},
+         {secret + " *\n" + secret + " app\n", "repeats an earlier line"},
+         {"secret-token-\x01" "0123456789 *\n", "printable ASCII"},
+       }) {
+    auto r = token_table::parse(b.text);
+    INFO("file: ", b.text);
+    REQUIRE(!r);
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.err().message.find(b.says) != std::string::npos);
+    CHECK(r.err().message.find("secret-token") == std::string::npos);
+  }
+  auto missing = token_table::load("/nonexistent/agentstate-tokens");
+  REQUIRE(!missing);
+  CHECK(missing.code() == errc::io_error);
+}
+
+TEST_CASE("access gate: scopes, refusals before authentication, revocation on reload") {
+  auto source = std::make_shared<protocol::token_source>(MUST(token_table::parse(token_file_text())));
+  protocol::access_gate g(source);
+  CHECK(g.required());
+  CHECK(!g.check("ping", std::nullopt, false));
+  auto e = g.check("get_session", std::string("chat"), false);
+  REQUIRE(e);
+  CHECK(e->code == errc::unauthenticated);
+  // Unknown methods and bad params are refused as unauthenticated first.
+  CHECK(g.check("nope", std::nullopt, true)->code == errc::unauthenticated);
+  CHECK(!g.authenticate("wrong-token-0123456789abcdef"));
+
+  REQUIRE(g.authenticate(tok_chat));
+  CHECK(!g.check("get_session", std::string("chat"), false));
+  CHECK(g.check("get_session", std::string("mail"), false)->code == errc::permission_denied);
+  CHECK(g.check("stats", std::nullopt, false)->code == errc::permission_denied);
+  CHECK(g.check("watch_sessions", std::string("chat"), false)->code == errc::permission_denied);
+  CHECK(!g.check("flush", std::nullopt, false));
+  CHECK(!g.check("get_session", std::nullopt, true)); // its own invalid_params answers
+
+  // The file loses the token: the next check refuses.
+  source->replace(MUST(token_table::parse(tok_all + " *\n")));
+  CHECK(g.check("get_session", std::string("chat"), false)->code == errc::unauthenticated);
+
+  // A gate without a source allows everything (stdio).
+  protocol::access_gate open;
+  CHECK(!open.required());
+  CHECK(!open.check("stats", std::nullopt, false));
+  CHECK(open.authenticate("anything")->all_apps);
+}
+
+TEST_CASE("rpc_session with tokens: authenticate, then scoped; without: ping and all apps") {
+  options o;
+  o.mode = durability::memory;
+  auto eng = MUST(engine::open(o));
+  std::mutex mtx;
+  std::vector<json> out;
+  auto sink = [&](std::string line) {
+    std::lock_guard<std::mutex> guard(mtx);
+    out.push_back(MUST(parse_json(line, 64)));
+  };
+  {
+    protocol::rpc_config cfg;
+    cfg.tokens = std::make_shared<protocol::token_source>(MUST(token_table::parse(token_file_text())));
+    protocol::rpc_session session(*eng, sink, cfg);
+    session.handle_line(rpc(1, "get_app_state", json{{"app_name", "chat"}}).dump());
+    session.handle_line(rpc(2, "authenticate", json{{"token", 7}}).dump());
+    session.handle_line(rpc(3, "authenticate", json{{"token", tok_chat}}).dump());
+    session.handle_line(rpc(4, "get_app_state", json{{"app_name", "chat"}}).dump());
+    session.handle_line(rpc(5, "get_app_state", json{{"app_name", "mail"}}).dump());
+    session.handle_line(rpc(6, "ping").dump());
+    session.drain();
+  }
+  std::map<int, json> by_id;
+  for (auto& r : out)
+    by_id[r["id"].get<int>()] = r;
+  CHECK(by_id[1]["error"]["data"]["kind"] == "unauthenticated");
+  CHECK(by_id[1]["error"]["code"] == protocol::rpc_code::access_error);
+  CHECK(by_id[2]["error"]["data"]["kind"] == "invalid_argument");
+  CHECK(by_id[3]["result"] == json{{"apps", json::array({"chat"})}});
+  CHECK(by_id[4]["result"] == json::object());
+  CHECK(by_id[5]["error"]["data"]["kind"] == "permission_denied");
+  CHECK(by_id[6]["result"] == "pong");
+
+  out.clear();
+  {
+    protocol::rpc_session session(*eng, sink);
+    session.handle_line(rpc(1, "ping").dump());
+    session.handle_line(rpc(2, "authenticate", json{{"token", "whatever"}}).dump());
+    session.handle_line(rpc(3, "stats").dump());
+    session.drain();
+  }
+  by_id.clear();
+  for (auto& r : out)
+    by_id[r["id"].get<int>()] = r;
+  CHECK(by_id[1]["result"] == "pong");
+  CHECK(by_id[2]["result"] == json{{"apps", "*"}});
+  CHECK(by_id[3]["result"].contains("appends"));
+  MUST(eng->close());
+}
+
+TEST_CASE("serve --auth-file: no token, a wrong token: every method but ping is refused") {
+  auth_server s;
+  client c(s.port);
+  REQUIRE(c.connected());
+  auto pong = c.call("ping");
+  REQUIRE(ok(pong));
+  CHECK((*pong)["result"] == "pong");
+  std::vector<std::pair<std::string, json>> all = app_requests("chat");
+  all.push_back({"flush", nullptr});
+  all.push_back({"stats", nullptr});
+  all.push_back({"no_such_method", nullptr});
+  for (auto& [method, params] : all) {
+    INFO("method ", method);
+    auto r = c.call(method, params);
+    CHECK(kind_of(r) == "unauthenticated");
+    CHECK((*r)["error"]["code"] == -32001);
+  }
+  // Bad params are no way around it either.
+  CHECK(kind_of(c.call("get_session", json{{"app_name", 5}})) == "unauthenticated");
+  // A notification is not run.
+  REQUIRE(c.send_line(json{{"jsonrpc", "2.0"}, {"method", "create_session"},
+                           {"params", json{{"app_name", "chat"}, {"user_id", "u"},
+                                           {"session_id", "sneaky"}}}}));
+
+  auto wrong = c.call("authenticate", json{{"token", "not-a-valid-token-0123456789"}});
+  CHECK(kind_of(wrong) == "unauthenticated");
+  CHECK((*wrong)["error"]["message"].get<std::string>().find("not-a-valid") == std::string::npos);
+  for (auto& [method, params] : all) {
+    INFO("method ", method, " after a wrong token");
+    CHECK(kind_of(c.call(method, params)) == "unauthenticated");
+  }
+  // A correct token opens the connection; the notification created nothing.
+  REQUIRE(ok(c.call("authenticate", json{{"token", tok_all}})));
+  auto got = c.call("get_session", sref_params("chat", "sneaky"));
+  REQUIRE(ok(got));
+  CHECK((*got)["result"].is_null());
+
+  auto log = s.srv->log();
+  CHECK(log.find("event=auth_failed") != std::string::npos);
+  CHECK(log.find("not-a-valid-token") == std::string::npos);
+  CHECK(log.find(tok_all) == std::string::npos);
+}
+
+TEST_CASE("serve --auth-file: a token for some apps gets permission_denied for every other") {
+  auth_server s;
+  client c(s.port);
+  REQUIRE(c.connected());
+  auto a = c.call("authenticate", json{{"token", tok_chat}});
+  REQUIRE(ok(a));
+  CHECK((*a)["result"] == json{{"apps", json::array({"chat"})}});
+  for (auto& [method, params] : app_requests("mail")) {
+    INFO("method ", method);
+    CHECK(kind_of(c.call(method, params)) == "permission_denied");
+  }
+  CHECK(kind_of(c.call("stats")) == "permission_denied");
+  CHECK(ok(c.call("flush")));
+  // Its own app works through every method.
+  for (auto& [method, params] : app_requests("chat")) {
+    INFO("method ", method);
+    auto r = c.call(method, params);
+    auto k = kind_of(r);
+    CHECK(k != "permission_denied");
+    CHECK(k != "unauthenticated");
+  }
+
+  // A * token sees stats, with the server's counters.
+  client admin(s.port);
+  REQUIRE(ok(admin.call("authenticate", json{{"token", tok_all}})));
+  auto st = admin.call("stats");
+  REQUIRE(ok(st));
+  auto& server = (*st)["result"]["server"];
+  CHECK(server["connections_open"] == 2);
+  CHECK(server["auth_failures"] == 0);
+  CHECK(server["errors"]["permission_denied"].get<int>() >= 10);
+  CHECK(server["requests"].get<int>() >= 20);
+  CHECK((*st)["result"].contains("appends"));
+}
+
+TEST_CASE("serve --auth-file: SIGHUP reloads; a removed token stops working; a bad file keeps "
+          "the old tokens") {
+  auth_server s;
+  client c(s.port);
+  REQUIRE(ok(c.call("authenticate", json{{"token", tok_two}})));
+  REQUIRE(ok(c.call("get_app_state", json{{"app_name", "mail"}})));
+
+  const std::string fresh = "fresh-token-0123456789abcdef";
+  write_text(s.tokens, tok_all + " *\n" + fresh + " mail\n");
+  s.srv->signal(SIGHUP);
+  s.srv->wait_log("event=tokens_reloaded");
+  // The live connection's token is gone from the file.
+  CHECK(kind_of(c.call("get_app_state", json{{"app_name", "mail"}})) == "unauthenticated");
+  client d(s.port);
+  REQUIRE(ok(d.call("authenticate", json{{"token", fresh}})));
+  CHECK(ok(d.call("get_app_state", json{{"app_name", "mail"}})));
+  CHECK(kind_of(d.call("get_app_state", json{{"app_name", "chat"}})) == "permission_denied");
+
+  write_text(s.tokens, "this line is broken\n");
+  s.srv->signal(SIGHUP);
+  s.srv->wait_log("event=tokens_reload_failed");
+  client e(s.port);
+  CHECK(ok(e.call("authenticate", json{{"token", fresh}})));
+  auto log = s.srv->log();
+  CHECK(log.find(fresh) == std::string::npos);
+  CHECK(log.find("keeping the current tokens") != std::string::npos);
+}
+
+TEST_CASE("serve --listen beyond loopback: refused without authentication") {
+  temp_dir dir;
+  auto log = (dir.path() / "log.txt").string();
+  {
+    server_process srv({"--listen", "0.0.0.0:0", "--memory"}, log);
+    CHECK(srv.wait_exit() == 1);
+    CHECK(srv.log().find("--auth-file") != std::string::npos);
+  }
+  // With a token file it starts; with --insecure too.
+  write_text((dir.path() / "tokens").string(), tok_all + " *\n");
+  {
+    server_process srv({"--listen", "0.0.0.0:0", "--memory", "--auth-file",
+                        (dir.path() / "tokens").string()},
+                       log);
+    srv.wait_serving();
+    srv.signal(SIGTERM);
+    CHECK(srv.wait_exit() == 0);
+  }
+  {
+    server_process srv({"--listen", "0.0.0.0:0", "--memory", "--insecure"}, log);
+    srv.wait_serving();
+    srv.signal(SIGTERM);
+    CHECK(srv.wait_exit() == 0);
+  }
+  // A bad token file stops the start, naming the line.
+  write_text((dir.path() / "bad").string(), "x y z\n");
+  {
+    server_process srv({"--listen", "0", "--memory", "--auth-file",
+                        (dir.path() / "bad").string()},
+                       log);
+    CHECK(srv.wait_exit() == 1);
+    CHECK(srv.log().find("line 1") != std::string::npos);
+  }
+}

@@ -1,0 +1,73 @@
+// Many clients at once (docs/protocol.md, "Limits"): 2,000 idle connections
+// cost no thread and little memory (the budget: 64 MB RSS), a new
+// client is still served, one beyond the cap is refused cleanly.
+#include "server/net_support.hpp"
+
+using namespace agentstate;
+using namespace agentstate::test;
+using namespace agentstate::test::net;
+
+TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 64 MB, a new "
+          "client is served, one over the cap is refused") {
+  const int idle_count = 2000;
+  need_descriptors(idle_count + 256);
+  temp_dir dir;
+  // The cap: the idle ones, the admin client, one more.
+  server_process srv({"--listen", "0", "--memory", "--max-connections",
+                      std::to_string(idle_count + 2), "--io-threads", "2", "--threads", "2"},
+                     (dir.path() / "log.txt").string());
+  int port = srv.port();
+  client admin(port);
+  REQUIRE(ok(admin.call("ping")));
+  long threads_before = srv.status("Threads");
+  long rss_before = srv.status("VmRSS");
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<client> idle;
+  idle.reserve(idle_count);
+  for (int i = 0; i < idle_count; ++i) {
+    idle.emplace_back(port);
+    REQUIRE(idle.back().connected());
+  }
+  // Every one of them is accepted and registered.
+  json st;
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    auto r = admin.call("stats", nullptr, "stats");
+    REQUIRE(ok(r));
+    st = (*r)["result"]["server"];
+    if (st["connections_open"] == idle_count + 1)
+      break;
+    INFO("stats: ", st.dump());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(20ms);
+  }
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+    std::chrono::steady_clock::now() - t0);
+  long threads_after = srv.status("Threads");
+  long rss_after = srv.status("VmRSS");
+  MESSAGE(idle_count, " idle connections in ", took.count(), " ms: threads ", threads_before,
+          " -> ", threads_after, ", VmRSS ", rss_before / 1024, " -> ", rss_after / 1024,
+          " MiB (+", (rss_after - rss_before), " KiB, ",
+          (rss_after - rss_before) * 1024 / idle_count, " bytes each)");
+  CHECK(threads_after == threads_before);
+  CHECK(rss_after - rss_before <= 64 * 1024);
+
+  // A newcomer is served promptly.
+  client fresh(port);
+  auto t1 = std::chrono::steady_clock::now();
+  REQUIRE(ok(fresh.call("create_session", sref_params("app", "fresh"))));
+  CHECK(std::chrono::steady_clock::now() - t1 < 2s);
+  // One over the cap: an error line, then closed.
+  client over(port);
+  auto r = over.next(5s);
+  REQUIRE(r);
+  CHECK(kind_of(r) == "unavailable");
+  CHECK(over.closed_within(5s));
+  // The idle ones still work.
+  CHECK(ok(idle.front().call("ping")));
+  CHECK(ok(idle.back().call("ping")));
+  idle.clear();
+  srv.signal(SIGTERM);
+  CHECK(srv.wait_exit() == 0);
+}

@@ -1,0 +1,638 @@
+// tools/bench/via_workloads.cpp: workloads a, b and c through `agentstate
+// serve` (via_workloads.hpp): the client loop over the protocol, the same
+// shapes in-process, and their lines.
+#include "tools/bench/via_workloads.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tools/bench/serve_client.hpp"
+#include "tools/bench/session_load.hpp"
+
+namespace agentstate::tools::bench {
+
+namespace {
+
+constexpr std::size_t pipeline_window = 256; // a and c's loads: appends in flight
+
+// -- request lines ------------------------------------------------------------------
+
+void put_head(std::string& out, std::uint64_t id, const char* method) {
+  out += R"({"jsonrpc":"2.0","id":)";
+  out += std::to_string(id);
+  out += R"(,"method":")";
+  out += method;
+  out += R"(","params":{)";
+}
+
+// The bench's names are plain ASCII: no escaping needed.
+void put_ref(std::string& out, const session_ref& r) {
+  out += R"("app_name":")";
+  out += r.app_name;
+  out += R"(","user_id":")";
+  out += r.user_id;
+  out += R"(","session_id":")";
+  out += r.session_id;
+  out += '"';
+}
+
+void put_create(std::string& out, std::uint64_t id, const session_ref& r) {
+  put_head(out, id, "create_session");
+  put_ref(out, r);
+  out += "}}\n";
+}
+
+// make_append(ref, step_delta(k)) as a request line.
+void put_append(std::string& out, std::uint64_t id, const session_ref& r, std::size_t k) {
+  put_head(out, id, "append_event");
+  put_ref(out, r);
+  out += R"(,"event":{"author":"bench","invocation_id":"inv-)";
+  out += r.session_id;
+  out += R"(","actions":{"state_delta":)";
+  out += step_delta(k).dump();
+  out += "}}}}\n";
+}
+
+void put_get(std::string& out, std::uint64_t id, const session_ref& r,
+             std::optional<std::size_t> recent) {
+  put_head(out, id, "get_session");
+  put_ref(out, r);
+  if (recent) {
+    out += R"(,"num_recent_events":)";
+    out += std::to_string(*recent);
+  }
+  out += "}}\n";
+}
+
+std::string excerpt(std::string_view line) {
+  return std::string(line.substr(0, 300)) + (line.size() > 300 ? "..." : "");
+}
+
+// -- the client loop ----------------------------------------------------------------
+
+/// `jobs` jobs of `steps` requests each. Job j runs on stream j % streams;
+/// each stream runs `chains` jobs at a time, each with up to `depth` of its
+/// requests in flight (issued in step order); a chain takes its stream's next
+/// job when every request of the current one is answered.
+struct loop_shape {
+  std::size_t jobs = 1, steps = 1, chains = 1, depth = 1;
+};
+
+/// Appends request `step` of job `job` with id `id` to `out`.
+using put_fn = std::function<void(std::string& out, std::uint64_t id, std::size_t job,
+                                  std::size_t step)>;
+/// Checks the response (a "result") to request `step` of job `job`; "" when
+/// it is right, else what is wrong.
+using check_fn = std::function<std::string(std::size_t job, std::size_t step,
+                                           std::string_view line)>;
+
+struct loop_result {
+  double seconds = 0;
+  std::uint64_t answered = 0;
+};
+
+/// Runs `shape` over `streams`; each request's latency (written to answered)
+/// lands in `lat` at index job*steps+step. A failed request or check is
+/// logged on `errors` and ends its job; no new job starts after one.
+loop_result run_loop(const std::vector<stream_fds>& streams, const loop_shape& shape,
+                     const put_fn& put, const check_fn& check, samples& lat,
+                     error_log& errors) {
+  struct chain {
+    std::size_t job = 0, next_step = 0, answered = 0;
+  };
+  const std::size_t n_streams = streams.size();
+  const std::size_t total = shape.jobs * shape.steps;
+  std::vector<std::vector<chain>> chains(n_streams);
+  std::vector<std::size_t> next_job(n_streams, 0); // the stream's m-th job is m*S+i
+  std::vector<std::uint32_t> chain_of_job(shape.jobs, 0);
+  std::vector<steady::time_point> sent(total);
+  lat.us.assign(total, 0.0);
+  std::uint64_t issued = 0, answered = 0;
+  bool failed = false, broken = false;
+
+  auto issue = [&](std::string& out, chain& c) {
+    while (c.next_step < shape.steps && c.next_step - c.answered < shape.depth) {
+      auto index = c.job * shape.steps + c.next_step;
+      put(out, index + 1, c.job, c.next_step);
+      sent[index] = steady::now();
+      ++c.next_step;
+      ++issued;
+    }
+  };
+  // Gives chain `c` of stream i its stream's next job; false when none is left.
+  auto take_job = [&](std::size_t i, std::size_t ci, std::string& out) {
+    if (failed)
+      return false;
+    auto j = next_job[i] * n_streams + i;
+    if (j >= shape.jobs)
+      return false;
+    ++next_job[i];
+    auto& c = chains[i][ci];
+    c = chain{j, 0, 0};
+    chain_of_job[j] = static_cast<std::uint32_t>(ci);
+    issue(out, c);
+    return true;
+  };
+  auto start = [&](std::size_t i, std::string& out) {
+    chains[i].resize(shape.chains);
+    for (std::size_t ci = 0; ci < shape.chains; ++ci)
+      if (!take_job(i, ci, out))
+        break;
+  };
+  auto on_line = [&](std::size_t i, std::string_view line, std::string& out) {
+    auto v = read_response(line);
+    if (!v.well_formed || v.id == 0 || v.id > total) {
+      errors.add("unreadable response: " + excerpt(line));
+      failed = broken = true;
+      return;
+    }
+    auto index = v.id - 1;
+    auto job = index / shape.steps, step = index % shape.steps;
+    lat.us[index] = us_between(sent[index], steady::now());
+    ++answered;
+    if (!v.ok) {
+      errors.add("request " + std::to_string(step) + " of job " + std::to_string(job)
+                 + " failed: " + excerpt(line));
+      failed = true;
+    } else if (auto bad = check(job, step, line); !bad.empty()) {
+      errors.add("request " + std::to_string(step) + " of job " + std::to_string(job) + ": "
+                 + bad);
+      failed = true;
+    }
+    auto ci = chain_of_job[job];
+    auto& c = chains[i][ci];
+    ++c.answered;
+    if (!failed)
+      issue(out, c);
+    if (c.answered == c.next_step && (failed || c.next_step == shape.steps))
+      take_job(i, ci, out);
+  };
+  auto t0 = steady::now();
+  auto why = run_requests(streams, start, on_line,
+                          [&] { return broken ? std::uint64_t{0} : issued - answered; });
+  loop_result r;
+  r.seconds = since(t0);
+  r.answered = answered;
+  if (!why.empty())
+    errors.add("client: " + why);
+  if (answered < issued || why.size())
+    lat.us.resize(std::min<std::size_t>(lat.us.size(), answered));
+  return r;
+}
+
+/// One request on `s` and its response line ("" with an error logged when
+/// the call cannot be made).
+std::string call_one(const stream_fds& s, const std::string& line, error_log& errors) {
+  std::string response;
+  bool done = false;
+  auto why = run_requests(
+    {s}, [&](std::size_t, std::string& out) { out += line; },
+    [&](std::size_t, std::string_view l, std::string&) {
+      response = std::string(l);
+      done = true;
+    },
+    [&] { return done ? std::size_t{0} : std::size_t{1}; });
+  if (!why.empty())
+    errors.add("client: " + why);
+  return response;
+}
+
+// -- serve as a child ---------------------------------------------------------------
+
+/// The running server and the client's streams to it.
+struct served {
+  std::unique_ptr<serve_child> child;
+  std::vector<int> sockets;
+  std::vector<stream_fds> streams;
+  double cpu0 = 0, client_cpu0 = 0;
+
+  void cpu_start() {
+    cpu0 = child->cpu_seconds();
+    client_cpu0 = cpu_seconds();
+  }
+  /// server_cpu_us_per_<unit> and client_cpu_us_per_<unit> since cpu_start().
+  void cpu_stop(ojson& out, double n, const char* unit) {
+    double server = child->cpu_seconds() - cpu0, client = cpu_seconds() - client_cpu0;
+    if (n <= 0)
+      return;
+    out[std::string("server_cpu_us_per_") + unit] = round_to(server * 1e6 / n, 1);
+    out[std::string("client_cpu_us_per_") + unit] = round_to(client * 1e6 / n, 1);
+  }
+};
+
+std::string self_binary() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0)
+    return "/proc/self/exe";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+/// Starts serve on a fresh store (x.dir) with the run's durability, and
+/// connects `connections` streams (tcp; stdio has one).
+bool start_serve(run_ctx& x, const config& cfg, std::size_t connections, served& s) {
+  std::vector<std::string> args;
+  if (cfg.mode == durability::memory) {
+    args = {"--memory"};
+  } else {
+    x.dir = std::make_unique<temp_store>(cfg.base_dir);
+    if (!x.dir->ok()) {
+      x.errors.add("cannot create a temp dir under " + cfg.base_dir);
+      return false;
+    }
+    args = {"--store", x.dir->path(), "--durability", mode_name(cfg.mode)};
+  }
+  if (cfg.threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(cfg.threads));
+  }
+  const bool tcp = cfg.via == "tcp";
+  if (tcp) {
+    args.push_back("--listen");
+    args.push_back("127.0.0.1:0");
+  }
+  std::string why;
+  auto bin = cfg.serve_bin.empty() ? self_binary() : cfg.serve_bin;
+  s.child = serve_child::start(bin, args, tcp, why);
+  if (!s.child) {
+    x.errors.add(why);
+    return false;
+  }
+  if (!tcp) {
+    s.streams.push_back({s.child->stdin_fd(), s.child->stdout_fd()});
+    return true;
+  }
+  for (std::size_t i = 0; i < connections; ++i) {
+    int fd = connect_tcp(s.child->address(), why);
+    if (fd < 0) {
+      x.errors.add(why);
+      return false;
+    }
+    s.sockets.push_back(fd);
+    s.streams.push_back({fd, fd});
+  }
+  return true;
+}
+
+/// serve's engine stats (the "stats" method), as a bench line's "serve_stats".
+ojson serve_stats(served& s, error_log& errors) {
+  auto line = call_one(s.streams.front(), R"({"jsonrpc":"2.0","id":1,"method":"stats"})" "\n",
+                       errors);
+  ojson out;
+  auto parsed = ojson::parse(line, nullptr, false);
+  if (parsed.is_discarded() || !parsed.contains("result")) {
+    errors.add("stats: " + excerpt(line));
+    return out;
+  }
+  auto& r = parsed["result"];
+  for (const char* k : {"appends", "commits", "batched_writes", "max_batch", "sessions_live"})
+    out[k] = r.value(k, 0);
+  auto commits = r.value("commits", 0.0);
+  out["mean_batch"] = commits > 0 ? round_to(r.value("batched_writes", 0.0) / commits, 2) : 0.0;
+  return out;
+}
+
+/// Closes the client's side and stops serve; its exit status must be 0.
+void stop_serve(run_ctx& x, served& s) {
+  for (int fd : s.sockets)
+    ::close(fd);
+  s.sockets.clear();
+  if (!s.child)
+    return;
+  int code = s.child->stop();
+  if (code != 0)
+    x.errors.add("serve exited with status " + std::to_string(code)
+                 + "; stderr: " + s.child->stderr_text());
+  s.child.reset();
+  x.dir.reset();
+}
+
+// -- in-process counterparts ---------------------------------------------------------
+
+/// Appends events 0..n-1 (step_delta) to `ref` in order from this thread with
+/// up to `window` in flight (async API); checks that append i gets version
+/// i+1. Each ack latency lands in `lat`. Returns the wall-clock seconds.
+double windowed_appends(run_ctx& x, const session_ref& ref, std::size_t n, std::size_t window,
+                        samples& lat) {
+  struct shared {
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::size_t in_flight = 0;
+  };
+  auto sh = std::make_shared<shared>();
+  lat.us.assign(n, 0.0);
+  auto t0 = steady::now();
+  for (std::size_t i = 0; i < n && x.errors.count == 0; ++i) {
+    {
+      std::unique_lock<std::mutex> lock(sh->mtx);
+      sh->cv.wait(lock, [&] { return sh->in_flight < window; });
+      ++sh->in_flight;
+    }
+    auto t = steady::now();
+    double* slot = &lat.us[i];
+    x.eng->append_event(make_append(ref, step_delta(i)),
+                        [&x, sh, t, slot, i](result<append_result> r) {
+                          *slot = us_between(t, steady::now());
+                          if (!r)
+                            x.errors.add(r.err());
+                          else if (r->version != i + 1)
+                            x.errors.add("append " + std::to_string(i) + " got version "
+                                         + std::to_string(r->version));
+                          std::lock_guard<std::mutex> guard(sh->mtx);
+                          --sh->in_flight;
+                          sh->cv.notify_all();
+                        });
+  }
+  std::unique_lock<std::mutex> lock(sh->mtx);
+  sh->cv.wait(lock, [&] { return sh->in_flight == 0; });
+  return since(t0);
+}
+
+double mean_batch_now(run_ctx& x) {
+  auto st = x.eng->stats();
+  return st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
+}
+
+/// One session's n pipelined appends through serve (the a shape).
+loop_result pipelined_appends(served& s, const session_ref& ref, std::size_t n, samples& lat,
+                              error_log& errors) {
+  loop_shape shape{1, n, 1, pipeline_window};
+  return run_loop(
+    s.streams, shape,
+    [&](std::string& out, std::uint64_t id, std::size_t, std::size_t k) {
+      put_append(out, id, ref, k);
+    },
+    [](std::size_t, std::size_t k, std::string_view line) -> std::string {
+      auto v = last_version(line);
+      if (v != std::int64_t(k) + 1)
+        return "version " + std::to_string(v) + ", expected " + std::to_string(k + 1);
+      return "";
+    },
+    lat, errors);
+}
+
+bool create_one(served& s, const session_ref& ref, error_log& errors) {
+  std::string line;
+  put_create(line, 1, ref);
+  auto r = read_response(call_one(s.streams.front(), line, errors));
+  if (!r.ok)
+    errors.add("create_session failed: " + excerpt(r.line));
+  return r.ok;
+}
+
+std::string target_a(const config& cfg, double& target) {
+  if (cfg.mode == durability::memory) {
+    target = 50000;
+    return "events_per_s >= 50000";
+  }
+  target = 12000;
+  return cfg.mode == durability::sync
+           ? "events_per_s >= 12000 (10x the 1.2k/s of one session's appends awaited one by one)"
+           : "events_per_s >= 12000 (the sync target; none is set for nosync)";
+}
+
+// -- the workloads -------------------------------------------------------------------
+
+ojson via_a(const config& cfg) {
+  run_ctx x(cfg, "a");
+  const std::size_t n = scaled(cfg, 20000, 10);
+  const std::size_t window = std::min(pipeline_window, n);
+  x.describe("one session, appends pipelined through serve",
+             {{"via", cfg.via}, {"events", n}, {"in_flight", window}, {"connections", 1}});
+  double target = 0;
+  auto tdesc = target_a(cfg, target);
+  session_ref ref{"bench-a", "u0", "s0"};
+  ojson in;
+  if (x.open() && create_sessions(x, 1, 1, [&](std::size_t) { return ref; }, "a")) {
+    samples lat;
+    x.cpu_start();
+    double secs = windowed_appends(x, ref, n, window, lat);
+    x.cpu_stop(double(n));
+    in["of"] = "the same appends on the async API, 256 in flight from one thread";
+    in["events_per_s"] = round_to(double(n) / secs, 0);
+    put_latency(in, "", lat);
+    in["cpu_us_per_event"] = x.out["cpu_us_per_event"];
+    in["mean_batch"] = mean_batch_now(x);
+    x.out.erase("cpu_s");
+    x.out.erase("cpu_us_per_event");
+    x.out.erase("written_kb_per_event");
+    x.snapshot_engine();
+  }
+  x.close();
+  x.dir.reset();
+  bool ok = false;
+  served s;
+  if (x.errors.count == 0 && start_serve(x, cfg, 1, s) && create_one(s, ref, x.errors)) {
+    samples lat;
+    s.cpu_start();
+    auto r = pipelined_appends(s, ref, n, lat, x.errors);
+    double eps = double(r.answered) / r.seconds;
+    x.out["events_per_s"] = round_to(eps, 0);
+    x.out["latency_of"] = "append ack through serve (written to answered), 256 in flight";
+    put_latency(x.out, "", lat);
+    s.cpu_stop(x.out, double(r.answered), "event");
+    x.out["in_process"] = in;
+    if (in.contains("events_per_s"))
+      x.out["ratio_to_in_process"] = round_to(eps / in["events_per_s"].get<double>(), 3);
+    x.out["serve_stats"] = serve_stats(s, x.errors);
+    ok = eps >= target;
+  }
+  stop_serve(x, s);
+  return x.finish(tdesc, ok && x.errors.count == 0);
+}
+
+ojson via_b(const config& cfg) {
+  run_ctx x(cfg, "b");
+  const std::size_t sessions = scaled(cfg, 1000, 8), per = 20, width = 64;
+  const std::size_t users = std::min<std::size_t>(100, sessions);
+  const std::size_t conns = cfg.via == "tcp" ? 8 : 1;
+  x.describe("sessions over users, 20 appends each, 64 in flight, through serve",
+             {{"via", cfg.via},
+              {"sessions", sessions},
+              {"users", users},
+              {"events", sessions * per},
+              {"in_flight", std::min(width, sessions)},
+              {"connections", conns}});
+  const char* tdesc = "ratio_to_in_process >= 0.7";
+  auto ref_of = [&](std::size_t j) {
+    return session_ref{"bench-b", sid("u", j % users), sid("s", j)};
+  };
+  ojson in;
+  if (x.open() && create_sessions(x, sessions, width, ref_of, "b")) {
+    samples lat;
+    x.cpu_start();
+    double secs = append_loop(
+      x, sessions, per, width, ref_of, [](std::size_t, std::size_t k) { return step_delta(k); },
+      lat, "b async");
+    x.cpu_stop(double(sessions * per));
+    in["of"] = "workload b's async phase: 64 callback chains";
+    in["events_per_s"] = round_to(double(sessions * per) / secs, 0);
+    put_latency(in, "", lat);
+    in["cpu_us_per_event"] = x.out["cpu_us_per_event"];
+    in["mean_batch"] = mean_batch_now(x);
+    x.out.erase("cpu_s");
+    x.out.erase("cpu_us_per_event");
+    x.out.erase("written_kb_per_event");
+    x.snapshot_engine();
+  }
+  x.close();
+  x.dir.reset();
+  bool ok = false;
+  served s;
+  if (x.errors.count == 0 && start_serve(x, cfg, conns, s)) {
+    const std::size_t chains = std::max<std::size_t>(1, width / s.streams.size());
+    samples create_lat, lat;
+    run_loop(
+      s.streams, {sessions, 1, chains, 1},
+      [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t) {
+        put_create(out, id, ref_of(j));
+      },
+      [](std::size_t, std::size_t, std::string_view) { return std::string(); }, create_lat,
+      x.errors);
+    if (x.errors.count == 0) {
+      s.cpu_start();
+      auto r = run_loop(
+        s.streams, {sessions, per, chains, 1},
+        [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t k) {
+          put_append(out, id, ref_of(j), k);
+        },
+        [](std::size_t, std::size_t k, std::string_view line) -> std::string {
+          auto v = last_version(line);
+          if (v != std::int64_t(k) + 1)
+            return "version " + std::to_string(v) + ", expected " + std::to_string(k + 1);
+          return "";
+        },
+        lat, x.errors);
+      double eps = double(r.answered) / r.seconds;
+      x.out["events_per_s"] = round_to(eps, 0);
+      x.out["latency_of"] = "append ack through serve (written to answered), 64 chains";
+      put_latency(x.out, "", lat);
+      s.cpu_stop(x.out, double(r.answered), "event");
+      x.out["in_process"] = in;
+      if (in.contains("events_per_s")) {
+        double ratio = eps / in["events_per_s"].get<double>();
+        x.out["ratio_to_in_process"] = round_to(ratio, 3);
+        ok = ratio >= 0.7;
+      }
+      x.out["serve_stats"] = serve_stats(s, x.errors);
+    }
+  }
+  stop_serve(x, s);
+  return x.finish(tdesc, ok && x.errors.count == 0);
+}
+
+ojson via_c(const config& cfg) {
+  run_ctx x(cfg, "c");
+  const std::size_t n = scaled(cfg, 10000, 10), full_reads = 200, recent_reads = 1000;
+  const std::size_t recent = std::min<std::size_t>(10, n);
+  x.describe("one session of N events: get_session through serve, awaited one at a time",
+             {{"via", cfg.via},
+              {"events", n},
+              {"full_reads", full_reads},
+              {"recent10_reads", recent_reads},
+              {"connections", 1}});
+  session_ref ref{"bench-c", "u0", "s0"};
+  ojson in;
+  if (x.open() && create_sessions(x, 1, 1, [&](std::size_t) { return ref; }, "c")) {
+    samples load;
+    windowed_appends(x, ref, n, std::min(pipeline_window, n), load);
+    samples rec, full;
+    auto read = [&](std::optional<std::int64_t> num, samples& s, std::size_t times) {
+      for (std::size_t i = 0; i < times && x.errors.count == 0; ++i) {
+        get_request g;
+        g.ref = ref;
+        g.num_recent_events = num;
+        auto r = timed_call(s, [&] { return x.eng->get_session_json(std::move(g)); });
+        if (!r)
+          x.errors.add(r.err());
+      }
+    };
+    read(std::int64_t(recent), rec, recent_reads);
+    read(std::nullopt, full, full_reads);
+    in["of"] = "get_session_json on the engine, awaited one at a time";
+    put_latency(in, "recent10_", rec);
+    put_latency(in, "full_", full);
+    x.snapshot_engine();
+  }
+  x.close();
+  x.dir.reset();
+  served s;
+  if (x.errors.count == 0 && start_serve(x, cfg, 1, s) && create_one(s, ref, x.errors)) {
+    samples load;
+    auto r = pipelined_appends(s, ref, n, load, x.errors);
+    x.out["events_per_s"] = round_to(double(r.answered) / r.seconds, 0);
+    x.out["events_per_s_of"] = "loading the session through serve (256 appends in flight)";
+    // Each kind's first response is parsed and its events counted; the rest
+    // must have the same length (the session does not change).
+    auto reads = [&](std::optional<std::size_t> num, std::size_t want, std::size_t times,
+                     samples& lat) {
+      std::size_t first_size = 0;
+      run_loop(
+        s.streams, {1, times, 1, 1},
+        [&](std::string& out, std::uint64_t id, std::size_t, std::size_t) {
+          put_get(out, id, ref, num);
+        },
+        [&](std::size_t, std::size_t step, std::string_view line) -> std::string {
+          // The id's digits vary; what follows it does not.
+          auto result_size = line.size() - std::min(line.size(), line.find(R"(,"result":)"));
+          if (step > 0)
+            return result_size == first_size ? "" : "the session's text changed between reads";
+          first_size = result_size;
+          auto j = ojson::parse(line, nullptr, false);
+          if (j.is_discarded() || !j.contains("result") || !j["result"].is_object())
+            return "not a session: " + excerpt(line);
+          auto& res = j["result"];
+          if (res.value("version", std::uint64_t{0}) != n || !res.contains("events")
+              || res["events"].size() != want)
+            return "expected version " + std::to_string(n) + " and " + std::to_string(want)
+                   + " events: " + excerpt(line);
+          return "";
+        },
+        lat, x.errors);
+    };
+    samples rec, full;
+    reads(recent, recent, recent_reads, rec);
+    reads(std::nullopt, n, full_reads, full);
+    x.out["latency_of"] = "get_session num_recent_events=10 through serve (round trip)";
+    put_latency(x.out, "", rec);
+    put_latency(x.out, "recent10_", rec);
+    put_latency(x.out, "full_", full);
+    x.out["in_process"] = in;
+    if (in.contains("recent10_p50_us") && rec.p50() > 0) {
+      x.out["ratio_to_in_process"] =
+        round_to(in["recent10_p50_us"].get<double>() / rec.p50(), 3);
+      x.out["full_ratio_to_in_process"] = round_to(in["full_p50_us"].get<double>() / full.p50(), 3);
+    }
+    x.out["ratio_of"] = "in-process p50 / through-serve p50 (1 = no protocol cost)";
+    x.out["serve_stats"] = serve_stats(s, x.errors);
+  }
+  stop_serve(x, s);
+  auto line = x.finish("none: reported next to the in-process reads", true);
+  line["meets_target"] = nullptr;
+  return line;
+}
+
+} // namespace
+
+ojson via_workload(char w, const config& cfg) {
+  switch (w) {
+    case 'a':
+      return via_a(cfg);
+    case 'b':
+      return via_b(cfg);
+    default:
+      return via_c(cfg);
+  }
+}
+
+} // namespace agentstate::tools::bench
