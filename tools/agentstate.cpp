@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "agentstate/version.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::puts("agentstate 0.1.0");
+    std::puts("agentstate " AGENTSTATE_VERSION_STRING);
     return 0;
   }
   for (auto& c : agentstate::tools::commands())

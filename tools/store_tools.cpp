@@ -12,6 +12,7 @@
 #include <string>
 
 #include "agentstate/json.hpp"
+#include "agentstate/version.hpp"
 #include "store/exchange.hpp"
 #include "store/kv.hpp"
 #include "store/apply.hpp"
@@ -401,7 +402,7 @@ int run_import(const args& in) {
     std::fprintf(stderr, "import: %s\n", kv.err().message.c_str());
     return 1;
   }
-  if (auto r = store::init_meta(**kv, "0.1.0"); !r) {
+  if (auto r = store::init_meta(**kv, AGENTSTATE_VERSION_STRING); !r) {
     std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
     return 1;
   }
