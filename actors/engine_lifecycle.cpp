@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate::engine's lifecycle: option checks, store ownership (the lock
 // file and the in-process registry), the actor system, close, stats.
 #include "agentstate/engine.hpp"

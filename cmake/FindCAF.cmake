@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # FindCAF: the C++ Actor Framework's core library, as the imported target CAF::core.
 #
 # CAF releases from 0.18 ship a CMake package (CAF::core); Debian's libcaf-dev

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # FindLMDB: the Lightning Memory-Mapped Database library, as the imported target LMDB::LMDB.
 #
 # Result: LMDB_FOUND, LMDB_VERSION, the target LMDB::LMDB (lmdb.h + liblmdb).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install rules, the CMake package, pkg-config file, man pages and the CPack .deb.
 # Included from the top-level CMakeLists.txt when AGENTSTATE_INSTALL is on.
 #
@@ -9,6 +10,9 @@
 #   include/agentstate/*.hpp (with the generated version.hpp)
 #   bin/agentstate, share/man/man1/agentstate*.1.gz, share/doc/agentstate/
 include(CMakePackageConfigHelpers)
+# `cmake --install` and cpack install what is built and never start a build of
+# everything (the tests included) themselves: build first.
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY TRUE)
 
 set(AGENTSTATE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/agentstate)
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Generates the man pages of the agentstate tool with help2man, from the tool's own
 # --help text: agentstate.1.gz and agentstate-<command>.1.gz for every command that
 # `agentstate --help` lists. Run at build time (cmake -P) by the agentstate_man target.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/reads.hpp: every read of a session and of the shared scopes, each
 // in one snapshot (README "Storage format"). These functions never throw:
 // storage failures and rows that do not decode come back as errors

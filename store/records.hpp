@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/records.hpp: the values of the `sessions` and `events` tables, and
 // stored JSON (README "Storage format"). Pure encoders and decoders.
 #pragma once

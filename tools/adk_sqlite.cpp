@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ADK's SQLite session stores in and out of agentstate: tools/adk_sqlite.hpp
 // says what is read and written and how each field maps.
 #include "tools/adk_sqlite.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate: the command-line tool. `agentstate --help` lists the commands.
 #include <algorithm>
 #include <cstdio>

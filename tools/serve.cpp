@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate serve`: the engine behind the JSON-RPC protocol (PROTOCOL.md,
 // docs/protocol.md), on standard input/output or on a TCP port.
 #include <arpa/inet.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages agentstate builds with, when any is missing.
 # Idempotent; needs root (or sudo) only when something must be installed.
 set -euo pipefail

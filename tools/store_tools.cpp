@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operational commands, in the manner of mdb_stat / mdb_dump / mdb_copy:
 // inspect, verify, backup (read-only, safe beside a running engine), and
 // dump, export, import (JSON lines; import takes the store's lock).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The package checks (registered by tests/CMakeLists.txt): the installed package, the
 # .deb and add_subdirectory, each used by the consumer project in tests/package/consumer
 # the way a host project would, out of the source tree, against a real LMDB store.

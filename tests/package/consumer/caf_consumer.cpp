@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A CAF host outside the project (linked to agentstate::caf): drives an installed
 // engine through its typed actor handle (agentstate/caf.hpp) on an LMDB store.
 //

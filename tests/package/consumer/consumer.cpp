@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program outside the project that uses an installed agentstate (the package test:
 // tests/package/package_test.sh builds it with find_package, with pkg-config and from a
 // .deb). It creates a session and appends an event in an LMDB store, closes the engine,
