@@ -41,7 +41,16 @@ install(FILES ${PROJECT_BINARY_DIR}/agentstateConfig.cmake
               ${PROJECT_SOURCE_DIR}/cmake/FindLMDB.cmake
         DESTINATION ${AGENTSTATE_CMAKE_DIR} COMPONENT dev)
 
-# pkg-config: prefix is the install prefix, every other path derives from it.
+# pkg-config: prefix is the install prefix, found relative to the .pc file's directory
+# (${pcfiledir}), so `cmake --install --prefix`, DESTDIR and the .deb all give a correct
+# file; every other path derives from it.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(AGENTSTATE_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH AGENTSTATE_PC_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+  string(REGEX REPLACE "/$" "" AGENTSTATE_PC_PREFIX "${AGENTSTATE_PC_PREFIX}")
+  set(AGENTSTATE_PC_PREFIX "\${pcfiledir}/${AGENTSTATE_PC_PREFIX}")
+endif()
 configure_file(cmake/agentstate.pc.in ${PROJECT_BINARY_DIR}/agentstate.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/agentstate.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
