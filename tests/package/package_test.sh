@@ -107,7 +107,7 @@ deb)
     page="$root/usr/share/man/man1/agentstate${c:+-$c}.1.gz"
     [ -f "$page" ] || fail "missing man page $page"
     title="$(echo "agentstate${c:+-$c}" | tr '[:lower:]' '[:upper:]')"
-    zcat "$page" | grep -q "^\.TH $title 1" || fail "$page has no .TH $title 1"
+    zcat "$page" | grep -Eq "^\.TH \"?$title\"? \"?1\"? " || fail "$page has no .TH $title 1"
     zcat "$page" | grep -q "^\.SH DESCRIPTION" || fail "$page has no DESCRIPTION"
   done
   zcat "$root/usr/share/man/man1/agentstate-serve.1.gz" | grep -q -- 'max\\-line\\-bytes' \
