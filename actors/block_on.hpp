@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/block_on.hpp: the blocking form of an async engine call.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/core.hpp: the state one engine shares between its API, its actors
 // and its writer. Owned by agentstate::engine; outlives every actor it spawns
 // (close() waits for all of them).

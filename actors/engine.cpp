@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate::engine's calls: argument checks, routing of commands to the
 // session and scope actors, and the reads served from a snapshot on the
 // calling thread.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The blocking form of every engine call: the async form, awaited.
 #include "agentstate/engine.hpp"
 

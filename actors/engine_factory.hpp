@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/engine_factory.hpp: the engine's internal entry points, for tests:
 // opening an engine over a wrapped store (the fault-injection tests put a
 // failing store between the engine and LMDB) or on CAF's deterministic test

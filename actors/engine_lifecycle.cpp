@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate::engine's lifecycle: option checks, store ownership (the lock
 // file and the in-process registry), the actor system, close, stats.
 #include "agentstate/engine.hpp"
+#include "agentstate/version.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -144,7 +146,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
       return std::move(kv).err();
     core->kv = std::move(*kv);
   }
-  if (auto r = store::init_meta(*core->kv, "0.1.0"); !r)
+  if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING); !r)
     return std::move(r).err();
   if (wrap)
     core->kv = wrap(std::move(core->kv));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/id_index.hpp: a session actor's index of its stored event ids, the
 // lookup behind A6 (an event id already stored answers with that event).
 // The store keeps no id index (format 2): an index row per event dirtied a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/idle.hpp: passivation of idle routed actors (session, user, app).
 // Each such actor's state has `core`, `registry_key`, `handled` (routed messages
 // handled) and `handled_at_tick`; it arms the first tick when spawned.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/messages.hpp: every message the engine's actors exchange, and the
 // typed interface of each internal actor, so the compiler checks every
 // route. Commands carry their reply callback; payloads are moved into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/polling_sharing.hpp: the scheduler policy behind options::scheduler
 // "sharing" when options::spin_wait is above zero. It is CAF's work-sharing
 // policy (one central job queue, FIFO) with three changes:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/prepare.hpp: creates and appends taken apart into write plans, off
 // the writer's thread: values encoded as the store keeps them, rows split by
 // scope, the event's stored text; and the encoders the writer's late

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/registry.hpp: maps identities to live actors of one kind.
 // Guarantees a single activation per identity, passivation without losing a
 // message, and refusal of new work once closing. Not an actor: a sharded,

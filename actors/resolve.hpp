@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/resolve.hpp: the store writer's half of a late-bound write plan.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // User and app actors: each owns the in-memory view of one shared scope,
 // loaded from the store on first use, kept current by the writer's
 // notifications (applied in commit order, skipping commits the loaded

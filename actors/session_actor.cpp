@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session actor: the single writer of one session. It validates commands,
 // deduplicates event ids, checks expected_version, splits deltas by scope,
 // holds the live invocation's temp: state, assigns versions and hands write

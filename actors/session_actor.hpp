@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/session_actor.hpp: the session actor's state and the functions its
 // handlers are made of, one file per job: its reply queue
 // (session_replies.cpp), the commands that write (session_commands.cpp),

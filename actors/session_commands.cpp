@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session actor's commands that read and write the session: create,
 // append (A1-A7), get, delete (actors/session_actor.hpp).
 #include "actors/session_actor.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A6 in the session actor: an event id in flight or stored answers with that
 // append's outcome (actors/session_actor.hpp).
 #include "actors/session_actor.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session actor's invocation lease (begins granted one at a time, first
 // come first served) and the live invocation's temp: state
 // (actors/session_actor.hpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session actor's reply queue: commands answer strictly in arrival
 // order, writes pipeline to the store writer, a failed write dooms its
 // in-flight followers and re-reads the record (actors/session_actor.hpp).

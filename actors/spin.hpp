@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/spin.hpp: bounded polling before a thread parks, for threads that
 // expect an answer within microseconds (waking a parked thread costs more;
 // docs/performance.md, "Polling"). Each poll yields the CPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/write_plan.hpp: what a session actor hands the store writer for one
 // create, append or delete: the rows (store::write_set) and, when the result
 // depends on committed values, the part only the writer can finish.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store writer: the only code that opens write transactions. A detached
 // blocking actor that drains its mailbox into one group commit (capped in
 // count and bytes, no timer; store::commit_batch makes each write set fail

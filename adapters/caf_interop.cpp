@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine as a CAF actor in a host's actor system (agentstate/caf.hpp).
 // The actor is dynamically typed inside (it also takes its own delivery
 // messages) and handed out through the typed engine_actor interface. Engine

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The invocation handle: a state view over engine::begin_invocation's
 // snapshot, appends that carry its pending change, output_key.
 #include "agentstate/invocation.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/async_runner.cpp: a CAF actor (event_based, CAF 0.17) that drives
 // many invocations at once and never blocks. Built with the project and run as
 // a CTest smoke test (example_async_runner).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/example_support.hpp: what the larger examples share around their
 // point, so each file shows only the engine use it is about: the --dir,
 // --memory and numeric arguments, and a temporary store removed at exit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/multi_agent_host.cpp: an agent host running scripted agents (no
 // LLM) on many sessions at once, from a pool of threads. Built with the
 // project and run as a CTest smoke test (example_multi_agent_host).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/quickstart.cpp: the smallest complete use of the engine. Built with
 // the project and run as a CTest smoke test; the README quotes it.
 //

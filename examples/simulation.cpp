@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/simulation.cpp: a message-driven market simulation whose agents
 // coordinate only through shared state. Built with the project and run as a
 // CTest smoke test (example_simulation).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // model/checks.hpp: the checks of every client-supplied value against the
 // documented limits (README "Limits"): names, ids, state keys, nesting,
 // events, modifies and derived-key definitions. Pure functions; they never

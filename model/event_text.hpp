@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // model/event_text.hpp: the stored text of an event, written straight from
 // the `event` struct and read straight back into it; and the reader of the
 // stored JSON form that state values share.

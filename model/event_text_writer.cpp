@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // encode_event_text: the stored text of an event, written straight from the
 // struct (model/event_text.hpp).
 #include "model/event_text.hpp"

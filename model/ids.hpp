@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // model/ids.hpp: generated identifiers and the wall clock.
 #pragma once
 

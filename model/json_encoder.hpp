@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // model/json_encoder.hpp: nlohmann's serializer writing into a buffer of its
 // own, meant to live once per thread (thread_local): json::dump() builds a
 // serializer per call (a 512-byte indent string, a shared output adapter, a

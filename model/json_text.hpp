@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // model/json_text.hpp: the byte-level pieces of JSON text shared by the
 // stored-event writer and the stored-text reader: strict UTF-8 and JSON's
 // string escapes, in one table each. Pure; no allocation but `out`'s.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The built-in modifies (types.hpp, modify_ops) and their protocol form.
 #include "agentstate/types.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_stored_text and decode_event_text: the reader of the stored JSON
 // form (model/event_text.hpp).
 #include "model/event_text.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // model/text.hpp: small text helpers shared by every floor.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/dispatcher.hpp: the ordering of one stream's requests (per-session
 // pipelines and turns, flush barriers, the in-flight cap) and the writing of
 // their responses. Internal to agentstate_protocol.

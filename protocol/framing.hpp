@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/framing.hpp: newline-delimited framing of the protocol over file
 // descriptors (a pipe, a terminal, a socket), and serve_stream(), which runs
 // one rpc_session over one such stream. Public part of agentstate_protocol.

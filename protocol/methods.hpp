@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/methods.hpp: the method table. Each method checks its params and
 // prepares one engine call, with the ordering it needs. Internal to
 // agentstate_protocol; docs/protocol.md documents every method.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/params.hpp: reading a request's by-name params with typed errors.
 // Internal to agentstate_protocol.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/request.hpp: decoding one request line (JSON-RPC 2.0 envelope:
 // jsonrpc, id, method, params) into a prepared request or the error that
 // answers it. Internal to agentstate_protocol.

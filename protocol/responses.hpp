@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/responses.hpp: what a request comes to (a JSON result, result text
 // already encoded, or a failure) and the JSON-RPC response line that carries
 // it. Internal to agentstate_protocol.

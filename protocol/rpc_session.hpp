@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/rpc_session.hpp: the JSON-RPC 2.0 line handler behind `agentstate
 // serve` (docs/protocol.md), the public class of the agentstate_protocol
 // library. One rpc_session per client stream: it takes request lines, runs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/apply.hpp: writing a write set's rows (README "Storage format").
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/commit.hpp: a group commit. Many write sets go into one write
 // transaction, and each fails alone: a precondition failure writes nothing;
 // a storage failure part-way through one write set is taken back by a

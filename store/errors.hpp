@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/errors.hpp: the errors storage code reports (internal to store/).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/exchange.hpp: a store as JSON lines, and back. `agentstate export`,
 // `dump` and `import` are thin wrappers. Export -> import -> export is
 // byte-identical: records come in key order and values are re-encoded with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/format.hpp: the store's format version, and the upgrade of older
 // formats when a store is opened for writing (docs/storage.md).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/keys.hpp: the key of every row (README "Storage format"). Names
 // never contain NUL (checked before anything is stored), so NUL separates a
 // key's components, and a session's rows in every table share the prefix

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/kv.hpp: the storage seam. An ordered key-value store with named
 // tables, snapshot read transactions and one write transaction at a time with
 // nested (savepoint) transactions. LMDB and the in-memory store implement it;

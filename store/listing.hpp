@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/listing.hpp: pages of an app's or a user's sessions (L1-L3 and
 // list_request's options), from the list indexes.
 #pragma once

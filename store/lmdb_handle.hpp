@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/lmdb_handle.hpp: the pieces every LMDB file of store/ shares: the
 // environment and its databases, error translation (every LMDB failure
 // becomes a kv_failure), cursors, and keys as the shared database stores

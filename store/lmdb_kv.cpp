@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The LMDB kv_store. Rules (docs/architecture.md, "LMDB"): MDB_NOTLS, every table opened
 // once at open, mdb_reader_check at open, never WRITEMAP|MAPASYNC (WRITEMAP
 // only with NOSYNC, on request). The map is reserved at its maximum size up

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The LMDB side of store format upgrades (store/format.hpp's init_meta): the
 // databases formats 1-2 kept, dropped or absorbed into `rows`.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/lmdb_txn.hpp: LMDB read and write transactions behind kv_read and
 // kv_write. Each is used by one thread at a time (MDB_NOTLS lets a read
 // transaction move between threads). Internal to store/.

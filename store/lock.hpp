@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/lock.hpp: exclusive ownership of a store directory. The engine and
 // any tool that writes a store (import) hold one; read-only tools (inspect,
 // dump, verify, backup) do not, and may run beside an engine.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The in-memory kv_store: ordered maps under one reader-writer lock. A write
 // transaction holds the lock exclusively for its life; nested transactions are
 // savepoints in an undo log. The lock prefers writers, so a stream of readers

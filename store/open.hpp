@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/open.hpp: opening stores, and the whole-store operations of the
 // tools, as results (the kv seam's implementations throw kv_failure; these
 // never throw).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/reads.hpp: every read of a session and of the shared scopes, each
 // in one snapshot (docs/storage.md). These functions never throw: storage
 // failures come back as errors; every row read is checked against its

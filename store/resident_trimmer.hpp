@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/resident_trimmer.hpp: the thread behind resident_bound (kv.hpp),
 // which keeps an LMDB store's pages mapped into the process under a bound.
 // Internal to store/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/summary.hpp: what `agentstate inspect` reports about a store.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/verify.hpp: a full consistency check of a store's layout (README
 // "Storage format"). Used by `agentstate verify` and by the crash tests.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/write_set.hpp: what one create, append or delete writes, as rows.
 // The engine prepares it (validated and encoded, off the writer's thread);
 // store::apply writes it inside a transaction.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The typed engine_actor handle, driven from a CAF host's own actor system.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/concurrency_test.cpp: real host threads against one engine, both
 // stores. Concurrent appenders lose nothing and get one total order (README
 // guarantee 2), concurrent creates of one id have one winner (C2), shared

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/restart_test.cpp: what survives close() and reopen of an LMDB store,
 // idempotent retries across a restart (A6), and one owner per store
 // directory (README guarantee 9). LMDB only, in sync and nosync modes.

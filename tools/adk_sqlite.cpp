@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ADK's SQLite session stores in and out of agentstate: tools/adk_sqlite.hpp
 // says what is read and written and how each field maps.
 #include "tools/adk_sqlite.hpp"
@@ -23,6 +24,7 @@
 
 #include "agentstate/options.hpp"
 #include "agentstate/types.hpp"
+#include "agentstate/version.hpp"
 #include "model/event_text.hpp"
 #include "model/json_text.hpp"
 #include "store/exchange.hpp"
@@ -1601,7 +1603,7 @@ int run_import(const std::vector<std::string>& args) {
     std::fprintf(stderr, "import: %s\n", kv.err().message.c_str());
     return 1;
   }
-  if (auto r = store::init_meta(**kv, "0.1.0"); !r) {
+  if (auto r = store::init_meta(**kv, AGENTSTATE_VERSION_STRING); !r) {
     std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
     return 1;
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/adk_sqlite.hpp: ADK's SQLite session stores, in and out of agentstate
 // (`agentstate import --from-adk-sqlite`, `agentstate export --to-adk-sqlite`).
 //

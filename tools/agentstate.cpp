@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate: the command-line tool. `agentstate --help` lists the commands.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "agentstate/version.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::puts("agentstate 0.1.0");
+    std::puts("agentstate " AGENTSTATE_VERSION_STRING);
     return 0;
   }
   for (auto& c : agentstate::tools::commands())

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/commands.hpp: the subcommands of the agentstate tool. Each lives in its
 // own file under tools/ and registers itself at static-initialization time:
 //

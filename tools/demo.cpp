@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate demo`: a short guided run on an LMDB store. It shows scoping
 // across two users and three sessions, temp: state that never reaches disk, a
 // crowd of concurrent agents appending (with a measured events/s line), and

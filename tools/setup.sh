@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages agentstate builds with, when any is missing.
 # Idempotent; needs root (or sudo) only when something must be installed.
 set -euo pipefail
 # libasio-dev and libssl-dev: the network server (server/: event loop, TLS); openssl:
-# the CLI the TLS tests make their certificates and connect with.
+# the CLI the TLS tests make their certificates and connect with. help2man (man
+# pages), dpkg-dev (dpkg-shlibdeps), file and pkgconf: the install and .deb packaging
+# and their tests (cmake/install.cmake, tests/package).
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
           doctest-dev lmdb-utils libsqlite3-dev libasio-dev libssl-dev openssl python3
-          python3-pytest)
+          python3-pytest help2man dpkg-dev file pkgconf)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operational commands, in the manner of mdb_stat / mdb_dump / mdb_copy:
 // inspect, verify, backup (read-only, safe beside a running engine), and
 // dump, export, import (JSON lines; import takes the store's lock).
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "agentstate/json.hpp"
+#include "agentstate/version.hpp"
 #include "store/exchange.hpp"
 #include "store/kv.hpp"
 #include "store/apply.hpp"
@@ -455,7 +457,7 @@ int run_import(const args& in) {
     std::fprintf(stderr, "import: %s\n", kv.err().message.c_str());
     return 1;
   }
-  if (auto r = store::init_meta(**kv, "0.1.0"); !r) {
+  if (auto r = store::init_meta(**kv, AGENTSTATE_VERSION_STRING); !r) {
     std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
     return 1;
   }

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // The ADK-JS session workloads on three session services in one run:
 //   agentstate: AgentStateSessionService on an LMDB store (--durability, default sync);
 //   memory:     ADK-JS's InMemorySessionService;

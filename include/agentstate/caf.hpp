@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/caf.hpp: the engine as a typed CAF actor, for hosts built on CAF
 // 0.17. The only public header that includes CAF; non-CAF hosts never need it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/engine.hpp: START HERE. The session engine: open a store, then
 // create, read, list and delete sessions and append events to them.
 //

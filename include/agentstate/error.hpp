@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/error.hpp: the one error vocabulary and the result type every
 // call returns. No function of the public API throws; failures come back as
 // `error` values inside `result<T>`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/json.hpp: the JSON value type and the bounded parser.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/options.hpp: how an engine is opened, and its limits.
 #pragma once
 

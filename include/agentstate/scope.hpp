@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/scope.hpp: state keys, their scopes, and the pure functions that
 // split and merge state by scope (docs/semantics.md S1-S4). No I/O, no actors.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/template.hpp: inject_state, the instruction-template renderer of
 // docs/semantics.md I2. A pure function over a state snapshot; no I/O of its own.
 #pragma once

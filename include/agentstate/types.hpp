@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/types.hpp: sessions, events, and the requests and replies of the
 // engine API, with their JSON codec (docs/protocol.md "Objects").
 #pragma once

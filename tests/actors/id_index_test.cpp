@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail::event_id_index, the session actor's A6 lookup: every id added is
 // among its own candidates, also when hashes collide; a pair added twice is
 // kept once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Guarantee 7: idle session, user and app actors are passivated after the
 // configured idle time and rehydrated from the store on the next message,
 // with nothing lost and no message dropped across the boundary.

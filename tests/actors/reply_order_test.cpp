@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session actor answers every command strictly in arrival order, also
 // around a write that fails at commit, on CAF's deterministic scheduler.
 #include <doctest/doctest.h>

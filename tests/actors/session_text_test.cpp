@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // engine::get_session_json: the Session as JSON text without parsing stored
 // events must equal dump_json(to_json(get_session)) for every window (G3/G4),
 // with and without the live invocation's temp: keys, and be "null" when the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // actors/spin.hpp: the polling budget of waiting threads, and its extension
 // while the writer commits (commit_poll). Only lower bounds on time are
 // asserted, and upper bounds far above the budgets, so load cannot fail them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/crash/crash_child.cpp: the process the kill -9 loop (crash_loop.cpp)
 // kills. Not a test by itself.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/crash/crash_loop.cpp: the kill -9 loop (docs/testing.md, tier
 // "crash"). README guarantees 1 (atomic append; after a crash an
 // unacknowledged append is wholly present or wholly absent), 2 (versions

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/crash/workload.hpp: the deterministic workload shared by the kill -9
 // child (crash_child.cpp) and its parent (crash_loop.cpp): which sessions,
 // which event ids, which state each event writes in every scope.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fuzz/fuzz_common.hpp: what the protocol fuzzer (protocol_fuzz.cpp,
 // libFuzzer, clang) and its regression replay (regressions_test.cpp, doctest,
 // any compiler) share: feeding bytes through rpc_session::handle_line and the

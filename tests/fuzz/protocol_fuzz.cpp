@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fuzz/protocol_fuzz.cpp: libFuzzer target over the JSON-RPC line
 // handler (protocol/rpc_session.hpp, rpc_session::handle_line) on an in-memory
 // engine. Built only with -DAGENTSTATE_FUZZ=ON and clang (docs/testing.md,

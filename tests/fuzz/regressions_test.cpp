@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays every file of tests/fuzz/regressions/ (inputs that once crashed or
 // misbehaved under the fuzzer) and tests/fuzz/corpus/ (the seeds) through
 // rpc_session::handle_line, without libFuzzer, with the fuzzer's checks

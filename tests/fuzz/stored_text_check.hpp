@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fuzz/stored_text_check.hpp: the differential check of the stored-text
 // readers (store/event_text.hpp) against nlohmann's parser, shared by the
 // libFuzzer target (stored_text_fuzz.cpp, clang) and the doctest suites

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fuzz/stored_text_fuzz.cpp: libFuzzer target over the stored-text
 // readers (parse_stored_text, decode_event_text), differential against
 // nlohmann (fuzz/stored_text_check.hpp). Built only with -DAGENTSTATE_FUZZ=ON

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Explicit deletes (S3: null is a value; a delete is actions.state_remove),
 // on both stores, through restart and on the wire.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Atomic modify (issue #6 item 2): resolved by the store writer inside the
 // commit, in commit order, so concurrent writers of one key lose nothing.
 #include <doctest/doctest.h>

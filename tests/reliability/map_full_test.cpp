@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Map full for real (no fault injection): an LMDB store opened with the
 // smallest allowed maximum (1 MiB) is filled until append_event answers
 // storage_full. Everything stored before is intact, the failed append left

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JSON codec of the public types, the bounded parser, and scope helpers.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // export -> import -> export is byte-identical, and import refuses bad input
 // with the line number.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Store format upgrades. Formats 1 and 2 kept each table in an LMDB database
 // of its own (format 1 also a dedup index, `event_ids`); format 3 keeps the
 // six small tables in one (`rows`); format 4 seals every value with a

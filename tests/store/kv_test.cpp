@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kv seam's contract, run against both implementations (LMDB in a temp
 // dir and the in-memory store).
 #include <doctest/doctest.h>

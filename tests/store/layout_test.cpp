@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Key and record encodings of the storage layout, and the write
 // preconditions of store::apply.
 #include <doctest/doctest.h>

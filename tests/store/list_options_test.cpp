@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // list_sessions beyond L1-L3: newest-first order, offsets and totals, alone
 // and combined with page tokens, for one user and for the whole app.
 #include <doctest/doctest.h>

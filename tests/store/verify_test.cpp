@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store::verify_store passes healthy stores and names each kind of fault a
 // test plants by writing the store's tables directly.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/deterministic.hpp: an engine whose actors run on CAF's test
 // coordinator (engine_factory::open, deterministic), for tests where order
 // and timing are the point: nothing runs until the test runs it, and idle

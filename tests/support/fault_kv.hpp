@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/fault_kv.hpp: a kv_store wrapper that fails chosen calls, for the
 // fault-injection tests (the LevelDB "Env" idea). Failures are thrown before
 // the inner store is touched, as kv_failure with the planned code, so they

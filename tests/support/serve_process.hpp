@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/serve_process.hpp: `agentstate serve` as a child process
 // driven through pipes (requests to its stdin, a thread collecting stdout
 // lines, stderr to a file), plus JSON-RPC builders. The same driver as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/test_support.hpp: shared helpers of the engine test suite.
 // Header-only. Uses the public headers only (include/agentstate/).
 //

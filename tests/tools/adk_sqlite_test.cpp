@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate import --from-adk-sqlite` and `export --to-adk-sqlite`, driven
 // as a user would: the real binary, real LMDB stores in temp dirs, and the
 // fixtures of tests/fixtures/adk (ADK-JS's own file, and the ADK-Python

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate bench` as a smoke test: every workload at a tiny scale, each
 // output line parsed as JSON and its fields checked for presence and sanity.
 // Performance targets are not asserted (they are for --scale 1 on a quiet

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate serve --listen`: the real binary on a loopback port, many
 // clients at once, stopped with SIGTERM.
 #include "support/test_support.hpp"

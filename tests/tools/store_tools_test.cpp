@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operational commands, driven as a user would: the real binary, a real
 // store, and (for backup) an engine writing in this process meanwhile.
 #include <doctest/doctest.h>

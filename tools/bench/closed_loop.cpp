@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/closed_loop.cpp: the callback chains of run_closed_loop.
 #include "tools/bench/closed_loop.hpp"
 

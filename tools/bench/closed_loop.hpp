@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/closed_loop.hpp: a fixed number of async calls in flight.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/driver.cpp: the `agentstate bench` command: its flags and
 // usage, and the run of the chosen workloads (workloads.hpp), one JSON line
 // each on stdout.

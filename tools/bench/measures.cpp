@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/measures.cpp: timers, samples and the /proc readings of
 // measures.hpp.
 #include "tools/bench/measures.hpp"

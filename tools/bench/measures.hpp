@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/measures.hpp: what `agentstate bench` measures with: wall-clock
 // intervals, latency samples and their percentiles, this process's memory,
 // CPU time and written bytes, the machine's load, and rounding of figures for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/probes.cpp: the flush and LMDB commit probes of probes.hpp.
 #include "tools/bench/probes.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/probes.hpp: what the disk under the store allows right now, for
 // sync-mode lines: a flush's latency and LMDB's rate of durable one-put
 // commits. Each probe writes only in a file or directory of its own under the

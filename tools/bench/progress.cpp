@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/progress.cpp: the sampling thread of progress.hpp.
 #include "tools/bench/progress.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/progress.hpp: progress of one long phase on stderr, and the
 // peaks seen while it runs.
 #pragma once

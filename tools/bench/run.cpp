@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/run.cpp: run_ctx and the configuration helpers of run.hpp.
 #include "tools/bench/run.hpp"
 

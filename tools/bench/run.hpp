@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/run.hpp: the configuration of a bench run and the frame every
 // workload runs in (run_ctx): its fresh store, the engine on it, the memory
 // baseline, the errors, and the common fields of its JSON line.

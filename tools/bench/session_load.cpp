@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/session_load.cpp: the requests and loops of session_load.hpp.
 #include "tools/bench/session_load.hpp"
 

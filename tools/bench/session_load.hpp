@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/session_load.hpp: the sessions and appends the workloads make:
 // names, deltas, requests, and the closed loops that issue them through the
 // engine's async API. The loops run on the calling thread and block until

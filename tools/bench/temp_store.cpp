@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/temp_store.cpp: temp_store and the interrupt handler that
 // removes it.
 #include "tools/bench/temp_store.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/temp_store.hpp: the fresh store directory each workload runs
 // on, and its removal: on destruction, and when the process is interrupted
 // (SIGINT, SIGTERM) once install_interrupt_handler() has run.

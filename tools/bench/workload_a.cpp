@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_a.cpp: workload a, one session's sequential awaited
 // appends, then the engine's bare round trip.
 #include "tools/bench/workloads.hpp"

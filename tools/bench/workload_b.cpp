@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_b.cpp: workload b, appends to many sessions in
 // flight, on the async API and then on the blocking API.
 #include "tools/bench/workloads.hpp"

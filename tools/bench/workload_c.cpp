@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_c.cpp: workload c, reads of one long session, whole
 // and its last 10 events, typed and as JSON text.
 #include "tools/bench/workloads.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_d.cpp: workload d, RSS growth per event appended.
 #include "tools/bench/workloads.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_e.cpp: workload e, a million small sessions: load
 // rate, random full reads, peak RSS, close and reopen time.
 #include "tools/bench/workloads.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_f.cpp: workload f, list_sessions of one large app,
 // first page and a deep page by token.
 #include "tools/bench/workloads.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workload_g.cpp: workload g, concurrent writers of user: and
 // app: keys; checks the final values are the last acknowledged writes.
 #include "tools/bench/workloads.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/workloads.hpp: the workloads of `agentstate bench`, one file
 // each (workload_a.cpp .. workload_g.cpp). Each runs on the calling thread
 // against a fresh store (none in memory mode) that it removes before

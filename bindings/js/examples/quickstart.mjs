@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Quick start: ADK-JS sessions stored by agentstate.
 // Run: AGENTSTATE_BIN=path/to/agentstate node examples/quickstart.mjs [STORE_DIR]
 import { createEvent } from '@google/adk';

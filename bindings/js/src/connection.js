@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One JSON-RPC connection to `agentstate serve` (docs/protocol.md): a spawned child's
 // stdin/stdout, or one TCP socket. Requests are pipelined; responses are matched by id.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /**
  * Every failure this package reports is an AgentStateError.
  *

@@ -1,2 +1,3 @@
+// SPDX-License-Identifier: Apache-2.0
 export { AgentStateSessionService } from './service.js';
 export { AgentStateError, ERROR_KINDS } from './errors.js';

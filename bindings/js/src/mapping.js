@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ADK-JS objects <-> the protocol's JSON (docs/protocol.md, "Objects").
 //
 // Contract: for every ADK-JS Event E that this module accepts,

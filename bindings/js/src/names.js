@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The member names the event mapping knows, and how each is written on the wire.
 //
 // Contract (docs in README.md, "How events are stored"):

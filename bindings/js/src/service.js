@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AgentStateSessionService: ADK-JS's BaseSessionService over agentstate's protocol.
 //
 // Contract: each method keeps the meaning @google/adk 2.0.0 gives it (its

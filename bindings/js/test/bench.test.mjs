@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench.mjs at a tiny size, so that it cannot rot; the figures are not checked.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/quickstart.mjs, run as a user would (the package imported by its name).
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';

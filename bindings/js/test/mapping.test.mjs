@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The event mapping, through a real `agentstate serve` (the walk over every member of
 // ADK-JS's Event type is in types.test.mjs).
 import assert from 'node:assert/strict';

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Real ADK-JS Runners (scripted model, tools, sub-agent transfer, outputKey, {key}
 // instruction templates) on InMemorySessionService and on AgentStateSessionService:
 // the same conversations give the same sessions, events and state; a restarted service

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AgentStateSessionService method by method, against a real `agentstate serve`, with
 // ADK-JS's InMemorySessionService as the reference wherever ADK defines the answer.
 import assert from 'node:assert/strict';

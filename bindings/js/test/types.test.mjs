@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What needs ADK-JS's type declarations (one TypeScript program, read once): the name
 // table covers every member of the Event type; an Event with every member set, plus
 // unknown ones, survives the server and is stored under snake_case names; and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """agentstate_client: a client for ``agentstate serve`` (docs/protocol.md), standard
 library only, Python >= 3.11.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What both clients share: request encoding with the server's limits checked up front,
 and the protocol's methods, written once over an abstract ``call``."""
 

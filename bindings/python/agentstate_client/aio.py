@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The asyncio client: one connection to ``agentstate serve`` (a spawned process over
 stdin/stdout, or TCP), any number of requests in flight, responses matched by id."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The blocking client: an AsyncClient on a private event-loop thread, for threaded and
 synchronous programs."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Typed errors for the agentstate protocol.
 
 Every failure a client method reports is an :class:`AgentStateError`. The server's

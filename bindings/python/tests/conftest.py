@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures: the agentstate binary under test, stores in temp dirs, a TCP server.
 
 The binary is $AGENTSTATE_BIN (CTest sets it to the one just built), else ``agentstate`` on

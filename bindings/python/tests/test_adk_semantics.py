@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The server behaviours docs/adk-python.md builds on, one test each, through the client."""
 
 from __future__ import annotations

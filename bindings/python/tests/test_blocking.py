@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The blocking Client: every method, from many threads at once."""
 
 from __future__ import annotations

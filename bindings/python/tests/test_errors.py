@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Error kinds -> exception classes: the mapping itself, every kind the server produces
 today through a real ``serve``, and the requests the client refuses before sending."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Large values and lines: multi-MiB state, responses longer than the read buffer, and a
 request line of exactly the server's 16 MiB limit."""
 

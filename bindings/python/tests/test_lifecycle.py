@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Spawning, closing, restarting, and servers that go away."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every protocol method through AsyncClient against a real ``serve --store``."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """list_sessions ordering, offset and total; append_event's atomic ``modify`` operations."""
 
 from __future__ import annotations

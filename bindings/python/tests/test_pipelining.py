@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Many requests in flight on one connection: each caller gets its own response."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README's Python examples run as written (blocks fenced as ```python; ```python notest
 blocks are fragments)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The TCP transport against ``serve --listen 127.0.0.1:0``."""
 
 from __future__ import annotations

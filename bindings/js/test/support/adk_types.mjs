@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads the declared TypeScript types of the installed @google/adk (and the
 // @google/genai types it embeds) with the TypeScript compiler (one program per process):
 // - usageDiagnostics(): test/types/usage.ts checked against src/index.d.ts;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run before the tests (npm's pretest): fails with one clear line when what the tests
 // need is not installed, instead of a wall of import errors.
 import fs from 'node:fs';

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared test setup: the agentstate binary under test and scratch directories.
 import fs from 'node:fs';
 import os from 'node:os';

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small ADK-JS app driven by a scripted model (a real BaseLlm subclass returning
 // canned responses; no network), and helpers to run and compare conversations.
 import { BaseLlm, FunctionTool, LlmAgent, Runner } from '@google/adk';

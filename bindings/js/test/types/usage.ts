@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiled (not run) by test/types.test.mjs against src/index.d.ts and @google/adk's types.
 import { BaseSessionService, createEvent, Runner, LlmAgent } from '@google/adk';
 import type { Event, Session } from '@google/adk';
