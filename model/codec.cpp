@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSON codec of the public types (docs/protocol.md "Objects").
 #include "agentstate/types.hpp"
 

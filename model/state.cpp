@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The delta-aware state view (include/agentstate/state.hpp; docs/semantics.md I1,
 // N1, N2). Pure: no I/O, no actors.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/auth.hpp: who may use a stream (docs/protocol.md, "Authentication").
 // A server started with a token file requires each connection to send
 // `authenticate {token}` first; a token opens every app (`*`) or a list of

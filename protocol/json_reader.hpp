@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // protocol/json_reader.hpp: the request line's JSON parser. A direct
 // recursive reader for well-formed text, which builds the same value as
 // agentstate::parse_json (nlohmann's parser behind a depth callback) at a

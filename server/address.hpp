@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // server/address.hpp: what `--listen` names: a TCP address or a Unix domain
 // socket path.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // server/connection.hpp: one client connection of the network server: its
 // socket (TCP, Unix or TLS over TCP), its rpc_session, its outbox and its
 // timers. Internal to server/ (server.cpp instantiates it).

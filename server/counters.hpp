@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // server/counters.hpp: the network server's counters, shown under "server"
 // in `stats` (docs/protocol.md). Internal to server/.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // server/log.hpp: the structured log of `agentstate serve` on standard error,
 // one line per event (docs/protocol.md, "Logs"). Two formats:
 //   text: logfmt, `ts=2025-05-01T10:00:00.123Z level=info event=listening

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // server/server.hpp: the network side of `agentstate serve` (docs/protocol.md,
 // "Listeners" to "Shutting down"): TCP, TLS and Unix-socket listeners on a
 // fixed pool of I/O threads (Asio), one protocol::rpc_session per connection,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/crc32c.hpp: CRC-32C (Castagnoli, the polynomial of iSCSI, ext4 and
 // SSE4.2's crc32 instruction), the checksum every stored value carries
 // (store/records.hpp). Pure functions, safe on any thread.

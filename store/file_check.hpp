@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/file_check.hpp: what a store directory holds, checked before LMDB
 // maps it. LMDB trusts its data file: a file shorter than its meta pages
 // claim faults (SIGBUS) on the first read past the end. These checks read the

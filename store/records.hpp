@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store/records.hpp: the values of every table but `meta` (docs/storage.md),
 // and stored JSON. Pure encoders and decoders.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/conformance_test.cpp: the session semantics of docs/semantics.md, one test
 // case per rule id, run against both stores (in-memory and LMDB). A store
 // that passes this file behaves like the reference session services.

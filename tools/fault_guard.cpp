@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tools/fault_guard.hpp"
 
 #include <setjmp.h>

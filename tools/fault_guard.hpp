@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/fault_guard.hpp: turns a fault while reading a store's memory map -
 // SIGBUS (a page past the end of a truncated file), SIGSEGV (a damaged page
 // pointing outside the map), a failed LMDB assertion (a damaged page header) -

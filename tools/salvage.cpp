@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate salvage DIR DEST`: copies every session of a damaged store that
 // reads clean into a new store, and lists what it could not copy. Each read
 // runs under tools/fault_guard.hpp, so a fault on a damaged page costs the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate serve`: the engine behind the JSON-RPC protocol (docs/protocol.md)
 // on standard input/output, or on TCP, TLS and Unix-socket listeners through
 // the network server (server/server.hpp).

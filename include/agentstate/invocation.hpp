@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/invocation.hpp: one run of an agent over a session (docs/semantics.md
 // I1-I3): a delta-aware state view, appends that carry its pending change,
 // templating over it, output_key, and the end that drops temp:/turn: state.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentstate/state.hpp: the delta-aware state view (docs/semantics.md I1, N1, N2).
 // A value type over a merged state snapshot plus a pending change: reads see
 // pending writes; writes, removes and modifies are recorded in the pending

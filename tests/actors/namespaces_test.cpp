@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/semantics.md N1: turn: lives like temp: (invocation-scoped, never stored);
 // session: and bg: are plain session keys; derived: keys are not writable by
 // clients.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The corruption tier (CTest label "corrupt"; docs/testing.md): a small real
 // store, damaged every way the probe of issue 18 damaged one - truncated at
 // every 4 KiB boundary, pages zeroed, random byte flips (seeded) - and every

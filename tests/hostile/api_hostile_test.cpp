@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hostile input through the C++ API (README guarantee 8): parse_json on
 // hostile text, the codec on hostile JSON, and engine calls with hostile
 // names, ids, keys, values and timestamps. Each gets a typed error (or the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hostile input through the real `agentstate serve` (README guarantee 8:
 // bad input is harmless). Every line below gets a typed error, or one of the
 // documented normalisations (docs/testing.md "Hostile input"); the server

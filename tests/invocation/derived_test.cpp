@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/semantics.md N1 derived keys: registered by the host, recomputed by the
 // engine when an append (or create) changes an input, stored under derived:.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Regression for two amplification findings: "inject_state: a 1 KB request
 // produced a 300 MB answer" and "list_sessions copies the app's app: state into
 // every listed session: a 103-byte request produced 166 MB". Both answers are

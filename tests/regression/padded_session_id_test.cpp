@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Regression: a session id with surrounding spaces was trimmed by
 // create_session but taken as given by get, append, delete and the invocation
 // calls, so " padded " created "padded" and then every other call on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Regression (issue 18 probe): "serve sent response lines that are not JSON
 // after a byte flip". A byte of a stored event's text turned into 0xff
 // (invalid UTF-8) used to be spliced into get_session's answer, which the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Authentication and authorisation (docs/protocol.md, "Authentication"): the
 // token table (protocol/auth.hpp) on its own, then the real `serve --listen
 // --auth-file` refusing every method without a token, with a wrong token and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The network server's limits (docs/protocol.md, "Limits"), each against the
 // real binary: the connection cap, idle and request-line timeouts, clients
 // that never read, huge partial lines, the in-flight cap with notifications,

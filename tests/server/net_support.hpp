@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/server/net_support.hpp: the network server as a child process
 // (`agentstate serve --listen ...`, optionally under a wrapper such as
 // prlimit), blocking TCP / Unix-socket clients, and TLS material made with the

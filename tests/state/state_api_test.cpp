@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/semantics.md I1, N1, N2: the delta-aware state view (agentstate/state.hpp),
 // rule by rule. Pure: no engine, no store.
 #include <doctest/doctest.h>

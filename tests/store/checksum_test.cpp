@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checksums (store format 4): every value of a real LMDB store carries a
 // CRC-32C over its key and body, checked on every read. A byte flipped in
 // any kind of row makes every read of that session data_corrupt naming it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // list_request::order_by: by id, a paged scan lists every session that exists
 // for the whole scan exactly once, while other threads append to (and so
 // move, by update time) the sessions being listed. Regression for the probe's

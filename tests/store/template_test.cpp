@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/semantics.md I2: inject_state, rule by rule.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/legacy_store.hpp: turning a store this build wrote (format
 // 4, sealed values) back into what format 3 wrote (bare values), directly
 // through LMDB, for the upgrade tests. Test-only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentstate serve` with one session's requests pipelined (the real binary
 // over pipes, LMDB store in a temp dir): responses to one session's requests
 // come back in request order, versions are consecutive, appends share

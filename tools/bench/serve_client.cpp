@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/serve_client.cpp: serve_child, the TCP connect, the response
 // reader and the closed request loop of serve_client.hpp.
 #include "tools/bench/serve_client.hpp"

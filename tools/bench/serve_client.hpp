@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/serve_client.hpp: `agentstate serve` as a child process of the
 // bench, and the client that drives it over a real pipe (its stdin/stdout) or
 // over loopback TCP connections: a closed loop of pipelined requests run by

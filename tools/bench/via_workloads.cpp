@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/via_workloads.cpp: workloads a, b and c through `agentstate
 // serve` (via_workloads.hpp): the client loop over the protocol, the same
 // shapes in-process, and their lines.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/via_workloads.hpp: workloads a, b and c through `agentstate
 // serve` (`bench --via stdio|tcp`): the same shapes driven over the JSON-RPC
 // protocol by a client in the bench process, each next to the same shape run
