@@ -63,7 +63,7 @@ void engine::create_session(create_request req, callback<session> cb) {
     return cb(std::move(r).err());
   req.session_id = std::string(model::trim(req.session_id));
   if (req.session_id.empty())
-    req.session_id = model::make_uuid();
+    req.session_id = model::make_secure_uuid(); // ADK puts session ids in URLs
   if (auto r = model::check_name(req.session_id, "session_id"); !r)
     return cb(std::move(r).err());
   session_ref ref{req.app_name, req.user_id, req.session_id};

@@ -11,6 +11,12 @@ namespace agentstate::model {
 /// (~100 ns), not unpredictable. For event and invocation ids.
 std::string make_uuid();
 
+/// A random UUID (version 4) from the OS's secure random source
+/// (getrandom(2), ~0.5 µs): unpredictable, for ids that end up in URLs and
+/// must not be guessable (session ids). Falls back to make_uuid only where
+/// the kernel has no getrandom.
+std::string make_secure_uuid();
+
 /// Wall-clock now, epoch seconds.
 double now_seconds();
 
