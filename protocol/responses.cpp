@@ -60,6 +60,20 @@ void append_id(std::string& out, const json& id) {
   append_lossy(out, id);
 }
 
+// An error message is for people: at most this many bytes of it are sent,
+// so a message that quotes a malformed line (a parser's "last read", an
+// unknown method's name) never echoes the line whole.
+constexpr std::size_t max_message_bytes = 1024;
+
+std::string bounded_message(const std::string& m) {
+  if (m.size() <= max_message_bytes)
+    return m;
+  auto cut = max_message_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xc0) == 0x80)
+    --cut; // not inside a UTF-8 sequence
+  return m.substr(0, cut) + "... (" + std::to_string(m.size()) + " bytes in all)";
+}
+
 } // namespace
 
 rpc_failure make_failure(int code, std::string message, errc kind) {
@@ -92,7 +106,7 @@ std::string response_line(const json& id, const outcome& o) {
     json data{{"kind", f.kind}};
     if (f.current_version)
       data["current_version"] = *f.current_version;
-    json err{{"code", f.code}, {"message", f.message}, {"data", std::move(data)}};
+    json err{{"code", f.code}, {"message", bounded_message(f.message)}, {"data", std::move(data)}};
     out += R"(,"error":)";
     append_lossy(out, err);
   }
