@@ -89,4 +89,17 @@ void set_by_user_key(std::string& k, std::string_view app, std::string_view user
   k.append(id);
 }
 
+std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts) {
+  std::vector<std::string_view> parts;
+  while (parts.size() + 1 < max_parts) {
+    auto nul = k.find('\0');
+    if (nul == std::string_view::npos)
+      break;
+    parts.push_back(k.substr(0, nul));
+    k.remove_prefix(nul + 1);
+  }
+  parts.push_back(k);
+  return parts;
+}
+
 } // namespace agentstate::store

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace agentstate::store {
 
@@ -54,5 +55,9 @@ void set_by_update_key(std::string& k, std::string_view app, std::string_view us
 /// app ‖ 0 ‖ user ‖ 0 ‖ ord64(t) ‖ id: a session in its user's list order.
 void set_by_user_key(std::string& k, std::string_view app, std::string_view user,
                      std::string_view id, double t);
+
+/// Splits a key at its NULs into at most `max_parts` parts (the last keeps
+/// the rest, NULs included). The views point into `k`.
+std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts);
 
 } // namespace agentstate::store

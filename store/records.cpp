@@ -75,20 +75,6 @@ std::size_t utf8_run(std::string_view s, std::size_t i) {
   return n;
 }
 
-// Splits a key at its NULs, at most `max_parts` parts (the last keeps the rest).
-std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts) {
-  std::vector<std::string_view> parts;
-  while (parts.size() + 1 < max_parts) {
-    auto nul = k.find('\0');
-    if (nul == std::string_view::npos)
-      break;
-    parts.push_back(k.substr(0, nul));
-    k.remove_prefix(nul + 1);
-  }
-  parts.push_back(k);
-  return parts;
-}
-
 std::string joined(const std::vector<std::string_view>& parts, std::size_t n) {
   std::string out;
   for (std::size_t i = 0; i < n && i < parts.size(); ++i) {

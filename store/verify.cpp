@@ -24,19 +24,6 @@ struct checker {
   }
 };
 
-std::vector<std::string_view> split_nul(std::string_view k, std::size_t max_parts) {
-  std::vector<std::string_view> parts;
-  while (parts.size() + 1 < max_parts) {
-    auto nul = k.find('\0');
-    if (nul == std::string_view::npos)
-      break;
-    parts.push_back(k.substr(0, nul));
-    k.remove_prefix(nul + 1);
-  }
-  parts.push_back(k);
-  return parts;
-}
-
 // A key with its NULs shown as '/', as valid UTF-8.
 std::string shown(std::string_view k) {
   std::string out;
@@ -69,7 +56,7 @@ void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c,
       c.fault(damaged(t, k).message);
       return true;
     }
-    auto p = split_nul(k, parts);
+    auto p = split_key(k, parts);
     if (p.size() != parts || p[0].empty() || (parts == 3 && p[1].empty()))
       c.fault(std::string(table_name(t)) + ": malformed key '" + shown(k) + "'");
     if (!parse_json(*body, stored_json_depth))
@@ -110,7 +97,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         });
         return true;
       }
-      auto parts = split_nul(skey, 3);
+      auto parts = split_key(skey, 3);
       if (parts.size() != 3 || parts[0].empty() || parts[1].empty() || parts[2].empty()) {
         c.fault("sessions: malformed key '" + name + "'");
         return true;
@@ -178,7 +165,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     }
     check_value_rows(txn, table::session_state, 4, c, r.session_rows);
     txn.scan(table::session_state, {}, {}, [&](std::string_view k, std::string_view) {
-      auto p = split_nul(k, 4);
+      auto p = split_key(k, 4);
       if (p.size() == 4
           && !txn.get(table::sessions, session_key(p[0], p[1], p[2])))
         c.fault("session_state: row '" + shown(k) + "' of a missing session");
