@@ -187,7 +187,7 @@ export class Connection {
     for (const h of held) h.reject(error);
   }
 
-  /** The spawned server's process id; undefined over TCP. */
+  /** The spawned server's process id; undefined for a socket. */
   get pid() {
     return this.#child ? this.#child.pid : undefined;
   }
