@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan write_map
 // tests/concurrency_test.cpp: real host threads against one engine, both
 // stores. Concurrent appenders lose nothing and get one total order (README
 // guarantee 2), concurrent creates of one id have one winner (C2), shared

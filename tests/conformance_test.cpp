@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: write_map
 // tests/conformance_test.cpp: the session semantics of docs/semantics.md, one test
 // case per rule id, run against both stores (in-memory and LMDB). A store
 // that passes this file behaves like the reference session services.

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // Regression: the user/app actors skipped all but the first of several writes
 // to their scope that landed in one group commit (the notifications share a
 // transaction id, and applying one advanced the actor's snapshot id), so
