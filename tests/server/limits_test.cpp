@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // The network server's limits (docs/protocol.md, "Limits"), each against the
 // real binary: the connection cap, idle and request-line timeouts, clients
 // that never read, huge partial lines, the in-flight cap with notifications,

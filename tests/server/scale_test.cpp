@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // Many clients at once (docs/protocol.md, "Limits"): 2,000 idle connections
 // cost no thread and little memory (the budget: 64 MB RSS), a new
 // client is still served, one beyond the cap is refused cleanly.

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // `agentstate serve --listen`: the real binary on a loopback port, many
 // clients at once, stopped with SIGTERM.
 #include "support/test_support.hpp"
@@ -56,6 +57,8 @@ public:
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    auto text = read_file(err_path_);
+    CHECK_MESSAGE(sanitizer_report(text).empty(), "sanitizer report in the server's log: ", text);
   }
 
   /// The port from the "listening on 127.0.0.1:PORT" line on stderr.
