@@ -2,7 +2,7 @@
 // tests/support/serve_process.hpp: `agentstate serve` as a child process
 // driven through pipes (requests to its stdin, a thread collecting stdout
 // lines, stderr to a file), plus JSON-RPC builders. The same driver as
-// tests/tools/serve_test.cpp, shared by the hostile-input and ownership tiers.
+// tests/protocol/serve_test.cpp, shared by the hostile-input and ownership tiers.
 // REQUIRES: the including target defines AGENTSTATE_BIN.
 #pragma once
 

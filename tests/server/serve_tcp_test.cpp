@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: tools_serve_tcp_test
 // test-tiers: tsan
 // `agentstate serve --listen`: the real binary on a loopback port, many
 // clients at once, stopped with SIGTERM.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: conformance_test
 // test-tiers: write_map
-// tests/conformance_test.cpp: the session semantics of docs/semantics.md, one test
+// tests/actors/conformance_test.cpp: the session semantics of docs/semantics.md, one test
 // case per rule id, run against both stores (in-memory and LMDB). A store
 // that passes this file behaves like the reference session services.
 #include "support/test_support.hpp"
