@@ -6,6 +6,7 @@
 // REQUIRES: the including target defines AGENTSTATE_BIN.
 #pragma once
 
+#include "support/sanitizers.hpp"
 #include "support/test_support.hpp"
 
 #include <arpa/inet.h>

@@ -3,6 +3,7 @@
 // test-tiers: tsan
 // `agentstate serve --listen`: the real binary on a loopback port, many
 // clients at once, stopped with SIGTERM.
+#include "support/sanitizers.hpp"
 #include "support/test_support.hpp"
 
 #include <arpa/inet.h>

@@ -77,26 +77,6 @@ private:
   std::filesystem::path path_;
 };
 
-// -- sanitizer reports of child processes ---------------------------------------
-
-/// The line of `log` (a child's stderr) that starts a sanitizer report (TSan,
-/// ASan, LSan, UBSan), or "" when there is none. A sanitizer build's child
-/// (`agentstate serve`) writes its reports to its stderr; the test drivers of
-/// such children fail the test on one, so a report in a child that the test
-/// then kills, or one that does not end the child, still fails.
-inline std::string sanitizer_report(const std::string& log) {
-  static const char* const starts[] = {"WARNING: ThreadSanitizer:", "ERROR: AddressSanitizer:",
-                                       "ERROR: LeakSanitizer:",
-                                       "SUMMARY: UndefinedBehaviorSanitizer:"};
-  for (const char* s : starts)
-    if (auto at = log.find(s); at != std::string::npos) {
-      auto begin = log.rfind('\n', at);
-      begin = begin == std::string::npos ? 0 : begin + 1;
-      return log.substr(begin, log.find('\n', at) - begin);
-    }
-  return "";
-}
-
 // -- stores -------------------------------------------------------------------
 
 enum class store_kind { memory, lmdb };
