@@ -185,7 +185,25 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
   for (int i = 0; i < 200; ++i)
     batch += request(i, "get_session", session_params("big")).dump() + "\n";
   REQUIRE(c.send(batch));
-  std::this_thread::sleep_for(300ms);
+  // SIGTERM only once the server has read the batch and holds output the
+  // client does not take (a fixed sleep raced a loaded machine: the server
+  // had not read the requests yet, closed at once, and logged nothing).
+  client watcher(port);
+  REQUIRE(watcher.connected());
+  bool holding = false;
+  int polls = 0; // the watcher's own stats calls count as requests too
+  for (auto deadline = std::chrono::steady_clock::now() + 20s;
+       !holding && std::chrono::steady_clock::now() < deadline;) {
+    auto st = watcher.call("stats");
+    ++polls;
+    REQUIRE(st);
+    auto& server = (*st)["result"]["server"];
+    holding = server.value("requests", 0) >= 201 + polls
+              && server.value("queued_output_bytes", 0) > 0;
+    if (!holding)
+      std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(holding);
   auto start = std::chrono::steady_clock::now();
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit(20s) == 0);
