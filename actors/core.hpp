@@ -25,7 +25,7 @@ namespace agentstate::detail {
 struct counters {
   std::atomic<std::uint64_t> activations{0}, passivations{0}, appends{0},
     deduplicated{0}, commits{0}, batched_writes{0}, max_batch{0},
-    failed_writes{0}, sessions_live{0}, users_live{0}, apps_live{0};
+    failed_writes{0}, sessions_live{0}, users_live{0}, apps_live{0}, heap_trims{0};
 };
 
 struct engine_core {
@@ -39,8 +39,9 @@ struct engine_core {
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   writer_hdl writer;
-  registry<session_actor_hdl> sessions; ///< live session actors
-  registry<scope_actor_hdl> scopes;     ///< live user and app scope actors
+  registry<session_actor_hdl, evict_cmd> sessions; ///< live session actors
+  registry<scope_actor_hdl, evict_cmd> scopes;     ///< live user and app scope actors
+  caf::actor heap_trimmer; ///< actors/heap_trimmer.hpp; null in deterministic mode
   counters stats;
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).

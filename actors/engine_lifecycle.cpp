@@ -4,6 +4,9 @@
 #include "agentstate/engine.hpp"
 #include "agentstate/version.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -19,6 +22,7 @@
 
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
+#include "actors/heap_trimmer.hpp"
 #include "actors/messages.hpp"
 #include "actors/polling_sharing.hpp"
 #include "actors/spin.hpp"
@@ -83,6 +87,15 @@ std::chrono::microseconds commit_poll(const options& o) {
   return std::max<std::chrono::microseconds>(o.spin_wait, std::chrono::milliseconds(1));
 }
 
+/// options::max_live_sessions with 0 resolved from physical memory.
+std::size_t resolved_max_live_sessions(std::size_t asked) {
+  if (asked != 0)
+    return asked;
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  std::uint64_t bytes = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+  return std::max<std::size_t>(10000, static_cast<std::size_t>(bytes / 8 / 4096));
+}
+
 } // namespace detail
 
 using namespace detail;
@@ -93,7 +106,8 @@ json to_json(const engine_stats& x) {
               {"passivations", x.passivations},     {"appends", x.appends},
               {"deduplicated", x.deduplicated},     {"commits", x.commits},
               {"batched_writes", x.batched_writes}, {"max_batch", x.max_batch},
-              {"failed_writes", x.failed_writes},   {"resident_trims", x.resident_trims}};
+              {"failed_writes", x.failed_writes},   {"resident_trims", x.resident_trims},
+              {"evictions", x.evictions},           {"heap_trims", x.heap_trims}};
 }
 
 engine::engine(std::unique_ptr<engine_core> core) : core_(std::move(core)) {}
@@ -175,6 +189,12 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
   }
   core->sys = std::make_unique<caf::actor_system>(*core->cfg);
   core->writer = spawn_writer(*core);
+  auto capacity = resolved_max_live_sessions(core->opts.max_live_sessions);
+  core->opts.max_live_sessions = capacity;
+  core->sessions.set_capacity(capacity);
+  core->scopes.set_capacity(capacity);
+  if (!deterministic)
+    core->heap_trimmer = spawn_heap_trimmer(*core);
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 
@@ -208,6 +228,9 @@ result<void> engine::close() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     caf::anon_send(core_->writer, stop_writer_cmd{});
   }
+  if (core_->heap_trimmer)
+    caf::anon_send_exit(core_->heap_trimmer, caf::exit_reason::user_shutdown);
+  core_->heap_trimmer = nullptr;
   core_->writer = nullptr;
   core_->sys->await_all_actors_done();
   auto out = store::sync(*core_->kv);
@@ -236,6 +259,8 @@ engine_stats engine::stats() const {
   s.batched_writes = ld(c.batched_writes);
   s.max_batch = ld(c.max_batch);
   s.failed_writes = ld(c.failed_writes);
+  s.evictions = core_->sessions.evictions() + core_->scopes.evictions();
+  s.heap_trims = ld(c.heap_trims);
   s.resident_trims = core_->kv ? core_->kv->resident_trims() : 0;
   return s;
 }

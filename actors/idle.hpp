@@ -28,4 +28,16 @@ void on_idle_tick(Actor* self, Registry& registry, bool busy) {
   self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
 }
 
+/// Handles an evict_cmd (the registry is over capacity): passivates now
+/// unless `busy` or a routed message waits (try_passivate). A refusing actor
+/// stays live; its next idle tick passivates it as usual.
+template <class Actor, class Registry>
+void on_evict(Actor* self, Registry& registry, bool busy) {
+  auto& st = self->state;
+  if (!busy && registry.try_passivate(st.registry_key, self->address(), st.handled)) {
+    st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
+    self->quit();
+  }
+}
+
 } // namespace agentstate::detail

@@ -78,6 +78,10 @@ struct shutdown_cmd {};
 /// timeout re-armed by every message).
 struct idle_tick {};
 
+/// The registry's request to passivate now: the actor's shard is over
+/// capacity and this actor is its least recently routed (registry.hpp).
+struct evict_cmd {};
+
 // -- to and from the writer ----------------------------------------------------
 
 struct write_cmd {
@@ -103,12 +107,14 @@ using session_actor_hdl =
   caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>,
                    caf::reacts_to<get_cmd>, caf::reacts_to<delete_cmd>,
                    caf::reacts_to<begin_invocation_cmd>, caf::reacts_to<end_invocation_cmd>,
-                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>>;
+                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>,
+                   caf::reacts_to<evict_cmd>>;
 
 /// A user or app scope actor: one per live shared scope.
 using scope_actor_hdl =
   caf::typed_actor<caf::reacts_to<scope_get_cmd>, caf::reacts_to<scope_commit>,
-                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>>;
+                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>,
+                   caf::reacts_to<evict_cmd>>;
 
 /// The store writer (a detached blocking actor; its handle is typed).
 using writer_hdl = caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
@@ -127,6 +133,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_commit)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::shutdown_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::idle_tick)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::evict_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::flush_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::stop_writer_cmd)

@@ -93,6 +93,7 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
       self->quit();
     },
     [self](idle_tick&) { on_idle_tick(self, self->state.core->scopes, false); },
+    [self](evict_cmd&) { on_evict(self, self->state.core->scopes, false); },
   };
 }
 

@@ -14,6 +14,12 @@ namespace agentstate::detail {
 
 namespace {
 
+// Work that keeps the actor live: queued or stashed commands, a held lease
+// (and the invocation's temp: state), callers waiting for an answer.
+bool busy(const session_state& st) {
+  return !st.queue.empty() || !st.stash.empty() || !st.lease.empty() || !st.waiters.empty();
+}
+
 session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core* core,
                                               session_ref ref) {
   auto& st = self->state;
@@ -65,11 +71,10 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
       maybe_finish(self);
     },
     [self](idle_tick&) {
-      auto& st = self->state;
       // A held lease keeps the actor (and the invocation's temp: state).
-      on_idle_tick(self, st.core->sessions, !st.queue.empty() || !st.stash.empty() || !st.lease.empty()
-                           || !st.waiters.empty());
+      on_idle_tick(self, self->state.core->sessions, busy(self->state));
     },
+    [self](evict_cmd&) { on_evict(self, self->state.core->sessions, busy(self->state)); },
   };
 }
 

@@ -191,16 +191,10 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
 /// not_found when `dir` holds no store, data_corrupt when data.mdb is empty
 /// or disagrees with its meta pages, otherwise as open_lmdb_kv.
 /// `allow_damage` (agentstate salvage): a data file shorter than its meta
-/// pages claim is opened anyway; reads past its end fault (SIGBUS), which
-/// only a process with tools/fault_guard.hpp may survive.
+/// pages claim is opened anyway; a read of a page past its end is
+/// data_corrupt (store/map_guard.hpp).
 std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir,
                                                 bool allow_damage = false);
 
-/// Called when one of LMDB's internal assertions fails (a damaged page it
-/// walked), before LMDB aborts the process. Null (the default): LMDB prints
-/// the assertion and aborts. The store tools set it to leave the read by
-/// siglongjmp (tools/fault_guard.hpp); the engine never does. Process-wide.
-using lmdb_assert_handler = void (*)(const char* message);
-void set_lmdb_assert_handler(lmdb_assert_handler fn);
 
 } // namespace agentstate::store

@@ -5,10 +5,16 @@
 // them. Internal to store/.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+
+#include <cstdio>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <string>
@@ -86,6 +92,23 @@ inline MDB_val as_val(std::string_view s) {
 inline std::string_view as_view(const MDB_val& v) {
   return {static_cast<const char*>(v.mv_data), v.mv_size};
 }
+/// As as_view, for a key or value LMDB found in a transaction whose pages
+/// end `backed` bytes into the map at `map` (of `map_size` bytes): a view
+/// into the map that runs past the pages the file backs (a damaged size or
+/// page count) is data_corrupt, so reading it can never fault. Views outside
+/// the map (a write transaction's dirty pages) are LMDB's own heap copies.
+inline std::string_view checked_view(const MDB_val& v, const char* map, std::size_t map_size,
+                                     std::size_t backed) {
+  auto p = static_cast<const char*>(v.mv_data);
+  auto at = reinterpret_cast<std::uintptr_t>(p), base = reinterpret_cast<std::uintptr_t>(map);
+  std::size_t off = at - base;
+  if (map && at >= base && off < map_size && (off > backed || v.mv_size > backed - off))
+    throw kv_failure{errc::data_corrupt,
+                     "a stored key or value runs past the end of the store's pages ("
+                       + std::to_string(v.mv_size) + " bytes at offset " + std::to_string(off)
+                       + " of " + std::to_string(backed) + ")"};
+  return {p, v.mv_size};
+}
 
 inline bool has_prefix(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
@@ -99,6 +122,30 @@ constexpr bool own_database(table t) {
   return t == table::meta || t == table::events;
 }
 
+/// The first byte of this process's mapping of `file` that starts at file
+/// offset 0, or null.
+inline const char* find_mapping(const std::string& file) {
+  struct stat fs;
+  if (::stat(file.c_str(), &fs) != 0)
+    return nullptr;
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (!maps)
+    return nullptr;
+  const char* found = nullptr;
+  char line[4096];
+  while (!found && std::fgets(line, sizeof line, maps)) {
+    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
+    unsigned major = 0, minor = 0;
+    char perms[8];
+    if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &offset, &major, &minor,
+                    &inode) == 7
+        && offset == 0 && inode == fs.st_ino && makedev(major, minor) == fs.st_dev)
+      found = reinterpret_cast<const char*>(lo);
+  }
+  std::fclose(maps);
+  return found;
+}
+
 struct env_handle {
   lmdb::env owner{nullptr}; // closes the environment last
   MDB_env* env = nullptr;
@@ -109,6 +156,40 @@ struct env_handle {
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
   std::string dir;        ///< the store's directory (full-disk checks)
   bool read_only = false; ///< open_lmdb_kv_readonly: snapshots read meta["format"]
+  /// Set when a fault left LMDB in the middle of a write transaction: that
+  /// transaction is never touched again (aborting it walks state the fault
+  /// may have left half-written) and every later begin_write is refused.
+  std::atomic<bool> writes_refused{false};
+  const char* map = nullptr; ///< the map's first byte (mdb_env_info, after open)
+  std::size_t map_size = 0;  ///< the map's reserved size
+  std::size_t page_size = 0;
+
+  /// Records where LMDB mapped `dir`/data.mdb (after the environment
+  /// opened): LMDB does not say (mdb_env_info's address is the one a
+  /// FIXEDMAP store asked for), so the mapping of the file's inode is found
+  /// in /proc/self/maps. Not found (no procfs): `map` stays null and values
+  /// go unchecked.
+  void locate_map() {
+    MDB_envinfo ei;
+    MDB_stat st;
+    check("mdb_env_info", ::mdb_env_info(env, &ei));
+    check("mdb_env_stat", ::mdb_env_stat(env, &st));
+    map_size = ei.me_mapsize;
+    page_size = st.ms_psize;
+    map = find_mapping(dir + "/data.mdb");
+  }
+  /// The bytes of the map the file backs for a transaction beginning now:
+  /// every page of the newest committed snapshot (pages are written before
+  /// the meta page naming them). With WRITEMAP the file is as large as the
+  /// map.
+  std::size_t backed_bytes() const {
+    if (write_map)
+      return map_size;
+    MDB_envinfo ei;
+    if (::mdb_env_info(env, &ei) != MDB_SUCCESS)
+      return map_size;
+    return static_cast<std::size_t>(ei.me_last_pgno + 1) * page_size;
+  }
 
   env_handle() { std::fill(std::begin(tag), std::end(tag), -1); }
 

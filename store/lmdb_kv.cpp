@@ -84,19 +84,22 @@ public:
         continue;
       }
       MDB_stat ts;
-      check("mdb_stat", ::mdb_stat(r.handle(), h_->dbi[i], &ts));
+      check("mdb_stat", guarded_call("mdb_stat", [&] { return ::mdb_stat(r.handle(), h_->dbi[i], &ts); }));
       out.entries[i] = ts.ms_entries;
     }
     if (shared) { // one walk over `rows`, counted by each key's table byte
       cursor_guard c(r.handle(), h_->dbi[static_cast<int>(table::sessions)]);
       MDB_val k, v;
-      int rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST);
+      auto step = [&](MDB_cursor_op op) {
+        return guarded_call("mdb_cursor_get", [&] { return ::mdb_cursor_get(c.get(), &k, &v, op); });
+      };
+      int rc = step(MDB_FIRST);
       while (rc == MDB_SUCCESS) {
         std::size_t tag = k.mv_size ? static_cast<unsigned char>(*static_cast<const char*>(k.mv_data))
                                     : table_count;
         if (tag < table_count && h_->tag[tag] == static_cast<int>(tag))
           ++out.entries[tag];
-        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+        rc = step(MDB_NEXT);
       }
       if (rc != MDB_NOTFOUND)
         fail("mdb_cursor_get", rc);
@@ -110,11 +113,9 @@ private:
   std::unique_ptr<resident_trimmer> trimmer_; // destroyed (joined) before h_ closes
 };
 
-std::atomic<lmdb_assert_handler> assert_handler{nullptr};
-
+// LMDB's assertion handler (mdb_env_set_assert): map_guard's.
 void on_lmdb_assert(MDB_env*, const char* msg) {
-  if (auto fn = assert_handler.load())
-    fn(msg);
+  map_guard::on_lmdb_assert(msg);
 }
 
 // Before LMDB maps DIR/data.mdb: refuses a file its meta pages disagree with
@@ -131,16 +132,13 @@ void check_before_map(const std::string& dir, bool need_data, bool allow_short =
 
 } // namespace
 
-void set_lmdb_assert_handler(lmdb_assert_handler fn) {
-  assert_handler.store(fn);
-}
-
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
                                        std::uint64_t map_size, resident_bound bound,
                                        bool write_map) {
   if (write_map && sync)
     throw kv_failure{errc::invalid_argument, "a writable map needs nosync"};
   check_before_map(dir, false);
+  map_guard::install();
   auto h = std::make_unique<env_handle>();
   h->dir = dir;
   try {
@@ -157,6 +155,7 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
   }
   h->env = h->owner.handle();
   h->write_map = write_map;
+  h->locate_map();
   int dead = 0;
   check("mdb_reader_check", ::mdb_reader_check(h->env, &dead));
   MDB_txn* txn = nullptr;
@@ -180,6 +179,7 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
 
 std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool allow_damage) {
   check_before_map(dir, true, allow_damage);
+  map_guard::install();
   auto h = std::make_unique<env_handle>();
   h->dir = dir;
   try {
@@ -193,6 +193,7 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
   }
   h->env = h->owner.handle();
   h->read_only = true;
+  h->locate_map();
   MDB_txn* txn = nullptr;
   check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn));
   MDB_dbi rows;

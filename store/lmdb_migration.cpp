@@ -14,7 +14,7 @@ void lmdb_write::drop_table(std::string_view name) {
   if (rc == MDB_NOTFOUND)
     return;
   check("mdb_dbi_open", rc);
-  check("mdb_drop", ::mdb_drop(top(), dbi, 1));
+  check("mdb_drop", guarded_call("mdb_drop", [&] { return ::mdb_drop(top(), dbi, 1); }));
 }
 void lmdb_write::absorb_table(table t) {
   auto i = static_cast<int>(t);
@@ -28,17 +28,21 @@ void lmdb_write::absorb_table(table t) {
   {
     cursor_guard c(top(), old);
     MDB_val k, v;
-    rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST);
+    auto step = [&](MDB_cursor_op op) {
+      return guarded_call("mdb_cursor_get", [&] { return ::mdb_cursor_get(c.get(), &k, &v, op); });
+    };
+    rc = step(MDB_FIRST);
     while (rc == MDB_SUCCESS) {
-      stored_key sk(h_.tag[i], as_view(k));
+      stored_key sk(h_.tag[i], view(k));
       MDB_val nk = sk.val();
-      check("mdb_put", ::mdb_put(top(), h_.dbi[i], &nk, &v, 0));
-      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+      view(v);
+      check("mdb_put", guarded_call("mdb_put", [&] { return ::mdb_put(top(), h_.dbi[i], &nk, &v, 0); }));
+      rc = step(MDB_NEXT);
     }
     if (rc != MDB_NOTFOUND)
       fail("mdb_cursor_get", rc);
   }
-  check("mdb_drop", ::mdb_drop(top(), old, 1));
+  check("mdb_drop", guarded_call("mdb_drop", [&] { return ::mdb_drop(top(), old, 1); }));
 }
 
 } // namespace agentstate::store::lmdb_detail

@@ -10,13 +10,26 @@
 #include <vector>
 
 #include "store/lmdb_handle.hpp"
+#include "store/map_guard.hpp"
 
 namespace agentstate::store::lmdb_detail {
 
-// Reads shared by read and write transactions, on the current MDB_txn.
+using map_guard::guarded_call;
+
+// Reads shared by read and write transactions, on the current MDB_txn. Every
+// LMDB call runs under a map_guard point and every key and value it returns
+// is checked against the pages the file backs (checked_view), so a damaged
+// page is data_corrupt, never a signal.
 class lmdb_reader {
 protected:
   lmdb_reader(env_handle& h) : h_(h) {}
+  // Called once the transaction has begun: the newest committed snapshot is
+  // then at least the transaction's own, so every page it reads lies below.
+  void bound_pages() { backed_ = h_.backed_bytes(); }
+
+  std::string_view view(const MDB_val& v) const {
+    return checked_view(v, h_.map, h_.map_size, backed_);
+  }
 
   int tag(table t) const { return h_.tag[static_cast<int>(t)]; }
   MDB_dbi dbi(table t) const { return h_.dbi[static_cast<int>(t)]; }
@@ -24,11 +37,11 @@ protected:
   std::optional<std::string_view> do_get(MDB_txn* txn, table t, std::string_view key) {
     stored_key sk(tag(t), key);
     MDB_val k = sk.val(), v;
-    int rc = ::mdb_get(txn, dbi(t), &k, &v);
+    int rc = guarded_call("mdb_get", [&] { return ::mdb_get(txn, dbi(t), &k, &v); });
     if (rc == MDB_NOTFOUND)
       return std::nullopt;
     check("mdb_get", rc);
-    return as_view(v);
+    return view(v);
   }
 
   // Visits the entries of t from the cursor's position (the entry in k, v
@@ -36,16 +49,38 @@ protected:
   // start with `prefix`, moving by `step`.
   void visit(cursor_guard& c, int rc, MDB_val k, MDB_val v, MDB_cursor_op step, table t,
              std::string_view prefix, const kv_visitor& fn) {
+    // One guard point for the whole walk (not one per step): walk() arms it
+    // around each mdb_cursor_get only; `fn` runs under the caller's point.
+    // Nothing here changes after sigsetjmp; walk()'s frame holds no object
+    // with a destructor, so leaving it by siglongjmp skips none.
+    struct position {
+      int rc;
+      MDB_val k, v;
+    } at{rc, k, v}; // in memory: nothing live across sigsetjmp sits in a register
+    map_guard::point p;
+    map_guard::point* const outer = map_guard::armed();
+    if (sigsetjmp(p.jump, 0) != 0) {
+      map_guard::arm(outer);
+      map_guard::raise(p, "mdb_cursor_get");
+    }
+    walk(p, outer, c, at.rc, at.k, at.v, step, t, prefix, fn);
+  }
+
+  void walk(map_guard::point& p, map_guard::point* outer, cursor_guard& c, int rc, MDB_val k,
+            MDB_val v, MDB_cursor_op step, table t, std::string_view prefix,
+            const kv_visitor& fn) {
     const int tg = tag(t);
     const std::size_t skip = tg < 0 ? 0 : 1;
     while (rc == MDB_SUCCESS) {
-      auto key = as_view(k);
+      auto key = view(k);
       if (key.size() < skip || (skip && key[0] != static_cast<char>(tg)))
         return;
       key.remove_prefix(skip);
-      if (!has_prefix(key, prefix) || !fn(key, as_view(v)))
+      if (!has_prefix(key, prefix) || !fn(key, view(v)))
         return;
+      map_guard::arm(&p);
       rc = ::mdb_cursor_get(c.get(), &k, &v, step);
+      map_guard::arm(outer);
     }
     if (rc != MDB_NOTFOUND)
       fail("mdb_cursor_get", rc);
@@ -56,8 +91,9 @@ protected:
     cursor_guard c(txn, dbi(t));
     stored_key start(tag(t), !from.empty() && from > prefix ? from : prefix);
     MDB_val k = start.val(), v;
-    int rc = k.mv_size == 0 ? ::mdb_cursor_get(c.get(), &k, &v, MDB_FIRST)
-                            : ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+    int rc = guarded_call("mdb_cursor_get", [&] {
+      return ::mdb_cursor_get(c.get(), &k, &v, k.mv_size == 0 ? MDB_FIRST : MDB_SET_RANGE);
+    });
     visit(c, rc, k, v, MDB_NEXT, t, prefix, fn);
   }
 
@@ -73,35 +109,44 @@ protected:
       stored_key at(tag(t), from);
       k = at.val();
       MDB_val want = k;
-      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      rc = get(c, k, v, MDB_SET_RANGE);
       if (rc == MDB_SUCCESS && as_view(k) != as_view(want))
-        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
+        rc = get(c, k, v, MDB_PREV);
       else if (rc == MDB_NOTFOUND)
-        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
+        rc = get(c, k, v, MDB_LAST);
       visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
       return;
     }
     stored_key upper(tag(t), prefix);
     if (!upper.to_upper_bound()) {
-      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
+      rc = get(c, k, v, MDB_LAST);
     } else {
       k = upper.val();
-      rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      rc = get(c, k, v, MDB_SET_RANGE);
       if (rc == MDB_SUCCESS)
-        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_PREV);
+        rc = get(c, k, v, MDB_PREV);
       else if (rc == MDB_NOTFOUND)
-        rc = ::mdb_cursor_get(c.get(), &k, &v, MDB_LAST);
+        rc = get(c, k, v, MDB_LAST);
     }
     visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
   }
 
+  // One guarded cursor step.
+  static int get(cursor_guard& c, MDB_val& k, MDB_val& v, MDB_cursor_op op) {
+    return guarded_call("mdb_cursor_get", [&] { return ::mdb_cursor_get(c.get(), &k, &v, op); });
+  }
+
   env_handle& h_;
+  std::size_t backed_ = 0; // the map's file-backed bytes once the transaction began
 };
 
 class lmdb_read : public kv_read, lmdb_reader {
 public:
   explicit lmdb_read(env_handle& h) : lmdb_reader(h) {
-    check("mdb_txn_begin(read)", ::mdb_txn_begin(h.env, nullptr, MDB_RDONLY, &txn_));
+    check("mdb_txn_begin(read)", guarded_call("mdb_txn_begin", [&] {
+            return ::mdb_txn_begin(h.env, nullptr, MDB_RDONLY, &txn_);
+          }));
+    bound_pages();
     if (h.read_only) {
       try {
         auto fmt = do_get(txn_, table::meta, "format");
@@ -136,10 +181,18 @@ private:
 class lmdb_write : public kv_write, lmdb_reader {
 public:
   explicit lmdb_write(env_handle& h) : lmdb_reader(h) {
+    if (h.writes_refused.load(std::memory_order_acquire))
+      throw kv_failure{errc::data_corrupt,
+                       "writes are refused: an earlier write met a damaged page of store '"
+                         + h.dir + "' (reads go on; `agentstate salvage` copies what reads clean)"};
     MDB_txn* txn = nullptr;
-    check("mdb_txn_begin(write)", ::mdb_txn_begin(h.env, nullptr, 0, &txn));
+    check("mdb_txn_begin(write)", guarding([&] {
+            return guarded_call("mdb_txn_begin",
+                                [&] { return ::mdb_txn_begin(h.env, nullptr, 0, &txn); });
+          }));
     stack_.push_back(txn);
     id_ = ::mdb_txn_id(txn);
+    bound_pages();
   }
   ~lmdb_write() override {
     // Aborting the outermost transaction aborts its children too.
@@ -147,27 +200,31 @@ public:
       ::mdb_txn_abort(stack_.front());
   }
   std::optional<std::string_view> get(table t, std::string_view key) override {
-    return do_get(top(), t, key);
+    return guarding([&] { return do_get(top(), t, key); });
   }
   void scan(table t, std::string_view prefix, std::string_view from,
             const kv_visitor& fn) override {
-    do_scan(top(), t, prefix, from, fn);
+    guarding([&] { do_scan(top(), t, prefix, from, fn); });
   }
   void scan_back(table t, std::string_view prefix, std::string_view from,
                  const kv_visitor& fn) override {
-    do_scan_back(top(), t, prefix, from, fn);
+    guarding([&] { do_scan_back(top(), t, prefix, from, fn); });
   }
   std::uint64_t txn_id() const override { return id_; }
 
   void put(table t, std::string_view key, std::string_view value) override {
     stored_key sk(tag(t), key);
     MDB_val k = sk.val(), v = as_val(value);
-    check("mdb_put", ::mdb_put(top(), dbi(t), &k, &v, 0));
+    check("mdb_put", guarding([&] {
+            return guarded_call("mdb_put", [&] { return ::mdb_put(top(), dbi(t), &k, &v, 0); });
+          }));
   }
   bool del(table t, std::string_view key) override {
     stored_key sk(tag(t), key);
     MDB_val k = sk.val();
-    int rc = ::mdb_del(top(), dbi(t), &k, nullptr);
+    int rc = guarding([&] {
+      return guarded_call("mdb_del", [&] { return ::mdb_del(top(), dbi(t), &k, nullptr); });
+    });
     if (rc == MDB_NOTFOUND)
       return false;
     check("mdb_del", rc);
@@ -178,13 +235,20 @@ public:
   void absorb_table(table t) override;
   void begin_nested() override {
     MDB_txn* child = nullptr;
-    check("mdb_txn_begin(nested)", ::mdb_txn_begin(h_.env, top(), 0, &child));
+    check("mdb_txn_begin(nested)", guarding([&] {
+            return guarded_call("mdb_txn_begin",
+                                [&] { return ::mdb_txn_begin(h_.env, top(), 0, &child); });
+          }));
     stack_.push_back(child);
   }
   void commit_nested() override {
+    // A fault inside the commit leaves the transaction ours (still on the
+    // stack, aborted with the rest); any return of LMDB's has freed it.
     MDB_txn* child = stack_.back();
+    int rc = guarding(
+      [&] { return guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(child); }); });
     stack_.pop_back();
-    check_write("mdb_txn_commit(nested)", ::mdb_txn_commit(child), h_.dir);
+    check_write("mdb_txn_commit(nested)", rc, h_.dir);
   }
   void abort_nested() noexcept override {
     ::mdb_txn_abort(stack_.back());
@@ -192,12 +256,26 @@ public:
   }
   void commit() override {
     MDB_txn* txn = stack_.front();
+    int rc = guarding(
+      [&] { return guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(txn); }); });
     stack_.clear();
-    check_write("mdb_txn_commit", ::mdb_txn_commit(txn), h_.dir);
+    check_write("mdb_txn_commit", rc, h_.dir);
   }
 
 private:
   MDB_txn* top() const { return stack_.back(); }
+  // Runs `f`; a map_fault from it refuses this store's writes from now on
+  // and leaves the transaction unaborted (env_handle::writes_refused).
+  template <class F>
+  auto guarding(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const map_guard::map_fault&) {
+      h_.writes_refused.store(true, std::memory_order_release);
+      stack_.clear();
+      throw;
+    }
+  }
   std::vector<MDB_txn*> stack_;
   std::uint64_t id_ = 0;
 };

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/fault_guard.hpp: turns a fault while reading a store's memory map -
-// SIGBUS (a page past the end of a truncated file), SIGSEGV (a damaged page
-// pointing outside the map), a failed LMDB assertion (a damaged page header) -
-// into a data_corrupt error for the one read that faulted, so a walk over a
-// damaged store goes on with the next session.
+// tools/fault_guard.hpp: one step of a store tool's walk (a session, a table)
+// as a result: a data_corrupt from the store (store/map_guard.hpp turns every
+// fault inside an LMDB call into one) or a fault anywhere else in the step
+// (SIGBUS, SIGSEGV, a failed LMDB assertion) ends that step only, so a walk
+// over a damaged store goes on with the next session.
 //
-// Installed only in the process of the store tools (inspect, verify, backup,
-// dump, export, salvage), never by the engine or `serve`: leaving a read by
-// siglongjmp skips the destructors of the frames it leaves (the read's cursor
-// and buffers leak: a few hundred bytes per fault), and in a process whose
-// other threads hold locks it would leave them held. Outside a guarded read,
-// a fault keeps its default action (the process ends with the signal).
+// The outer guard is for the store tools (inspect, verify, backup, dump,
+// export, salvage) only, never the engine or `serve`: leaving a step by
+// siglongjmp skips the destructors of the frames it leaves (its buffers leak:
+// a few hundred bytes per fault), and in a process whose other threads hold
+// locks it would leave them held. Outside a guarded step and outside an LMDB
+// call, a fault keeps the action installed before (by default the process
+// ends with the signal).
 #pragma once
 
 #include <functional>
@@ -20,8 +21,8 @@
 
 namespace agentstate::tools {
 
-/// Installs the SIGBUS/SIGSEGV handlers and LMDB's assertion handler
-/// (store::set_lmdb_assert_handler). Idempotent; call before opening a store.
+/// Installs the SIGBUS/SIGSEGV handlers (store/map_guard.hpp). Idempotent;
+/// call before opening a store.
 void install_fault_guard();
 
 /// Runs `fn` on this thread under the guard (nesting allowed). A fault inside

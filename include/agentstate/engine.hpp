@@ -41,6 +41,11 @@ struct engine_stats {
   /// Times the store's mapped pages were dropped from the process to honour
   /// options::max_resident_store_bytes.
   std::uint64_t resident_trims = 0;
+  /// Live actors asked to passivate because options::max_live_sessions was
+  /// reached.
+  std::uint64_t evictions = 0;
+  /// Times freed heap memory was returned to the OS after passivations.
+  std::uint64_t heap_trims = 0;
 };
 
 json to_json(const engine_stats& x);

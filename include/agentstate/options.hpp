@@ -146,6 +146,14 @@ struct options {
   /// so between one and two periods) are passivated, dropping a session's
   /// live temp: state, and rehydrated from the store on next use.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
+  /// At most about this many session actors are live (and as many user and
+  /// app scope actors): beyond it, the least recently used are passivated at
+  /// once, as if idle (approximately: per shard of 64), unless busy with an
+  /// append, a read or an invocation's lease. 0 = sized from memory: one per
+  /// 4 KiB of an eighth of physical memory, at least 10,000 (786,432 with
+  /// 24 GiB). After passivations the engine returns the freed heap to the
+  /// OS (malloc_trim, at most once a second).
+  std::size_t max_live_sessions = 0;
   /// Group commit caps: the writer drains at most this many write sets, or
   /// this many bytes, into one transaction.
   std::size_t max_batch_count = 1024;

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // A6 (an event id already stored answers with that event) as the session
 // actor's id index serves it: built from the store on the first lookup,
 // rebuilt after passivation, emptied by a delete. Both stores.

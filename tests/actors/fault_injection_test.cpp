@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan write_map
 // Fault injection through the store seam (store/fault_kv.hpp): the Nth store
 // call fails with map-full, EIO or readers-full, once or forever, for every N
 // until the scenario completes untouched. After each run: no partial append

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan write_map
 // Guarantee 7: idle session, user and app actors are passivated after the
 // configured idle time and rehydrated from the store on the next message,
 // with nothing lost and no message dropped across the boundary.

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // Regression: the in-memory store used std::shared_mutex, which glibc makes
 // reader-preferring, so a steady stream of get_session readers starved the
 // store writer and appends stalled for as long as the readers ran.

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // One owner per store (README guarantee 9), across processes: while
 // `agentstate serve --store DIR` owns DIR, engine::open(DIR) in this process
 // and a second `agentstate serve --store DIR` are refused with unavailable /

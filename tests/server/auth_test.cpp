@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // Authentication and authorisation (docs/protocol.md, "Authentication"): the
 // token table (protocol/auth.hpp) on its own, then the real `serve --listen
 // --auth-file` refusing every method without a token, with a wrong token and

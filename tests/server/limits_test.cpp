@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // The network server's limits (docs/protocol.md, "Limits"), each against the
 // real binary: the connection cap, idle and request-line timeouts, clients
 // that never read, huge partial lines, the in-flight cap with notifications,
@@ -140,7 +141,7 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
   REQUIRE(hog.send(batch));
   // Wait until the server settles: nothing in flight, reading paused.
   json st;
-  auto deadline = std::chrono::steady_clock::now() + 15s;
+  auto deadline = std::chrono::steady_clock::now() + 15s * slowdown;
   for (;;) {
     st = server_stats(admin);
     if (st["in_flight"] == 1 && st["paused_reads"].get<int>() >= 1
@@ -158,11 +159,12 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
   // Output cap 64 MiB; the responses in flight when it was reached may
   // overshoot it by the estimate; 300 answers would be 270 MB.
   CHECK(st["queued_output_bytes"].get<std::uint64_t>() <= (std::uint64_t{72} << 20));
-  CHECK(grown_kib < 110 * 1024);
+  if (!sanitized_build)
+    CHECK(grown_kib < 110 * 1024);
   // Another client is served at once.
   auto t0 = std::chrono::steady_clock::now();
   REQUIRE(ok(admin.call("ping")));
-  CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s * slowdown);
   // Reading the responses resumes the hog: all 300 arrive, in full (the
   // first is parsed; the rest are checked by their frame, to keep the test
   // quick).
@@ -203,7 +205,7 @@ TEST_CASE("limits: partial lines cost about their bytes, and the line timeout fr
     senders.push_back(std::make_unique<client>(port));
     REQUIRE(senders.back()->send(piece));
   }
-  auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto deadline = std::chrono::steady_clock::now() + 10s * slowdown;
   for (;;) {
     auto st = server_stats(admin);
     if (st["bytes_in"].get<std::uint64_t>() >= 8 * each)
@@ -213,7 +215,8 @@ TEST_CASE("limits: partial lines cost about their bytes, and the line timeout fr
   }
   long held_kib = srv.status("VmRSS") - base;
   MESSAGE("eight 15 MiB partial lines: RSS +", held_kib / 1024, " MiB");
-  CHECK(held_kib < static_cast<long>(8 * each / 1024 * 5 / 4));
+  if (!sanitized_build)
+    CHECK(held_kib < static_cast<long>(8 * each / 1024 * 5 / 4));
   for (auto& s : senders) {
     auto r = s->next(5s);
     REQUIRE(r);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // Listeners and operability of `agentstate serve` (docs/protocol.md,
 // "Listeners", "Logs"): Unix sockets (0600, removed at exit, stale ones
 // replaced, live ones and other files refused), several listeners at once,

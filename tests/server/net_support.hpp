@@ -6,6 +6,7 @@
 // REQUIRES: the including target defines AGENTSTATE_BIN.
 #pragma once
 
+#include "support/sanitizers.hpp"
 #include "support/test_support.hpp"
 
 #include <arpa/inet.h>
@@ -96,11 +97,15 @@ public:
     REQUIRE(rc == 0);
   }
 
+  /// Kills the child if still running; fails the test when its log holds a
+  /// sanitizer report (sanitizer builds).
   ~server_process() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    auto text = log();
+    CHECK_MESSAGE(sanitizer_report(text).empty(), "sanitizer report in the server's log: ", text);
   }
   server_process(const server_process&) = delete;
   server_process& operator=(const server_process&) = delete;

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // Many clients at once (docs/protocol.md, "Limits"): 2,000 idle connections
 // cost no thread and little memory (the issue's budget: 64 MB RSS), a new
 // client is still served, one beyond the cap is refused cleanly.
@@ -32,7 +33,7 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
   }
   // Every one of them is accepted and registered.
   json st;
-  auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto deadline = std::chrono::steady_clock::now() + 30s * slowdown;
   for (;;) {
     auto r = admin.call("stats", nullptr, "stats");
     REQUIRE(ok(r));
@@ -52,13 +53,14 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
           " MiB (+", (rss_after - rss_before), " KiB, ",
           (rss_after - rss_before) * 1024 / idle_count, " bytes each)");
   CHECK(threads_after == threads_before);
-  CHECK(rss_after - rss_before <= 64 * 1024);
+  if (!sanitized_build)
+    CHECK(rss_after - rss_before <= 64 * 1024);
 
   // A newcomer is served promptly.
   client fresh(port);
   auto t1 = std::chrono::steady_clock::now();
   REQUIRE(ok(fresh.call("create_session", sref_params("app", "fresh"))));
-  CHECK(std::chrono::steady_clock::now() - t1 < 2s);
+  CHECK(std::chrono::steady_clock::now() - t1 < 2s * slowdown);
   // One over the cap: an error line, then closed.
   client over(port);
   auto r = over.next(5s);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // TLS on `serve --listen` (docs/protocol.md, "TLS"): certificates made by the
 // openssl CLI for each run, a real TLS client (Python's ssl module): a good
 // certificate, a client trusting another CA, plain text sent to the TLS port,

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // The kv seam's contract, run against both implementations (LMDB in a temp
 // dir and the in-memory store).
 #include <doctest/doctest.h>

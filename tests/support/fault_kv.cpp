@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support/fault_kv.hpp"
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 namespace agentstate::store {
 
@@ -14,6 +16,15 @@ void fault_plan::on_call(fault_target t, const char* what) {
   injected.fetch_add(1);
   throw kv_failure{code, std::string("injected fault in ") + what + " (call "
                            + std::to_string(n) + ")"};
+}
+
+void fault_plan::wait_while_held() {
+  if (!hold_writes.load())
+    return;
+  writes_held.fetch_add(1);
+  while (hold_writes.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  writes_held.fetch_sub(1);
 }
 
 namespace {
@@ -96,6 +107,7 @@ public:
     return std::make_unique<faulty_read>(inner_->begin_read());
   }
   std::unique_ptr<kv_write> begin_write() override {
+    plan_->wait_while_held();
     auto inner = inner_->begin_write(); // taken first: one writer at a time
     plan_->on_call(fault_target::writes, "begin_write");
     return std::make_unique<faulty_write>(std::move(inner), plan_);

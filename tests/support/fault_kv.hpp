@@ -35,8 +35,19 @@ struct fault_plan {
   std::atomic<std::uint64_t> injected{0}; ///< failures thrown so far
   std::atomic<bool> disarmed{false};      ///< set to stop injecting
 
+  /// While true, every begin_write waits (before it takes the store's write
+  /// transaction, so readers are not blocked) until it is false again: a test
+  /// holds the store writer at the start of one commit, so that the writes
+  /// sent meanwhile queue up for the next group commit. Independent of
+  /// target and fail_at.
+  std::atomic<bool> hold_writes{false};
+  /// begin_write calls waiting on hold_writes now.
+  std::atomic<int> writes_held{0};
+
   /// Counts one call of `t`; throws kv_failure when it is planned to fail.
   void on_call(fault_target t, const char* what);
+  /// Returns once hold_writes is false (polling every millisecond).
+  void wait_while_held();
 };
 
 std::unique_ptr<kv_store> make_faulty_kv(std::unique_ptr<kv_store> inner,

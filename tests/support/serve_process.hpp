@@ -2,10 +2,11 @@
 // tests/support/serve_process.hpp: `agentstate serve` as a child process
 // driven through pipes (requests to its stdin, a thread collecting stdout
 // lines, stderr to a file), plus JSON-RPC builders. The same driver as
-// tests/tools/serve_test.cpp, shared by the hostile-input and ownership tiers.
+// tests/protocol/serve_test.cpp, shared by the hostile-input and ownership tiers.
 // REQUIRES: the including target defines AGENTSTATE_BIN.
 #pragma once
 
+#include "support/sanitizers.hpp"
 #include "support/test_support.hpp"
 
 #include <fcntl.h>
@@ -32,7 +33,8 @@ using namespace std::chrono_literals;
 // its stdout lines, stderr goes to a file.
 class server {
 public:
-  explicit server(std::vector<std::string> args, const std::string& err_path) {
+  explicit server(std::vector<std::string> args, const std::string& err_path)
+    : err_path_(err_path) {
     ::signal(SIGPIPE, SIG_IGN);
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -59,6 +61,8 @@ public:
     reader_ = std::thread([this] { read_stdout(); });
   }
 
+  /// Kills the child if still running; fails the test when its stderr holds
+  /// a sanitizer report (sanitizer builds).
   ~server() {
     close_stdin();
     if (pid_ > 0) {
@@ -68,6 +72,9 @@ public:
     if (reader_.joinable())
       reader_.join();
     ::close(out_);
+    std::ifstream err(err_path_);
+    std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+    CHECK_MESSAGE(sanitizer_report(text).empty(), "sanitizer report in serve's stderr: ", text);
   }
 
   void send(const std::string& bytes) {
@@ -218,6 +225,7 @@ private:
   }
 
   pid_t pid_ = -1;
+  std::string err_path_;
   int in_ = -1;
   int out_ = -1;
   std::thread reader_;

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // One JSON-RPC connection to `agentstate serve` (docs/protocol.md): a spawned child's
-// stdin/stdout, or one TCP socket. Requests are pipelined; responses are matched by id.
+// stdin/stdout, one TCP socket (optionally TLS), or one Unix socket. Requests are
+// pipelined; responses are matched by id.
 //
 // Contract:
 // - call() may be used by any number of concurrent callers; requests are written in call
 //   order (the server runs requests about one session in the order it reads them).
+// - With a token, `authenticate` is the connection's first request; calls made before
+//   its answer are held (in call order) and written once it succeeds. A refused token
+//   fails the held calls and every later one with the server's error (kind
+//   'unauthenticated'); the token never appears in an error message.
 // - Every call settles exactly once: with the result, with the server's error as an
 //   AgentStateError, or with kind 'unavailable' when the connection ends first.
 // - While no call is waiting, the connection does not keep node's event loop alive; a
@@ -14,6 +19,7 @@
 //   child to exit (it must exit 0) or the socket to close.
 import { spawn } from 'node:child_process';
 import net from 'node:net';
+import tls from 'node:tls';
 import { AgentStateError, invalid } from './errors.js';
 
 const NEWLINE = 10;
@@ -26,8 +32,22 @@ const STDERR_KEEP = 8192;
 /** The server's default --max-line-bytes; a longer request would be answered with id null. */
 export const MAX_LINE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * 'HOST:PORT' or '[V6]:PORT' -> { host, port }; 'unix:PATH' -> { path }.
+ * Throws AgentStateError (invalid_argument) for anything else.
+ */
 export function parseAddress(address) {
-  if (typeof address !== 'string') throw invalid(`address must be a string 'HOST:PORT', not ${typeof address}`);
+  if (typeof address !== 'string') {
+    throw invalid(`address must be a string 'HOST:PORT' or 'unix:PATH', not ${typeof address}`);
+  }
+  if (address.startsWith('unix:')) {
+    const p = address.slice('unix:'.length);
+    // sockaddr_un holds 108 bytes, the terminating NUL included.
+    if (p === '' || p.includes('\0') || Buffer.byteLength(p) > 107) {
+      throw invalid(`address '${address}': a Unix socket path must be 1 to 107 bytes without NUL`);
+    }
+    return { path: p };
+  }
   const m = /^(?:\[([^\]]+)\]|([^:\[\]]+)):(\d{1,5})$/.exec(address);
   const port = m ? Number(m[3]) : NaN;
   if (!m || port < 1 || port > 65535) {
@@ -51,10 +71,17 @@ export class Connection {
   #in = null;
   #ended;
   #describe;
+  // Calls made while `authenticate` is unanswered: [{ id, line, method, resolve, reject }].
+  #held = null;
+  // Settles when `authenticate` has been answered (or failed); null without a token.
+  #authSettled = null;
 
   /**
-   * @param {{ bin?: string, args?: string[], host?: string, port?: number }} target
-   *   either a binary and its arguments to spawn, or a TCP host and port.
+   * @param {{ bin?: string, args?: string[], host?: string, port?: number, path?: string,
+   *           tls?: object, token?: string }} target
+   *   a binary and its arguments to spawn; a TCP host and port (with `tls`: node's
+   *   tls.connect options, host and port aside); or a Unix socket path. `token`: sent in
+   *   `authenticate` before anything else.
    */
   constructor(target) {
     let endedResolve;
@@ -95,9 +122,19 @@ export class Connection {
       child.unref();
       for (const s of [child.stdin, child.stdout, child.stderr]) s.unref();
     } else {
-      this.#describe = `agentstate at ${target.host}:${target.port}`;
-      const socket = net.connect({ host: target.host, port: target.port });
-      socket.setNoDelay(true);
+      let socket;
+      if (target.path !== undefined) {
+        this.#describe = `agentstate at unix:${target.path}`;
+        socket = net.connect({ path: target.path });
+      } else if (target.tls !== undefined) {
+        this.#describe = `agentstate at ${target.host}:${target.port} (TLS)`;
+        socket = tls.connect({ ...target.tls, host: target.host, port: target.port });
+        socket.setNoDelay(true);
+      } else {
+        this.#describe = `agentstate at ${target.host}:${target.port}`;
+        socket = net.connect({ host: target.host, port: target.port });
+        socket.setNoDelay(true);
+      }
       this.#socket = socket;
       this.#out = socket;
       this.#in = socket;
@@ -113,9 +150,44 @@ export class Connection {
       socket.unref();
     }
     this.#in.on('data', (chunk) => this.#onData(chunk));
+    if (target.token !== undefined) this.#authenticate(target.token);
   }
 
-  /** The spawned server's process id; undefined over TCP. */
+  // Sends `authenticate` and holds every other call until it is answered.
+  #authenticate(token) {
+    const id = this.#nextId++;
+    let settle;
+    this.#authSettled = new Promise((resolve) => { settle = resolve; });
+    this.#held = [];
+    this.#ref(true);
+    this.#pending.set(id, {
+      method: 'authenticate',
+      resolve: () => {
+        const held = this.#held ?? [];
+        this.#held = null;
+        for (const h of held) this.#enqueue(h);
+        settle();
+      },
+      reject: (err) => {
+        settle();
+        const error = err.kind === 'unavailable' ? err : new AgentStateError(err.kind,
+          `${this.#describe} refused the token: ${err.message.replace(/^authenticate: /, '')}`,
+          { code: err.code, data: err.data });
+        this.#failHeld(error);
+        this.#fail(error);
+      },
+    });
+    this.#queued.push(JSON.stringify({ jsonrpc: '2.0', id, method: 'authenticate', params: { token } }) + '\n');
+    this.#scheduleFlush();
+  }
+
+  #failHeld(error) {
+    const held = this.#held ?? [];
+    this.#held = null;
+    for (const h of held) h.reject(error);
+  }
+
+  /** The spawned server's process id; undefined for a socket. */
   get pid() {
     return this.#child ? this.#child.pid : undefined;
   }
@@ -139,11 +211,21 @@ export class Connection {
         `${method}: the request is ${Buffer.byteLength(line)} bytes, over the server's line limit of ${MAX_LINE_BYTES}`));
     }
     return new Promise((resolve, reject) => {
-      if (this.#pending.size === 0) this.#ref(true);
-      this.#pending.set(id, { resolve, reject, method });
-      this.#queued.push(line);
-      this.#scheduleFlush();
+      const request = { id, line, method, resolve, reject };
+      if (this.#held) this.#held.push(request);
+      else this.#enqueue(request);
     });
+  }
+
+  #enqueue({ id, line, method, resolve, reject }) {
+    if (this.#failure) {
+      reject(this.#failure);
+      return;
+    }
+    if (this.#pending.size === 0) this.#ref(true);
+    this.#pending.set(id, { resolve, reject, method });
+    this.#queued.push(line);
+    this.#scheduleFlush();
   }
 
   #scheduleFlush() {
@@ -224,6 +306,7 @@ export class Connection {
     this.#pending.clear();
     this.#queued = [];
     for (const w of waiting) w.reject(error);
+    this.#failHeld(this.#failure);
   }
 
   /**
@@ -234,6 +317,8 @@ export class Connection {
   async close() {
     if (!this.#closing) {
       this.#closing = true;
+      // Calls held for `authenticate` were made before close(): they are sent first.
+      if (this.#authSettled) await this.#authSettled;
       this.#flush(true);
       if (this.#child) {
         this.#child.ref();

@@ -31,6 +31,8 @@ export declare const ERROR_KINDS: readonly AgentStateErrorKind[];
  *   read back as given (see the README, "How events are stored").
  * - `unavailable`: the server is not running (not started, exited, closed) or the
  *   service was closed.
+ * - `unauthenticated`: the server requires a token and none was given, or it refused it.
+ * - `permission_denied`: the token does not grant the app a call names.
  */
 export declare class AgentStateError extends Error {
   readonly name: 'AgentStateError';
@@ -40,6 +42,26 @@ export declare class AgentStateError extends Error {
   readonly code: number | undefined;
   /** The error's `data` object as the server sent it (e.g. `current_version`), if any. */
   readonly data: Record<string, unknown> | undefined;
+}
+
+/**
+ * node's tls.connect options, passed as given (declared here without @types/node; any
+ * other tls.connect option is accepted too). Host and port come from `address`.
+ */
+export interface AgentStateTlsOptions {
+  /** CAs to trust instead of node's default list (a private CA, a self-signed server). */
+  ca?: string | Uint8Array | Array<string | Uint8Array>;
+  /** The client's certificate chain and key, for a server with `--tls-client-ca`. */
+  cert?: string | Uint8Array | Array<string | Uint8Array>;
+  key?: string | Uint8Array | Array<string | Uint8Array>;
+  /** The name the server's certificate is checked against (default: the address's host). */
+  servername?: string;
+  rejectUnauthorized?: boolean;
+  host?: never;
+  port?: never;
+  path?: never;
+  socket?: never;
+  [option: string]: unknown;
 }
 
 /** Exactly one of `store`, `memory` and `address`. */
@@ -53,6 +75,8 @@ export type AgentStateSessionServiceOptions =
       binary?: string;
       /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the server, not of the OS. */
       durability?: 'sync' | 'nosync';
+      token?: never;
+      tls?: never;
     }
   | {
       /** Spawn `agentstate serve --memory`: nothing is kept after close(). */
@@ -61,10 +85,27 @@ export type AgentStateSessionServiceOptions =
       address?: never;
       binary?: string;
       durability?: 'sync' | 'nosync';
+      token?: never;
+      tls?: never;
     }
   | {
-      /** Connect to `agentstate serve --listen` at 'HOST:PORT' ('[::1]:7400' for IPv6). */
+      /**
+       * Connect to `agentstate serve --listen`: 'HOST:PORT' ('[::1]:7400' for IPv6) over
+       * TCP, or 'unix:PATH' for a Unix socket.
+       */
       address: string;
+      /**
+       * Sent in `authenticate` as the connection's first request (a server started with
+       * `--auth-file`); calls wait for its answer. A refused token rejects every call
+       * with kind 'unauthenticated'.
+       */
+      token?: string;
+      /**
+       * TLS on a TCP address (`serve --tls-cert`): true, or node's tls.connect options
+       * (`ca`, `cert` and `key` for mutual TLS, `servername`, ...); host and port come
+       * from `address`.
+       */
+      tls?: boolean | AgentStateTlsOptions;
       store?: never;
       memory?: never;
       binary?: never;

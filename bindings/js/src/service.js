@@ -33,13 +33,13 @@ function optionalCount(what, value, { min = 0 } = {}) {
 
 function resolveTarget(options) {
   if (options === null || typeof options !== 'object') {
-    throw invalid("options must be an object: { store: DIR } | { memory: true } | { address: 'HOST:PORT' }");
+    throw invalid("options must be an object: { store: DIR } | { memory: true } | { address: 'HOST:PORT' | 'unix:PATH' }");
   }
-  const known = new Set(['store', 'memory', 'address', 'binary', 'durability']);
+  const known = new Set(['store', 'memory', 'address', 'binary', 'durability', 'token', 'tls']);
   for (const key of Object.keys(options)) {
     if (!known.has(key)) throw invalid(`unknown option '${key}' (known: ${[...known].join(', ')})`);
   }
-  const { store, memory, address, binary, durability } = options;
+  const { store, memory, address, binary, durability, token } = options;
   const given = [store !== undefined && 'store', memory !== undefined && 'memory',
     address !== undefined && 'address'].filter(Boolean);
   if (given.length !== 1) {
@@ -53,8 +53,24 @@ function resolveTarget(options) {
       throw invalid('durability applies to a server this service starts; a server at an address has its own');
     }
     if (binary !== undefined) throw invalid('binary applies to a server this service starts, not to address');
-    return parseAddress(address);
+    const target = parseAddress(address);
+    if (token !== undefined) {
+      if (typeof token !== 'string' || token === '') throw invalid('token must be a non-empty string');
+      target.token = token;
+    }
+    if (options.tls !== undefined && options.tls !== false) {
+      if (target.path !== undefined) throw invalid('tls applies to a TCP address; a Unix socket is not encrypted');
+      if (options.tls !== true && (options.tls === null || typeof options.tls !== 'object' || Array.isArray(options.tls))) {
+        throw invalid("tls must be true or an object of node's tls.connect options");
+      }
+      target.tls = options.tls === true ? {} : options.tls;
+    }
+    return target;
   }
+  if (token !== undefined) {
+    throw invalid('token applies to a server at an address; a spawned server needs none (its pipe is private)');
+  }
+  if (options.tls !== undefined) throw invalid('tls applies to a server at an address, not to a spawned one');
   let args;
   if (store !== undefined) {
     if (typeof store !== 'string' || store === '') throw invalid('store must be a non-empty directory path');
@@ -76,7 +92,7 @@ export class AgentStateSessionService extends BaseSessionService {
 
   /**
    * @param {{store?: string, memory?: true, address?: string, binary?: string,
-   *          durability?: 'sync'|'nosync'}} options
+   *          durability?: 'sync'|'nosync', token?: string, tls?: true|object}} options
    */
   constructor(options) {
     super();

@@ -4,7 +4,8 @@ library only, Python >= 3.11.
 
 - AsyncClient: asyncio; ``await AsyncClient.spawn(store=DIR)`` starts the server as a
   child process over stdin/stdout, ``await AsyncClient.connect("127.0.0.1:7400")`` uses
-  TCP. Requests may be awaited concurrently; responses are matched by id.
+  TCP (``ssl=`` for TLS, ``"unix:PATH"`` for a Unix socket, ``token=`` for a server with
+  --auth-file). Requests may be awaited concurrently; responses are matched by id.
 - Client: the same methods, blocking, safe to call from many threads at once.
 - errors: AgentStateError and one subclass per ``error.data.kind``.
 """

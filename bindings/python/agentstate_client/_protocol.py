@@ -176,5 +176,13 @@ class ProtocolMethods(abc.ABC):
         return self.call("stats")
 
     def ping(self) -> Any:
-        """``"pong"``: a round trip that touches no session."""
+        """``"pong"``: a round trip that touches no session (allowed before
+        ``authenticate``)."""
         return self.call("ping")
+
+    def authenticate(self, token: str) -> Any:
+        """``{"apps": "*"}`` or ``{"apps": [names]}``: the apps ``token`` grants this
+        connection (a server with --auth-file; one without grants every app). ``connect(...,
+        token=)`` sends it first for you. Raises UnauthenticatedError for a refused token
+        (the connection stays unauthenticated)."""
+        return self.call("authenticate", {"token": token})

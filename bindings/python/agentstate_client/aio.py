@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The asyncio client: one connection to ``agentstate serve`` (a spawned process over
-stdin/stdout, or TCP), any number of requests in flight, responses matched by id."""
+stdin/stdout, TCP with or without TLS, or a Unix socket), any number of requests in
+flight, responses matched by id."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import json
 import logging
 import os
 import shutil
+import ssl as _ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ._protocol import MAX_LINE_BYTES, READ_LIMIT, ProtocolMethods, encode_request
-from .errors import ConnectionClosedError, error_from_response
+from .errors import AgentStateError, ConnectionClosedError, error_from_response
 
 __all__ = ["AsyncClient", "find_binary", "parse_address"]
 
@@ -77,7 +79,7 @@ class AsyncClient(ProtocolMethods):
     """A connection to one ``agentstate serve``.
 
     Create with :meth:`spawn` (a child process over stdin/stdout) or :meth:`connect`
-    (TCP); end with :meth:`close` (or ``async with``). Every protocol method is a
+    (TCP, TLS or a Unix socket, with a token when the server requires one); end with :meth:`close` (or ``async with``). Every protocol method is a
     coroutine (see ProtocolMethods); any number may be awaited concurrently from tasks of
     the loop the client was created on: each request gets its own id, is written as one
     line and is matched with its response by id, whatever order responses come in.
@@ -157,23 +159,67 @@ class AsyncClient(ProtocolMethods):
 
     @classmethod
     async def connect(cls, address: str | tuple[str, int], *,
+                      token: str | None = None,
+                      ssl: _ssl.SSLContext | None = None,
+                      server_hostname: str | None = None,
                       max_line_bytes: int = MAX_LINE_BYTES,
                       on_notification: NotificationHandler | None = None) -> AsyncClient:
-        """A client on a TCP connection to ``agentstate serve --listen``. ``address``:
-        ``"HOST:PORT"``, ``"[V6]:PORT"`` or ``(host, port)``. ``max_line_bytes`` must not
-        exceed the server's --max-line-bytes (default 16 MiB): longer requests are refused
-        locally with TooLargeError.
+        """A client on a connection to ``agentstate serve --listen``. ``address``:
+        ``"HOST:PORT"``, ``"[V6]:PORT"`` or ``(host, port)`` for TCP; ``"unix:PATH"`` for a
+        Unix socket. ``max_line_bytes`` must not exceed the server's --max-line-bytes
+        (default 16 MiB): longer requests are refused locally with TooLargeError.
 
-        Raises ValueError for a malformed address; ConnectionClosedError when the
-        connection cannot be made."""
-        host, port = parse_address(address)
+        ``token``: sent in ``authenticate`` as the connection's first request (a server
+        started with --auth-file); the client is returned once the server has accepted it.
+        ``ssl``: TLS on a TCP address (``serve --tls-cert``), with this context (load a CA
+        for a self-signed server, a certificate chain for --tls-client-ca);
+        ``server_hostname``: the name the server's certificate is checked against, default
+        the address's host.
+
+        Raises ValueError for a malformed address, or ``ssl`` with a Unix socket;
+        ConnectionClosedError when the connection (or the TLS handshake) cannot be made;
+        UnauthenticatedError when the server refuses the token (the connection is then
+        closed). The token never appears in a message."""
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ValueError("token must be a non-empty string")
+        if ssl is not None and not isinstance(ssl, _ssl.SSLContext):
+            raise ValueError(f"ssl must be an ssl.SSLContext, not {type(ssl).__name__}")
+        if isinstance(address, str) and address.startswith("unix:"):
+            path = address[len("unix:"):]
+            if not path or "\0" in path or len(os.fsencode(path)) > 107:
+                raise ValueError(f"address {address!r}: a Unix socket path must be 1 to 107 "
+                                 "bytes without NUL")
+            if ssl is not None or server_hostname is not None:
+                raise ValueError("ssl and server_hostname apply to a TCP address; a Unix "
+                                 "socket is not encrypted")
+            description = f"agentstate serve at unix:{path}"
+            opening = asyncio.open_unix_connection(path, limit=READ_LIMIT)
+        else:
+            host, port = parse_address(address)
+            if server_hostname is not None and ssl is None:
+                raise ValueError("server_hostname needs ssl")
+            description = f"agentstate serve at {host}:{port}" + (" (TLS)" if ssl else "")
+            opening = asyncio.open_connection(host, port, limit=READ_LIMIT, ssl=ssl,
+                                              server_hostname=server_hostname)
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
-        except OSError as e:
-            raise ConnectionClosedError(f"cannot connect to {host}:{port}: {e}") from e
-        return cls(reader, writer, max_line_bytes=max_line_bytes,
-                   on_notification=on_notification,
-                   description=f"agentstate serve at {host}:{port}")
+            reader, writer = await opening
+        except (OSError, _ssl.SSLError) as e:
+            raise ConnectionClosedError(f"cannot connect to {description}: {e}") from e
+        client = cls(reader, writer, max_line_bytes=max_line_bytes,
+                     on_notification=on_notification, description=description)
+        if token is not None:
+            try:
+                await client.authenticate(token)
+            except AgentStateError as e:
+                await client._abort()
+                if isinstance(e, ConnectionClosedError):
+                    raise
+                raise type(e)(e.kind, e.code, f"{description} refused the token: {e.message}",
+                              e.data) from None
+            except BaseException:
+                await client._abort()
+                raise
+        return client
 
     # -- requests ------------------------------------------------------------------
 
@@ -373,10 +419,17 @@ class AsyncClient(ProtocolMethods):
 
     async def _close(self) -> None:
         self._closing = True
-        try:
-            self._writer.write_eof()
-        except (OSError, RuntimeError):
-            pass  # the stream has already ended; the reader has seen or will see it
+        if self._writer.transport.get_extra_info("sslcontext") is not None:
+            # TLS has no half-close: wait for the answers owed, then close both ways.
+            owed = [f for f in self._pending.values() if not f.done()]
+            if owed:
+                await asyncio.wait(owed)
+            self._writer.close()
+        else:
+            try:
+                self._writer.write_eof()
+            except (OSError, RuntimeError):
+                pass  # the stream has already ended; the reader has seen or will see it
         await self._reader_task
         if self._process is None:
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import ssl as _ssl
 import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any
@@ -51,11 +52,14 @@ class Client(ProtocolMethods):
             max_line_bytes=max_line_bytes, on_notification=on_notification))
 
     @classmethod
-    def connect(cls, address: str | tuple[str, int], *, max_line_bytes: int = MAX_LINE_BYTES,
+    def connect(cls, address: str | tuple[str, int], *, token: str | None = None,
+                ssl: _ssl.SSLContext | None = None, server_hostname: str | None = None,
+                max_line_bytes: int = MAX_LINE_BYTES,
                 on_notification: NotificationHandler | None = None) -> Client:
         """AsyncClient.connect, blocking: same arguments, same errors."""
         return cls._start(lambda: AsyncClient.connect(
-            address, max_line_bytes=max_line_bytes, on_notification=on_notification))
+            address, token=token, ssl=ssl, server_hostname=server_hostname,
+            max_line_bytes=max_line_bytes, on_notification=on_notification))
 
     @classmethod
     def _start(cls, make: Any) -> Client:

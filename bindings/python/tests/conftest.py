@@ -45,23 +45,32 @@ def run(coro):
 
 
 class TcpServer:
-    """``agentstate serve --listen 127.0.0.1:0`` as a child process; ``address`` is the
-    ``HOST:PORT`` it logged. Its stderr is drained on a thread (kept in ``log``)."""
+    """``agentstate serve --listen 127.0.0.1:0`` (or the given ``listen`` specs) as a child
+    process; ``addresses`` are the addresses it logged, in --listen order (``HOST:PORT``,
+    ``unix:PATH``), ``address`` the first. Its stderr is drained on a thread (kept in
+    ``log``)."""
 
-    def __init__(self, binary: str, store: Path, extra: list[str]):
+    def __init__(self, binary: str, store: Path, extra: list[str],
+                 listen: tuple[str, ...] = ("127.0.0.1:0",)):
+        args = [binary, "serve", "--store", str(store)]
+        for spec in listen:
+            args += ["--listen", spec]
         self.proc = subprocess.Popen(
-            [binary, "serve", "--store", str(store), "--listen", "127.0.0.1:0", *extra],
+            [*args, *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.log: list[str] = []
+        self.addresses: list[str] = []
         self.address = None
         for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.log.append(line)
-            # The log line (text or json format) holds "listening on HOST:PORT".
-            m = re.search(r'listening on ([^\s"]+:\d+)', line)
+            # The log line (text or json format) holds "listening on ADDRESS".
+            m = re.search(r'listening on ([^\s"]+)', line)
             if m:
-                self.address = m.group(1)
-                break
+                self.addresses.append(m.group(1))
+                if len(self.addresses) == len(listen):
+                    self.address = self.addresses[0]
+                    break
         if self.address is None:
             self.proc.wait(10)
             raise RuntimeError(f"serve --listen printed no address; exit {self.proc.returncode}: {self.log}")
@@ -85,8 +94,9 @@ class TcpServer:
 def tcp_server_factory(agentstate_bin: str, tmp_path: Path):
     servers: list[TcpServer] = []
 
-    def make(*extra: str, name: str = "tcp-store") -> TcpServer:
-        server = TcpServer(agentstate_bin, tmp_path / name, list(extra))
+    def make(*extra: str, name: str = "tcp-store",
+             listen: tuple[str, ...] = ("127.0.0.1:0",)) -> TcpServer:
+        server = TcpServer(agentstate_bin, tmp_path / name, list(extra), listen)
         servers.append(server)
         return server
 

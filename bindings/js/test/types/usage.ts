@@ -3,11 +3,24 @@
 import { BaseSessionService, createEvent, Runner, LlmAgent } from '@google/adk';
 import type { Event, Session } from '@google/adk';
 import { AgentStateError, AgentStateSessionService, ERROR_KINDS } from '@agentstate/adk';
-import type { AgentStateErrorKind, AgentStateSessionServiceOptions } from '@agentstate/adk';
+import type { AgentStateErrorKind, AgentStateSessionServiceOptions, AgentStateTlsOptions } from '@agentstate/adk';
 
 const base: BaseSessionService = new AgentStateSessionService({ store: './data' });
 new AgentStateSessionService({ memory: true, durability: 'nosync', binary: '/usr/bin/agentstate' });
 new AgentStateSessionService({ address: '127.0.0.1:7400' });
+new AgentStateSessionService({ address: 'unix:/run/agentstate/sock', token: 'secret-token-0123456789' });
+new AgentStateSessionService({ address: 'db:7400', token: 't', tls: { ca: 'PEM', servername: 'db' } });
+new AgentStateSessionService({ address: 'db:7400', tls: true });
+const mutual: AgentStateTlsOptions = { ca: ['PEM'], cert: new Uint8Array(4), key: 'PEM', minVersion: 'TLSv1.3' };
+new AgentStateSessionService({ address: 'db:7400', tls: mutual });
+// @ts-expect-error ca is text or bytes
+new AgentStateSessionService({ address: 'db:7400', tls: { ca: 7 } });
+// @ts-expect-error a token is for a server at an address
+new AgentStateSessionService({ memory: true, token: 't' });
+// @ts-expect-error tls is for a server at an address
+new AgentStateSessionService({ store: './x', tls: true });
+// @ts-expect-error host and port come from the address
+new AgentStateSessionService({ address: 'db:7400', tls: { port: 1 } });
 const options: AgentStateSessionServiceOptions = { store: './x', durability: 'sync' };
 // @ts-expect-error exactly one of store, memory and address
 new AgentStateSessionService({ memory: true, store: './x' });

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: tools_serve_test
 // `agentstate serve` over stdin/stdout: the real binary, driven through pipes.
 // Covers every method of docs/protocol.md, every error kind a client can reach,
 // malformed lines, pipelining, per-session order, notifications and the

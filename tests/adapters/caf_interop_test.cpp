@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: caf_interop_test
+// test-tiers: tsan
 // The typed engine_actor handle, driven from a CAF host's own actor system.
 #include <doctest/doctest.h>
 

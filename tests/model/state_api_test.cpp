@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: state_state_api_test
 // docs/semantics.md I1, N1, N2: the delta-aware state view (agentstate/state.hpp),
 // rule by rule. Pure: no engine, no store.
 #include <doctest/doctest.h>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: invocation_deletes_test
+// test-tiers: write_map
 // Explicit deletes (S3: null is a value; a delete is actions.state_remove),
 // on both stores, through restart and on the wire.
 #include <doctest/doctest.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: tools_serve_pipeline_test
 // `agentstate serve` with one session's requests pipelined (the real binary
 // over pipes, LMDB store in a temp dir): responses to one session's requests
 // come back in request order, versions are consecutive, appends share

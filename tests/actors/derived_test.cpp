@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: invocation_derived_test
+// test-tiers: write_map
 // docs/semantics.md N1 derived keys: registered by the host, recomputed by the
 // engine when an append (or create) changes an input, stored under derived:.
 #include <doctest/doctest.h>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// tests/restart_test.cpp: what survives close() and reopen of an LMDB store,
+// test-name: restart_test
+// test-tiers: tsan write_map
+// tests/actors/restart_test.cpp: what survives close() and reopen of an LMDB store,
 // idempotent retries across a restart (A6), and one owner per store
 // directory (README guarantee 9). LMDB only, in sync and nosync modes.
 #include "support/test_support.hpp"

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// tests/concurrency_test.cpp: real host threads against one engine, both
+// test-name: concurrency_test
+// test-tiers: tsan write_map
+// tests/actors/concurrency_test.cpp: real host threads against one engine, both
 // stores. Concurrent appenders lose nothing and get one total order (README
 // guarantee 2), concurrent creates of one id have one winner (C2), shared
 // keys end at the last committed write (S4), reads are consistent snapshots

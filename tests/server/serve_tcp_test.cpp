@@ -1,166 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: tools_serve_tcp_test
+// test-tiers: tsan
 // `agentstate serve --listen`: the real binary on a loopback port, many
 // clients at once, stopped with SIGTERM.
-#include "support/test_support.hpp"
-
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "server/net_support.hpp"
 
 #include <map>
-#include <regex>
-
-extern char** environ;
 
 namespace {
 
 using namespace agentstate;
 using namespace agentstate::test;
+using namespace agentstate::test::net;
 using namespace std::chrono_literals;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// The tool as a child process with stdin from /dev/null and stderr in a file.
-class server_process {
-public:
-  server_process(std::vector<std::string> args, std::string err_path)
-    : err_path_(std::move(err_path)) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    std::vector<std::string> argv_s{AGENTSTATE_BIN, "serve"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    REQUIRE(rc == 0);
-  }
-
-  ~server_process() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  /// The port from the "listening on 127.0.0.1:PORT" line on stderr.
-  int port(std::chrono::milliseconds t = 10s) {
-    std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
-    auto deadline = std::chrono::steady_clock::now() + t;
-    for (;;) {
-      std::smatch m;
-      auto text = read_file(err_path_);
-      if (std::regex_search(text, m, re))
-        return std::stoi(m[1]);
-      INFO("stderr so far: ", text);
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-
-  void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
-
-  int wait_exit(std::chrono::milliseconds t = 15s) {
-    auto deadline = std::chrono::steady_clock::now() + t;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(5ms);
-    }
-    pid_ = -1;
-    REQUIRE(WIFEXITED(status));
-    return WEXITSTATUS(status);
-  }
-
-private:
-  std::string err_path_;
-  pid_t pid_ = -1;
-};
-
-// A blocking loopback client. No doctest assertions: it runs on worker
-// threads; failures come back as empty results.
-class client {
-public:
-  explicit client(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~client() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  bool connected() const { return fd_ >= 0; }
-
-  bool send(const std::string& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-      auto n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        return false;
-      off += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-
-  /// The next response line, parsed; nullopt on timeout, EOF or bad JSON.
-  std::optional<json> next(std::chrono::milliseconds t = 10s) {
-    auto deadline = std::chrono::steady_clock::now() + t;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        auto line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        auto r = parse_json(line, 512);
-        if (!r)
-          return std::nullopt;
-        return std::move(*r);
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0)
-        return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-        continue;
-      char chunk[65536];
-      auto n = ::recv(fd_, chunk, sizeof chunk, 0);
-      if (n <= 0)
-        return std::nullopt;
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-private:
-  int fd_ = -1;
-  std::string buf_;
-};
-
 json request(json id, const std::string& method, json params) {
-  return json{{"jsonrpc", "2.0"}, {"id", std::move(id)}, {"method", method},
-              {"params", std::move(params)}};
+  return rpc(std::move(id), method, std::move(params));
 }
 
 json session_params(const std::string& session) {
@@ -310,7 +165,7 @@ TEST_CASE("serve --listen: a port already in use fails with exit 1") {
   auto err = (dir.path() / "stderr.txt").string();
   server_process srv({"--listen", "127.0.0.1:" + port, "--memory"}, err);
   CHECK(srv.wait_exit() == 1);
-  CHECK(read_file(err).find("cannot listen") != std::string::npos);
+  CHECK(read_text(err).find("cannot listen") != std::string::npos);
   ::close(fd);
 }
 
@@ -335,6 +190,6 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit(20s) == 0);
   CHECK(std::chrono::steady_clock::now() - start < 15s);
-  CHECK(read_file((dir.path() / "stderr.txt").string()).find("not reading")
+  CHECK(read_text((dir.path() / "stderr.txt").string()).find("not reading")
         != std::string::npos);
 }

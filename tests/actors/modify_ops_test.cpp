@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: invocation_modify_ops_test
 // The built-in modifies (modify_ops, the protocol's `modify` operations):
 // each resolved at commit like any state_modify; compare_and_set fails the
 // whole append with condition_failed and stores nothing.

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: invocation_invocation_test
+// test-tiers: tsan
 // docs/semantics.md I1-I3 through agentstate::invocation: the delta-aware view,
 // appends carrying the pending change, the lease, output_key, templating.
 #include <doctest/doctest.h>

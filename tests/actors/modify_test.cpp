@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-name: invocation_modify_test
+// test-tiers: tsan write_map
 // Atomic modify (issue #6 item 2): resolved by the store writer inside the
 // commit, in commit order, so concurrent writers of one key lose nothing.
 #include <doctest/doctest.h>

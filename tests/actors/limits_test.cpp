@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// tests/limits_test.cpp: every documented limit at its boundary and one past
+// test-name: limits_test
+// test-tiers: write_map
+// tests/actors/limits_test.cpp: every documented limit at its boundary and one past
 // it, and bad input of every kind (options.hpp limits, README guarantee 8:
 // "every invalid request gets a typed error, stores nothing, and leaves every
 // actor alive"). Both stores.
