@@ -130,6 +130,14 @@ public:
   /// existing empty directory `dest`, while writers go on. `compact` omits
   /// free pages. Throws kv_failure (internal for the memory store).
   virtual void copy_to(const std::string& dest, bool compact) = 0;
+  /// The same copy written as one data.mdb image to the open file
+  /// descriptor `fd` (a pipe, a file, standard output), from its current
+  /// position; `fd` stays open and owned by the caller. Throws kv_failure
+  /// (io_error when writing to `fd` fails; internal for stores that have no
+  /// file image, as this default does).
+  virtual void copy_to_fd(int /*fd*/, bool /*compact*/) {
+    throw kv_failure{errc::internal, "this store has no file image to copy"};
+  }
   /// How many times the store dropped its mapped pages from the process to
   /// keep them under the resident bound (open_lmdb_kv); 0 for other stores.
   virtual std::uint64_t resident_trims() const { return 0; }

@@ -62,6 +62,9 @@ public:
     check("mdb_env_copy2",
           ::mdb_env_copy2(h_->env, dest.c_str(), compact ? MDB_CP_COMPACT : 0u));
   }
+  void copy_to_fd(int fd, bool compact) override {
+    check("mdb_env_copyfd2", ::mdb_env_copyfd2(h_->env, fd, compact ? MDB_CP_COMPACT : 0u));
+  }
   kv_info info() override {
     MDB_envinfo ei;
     MDB_stat st;

@@ -33,6 +33,15 @@ result<kv_info> info(kv_store& kv) {
   }
 }
 
+result<void> copy_to_fd(kv_store& kv, int fd, bool compact) {
+  try {
+    kv.copy_to_fd(fd, compact);
+    return {};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
 result<void> copy_to(kv_store& kv, const std::string& dest, bool compact) {
   try {
     kv.copy_to(dest, compact);

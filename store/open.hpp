@@ -30,4 +30,7 @@ result<kv_info> info(kv_store& kv);
 /// kv_store::copy_to as a result.
 result<void> copy_to(kv_store& kv, const std::string& dest, bool compact);
 
+/// kv_store::copy_to_fd as a result.
+result<void> copy_to_fd(kv_store& kv, int fd, bool compact);
+
 } // namespace agentstate::store

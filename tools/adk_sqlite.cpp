@@ -32,6 +32,7 @@
 #include "store/lock.hpp"
 #include "store/open.hpp"
 #include "store/reads.hpp"
+#include "tools/cli.hpp"
 
 namespace agentstate::tools::adk {
 
@@ -1117,37 +1118,6 @@ result<void> sync_path(const std::string& path, bool directory) {
 
 // -- the commands ----------------------------------------------------------------------
 
-bool has(const std::vector<std::string>& args, const char* opt) {
-  for (auto& a : args)
-    if (a == opt)
-      return true;
-  return false;
-}
-
-/// Progress on stderr, at most twice a second, only when stderr is a
-/// terminal (never a \r into a log file).
-struct progress_line {
-  bool tty = ::isatty(STDERR_FILENO) == 1;
-  std::chrono::steady_clock::time_point last{};
-  bool shown = false;
-  void operator()(const char* what, std::uint64_t n) {
-    if (!tty)
-      return;
-    auto now = std::chrono::steady_clock::now();
-    if (now - last < std::chrono::milliseconds(500))
-      return;
-    last = now;
-    shown = true;
-    std::fprintf(stderr, "\r%s: %llu", what, static_cast<unsigned long long>(n));
-    std::fflush(stderr);
-  }
-  void done() {
-    if (shown)
-      std::fputs("\n", stderr);
-    shown = false;
-  }
-};
-
 /// A summary line: JSON whose strings may hold bytes that are not UTF-8
 /// (names read from a file), shown with U+FFFD.
 std::string summary_text(const json& j) {
@@ -1397,11 +1367,9 @@ result<write_stats> write_file(store::kv_read& txn, const std::string& path, fla
 // -- commands --------------------------------------------------------------------------
 
 const char* const import_help =
-  "usage: agentstate import --from-adk-sqlite FILE DIR [--skip-oversized]\n"
-  "\n"
-  "Reads a session store ADK keeps in SQLite into the store in DIR (created if\n"
-  "missing; it must hold no data; no engine may have it open). Recognised by\n"
-  "its tables, columns and metadata:\n"
+  "With --from-adk-sqlite FILE: reads a session store ADK keeps in SQLite into\n"
+  "the store in DIR (created if missing; it must hold no data; no engine may\n"
+  "have it open). Recognised by its tables, columns and metadata:\n"
   "  adk-python-database  ADK-Python DatabaseSessionService, schema v1\n"
   "                       (adk_internal_metadata schema_version 1)\n"
   "  adk-python-sqlite    ADK-Python SqliteSessionService (no metadata table,\n"
@@ -1441,14 +1409,13 @@ const char* const import_help =
   "2 (usage).\n";
 
 const char* const export_help =
-  "usage: agentstate export --to-adk-sqlite FILE DIR [--adk-flavor F]\n"
-  "\n"
-  "Writes the store in DIR into FILE, a new SQLite file (it must not exist), as\n"
-  "ADK's session schema v1, which that ADK's session service opens and serves\n"
-  "as its own. F: adk-js (default; ADK-JS DatabaseSessionService),\n"
-  "adk-python-database (ADK-Python DatabaseSessionService) or adk-python-sqlite\n"
-  "(ADK-Python SqliteSessionService). Read-only on DIR; safe while an engine\n"
-  "runs (one snapshot). FILE appears whole or not at all.\n"
+  "With --to-adk-sqlite FILE: writes the store in DIR into FILE, a new SQLite\n"
+  "file (it must not exist), as ADK's session schema v1, which that ADK's\n"
+  "session service opens and serves as its own. --adk-flavor F: adk-js\n"
+  "(default; ADK-JS DatabaseSessionService), adk-python-database (ADK-Python\n"
+  "DatabaseSessionService) or adk-python-sqlite (ADK-Python\n"
+  "SqliteSessionService). Read-only on DIR; safe while an engine runs (one\n"
+  "snapshot). FILE appears whole or not at all.\n"
   "\n"
   "Mapping, agentstate -> ADK:\n"
   "  session         sessions row: created -> create_time, last_update_time ->\n"
@@ -1475,62 +1442,9 @@ const char* const export_help =
   "\n"
   "On stdout, one JSON summary. Exit 0, 1 (failed; nothing written), 2 (usage).\n";
 
-bool wants_import(const std::vector<std::string>& args) noexcept {
-  return has(args, "--from-adk-sqlite");
-}
-
-bool wants_export(const std::vector<std::string>& args) noexcept {
-  return has(args, "--to-adk-sqlite");
-}
-
-namespace {
-
-// Parses `args`: options in `with_value` take the next argument; `flags`
-// take none; the rest are positionals. False after printing the problem.
-bool parse_args(const std::vector<std::string>& args, const std::set<std::string>& with_value,
-                const std::set<std::string>& flags, std::map<std::string, std::string>& opts,
-                std::vector<std::string>& positional, bool& help, const char* usage) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    if (a == "--help" || a == "-h") {
-      help = true;
-    } else if (with_value.count(a)) {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "%s needs a value\n\n%s", a.c_str(), usage);
-        return false;
-      }
-      opts[a] = args[++i];
-    } else if (flags.count(a)) {
-      opts[a] = "1";
-    } else if (a.size() > 1 && a[0] == '-') {
-      std::fprintf(stderr, "unknown option '%s'\n\n%s", a.c_str(), usage);
-      return false;
-    } else {
-      positional.push_back(a);
-    }
-  }
-  return true;
-}
-
-} // namespace
-
-int run_import(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> opts;
-  std::vector<std::string> pos;
-  bool help = false;
-  if (!parse_args(args, {"--from-adk-sqlite"}, {"--skip-oversized"}, opts, pos, help,
-                  import_help))
-    return 2;
-  if (help) {
-    std::fputs(import_help, stdout);
-    return 0;
-  }
-  if (pos.size() != 1 || !opts.count("--from-adk-sqlite")) {
-    std::fputs(import_help, stderr);
-    return 2;
-  }
-  const std::string file = opts["--from-adk-sqlite"];
-  const bool skip_ok = opts.count("--skip-oversized") > 0;
+int run_import(const import_args& a) {
+  const std::string& file = a.file;
+  const bool skip_ok = a.skip_oversized;
   auto src = source::open(file);
   if (!src) {
     std::fprintf(stderr, "import: %s\n", src.err().message.c_str());
@@ -1543,6 +1457,7 @@ int run_import(const std::vector<std::string>& args) {
   // Pass 1: everything is read and checked before anything is written.
   progress_line prog;
   read_stats check;
+  std::uint64_t records_checked = 0;
   {
     auto p = s.start(check);
     std::string line;
@@ -1559,6 +1474,7 @@ int run_import(const std::vector<std::string>& args) {
       prog("checked records", ++n);
     }
     prog.done();
+    records_checked = n;
   }
   auto fill = [&](const read_stats& st) {
     summary["sessions"] = st.sessions;
@@ -1584,7 +1500,7 @@ int run_import(const std::vector<std::string>& args) {
     return 1;
   }
   // Pass 2: the same records, into the store.
-  const std::string& dir_arg = pos[0];
+  const std::string& dir_arg = a.dir;
   std::error_code ec;
   fs::create_directories(dir_arg, ec);
   auto dir = fs::canonical(dir_arg, ec).string();
@@ -1610,7 +1526,7 @@ int run_import(const std::vector<std::string>& args) {
   auto p = s.start(done);
   pass_buf buf(*p);
   std::istream in(&buf);
-  auto n = store::import_store(**kv, in, [&](std::uint64_t k) { prog("imported records", k); });
+  auto n = store::import_store(**kv, in, [&](std::uint64_t k) { prog("imported records", k, records_checked); });
   prog.done();
   if (buf.failure) {
     std::fprintf(stderr, "import: %s\n", buf.failure->message.c_str());
@@ -1628,34 +1544,17 @@ int run_import(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run_export(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> opts;
-  std::vector<std::string> pos;
-  bool help = false;
-  if (!parse_args(args, {"--to-adk-sqlite", "--adk-flavor"}, {}, opts, pos, help, export_help))
-    return 2;
-  if (help) {
-    std::fputs(export_help, stdout);
-    return 0;
-  }
-  if (pos.size() != 1 || !opts.count("--to-adk-sqlite")) {
-    std::fputs(export_help, stderr);
-    return 2;
-  }
+int run_export(const export_args& a) {
   flavor f = flavor::js;
-  if (opts.count("--adk-flavor")) {
-    auto p = parse_flavor(opts["--adk-flavor"]);
-    if (!p) {
-      std::fprintf(stderr,
-                   "unknown --adk-flavor '%s' (adk-js, adk-python-database, "
-                   "adk-python-sqlite)\n\n%s",
-                   opts["--adk-flavor"].c_str(), export_help);
-      return 2;
-    }
+  if (!a.flavor.empty()) {
+    auto p = parse_flavor(a.flavor);
+    if (!p)
+      return usage_error("export", "unknown --adk-flavor '" + a.flavor
+                                     + "' (adk-js, adk-python-database, adk-python-sqlite)");
     f = *p;
   }
-  const std::string file = opts["--to-adk-sqlite"];
-  auto kv = store::open_lmdb_readonly(pos[0]);
+  const std::string& file = a.file;
+  auto kv = store::open_lmdb_readonly(a.dir);
   if (!kv) {
     std::fprintf(stderr, "export: %s\n", kv.err().message.c_str());
     return 1;

@@ -156,16 +156,25 @@ struct write_stats {
 result<write_stats> write_file(store::kv_read& txn, const std::string& path, flavor f,
                                const std::function<void(std::uint64_t)>& progress = {});
 
-/// The commands. `args` are those after `import` / `export`, including the
-/// --from-adk-sqlite / --to-adk-sqlite option. Exit codes as commands.hpp.
-int run_import(const std::vector<std::string>& args);
-int run_export(const std::vector<std::string>& args);
+/// What `import --from-adk-sqlite` and `export --to-adk-sqlite` were given
+/// (parsed by tools/store_tools.cpp).
+struct import_args {
+  std::string file; ///< the SQLite file
+  std::string dir;  ///< the store
+  bool skip_oversized = false;
+};
+struct export_args {
+  std::string file;   ///< the SQLite file to create
+  std::string dir;    ///< the store
+  std::string flavor; ///< --adk-flavor; empty: adk-js
+};
 
-/// True when `args` hold the option that selects run_import / run_export.
-bool wants_import(const std::vector<std::string>& args) noexcept;
-bool wants_export(const std::vector<std::string>& args) noexcept;
+/// The commands. Exit codes as commands.hpp; each prints one JSON summary
+/// on stdout.
+int run_import(const import_args& a);
+int run_export(const export_args& a);
 
-/// The --help texts of the two, mapping included.
+/// The prose of the two in --help (what is read and written, the mapping).
 extern const char* const import_help;
 extern const char* const export_help;
 

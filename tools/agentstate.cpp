@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// agentstate: the command-line tool. `agentstate --help` lists the commands.
+// agentstate: the command-line tool. `agentstate --help` lists the commands;
+// `agentstate COMMAND ...` parses the rest with the command's declarations
+// (tools/cli.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "agentstate/version.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -36,10 +39,15 @@ std::vector<command> commands() {
 namespace {
 
 void usage(std::FILE* out) {
-  std::fputs("usage: agentstate <command> [options]\n\ncommands:\n", out);
+  std::fputs("usage: agentstate <command> [options]\n"
+             "       agentstate --version\n\ncommands:\n",
+             out);
   for (auto& c : agentstate::tools::commands())
     std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-  std::fputs("\nRun 'agentstate <command> --help' for a command's options.\n"
+  std::fputs("\noptions:\n"
+             "  -h, --help  print this help and exit\n"
+             "  --version   print the version and exit\n"
+             "\nRun 'agentstate <command> --help' for a command's options.\n"
              "Exit codes: 0 success, 1 the work failed, 2 bad usage.\n",
              out);
 }
@@ -47,25 +55,37 @@ void usage(std::FILE* out) {
 } // namespace
 
 int main(int argc, char** argv) {
-  agentstate::tools::args args(argv + 1, argv + argc);
-  if (args.empty()) {
-    usage(stderr);
-    return 2;
+  using namespace agentstate::tools;
+  if (argc > 1) {
+    const std::string name = argv[1];
+    for (auto& c : commands())
+      if (name == c.name)
+        return parse_and_run(c, args(argv + 2, argv + argc));
+    if (name == "help" && argc == 2) {
+      usage(stdout);
+      return 0;
+    }
   }
-  auto name = args.front();
-  args.erase(args.begin());
-  if (name == "--help" || name == "-h" || name == "help") {
+  // No command: the tool's own options.
+  CLI::App app("", "agentstate");
+  app.set_help_flag("-h,--help");
+  app.allow_extras();
+  bool version = false;
+  app.add_flag("--version", version);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
     usage(stdout);
     return 0;
+  } catch (const CLI::ParseError& e) {
+    return usage_error("", e.what());
   }
-  if (name == "--version") {
+  for (auto& x : app.remaining())
+    return usage_error("", x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
+                                                        : "unknown command '" + x + "'");
+  if (version) {
     std::puts("agentstate " AGENTSTATE_VERSION_STRING);
     return 0;
   }
-  for (auto& c : agentstate::tools::commands())
-    if (name == c.name)
-      return c.run(args);
-  std::fprintf(stderr, "agentstate: unknown command '%s'\n\n", name.c_str());
-  usage(stderr);
-  return 2;
+  return usage_error("", "no command given");
 }

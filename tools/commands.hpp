@@ -3,24 +3,31 @@
 // own file under tools/ and registers itself at static-initialization time:
 //
 //   static const bool registered = agentstate::tools::register_command(
-//     {"demo", "a guided run of the engine on an LMDB store", run_demo});
+//     {"demo", "a guided run of the engine on an LMDB store", define_demo});
 //
-// A command takes the arguments after its name and returns the exit code:
-// 0 success, 1 the work failed (details on stderr), 2 bad usage. Every command
-// answers --help on stdout with exit 0.
+// A command's define function declares its usage, options and positionals on
+// the command_line (tools/cli.hpp), bound to state the function it returns
+// owns; that function runs after a parse without error and returns the exit
+// code: 0 success, 1 the work failed (details on stderr), 2 bad usage
+// (usage_error), salvage's 3 (some sessions lost). --help, generated from the
+// declarations, goes to stdout with exit 0.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace agentstate::tools {
 
+struct command_line;
+
 using args = std::vector<std::string>;
+using runner = std::function<int()>;
 
 struct command {
   const char* name;
   const char* summary; ///< one line for `agentstate --help`
-  int (*run)(const args&);
+  runner (*define)(command_line&);
 };
 
 /// Adds `c` to the tool. Returns true (for static registration).
@@ -28,5 +35,9 @@ bool register_command(const command& c);
 
 /// Every registered command, sorted by name.
 std::vector<command> commands();
+
+/// Parses `xs` (the arguments after the command's name) with `c`'s
+/// declarations and runs it; returns its exit code (tools/cli.cpp).
+int parse_and_run(const command& c, const args& xs);
 
 } // namespace agentstate::tools

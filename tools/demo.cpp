@@ -14,20 +14,12 @@
 #include <vector>
 
 #include "agentstate/engine.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
 
 namespace {
-
-const char* demo_usage =
-  "usage: agentstate demo [--dir DIR] [--fresh] [--agents N] [--appends M]\n"
-  "\n"
-  "  --dir DIR     store directory (default ./agentstate-data); each run adds a\n"
-  "                new app to it, so earlier runs' data stays intact\n"
-  "  --fresh       delete the store in DIR first (only if DIR holds a store)\n"
-  "  --agents N    concurrent agents in the crowd step (default 64)\n"
-  "  --appends M   events each agent appends (default 200)\n";
 
 int failures = 0;
 
@@ -77,43 +69,52 @@ session fetch(engine& eng, const session_ref& ref, std::string invocation = {}) 
 
 } // namespace
 
-int run_demo(const std::vector<std::string>& args) {
+struct demo_options {
   std::string dir = "./agentstate-data";
   bool fresh = false;
-  int agents = 64, appends = 200;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "demo: %s needs a value\n%s", a.c_str(), demo_usage);
-        std::exit(2);
-      }
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(demo_usage, stdout);
-      return 0;
-    } else if (a == "--dir") {
-      dir = next();
-    } else if (a == "--fresh") {
-      fresh = true;
-    } else if (a == "--agents" || a == "--appends") {
-      auto v = next();
-      int n = 0;
-      try {
-        n = std::stoi(v);
-      } catch (...) {
-      }
-      if (n < 1 || n > 100000) {
-        std::fprintf(stderr, "demo: %s takes a number 1..100000\n", a.c_str());
-        return 2;
-      }
-      (a == "--agents" ? agents : appends) = n;
-    } else {
-      std::fprintf(stderr, "demo: unknown option '%s'\n%s", a.c_str(), demo_usage);
-      return 2;
-    }
-  }
+  std::string agents = "64", appends = "200";
+};
+
+int run_demo(const demo_options& o);
+
+runner define_demo(command_line& cl) {
+  auto o = std::make_shared<demo_options>();
+  cl.usage = "agentstate demo [--dir DIR] [--fresh] [--agents N] [--appends M]";
+  cl.description =
+    "A short guided run of the engine on an LMDB store: scopes across two users\n"
+    "and three sessions, temp: state that never reaches disk, a crowd of\n"
+    "concurrent agents appending (with a measured events/s line), and all of it\n"
+    "still there after the engine is closed and reopened. Every claim it prints\n"
+    "is checked.";
+  cl.footer = "Exit 0 every check held, 1 a check or an engine call failed, 2 usage.";
+  cl.app.add_option("--dir", o->dir,
+                    "store directory (default ./agentstate-data); each run adds a\n"
+                    "new app to it, so earlier runs' data stays intact")
+    ->type_name("DIR");
+  cl.app.add_flag("--fresh", o->fresh, "delete the store in DIR first (only if DIR holds a store)");
+  cl.app.add_option("--agents", o->agents, "concurrent agents in the crowd step (default 64)")
+    ->type_name("N");
+  cl.app.add_option("--appends", o->appends, "events each agent appends (default 200)")
+    ->type_name("M");
+  return [o] { return run_demo(*o); };
+}
+
+/// `v` as a count 1..100000; 0 for anything else.
+int demo_count(const std::string& v) {
+  if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
+    return 0;
+  int n = std::stoi(v);
+  return n <= 100000 ? n : 0;
+}
+
+int run_demo(const demo_options& o) {
+  const std::string& dir = o.dir;
+  const bool fresh = o.fresh;
+  const int agents = demo_count(o.agents), appends = demo_count(o.appends);
+  if (agents < 1)
+    return usage_error("demo", "--agents takes a number 1..100000, not '" + o.agents + "'");
+  if (appends < 1)
+    return usage_error("demo", "--appends takes a number 1..100000, not '" + o.appends + "'");
   namespace fs = std::filesystem;
   if (fresh && fs::exists(fs::path(dir) / "data.mdb")) {
     std::error_code ec;
@@ -264,6 +265,6 @@ int run_demo(const std::vector<std::string>& args) {
 
 static const bool registered = register_command(
   {"demo", "a guided run of the engine on an LMDB store (default ./agentstate-data)",
-   run_demo});
+   define_demo});
 
 } // namespace agentstate::tools

@@ -21,6 +21,7 @@
 #include "store/lock.hpp"
 #include "store/open.hpp"
 #include "store/reads.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/fault_guard.hpp"
 
@@ -30,25 +31,36 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* salvage_usage =
-  "usage: agentstate salvage DIR DEST [--json]\n"
-  "\n"
-  "Copies every session of the store in DIR that reads clean - its record,\n"
-  "state and every event decode, and no read of it faults - into a new store\n"
-  "in DEST (created; must not exist or be empty), with the user and app state\n"
-  "that reads clean, and lists every session it could not copy with the\n"
-  "reason. For a store that verify reports damaged, or that the engine\n"
-  "refuses with data_corrupt (a truncated data.mdb is read as far as it goes).\n"
-  "Reads DIR without its lock: run it on a store no engine writes. DEST is\n"
-  "written through `import` (one transaction per 10,000 records) and holds\n"
-  "its lock while salvage runs.\n"
-  "\n"
-  "  --json   one JSON object: source, dest, sessions_found, sessions_copied,\n"
-  "           lost [{app_name, user_id, session_id, kind, message}],\n"
-  "           problems [messages about the walk and the scope state]\n"
-  "\n"
-  "Exit 0 every session copied, 3 some lost (listed), 1 nothing could be\n"
-  "done (DIR unreadable, DEST unusable), 2 usage.\n";
+struct salvage_options {
+  std::string dir, dest;
+  bool json = false;
+};
+
+int run_salvage(const salvage_options& o);
+
+runner define_salvage(command_line& cl) {
+  auto o = std::make_shared<salvage_options>();
+  cl.usage = "agentstate salvage DIR DEST [--json]";
+  cl.description =
+    "Copies every session of the store in DIR that reads clean - its record,\n"
+    "state and every event decode, and no read of it faults - into a new store\n"
+    "in DEST (created; must not exist or be empty), with the user and app state\n"
+    "that reads clean, and lists every session it could not copy with the\n"
+    "reason. For a store that verify reports damaged, or that the engine\n"
+    "refuses with data_corrupt (a truncated data.mdb is read as far as it goes).\n"
+    "Reads DIR without its lock: run it on a store no engine writes. DEST is\n"
+    "written through `import` (one transaction per 10,000 records) and holds\n"
+    "its lock while salvage runs. Progress on stderr when it is a terminal.";
+  cl.footer = "Exit 0 every session copied, 3 some lost (listed), 1 nothing could be\n"
+              "done (DIR unreadable, DEST unusable), 2 usage.";
+  cl.app.add_option("DIR", o->dir, "the damaged store")->required();
+  cl.app.add_option("DEST", o->dest, "the directory of the new store")->required();
+  cl.app.add_flag("--json", o->json,
+                  "one JSON object: source, dest, sessions_found, sessions_copied,\n"
+                  "lost [{app_name, user_id, session_id, kind, message}],\n"
+                  "problems [messages about the walk and the scope state]");
+  return [o] { return run_salvage(*o); };
+}
 
 struct lost_session {
   std::string app, user, session;
@@ -163,27 +175,9 @@ std::set<std::string> session_keys(store::kv_store& kv, std::vector<std::string>
   return keys;
 }
 
-int run_salvage(const args& in) {
-  bool as_json = false;
-  std::vector<std::string> pos;
-  for (auto& a : in) {
-    if (a == "--help" || a == "-h") {
-      std::fputs(salvage_usage, stdout);
-      return 0;
-    }
-    if (a == "--json") {
-      as_json = true;
-    } else if (a.size() > 1 && a[0] == '-') {
-      std::fprintf(stderr, "salvage: unknown option '%s'\n\n%s", a.c_str(), salvage_usage);
-      return 2;
-    } else {
-      pos.push_back(a);
-    }
-  }
-  if (pos.size() != 2) {
-    std::fputs(salvage_usage, stderr);
-    return 2;
-  }
+int run_salvage(const salvage_options& o) {
+  const bool as_json = o.json;
+  const std::vector<std::string> pos{o.dir, o.dest};
   install_fault_guard();
   const auto& src = pos[0];
   std::error_code ec;
@@ -226,8 +220,10 @@ int run_salvage(const args& in) {
   tmp << json{{"type", "header"}, {"format", store::export_format_version}}.dump() << '\n';
 
   std::vector<lost_session> lost;
-  std::uint64_t copied = 0;
+  std::uint64_t copied = 0, seen = 0;
+  progress_line prog;
   for (auto& key : keys) {
+    prog("sessions", ++seen, keys.size());
     auto p = split3(key);
     if (p.size() != 3) {
       lost.push_back({printable(key), "", "", error{errc::data_corrupt, "malformed session key"}});
@@ -262,6 +258,7 @@ int run_salvage(const args& in) {
       tmp << l << '\n';
     ++copied;
   }
+  prog.done();
   {
     std::vector<std::string> lines;
     result<void> r;
@@ -348,7 +345,7 @@ int run_salvage(const args& in) {
 
 const bool registered = register_command(
   {"salvage", "copy every session that reads clean from a damaged store into a new one",
-   run_salvage});
+   define_salvage});
 
 } // namespace
 

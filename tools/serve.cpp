@@ -7,12 +7,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +23,7 @@
 #include "agentstate/engine.hpp"
 #include "protocol/framing.hpp"
 #include "server/server.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -30,65 +33,6 @@ using protocol::stream_config;
 
 namespace {
 
-const char* serve_usage =
-  "usage: agentstate serve (--store DIR | --memory) [options]\n"
-  "\n"
-  "Serves the engine over JSON-RPC 2.0, one JSON object per line (see\n"
-  "docs/protocol.md): requests on standard input, responses on standard\n"
-  "output, or the same over TCP, TLS or Unix sockets with --listen. Logs go\n"
-  "to standard error, one line per event.\n"
-  "\n"
-  "  --store DIR            LMDB store directory (created if missing)\n"
-  "  --memory               in-memory store: everything is gone at exit\n"
-  "  --durability MODE      sync (default): fsync per group commit, survives power\n"
-  "                         loss; nosync: survives a crash of this process, not\n"
-  "                         of the OS\n"
-  "  --threads N            engine worker threads (default: one per core)\n"
-  "  --max-line-bytes N     longest request line (default 16777216); a longer\n"
-  "                         line is discarded and answered with kind too_large\n"
-  "  --max-in-flight N      requests admitted and not yet answered, per\n"
-  "                         connection (default 4096)\n"
-  "  --max-output-bytes N   responses waiting for a slow reader, per connection\n"
-  "                         (default 67108864); beyond it the connection is not\n"
-  "                         read until the client catches up\n"
-  "  --log-format FORMAT    text (default, logfmt) or json (one object per line)\n"
-  "  --create               start an empty store even where a store's lock files\n"
-  "                         remain without its data.mdb (refused otherwise: the\n"
-  "                         data of a store that was there is gone)\n"
-  "  --max-store-mb N       the store's size limit in MiB (default 65536): past it\n"
-  "                         writes fail with storage_full, before the disk fills\n"
-  "\n"
-  "Network (with --listen; may be repeated):\n"
-  "  --listen [HOST:]PORT   a TCP listener; HOST defaults to 127.0.0.1, PORT 0\n"
-  "                         picks a free port; each bound address is logged as\n"
-  "                         'listening on HOST:PORT'. A HOST beyond loopback\n"
-  "                         needs --auth-file (or --tls-client-ca) or --insecure\n"
-  "  --listen unix:PATH     a Unix socket, created 0600 and removed at exit; a\n"
-  "                         stale socket file is replaced\n"
-  "  --auth-file FILE       tokens, one 'TOKEN APP[,APP...]' or 'TOKEN *' per\n"
-  "                         line; each connection must send 'authenticate'\n"
-  "                         first. Re-read on SIGHUP\n"
-  "  --insecure             allow a non-loopback HOST without authentication\n"
-  "  --tls-cert FILE        TLS on the TCP listeners: PEM certificate chain\n"
-  "  --tls-key FILE         its PEM private key\n"
-  "  --tls-client-ca FILE   require client certificates signed by these CAs\n"
-  "  --io-threads N         I/O threads (default: one per core)\n"
-  "  --max-connections N    connections at once (default 1024); one more gets an\n"
-  "                         error line and is closed\n"
-  "  --idle-timeout-s N     close a connection idle this long (default 300; 0:\n"
-  "                         never)\n"
-  "  --line-timeout-s N     close a connection whose request line (or TLS\n"
-  "                         handshake) is not complete this long after it\n"
-  "                         began (default 30; 0: never)\n"
-  "  --shutdown-grace-s N   on SIGTERM, how long connections may take to finish\n"
-  "                         before they are dropped (default 5)\n"
-  "\n"
-  "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, their\n"
-  "responses are written, the store is flushed and closed, exit 0. A second\n"
-  "signal exits at once (status 1). SIGHUP re-reads --auth-file.\n"
-  "Exit 1 when the store cannot be opened, flushed or closed, or a listener\n"
-  "cannot be set up; 2 for bad usage.\n";
-
 struct serve_config {
   options engine_opts;
   bool have_store = false;
@@ -97,9 +41,8 @@ struct serve_config {
   server::log_format log_format = server::log_format::text;
 };
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "serve: %s\n\n%s", message.c_str(), serve_usage);
-  return 2;
+int serve_usage_error(const std::string& message) {
+  return usage_error("serve", message);
 }
 
 std::optional<std::uint64_t> parse_count(const std::string& s) {
@@ -108,147 +51,148 @@ std::optional<std::uint64_t> parse_count(const std::string& s) {
   return std::stoull(s);
 }
 
-// Returns the exit code when the arguments end the run (help, bad usage).
-std::optional<int> parse_args(const args& xs, serve_config& cfg) {
-  bool memory = false;
+/// What the command line gave, as text; checked by check_args.
+struct serve_args {
+  std::string store, durability, log_format, auth_file, tls_cert, tls_key, tls_ca;
+  bool memory = false, create = false, insecure = false;
+  bool has_store = false, has_auth_file = false;
+  std::vector<std::string> listen;
+  /// The options that take a count, by name, with their text.
+  std::vector<std::pair<std::string, std::string>> counts;
+  /// The network-only options given, in the order given.
+  std::vector<std::string> network_only;
+};
+
+/// A count option: its name, range and where it goes in the config.
+struct count_flag {
+  const char* name;
+  std::uint64_t min, max;
+  bool network_only;
+  void (*set)(serve_config&, std::uint64_t);
+};
+
+const count_flag count_flags[] = {
+  {"--threads", 0, 1024, false,
+   [](serve_config& c, std::uint64_t n) { c.engine_opts.threads = static_cast<std::size_t>(n); }},
+  {"--max-line-bytes", 1, std::uint64_t{1} << 40, false,
+   [](serve_config& c, std::uint64_t n) { c.stream.max_line_bytes = n; }},
+  {"--max-in-flight", 1, 1u << 20, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.stream.rpc.max_in_flight = static_cast<std::size_t>(n);
+   }},
+  {"--max-output-bytes", 1024, std::uint64_t{1} << 40, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.stream.max_queued_bytes = static_cast<std::size_t>(n);
+   }},
+  {"--max-store-mb", 1, std::uint64_t{1} << 24, false,
+   [](serve_config& c, std::uint64_t n) { c.engine_opts.max_store_bytes = n << 20; }},
+  {"--io-threads", 0, 1024, true,
+   [](serve_config& c, std::uint64_t n) { c.net.io_threads = static_cast<std::size_t>(n); }},
+  {"--max-connections", 1, 1u << 24, true,
+   [](serve_config& c, std::uint64_t n) {
+     c.net.lim.max_connections = static_cast<std::size_t>(n);
+   }},
+  {"--idle-timeout-s", 0, 1u << 24, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.idle_timeout = std::chrono::seconds(n); }},
+  {"--line-timeout-s", 0, 1u << 24, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.line_timeout = std::chrono::seconds(n); }},
+  {"--shutdown-grace-s", 0, 1u << 24, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.shutdown_grace = std::chrono::seconds(n); }},
+};
+
+/// The help text of each count option.
+const char* count_help(const std::string& name) {
+  if (name == "--threads")
+    return "engine worker threads (default: one per core)";
+  if (name == "--max-line-bytes")
+    return "longest request line (default 16777216); a longer\n"
+           "line is discarded and answered with kind too_large";
+  if (name == "--max-in-flight")
+    return "requests admitted and not yet answered, per\nconnection (default 4096)";
+  if (name == "--max-output-bytes")
+    return "responses waiting for a slow reader, per connection\n"
+           "(default 67108864); beyond it the connection is not\n"
+           "read until the client catches up";
+  if (name == "--max-store-mb")
+    return "the store's size limit in MiB (default 65536): past it\n"
+           "writes fail with storage_full, before the disk fills";
+  if (name == "--io-threads")
+    return "I/O threads (default: one per core)";
+  if (name == "--max-connections")
+    return "connections at once (default 1024); one more gets an\nerror line and is closed";
+  if (name == "--idle-timeout-s")
+    return "close a connection idle this long (default 300; 0:\nnever)";
+  if (name == "--line-timeout-s")
+    return "close a connection whose request line (or TLS\n"
+           "handshake) is not complete this long after it\n"
+           "began (default 30; 0: never)";
+  return "on SIGTERM, how long connections may take to finish\n"
+         "before they are dropped (default 5)";
+}
+
+// Turns the parsed text into `cfg`; returns the exit code when it is bad
+// usage.
+std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
   std::optional<durability> mode;
-  std::vector<std::string> network_only; // options that need --listen
-  std::string tls_cert, tls_key, tls_ca;
-  auto count = [](const std::string& flag, const std::string& v, std::uint64_t min,
-                  std::uint64_t max, std::uint64_t& out) -> std::optional<int> {
-    auto n = parse_count(v);
-    if (!n || *n < min || *n > max)
-      return usage_error(flag + " must be an integer " + std::to_string(min) + ".."
-                         + std::to_string(max) + ", not '" + v + "'");
-    out = *n;
-    return std::nullopt;
-  };
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    const auto& a = xs[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(serve_usage, stdout);
-      return 0;
-    }
-    if (a == "--memory") {
-      memory = true;
-      continue;
-    }
-    if (a == "--create") {
-      cfg.engine_opts.create = create_policy::always;
-      continue;
-    }
-    if (a == "--insecure") {
-      cfg.net.insecure = true;
-      network_only.push_back(a);
-      continue;
-    }
-    static const char* valued[] = {
-      "--store",          "--durability",       "--listen",         "--max-line-bytes",
-      "--threads",        "--max-in-flight",    "--max-output-bytes", "--log-format",
-      "--auth-file",      "--tls-cert",         "--tls-key",        "--tls-client-ca",
-      "--io-threads",     "--max-connections",  "--idle-timeout-s", "--line-timeout-s",
-      "--shutdown-grace-s", "--max-store-mb"};
-    bool takes_value = false;
-    for (auto v : valued)
-      takes_value = takes_value || a == v;
-    if (!takes_value)
-      return usage_error("unknown option '" + a + "'");
-    if (i + 1 >= xs.size())
-      return usage_error(a + " needs a value");
-    const auto& v = xs[++i];
-    std::uint64_t n = 0;
-    if (a == "--store") {
-      if (v.empty())
-        return usage_error("--store needs a directory");
-      cfg.engine_opts.dir = v;
-      cfg.have_store = true;
-    } else if (a == "--durability") {
-      if (v == "sync")
-        mode = durability::sync;
-      else if (v == "nosync")
-        mode = durability::nosync;
-      else
-        return usage_error("--durability must be sync or nosync, not '" + v + "'");
-    } else if (a == "--listen") {
-      auto spec = server::parse_listen(v);
-      if (!spec)
-        return usage_error("--listen needs [HOST:]PORT or unix:PATH, not '" + v + "'");
-      cfg.net.listen.push_back(*spec);
-    } else if (a == "--max-line-bytes") {
-      if (auto e = count(a, v, 1, std::uint64_t{1} << 40, n))
-        return e;
-      cfg.stream.max_line_bytes = n;
-    } else if (a == "--threads") {
-      if (auto e = count(a, v, 0, 1024, n))
-        return e;
-      cfg.engine_opts.threads = static_cast<std::size_t>(n);
-    } else if (a == "--max-store-mb") {
-      if (auto e = count(a, v, 1, std::uint64_t{1} << 24, n))
-        return e;
-      cfg.engine_opts.max_store_bytes = n << 20;
-    } else if (a == "--max-in-flight") {
-      if (auto e = count(a, v, 1, 1u << 20, n))
-        return e;
-      cfg.stream.rpc.max_in_flight = static_cast<std::size_t>(n);
-    } else if (a == "--max-output-bytes") {
-      if (auto e = count(a, v, 1024, std::uint64_t{1} << 40, n))
-        return e;
-      cfg.stream.max_queued_bytes = static_cast<std::size_t>(n);
-    } else if (a == "--log-format") {
-      if (v == "text")
-        cfg.log_format = server::log_format::text;
-      else if (v == "json")
-        cfg.log_format = server::log_format::json;
-      else
-        return usage_error("--log-format must be text or json, not '" + v + "'");
-    } else {
-      network_only.push_back(a);
-      if (a == "--auth-file") {
-        if (v.empty())
-          return usage_error("--auth-file needs a file");
-        cfg.net.auth_file = v;
-      } else if (a == "--tls-cert") {
-        tls_cert = v;
-      } else if (a == "--tls-key") {
-        tls_key = v;
-      } else if (a == "--tls-client-ca") {
-        tls_ca = v;
-      } else if (a == "--io-threads") {
-        if (auto e = count(a, v, 0, 1024, n))
-          return e;
-        cfg.net.io_threads = static_cast<std::size_t>(n);
-      } else if (a == "--max-connections") {
-        if (auto e = count(a, v, 1, 1u << 24, n))
-          return e;
-        cfg.net.lim.max_connections = static_cast<std::size_t>(n);
-      } else if (a == "--idle-timeout-s") {
-        if (auto e = count(a, v, 0, 1u << 24, n))
-          return e;
-        cfg.net.lim.idle_timeout = std::chrono::seconds(n);
-      } else if (a == "--line-timeout-s") {
-        if (auto e = count(a, v, 0, 1u << 24, n))
-          return e;
-        cfg.net.lim.line_timeout = std::chrono::seconds(n);
-      } else if (a == "--shutdown-grace-s") {
-        if (auto e = count(a, v, 0, 1u << 24, n))
-          return e;
-        cfg.net.lim.shutdown_grace = std::chrono::seconds(n);
+  if (a.create)
+    cfg.engine_opts.create = create_policy::always;
+  if (a.insecure)
+    cfg.net.insecure = true;
+  if (a.has_store) {
+    if (a.store.empty())
+      return serve_usage_error("--store needs a directory");
+    cfg.engine_opts.dir = a.store;
+    cfg.have_store = true;
+  }
+  if (a.has_auth_file && a.auth_file.empty())
+    return serve_usage_error("--auth-file needs a file");
+  if (!a.durability.empty()) {
+    if (a.durability == "sync")
+      mode = durability::sync;
+    else if (a.durability == "nosync")
+      mode = durability::nosync;
+    else
+      return serve_usage_error("--durability must be sync or nosync, not '" + a.durability
+                               + "'");
+  }
+  for (auto& v : a.listen) {
+    auto spec = server::parse_listen(v);
+    if (!spec)
+      return serve_usage_error("--listen needs [HOST:]PORT or unix:PATH, not '" + v + "'");
+    cfg.net.listen.push_back(*spec);
+  }
+  for (auto& [name, v] : a.counts)
+    for (auto& f : count_flags)
+      if (name == f.name) {
+        auto n = parse_count(v);
+        if (!n || *n < f.min || *n > f.max)
+          return serve_usage_error(name + " must be an integer " + std::to_string(f.min) + ".."
+                                   + std::to_string(f.max) + ", not '" + v + "'");
+        f.set(cfg, *n);
       }
-    }
+  if (!a.log_format.empty()) {
+    if (a.log_format == "text")
+      cfg.log_format = server::log_format::text;
+    else if (a.log_format == "json")
+      cfg.log_format = server::log_format::json;
+    else
+      return serve_usage_error("--log-format must be text or json, not '" + a.log_format + "'");
   }
-  if (memory == cfg.have_store)
-    return usage_error("give exactly one of --store DIR and --memory");
-  if (memory && mode)
-    return usage_error("--durability applies to --store only");
-  if (cfg.net.listen.empty() && !network_only.empty())
-    return usage_error(network_only.front() + " applies to --listen (standard input and output "
-                                              "need no authentication or limits of a network)");
-  if (!tls_cert.empty() || !tls_key.empty() || !tls_ca.empty()) {
-    if (tls_cert.empty() || tls_key.empty())
-      return usage_error("TLS needs both --tls-cert and --tls-key");
-    cfg.net.tls = server::tls_files{tls_cert, tls_key, tls_ca};
+  cfg.net.auth_file = a.auth_file;
+  if (a.memory == cfg.have_store)
+    return serve_usage_error("give exactly one of --store DIR and --memory");
+  if (a.memory && mode)
+    return serve_usage_error("--durability applies to --store only");
+  if (cfg.net.listen.empty() && !a.network_only.empty())
+    return serve_usage_error(a.network_only.front()
+                             + " applies to --listen (standard input and output need no "
+                               "authentication or limits of a network)");
+  if (!a.tls_cert.empty() || !a.tls_key.empty() || !a.tls_ca.empty()) {
+    if (a.tls_cert.empty() || a.tls_key.empty())
+      return serve_usage_error("TLS needs both --tls-cert and --tls-key");
+    cfg.net.tls = server::tls_files{a.tls_cert, a.tls_key, a.tls_ca};
   }
-  cfg.engine_opts.mode = memory ? durability::memory : mode.value_or(durability::sync);
+  cfg.engine_opts.mode = a.memory ? durability::memory : mode.value_or(durability::sync);
   cfg.stream.rpc.max_line_depth = cfg.engine_opts.limits.max_json_depth + 8;
   cfg.net.max_line_depth = cfg.stream.rpc.max_line_depth;
   cfg.net.lim.max_line_bytes = cfg.stream.max_line_bytes;
@@ -363,10 +307,105 @@ int finish_engine(engine& eng, server::logger& log, int code) {
   return code;
 }
 
-int run_serve(const args& xs) {
-  serve_config cfg;
-  if (auto code = parse_args(xs, cfg))
-    return *code;
+int run_serve(serve_config& cfg);
+
+runner define_serve(command_line& cl) {
+  auto a = std::make_shared<serve_args>();
+  cl.usage = "agentstate serve (--store DIR | --memory) [options]";
+  cl.description =
+    "Serves the engine over JSON-RPC 2.0, one JSON object per line (see\n"
+    "docs/protocol.md): requests on standard input, responses on standard\n"
+    "output, or the same over TCP, TLS or Unix sockets with --listen. Logs go\n"
+    "to standard error, one line per event.";
+  cl.footer =
+    "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, their\n"
+    "responses are written, the store is flushed and closed, exit 0. A second\n"
+    "signal exits at once (status 1). SIGHUP re-reads --auth-file.\n"
+    "Exit 1 when the store cannot be opened, flushed or closed, or a listener\n"
+    "cannot be set up; 2 for bad usage.";
+  auto& app = cl.app;
+  auto* store = app.add_option("--store", a->store, "LMDB store directory (created if missing)")
+                  ->type_name("DIR");
+  app.add_flag("--memory", a->memory, "in-memory store: everything is gone at exit");
+  app.add_option("--durability", a->durability,
+                 "sync (default): fsync per group commit, survives power\n"
+                 "loss; nosync: survives a crash of this process, not\n"
+                 "of the OS")
+    ->type_name("MODE");
+  auto counts = std::make_shared<std::vector<std::pair<CLI::Option*, std::string>>>();
+  counts->reserve(std::size(count_flags));
+  const std::string network = "network (with --listen; may be repeated)";
+  auto add_count = [&](const count_flag& f) {
+    counts->emplace_back(nullptr, std::string());
+    auto* o = app.add_option(f.name, counts->back().second, count_help(f.name))->type_name("N");
+    if (f.network_only)
+      o->group(network);
+    counts->back().first = o;
+  };
+  for (auto& f : count_flags)
+    if (!f.network_only && std::string(f.name) != "--max-store-mb")
+      add_count(f);
+  app.add_option("--log-format", a->log_format,
+                 "text (default, logfmt) or json (one object per line)")
+    ->type_name("FORMAT");
+  app.add_flag("--create", a->create,
+               "start an empty store even where a store's lock files\n"
+               "remain without its data.mdb (refused otherwise: the\n"
+               "data of a store that was there is gone)");
+  add_count(count_flags[4]); // --max-store-mb
+  repeatable(app.add_option("--listen", a->listen,
+                            "a TCP listener ([HOST:]PORT; HOST defaults to 127.0.0.1,\n"
+                            "PORT 0 picks a free port; each bound address is logged\n"
+                            "as 'listening on HOST:PORT'; a HOST beyond loopback\n"
+                            "needs --auth-file (or --tls-client-ca) or --insecure),\n"
+                            "or a Unix socket (unix:PATH, created 0600 and removed\n"
+                            "at exit; a stale socket file is replaced)"))
+    ->type_name("ADDR")
+    ->group(network);
+  std::vector<CLI::Option*> net_only;
+  auto* auth = app.add_option("--auth-file", a->auth_file,
+                              "tokens, one 'TOKEN APP[,APP...]' or 'TOKEN *' per\n"
+                              "line; each connection must send 'authenticate'\n"
+                              "first. Re-read on SIGHUP")
+                 ->type_name("FILE")
+                 ->group(network);
+  net_only.push_back(auth);
+  net_only.push_back(
+    app.add_flag("--insecure", a->insecure, "allow a non-loopback HOST without authentication")
+      ->group(network));
+  net_only.push_back(app.add_option("--tls-cert", a->tls_cert,
+                                    "TLS on the TCP listeners: PEM certificate chain")
+                       ->type_name("FILE")
+                       ->group(network));
+  net_only.push_back(
+    app.add_option("--tls-key", a->tls_key, "its PEM private key")->type_name("FILE")->group(network));
+  net_only.push_back(app.add_option("--tls-client-ca", a->tls_ca,
+                                    "require client certificates signed by these CAs")
+                       ->type_name("FILE")
+                       ->group(network));
+  for (auto& f : count_flags)
+    if (f.network_only) {
+      add_count(f);
+      net_only.push_back(counts->back().first);
+    }
+  CLI::App* parsed = &cl.app; // outlives the runner's call (parse_and_run)
+  return [a, counts, net_only, store, auth, parsed] {
+    a->has_store = store->count() > 0;
+    a->has_auth_file = auth->count() > 0;
+    for (auto& [o, v] : *counts)
+      if (o->count() > 0)
+        a->counts.emplace_back(o->get_name(), v);
+    for (auto* o : parsed->parse_order())
+      if (std::find(net_only.begin(), net_only.end(), o) != net_only.end())
+        a->network_only.push_back(o->get_name());
+    serve_config cfg;
+    if (auto code = check_args(*a, cfg))
+      return *code;
+    return run_serve(cfg);
+  };
+}
+
+int run_serve(serve_config& cfg) {
   server::logger log(cfg.log_format);
   signal_watch signals(log); // before any thread starts
 
@@ -424,6 +463,6 @@ int run_serve(const args& xs) {
 
 static const bool registered = register_command(
   {"serve", "JSON-RPC over stdin/stdout, TCP, TLS or Unix sockets (docs/protocol.md)",
-   run_serve});
+   define_serve});
 
 } // namespace agentstate::tools

@@ -2,15 +2,20 @@
 // The operational commands, in the manner of mdb_stat / mdb_dump / mdb_copy:
 // inspect, verify, backup (read-only, safe beside a running engine), and
 // dump, export, import (JSON lines; import takes the store's lock).
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <set>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "agentstate/json.hpp"
 #include "agentstate/version.hpp"
@@ -27,6 +32,7 @@
 #include "store/summary.hpp"
 #include "store/verify.hpp"
 #include "tools/adk_sqlite.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/fault_guard.hpp"
 
@@ -35,38 +41,6 @@ namespace agentstate::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// Parses `args` into positionals and --options (those in `with_value` take
-/// the next argument). Returns false after printing the problem.
-struct parsed {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> opts;
-  bool help = false;
-};
-
-bool parse(const args& in, const std::set<std::string>& flags,
-           const std::set<std::string>& with_value, parsed& out, const char* usage) {
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const auto& a = in[i];
-    if (a == "--help" || a == "-h") {
-      out.help = true;
-    } else if (with_value.count(a)) {
-      if (i + 1 >= in.size()) {
-        std::fprintf(stderr, "%s needs a value\n\n%s", a.c_str(), usage);
-        return false;
-      }
-      out.opts[a] = in[++i];
-    } else if (flags.count(a)) {
-      out.opts[a] = "1";
-    } else if (a.size() > 1 && a[0] == '-') {
-      std::fprintf(stderr, "unknown option '%s'\n\n%s", a.c_str(), usage);
-      return false;
-    } else {
-      out.positional.push_back(a);
-    }
-  }
-  return true;
-}
 
 /// Opens DIR read-only; prints the error and returns null on failure. Every
 /// read-only tool reads the map under the fault guard (tools/fault_guard.hpp):
@@ -82,51 +56,38 @@ std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
   return std::move(*kv);
 }
 
-/// Progress on stderr, at most once a second, only after the first second.
-struct progress_line {
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last = start;
-  bool shown = false;
-  void operator()(const char* what, std::uint64_t n) {
-    auto now = std::chrono::steady_clock::now();
-    if (now - start < std::chrono::seconds(1) || now - last < std::chrono::seconds(1))
-      return;
-    last = now;
-    shown = true;
-    std::fprintf(stderr, "\r%s: %llu", what, static_cast<unsigned long long>(n));
-    std::fflush(stderr);
-  }
-  void done() {
-    if (shown)
-      std::fputs("\n", stderr);
-  }
-};
-
 // -- inspect ---------------------------------------------------------------------
 
-const char* inspect_usage =
-  "usage: agentstate inspect DIR [--json]\n"
-  "\n"
-  "Prints the store's format version, counts of apps, users, sessions and\n"
-  "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-  "runs; reads every store format (1 to 4) as it is. Each session record that\n"
-  "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
-  "\"damaged_records\"); the counts go on. --json prints one JSON object.\n"
-  "Exit 0, 1 (cannot read, or damaged records), 2 (usage).\n";
+/// DIR and --json: what inspect and verify take.
+struct store_and_json {
+  std::string dir;
+  bool json = false;
+};
 
-int run_inspect(const args& in) {
-  parsed p;
-  if (!parse(in, {"--json"}, {}, p, inspect_usage))
-    return 2;
-  if (p.help) {
-    std::fputs(inspect_usage, stdout);
-    return 0;
-  }
-  if (p.positional.size() != 1) {
-    std::fputs(inspect_usage, stderr);
-    return 2;
-  }
-  auto kv = open_readonly(p.positional[0]);
+int run_inspect(const store_and_json& p);
+int run_verify(const store_and_json& p);
+
+void declare_store_and_json(command_line& cl, store_and_json& o) {
+  cl.app.add_option("DIR", o.dir, "the store directory")->required();
+  cl.app.add_flag("--json", o.json, "print one JSON object");
+}
+
+runner define_inspect(command_line& cl) {
+  auto o = std::make_shared<store_and_json>();
+  cl.usage = "agentstate inspect DIR [--json]";
+  cl.description =
+    "Prints the store's format version, counts of apps, users, sessions and\n"
+    "events, map size and use, and reader slots. Read-only; safe while an engine\n"
+    "runs; reads every store format (1 to 4) as it is. Each session record that\n"
+    "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
+    "\"damaged_records\"); the counts go on.";
+  cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
+  declare_store_and_json(cl, *o);
+  return [o] { return run_inspect(*o); };
+}
+
+int run_inspect(const store_and_json& p) {
+  auto kv = open_readonly(p.dir);
   if (!kv)
     return 1;
   progress_line prog;
@@ -144,7 +105,7 @@ int run_inspect(const args& in) {
   {
     const auto& info = summary->info;
     json out = {
-      {"store", p.positional[0]},
+      {"store", p.dir},
       {"format", summary->format},
       {"engine_version", summary->engine_version},
       {"apps", summary->apps},
@@ -163,10 +124,10 @@ int run_inspect(const args& in) {
     };
     for (auto& e : summary->damaged)
       std::fprintf(stderr, "%s\n", to_string(e).c_str());
-    if (p.opts.count("--json")) {
+    if (p.json) {
       std::puts(out.dump().c_str());
     } else {
-      std::printf("store            %s\n", p.positional[0].c_str());
+      std::printf("store            %s\n", p.dir.c_str());
       std::printf("format           %s (engine %s)\n", summary->format.c_str(),
                   summary->engine_version.c_str());
       for (auto k : {"apps", "users", "sessions", "events", "session_state_rows",
@@ -185,29 +146,23 @@ int run_inspect(const args& in) {
 
 // -- verify ------------------------------------------------------------------------
 
-const char* verify_usage =
-  "usage: agentstate verify DIR [--json]\n"
-  "\n"
-  "Checks every row of the store: every checksum (format 4; each damaged row\n"
-  "is named: session app/user/id and which row), versions contiguous, every\n"
-  "event decodes, no event id twice in a session, every record decodes, list\n"
-  "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
-  "an engine runs (it checks one snapshot); reads every store format (1 to 4)\n"
-  "as it is. Exit 0 clean, 1 faults found (or unreadable), 2 usage.\n";
+runner define_verify(command_line& cl) {
+  auto o = std::make_shared<store_and_json>();
+  cl.usage = "agentstate verify DIR [--json]";
+  cl.description =
+    "Checks every row of the store: every checksum (format 4; each damaged row\n"
+    "is named: session app/user/id and which row), versions contiguous, every\n"
+    "event decodes, no event id twice in a session, every record decodes, list\n"
+    "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
+    "an engine runs (it checks one snapshot); reads every store format (1 to 4)\n"
+    "as it is.";
+  cl.footer = "Exit 0 clean, 1 faults found (or unreadable), 2 usage.";
+  declare_store_and_json(cl, *o);
+  return [o] { return run_verify(*o); };
+}
 
-int run_verify(const args& in) {
-  parsed p;
-  if (!parse(in, {"--json"}, {}, p, verify_usage))
-    return 2;
-  if (p.help) {
-    std::fputs(verify_usage, stdout);
-    return 0;
-  }
-  if (p.positional.size() != 1) {
-    std::fputs(verify_usage, stderr);
-    return 2;
-  }
-  auto kv = open_readonly(p.positional[0]);
+int run_verify(const store_and_json& p) {
+  auto kv = open_readonly(p.dir);
   if (!kv)
     return 1;
   progress_line prog;
@@ -226,7 +181,7 @@ int run_verify(const args& in) {
     r.messages.push_back(to_string(g.err()) + " (run agentstate salvage)");
   }
   prog.done();
-  if (p.opts.count("--json")) {
+  if (p.json) {
     std::puts(json{{"ok", r.ok()},
                    {"sessions", r.sessions},
                    {"events", r.events},
@@ -254,112 +209,250 @@ int run_verify(const args& in) {
 
 // -- backup ------------------------------------------------------------------------
 
-const char* backup_usage =
-  "usage: agentstate backup DIR DEST [--compact]\n"
-  "\n"
-  "Writes a consistent copy of the store in DIR, as of one moment, into DEST\n"
-  "(created; must not exist or be empty), while an engine may go on writing.\n"
-  "--compact leaves out free pages. The copy opens as a normal store.\n"
-  "Exit 0, 1 (failed), 2 (usage).\n";
+/// Bytes a file holds on disk: its size, or the blocks it has for a sparse
+/// file (a store with a writable map has one as large as its map). 0 when it
+/// cannot be read.
+std::uint64_t held_bytes(const struct stat& st) {
+  auto blocks = static_cast<std::uint64_t>(st.st_blocks) * 512;
+  auto size = static_cast<std::uint64_t>(st.st_size);
+  return blocks < size ? blocks : size;
+}
 
-int run_backup(const args& in) {
-  parsed p;
-  if (!parse(in, {"--compact"}, {}, p, backup_usage))
-    return 2;
-  if (p.help) {
-    std::fputs(backup_usage, stdout);
-    return 0;
+/// Progress of a copy that LMDB writes in one call: a thread reads how far
+/// the copy is (`written`, bytes) every 250 ms and shows it in MiB against
+/// `total` on a progress_line. Starts no thread when stderr is not a
+/// terminal. Destruction stops and joins the thread and ends the line.
+class copy_progress {
+public:
+  copy_progress(std::function<std::uint64_t()> written, std::uint64_t total) {
+    if (!progress_wanted())
+      return;
+    th_ = std::thread([this, written = std::move(written), total] {
+      progress_line prog;
+      std::unique_lock<std::mutex> lock(mtx_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stop_; }))
+        prog("backup MiB", written() >> 20, total >> 20);
+      prog.done();
+    });
   }
-  if (p.positional.size() != 2) {
-    std::fputs(backup_usage, stderr);
-    return 2;
+  ~copy_progress() {
+    if (!th_.joinable())
+      return;
+    {
+      std::lock_guard<std::mutex> guard(mtx_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    th_.join();
   }
-  const auto& dest = p.positional[1];
+  copy_progress(const copy_progress&) = delete;
+  copy_progress& operator=(const copy_progress&) = delete;
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread th_;
+};
+
+struct backup_options {
+  std::string dir, dest;
+  bool compact = false, json = false;
+};
+
+int run_backup(const backup_options& p);
+
+runner define_backup(command_line& cl) {
+  auto o = std::make_shared<backup_options>();
+  cl.usage = "agentstate backup DIR DEST [--compact] [--json]\n"
+             "agentstate backup DIR - [--compact] > FILE";
+  cl.description =
+    "Writes a consistent copy of the store in DIR, as of one moment, into DEST\n"
+    "(created; must not exist or be empty), while an engine may go on writing.\n"
+    "The copy opens as a normal store. With DEST '-', the copy's data.mdb goes\n"
+    "to standard output instead (not a terminal), as mdb_copy writes it: put it\n"
+    "as data.mdb into an empty directory to open it. Progress on stderr when it\n"
+    "is a terminal.";
+  cl.footer = "Exit 0, 1 (failed), 2 (usage).";
+  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  cl.app.add_option("DEST", o->dest, "the directory to create, or - for standard output")
+    ->required();
+  cl.app.add_flag("--compact", o->compact, "leave out free pages");
+  cl.app.add_flag("--json", o->json,
+                  "print one JSON object: backup (DEST), source, bytes, seconds,\n"
+                  "compact (not with DEST -)");
+  return [o] { return run_backup(*o); };
+}
+
+int run_backup(const backup_options& p) {
+  const bool to_stdout = p.dest == "-";
+  if (to_stdout && p.json)
+    return usage_error("backup", "--json needs a DEST directory: with DEST - standard output "
+                                 "carries the copy");
+  if (to_stdout && ::isatty(STDOUT_FILENO) == 1)
+    return usage_error("backup", "standard output is a terminal; redirect it to a file or pipe "
+                                 "(agentstate backup DIR - > FILE)");
+  const auto& dest = p.dest;
   std::error_code ec;
-  if (fs::exists(dest, ec) && !fs::is_empty(dest, ec)) {
-    std::fprintf(stderr, "backup: '%s' exists and is not empty\n", dest.c_str());
-    return 1;
+  if (!to_stdout) {
+    if (fs::exists(dest, ec) && !fs::is_empty(dest, ec)) {
+      std::fprintf(stderr, "backup: '%s' exists and is not empty\n", dest.c_str());
+      return 1;
+    }
+    fs::create_directories(dest, ec);
+    if (ec) {
+      std::fprintf(stderr, "backup: cannot create '%s': %s\n", dest.c_str(),
+                   ec.message().c_str());
+      return 1;
+    }
   }
-  fs::create_directories(dest, ec);
-  if (ec) {
-    std::fprintf(stderr, "backup: cannot create '%s': %s\n", dest.c_str(), ec.message().c_str());
-    return 1;
-  }
-  auto kv = open_readonly(p.positional[0]);
+  auto kv = open_readonly(p.dir);
   if (!kv)
     return 1;
   auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t total = 0;
+  if (struct stat st; ::stat((fs::path(p.dir) / "data.mdb").c_str(), &st) == 0)
+    total = held_bytes(st);
+  std::function<std::uint64_t()> written;
+  if (to_stdout) {
+    // Only a file on standard output tells how far the copy is.
+    if (struct stat st; ::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
+      auto start = static_cast<std::uint64_t>(st.st_size);
+      written = [start] {
+        struct stat now;
+        return ::fstat(STDOUT_FILENO, &now) == 0 ? held_bytes(now) - std::min(held_bytes(now), start)
+                                                 : 0;
+      };
+    }
+  } else {
+    written = [path = (fs::path(dest) / "data.mdb").string()] {
+      struct stat now;
+      return ::stat(path.c_str(), &now) == 0 ? held_bytes(now) : 0;
+    };
+  }
   // LMDB's compacting copy reads the tree on this thread (its second thread
   // writes what this one copied), so the guard covers every read of the map.
-  // After a fault the copy is abandoned; DEST keeps a partial data.mdb.
+  // After a fault the copy is abandoned; DEST keeps a partial data.mdb (with
+  // DEST -, the output ends early and the exit is 1).
   result<void> r;
-  if (auto g = guarded("backup", [&] {
-        r = store::copy_to(*kv, dest, p.opts.count("--compact") > 0);
-      });
-      !g)
-    r = std::move(g).err();
+  {
+    std::optional<copy_progress> prog;
+    if (written)
+      prog.emplace(written, total);
+    if (auto g = guarded("backup", [&] {
+          r = to_stdout ? store::copy_to_fd(*kv, STDOUT_FILENO, p.compact)
+                        : store::copy_to(*kv, dest, p.compact);
+        });
+        !g)
+      r = std::move(g).err();
+  }
   if (!r) {
     std::fprintf(stderr, "backup: %s\n", r.err().message.c_str());
     return 1;
   }
+  if (to_stdout)
+    return 0;
   auto size = fs::file_size(fs::path(dest) / "data.mdb", ec);
-  std::printf("%s\n", json{{"backup", dest},
-                           {"bytes", ec ? 0 : size},
-                           {"seconds", std::chrono::duration<double>(
-                                         std::chrono::steady_clock::now() - t0)
-                                         .count()}}
-                        .dump()
-                        .c_str());
-  return 0;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (p.json)
+    std::printf("%s\n", json{{"backup", dest},
+                             {"source", p.dir},
+                             {"bytes", ec ? 0 : size},
+                             {"seconds", seconds},
+                             {"compact", p.compact}}
+                          .dump()
+                          .c_str());
+  else
+    std::printf("backup of %s in %s: %.1f MiB in %.2f s%s\n", p.dir.c_str(), dest.c_str(),
+                (ec ? 0 : size) / 1048576.0, seconds, p.compact ? " (compacted)" : "");
+  return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
 // -- dump and export ---------------------------------------------------------------
 
-const char* dump_usage =
-  "usage: agentstate dump DIR [--app A [--user U [--session S]]]\n"
-  "\n"
-  "Prints the store (or one app, user or session of it) as JSON lines: a\n"
-  "header, each session with its own state, its events, then user and app\n"
-  "state. Read-only; safe while an engine runs. A session or scope with a\n"
-  "damaged row is left out and reported on stderr (data_corrupt), the others\n"
-  "printed; the exit is then 1. Exit 0, 1, 2 (usage).\n";
+struct export_options {
+  std::string dir;
+  std::string app, user, session; ///< dump's filters, each "" when not given
+  bool has_app = false, has_user = false, has_session = false;
+  adk::export_args adk; ///< export --to-adk-sqlite
+  bool to_adk = false, has_flavor = false;
+};
 
-const char* export_usage =
-  "usage: agentstate export DIR > FILE\n"
-  "\n"
-  "Writes the whole store as JSON lines that `agentstate import` turns back\n"
-  "into the same store (export -> import -> export is byte-identical).\n"
-  "Read-only; safe while an engine runs. A session or scope with a damaged\n"
-  "row is left out and reported on stderr (data_corrupt), the others written;\n"
-  "the exit is then 1. Exit 0, 1, 2 (usage).\n";
+int export_common(const export_options& p, const char* command);
 
-int export_common(const args& in, bool filters, const char* usage) {
-  parsed p;
-  std::set<std::string> with_value;
-  if (filters)
-    with_value = {"--app", "--user", "--session"};
-  if (!parse(in, {}, with_value, p, usage))
-    return 2;
-  if (p.help) {
-    std::fputs(usage, stdout);
-    return 0;
-  }
-  if (p.positional.size() != 1) {
-    std::fputs(usage, stderr);
-    return 2;
-  }
+runner define_dump(command_line& cl) {
+  auto o = std::make_shared<export_options>();
+  cl.usage = "agentstate dump DIR [--app A [--user U [--session S]]]";
+  cl.description =
+    "Prints the store (or one app, user or session of it) as JSON lines: a\n"
+    "header, each session with its own state, its events, then user and app\n"
+    "state. Read-only; safe while an engine runs. A session or scope with a\n"
+    "damaged row is left out and reported on stderr (data_corrupt), the others\n"
+    "printed; the exit is then 1.";
+  cl.footer = "Exit 0, 1, 2 (usage).";
+  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  auto* app = cl.app.add_option("--app", o->app, "only this app")->type_name("A");
+  auto* user = cl.app.add_option("--user", o->user, "only this user of the app (needs --app)")
+                 ->type_name("U");
+  auto* session =
+    cl.app.add_option("--session", o->session, "only this session of the user (needs --user)")
+      ->type_name("S");
+  return [o, app, user, session] {
+    o->has_app = app->count() > 0;
+    o->has_user = user->count() > 0;
+    o->has_session = session->count() > 0;
+    return export_common(*o, "dump");
+  };
+}
+
+runner define_export(command_line& cl) {
+  auto o = std::make_shared<export_options>();
+  cl.usage = "agentstate export DIR > FILE\n"
+             "agentstate export --to-adk-sqlite FILE DIR [--adk-flavor F]";
+  cl.description =
+    "Writes the whole store as JSON lines that `agentstate import` turns back\n"
+    "into the same store (export -> import -> export is byte-identical).\n"
+    "Read-only; safe while an engine runs. A session or scope with a damaged\n"
+    "row is left out and reported on stderr (data_corrupt), the others written;\n"
+    "the exit is then 1. Progress on stderr when it is a terminal.";
+  cl.footer = std::string(adk::export_help);
+  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  auto* to = cl.app.add_option("--to-adk-sqlite", o->adk.file,
+                               "write a new SQLite file in ADK's session schema instead")
+               ->type_name("FILE");
+  auto* flavor =
+    cl.app.add_option("--adk-flavor", o->adk.flavor,
+                      "with --to-adk-sqlite: adk-js (default), adk-python-database or\n"
+                      "adk-python-sqlite")
+      ->type_name("F");
+  return [o, to, flavor] {
+    o->to_adk = to->count() > 0;
+    o->has_flavor = flavor->count() > 0;
+    if (o->has_flavor && !o->to_adk)
+      return usage_error("export", "--adk-flavor needs --to-adk-sqlite");
+    if (o->to_adk) {
+      o->adk.dir = o->dir;
+      if (o->has_flavor && o->adk.flavor.empty())
+        return usage_error("export", "--adk-flavor needs a value");
+      return adk::run_export(o->adk);
+    }
+    return export_common(*o, "export");
+  };
+}
+
+int export_common(const export_options& p, const char* command) {
   store::export_filter f;
-  if (p.opts.count("--app"))
-    f.app = p.opts["--app"];
-  if (p.opts.count("--user"))
-    f.user = p.opts["--user"];
-  if (p.opts.count("--session"))
-    f.session = p.opts["--session"];
-  if ((f.user && !f.app) || (f.session && !f.user)) {
-    std::fprintf(stderr, "--user needs --app, --session needs --user\n\n%s", usage);
-    return 2;
-  }
-  auto kv = open_readonly(p.positional[0]);
+  if (p.has_app)
+    f.app = p.app;
+  if (p.has_user)
+    f.user = p.user;
+  if (p.has_session)
+    f.session = p.session;
+  if (f.user && !f.app)
+    return usage_error(command, "--user needs --app");
+  if (f.session && !f.user)
+    return usage_error(command, "--session needs --user");
+  auto kv = open_readonly(p.dir);
   if (!kv)
     return 1;
   auto txn = store::begin_read(*kv);
@@ -396,54 +489,54 @@ int export_common(const args& in, bool filters, const char* usage) {
   return std::fflush(stdout) == 0 && damaged == 0 ? 0 : 1;
 }
 
-int run_dump(const args& in) {
-  return export_common(in, true, dump_usage);
-}
-
-int run_export(const args& in) {
-  if (adk::wants_export(in))
-    return adk::run_export(in);
-  for (auto& a : in)
-    if (a == "--help" || a == "-h") {
-      std::fputs(export_usage, stdout);
-      std::fputs("\n", stdout);
-      std::fputs(adk::export_help, stdout);
-      return 0;
-    }
-  return export_common(in, false, export_usage);
-}
-
 // -- import ------------------------------------------------------------------------
 
-const char* import_usage =
-  "usage: agentstate import DIR < FILE\n"
-  "\n"
-  "Reads JSON lines written by `agentstate export` into the store in DIR,\n"
-  "which is created if missing and must hold no data. Takes the store's lock:\n"
-  "no engine may have it open. Progress on stderr. Exit 0, 1 (failed: the\n"
-  "message names the line), 2 (usage).\n";
+struct import_options {
+  std::string dir;
+  bool json = false;
+  adk::import_args adk; ///< import --from-adk-sqlite
+};
 
-int run_import(const args& in) {
-  if (adk::wants_import(in))
-    return adk::run_import(in);
-  parsed p;
-  if (!parse(in, {}, {}, p, import_usage))
-    return 2;
-  if (p.help) {
-    std::fputs(import_usage, stdout);
-    std::fputs("\n", stdout);
-    std::fputs(adk::import_help, stdout);
-    return 0;
-  }
-  if (p.positional.size() != 1) {
-    std::fputs(import_usage, stderr);
-    return 2;
-  }
+int run_import(const import_options& p);
+
+runner define_import(command_line& cl) {
+  auto o = std::make_shared<import_options>();
+  cl.usage = "agentstate import DIR [--json] < FILE\n"
+             "agentstate import --from-adk-sqlite FILE DIR [--skip-oversized]";
+  cl.description =
+    "Reads JSON lines written by `agentstate export` into the store in DIR,\n"
+    "which is created if missing and must hold no data. Takes the store's lock:\n"
+    "no engine may have it open. Progress on stderr when it is a terminal.\n"
+    "Exit 0, 1 (failed: the message names the line), 2 (usage).";
+  cl.footer = std::string(adk::import_help);
+  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  cl.app.add_flag("--json", o->json,
+                  "print one JSON object: imported_records, store (the\n"
+                  "--from-adk-sqlite summary is always JSON)");
+  auto* from = cl.app.add_option("--from-adk-sqlite", o->adk.file,
+                                 "read an ADK session store kept in SQLite instead of\n"
+                                 "JSON lines")
+                 ->type_name("FILE");
+  auto* skip = cl.app.add_flag("--skip-oversized", o->adk.skip_oversized,
+                               "with --from-adk-sqlite: leave out the rows agentstate\n"
+                               "cannot take and import the rest");
+  return [o, from, skip] {
+    if (from->count() > 0) {
+      o->adk.dir = o->dir;
+      return adk::run_import(o->adk);
+    }
+    if (skip->count() > 0)
+      return usage_error("import", "--skip-oversized needs --from-adk-sqlite");
+    return run_import(*o);
+  };
+}
+
+int run_import(const import_options& p) {
   std::error_code ec;
-  fs::create_directories(p.positional[0], ec);
-  auto dir = fs::canonical(p.positional[0], ec).string();
+  fs::create_directories(p.dir, ec);
+  auto dir = fs::canonical(p.dir, ec).string();
   if (ec) {
-    std::fprintf(stderr, "import: cannot use '%s': %s\n", p.positional[0].c_str(),
+    std::fprintf(stderr, "import: cannot use '%s': %s\n", p.dir.c_str(),
                  ec.message().c_str());
     return 1;
   }
@@ -462,26 +555,45 @@ int run_import(const args& in) {
     return 1;
   }
   progress_line prog;
+  // A file on standard input tells how far the read is (its offset; the
+  // stream reads ahead of the records by its buffer).
+  std::uint64_t input_bytes = 0;
+  if (struct stat st; ::fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode))
+    input_bytes = static_cast<std::uint64_t>(st.st_size);
   std::ios::sync_with_stdio(false);
-  auto n = store::import_store(**kv, std::cin, [&](std::uint64_t k) { prog("records", k); });
+  auto n = store::import_store(**kv, std::cin, [&](std::uint64_t k) {
+    std::string extra;
+    if (input_bytes) {
+      auto at = ::lseek(STDIN_FILENO, 0, SEEK_CUR);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " (%.0f of %.0f MiB read)", at < 0 ? 0.0 : at / 1048576.0,
+                    input_bytes / 1048576.0);
+      extra = buf;
+    }
+    prog.show("records", k, 0, extra);
+  });
   prog.done();
   if (!n) {
     std::fprintf(stderr, "import: %s\n", n.err().message.c_str());
     return 1;
   }
-  std::printf("%s\n", json{{"imported_records", *n}, {"store", dir}}.dump().c_str());
-  return 0;
+  if (p.json)
+    std::printf("%s\n", json{{"imported_records", *n}, {"store", dir}}.dump().c_str());
+  else
+    std::printf("imported %llu records into %s\n", static_cast<unsigned long long>(*n),
+                dir.c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
 const bool registered =
-  register_command({"inspect", "format, counts, map use and readers of a store", run_inspect})
+  register_command({"inspect", "format, counts, map use and readers of a store", define_inspect})
   && register_command({"verify", "check every session and index of a store; exit 1 on faults",
-                       run_verify})
+                       define_verify})
   && register_command({"backup", "a consistent copy of a store, taken while it is in use",
-                       run_backup})
-  && register_command({"dump", "a store, app, user or session as JSON lines", run_dump})
-  && register_command({"export", "a whole store as JSON lines, for import", run_export})
-  && register_command({"import", "JSON lines from export into an empty store", run_import});
+                       define_backup})
+  && register_command({"dump", "a store, app, user or session as JSON lines", define_dump})
+  && register_command({"export", "a whole store as JSON lines, for import", define_export})
+  && register_command({"import", "JSON lines from export into an empty store", define_import});
 
 } // namespace
 

@@ -115,6 +115,7 @@ public:
   void sync() override { inner_->sync(); }
   bool nests() const override { return inner_->nests(); }
   kv_info info() override { return inner_->info(); }
+  void copy_to_fd(int fd, bool compact) override { inner_->copy_to_fd(fd, compact); }
   void copy_to(const std::string& dest, bool compact) override {
     inner_->copy_to(dest, compact);
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -17,41 +18,20 @@
 #include "tools/bench/temp_store.hpp"
 #include "tools/bench/via_workloads.hpp"
 #include "tools/bench/workloads.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools::bench {
 
 namespace {
 
-const char* bench_usage =
-  "usage: agentstate bench --workload W [--durability sync|nosync|memory]\n"
-  "                        [--scale F] [--dir DIR] [--threads N]\n"
-  "                        [--scheduler sharing|stealing] [--max-store-mb N]\n"
-  "                        [--max-resident-mb N] [--spin-us N] [--write-map]\n"
-  "       agentstate bench --workload a|b|c|LIST|all --via stdio|tcp\n"
-  "                        [--durability D] [--scale F] [--dir DIR] [--threads N]\n"
-  "                        [--serve-bin PATH]\n"
-  "\n"
+const char* bench_description =
   "Runs a workload in-process against a fresh store in a temp directory under\n"
   "DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)\n"
   "and prints one JSON object per workload on one line of stdout. Progress of\n"
-  "long phases goes to stderr.\n"
-  "\n"
-  "  --workload W     a..g, a comma-separated list (a,c,f), or all\n"
-  "  --durability D   sync (default: fsync per group commit), nosync, memory\n"
-  "  --scale F        multiplies the sizes below (default 1; 0 < F <= 10)\n"
-  "  --dir DIR        where the temp store directories are made\n"
-  "  --threads N      CAF worker threads (default 0 = one per core)\n"
-  "  --scheduler P    CAF scheduler policy (default sharing)\n"
-  "  --max-store-mb N options.max_store_bytes in MiB (default: the engine's,\n"
-  "                   64 GiB; lower it to run under valgrind)\n"
-  "  --max-resident-mb N options.max_resident_store_bytes in MiB (default: the\n"
-  "                   engine's, 128; 0 = never drop mapped store pages)\n"
-  "  --spin-us N      options.spin_wait in microseconds (default: the engine's,\n"
-  "                   50; 0 = waiting threads sleep at once)\n"
-  "  --write-map      options.write_map: LMDB writes through a writable map\n"
-  "                   (nosync only; see the option's costs in options.hpp)\n"
-  "\n"
+  "long phases goes to stderr when it is a terminal.";
+
+const char* bench_footer =
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
   "  a  one session, 20,000* sequential appends, each awaited (blocking API);\n"
   "     then as many blocking get_app_state calls, the engine's bare round\n"
@@ -88,9 +68,6 @@ const char* bench_usage =
   "  serve_stats (the stats method: commits, mean_batch, ...). --scheduler,\n"
   "  --spin-us, --write-map, --max-store-mb and --max-resident-mb do not apply\n"
   "  (serve runs with the engine's defaults).\n"
-  "  --via M          stdio or tcp\n"
-  "  --serve-bin PATH the agentstate binary to run serve from (e.g. an older\n"
-  "                   build, for a before/after comparison in one run)\n"
   "\n"
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
@@ -101,7 +78,7 @@ const char* bench_usage =
   "enforced.\n"
   "\n"
   "Exit codes: 0 ran and every correctness check held; 1 an engine call or a\n"
-  "correctness check failed; 2 bad usage.\n";
+  "correctness check failed; 2 bad usage.";
 
 /// The workloads, in the order of their names 'a'..'g'.
 using workload_fn = ojson (*)(const config&);
@@ -120,95 +97,143 @@ std::optional<std::uint64_t> whole_number(const std::string& v, std::uint64_t lo
   return n;
 }
 
-/// A flag that takes a whole number in lo..hi, and where it goes.
+/// A flag that takes a whole number in lo..hi, where it goes, and its help.
 struct number_flag {
   const char* name;
   std::uint64_t lo, hi;
   void (*set)(config&, std::uint64_t);
+  const char* help;
 };
 
 const number_flag number_flags[] = {
   {"--threads", 0, 256,
-   [](config& c, std::uint64_t n) { c.threads = static_cast<std::size_t>(n); }},
-  {"--max-resident-mb", 0, std::uint64_t{1} << 24,
-   [](config& c, std::uint64_t n) { c.max_resident_mb = n; }},
-  {"--spin-us", 0, 10000, [](config& c, std::uint64_t n) { c.spin_us = static_cast<long>(n); }},
+   [](config& c, std::uint64_t n) { c.threads = static_cast<std::size_t>(n); },
+   "CAF worker threads (default 0 = one per core)"},
   {"--max-store-mb", 1, std::uint64_t{1} << 24,
-   [](config& c, std::uint64_t n) { c.max_store_mb = n; }},
+   [](config& c, std::uint64_t n) { c.max_store_mb = n; },
+   "options.max_store_bytes in MiB (default: the engine's,\n"
+   "64 GiB; lower it to run under valgrind)"},
+  {"--max-resident-mb", 0, std::uint64_t{1} << 24,
+   [](config& c, std::uint64_t n) { c.max_resident_mb = n; },
+   "options.max_resident_store_bytes in MiB (default: the\n"
+   "engine's, 128; 0 = never drop mapped store pages)"},
+  {"--spin-us", 0, 10000, [](config& c, std::uint64_t n) { c.spin_us = static_cast<long>(n); },
+   "options.spin_wait in microseconds (default: the engine's,\n"
+   "50; 0 = waiting threads sleep at once)"},
 };
 
-/// The number flag named `name`; null for any other argument.
-const number_flag* number_flag_named(const std::string& name) {
-  for (auto& f : number_flags)
-    if (name == f.name)
-      return &f;
-  return nullptr;
-}
-
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "bench: %s\n\n%s", msg.c_str(), bench_usage);
-  return 2;
+  return tools::usage_error("bench", msg);
 }
 
-int run_bench(const args& argv) {
+/// What the command line gave, as text; checked by run_bench.
+struct bench_args {
+  std::string workload, durability, scale, via, serve_bin, dir, scheduler;
+  bool write_map = false;
+  std::string numbers[std::size(number_flags)];
+  CLI::Option* number_given[std::size(number_flags)] = {};
+  CLI::Option *scale_opt = nullptr, *via_opt = nullptr, *serve_bin_opt = nullptr,
+              *dir_opt = nullptr, *scheduler_opt = nullptr, *durability_opt = nullptr;
+};
+
+int run_bench(bench_args& a);
+
+runner define_bench(command_line& cl) {
+  auto a = std::make_shared<bench_args>();
+  cl.usage = "agentstate bench --workload W [--durability sync|nosync|memory]\n"
+             "                 [--scale F] [--dir DIR] [--threads N]\n"
+             "                 [--scheduler sharing|stealing] [--max-store-mb N]\n"
+             "                 [--max-resident-mb N] [--spin-us N] [--write-map]\n"
+             "agentstate bench --workload a|b|c|LIST|all --via stdio|tcp\n"
+             "                 [--durability D] [--scale F] [--dir DIR] [--threads N]\n"
+             "                 [--serve-bin PATH]";
+  cl.description = bench_description;
+  cl.footer = bench_footer;
+  auto& app = cl.app;
+  app.add_option("--workload", a->workload, "a..g, a comma-separated list (a,c,f), or all")
+    ->type_name("W");
+  a->durability_opt =
+    app.add_option("--durability", a->durability,
+                   "sync (default: fsync per group commit), nosync, memory")
+      ->type_name("D");
+  a->scale_opt = app.add_option("--scale", a->scale,
+                                "multiplies the sizes below (default 1; 0 < F <= 10)")
+                   ->type_name("F");
+  a->dir_opt =
+    app.add_option("--dir", a->dir, "where the temp store directories are made")->type_name("DIR");
+  for (std::size_t i = 0; i < std::size(number_flags); ++i) {
+    a->number_given[i] =
+      app.add_option(number_flags[i].name, a->numbers[i], number_flags[i].help)->type_name("N");
+    if (i == 0)
+      a->scheduler_opt = app.add_option("--scheduler", a->scheduler,
+                                        "CAF scheduler policy (default sharing)")
+                           ->type_name("P");
+  }
+  app.add_flag("--write-map", a->write_map,
+               "options.write_map: LMDB writes through a writable map\n"
+               "(nosync only; see the option's costs in options.hpp)");
+  const std::string through = "through the protocol";
+  a->via_opt = app.add_option("--via", a->via, "stdio or tcp")->type_name("M")->group(through);
+  a->serve_bin_opt = app.add_option("--serve-bin", a->serve_bin,
+                                    "the agentstate binary to run serve from (e.g. an older\n"
+                                    "build, for a before/after comparison in one run)")
+                       ->type_name("PATH")
+                       ->group(through);
+  return [a] { return run_bench(*a); };
+}
+
+int run_bench(bench_args& a) {
   config cfg;
   if (const char* t = std::getenv("TMPDIR"); t && *t)
     cfg.base_dir = t;
   else
     cfg.base_dir = "/tmp";
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const auto& a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(bench_usage, stdout);
-      return 0;
-    }
-    if (a == "--write-map") { // the one option without a value
-      cfg.write_map = true;
+  cfg.workloads = a.workload;
+  cfg.write_map = a.write_map;
+  for (std::size_t i = 0; i < std::size(number_flags); ++i) {
+    if (a.number_given[i]->count() == 0)
       continue;
-    }
-    if (i + 1 >= argv.size())
-      return usage_error(a.rfind("--", 0) == 0 ? a + " needs a value"
-                                               : "unknown argument '" + a + "'");
-    const auto& v = argv[++i];
-    if (auto* f = number_flag_named(a)) {
-      auto n = whole_number(v, f->lo, f->hi);
-      if (!n)
-        return usage_error(a + " takes a number " + std::to_string(f->lo) + ".." +
-                           std::to_string(f->hi));
-      f->set(cfg, *n);
-    } else if (a == "--workload") {
-      cfg.workloads = v;
-    } else if (a == "--durability") {
-      if (v == "sync")
-        cfg.mode = durability::sync;
-      else if (v == "nosync")
-        cfg.mode = durability::nosync;
-      else if (v == "memory")
-        cfg.mode = durability::memory;
-      else
-        return usage_error("--durability takes sync, nosync or memory");
-    } else if (a == "--scale") {
-      char* end = nullptr;
-      cfg.scale = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(cfg.scale > 0) || cfg.scale > 10)
-        return usage_error("--scale takes a number, 0 < F <= 10");
-    } else if (a == "--via") {
-      if (v != "stdio" && v != "tcp")
-        return usage_error("--via takes stdio or tcp");
-      cfg.via = v;
-    } else if (a == "--serve-bin") {
-      if (v.empty())
-        return usage_error("--serve-bin needs a path");
-      cfg.serve_bin = v;
-    } else if (a == "--dir") {
-      cfg.base_dir = v;
-    } else if (a == "--scheduler") {
-      if (v != "sharing" && v != "stealing")
-        return usage_error("--scheduler takes sharing or stealing");
-      cfg.scheduler = v;
-    } else {
-      return usage_error("unknown option '" + a + "'");
-    }
+    auto& f = number_flags[i];
+    auto n = whole_number(a.numbers[i], f.lo, f.hi);
+    if (!n)
+      return usage_error(std::string(f.name) + " takes a number " + std::to_string(f.lo) + ".."
+                         + std::to_string(f.hi));
+    f.set(cfg, *n);
+  }
+  if (a.durability_opt->count()) {
+    const auto& v = a.durability;
+    if (v == "sync")
+      cfg.mode = durability::sync;
+    else if (v == "nosync")
+      cfg.mode = durability::nosync;
+    else if (v == "memory")
+      cfg.mode = durability::memory;
+    else
+      return usage_error("--durability takes sync, nosync or memory");
+  }
+  if (a.scale_opt->count()) {
+    const auto& v = a.scale;
+    char* end = nullptr;
+    cfg.scale = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(cfg.scale > 0) || cfg.scale > 10)
+      return usage_error("--scale takes a number, 0 < F <= 10");
+  }
+  if (a.via_opt->count()) {
+    if (a.via != "stdio" && a.via != "tcp")
+      return usage_error("--via takes stdio or tcp");
+    cfg.via = a.via;
+  }
+  if (a.serve_bin_opt->count()) {
+    if (a.serve_bin.empty())
+      return usage_error("--serve-bin needs a path");
+    cfg.serve_bin = a.serve_bin;
+  }
+  if (a.dir_opt->count())
+    cfg.base_dir = a.dir;
+  if (a.scheduler_opt->count()) {
+    if (a.scheduler != "sharing" && a.scheduler != "stealing")
+      return usage_error("--scheduler takes sharing or stealing");
+    cfg.scheduler = a.scheduler;
   }
   if (cfg.workloads.empty())
     return usage_error("--workload is required");
@@ -257,7 +282,7 @@ int run_bench(const args& argv) {
 
 static const bool registered = register_command(
   {"bench", "run benchmark workloads a..g in-process (a..c through serve with --via); "
-   "one JSON line each", run_bench});
+   "one JSON line each", define_bench});
 
 } // namespace
 

@@ -3,12 +3,15 @@
 #include "tools/bench/progress.hpp"
 
 #include <cstdio>
+
+#include "tools/cli.hpp"
 #include <utility>
 
 namespace agentstate::tools::bench {
 
 progress::progress(engine* eng, std::string label, std::uint64_t total)
-    : eng_(eng), label_(std::move(label)), total_(total), t0_(steady::now()),
+    : eng_(eng), label_(std::move(label)), total_(total), tty_(progress_wanted()),
+      t0_(steady::now()),
       th_([this] { loop(); }) {}
 
 progress::~progress() {
@@ -32,7 +35,7 @@ void progress::loop() {
     auto m = read_mem();
     if (m.anon_mb > max_anon_mb_)
       max_anon_mb_ = m.anon_mb;
-    if (since(last_) < 2.0 || since(t0_) < 2.0)
+    if (!tty_ || since(last_) < 2.0 || since(t0_) < 2.0)
       continue;
     last_ = steady::now();
     auto n = done_.load();

@@ -16,9 +16,10 @@
 namespace agentstate::tools::bench {
 
 /// A thread of its own samples the engine's live sessions and this process's
-/// RssAnon every 250 ms, and prints
+/// RssAnon every 250 ms, and, when stderr is a terminal, prints
 /// "bench <label> n/total (rate/s) rss ... MB, live sessions ..." to stderr
-/// every 2 s (a phase shorter than 2 s prints nothing). add() may be called
+/// every 2 s (a phase shorter than 2 s prints nothing; nothing goes into a
+/// file or pipe). add() may be called
 /// from any thread; destruction stops and joins the thread. `eng` may be
 /// null and must outlive this object.
 class progress {
@@ -41,6 +42,7 @@ private:
   engine* eng_;
   std::string label_;
   std::uint64_t total_;
+  bool tty_;
   steady::time_point t0_, last_ = steady::now();
   std::atomic<std::uint64_t> done_{0}, max_live_{0};
   std::atomic<double> max_anon_mb_{0};

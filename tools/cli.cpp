@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/cli.cpp: command_line's --help layout, parse_and_run, the one line of
+// bad usage, and progress lines.
+#include "tools/cli.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "tools/commands.hpp"
+
+namespace agentstate::tools {
+
+namespace {
+
+/// "--store DIR", "-h, --help", "DIR": how an option is named in --help.
+std::string option_label(const CLI::Option& o) {
+  if (!o.nonpositional())
+    return o.get_name();
+  std::string out;
+  for (auto& s : o.get_snames())
+    out += (out.empty() ? "-" : ", -") + s;
+  for (auto& l : o.get_lnames())
+    out += (out.empty() ? "--" : ", --") + l;
+  if (o.get_type_size() != 0 && !o.get_type_name().empty())
+    out += " " + o.get_type_name();
+  return out;
+}
+
+/// The --help of one command: its usage lines, description, positionals
+/// ("arguments:"), options by group ("options:" first, the help flag last),
+/// footer. Everything but the prose is read from the declarations.
+class help_format : public CLI::FormatterBase {
+public:
+  explicit help_format(const command_line& cl) : cl_(cl) {}
+
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    std::ostringstream out;
+    std::istringstream usage(cl_.usage);
+    std::string line;
+    for (bool first = true; std::getline(usage, line); first = false)
+      out << (first ? "usage: " : "       ") << line << "\n";
+    if (!cl_.description.empty())
+      out << "\n" << cl_.description << (cl_.description.back() == '\n' ? "" : "\n");
+
+    std::vector<const CLI::Option*> positionals, options;
+    const CLI::Option* help = app->get_help_ptr();
+    for (auto* o : app->get_options()) {
+      if (o == help || o->get_group().empty())
+        continue;
+      (o->nonpositional() ? options : positionals).push_back(o);
+    }
+    std::size_t width = 0;
+    for (auto* o : positionals)
+      width = std::max(width, option_label(*o).size());
+    for (auto* o : options)
+      width = std::max(width, option_label(*o).size());
+    if (help)
+      width = std::max(width, option_label(*help).size());
+    const std::size_t column = std::min<std::size_t>(std::max<std::size_t>(width, 10), 22) + 4;
+
+    auto item = [&](const CLI::Option& o) {
+      auto label = option_label(o);
+      out << "  " << label;
+      std::istringstream desc(o.get_description());
+      std::string d;
+      bool first = true;
+      if (label.size() + 2 > column - 2) {
+        out << "\n";
+        first = false;
+      }
+      while (std::getline(desc, d)) {
+        if (first)
+          out << std::string(column - 2 - label.size(), ' ') << d << "\n";
+        else
+          out << std::string(column, ' ') << d << "\n";
+        first = false;
+      }
+      if (first)
+        out << "\n";
+    };
+    if (!positionals.empty()) {
+      out << "\narguments:\n";
+      for (auto* o : positionals)
+        if (!o->get_description().empty())
+          item(*o);
+    }
+    std::vector<std::string> groups;
+    for (auto* o : options)
+      if (std::find(groups.begin(), groups.end(), o->get_group()) == groups.end())
+        groups.push_back(o->get_group());
+    // The default group (CLI11 names it "Options") first, with the help flag.
+    auto is_default = [](const std::string& g) { return g == "Options"; };
+    std::stable_partition(groups.begin(), groups.end(), is_default);
+    if (groups.empty() || !is_default(groups.front()))
+      groups.insert(groups.begin(), "Options");
+    for (auto& g : groups) {
+      out << "\n" << (is_default(g) ? std::string("options") : g) << ":\n";
+      for (auto* o : options)
+        if (o->get_group() == g)
+          item(*o);
+      if (is_default(g) && help)
+        item(*help);
+    }
+    if (!cl_.footer.empty())
+      out << "\n" << cl_.footer << (cl_.footer.back() == '\n' ? "" : "\n");
+    return out.str();
+  }
+
+private:
+  const command_line& cl_;
+};
+
+/// CLI11's message on one line.
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  while (!s.empty() && s.back() == ' ')
+    s.pop_back();
+  return s;
+}
+
+} // namespace
+
+command_line::command_line(std::string command)
+    : name(std::move(command)), app("", "agentstate " + name) {
+  app.formatter(std::make_shared<help_format>(*this));
+  app.set_help_flag("-h,--help", "print this help and exit");
+  // Later values win (--dir a --dir b is b), as before CLI11; unknown
+  // arguments are collected and reported by parse_and_run.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();
+}
+
+CLI::Option* repeatable(CLI::Option* o) {
+  return o->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+int usage_error(const std::string& command, const std::string& problem) {
+  const std::string who = command.empty() ? "agentstate" : "agentstate " + command;
+  std::fprintf(stderr, "%s: %s; run '%s --help' for usage\n", who.c_str(),
+               one_line(problem).c_str(), who.c_str());
+  return 2;
+}
+
+int parse_and_run(const command& c, const args& xs) {
+  command_line cl(c.name);
+  runner run = c.define(cl);
+  std::vector<std::string> reversed(xs.rbegin(), xs.rend()); // CLI11 takes them last first
+  try {
+    cl.app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(cl.app.help().c_str(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  } catch (const CLI::ParseError& e) {
+    return usage_error(c.name, e.what());
+  }
+  for (auto& x : cl.app.remaining()) {
+    if (x == "--")
+      continue;
+    return usage_error(c.name, x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
+                                                            : "unexpected argument '" + x + "'");
+  }
+  return run();
+}
+
+bool progress_wanted() noexcept {
+  return ::isatty(STDERR_FILENO) == 1;
+}
+
+void progress_line::operator()(const char* what, std::uint64_t n, std::uint64_t total) {
+  show(what, n, total, {});
+}
+
+void progress_line::show(const char* what, std::uint64_t n, std::uint64_t total,
+                         const std::string& extra) {
+  if (!tty_)
+    return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - start_ < std::chrono::milliseconds(500) || now - last_ < std::chrono::milliseconds(500))
+    return;
+  last_ = now;
+  shown_ = true;
+  if (total)
+    std::fprintf(stderr, "\r%s: %llu of %llu%s\033[K", what, static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(total), extra.c_str());
+  else
+    std::fprintf(stderr, "\r%s: %llu%s\033[K", what, static_cast<unsigned long long>(n),
+                 extra.c_str());
+  std::fflush(stderr);
+}
+
+void progress_line::done() {
+  if (shown_)
+    std::fputs("\n", stderr);
+  shown_ = false;
+}
+
+} // namespace agentstate::tools

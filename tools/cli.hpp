@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/cli.hpp: the one command-line parser of the agentstate tool, on CLI11
+// (Debian libcli11-dev, header-only). Every command declares its options and
+// positionals on a command_line; parse_and_run (tools/cli.cpp) parses the
+// arguments, answers --help from the declarations, and reports bad usage the
+// same way for every command:
+//
+//   agentstate CMD: PROBLEM; run 'agentstate CMD --help' for usage
+//
+// one line on stderr, exit 2. `--opt value` and `--opt=value` are the same.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace agentstate::tools {
+
+/// One command's command line. `app` takes the declarations (add_option,
+/// add_flag; ->group(...) to list options under a heading of their own);
+/// `usage` (the synopsis lines), `description` (before the options) and
+/// `footer` (after them) complete its --help. An option given twice keeps
+/// its last value unless it is declared otherwise (a repeatable option:
+/// repeatable()).
+struct command_line {
+  explicit command_line(std::string command);
+
+  std::string name; ///< "serve"
+  CLI::App app;
+  std::string usage;       ///< "agentstate serve (--store DIR | --memory) [options]" (lines)
+  std::string description; ///< paragraphs, wrapped at 78 columns
+  std::string footer;      ///< paragraphs, wrapped at 78 columns
+};
+
+/// `o` as an option that may be given more than once, each time with one
+/// value, every value kept in order (e.g. serve's --listen).
+CLI::Option* repeatable(CLI::Option* o);
+
+/// Prints the one line of bad usage for `command` ("" for the tool itself)
+/// on stderr; returns 2.
+int usage_error(const std::string& command, const std::string& problem);
+
+/// Whether standard error is a terminal: progress lines (with \r) are
+/// written only then, never into a file or pipe.
+bool progress_wanted() noexcept;
+
+/// A progress line on stderr, redrawn in place (\r) at most twice a second,
+/// only when stderr is a terminal (progress_wanted) and only after the
+/// first half second. "what: n" or, with a known total, "what: n of total".
+/// done() ends the line. Single-threaded.
+class progress_line {
+public:
+  void operator()(const char* what, std::uint64_t n, std::uint64_t total = 0);
+  /// Same, with free text after the count (e.g. bytes read of a file).
+  void show(const char* what, std::uint64_t n, std::uint64_t total, const std::string& extra);
+  void done();
+  ~progress_line() { done(); }
+
+private:
+  bool tty_ = progress_wanted();
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_{};
+  bool shown_ = false;
+};
+
+} // namespace agentstate::tools
