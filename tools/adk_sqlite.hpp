@@ -29,9 +29,11 @@
 //   sessions row    -> session record: create_time -> created, update_time ->
 //                      last_update_time (epoch seconds), state -> its own
 //                      state without temp: keys; version = events kept.
-//   events row      -> event record, versions 1..n in ADK's order (the
-//                      timestamp column, then rowid: insertion order breaks
-//                      ties). The event is event_data member for member
+//   events row      -> event record, versions 1..n by the timestamp column,
+//                      ties in insertion order (rowid; ADK-JS's own service
+//                      serves same-millisecond events in the reverse order,
+//                      which import does not copy). The event is event_data
+//                      member for member
 //                      (snake_case, unknown members kept), except:
 //                      id, invocation_id: the columns for adk-python-database
 //                      (what it serves), event_data's for the others (what
@@ -56,7 +58,9 @@
 //   adk-python-sqlite every bit; adk-python-database microseconds (sub-
 //   microsecond digits of a session's times are rounded); adk-js a double of
 //   milliseconds (whole milliseconds exactly, other times to within one unit
-//   in the last place, ~0.24 us today).
+//   in the last place, ~0.24 us today). ADK-JS's DatabaseSessionService reads
+//   that column into a JS Date and so serves session times cut to whole
+//   milliseconds; the file keeps the exact value.
 //   Every app and every (app, user) with a session gets a state row ({} when
 //   agentstate holds no state for it: ADK-Python's append_event expects the
 //   row). agentstate keeps no update time of app or user state: those rows'
