@@ -82,16 +82,17 @@ void on_lmdb_assert(const char* message) noexcept {
   }
 }
 
+std::string describe(const point& p) {
+  if (p.cause == assertion_cause)
+    return std::string("LMDB assertion failed on a damaged page: ") + p.detail;
+  if (p.cause == SIGBUS)
+    return "bus error reading the map (SIGBUS: a page past the end of the file)";
+  return "invalid address reading the map (SIGSEGV: a damaged page)";
+}
+
 void raise(const point& p, const char* what) {
   faults.fetch_add(1, std::memory_order_relaxed);
-  std::string why =
-    p.cause == assertion_cause
-      ? std::string("LMDB assertion failed on a damaged page: ") + p.detail
-    : p.cause == SIGBUS ? std::string("bus error reading the map (SIGBUS: a page past the "
-                                      "end of the file)")
-                        : std::string("invalid address reading the map (SIGSEGV: a damaged "
-                                      "page)");
-  throw map_fault{{errc::data_corrupt, std::string(what) + ": " + why}};
+  throw map_fault{{errc::data_corrupt, std::string(what) + ": " + describe(p)}};
 }
 
 std::uint64_t caught() noexcept {

@@ -21,6 +21,7 @@
 #include <setjmp.h>
 
 #include <cstdint>
+#include <string>
 
 #include "store/kv.hpp"
 
@@ -51,6 +52,10 @@ void on_lmdb_assert(const char* message) noexcept;
 /// also says LMDB was left mid-call (a write transaction it was in cannot be
 /// aborted safely: lmdb_txn.hpp refuses writes from then on).
 struct map_fault : kv_failure {};
+
+/// What left the point: "LMDB assertion failed on a damaged page: ...",
+/// "bus error reading the map (...)" or "invalid address reading the map (...)".
+std::string describe(const point& p);
 
 /// Throws map_fault naming `what` and the point's cause, and counts the fault.
 [[noreturn]] void raise(const point& p, const char* what);

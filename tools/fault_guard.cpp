@@ -43,13 +43,7 @@ result<void> guarded(const std::string& what, const std::function<void()>& fn) {
   }
   store::map_guard::arm(outer);
   caught.fetch_add(1, std::memory_order_relaxed);
-  std::string why = here.cause == store::map_guard::assertion_cause
-                      ? std::string("LMDB assertion failed: ") + here.detail
-                    : here.cause == SIGBUS ? std::string("bus error reading the map (SIGBUS: "
-                                                         "the file is shorter than its pages)")
-                                           : std::string("invalid address reading the map "
-                                                         "(SIGSEGV: a damaged page)");
-  return error{errc::data_corrupt, what + ": " + why};
+  return error{errc::data_corrupt, what + ": " + store::map_guard::describe(here)};
 }
 
 std::uint64_t faults_caught() {

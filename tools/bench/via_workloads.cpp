@@ -364,6 +364,25 @@ double mean_batch_now(run_ctx& x) {
   return st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
 }
 
+/// The in-process figure a via workload compares serve with: `events`
+/// appended in `secs` (timed between x.cpu_start and x.cpu_stop), described
+/// by `of`. Moves the CPU figures out of x.out (they describe the serve
+/// phase there) and snapshots the engine's stats.
+ojson in_process_figure(run_ctx& x, const char* of, double events, double secs,
+                        samples& lat) {
+  ojson in;
+  in["of"] = of;
+  in["events_per_s"] = round_to(events / secs, 0);
+  put_latency(in, "", lat);
+  in["cpu_us_per_event"] = x.out["cpu_us_per_event"];
+  in["mean_batch"] = mean_batch_now(x);
+  x.out.erase("cpu_s");
+  x.out.erase("cpu_us_per_event");
+  x.out.erase("written_kb_per_event");
+  x.snapshot_engine();
+  return in;
+}
+
 /// One session's n pipelined appends through serve (the a shape).
 loop_result pipelined_appends(served& s, const session_ref& ref, std::size_t n, samples& lat,
                               error_log& errors) {
@@ -419,15 +438,8 @@ ojson via_a(const config& cfg) {
     x.cpu_start();
     double secs = windowed_appends(x, ref, n, window, lat);
     x.cpu_stop(double(n));
-    in["of"] = "the same appends on the async API, 256 in flight from one thread";
-    in["events_per_s"] = round_to(double(n) / secs, 0);
-    put_latency(in, "", lat);
-    in["cpu_us_per_event"] = x.out["cpu_us_per_event"];
-    in["mean_batch"] = mean_batch_now(x);
-    x.out.erase("cpu_s");
-    x.out.erase("cpu_us_per_event");
-    x.out.erase("written_kb_per_event");
-    x.snapshot_engine();
+    in = in_process_figure(x, "the same appends on the async API, 256 in flight from one thread",
+                           double(n), secs, lat);
   }
   x.close();
   x.dir.reset();
@@ -476,15 +488,8 @@ ojson via_b(const config& cfg) {
       x, sessions, per, width, ref_of, [](std::size_t, std::size_t k) { return step_delta(k); },
       lat, "b async");
     x.cpu_stop(double(sessions * per));
-    in["of"] = "workload b's async phase: 64 callback chains";
-    in["events_per_s"] = round_to(double(sessions * per) / secs, 0);
-    put_latency(in, "", lat);
-    in["cpu_us_per_event"] = x.out["cpu_us_per_event"];
-    in["mean_batch"] = mean_batch_now(x);
-    x.out.erase("cpu_s");
-    x.out.erase("cpu_us_per_event");
-    x.out.erase("written_kb_per_event");
-    x.snapshot_engine();
+    in = in_process_figure(x, "workload b's async phase: 64 callback chains",
+                           double(sessions * per), secs, lat);
   }
   x.close();
   x.dir.reset();
