@@ -96,7 +96,8 @@ void engine::get_session_json(get_request req, callback<std::string> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_session_text(*core_->kv, req, nullptr));
+  cb(store::read_session_text(*core_->kv, req, nullptr,
+                               core_->opts.limits.max_response_bytes));
 }
 
 void engine::get_session(get_request req, callback<std::optional<session>> cb) {
@@ -110,7 +111,7 @@ void engine::get_session(get_request req, callback<std::optional<session>> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_session(*core_->kv, req));
+  cb(store::read_session(*core_->kv, req, core_->opts.limits.max_response_bytes));
 }
 
 void engine::list_sessions(list_request req, callback<session_page> cb) {

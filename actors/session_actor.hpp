@@ -148,7 +148,8 @@ bool answer_duplicate(session_actor_t self, append_cmd& cmd);
 /// The live invocation's temp: keys when `invocation_id` names it, else null.
 const json* live_temp(const session_state& st, const std::string& invocation_id);
 /// read_session plus the temp: keys of req.invocation_id when it is live.
-result<std::optional<session>> read_live(session_actor_t self, const get_request& req);
+result<std::optional<session>> read_live(session_actor_t self, const get_request& req,
+                                         std::size_t max_bytes);
 void on_begin_invocation(session_actor_t self, begin_invocation_cmd& cmd);
 void on_end_invocation(session_actor_t self, end_invocation_cmd& cmd);
 

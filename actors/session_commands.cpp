@@ -176,10 +176,11 @@ void on_get(session_actor_t self, get_cmd& cmd) {
     if (cmd.text_cb) {
       auto& st = self->state;
       cmd.text_cb(store::read_session_text(*st.core->kv, cmd.req,
-                                           live_temp(st, cmd.req.invocation_id)));
+                                           live_temp(st, cmd.req.invocation_id),
+                                           st.core->opts.limits.max_response_bytes));
       return;
     }
-    cmd.cb(read_live(self, cmd.req));
+    cmd.cb(read_live(self, cmd.req, self->state.core->opts.limits.max_response_bytes));
   });
 }
 

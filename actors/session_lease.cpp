@@ -12,9 +12,10 @@ const json* live_temp(const session_state& st, const std::string& invocation_id)
   return !invocation_id.empty() && invocation_id == st.invocation ? &st.temp : nullptr;
 }
 
-result<std::optional<session>> read_live(session_actor_t self, const get_request& req) {
+result<std::optional<session>> read_live(session_actor_t self, const get_request& req,
+                                         std::size_t max_bytes) {
   auto& st = self->state;
-  auto r = store::read_session(*st.core->kv, req);
+  auto r = store::read_session(*st.core->kv, req, max_bytes);
   if (const json* temp = live_temp(st, req.invocation_id); temp && r && *r)
     for (auto t = temp->begin(); t != temp->end(); ++t)
       (**r).state[t.key()] = t.value();
@@ -44,7 +45,7 @@ void grant(session_actor_t self, lease_waiter w) {
     req.ref = self->state.ref;
     req.num_recent_events = 0;
     req.invocation_id = std::move(w.invocation_id);
-    auto r = read_live(self, req);
+    auto r = read_live(self, req, SIZE_MAX); // no events: nothing to bound
     if (!r)
       return w.cb(std::move(r).err());
     if (!*r)

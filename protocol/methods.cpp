@@ -84,15 +84,26 @@ prepare_result prepare_list(const json& params) {
   if (auto by = p.optional_string("order_by")) {
     if (*by == "id")
       r.order_by = list_order::id;
+    else if (*by == "created")
+      r.order_by = list_order::created;
     else if (*by != "update_time")
-      p.fail("parameter 'order_by' must be \"update_time\" or \"id\", not \"" + *by + "\"");
+      p.fail("parameter 'order_by' must be \"update_time\", \"created\" or \"id\", not \""
+             + *by + "\"");
   }
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
+  if (auto form = p.optional_string("shared_state")) {
+    if (*form == "once")
+      r.shared_state = list_state::once;
+    else if (*form != "merged")
+      p.fail("parameter 'shared_state' must be \"merged\" or \"once\", not \"" + *form
+             + "\"");
+  }
   prepared x;
   x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
-    e.list_sessions(std::move(r), [reply](result<session_page> page) {
-      reply(to_outcome(page, [](const session_page& v) {
+    const bool once = r.shared_state == list_state::once;
+    e.list_sessions(std::move(r), [reply, once](result<session_page> page) {
+      reply(to_outcome(page, [once](const session_page& v) {
         json xs = json::array();
         for (const auto& m : v.sessions)
           xs.push_back(to_json(m));
@@ -101,6 +112,13 @@ prepare_result prepare_list(const json& params) {
                   v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
         if (v.total)
           out["total"] = *v.total;
+        if (once) {
+          out["app_state"] = v.app_state;
+          json users = json::object();
+          for (const auto& [user, st] : v.user_states)
+            users[user] = st;
+          out["user_states"] = std::move(users);
+        }
         return out;
       }));
     });
@@ -197,13 +215,14 @@ prepare_result prepare_inject_state(const json& params) {
   prepared x{{}, ordering::per_session, session_key(r.ref)};
   x.op = [r = std::move(r), tmpl = std::move(tmpl)](engine& e, const reply_fn& reply) mutable {
     auto id = r.ref.session_id;
-    e.get_session(std::move(r), [reply, id = std::move(id),
-                                 tmpl = std::move(tmpl)](result<std::optional<session>> s) {
+    const std::size_t max_bytes = e.opts().limits.max_response_bytes;
+    e.get_session(std::move(r), [reply, id = std::move(id), tmpl = std::move(tmpl),
+                                 max_bytes](result<std::optional<session>> s) {
       if (!s)
         return reply(from_engine(s.err()));
       if (!*s)
         return reply(from_engine(error{errc::not_found, "session '" + id + "' not found"}));
-      auto text = inject_state(tmpl, (**s).state);
+      auto text = inject_state(tmpl, (**s).state, {}, max_bytes);
       reply(to_outcome(text, [](std::string& v) { return json(std::move(v)); }));
     });
   };

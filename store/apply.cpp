@@ -58,6 +58,29 @@ void put_index(kv_write& txn, table t, scratch& s) {
 
 } // namespace
 
+std::array<std::pair<table, std::string>, 4> list_entries(std::string_view app,
+                                                          std::string_view user,
+                                                          std::string_view id, double updated,
+                                                          double created) {
+  std::array<std::pair<table, std::string>, 4> out{
+    {{table::by_update, {}}, {table::by_user, {}}, {table::by_created, {}},
+     {table::by_user_created, {}}}};
+  set_by_update_key(out[0].second, app, user, id, updated);
+  set_by_user_key(out[1].second, app, user, id, updated);
+  set_by_update_key(out[2].second, app, user, id, created);
+  set_by_user_key(out[3].second, app, user, id, created);
+  return out;
+}
+
+void put_list_entries(kv_write& txn, std::string_view app, std::string_view user,
+                      std::string_view id, double updated, double created) {
+  scratch s;
+  for (auto& [t, key] : list_entries(app, user, id, updated, created)) {
+    s.k = std::move(key);
+    put_index(txn, t, s);
+  }
+}
+
 std::size_t write_set::bytes() const {
   std::size_t n = 64 + app.size() + user.size() + id.size()
                   + event_row.size();
@@ -85,10 +108,7 @@ result<void> apply(kv_write& txn, const write_set& ws) {
                      "session '" + ws.id + "' already exists"};
       session_record r{0, ws.time, ws.time};
       put_rows(txn, ws, skey, s);
-      set_by_update_key(k, ws.app, ws.user, ws.id, ws.time);
-      put_index(txn, table::by_update, s);
-      set_by_user_key(k, ws.app, ws.user, ws.id, ws.time);
-      put_index(txn, table::by_user, s);
+      put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
       txn.put(table::sessions, skey, encode_record(skey, r));
       return {};
     }
@@ -124,10 +144,9 @@ result<void> apply(kv_write& txn, const write_set& ws) {
       auto prefix = skey + '\0';
       delete_prefix(txn, table::session_state, prefix);
       delete_prefix(txn, table::events, prefix);
-      set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
-      txn.del(table::by_update, k);
-      set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
-      txn.del(table::by_user, k);
+      for (auto& [t, key] :
+           list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
+        txn.del(t, key);
       txn.del(table::sessions, skey);
       return {};
     }

@@ -2,6 +2,11 @@
 // store/apply.hpp: writing a write set's rows (README "Storage format").
 #pragma once
 
+#include <array>
+#include <string>
+#include <string_view>
+#include <utility>
+
 #include "agentstate/error.hpp"
 #include "store/kv.hpp"
 #include "store/write_set.hpp"
@@ -18,5 +23,16 @@ namespace agentstate::store {
 /// some of the write set's puts (the caller's savepoint takes them back).
 /// Cost: an append is ~10 puts/deletes; a delete O(rows of the session).
 result<void> apply(kv_write& txn, const write_set& ws);
+
+/// A session's list-index entries: by_update and by_user at its last update
+/// time `updated`, by_created and by_user_created at its creation time.
+std::array<std::pair<table, std::string>, 4> list_entries(std::string_view app,
+                                                          std::string_view user,
+                                                          std::string_view id, double updated,
+                                                          double created);
+/// Puts every entry of list_entries (each value seals its key). Throws
+/// kv_failure.
+void put_list_entries(kv_write& txn, std::string_view app, std::string_view user,
+                      std::string_view id, double updated, double created);
 
 } // namespace agentstate::store

@@ -300,14 +300,7 @@ struct importer {
       if (txn->get(table::sessions, skey))
         return bad("session '" + *id + "' appears twice");
       txn->put(table::sessions, skey, encode_record(skey, r));
-      std::string by_update = *app + '\0';
-      append_ordered_double(by_update, r.last_update_time);
-      by_update += *id + '\0' + *user;
-      txn->put(table::by_update, by_update, seal(by_update, {}));
-      std::string by_user = user_scope_key(*app, *user) + '\0';
-      append_ordered_double(by_user, r.last_update_time);
-      by_user += *id;
-      txn->put(table::by_user, by_user, seal(by_user, {}));
+      put_list_entries(*txn, *app, *user, *id, r.last_update_time, r.created);
       return put_rows(table::session_state, skey + '\0', *state);
     }
     if (type == "event") {

@@ -2,13 +2,16 @@
 #include "store/format.hpp"
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include <utility>
 #include <vector>
 
 #include "agentstate/json.hpp"
+#include "store/apply.hpp"
 #include "store/errors.hpp"
+#include "store/keys.hpp"
 #include "store/records.hpp"
 
 namespace agentstate::store {
@@ -68,6 +71,37 @@ void seal_table(kv_write& w, table t) {
   }
 }
 
+// 4 -> 5: the creation-order list entries of every session, in batches (a
+// cursor is not kept across puts). A damaged record gets none.
+void index_created(kv_write& w) {
+  std::string from;
+  for (;;) {
+    std::vector<std::pair<std::string, std::optional<session_record>>> batch;
+    bool more = false;
+    w.scan(table::sessions, {}, from, [&](std::string_view k, std::string_view v) {
+      if (!from.empty() && k == from)
+        return true;
+      if (batch.size() >= 8192) {
+        more = true;
+        return false;
+      }
+      batch.emplace_back(std::string(k), decode_record(k, v));
+      return true;
+    });
+    for (auto& [k, rec] : batch) {
+      auto p = split_key(k, 3);
+      if (!rec || p.size() != 3)
+        continue;
+      for (auto& [t, key] : list_entries(p[0], p[1], p[2], rec->last_update_time, rec->created))
+        if (t == table::by_created || t == table::by_user_created)
+          w.put(t, key, seal(key, {}));
+    }
+    if (!more || batch.empty())
+      return;
+    from = std::move(batch.back().first);
+  }
+}
+
 } // namespace
 
 std::uint32_t known_format(std::string_view text) {
@@ -98,9 +132,12 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
         for (std::size_t i = 0; i < table_count; ++i)
           w->absorb_table(static_cast<table>(i));
         // 3 -> 4: every value but meta's sealed.
-        for (std::size_t i = 0; i < table_count; ++i)
-          if (static_cast<table>(i) != table::meta)
-            seal_table(*w, static_cast<table>(i));
+        if (from <= 3)
+          for (std::size_t i = 0; i < table_count; ++i)
+            if (static_cast<table>(i) != table::meta)
+              seal_table(*w, static_cast<table>(i));
+        // 4 -> 5: the creation-order indexes.
+        index_created(*w);
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

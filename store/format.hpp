@@ -17,10 +17,11 @@ namespace agentstate::store {
 /// - 2: no `event_ids` (session actors index their events' ids in memory).
 /// - 3: the six small tables share one LMDB database (`rows`; open_lmdb_kv).
 /// - 4: every value but meta's is sealed with a CRC-32C (store/records.hpp).
-inline constexpr std::uint32_t format_version = 4;
+/// - 5: the creation-order list indexes `by_created` and `by_user_created`.
+inline constexpr std::uint32_t format_version = 5;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 4, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 5, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -35,9 +36,11 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// `event_ids`; 2 -> 3 moves the small tables into `rows`; 3 -> 4 rewrites
 /// every row with its value sealed, checking each: a row that does not
 /// decode is sealed with a wrong checksum, so it reads as data_corrupt, as a
-/// row damaged later would). Cost of 3 -> 4: a put and a JSON parse per row,
-/// and the transaction needs free map space for a copy of the rewritten
-/// pages (storage_full otherwise, the store left as it was). Errors:
+/// row damaged later would); 4 -> 5 adds two creation-order list entries
+/// per session (a session whose record is damaged gets none). Cost of
+/// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
+/// the transaction needs free map space for the pages it writes
+/// (storage_full otherwise, the store left as it was). Errors:
 /// internal when the format is unknown (the store is left as it was),
 /// storage errors.
 result<void> init_meta(kv_store& kv, std::string_view engine_version);

@@ -49,10 +49,12 @@ std::string sub_key(std::string_view parent, std::string_view child);
 /// skey ‖ 0 ‖ be64(version): an event row.
 void set_event_key(std::string& k, std::string_view skey, std::uint64_t version);
 std::string event_key(std::string_view skey, std::uint64_t version);
-/// app ‖ 0 ‖ ord64(t) ‖ id ‖ 0 ‖ user: a session in its app's list order.
+/// app ‖ 0 ‖ ord64(t) ‖ id ‖ 0 ‖ user: a session in its app's list order
+/// (by_update at its last update time, by_created at its creation time).
 void set_by_update_key(std::string& k, std::string_view app, std::string_view user,
                        std::string_view id, double t);
-/// app ‖ 0 ‖ user ‖ 0 ‖ ord64(t) ‖ id: a session in its user's list order.
+/// app ‖ 0 ‖ user ‖ 0 ‖ ord64(t) ‖ id: a session in its user's list order
+/// (by_user at its last update time, by_user_created at its creation time).
 void set_by_user_key(std::string& k, std::string_view app, std::string_view user,
                      std::string_view id, double t);
 

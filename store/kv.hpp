@@ -32,8 +32,10 @@ enum class table : std::uint8_t {
   events,
   by_update,
   by_user,
+  by_created,      ///< format 5: a session in its app's creation order
+  by_user_created, ///< format 5: a session in its user's creation order
 };
-inline constexpr std::size_t table_count = 8;
+inline constexpr std::size_t table_count = 10;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;

@@ -52,10 +52,13 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
   try {
     const bool by_user = req.user_id.has_value();
     const bool by_id = req.order_by == list_order::id;
+    const bool by_created = req.order_by == list_order::created;
     // By id the scan walks the session records themselves (key app, user,
-    // id); by update time one of the two list indexes (8 bytes of time
-    // after the prefix).
-    table index = by_id ? table::sessions : by_user ? table::by_user : table::by_update;
+    // id); by update or creation time one of the list indexes (8 bytes of
+    // time after the prefix).
+    table index = by_id        ? table::sessions
+                  : by_created ? (by_user ? table::by_user_created : table::by_created)
+                               : (by_user ? table::by_user : table::by_update);
     const std::size_t time_bytes = by_id ? 0 : 8;
     std::string prefix = by_user ? user_scope_key(req.app_name, *req.user_id) + '\0'
                                  : req.app_name + '\0';
@@ -127,8 +130,13 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     auto app_state = read_rows(txn, table::app_state, req.app_name + '\0');
     if (!app_state)
       return std::move(app_state).err();
+    const bool once = req.shared_state == list_state::once;
     std::map<std::string, json> users;
     std::size_t bytes = 0;
+    if (once) {
+      page.app_state = merge_state(json::object(), json::object(), *app_state);
+      bytes += page.app_state.dump().size() + 64;
+    }
     for (std::size_t i = 0; i < hits.size(); ++i) {
       auto& h = hits[i];
       auto skey = session_key(req.app_name, h.user, h.id);
@@ -160,12 +168,18 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       m.app_name = req.app_name;
       m.user_id = h.user;
       m.id = h.id;
-      m.state = merge_state(*own, u->second, *app_state);
+      m.state = once ? std::move(*own) : merge_state(*own, u->second, *app_state);
       m.last_update_time = (*rec)->last_update_time;
       m.version = (*rec)->version;
-      // The session's JSON: its state, ids and the fixed members.
+      // The session's JSON: its state, ids and the fixed members, and in
+      // the once form its user's state the first time the user is listed.
       auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size()
                   + 128;
+      json user_state;
+      if (once && page.user_states.count(h.user) == 0) {
+        user_state = merge_state(json::object(), u->second, json::object());
+        size += user_state.dump().size() + h.user.size() + 8;
+      }
       if (bytes + size > max_bytes) {
         if (page.sessions.empty())
           return error{errc::too_large,
@@ -176,6 +190,8 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
         break;
       }
       bytes += size;
+      if (!user_state.is_null())
+        page.user_states.emplace(h.user, std::move(user_state));
       page.sessions.push_back(std::move(m));
     }
     if (more && !hits.empty())

@@ -151,8 +151,11 @@ struct env_handle {
   MDB_env* env = nullptr;
   MDB_dbi dbi[table_count] = {};
   /// Per table: the byte its keys carry in `rows`, or -1 where the table is
-  /// a database of its own (meta, events; every table in formats 1-2).
+  /// a database of its own (meta, events; every table in formats 1-2), or
+  /// `absent_table` where a read-only store predates the table (a format 1-2
+  /// store has no creation-order indexes): it reads as empty.
   int tag[table_count];
+  static constexpr int absent_table = -2;
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
   std::string dir;        ///< the store's directory (full-disk checks)
   bool read_only = false; ///< open_lmdb_kv_readonly: snapshots read meta["format"]

@@ -79,6 +79,8 @@ public:
     lmdb_read r(*h_);
     bool shared = false;
     for (std::size_t i = 0; i < table_count; ++i) {
+      if (h_->tag[i] == env_handle::absent_table)
+        continue;
       if (h_->tag[i] >= 0) {
         shared = true;
         continue;
@@ -209,6 +211,10 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
       continue;
     }
     int rc = ::mdb_dbi_open(txn, table_name(t), 0, &h->dbi[i]);
+    if (rc == MDB_NOTFOUND && (t == table::by_created || t == table::by_user_created)) {
+      h->tag[i] = env_handle::absent_table; // a format 1-2 store: no such index yet
+      continue;
+    }
     if (rc != MDB_SUCCESS) {
       ::mdb_txn_abort(txn);
       if (rc == MDB_NOTFOUND)

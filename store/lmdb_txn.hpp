@@ -34,7 +34,11 @@ protected:
   int tag(table t) const { return h_.tag[static_cast<int>(t)]; }
   MDB_dbi dbi(table t) const { return h_.dbi[static_cast<int>(t)]; }
 
+  bool absent(table t) const { return tag(t) == env_handle::absent_table; }
+
   std::optional<std::string_view> do_get(MDB_txn* txn, table t, std::string_view key) {
+    if (absent(t))
+      return std::nullopt;
     stored_key sk(tag(t), key);
     MDB_val k = sk.val(), v;
     int rc = guarded_call("mdb_get", [&] { return ::mdb_get(txn, dbi(t), &k, &v); });
@@ -88,6 +92,8 @@ protected:
 
   void do_scan(MDB_txn* txn, table t, std::string_view prefix, std::string_view from,
                const kv_visitor& fn) {
+    if (absent(t))
+      return;
     cursor_guard c(txn, dbi(t));
     stored_key start(tag(t), !from.empty() && from > prefix ? from : prefix);
     MDB_val k = start.val(), v;
@@ -99,6 +105,8 @@ protected:
 
   void do_scan_back(MDB_txn* txn, table t, std::string_view prefix, std::string_view from,
                     const kv_visitor& fn) {
+    if (absent(t))
+      return;
     cursor_guard c(txn, dbi(t));
     MDB_val k, v;
     int rc;

@@ -234,6 +234,8 @@ const char* table_name(table t) noexcept {
     case table::events: return "events";
     case table::by_update: return "by_update";
     case table::by_user: return "by_user";
+    case table::by_created: return "by_created";
+    case table::by_user_created: return "by_user_created";
   }
   return "?";
 }

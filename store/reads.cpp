@@ -14,9 +14,11 @@ namespace {
 
 // The bodies (event_body_text) of the rows of the events `req` selects
 // (G3/G4), oldest first, each checked against its checksum. The views are
-// valid while `txn` lives.
+// valid while `txn` lives. too_large, without reading further, once the
+// selected rows pass `max_bytes`.
 result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std::string& skey,
-                                                        const get_request& req) {
+                                                        const get_request& req,
+                                                        std::size_t max_bytes) {
   std::vector<std::string_view> out;
   auto prefix = skey + '\0';
   std::optional<std::uint64_t> limit;
@@ -33,6 +35,8 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   // below before anything is answered.
   std::vector<std::string_view> keys, rows;
   std::size_t taken = 0; // rows `after` keeps
+  std::size_t bytes = 0;  // their size
+  bool over = false;
   const bool legacy = txn.legacy_values();
   auto take = [&](std::string_view key, std::string_view row) {
     keys.push_back(key);
@@ -44,12 +48,22 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     if (after && !(ts >= *after))
       return true;
     ++taken;
+    bytes += row.size();
+    if (bytes > max_bytes) {
+      over = true;
+      return false;
+    }
     return !limit || taken < *limit;
   };
   if (limit)
     txn.scan_back(table::events, prefix, {}, take);
   else
     txn.scan(table::events, prefix, {}, take);
+  if (over)
+    return error{errc::too_large,
+                 "session '" + printable(req.ref.session_id) + "': the events asked for pass "
+                   "the response limit (" + std::to_string(max_bytes)
+                   + " bytes); ask for fewer (num_recent_events, after_timestamp)"};
   // The bodies replace the rows in place (open_rows reads each row before
   // it writes its body).
   auto good = open_rows(table::events, rows.size(), keys.data(), rows.data(), legacy,
@@ -68,8 +82,8 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
 }
 
 result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
-                                       const get_request& req) {
-  auto rows = select_event_rows(txn, skey, req);
+                                       const get_request& req, std::size_t max_bytes) {
+  auto rows = select_event_rows(txn, skey, req, max_bytes);
   if (!rows)
     return std::move(rows).err();
   std::vector<event> out;
@@ -243,7 +257,8 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
   }
 }
 
-result<std::optional<session>> read_session(kv_read& txn, const get_request& req) {
+result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
+                                            std::size_t max_bytes) {
   try {
     auto& r = req.ref;
     auto head = read_head(txn, r);
@@ -252,7 +267,7 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     if (!*head)
       return std::optional<session>{};
     auto& [skey, rec, state] = **head;
-    auto evs = read_events(txn, skey, req);
+    auto evs = read_events(txn, skey, req, max_bytes);
     if (!evs)
       return std::move(evs).err();
     session s;
@@ -269,7 +284,8 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
   }
 }
 
-result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra) {
+result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
+                                      std::size_t max_bytes) {
   try {
     auto& r = req.ref;
     auto head = read_head(txn, r);
@@ -281,7 +297,7 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
     if (extra)
       for (auto it = extra->begin(); it != extra->end(); ++it)
         state[it.key()] = it.value();
-    auto rows = select_event_rows(txn, skey, req);
+    auto rows = select_event_rows(txn, skey, req, max_bytes);
     if (!rows)
       return std::move(rows).err();
     auto state_text = dump_json(state);
@@ -322,19 +338,21 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
   }
 }
 
-result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra) {
+result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra,
+                                      std::size_t max_bytes) {
   try {
     auto txn = kv.begin_read();
-    return read_session_text(*txn, req, extra);
+    return read_session_text(*txn, req, extra, max_bytes);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
 }
 
-result<std::optional<session>> read_session(kv_store& kv, const get_request& req) {
+result<std::optional<session>> read_session(kv_store& kv, const get_request& req,
+                                            std::size_t max_bytes) {
   try {
     auto txn = kv.begin_read();
-    return read_session(*txn, req);
+    return read_session(*txn, req, max_bytes);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

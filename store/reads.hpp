@@ -43,15 +43,22 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
                             const std::function<void(std::uint64_t, const std::string&)>& fn);
 
 /// The session per G1-G6, in one snapshot. Does not validate `req`.
-result<std::optional<session>> read_session(kv_read& txn, const get_request& req);
-result<std::optional<session>> read_session(kv_store& kv, const get_request& req);
+/// too_large when the selected events' stored JSON passes `max_bytes`
+/// (found before any is decoded or copied).
+result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
+                                            std::size_t max_bytes);
+result<std::optional<session>> read_session(kv_store& kv, const get_request& req,
+                                            std::size_t max_bytes);
 
 /// read_session as JSON text, equal to dump_json(to_json(session)), or
 /// "null" when the session does not exist. Stored event texts are copied,
 /// never parsed: O(bytes) instead of a DOM per event. `extra` (an object,
 /// may be null) is merged into the state (the live invocation's temp: keys).
-result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra);
-result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra);
+/// too_large as read_session.
+result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
+                                      std::size_t max_bytes);
+result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra,
+                                      std::size_t max_bytes);
 
 /// The stored value of one state key of session (app, user, id), by the
 /// key's scope (S1; prefixed key), or nullopt when missing (temp: keys are

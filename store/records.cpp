@@ -125,6 +125,8 @@ std::optional<std::string_view> open_row(table t, std::string_view key, std::str
       return value.substr(1);
     case table::by_update:
     case table::by_user:
+    case table::by_created:
+    case table::by_user_created:
       if (!value.empty())
         return std::nullopt;
       return value;
@@ -219,22 +221,26 @@ std::string row_name(table t, std::string_view key) {
       return "app '" + printable(p[0]) + "' state row '"
              + (p.size() == 2 ? printable(p[1]) : std::string()) + "'";
     }
-    case table::by_update: {
+    case table::by_update:
+    case table::by_created: {
       // app ‖ 0 ‖ ord64(t) ‖ id ‖ 0 ‖ user
+      std::string what = std::string(table_name(t)) + " entry";
       auto nul = key.find('\0');
       if (nul == std::string_view::npos || key.size() < nul + 9)
-        return "by_update entry '" + printable(key) + "'";
+        return what + " '" + printable(key) + "'";
       auto rest = split_key(key.substr(nul + 9), 2);
       return "session '" + printable(key.substr(0, nul)) + "/"
              + (rest.size() == 2 ? printable(rest[1]) : std::string()) + "/"
-             + printable(rest[0]) + "' by_update entry";
+             + printable(rest[0]) + "' " + what;
     }
-    case table::by_user: {
+    case table::by_user:
+    case table::by_user_created: {
       // app ‖ 0 ‖ user ‖ 0 ‖ ord64(t) ‖ id
+      std::string what = std::string(table_name(t)) + " entry";
       auto p = split_key(key, 3);
       if (p.size() != 3 || p[2].size() < 8)
-        return "by_user entry '" + printable(key) + "'";
-      return "session '" + joined(p, 2) + "/" + printable(p[2].substr(8)) + "' by_user entry";
+        return what + " '" + printable(key) + "'";
+      return "session '" + joined(p, 2) + "/" + printable(p[2].substr(8)) + "' " + what;
     }
     case table::meta:
       break;

@@ -79,6 +79,11 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       c.fault("meta: format " + std::string(*fmt) + ", expected "
               + std::to_string(oldest_format_version) + " to " + std::to_string(format_version));
     const bool legacy = txn.legacy_values();
+    // Formats before 5 have no creation-order indexes.
+    const bool created_index = fmt && known_format(*fmt) >= 5;
+    auto indexed = [created_index](table t) {
+      return created_index || (t != table::by_created && t != table::by_user_created);
+    };
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
       std::string name = shown(skey);
@@ -137,19 +142,10 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       if (expect - 1 != rec->version)
         c.fault("session " + name + ": record says version " + std::to_string(rec->version)
                 + ", events end at " + std::to_string(expect - 1));
-      std::string by_update(parts[0]);
-      by_update += '\0';
-      append_ordered_double(by_update, rec->last_update_time);
-      by_update.append(parts[2]);
-      by_update += '\0';
-      by_update.append(parts[1]);
-      if (!txn.get(table::by_update, by_update))
-        c.fault("session " + name + ": missing from the by_update index");
-      std::string by_user = user_scope_key(parts[0], parts[1]) + '\0';
-      append_ordered_double(by_user, rec->last_update_time);
-      by_user.append(parts[2]);
-      if (!txn.get(table::by_user, by_user))
-        c.fault("session " + name + ": missing from the by_user index");
+      for (auto& [t, key] :
+           list_entries(parts[0], parts[1], parts[2], rec->last_update_time, rec->created))
+        if (indexed(t) && !txn.get(t, key))
+          c.fault("session " + name + ": missing from the " + table_name(t) + " index");
       return true;
     });
     // Rows of missing sessions: every table's total must match the sums.
@@ -157,7 +153,10 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     if (total_events != r.events)
       c.fault("events: " + std::to_string(total_events - r.events)
               + " rows belong to no session");
-    for (auto t : {table::by_update, table::by_user}) {
+    for (auto t : {table::by_update, table::by_user, table::by_created,
+                   table::by_user_created}) {
+      if (!indexed(t))
+        continue;
       auto n = count_rows(txn, t, &c);
       if (n != r.sessions)
         c.fault(std::string(table_name(t)) + ": " + std::to_string(n) + " entries for "

@@ -86,6 +86,26 @@ const count_flag count_flags[] = {
    }},
   {"--max-store-mb", 1, std::uint64_t{1} << 24, false,
    [](serve_config& c, std::uint64_t n) { c.engine_opts.max_store_bytes = n << 20; }},
+  {"--max-event-bytes", 1024, std::uint64_t{1} << 30, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.limits.max_event_bytes = static_cast<std::size_t>(n);
+   }},
+  {"--max-value-bytes", 16, std::uint64_t{1} << 30, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.limits.max_value_bytes = static_cast<std::size_t>(n);
+   }},
+  {"--max-state-bytes", 16, std::uint64_t{1} << 30, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.limits.max_state_bytes = static_cast<std::size_t>(n);
+   }},
+  {"--max-response-bytes", std::uint64_t{1} << 16, std::uint64_t{1} << 40, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.limits.max_response_bytes = static_cast<std::size_t>(n);
+   }},
+  {"--session-idle-timeout-s", 1, 1u << 24, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.idle_timeout = std::chrono::seconds(n);
+   }},
   {"--io-threads", 0, 1024, true,
    [](serve_config& c, std::uint64_t n) { c.net.io_threads = static_cast<std::size_t>(n); }},
   {"--max-connections", 1, 1u << 24, true,
@@ -116,6 +136,20 @@ const char* count_help(const std::string& name) {
   if (name == "--max-store-mb")
     return "the store's size limit in MiB (default 65536): past it\n"
            "writes fail with storage_full, before the disk fills";
+  if (name == "--max-event-bytes")
+    return "largest event as stored, in bytes (default 1048576);\n"
+           "a larger one is refused with too_large";
+  if (name == "--max-value-bytes")
+    return "largest state value, in bytes (default 1048576)";
+  if (name == "--max-state-bytes")
+    return "largest initial state of a create_session, in bytes\n(default 4194304)";
+  if (name == "--max-response-bytes")
+    return "largest answer a read builds (default 67108864; at\n"
+           "least 65536): a list_sessions page ends early at it,\n"
+           "anything else over it is too_large";
+  if (name == "--session-idle-timeout-s")
+    return "passivate a session's actor idle this long (default\n"
+           "60); its state is reloaded from the store on next use";
   if (name == "--io-threads")
     return "I/O threads (default: one per core)";
   if (name == "--max-connections")

@@ -77,7 +77,10 @@ public:
 
   /// The session with merged state and the requested window of events, or
   /// nullopt when it does not exist (G1-G6). Reads one consistent snapshot of
-  /// every scope. Errors: invalid_argument.
+  /// every scope. Errors: invalid_argument; too_large when the requested
+  /// events' stored JSON passes limits::max_response_bytes (found before any
+  /// is decoded: ask for fewer with num_recent_events or after_timestamp);
+  /// data_corrupt.
   void get_session(get_request req, callback<std::optional<session>> cb);
   result<std::optional<session>> get_session(get_request req);
 

@@ -45,7 +45,9 @@ struct limits {
   std::size_t max_json_depth = 64;
   /// The largest answer one read builds: a list_sessions page ends early at
   /// this budget (at least one session per page; too_large only when one
-  /// session alone exceeds it). Sizes are those of the sessions' JSON.
+  /// session alone exceeds it); get_session's selected events past it are
+  /// too_large; inject_state through `serve` renders at most this much.
+  /// Sizes are those of the JSON (or text) answered.
   std::size_t max_response_bytes = std::size_t{64} << 20;
 };
 

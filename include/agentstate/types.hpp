@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,12 +82,24 @@ struct get_request {
 
 /// The order of a listing (L3). By update time a session that is written
 /// during a paged scan moves: if its new time sorts before the cursor the
-/// remaining pages miss it, if after, they list it again. By id (user id,
-/// then session id, for an app-wide listing) nothing moves: every session
-/// that exists for the whole scan is listed exactly once.
+/// remaining pages miss it, if after, they list it again. By creation time
+/// and by id nothing moves: every session that exists for the whole scan is
+/// listed exactly once (one created during the scan is listed when it sorts
+/// after the cursor).
 enum class list_order : std::uint8_t {
   update_time, ///< last_update_time, then id (L3's order)
   id,          ///< (user id,) session id, byte order
+  created,     ///< creation time, then id (then user id, app-wide)
+};
+
+/// How a listing carries the shared scopes' state.
+enum class list_state : std::uint8_t {
+  /// Each listed session's state is merged with its user: and app: state
+  /// (L2, ADK's shape): the shared state is repeated in every session.
+  merged,
+  /// Each listed session's state is its own keys only; the page holds the
+  /// app: state and each listed user's user: state once (session_page).
+  once,
 };
 
 struct list_request {
@@ -104,12 +117,18 @@ struct list_request {
   /// Count every matching session into session_page::total. Costs
   /// O(matching sessions) index reads.
   bool include_total = false;
+  list_state shared_state = list_state::merged;
 };
 
 struct session_page {
   std::vector<session_meta> sessions;
   std::optional<std::string> next_page_token; ///< absent on the last page
   std::optional<std::uint64_t> total; ///< with list_request::include_total
+  /// With list_state::once: the app's state ("app:"-prefixed keys), and the
+  /// state of each user with a listed session ("user:"-prefixed keys), by
+  /// user id. Empty otherwise.
+  json app_state = json::object();
+  std::map<std::string, json> user_states;
 };
 
 /// An atomic read-modify-write of one state key, carried by an append. The

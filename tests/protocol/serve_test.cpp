@@ -309,6 +309,50 @@ TEST_CASE("serve: list_sessions' order, offset and include_total") {
   CHECK(s.wait_exit() == 0);
 }
 
+TEST_CASE("serve: list_sessions by creation time, and shared_state once") {
+  fixture f;
+  server s({"--memory"}, f.err());
+  // Created s0..s3 in order, then appended in reverse: update order s3..s0.
+  for (int i = 0; i < 4; ++i)
+    s.ok("create_session", session_params("s" + std::to_string(i)));
+  for (int i = 3; i >= 0; --i)
+    s.ok("append_event", append_params("s" + std::to_string(i),
+                                       json{{"actions", {{"state_delta", {{"app:k", i}}}}}}));
+  auto ids = [](const json& r) {
+    std::vector<std::string> out;
+    for (auto& m : r["sessions"])
+      out.push_back(m["id"]);
+    return out;
+  };
+  CHECK(ids(s.ok("list_sessions", json{{"app_name", "app"}}))
+        == std::vector<std::string>{"s3", "s2", "s1", "s0"});
+  auto first = s.ok("list_sessions", json{{"app_name", "app"}, {"order_by", "created"},
+                                          {"page_size", 3}});
+  CHECK(ids(first) == std::vector<std::string>{"s0", "s1", "s2"});
+  auto rest = s.ok("list_sessions", json{{"app_name", "app"}, {"order_by", "created"},
+                                         {"page_token", first["next_page_token"]}});
+  CHECK(ids(rest) == std::vector<std::string>{"s3"});
+  CHECK(rest["next_page_token"].is_null());
+
+  auto merged = s.ok("list_sessions", json{{"app_name", "app"}});
+  CHECK(!merged.contains("app_state"));
+  CHECK(merged["sessions"][0]["state"]["app:k"] == 0);
+  auto once = s.ok("list_sessions", json{{"app_name", "app"}, {"shared_state", "once"}});
+  CHECK(once["app_state"] == json{{"app:k", 0}});
+  REQUIRE(once["user_states"].is_object());
+  CHECK(once["user_states"].size() == 1);
+  CHECK(once["user_states"].begin().key() == merged["sessions"][0]["user_id"]);
+  for (auto& m : once["sessions"])
+    CHECK(!m["state"].contains("app:k"));
+
+  auto bad_order = s.call("list_sessions", json{{"app_name", "app"}, {"order_by", "birth"}});
+  CHECK(error_code(bad_order) == -32602);
+  CHECK(error_message(bad_order).find("created") != std::string::npos);
+  auto bad_form = s.call("list_sessions", json{{"app_name", "app"}, {"shared_state", "twice"}});
+  CHECK(error_code(bad_form) == -32602);
+  CHECK(s.wait_exit() == 0);
+}
+
 TEST_CASE("serve: engine errors carry their kind") {
   fixture f;
   server s({"--memory"}, f.err());

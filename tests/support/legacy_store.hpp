@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/support/legacy_store.hpp: turning a store this build wrote (format
-// 4, sealed values) back into what format 3 wrote (bare values), directly
-// through LMDB, for the upgrade tests. Test-only.
+// 5: sealed values, creation-order indexes) back into what format 3 wrote
+// (bare values, no creation-order indexes), directly through LMDB, for the
+// upgrade tests. Test-only.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -53,9 +54,38 @@ void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
   }
 }
 
-/// Makes the closed format-4 store in `dir` what format 3 wrote: values
-/// bare, meta["format"] "3". `txn` is a write transaction on it.
+/// Whether format 3 had table `t` (formats 1-4 had no creation-order indexes).
+inline bool format3_table(store::table t) {
+  return t != store::table::by_created && t != store::table::by_user_created;
+}
+
+/// Deletes the rows of the creation-order indexes from `rows`: what a
+/// format-4 store holds.
+inline void drop_created_indexes(MDB_txn* txn) {
+  MDB_dbi rows;
+  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
+  std::vector<std::string> doomed;
+  MDB_cursor* c = nullptr;
+  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
+  MDB_val k, v;
+  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    REQUIRE(k.mv_size > 0);
+    if (!format3_table(static_cast<store::table>(*static_cast<const char*>(k.mv_data))))
+      doomed.emplace_back(static_cast<const char*>(k.mv_data), k.mv_size);
+  }
+  mdb_cursor_close(c);
+  for (auto& key : doomed) {
+    MDB_val mk{key.size(), key.data()};
+    REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
+  }
+}
+
+/// Makes the closed format-5 store in `dir` what format 3 wrote: values
+/// bare, no creation-order indexes, meta["format"] "3". `txn` is a write
+/// transaction on it.
 inline void unseal_store(MDB_txn* txn) {
+  drop_created_indexes(txn);
   MDB_dbi rows, events, meta;
   REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
   REQUIRE(mdb_dbi_open(txn, "events", 0, &events) == 0);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "tools/bench/closed_loop.hpp"
@@ -80,6 +81,19 @@ ojson workload_e(const config& cfg) {
     double peak = read_mem().hwm_mb;
     x.out["peak_rss_anon_mb"] = round_to(std::max(max_anon, read_mem().anon_mb), 1);
     x.out["peak_rss_anon_mb_of"] = "RssAnon sampled every 250 ms while loading";
+    // Then idle: every actor passivates after the idle timeout (1 s here) and
+    // the heap trimmer hands the freed heap back (one pass a second).
+    {
+      auto ti = steady::now();
+      while (x.eng->stats().sessions_live > 0 && since(ti) < 60)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      x.out["sessions_live_after_idle"] = x.eng->stats().sessions_live;
+      x.out["idle_passivation_s"] = round_to(since(ti), 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      x.out["rss_anon_after_idle_mb"] = round_to(read_mem().anon_mb, 1);
+      x.out["rss_anon_after_idle_mb_of"] =
+        "RssAnon 2.5 s after the last actor passivated (idle_timeout 1 s)";
+    }
     auto tc = steady::now();
     x.close();
     x.out["close_s"] = round_to(since(tc), 3);

@@ -113,14 +113,19 @@ class ProtocolMethods(abc.ABC):
     def list_sessions(self, app_name: str, user_id: str | None = None, *,
                       page_size: int | None = None, page_token: str | None = None,
                       order: str | None = None, offset: int | None = None,
-                      include_total: bool | None = None) -> Any:
+                      include_total: bool | None = None, order_by: str | None = None,
+                      shared_state: str | None = None) -> Any:
         """One page: ``{"sessions": [SessionMeta...], "next_page_token": str | None}`` (plus
         ``"total"`` with ``include_total=True``). ``user_id`` None -> every user of the app;
-        ``page_size`` 1..1000 (server default 100); ``order`` "asc" (default) or "desc" by
-        last_update_time then id; ``offset`` skips that many sessions."""
+        ``page_size`` 1..1000 (server default 100); ``order`` "asc" (default) or "desc";
+        ``order_by`` "update_time" (default: last_update_time then id), "created" or "id"
+        (both stable while sessions are written); ``offset`` skips that many sessions;
+        ``shared_state`` "once": each session's ``state`` is its own keys, and the page adds
+        ``"app_state"`` and ``"user_states"`` (by user id) once."""
         return self.call("list_sessions", _params(
             app_name=app_name, user_id=user_id, page_size=page_size, page_token=page_token,
-            order=order, offset=offset, include_total=include_total))
+            order=order, offset=offset, include_total=include_total, order_by=order_by,
+            shared_state=shared_state))
 
     def delete_session(self, app_name: str, user_id: str, session_id: str) -> Any:
         """Removes the session and its events (app and user state stay). None; deleting a

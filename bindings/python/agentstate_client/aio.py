@@ -260,14 +260,14 @@ class AsyncClient(ProtocolMethods):
                                         stderr=self.server_stderr) from e
 
     async def iter_sessions(self, app_name: str, user_id: str | None = None, *,
-                            page_size: int | None = None,
-                            order: str | None = None) -> AsyncIterator[dict[str, Any]]:
+                            page_size: int | None = None, order: str | None = None,
+                            order_by: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Every SessionMeta of ``list_sessions``, page after page (one request per page,
         ``page_size`` each), until ``next_page_token`` is null."""
         token = None
         while True:
             page = await self.list_sessions(app_name, user_id, page_size=page_size,
-                                            page_token=token, order=order)
+                                            page_token=token, order=order, order_by=order_by)
             for meta in page["sessions"]:
                 yield meta
             token = page.get("next_page_token")

@@ -90,14 +90,14 @@ class Client(ProtocolMethods):
         return self._run(self._inner.call(method, params))
 
     def iter_sessions(self, app_name: str, user_id: str | None = None, *,
-                      page_size: int | None = None, order: str | None = None
-                      ) -> Iterator[dict[str, Any]]:
+                      page_size: int | None = None, order: str | None = None,
+                      order_by: str | None = None) -> Iterator[dict[str, Any]]:
         """Every SessionMeta of ``list_sessions``, page after page (one request per page,
         made when the previous page is used up), until ``next_page_token`` is null."""
         token = None
         while True:
             page = self.list_sessions(app_name, user_id, page_size=page_size,
-                                      page_token=token, order=order)
+                                      page_token=token, order=order, order_by=order_by)
             yield from page["sessions"]
             token = page.get("next_page_token")
             if token is None:

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""list_sessions ordering, offset and total; append_event's atomic ``modify`` operations."""
+"""list_sessions ordering (update and creation time), offset, total and shared_state;
+append_event's atomic ``modify`` operations."""
 
 from __future__ import annotations
 
@@ -47,6 +48,23 @@ def test_list_sessions_order_offset_total(agentstate_bin, store):
                 await c.list_sessions(APP, USER, include_total="yes")
             assert e.value.code == ac.INVALID_PARAMS
     run(body())
+
+
+def test_list_sessions_created_order_and_shared_state_once(agentstate_bin, store):
+    with Client.spawn(store, binary=agentstate_bin) as c:
+        c.create_session(APP, USER, "first", {"app:model": "m1", "user:lang": "en"})
+        c.create_session(APP, USER, "second", {"own": 2})
+        # An append moves "first" after "second" in update order, not in creation order.
+        c.append_event(APP, USER, "first", {"author": "a"})
+        assert [m["id"] for m in c.list_sessions(APP, USER)["sessions"]] == ["second", "first"]
+        assert [m["id"] for m in c.iter_sessions(APP, USER, page_size=1, order_by="created")] == \
+            ["first", "second"]
+        once = c.list_sessions(APP, USER, shared_state="once")
+        assert once["app_state"] == {"app:model": "m1"}
+        assert once["user_states"] == {USER: {"user:lang": "en"}}
+        assert {m["id"]: m["state"] for m in once["sessions"]} == {"first": {}, "second": {"own": 2}}
+        with pytest.raises(ac.InvalidArgumentError):
+            c.list_sessions(APP, USER, order_by="birth")
 
 
 def test_modify_operations(agentstate_bin, store):
