@@ -1,37 +1,94 @@
 // SPDX-License-Identifier: Apache-2.0
-// examples/quickstart.cpp: the smallest complete use of the engine. Built with
-// the project and run as a CTest smoke test; the README quotes it.
+// examples/quickstart.cpp: the smallest complete use of the engine, then one
+// invocation over the state API. Built with the project and run as a CTest
+// smoke test (example_quickstart), which fails when a printed check fails.
+// The README quotes the regions between `// [readme:NAME]` and
+// `// [/readme:NAME]` word for word; tests/tools/readme_snippets_test.cpp
+// checks that they are identical.
 //
 // usage: quickstart [STORE_DIR]   (default: a new directory under /tmp,
 //                                   removed at exit)
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <string>
 
 #include "agentstate/engine.hpp"
+#include "agentstate/invocation.hpp"
 
 using namespace agentstate;
 
 namespace {
 
+// Prints what failed; the exit code of a failed step.
+int fail(const char* what, const error& e) {
+  std::fprintf(stderr, "%s: %s\n", what, to_string(e).c_str());
+  return 1;
+}
+
+// Prints one check; false when it failed.
+bool check(bool ok, const char* what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+  return ok;
+}
+
+// One invocation on session `id` of the engine `eng`: typed reads, writes in
+// every scope, an atomic modify, a template and an output key.
+int run_invocation(const std::unique_ptr<engine>& eng, const std::string& id) {
+  // [readme:invocation]
+  auto inv = invocation::begin(*eng, {"my-app", "alice", id});      // waits its turn
+  if (!inv)
+    return fail("begin", inv.err());
+  state& st = inv->state();
+  int visits = st.get<int>("user:visits", 0);                       // typed, with fallback
+  st.set("user:visits", visits + 1);                                // every session of alice
+  st.set("temp:draft", "an outline");                               // this invocation only
+  st.remove("stale_plan");                                          // an explicit delete
+  st.modify("app:calls", 0, [](const json& n) { return n.get<int>() + 1; });  // atomic
+  auto names = st.user().keys();                                    // names without "user:"
+  auto prompt = inv->inject("Help {user:name}. Draft: {temp:draft?}");       // I2
+  if (!prompt)
+    return fail("inject", prompt.err());
+  event reply;
+  reply.author = "planner";
+  reply.content = json{{"parts", {{{"text", "Plan for: " + *prompt}}}}};
+  auto stored = inv->append_final(reply, output_key{"summary"});   // I3: carries the change
+  if (!stored)
+    return fail("append_final", stored.err());
+  inv->end();                                                       // drops temp:/turn:
+  // [/readme:invocation]
+
+  auto after = eng->get_session(get_request{{"my-app", "alice", id}, 0, {}, {}});
+  if (!after || !*after)
+    return fail("get", after ? error{errc::not_found, id} : after.err());
+  const json& s = (*after)->state;
+  bool ok = check(*prompt == "Help Alice. Draft: an outline", "the template read user: and temp:");
+  ok &= check(s.value("summary", "") == "Plan for: Help Alice. Draft: an outline",
+              "the output key holds the reply's text");
+  ok &= check(s.value("user:visits", 0) == 1, "user:visits counted once");
+  ok &= check(s.value("app:calls", 0) == 8, "app:calls incremented atomically (7 -> 8)");
+  ok &= check(!s.contains("temp:draft"), "temp:draft never reached the store");
+  ok &= check(std::find(names.begin(), names.end(), "name") != names.end(),
+              "the user view lists names without their prefix");
+  return ok ? 0 : 1;
+}
+
 int run(const std::string& dir) {
+  // [readme:quickstart]
   options opts;
   opts.dir = dir; // durability::sync by default
   auto eng = engine::open(opts);
-  if (!eng) {
-    std::fprintf(stderr, "open: %s\n", to_string(eng.err()).c_str());
-    return 1;
-  }
+  if (!eng)
+    return fail("open", eng.err());
 
   // Blocking form: an empty session id gets a generated one.
-  create_request c{"my-app", "alice", "", json{{"user:lang", "en"}}};
+  create_request c{"my-app", "alice", "", json{{"user:lang", "en"}, {"user:name", "Alice"}}};
   auto s = (*eng)->create_session(c);
-  if (!s) {
-    std::fprintf(stderr, "create: %s\n", to_string(s.err()).c_str());
-    return 1;
-  }
+  if (!s)
+    return fail("create", s.err());
 
   // Async form: the callback runs once, on an engine thread, after the commit.
   append_request a;
@@ -41,23 +98,23 @@ int run(const std::string& dir) {
   a.ev.actions.state_delta = json{{"step", 1}, {"temp:scratch", "x"}, {"app:calls", 7}};
   std::promise<result<append_result>> done;
   (*eng)->append_event(a, [&done](result<append_result> r) { done.set_value(std::move(r)); });
-  auto appended = done.get_future().get();
-  if (!appended) {
-    std::fprintf(stderr, "append: %s\n", to_string(appended.err()).c_str());
-    return 1;
-  }
+  if (auto appended = done.get_future().get(); !appended)
+    return fail("append", appended.err());
 
   // Reads merge session, user: and app: state; temp: only within the invocation.
   get_request g;
   g.ref = a.ref;
   auto got = (*eng)->get_session(g);
-  if (!got || !*got) {
-    std::fprintf(stderr, "get failed\n");
-    return 1;
-  }
+  // [/readme:quickstart]
+  if (!got || !*got)
+    return fail("get", got ? error{errc::not_found, s->id} : got.err());
   std::printf("session %s v%llu: %s\n", (*got)->id.c_str(),
               static_cast<unsigned long long>((*got)->version), (*got)->state.dump().c_str());
-  return (*got)->state == json{{"step", 1}, {"app:calls", 7}, {"user:lang", "en"}} ? 0 : 1;
+  bool ok = check((*got)->state == json{{"step", 1}, {"app:calls", 7}, {"user:lang", "en"},
+                                        {"user:name", "Alice"}},
+                  "the merged state holds every scope but temp:");
+  int rc = run_invocation(*eng, s->id);
+  return ok && rc == 0 ? 0 : 1;
 }
 
 } // namespace

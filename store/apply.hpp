@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// store/apply.hpp: writing a write set's rows (README "Storage format").
+// store/apply.hpp: writing a write set's rows (docs/storage.md).
 #pragma once
 
 #include <array>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// store/keys.hpp: the key of every row (README "Storage format"). Names
+// store/keys.hpp: the key of every row (docs/storage.md). Names
 // never contain NUL (checked before anything is stored), so NUL separates a
 // key's components, and a session's rows in every table share the prefix
 // session_key + '\0'. Pure functions.

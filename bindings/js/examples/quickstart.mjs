@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Quick start: ADK-JS sessions stored by agentstate.
 // Run: AGENTSTATE_BIN=path/to/agentstate node examples/quickstart.mjs [STORE_DIR]
+// The README quotes the region between the readme markers word for word
+// (tests/tools/readme_snippets_test.cpp checks it).
+// [readme:adk-js]
 import { createEvent } from '@google/adk';
 import { AgentStateSessionService } from '@agentstate/adk';
 
@@ -24,3 +27,4 @@ await sessions.appendEvent({
 const stored = await sessions.getSession({ appName: 'my-app', userId: 'alice', sessionId: session.id });
 console.log(stored.events.length, stored.state); // 1 { 'app:calls': 7, step: 1, 'user:lang': 'en' }
 await sessions.close(); // the server flushes and exits 0
+// [/readme:adk-js]
