@@ -253,20 +253,10 @@ bool json_cursor::read_value(json& out, std::size_t depth) {
       ++p_;
       out = json::object();
       auto& members = *out.get_ptr<json::object_t*>();
-      if (take('}'))
-        return true;
-      for (;;) {
-        std::string key;
-        if (!read_string(key) || !take(':'))
-          return false;
-        auto [it, fresh] = members.emplace(std::move(key), nullptr);
-        if (!fresh || !read_value(it->second, depth + 1))
-          return false;
-        if (take('}'))
-          return true;
-        if (!take(','))
-          return false;
-      }
+      return read_members(*this, [&](std::string_view name) {
+        auto [it, fresh] = members.emplace(std::string(name), nullptr);
+        return fresh && read_value(it->second, depth + 1);
+      });
     }
     case '[': {
       if (!may_open(depth))
@@ -274,17 +264,10 @@ bool json_cursor::read_value(json& out, std::size_t depth) {
       ++p_;
       out = json::array();
       auto& items = *out.get_ptr<json::array_t*>();
-      if (take(']'))
-        return true;
-      for (;;) {
+      return read_items(*this, [&] {
         items.emplace_back();
-        if (!read_value(items.back(), depth + 1))
-          return false;
-        if (take(']'))
-          return true;
-        if (!take(','))
-          return false;
-      }
+        return read_value(items.back(), depth + 1);
+      });
     }
     case '"':
       out = json::value_t::string;

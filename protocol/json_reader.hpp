@@ -60,6 +60,43 @@ private:
   std::size_t max_depth_;
 };
 
+/// The members of an object whose '{' was taken, up to and with its '}':
+/// for each, `member(name)` reads the value after the colon (the name views
+/// the text or a scratch buffer, valid until the next read). False when the
+/// text is not such an object or `member` returns false.
+template <class F>
+bool read_members(json_cursor& c, F&& member) {
+  if (c.take('}'))
+    return true;
+  std::string scratch;
+  for (;;) {
+    std::string_view name;
+    if (!c.read_key(name, scratch) || !c.take(':') || !member(name))
+      return false;
+    if (c.take('}'))
+      return true;
+    if (!c.take(','))
+      return false;
+  }
+}
+
+/// The items of an array whose '[' was taken, up to and with its ']', each
+/// read by `item()`. False when the text is not such an array or `item`
+/// returns false.
+template <class F>
+bool read_items(json_cursor& c, F&& item) {
+  if (c.take(']'))
+    return true;
+  for (;;) {
+    if (!item())
+      return false;
+    if (c.take(']'))
+      return true;
+    if (!c.take(','))
+      return false;
+  }
+}
+
 /// Reads `text` into `out` when it is one JSON value in the form this reader
 /// takes: no byte order mark, no member name twice in one object, nesting at
 /// most `max_depth` deep, integers within int64/uint64, finite doubles that

@@ -39,14 +39,8 @@ bool string_or_null(json_cursor& c, std::string& out) {
 bool read_actions(json_cursor& c, event_actions& a) {
   if (!c.may_open(3) || !c.take('{'))
     return false;
-  if (c.take('}'))
-    return true;
   bool delta = false, remove = false, artifacts = false;
-  std::string scratch;
-  for (;;) {
-    std::string_view key;
-    if (!c.read_key(key, scratch) || !c.take(':'))
-      return false;
+  return read_members(c, [&](std::string_view key) {
     if (key == "state_delta" || key == "artifact_delta") {
       bool& seen = key == "state_delta" ? delta : artifacts;
       if (seen)
@@ -79,27 +73,18 @@ bool read_actions(json_cursor& c, event_actions& a) {
           || !a.extra.get_ptr<json::object_t*>()->emplace(std::string(key), std::move(v)).second)
         return false;
     }
-    if (c.take('}'))
-      return true;
-    if (!c.take(','))
-      return false;
-  }
+    return true;
+  });
 }
 
 // params.event: 2 containers enclose the object, 3 its members' values.
 bool read_event(json_cursor& c, event& ev) {
   if (!c.may_open(2) || !c.take('{'))
     return false;
-  if (c.take('}'))
-    return true;
   bool id = false, invocation = false, author = false, timestamp = false, partial = false,
        content = false, actions = false;
   auto once = [](bool& seen) { return !std::exchange(seen, true); };
-  std::string scratch;
-  for (;;) {
-    std::string_view key;
-    if (!c.read_key(key, scratch) || !c.take(':'))
-      return false;
+  return read_members(c, [&](std::string_view key) {
     bool ok;
     if (key == "id") {
       ok = once(id) && string_or_null(c, ev.id);
@@ -132,13 +117,8 @@ bool read_event(json_cursor& c, event& ev) {
       ok = c.read_value(v, 3)
            && ev.extra.get_ptr<json::object_t*>()->emplace(std::string(key), std::move(v)).second;
     }
-    if (!ok)
-      return false;
-    if (c.take('}'))
-      return true;
-    if (!c.take(','))
-      return false;
-  }
+    return ok;
+  });
 }
 
 // append_event's params: 1 container encloses the object.
@@ -147,13 +127,8 @@ bool read_append_params(json_cursor& c, append_request& r) {
     return false;
   bool app = false, user = false, sid = false, ev = false, expected = false;
   auto once = [](bool& seen) { return !std::exchange(seen, true); };
-  if (c.take('}'))
-    return false; // missing parameters: the general path says which
-  std::string scratch;
-  for (;;) {
-    std::string_view key;
-    if (!c.read_key(key, scratch) || !c.take(':'))
-      return false;
+  // A parameter missing (or none at all): the general path says which.
+  return read_members(c, [&](std::string_view key) {
     bool ok;
     if (key == "app_name")
       ok = once(app) && c.read_string(r.ref.app_name);
@@ -170,13 +145,8 @@ bool read_append_params(json_cursor& c, append_request& r) {
         r.expected_version = v.get<std::uint64_t>();
     } else
       ok = false;
-    if (!ok)
-      return false;
-    if (c.take('}'))
-      return app && user && sid && ev;
-    if (!c.take(','))
-      return false;
-  }
+    return ok;
+  }) && app && user && sid && ev;
 }
 
 // The whole line, when it is a well-formed append_event request.
@@ -188,11 +158,8 @@ bool decode_append(std::string_view line, std::size_t max_depth, decoded_request
     return false;
   bool version = false, id = false, method = false, params = false;
   append_request r;
-  std::string scratch, value_scratch;
-  for (;;) {
-    std::string_view key;
-    if (!c.read_key(key, scratch) || !c.take(':'))
-      return false;
+  std::string value_scratch;
+  bool whole = read_members(c, [&](std::string_view key) {
     if (key == "jsonrpc") {
       std::string_view v;
       if (version || !c.read_key(v, value_scratch) || v != "2.0")
@@ -215,12 +182,9 @@ bool decode_append(std::string_view line, std::size_t max_depth, decoded_request
     } else {
       return false;
     }
-    if (c.take('}'))
-      break;
-    if (!c.take(','))
-      return false;
-  }
-  if (!c.at_end() || !version || !method || !params)
+    return true;
+  });
+  if (!whole || !c.at_end() || !version || !method || !params)
     return false;
   d.notification = !id;
   // The access check's inputs, as decode_request sets them for other lines.

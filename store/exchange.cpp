@@ -31,30 +31,6 @@ error corrupt(const std::string& what) {
   return error{errc::internal, "corrupt store (run verify): " + what};
 }
 
-// Collects a scope's rows (key -> value) under `prefix` into one object.
-result<json> rows_of(kv_read& txn, table t, const std::string& prefix) {
-  json out = json::object();
-  std::optional<error> err;
-  const bool legacy = txn.legacy_values();
-  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
-    auto body = open_row(t, k, v, legacy);
-    if (!body) {
-      err = damaged(t, k);
-      return false;
-    }
-    auto val = parse_json(*body, stored_json_depth);
-    if (!val) {
-      err = corrupt("state row: " + val.err().message);
-      return false;
-    }
-    out[std::string(k.substr(prefix.size()))] = std::move(*val);
-    return true;
-  });
-  if (err)
-    return *err;
-  return out;
-}
-
 // Emits one line per scope (user or app) from a state table whose keys are
 // scope ‖ 0 ‖ key, grouping consecutive rows of the same scope. A scope with
 // a damaged row goes to `on_damaged` (when set) instead of the output.
@@ -159,7 +135,7 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
         return false;
       }
       std::string sk(skey);
-      auto own = rows_of(txn, table::session_state, sk + '\0');
+      auto own = read_rows(txn, table::session_state, sk + '\0');
       if (!own)
         return give_up(std::move(own).err());
       lines.clear();

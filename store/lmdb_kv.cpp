@@ -132,14 +132,11 @@ void check_before_map(const std::string& dir, bool need_data, bool allow_short =
     throw kv_failure{errc::data_corrupt, "store '" + dir + "' has an empty data.mdb"};
 }
 
-} // namespace
-
-std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
-                                       std::uint64_t map_size, resident_bound bound,
-                                       bool write_map) {
-  if (write_map && sync)
-    throw kv_failure{errc::invalid_argument, "a writable map needs nosync"};
-  check_before_map(dir, false);
+// The environment of the store in `dir`, opened with `flags` (a map of
+// `map_size` bytes; 0 keeps the file's), under the map guard: LMDB's
+// assertions raise inside it. Throws kv_failure.
+std::unique_ptr<env_handle> open_env(const std::string& dir, unsigned flags,
+                                     std::uint64_t map_size) {
   map_guard::install();
   auto h = std::make_unique<env_handle>();
   h->dir = dir;
@@ -148,14 +145,26 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
     ::mdb_env_set_assert(h->owner.handle(), on_lmdb_assert);
     h->owner.set_max_dbs(16);
     h->owner.set_max_readers(1022);
-    h->owner.set_mapsize(map_size);
-    h->owner.open(dir.c_str(),
-                  MDB_NOTLS | (sync ? 0u : MDB_NOSYNC) | (write_map ? MDB_WRITEMAP : 0u),
-                  0644);
+    if (map_size)
+      h->owner.set_mapsize(map_size);
+    h->owner.open(dir.c_str(), flags, 0644);
   } catch (const lmdb::error& e) {
     fail(e.origin(), e.code());
   }
   h->env = h->owner.handle();
+  return h;
+}
+
+} // namespace
+
+std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
+                                       std::uint64_t map_size, resident_bound bound,
+                                       bool write_map) {
+  if (write_map && sync)
+    throw kv_failure{errc::invalid_argument, "a writable map needs nosync"};
+  check_before_map(dir, false);
+  auto h = open_env(dir, MDB_NOTLS | (sync ? 0u : MDB_NOSYNC) | (write_map ? MDB_WRITEMAP : 0u),
+                    map_size);
   h->write_map = write_map;
   h->locate_map();
   int dead = 0;
@@ -181,19 +190,7 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
 
 std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool allow_damage) {
   check_before_map(dir, true, allow_damage);
-  map_guard::install();
-  auto h = std::make_unique<env_handle>();
-  h->dir = dir;
-  try {
-    h->owner = lmdb::env::create();
-    ::mdb_env_set_assert(h->owner.handle(), on_lmdb_assert);
-    h->owner.set_max_dbs(16);
-    h->owner.set_max_readers(1022);
-    h->owner.open(dir.c_str(), MDB_NOTLS | MDB_RDONLY, 0644);
-  } catch (const lmdb::error& e) {
-    fail(e.origin(), e.code());
-  }
-  h->env = h->owner.handle();
+  auto h = open_env(dir, MDB_NOTLS | MDB_RDONLY, 0);
   h->read_only = true;
   h->locate_map();
   MDB_txn* txn = nullptr;

@@ -86,9 +86,12 @@ void scan_map_back(const table_map& m, std::string_view prefix, std::string_view
   }
 }
 
-class memory_read : public kv_read {
+// The reads of a transaction over `db` (read or write: Base is kv_read or
+// kv_write); the derived transaction holds the lock.
+template <class Base>
+class memory_reader : public Base {
 public:
-  explicit memory_read(memory_db& db) : db_(db), lock_(db.mtx) {}
+  explicit memory_reader(memory_db& db) : db_(db) {}
   std::optional<std::string_view> get(table t, std::string_view key) override {
     auto& m = db_.tables[static_cast<int>(t)];
     auto it = m.find(key);
@@ -104,34 +107,26 @@ public:
                  const kv_visitor& fn) override {
     scan_map_back(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
+
+protected:
+  memory_db& db_;
+};
+
+class memory_read : public memory_reader<kv_read> {
+public:
+  explicit memory_read(memory_db& db) : memory_reader(db), lock_(db.mtx) {}
   std::uint64_t txn_id() const override { return db_.last_txn; }
 
 private:
-  memory_db& db_;
   std::shared_lock<rw_lock> lock_;
 };
 
-class memory_write : public kv_write {
+class memory_write : public memory_reader<kv_write> {
 public:
-  explicit memory_write(memory_db& db) : db_(db), lock_(db.mtx) {}
+  explicit memory_write(memory_db& db) : memory_reader(db), lock_(db.mtx) {}
   ~memory_write() override {
     if (!done_)
       rollback_to(0);
-  }
-  std::optional<std::string_view> get(table t, std::string_view key) override {
-    auto& m = db_.tables[static_cast<int>(t)];
-    auto it = m.find(key);
-    if (it == m.end())
-      return std::nullopt;
-    return std::string_view(it->second);
-  }
-  void scan(table t, std::string_view prefix, std::string_view from,
-            const kv_visitor& fn) override {
-    scan_map(db_.tables[static_cast<int>(t)], prefix, from, fn);
-  }
-  void scan_back(table t, std::string_view prefix, std::string_view from,
-                 const kv_visitor& fn) override {
-    scan_map_back(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
   std::uint64_t txn_id() const override { return db_.last_txn + 1; }
 
@@ -187,7 +182,6 @@ private:
       undo_.pop_back();
     }
   }
-  memory_db& db_;
   std::unique_lock<rw_lock> lock_;
   std::vector<undo_entry> undo_;
   std::vector<std::size_t> savepoints_;

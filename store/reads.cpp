@@ -81,14 +81,11 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   return rows;
 }
 
-result<std::vector<event>> read_events(kv_read& txn, const std::string& skey,
-                                       const get_request& req, std::size_t max_bytes) {
-  auto rows = select_event_rows(txn, skey, req, max_bytes);
-  if (!rows)
-    return std::move(rows).err();
+// The events of the bodies select_event_rows chose.
+result<std::vector<event>> decode_events(const std::vector<std::string_view>& rows) {
   std::vector<event> out;
-  out.reserve(rows->size());
-  for (auto body : *rows)
+  out.reserve(rows.size());
+  for (auto body : rows)
     if (auto r = decode_event_body(body, out.emplace_back()); !r)
       return std::move(r).err();
   return out;
@@ -156,6 +153,26 @@ result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r
   if (!state)
     return std::move(state).err();
   return std::optional<session_head>{session_head{std::move(skey), **rec, std::move(*state)}};
+}
+
+/// A session's head and the bodies of the events `req` selects (valid while
+/// `txn` lives); nullopt when the session does not exist.
+struct session_parts {
+  session_head head;
+  std::vector<std::string_view> rows;
+};
+
+result<std::optional<session_parts>> read_parts(kv_read& txn, const get_request& req,
+                                                std::size_t max_bytes) {
+  auto head = read_head(txn, req.ref);
+  if (!head)
+    return std::move(head).err();
+  if (!*head)
+    return std::optional<session_parts>{};
+  auto rows = select_event_rows(txn, (*head)->skey, req, max_bytes);
+  if (!rows)
+    return std::move(rows).err();
+  return std::optional<session_parts>{session_parts{std::move(**head), std::move(*rows)}};
 }
 
 } // namespace
@@ -261,13 +278,14 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
                                             std::size_t max_bytes) {
   try {
     auto& r = req.ref;
-    auto head = read_head(txn, r);
-    if (!head)
-      return std::move(head).err();
-    if (!*head)
+    auto parts = read_parts(txn, req, max_bytes);
+    if (!parts)
+      return std::move(parts).err();
+    if (!*parts)
       return std::optional<session>{};
-    auto& [skey, rec, state] = **head;
-    auto evs = read_events(txn, skey, req, max_bytes);
+    auto& rec = (*parts)->head.rec;
+    auto& state = (*parts)->head.state;
+    auto evs = decode_events((*parts)->rows);
     if (!evs)
       return std::move(evs).err();
     session s;
@@ -288,18 +306,17 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
                                       std::size_t max_bytes) {
   try {
     auto& r = req.ref;
-    auto head = read_head(txn, r);
-    if (!head)
-      return std::move(head).err();
-    if (!*head)
+    auto parts = read_parts(txn, req, max_bytes);
+    if (!parts)
+      return std::move(parts).err();
+    if (!*parts)
       return std::string("null");
-    auto& [skey, rec, state] = **head;
+    auto& rec = (*parts)->head.rec;
+    auto& state = (*parts)->head.state;
+    const auto* rows = &(*parts)->rows;
     if (extra)
       for (auto it = extra->begin(); it != extra->end(); ++it)
         state[it.key()] = it.value();
-    auto rows = select_event_rows(txn, skey, req, max_bytes);
-    if (!rows)
-      return std::move(rows).err();
     auto state_text = dump_json(state);
     if (!state_text)
       return corrupt("session state: " + state_text.err().message);

@@ -17,16 +17,28 @@ namespace {
 constexpr char legacy_tag = 1; // records and event rows of formats 1-3
 constexpr std::size_t record_body = 8 + 8 + 8;
 
+// Little-endian integers of N bytes (4 or 8) at p, whatever the host's order.
+template <class U>
+U read_le(const char* p) {
+  U x = 0;
+  for (int i = static_cast<int>(sizeof(U)) - 1; i >= 0; --i)
+    x = static_cast<U>((x << 8) | static_cast<unsigned char>(p[i]));
+  return x;
+}
+template <class U>
+void write_le(char* p, U x) {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    p[i] = static_cast<char>((x >> (8 * i)) & 0xff);
+}
+
 void append_le64(std::string& out, std::uint64_t x) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+  char b[8];
+  write_le(b, x);
+  out.append(b, 8);
 }
 
 std::uint64_t read_le64(const char* p) {
-  std::uint64_t x = 0;
-  for (int i = 7; i >= 0; --i)
-    x = (x << 8) | static_cast<unsigned char>(p[i]);
-  return x;
+  return read_le<std::uint64_t>(p);
 }
 
 std::uint32_t checksum(std::string_view key, std::string_view body) {
@@ -34,15 +46,11 @@ std::uint32_t checksum(std::string_view key, std::string_view body) {
 }
 
 void put_le32(char* p, std::uint32_t x) {
-  for (int i = 0; i < 4; ++i)
-    p[i] = static_cast<char>((x >> (8 * i)) & 0xff);
+  write_le(p, x);
 }
 
 std::uint32_t read_le32(const char* p) {
-  std::uint32_t x = 0;
-  for (int i = 3; i >= 0; --i)
-    x = (x << 8) | static_cast<unsigned char>(p[i]);
-  return x;
+  return read_le<std::uint32_t>(p);
 }
 
 // The length of the valid UTF-8 sequence at s[i] (printable when ASCII), or
