@@ -193,23 +193,27 @@ bool json_cursor::read_number(json& out) {
   } else {
     return false;
   }
-  bool fractional = false;
-  if (p_ < end_ && *p_ == '.') {
-    ++p_;
+  // One or more digits, taken.
+  auto digits = [&] {
     if (p_ == end_ || !is_digit(*p_))
       return false;
     while (p_ < end_ && is_digit(*p_))
       ++p_;
+    return true;
+  };
+  bool fractional = false;
+  if (p_ < end_ && *p_ == '.') {
+    ++p_;
+    if (!digits())
+      return false;
     fractional = true;
   }
   if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
     ++p_;
     if (p_ < end_ && (*p_ == '+' || *p_ == '-'))
       ++p_;
-    if (p_ == end_ || !is_digit(*p_))
+    if (!digits())
       return false;
-    while (p_ < end_ && is_digit(*p_))
-      ++p_;
     fractional = true;
   }
   if (fractional) {

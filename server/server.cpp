@@ -77,6 +77,15 @@ struct network_server::impl {
     dev_t dev = 0;
     ino_t ino = 0;
     std::unique_ptr<timer_t> retry; ///< accept back-off after a failure
+
+    /// Stops accepting (idempotent).
+    void close_acceptor() {
+      asio::error_code ignored;
+      if (tcp)
+        tcp->close(ignored);
+      if (local)
+        local->close(ignored);
+    }
   };
 
   impl(server_config c, logger& l)
@@ -93,11 +102,7 @@ struct network_server::impl {
 
   ~impl() {
     for (auto& l : listeners) {
-      asio::error_code ignored;
-      if (l.tcp)
-        l.tcp->close(ignored);
-      if (l.local)
-        l.local->close(ignored);
+      l.close_acceptor();
       if (l.created_path) {
         struct stat st{};
         if (::lstat(l.spec.path.c_str(), &st) == 0 && st.st_dev == l.dev && st.st_ino == l.ino)
@@ -489,11 +494,7 @@ struct network_server::impl {
       return;
     stopping = true;
     for (auto& l : listeners) {
-      asio::error_code ignored;
-      if (l.tcp)
-        l.tcp->close(ignored);
-      if (l.local)
-        l.local->close(ignored);
+      l.close_acceptor();
       if (l.retry)
         l.retry->cancel();
     }

@@ -2,6 +2,7 @@
 // ADK's SQLite session stores in and out of agentstate: tools/adk_sqlite.hpp
 // says what is read and written and how each field maps.
 #include "tools/adk_sqlite.hpp"
+#include "tools/import_target.hpp"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -1500,29 +1501,12 @@ int run_import(const import_args& a) {
     return 1;
   }
   // Pass 2: the same records, into the store.
-  const std::string& dir_arg = a.dir;
-  std::error_code ec;
-  fs::create_directories(dir_arg, ec);
-  auto dir = fs::canonical(dir_arg, ec).string();
-  if (ec) {
-    std::fprintf(stderr, "import: cannot use '%s': %s\n", dir_arg.c_str(), ec.message().c_str());
+  auto target = open_import_target(a.dir);
+  if (!target)
     return 1;
-  }
-  store::store_lock lock;
-  if (auto r = lock.acquire(dir); !r) {
-    std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
-    return 1;
-  }
+  const std::string& dir = target->dir;
+  auto* kv = &target->kv;
   read_stats done;
-  auto kv = store::open_lmdb(dir, true, std::uint64_t{64} << 30);
-  if (!kv) {
-    std::fprintf(stderr, "import: %s\n", kv.err().message.c_str());
-    return 1;
-  }
-  if (auto r = store::init_meta(**kv, AGENTSTATE_VERSION_STRING); !r) {
-    std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
-    return 1;
-  }
   auto p = s.start(done);
   pass_buf buf(*p);
   std::istream in(&buf);

@@ -71,6 +71,12 @@ struct count_flag {
   void (*set)(serve_config&, std::uint64_t);
 };
 
+/// Sets one of the engine's byte limits.
+template <std::size_t limits::*field>
+void set_limit(serve_config& c, std::uint64_t n) {
+  c.engine_opts.limits.*field = static_cast<std::size_t>(n);
+}
+
 const count_flag count_flags[] = {
   {"--threads", 0, 1024, false,
    [](serve_config& c, std::uint64_t n) { c.engine_opts.threads = static_cast<std::size_t>(n); }},
@@ -86,22 +92,11 @@ const count_flag count_flags[] = {
    }},
   {"--max-store-mb", 1, std::uint64_t{1} << 24, false,
    [](serve_config& c, std::uint64_t n) { c.engine_opts.max_store_bytes = n << 20; }},
-  {"--max-event-bytes", 1024, std::uint64_t{1} << 30, false,
-   [](serve_config& c, std::uint64_t n) {
-     c.engine_opts.limits.max_event_bytes = static_cast<std::size_t>(n);
-   }},
-  {"--max-value-bytes", 16, std::uint64_t{1} << 30, false,
-   [](serve_config& c, std::uint64_t n) {
-     c.engine_opts.limits.max_value_bytes = static_cast<std::size_t>(n);
-   }},
-  {"--max-state-bytes", 16, std::uint64_t{1} << 30, false,
-   [](serve_config& c, std::uint64_t n) {
-     c.engine_opts.limits.max_state_bytes = static_cast<std::size_t>(n);
-   }},
+  {"--max-event-bytes", 1024, std::uint64_t{1} << 30, false, set_limit<&limits::max_event_bytes>},
+  {"--max-value-bytes", 16, std::uint64_t{1} << 30, false, set_limit<&limits::max_value_bytes>},
+  {"--max-state-bytes", 16, std::uint64_t{1} << 30, false, set_limit<&limits::max_state_bytes>},
   {"--max-response-bytes", std::uint64_t{1} << 16, std::uint64_t{1} << 40, false,
-   [](serve_config& c, std::uint64_t n) {
-     c.engine_opts.limits.max_response_bytes = static_cast<std::size_t>(n);
-   }},
+   set_limit<&limits::max_response_bytes>},
   {"--session-idle-timeout-s", 1, 1u << 24, false,
    [](serve_config& c, std::uint64_t n) {
      c.engine_opts.idle_timeout = std::chrono::seconds(n);

@@ -34,6 +34,7 @@
 #include "tools/adk_sqlite.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/import_target.hpp"
 #include "tools/fault_guard.hpp"
 
 namespace agentstate::tools {
@@ -532,28 +533,11 @@ runner define_import(command_line& cl) {
 }
 
 int run_import(const import_options& p) {
-  std::error_code ec;
-  fs::create_directories(p.dir, ec);
-  auto dir = fs::canonical(p.dir, ec).string();
-  if (ec) {
-    std::fprintf(stderr, "import: cannot use '%s': %s\n", p.dir.c_str(),
-                 ec.message().c_str());
+  auto target = open_import_target(p.dir);
+  if (!target)
     return 1;
-  }
-  store::store_lock lock;
-  if (auto r = lock.acquire(dir); !r) {
-    std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
-    return 1;
-  }
-  auto kv = store::open_lmdb(dir, true, std::uint64_t{64} << 30);
-  if (!kv) {
-    std::fprintf(stderr, "import: %s\n", kv.err().message.c_str());
-    return 1;
-  }
-  if (auto r = store::init_meta(**kv, AGENTSTATE_VERSION_STRING); !r) {
-    std::fprintf(stderr, "import: %s\n", r.err().message.c_str());
-    return 1;
-  }
+  const std::string& dir = target->dir;
+  auto* kv = &target->kv;
   progress_line prog;
   // A file on standard input tells how far the read is (its offset; the
   // stream reads ahead of the records by its buffer).
