@@ -63,12 +63,13 @@ struct serve_args {
   std::vector<std::string> network_only;
 };
 
-/// A count option: its name, range and where it goes in the config.
+/// A count option: its name, range, where it goes in the config, its help.
 struct count_flag {
   const char* name;
   std::uint64_t min, max;
   bool network_only;
   void (*set)(serve_config&, std::uint64_t);
+  const char* help;
 };
 
 /// Sets one of the engine's byte limits.
@@ -79,85 +80,68 @@ void set_limit(serve_config& c, std::uint64_t n) {
 
 const count_flag count_flags[] = {
   {"--threads", 0, 1024, false,
-   [](serve_config& c, std::uint64_t n) { c.engine_opts.threads = static_cast<std::size_t>(n); }},
+   [](serve_config& c, std::uint64_t n) { c.engine_opts.threads = static_cast<std::size_t>(n); },
+   "engine worker threads (default: one per core)"},
   {"--max-line-bytes", 1, std::uint64_t{1} << 40, false,
-   [](serve_config& c, std::uint64_t n) { c.stream.max_line_bytes = n; }},
+   [](serve_config& c, std::uint64_t n) { c.stream.max_line_bytes = n; },
+   "longest request line (default 16777216); a longer\n"
+   "line is discarded and answered with kind too_large"},
   {"--max-in-flight", 1, 1u << 20, false,
    [](serve_config& c, std::uint64_t n) {
      c.stream.rpc.max_in_flight = static_cast<std::size_t>(n);
-   }},
+   },
+   "requests admitted and not yet answered, per\nconnection (default 4096)"},
   {"--max-output-bytes", 1024, std::uint64_t{1} << 40, false,
    [](serve_config& c, std::uint64_t n) {
      c.stream.max_queued_bytes = static_cast<std::size_t>(n);
-   }},
+   },
+   "responses waiting for a slow reader, per connection\n"
+   "(default 67108864); beyond it the connection is not\n"
+   "read until the client catches up"},
   {"--max-store-mb", 1, std::uint64_t{1} << 24, false,
-   [](serve_config& c, std::uint64_t n) { c.engine_opts.max_store_bytes = n << 20; }},
-  {"--max-event-bytes", 1024, std::uint64_t{1} << 30, false, set_limit<&limits::max_event_bytes>},
-  {"--max-value-bytes", 16, std::uint64_t{1} << 30, false, set_limit<&limits::max_value_bytes>},
-  {"--max-state-bytes", 16, std::uint64_t{1} << 30, false, set_limit<&limits::max_state_bytes>},
+   [](serve_config& c, std::uint64_t n) { c.engine_opts.max_store_bytes = n << 20; },
+   "the store's size limit in MiB (default 65536): past it\n"
+   "writes fail with storage_full, before the disk fills"},
+  {"--max-event-bytes", 1024, std::uint64_t{1} << 30, false, set_limit<&limits::max_event_bytes>,
+   "largest event as stored, in bytes (default 1048576);\n"
+   "a larger one is refused with too_large"},
+  {"--max-value-bytes", 16, std::uint64_t{1} << 30, false, set_limit<&limits::max_value_bytes>,
+   "largest state value, in bytes (default 1048576)"},
+  {"--max-state-bytes", 16, std::uint64_t{1} << 30, false, set_limit<&limits::max_state_bytes>,
+   "largest initial state of a create_session, in bytes\n(default 4194304)"},
   {"--max-response-bytes", std::uint64_t{1} << 16, std::uint64_t{1} << 40, false,
-   set_limit<&limits::max_response_bytes>},
+   set_limit<&limits::max_response_bytes>,
+   "largest answer a read builds (default 67108864; at\n"
+   "least 65536): a list_sessions page ends early at it,\n"
+   "anything else over it is too_large"},
   {"--session-idle-timeout-s", 1, 1u << 24, false,
    [](serve_config& c, std::uint64_t n) {
      c.engine_opts.idle_timeout = std::chrono::seconds(n);
-   }},
+   },
+   "passivate a session's actor idle this long (default\n"
+   "60); its state is reloaded from the store on next use"},
   {"--io-threads", 0, 1024, true,
-   [](serve_config& c, std::uint64_t n) { c.net.io_threads = static_cast<std::size_t>(n); }},
+   [](serve_config& c, std::uint64_t n) { c.net.io_threads = static_cast<std::size_t>(n); },
+   "I/O threads (default: one per core)"},
   {"--max-connections", 1, 1u << 24, true,
    [](serve_config& c, std::uint64_t n) {
      c.net.lim.max_connections = static_cast<std::size_t>(n);
-   }},
+   },
+   "connections at once (default 1024); one more gets an\nerror line and is closed"},
   {"--idle-timeout-s", 0, 1u << 24, true,
-   [](serve_config& c, std::uint64_t n) { c.net.lim.idle_timeout = std::chrono::seconds(n); }},
+   [](serve_config& c, std::uint64_t n) { c.net.lim.idle_timeout = std::chrono::seconds(n); },
+   "close a connection idle this long (default 300; 0:\nnever)"},
   {"--line-timeout-s", 0, 1u << 24, true,
-   [](serve_config& c, std::uint64_t n) { c.net.lim.line_timeout = std::chrono::seconds(n); }},
+   [](serve_config& c, std::uint64_t n) { c.net.lim.line_timeout = std::chrono::seconds(n); },
+   "close a connection whose request line (or TLS\n"
+   "handshake) is not complete this long after it\n"
+   "began (default 30; 0: never)"},
   {"--shutdown-grace-s", 0, 1u << 24, true,
-   [](serve_config& c, std::uint64_t n) { c.net.lim.shutdown_grace = std::chrono::seconds(n); }},
+   [](serve_config& c, std::uint64_t n) { c.net.lim.shutdown_grace = std::chrono::seconds(n); },
+   "on SIGTERM, how long connections may take to finish\n"
+   "before they are dropped (default 5)"},
 };
 
-/// The help text of each count option.
-const char* count_help(const std::string& name) {
-  if (name == "--threads")
-    return "engine worker threads (default: one per core)";
-  if (name == "--max-line-bytes")
-    return "longest request line (default 16777216); a longer\n"
-           "line is discarded and answered with kind too_large";
-  if (name == "--max-in-flight")
-    return "requests admitted and not yet answered, per\nconnection (default 4096)";
-  if (name == "--max-output-bytes")
-    return "responses waiting for a slow reader, per connection\n"
-           "(default 67108864); beyond it the connection is not\n"
-           "read until the client catches up";
-  if (name == "--max-store-mb")
-    return "the store's size limit in MiB (default 65536): past it\n"
-           "writes fail with storage_full, before the disk fills";
-  if (name == "--max-event-bytes")
-    return "largest event as stored, in bytes (default 1048576);\n"
-           "a larger one is refused with too_large";
-  if (name == "--max-value-bytes")
-    return "largest state value, in bytes (default 1048576)";
-  if (name == "--max-state-bytes")
-    return "largest initial state of a create_session, in bytes\n(default 4194304)";
-  if (name == "--max-response-bytes")
-    return "largest answer a read builds (default 67108864; at\n"
-           "least 65536): a list_sessions page ends early at it,\n"
-           "anything else over it is too_large";
-  if (name == "--session-idle-timeout-s")
-    return "passivate a session's actor idle this long (default\n"
-           "60); its state is reloaded from the store on next use";
-  if (name == "--io-threads")
-    return "I/O threads (default: one per core)";
-  if (name == "--max-connections")
-    return "connections at once (default 1024); one more gets an\nerror line and is closed";
-  if (name == "--idle-timeout-s")
-    return "close a connection idle this long (default 300; 0:\nnever)";
-  if (name == "--line-timeout-s")
-    return "close a connection whose request line (or TLS\n"
-           "handshake) is not complete this long after it\n"
-           "began (default 30; 0: never)";
-  return "on SIGTERM, how long connections may take to finish\n"
-         "before they are dropped (default 5)";
-}
 
 // Turns the parsed text into `cfg`; returns the exit code when it is bad
 // usage.
@@ -366,7 +350,7 @@ runner define_serve(command_line& cl) {
   const std::string network = "network (with --listen; may be repeated)";
   auto add_count = [&](const count_flag& f) {
     counts->emplace_back(nullptr, std::string());
-    auto* o = app.add_option(f.name, counts->back().second, count_help(f.name))->type_name("N");
+    auto* o = app.add_option(f.name, counts->back().second, f.help)->type_name("N");
     if (f.network_only)
       o->group(network);
     counts->back().first = o;
@@ -434,6 +418,16 @@ runner define_serve(command_line& cl) {
   };
 }
 
+// The engine `serve` runs; null after logging why it could not open.
+std::unique_ptr<engine> open_engine(const serve_config& cfg, server::logger& log) {
+  auto opened = engine::open(cfg.engine_opts);
+  if (!opened) {
+    log.error("startup_failed", "cannot open the store: " + to_string(opened.err()));
+    return nullptr;
+  }
+  return std::move(*opened);
+}
+
 int run_serve(serve_config& cfg) {
   server::logger log(cfg.log_format);
   signal_watch signals(log); // before any thread starts
@@ -444,12 +438,10 @@ int run_serve(serve_config& cfg) {
       log.error("startup_failed", std::string("cannot create a pipe: ") + std::strerror(errno));
       return 1;
     }
-    auto opened = engine::open(cfg.engine_opts);
-    if (!opened) {
-      log.error("startup_failed", "cannot open the store: " + to_string(opened.err()));
+    auto opened = open_engine(cfg, log);
+    if (!opened)
       return 1;
-    }
-    auto& eng = **opened;
+    auto& eng = *opened;
     signals.start([&stop] { stop.raise(); }, [&log] {
       log.info("signal", "SIGHUP: nothing to reload on standard input");
     });
@@ -470,12 +462,10 @@ int run_serve(serve_config& cfg) {
     log.error("startup_failed", srv.err().message);
     return 1;
   }
-  auto opened = engine::open(cfg.engine_opts);
-  if (!opened) {
-    log.error("startup_failed", "cannot open the store: " + to_string(opened.err()));
+  auto opened = open_engine(cfg, log);
+  if (!opened)
     return 1;
-  }
-  auto& eng = **opened;
+  auto& eng = *opened;
   auto& net = **srv;
   signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
   net.run(eng);
