@@ -23,9 +23,9 @@
 namespace agentstate::detail {
 
 struct counters {
-  std::atomic<std::uint64_t> activations{0}, passivations{0}, appends{0},
-    deduplicated{0}, commits{0}, batched_writes{0}, max_batch{0},
-    failed_writes{0}, sessions_live{0}, users_live{0}, apps_live{0}, heap_trims{0};
+  std::atomic<std::uint64_t> activations{0}, passivations{0}, appends{0}, deduplicated{0},
+    commits{0}, batched_writes{0}, max_batch{0}, failed_writes{0}, sessions_live{0}, users_live{0},
+    apps_live{0}, heap_trims{0};
 };
 
 struct engine_core {
@@ -40,7 +40,7 @@ struct engine_core {
   std::unique_ptr<caf::actor_system> sys;
   writer_hdl writer;
   registry<session_actor_hdl, evict_cmd> sessions; ///< live session actors
-  registry<scope_actor_hdl, evict_cmd> scopes;     ///< live user and app scope actors
+  registry<scope_actor_hdl, evict_cmd> scopes; ///< live user and app scope actors
   caf::actor heap_trimmer; ///< actors/heap_trimmer.hpp; null in deterministic mode
   counters stats;
   std::atomic<bool> closed{false};
@@ -71,6 +71,5 @@ writer_hdl spawn_writer(engine_core& core);
 /// whose commits outlast spin_wait; spin_wait otherwise (docs/performance.md,
 /// "Polling").
 std::chrono::microseconds commit_poll(const options& o);
-
 
 } // namespace agentstate::detail

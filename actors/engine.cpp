@@ -96,8 +96,7 @@ void engine::get_session_json(get_request req, callback<std::string> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_session_text(*core_->kv, req, nullptr,
-                               core_->opts.limits.max_response_bytes));
+  cb(store::read_session_text(*core_->kv, req, nullptr, core_->opts.limits.max_response_bytes));
 }
 
 void engine::get_session(get_request req, callback<std::optional<session>> cb) {
@@ -129,7 +128,7 @@ void engine::list_sessions(list_request req, callback<session_page> cb) {
   if (!txn)
     return cb(std::move(txn).err());
   cb(store::list_sessions(**txn, req, static_cast<std::size_t>(size),
-                         core_->opts.limits.max_response_bytes));
+                          core_->opts.limits.max_response_bytes));
 }
 
 void engine::delete_session(session_ref ref, callback<void> cb) {
@@ -147,8 +146,7 @@ void engine::append_event(append_request req, callback<append_result> cb) {
   to_session(*core_, ref, std::move(cmd), cmd.cb);
 }
 
-void engine::begin_invocation(session_ref ref, std::string invocation_id,
-                              callback<session> cb) {
+void engine::begin_invocation(session_ref ref, std::string invocation_id, callback<session> cb) {
   if (auto r = model::normalize_ref(ref); !r)
     return cb(std::move(r).err());
   if (invocation_id.empty())
@@ -156,8 +154,9 @@ void engine::begin_invocation(session_ref ref, std::string invocation_id,
   if (auto r = model::check_name(invocation_id, "invocation_id"); !r)
     return cb(std::move(r).err());
   if (invocation_id.size() > max_event_id_bytes)
-    return cb(error{errc::too_large, "'invocation_id' is longer than "
-                                       + std::to_string(max_event_id_bytes) + " bytes"});
+    return cb(
+      error{errc::too_large,
+            "'invocation_id' is longer than " + std::to_string(max_event_id_bytes) + " bytes"});
   begin_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};
   to_session(*core_, ref, std::move(cmd), cmd.cb);
 }
@@ -192,9 +191,7 @@ void engine::get_user_state(std::string app_name, std::string user_id, callback<
     return cb(std::move(r).err());
   auto& core = *core_;
   scope_get_cmd cmd{std::move(cb)};
-  auto make = [&core, &app_name, &user_id] {
-    return spawn_scope_actor(core, app_name, user_id);
-  };
+  auto make = [&core, &app_name, &user_id] { return spawn_scope_actor(core, app_name, user_id); };
   if (!core.scopes.route(user_registry_key(app_name, user_id), std::move(cmd), make))
     cmd.cb(closing_error());
 }
@@ -205,21 +202,23 @@ void engine::flush(callback<void> cb) {
   // The writer is a spawn argument, not a capture: CAF 0.17's init_fun_factory
   // binds a null args tuple to a reference when a function actor has none
   // (UBSan: "reference binding to null pointer"; docs/testing.md, Sanitizers).
-  core_->sys->spawn([cb](caf::event_based_actor* self, writer_hdl writer) {
-    self->request(writer, caf::infinite, flush_cmd{})
-      .then(
-        [self, cb](write_reply& r) {
-          if (r.code == errc::ok)
-            cb(result<void>{});
-          else
-            cb(error{r.code, std::move(r.message)});
-          self->quit();
-        },
-        [self, cb](caf::error& e) {
-          cb(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
-          self->quit();
-        });
-  }, core_->writer);
+  core_->sys->spawn(
+    [cb](caf::event_based_actor* self, writer_hdl writer) {
+      self->request(writer, caf::infinite, flush_cmd{})
+        .then(
+          [self, cb](write_reply& r) {
+            if (r.code == errc::ok)
+              cb(result<void>{});
+            else
+              cb(error{r.code, std::move(r.message)});
+            self->quit();
+          },
+          [self, cb](caf::error& e) {
+            cb(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
+            self->quit();
+          });
+    },
+    core_->writer);
 }
 
 } // namespace agentstate

@@ -25,8 +25,7 @@ result<std::string> engine::get_session_json(get_request req) {
     *core_, [&](callback<std::string> cb) { get_session_json(std::move(req), cb); });
 }
 result<void> engine::delete_session(session_ref ref) {
-  return block_on<void>(*core_,
-                        [&](callback<void> cb) { delete_session(std::move(ref), cb); });
+  return block_on<void>(*core_, [&](callback<void> cb) { delete_session(std::move(ref), cb); });
 }
 result<append_result> engine::append_event(append_request req) {
   return block_on<append_result>(
@@ -43,8 +42,7 @@ result<void> engine::end_invocation(session_ref ref, std::string invocation_id) 
   });
 }
 result<json> engine::get_app_state(std::string app_name) {
-  return block_on<json>(*core_,
-                        [&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
+  return block_on<json>(*core_, [&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
 }
 result<json> engine::get_user_state(std::string app_name, std::string user_id) {
   return block_on<json>(*core_, [&](callback<json> cb) {

@@ -120,8 +120,7 @@ result<std::unique_ptr<engine>> engine::open(const options& opts) {
   return engine_factory::open(opts, nullptr);
 }
 
-result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
-                                                     const store_wrapper& wrap,
+result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const store_wrapper& wrap,
                                                      bool deterministic) {
   if (auto r = check_options(opts); !r)
     return std::move(r).err();
@@ -146,9 +145,9 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
       return error{errc::io_error, "cannot resolve '" + opts.dir + "': " + ec.message()};
     // Before the lock: taking it creates agentstate.lock, one of the files
     // that mark a store that was there.
-    auto rule = opts.create == create_policy::always  ? store::create_rule::always
-                : opts.create == create_policy::never ? store::create_rule::never
-                                                      : store::create_rule::if_new;
+    auto rule = opts.create == create_policy::always ? store::create_rule::always
+      : opts.create == create_policy::never          ? store::create_rule::never
+                                                     : store::create_rule::if_new;
     if (auto r = store::check_store_dir(dir, rule); !r)
       return std::move(r).err();
     if (auto r = core->lock.acquire(dir); !r)
@@ -169,9 +168,9 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts,
   if (deterministic) {
     core->cfg->set("scheduler.policy", caf::atom("testing"));
   } else {
-    core->cfg->set("scheduler.policy", core->opts.scheduler == scheduler_policy::sharing
-                                         ? caf::atom("sharing")
-                                         : caf::atom("stealing"));
+    core->cfg->set("scheduler.policy",
+                   core->opts.scheduler == scheduler_policy::sharing ? caf::atom("sharing")
+                                                                     : caf::atom("stealing"));
     core->cfg->set("scheduler.max-threads", core->opts.threads);
   }
   // "sharing" with polling: CAF builds no scheduler of its own when a module

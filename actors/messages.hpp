@@ -104,22 +104,20 @@ struct write_reply {
 
 /// A session actor: one per live session, routed by the registry.
 using session_actor_hdl =
-  caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>,
-                   caf::reacts_to<get_cmd>, caf::reacts_to<delete_cmd>,
-                   caf::reacts_to<begin_invocation_cmd>, caf::reacts_to<end_invocation_cmd>,
-                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>,
-                   caf::reacts_to<evict_cmd>>;
+  caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>, caf::reacts_to<get_cmd>,
+                   caf::reacts_to<delete_cmd>, caf::reacts_to<begin_invocation_cmd>,
+                   caf::reacts_to<end_invocation_cmd>, caf::reacts_to<shutdown_cmd>,
+                   caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>>;
 
 /// A user or app scope actor: one per live shared scope.
-using scope_actor_hdl =
-  caf::typed_actor<caf::reacts_to<scope_get_cmd>, caf::reacts_to<scope_commit>,
-                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>,
-                   caf::reacts_to<evict_cmd>>;
+using scope_actor_hdl = caf::typed_actor<caf::reacts_to<scope_get_cmd>,
+                                         caf::reacts_to<scope_commit>, caf::reacts_to<shutdown_cmd>,
+                                         caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>>;
 
 /// The store writer (a detached blocking actor; its handle is typed).
-using writer_hdl = caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
-                                    caf::replies_to<flush_cmd>::with<write_reply>,
-                                    caf::reacts_to<stop_writer_cmd>>;
+using writer_hdl =
+  caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
+                   caf::replies_to<flush_cmd>::with<write_reply>, caf::reacts_to<stop_writer_cmd>>;
 
 } // namespace agentstate::detail
 

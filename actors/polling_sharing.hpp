@@ -35,9 +35,9 @@ public:
 
     std::mutex lock;
     std::condition_variable cv;
-    std::deque<caf::resumable*> queue;   ///< guarded by `lock`
-    std::size_t parked = 0;              ///< workers waiting on `cv`; guarded by `lock`
-    std::atomic<std::size_t> size{0};    ///< queue.size(), for polling without `lock`
+    std::deque<caf::resumable*> queue; ///< guarded by `lock`
+    std::size_t parked = 0; ///< workers waiting on `cv`; guarded by `lock`
+    std::atomic<std::size_t> size{0}; ///< queue.size(), for polling without `lock`
     std::atomic<std::size_t> pollers{0}; ///< workers polling: 0 or 1
     /// Set once, before the coordinator starts its workers: the polling
     /// budget, and past it, polling while *committing holds, up to

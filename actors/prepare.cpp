@@ -47,17 +47,14 @@ bool touches_derived(const engine_core& core, const json& delta,
 
 } // namespace
 
-result<store::state_write> encode_value(const limits& lim, std::string key,
-                                        const json& value) {
+result<store::state_write> encode_value(const limits& lim, std::string key, const json& value) {
   auto text = dump_json(value);
   if (!text)
-    return error{errc::invalid_argument,
-                 "state value of '" + key + "': " + text.err().message};
+    return error{errc::invalid_argument, "state value of '" + key + "': " + text.err().message};
   if (text->size() > lim.max_value_bytes)
-    return error{errc::too_large, "state value of '" + key + "' is "
-                                    + std::to_string(text->size())
-                                    + " bytes; the limit is "
-                                    + std::to_string(lim.max_value_bytes)};
+    return error{errc::too_large,
+                 "state value of '" + key + "' is " + std::to_string(text->size())
+                   + " bytes; the limit is " + std::to_string(lim.max_value_bytes)};
   return store::state_write{std::move(key), value, std::move(*text)};
 }
 
@@ -75,9 +72,7 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
       w->key = std::string(unprefixed(key));
       ws.app_writes.push_back(std::move(*w));
       break;
-    default:
-      ws.session_writes.push_back(std::move(*w));
-      break;
+    default: ws.session_writes.push_back(std::move(*w)); break;
   }
   return {};
 }
@@ -87,9 +82,9 @@ result<void> encode_event(const limits& lim, const event& ev, store::write_set& 
   if (!text)
     return std::move(text).err();
   if (text->size() > lim.max_event_bytes)
-    return error{errc::too_large, "event is " + std::to_string(text->size())
-                                    + " bytes as stored; the limit is "
-                                    + std::to_string(lim.max_event_bytes)};
+    return error{errc::too_large,
+                 "event is " + std::to_string(text->size()) + " bytes as stored; the limit is "
+                   + std::to_string(lim.max_event_bytes)};
   ws.event_row = store::encode_event_row(
     store::event_key(store::session_key(ws.app, ws.user, ws.id), ws.version), ws.time, *text);
   return {};
@@ -110,9 +105,9 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
   if (auto r = encode_rows(lim, parts, ws); !r)
     return std::move(r).err();
   if (ws.bytes() > lim.max_state_bytes)
-    return error{errc::too_large, "initial state is about " + std::to_string(ws.bytes())
-                                    + " bytes; the limit is "
-                                    + std::to_string(lim.max_state_bytes)};
+    return error{errc::too_large,
+                 "initial state is about " + std::to_string(ws.bytes()) + " bytes; the limit is "
+                   + std::to_string(lim.max_state_bytes)};
   json no_delta = json::object();
   std::vector<std::string> keys;
   for (auto it = req.state.begin(); it != req.state.end(); ++it)
@@ -124,9 +119,8 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
   return plan;
 }
 
-result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
-                                       event&& ev, std::uint64_t version,
-                                       std::vector<state_modify>&& modify) {
+result<prepared_append> prepare_append(const engine_core& core, const session_ref& r, event&& ev,
+                                       std::uint64_t version, std::vector<state_modify>&& modify) {
   const auto& lim = core.opts.limits;
   prepared_append out;
   auto& ws = out.plan.ws;
@@ -162,9 +156,7 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
       case scope::app:
         ws.app_writes.push_back({std::string(unprefixed(*it)), json(), {}, true});
         break;
-      case scope::session:
-        ws.session_writes.push_back({*it, json(), {}, true});
-        break;
+      case scope::session: ws.session_writes.push_back({*it, json(), {}, true}); break;
     }
     ++it;
   }
@@ -174,9 +166,9 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     if (!text)
       return error{errc::invalid_argument, "state value of '" + key + "': " + text.err().message};
     if (text->size() > lim.max_value_bytes)
-      return error{errc::too_large, "state value of '" + key + "' is "
-                                      + std::to_string(text->size()) + " bytes; the limit is "
-                                      + std::to_string(lim.max_value_bytes)};
+      return error{errc::too_large,
+                   "state value of '" + key + "' is " + std::to_string(text->size())
+                     + " bytes; the limit is " + std::to_string(lim.max_value_bytes)};
     switch (scope_of(key)) {
       case scope::user:
         ws.user_writes.push_back({std::string(unprefixed(key)), it.value(), std::move(*text)});
@@ -196,10 +188,10 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
   ws.version = version;
   ws.time = *ev.timestamp;
   if (!modify.empty() || touches_derived(core, delta, removes)
-      || (!core.derived_inputs.empty() && std::any_of(modify.begin(), modify.end(),
-                                                      [&](const state_modify& m) {
-                                                        return core.derived_inputs.count(m.key) > 0;
-                                                      }))) {
+      || (!core.derived_inputs.empty()
+          && std::any_of(modify.begin(), modify.end(), [&](const state_modify& m) {
+               return core.derived_inputs.count(m.key) > 0;
+             }))) {
     // The writer finishes this one (resolve_late) and encodes the event.
     for (auto& m : modify)
       if (auto c = model::check_modify(lim, m); !c)

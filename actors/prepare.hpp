@@ -23,7 +23,7 @@ struct prepared_append {
   /// The event as stored: temp: keys stripped. Provisional when plan.late is
   /// set (the writer adds modify and derived values).
   event stored;
-  json temp = json::object();  ///< the delta's temp: keys, for the live invocation
+  json temp = json::object(); ///< the delta's temp: keys, for the live invocation
   std::vector<std::string> temp_removed; ///< temp: keys the event removes
 };
 
@@ -31,9 +31,8 @@ struct prepared_append {
 /// derived keys whose inputs the event changes) make it late-bound. On error
 /// `ev` may have lost its temp: keys. REQUIRES: model::validate_event(ev)
 /// passed; ev.id and ev.timestamp set.
-result<prepared_append> prepare_append(const engine_core& core, const session_ref& r,
-                                       event&& ev, std::uint64_t version,
-                                       std::vector<state_modify>&& modify);
+result<prepared_append> prepare_append(const engine_core& core, const session_ref& r, event&& ev,
+                                       std::uint64_t version, std::vector<state_modify>&& modify);
 
 /// One state value as a row (its stored text), within max_value_bytes.
 result<store::state_write> encode_value(const limits& lim, std::string key, const json& value);

@@ -80,13 +80,11 @@ public:
 
   /// Removes `key` if `self` is its live actor and it handled every routed
   /// message. Returns whether the caller must now quit. Thread-safe.
-  bool try_passivate(const std::string& key, const caf::actor_addr& self,
-                     std::uint64_t handled) {
+  bool try_passivate(const std::string& key, const caf::actor_addr& self, std::uint64_t handled) {
     auto& s = shard_of(key);
     std::lock_guard<std::mutex> guard(s.mtx);
     auto it = s.live.find(key);
-    if (it == s.live.end() || it->second.handle.address() != self
-        || it->second.routed != handled)
+    if (it == s.live.end() || it->second.handle.address() != self || it->second.routed != handled)
       return false;
     s.order.erase(it->second.lru);
     s.live.erase(it);
@@ -134,7 +132,7 @@ private:
   struct shard {
     std::mutex mtx;
     std::unordered_map<std::string, entry> live; ///< nodes are stable: order points into them
-    order_list order;                            ///< most recently routed first
+    order_list order; ///< most recently routed first
   };
   // Under s.mtx: asks the least recently routed actor of `s` (not the one
   // just spawned, which is at the front) to passivate.

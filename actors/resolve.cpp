@@ -122,8 +122,7 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_pl
   for (auto it = late.added.begin(); it != late.added.end(); ++it) {
     ev.actions.state_delta[it.key()] = it.value();
     auto& rm = ev.actions.state_remove;
-    if (auto p = std::lower_bound(rm.begin(), rm.end(), it.key());
-        p != rm.end() && *p == it.key())
+    if (auto p = std::lower_bound(rm.begin(), rm.end(), it.key()); p != rm.end() && *p == it.key())
       rm.erase(p);
   }
   return encode_event(lim, ev, ws);

@@ -47,7 +47,7 @@ result<void> load(scope_actor_t self) {
 }
 
 scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core, std::string app,
-                          std::optional<std::string> user) {
+                                           std::optional<std::string> user) {
   auto& st = self->state;
   st.core = core;
   st.registry_key = user ? user_registry_key(app, *user) : app_registry_key(app);
@@ -101,8 +101,7 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
 
 scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
                                   std::optional<std::string> user) {
-  return core.sys->spawn<caf::lazy_init>(scope_actor, &core, std::move(app),
-                                         std::move(user));
+  return core.sys->spawn<caf::lazy_init>(scope_actor, &core, std::move(app), std::move(user));
 }
 
 } // namespace agentstate::detail

@@ -21,7 +21,7 @@ bool busy(const session_state& st) {
 }
 
 session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core* core,
-                                              session_ref ref) {
+                                               session_ref ref) {
   auto& st = self->state;
   st.core = core;
   st.skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);

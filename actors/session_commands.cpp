@@ -14,55 +14,55 @@
 namespace agentstate::detail {
 
 void on_create(session_actor_t self, create_cmd& cmd) {
-    auto& st = self->state;
-    if (!ensure_loaded(self, cmd.cb))
-      return;
-    if (st.exists) {
-      answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
-        cb(error{errc::already_exists, "session '" + id + "' already exists"});
-      });
-      return;
-    }
-    auto plan = prepare_create(*st.core, cmd.req);
-    if (!plan) {
-      answer(self, [cb = std::move(cmd.cb), e = std::move(plan).err()] { cb(e); });
-      return;
-    }
-    st.exists = true;
-    st.version = 0;
-    json own = json::object();
-    for (auto& w : plan->ws.session_writes)
-      own[w.key] = w.value;
-    double created = plan->ws.time;
-    submit(self, std::move(*plan),
-           [self, cb = std::move(cmd.cb), own = std::move(own),
-            created](result<void> r, std::shared_ptr<late_binding> late) mutable {
-             if (!r) {
-               cb(std::move(r).err());
-               return;
-             }
-             if (late) // derived keys the writer computed
-               for (auto it = late->added.begin(); it != late->added.end(); ++it)
-                 own[it.key()] = it.value();
-             auto& st = self->state;
-             session s;
-             s.app_name = st.ref.app_name;
-             s.user_id = st.ref.user_id;
-             s.id = st.ref.session_id;
-             s.last_update_time = created;
-             s.version = 0;
-             // The session is created; when the shared scopes cannot be
-             // read now, its merged view is completed by the next read.
-             json user = json::object(), app = json::object();
-             if (auto txn = store::begin_read(*st.core->kv)) {
-               if (auto u = store::read_scope(**txn, st.ref.app_name, &st.ref.user_id))
-                 user = std::move(*u);
-               if (auto a = store::read_scope(**txn, st.ref.app_name, nullptr))
-                 app = std::move(*a);
-             }
-             s.state = merge_state(own, user, app);
-             cb(std::move(s));
-           });
+  auto& st = self->state;
+  if (!ensure_loaded(self, cmd.cb))
+    return;
+  if (st.exists) {
+    answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
+      cb(error{errc::already_exists, "session '" + id + "' already exists"});
+    });
+    return;
+  }
+  auto plan = prepare_create(*st.core, cmd.req);
+  if (!plan) {
+    answer(self, [cb = std::move(cmd.cb), e = std::move(plan).err()] { cb(e); });
+    return;
+  }
+  st.exists = true;
+  st.version = 0;
+  json own = json::object();
+  for (auto& w : plan->ws.session_writes)
+    own[w.key] = w.value;
+  double created = plan->ws.time;
+  submit(self, std::move(*plan),
+         [self, cb = std::move(cmd.cb), own = std::move(own),
+          created](result<void> r, std::shared_ptr<late_binding> late) mutable {
+           if (!r) {
+             cb(std::move(r).err());
+             return;
+           }
+           if (late) // derived keys the writer computed
+             for (auto it = late->added.begin(); it != late->added.end(); ++it)
+               own[it.key()] = it.value();
+           auto& st = self->state;
+           session s;
+           s.app_name = st.ref.app_name;
+           s.user_id = st.ref.user_id;
+           s.id = st.ref.session_id;
+           s.last_update_time = created;
+           s.version = 0;
+           // The session is created; when the shared scopes cannot be
+           // read now, its merged view is completed by the next read.
+           json user = json::object(), app = json::object();
+           if (auto txn = store::begin_read(*st.core->kv)) {
+             if (auto u = store::read_scope(**txn, st.ref.app_name, &st.ref.user_id))
+               user = std::move(*u);
+             if (auto a = store::read_scope(**txn, st.ref.app_name, nullptr))
+               app = std::move(*a);
+           }
+           s.state = merge_state(own, user, app);
+           cb(std::move(s));
+         });
 }
 
 void on_append(session_actor_t self, append_cmd& cmd) {
@@ -77,94 +77,94 @@ void on_append(session_actor_t self, append_cmd& cmd) {
     // state or time change.
     if (!ensure_loaded(self, cmd.cb))
       return;
-    answer(self, [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev),
-                  version = st0.version]() mutable {
-      cb(append_result{std::move(ev), version});
+    answer(self,
+           [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev), version = st0.version]() mutable {
+             cb(append_result{std::move(ev), version});
+           });
+    return;
+  }
+  auto& st = self->state;
+  if (!ensure_loaded(self, cmd.cb))
+    return;
+  if (!st.exists) {
+    answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
+      cb(error{errc::not_found, "session '" + id + "' not found"});
     });
     return;
   }
-    auto& st = self->state;
-    if (!ensure_loaded(self, cmd.cb))
-      return;
-    if (!st.exists) {
-      answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
-        cb(error{errc::not_found, "session '" + id + "' not found"});
-      });
-      return;
-    }
-    auto& ev = cmd.req.ev;
-    // A generated id (122 random bits) is in no stored or in-flight event.
-    const bool generated = ev.id.empty();
-    if (generated)
-      ev.id = model::make_uuid();
-    else if (answer_duplicate(self, cmd))
-      return;
-    if (cmd.req.expected_version && *cmd.req.expected_version != st.version) {
-      error e{errc::version_conflict,
-              "expected version " + std::to_string(*cmd.req.expected_version)
-                + ", session is at " + std::to_string(st.version)};
-      e.current_version = st.version;
-      answer(self, [cb = std::move(cmd.cb), e = std::move(e)] { cb(e); });
-      return;
-    }
-    if (!ev.timestamp)
-      ev.timestamp = model::now_seconds();
-    auto prepared = prepare_append(*st.core, st.ref, std::move(ev), st.version + 1,
-                                   std::move(cmd.req.modify));
-    if (!prepared) {
-      answer(self, [cb = std::move(cmd.cb), e = std::move(prepared).err()] { cb(e); });
-      return;
-    }
-    st.version += 1;
-    append_result stored{std::move(prepared->stored), st.version};
-    // A caller's id is in flight until the writer answers (A6). Keyed by the
-    // stored event's id: `ev` is moved from.
-    append_outcome outcome;
-    if (!generated) {
-      outcome = std::make_shared<std::optional<result<append_result>>>();
-      st.in_flight_ids.emplace(stored.ev.id, outcome);
-    }
-    submit(self, std::move(prepared->plan),
-           [self, cb = std::move(cmd.cb), stored = std::move(stored),
-            temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
-            outcome](result<void> r, std::shared_ptr<late_binding> late) mutable {
-             auto& st = self->state;
-             if (outcome) {
-               auto it = st.in_flight_ids.find(stored.ev.id);
-               if (it != st.in_flight_ids.end() && it->second == outcome)
-                 st.in_flight_ids.erase(it);
-             }
-             // Duplicates that arrived in flight hold `outcome` too (all on
-             // this actor's thread); without them nobody reads it, and
-             // copying the event is skipped.
-             const bool awaited = outcome && outcome.use_count() > 1;
-             if (!r) {
-               if (awaited)
-                 *outcome = result<append_result>{r.err()};
-               cb(std::move(r).err());
-               return;
-             }
-             st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
-             if (late)
-               stored.ev = std::move(late->ev);
-             if (st.ids)
-               st.ids->add(stored.ev.id, stored.version);
-             // While a lease is held, only its invocation is the live one.
-             bool live = st.lease.empty() || st.lease == stored.ev.invocation_id;
-             if (live && stored.ev.invocation_id != st.invocation) {
-               st.invocation = stored.ev.invocation_id;
-               st.temp = json::object();
-             }
-             if (live) {
-               for (auto t = temp.begin(); t != temp.end(); ++t)
-                 st.temp[t.key()] = std::move(t.value());
-               for (auto& k : temp_removed)
-                 st.temp.erase(k);
-             }
+  auto& ev = cmd.req.ev;
+  // A generated id (122 random bits) is in no stored or in-flight event.
+  const bool generated = ev.id.empty();
+  if (generated)
+    ev.id = model::make_uuid();
+  else if (answer_duplicate(self, cmd))
+    return;
+  if (cmd.req.expected_version && *cmd.req.expected_version != st.version) {
+    error e{errc::version_conflict,
+            "expected version " + std::to_string(*cmd.req.expected_version) + ", session is at "
+              + std::to_string(st.version)};
+    e.current_version = st.version;
+    answer(self, [cb = std::move(cmd.cb), e = std::move(e)] { cb(e); });
+    return;
+  }
+  if (!ev.timestamp)
+    ev.timestamp = model::now_seconds();
+  auto prepared =
+    prepare_append(*st.core, st.ref, std::move(ev), st.version + 1, std::move(cmd.req.modify));
+  if (!prepared) {
+    answer(self, [cb = std::move(cmd.cb), e = std::move(prepared).err()] { cb(e); });
+    return;
+  }
+  st.version += 1;
+  append_result stored{std::move(prepared->stored), st.version};
+  // A caller's id is in flight until the writer answers (A6). Keyed by the
+  // stored event's id: `ev` is moved from.
+  append_outcome outcome;
+  if (!generated) {
+    outcome = std::make_shared<std::optional<result<append_result>>>();
+    st.in_flight_ids.emplace(stored.ev.id, outcome);
+  }
+  submit(self, std::move(prepared->plan),
+         [self, cb = std::move(cmd.cb), stored = std::move(stored),
+          temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
+          outcome](result<void> r, std::shared_ptr<late_binding> late) mutable {
+           auto& st = self->state;
+           if (outcome) {
+             auto it = st.in_flight_ids.find(stored.ev.id);
+             if (it != st.in_flight_ids.end() && it->second == outcome)
+               st.in_flight_ids.erase(it);
+           }
+           // Duplicates that arrived in flight hold `outcome` too (all on
+           // this actor's thread); without them nobody reads it, and
+           // copying the event is skipped.
+           const bool awaited = outcome && outcome.use_count() > 1;
+           if (!r) {
              if (awaited)
-               *outcome = result<append_result>{stored};
-             cb(std::move(stored));
-           });
+               *outcome = result<append_result>{r.err()};
+             cb(std::move(r).err());
+             return;
+           }
+           st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
+           if (late)
+             stored.ev = std::move(late->ev);
+           if (st.ids)
+             st.ids->add(stored.ev.id, stored.version);
+           // While a lease is held, only its invocation is the live one.
+           bool live = st.lease.empty() || st.lease == stored.ev.invocation_id;
+           if (live && stored.ev.invocation_id != st.invocation) {
+             st.invocation = stored.ev.invocation_id;
+             st.temp = json::object();
+           }
+           if (live) {
+             for (auto t = temp.begin(); t != temp.end(); ++t)
+               st.temp[t.key()] = std::move(t.value());
+             for (auto& k : temp_removed)
+               st.temp.erase(k);
+           }
+           if (awaited)
+             *outcome = result<append_result>{stored};
+           cb(std::move(stored));
+         });
 }
 
 void on_get(session_actor_t self, get_cmd& cmd) {
@@ -185,30 +185,30 @@ void on_get(session_actor_t self, get_cmd& cmd) {
 }
 
 void on_delete(session_actor_t self, delete_cmd& cmd) {
-    auto& st = self->state;
-    if (!ensure_loaded(self, cmd.cb))
-      return;
-    if (!st.exists) {
-      answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
-      return;
-    }
-    write_plan plan;
-    plan.ws.op = store::write_set::kind::remove;
-    plan.ws.app = st.ref.app_name;
-    plan.ws.user = st.ref.user_id;
-    plan.ws.id = st.ref.session_id;
-    st.exists = false;
-    st.version = 0;
-    st.in_flight_ids.clear();
-    st.ids.reset();
-    submit(self, std::move(plan), [self, cb = std::move(cmd.cb)](result<void> r,
-                                                              std::shared_ptr<late_binding>) {
-      if (r) {
-        self->state.invocation.clear();
-        self->state.temp = json::object();
-      }
-      cb(std::move(r));
-    });
+  auto& st = self->state;
+  if (!ensure_loaded(self, cmd.cb))
+    return;
+  if (!st.exists) {
+    answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
+    return;
+  }
+  write_plan plan;
+  plan.ws.op = store::write_set::kind::remove;
+  plan.ws.app = st.ref.app_name;
+  plan.ws.user = st.ref.user_id;
+  plan.ws.id = st.ref.session_id;
+  st.exists = false;
+  st.version = 0;
+  st.in_flight_ids.clear();
+  st.ids.reset();
+  submit(self, std::move(plan),
+         [self, cb = std::move(cmd.cb)](result<void> r, std::shared_ptr<late_binding>) {
+           if (r) {
+             self->state.invocation.clear();
+             self->state.temp = json::object();
+           }
+           cb(std::move(r));
+         });
 }
 
 } // namespace agentstate::detail

@@ -72,9 +72,7 @@ bool answer_duplicate(session_actor_t self, append_cmd& cmd) {
   }
   if (*found) {
     st.core->stats.deduplicated.fetch_add(1, std::memory_order_relaxed);
-    answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable {
-      cb(std::move(r));
-    });
+    answer(self, [cb = std::move(cmd.cb), r = std::move(**found)]() mutable { cb(std::move(r)); });
     return true;
   }
   return false;

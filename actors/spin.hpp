@@ -39,7 +39,8 @@ bool spin_until(Ready&& ready, std::chrono::microseconds budget, Extend&& extend
 /// As above without an extension: polls for up to `budget`.
 template <class Ready>
 bool spin_until(Ready&& ready, std::chrono::microseconds budget) {
-  return spin_until(ready, budget, [] { return false; }, budget);
+  return spin_until(
+    ready, budget, [] { return false; }, budget);
 }
 
 } // namespace agentstate::detail

@@ -129,8 +129,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
   while (running) {
     spin_until(has_mail, core->opts.spin_wait);
     self->receive(on_write, on_flush, on_stop);
-    while (running && batch.size() < max_count && bytes < max_bytes
-           && !self->mailbox().empty())
+    while (running && batch.size() < max_count && bytes < max_bytes && !self->mailbox().empty())
       self->receive(on_write, on_flush, on_stop);
     if (!batch.empty()) {
       commit_and_answer(*core, batch, entries);

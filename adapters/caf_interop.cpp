@@ -31,16 +31,16 @@ caf::error to_caf_error(const error& x) {
 }
 
 void add_error_category(caf::actor_system_config& cfg) {
-  cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value,
-                                            const caf::message& ctx) {
-    std::string out = "agentstate.";
-    out += to_string(static_cast<errc>(code));
-    if (ctx.match_elements<std::string>()) {
-      out += ": ";
-      out += ctx.get_as<std::string>(0);
-    }
-    return out;
-  });
+  cfg.add_error_category(error_category,
+                         [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {
+                           std::string out = "agentstate.";
+                           out += to_string(static_cast<errc>(code));
+                           if (ctx.match_elements<std::string>()) {
+                             out += ": ";
+                             out += ctx.get_as<std::string>(0);
+                           }
+                           return out;
+                         });
 }
 
 namespace {

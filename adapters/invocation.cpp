@@ -53,9 +53,9 @@ result<void> apply_output_key(event& ev, const output_key& out, std::size_t max_
     return {};
   auto parsed = parse_json(*text, max_json_depth);
   if (!parsed)
-    return error{parsed.code(), "output_key '" + out.key
-                                  + "': the response is not the declared JSON: "
-                                  + parsed.err().message};
+    return error{parsed.code(),
+                 "output_key '" + out.key
+                   + "': the response is not the declared JSON: " + parsed.err().message};
   ev.actions.state_delta[out.key] = std::move(*parsed);
   return {};
 }
@@ -111,19 +111,19 @@ void invocation::begin(engine& eng, session_ref ref, std::string invocation_id,
   if (invocation_id.empty())
     invocation_id = model::make_uuid();
   auto id = invocation_id;
-  eng.begin_invocation(std::move(ref), std::move(invocation_id),
-                       [e, r = std::move(r), id = std::move(id),
-                        cb = std::move(cb)](result<session> s) mutable {
-                         if (!s)
-                           return cb(std::move(s).err());
-                         auto p = std::make_shared<impl>();
-                         p->eng = e;
-                         p->ref = std::move(r);
-                         p->version = s->version;
-                         p->st = agentstate::state(std::move(s->state));
-                         p->id = std::move(id);
-                         cb(invocation(std::move(p)));
-                       });
+  eng.begin_invocation(
+    std::move(ref), std::move(invocation_id),
+    [e, r = std::move(r), id = std::move(id), cb = std::move(cb)](result<session> s) mutable {
+      if (!s)
+        return cb(std::move(s).err());
+      auto p = std::make_shared<impl>();
+      p->eng = e;
+      p->ref = std::move(r);
+      p->version = s->version;
+      p->st = agentstate::state(std::move(s->state));
+      p->id = std::move(id);
+      cb(invocation(std::move(p)));
+    });
 }
 
 result<invocation> invocation::begin(engine& eng, session_ref ref, std::string invocation_id) {
@@ -132,20 +132,33 @@ result<invocation> invocation::begin(engine& eng, session_ref ref, std::string i
   });
 }
 
-const std::string& invocation::id() const { return p_->id; }
-const session_ref& invocation::ref() const { return p_->ref; }
-std::uint64_t invocation::version() const { return p_->version; }
-bool invocation::live() const { return p_ && p_->live; }
-agentstate::state& invocation::state() { return p_->st; }
-const agentstate::state& invocation::state() const { return p_->st; }
+const std::string& invocation::id() const {
+  return p_->id;
+}
+const session_ref& invocation::ref() const {
+  return p_->ref;
+}
+std::uint64_t invocation::version() const {
+  return p_->version;
+}
+bool invocation::live() const {
+  return p_ && p_->live;
+}
+agentstate::state& invocation::state() {
+  return p_->st;
+}
+const agentstate::state& invocation::state() const {
+  return p_->st;
+}
 
 void invocation::append(event ev, callback<append_result> cb) {
   if (!live())
     return cb(ended(p_ ? p_->id : std::string()));
   auto& p = *p_;
   if (!ev.invocation_id.empty() && ev.invocation_id != p.id)
-    return cb(error{errc::invalid_argument, "event names invocation '" + ev.invocation_id
-                                              + "', not this invocation '" + p.id + "'"});
+    return cb(error{errc::invalid_argument,
+                    "event names invocation '" + ev.invocation_id + "', not this invocation '"
+                      + p.id + "'"});
   ev.invocation_id = p.id;
   const state_change& change = p.st.pending();
   append_request req;
@@ -169,19 +182,19 @@ void invocation::append(event ev, callback<append_result> cb) {
   ev.actions.state_remove = std::move(removes);
   req.modify = change.modify;
   req.ev = std::move(ev);
-  p.eng->append_event(
-    std::move(req), [self = p_, own_delta = std::move(own_delta),
-                     own_removes = std::move(own_removes),
-                     cb = std::move(cb)](result<append_result> r) mutable {
-      if (r) {
-        auto& st = self->st;
-        st.commit();
-        st.apply_committed(own_delta, own_removes);
-        st.apply_committed(r->ev.actions.state_delta, r->ev.actions.state_remove);
-        self->version = r->version;
-      }
-      cb(std::move(r));
-    });
+  p.eng->append_event(std::move(req),
+                      [self = p_, own_delta = std::move(own_delta),
+                       own_removes = std::move(own_removes),
+                       cb = std::move(cb)](result<append_result> r) mutable {
+                        if (r) {
+                          auto& st = self->st;
+                          st.commit();
+                          st.apply_committed(own_delta, own_removes);
+                          st.apply_committed(r->ev.actions.state_delta, r->ev.actions.state_remove);
+                          self->version = r->version;
+                        }
+                        cb(std::move(r));
+                      });
 }
 
 result<append_result> invocation::append(event ev) {

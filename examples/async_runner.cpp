@@ -74,7 +74,7 @@ struct job {
   session_ref ref;
   std::string id;
   std::optional<invocation> inv; // held from begun until the job ends it
-  int step = 0;                  // appends done
+  int step = 0; // appends done
   std::uint64_t begin_version = 0, end_version = 0;
   json begin_state;
   std::string answer;
@@ -85,8 +85,8 @@ struct job {
 class runner : public caf::event_based_actor {
 public:
   runner(caf::actor_config& ac, engine* eng, engine_actor h, run_config cfg, int* failed)
-      : caf::event_based_actor(ac), eng_(eng), h_(std::move(h)), cfg_(std::move(cfg)),
-        failed_(failed) {
+    : caf::event_based_actor(ac), eng_(eng), h_(std::move(h)), cfg_(std::move(cfg)),
+      failed_(failed) {
     for (int s = 0; s < cfg_.sessions; ++s)
       for (int k = 0; k < cfg_.per_session; ++k) {
         job j;
@@ -212,17 +212,18 @@ private:
       get_request g;
       g.ref = jobs_[s * cfg_.per_session].ref;
       request(h_, caf::infinite, std::move(g))
-        .then([this](std::optional<session>& x) {
-                if (x)
-                  read_back_.push_back(std::move(*x));
-                if (--pending_ == 0)
-                  finish();
-              },
-              [this](caf::error& e) {
-                fail("get: " + system().render(e));
-                if (--pending_ == 0)
-                  finish();
-              });
+        .then(
+          [this](std::optional<session>& x) {
+            if (x)
+              read_back_.push_back(std::move(*x));
+            if (--pending_ == 0)
+              finish();
+          },
+          [this](caf::error& e) {
+            fail("get: " + system().render(e));
+            if (--pending_ == 0)
+              finish();
+          });
     }
   }
 
@@ -235,10 +236,12 @@ private:
     };
     for (auto& f : failures_)
       std::fprintf(stderr, "async_runner: %s\n", f.c_str());
-    check(failures_.empty(), std::to_string(jobs_.size()) + " invocations on "
-                               + std::to_string(cfg_.sessions) + " sessions, no errors");
-    check(max_in_flight_ > 1, std::to_string(max_in_flight_)
-                                + " invocations (of different sessions) in flight at once");
+    check(failures_.empty(),
+          std::to_string(jobs_.size()) + " invocations on " + std::to_string(cfg_.sessions)
+            + " sessions, no errors");
+    check(max_in_flight_ > 1,
+          std::to_string(max_in_flight_)
+            + " invocations (of different sessions) in flight at once");
     int unserialised = 0;
     for (auto& [sid, jobs] : order_)
       for (std::size_t n = 1; n < jobs.size(); ++n) {
@@ -247,8 +250,8 @@ private:
         // The later one began at the earlier one's last version, saw its
         // answer and none of its temp: state.
         unserialised += next.begin_version != prev.end_version
-                        || next.begin_state.value("answer", "") != prev.answer
-                        || next.begin_state.contains("temp:draft");
+          || next.begin_state.value("answer", "") != prev.answer
+          || next.begin_state.contains("temp:draft");
       }
     check(unserialised == 0 && int(order_.size()) == cfg_.sessions,
           std::to_string(cfg_.per_session) + " invocations per session, one after the other");
@@ -257,9 +260,9 @@ private:
     for (auto& s : read_back_) {
       auto& jobs = order_[s.id];
       bad_log += s.version != std::uint64_t(2 * cfg_.per_session)
-                 || s.events.size() != std::size_t(2 * cfg_.per_session)
-                 || jobs.size() != std::size_t(cfg_.per_session)
-                 || s.state.value("answer", "") != jobs_[jobs.back()].answer;
+        || s.events.size() != std::size_t(2 * cfg_.per_session)
+        || jobs.size() != std::size_t(cfg_.per_session)
+        || s.state.value("answer", "") != jobs_[jobs.back()].answer;
       for (std::size_t e = 0; e < s.events.size() && e / 2 < jobs.size(); ++e) {
         bad_log += s.events[e].invocation_id != jobs_[jobs[e / 2]].id;
         temp_stored += s.events[e].actions.state_delta.contains("temp:draft");
@@ -267,8 +270,9 @@ private:
       temp_stored += s.state.contains("temp:draft");
       runs_of_user[s.user_id] = s.state.value("user:runs", 0);
     }
-    check(bad_log == 0, "every session: " + std::to_string(2 * cfg_.per_session)
-                          + " events grouped by invocation in lease order, last answer in state");
+    check(bad_log == 0,
+          "every session: " + std::to_string(2 * cfg_.per_session)
+            + " events grouped by invocation in lease order, last answer in state");
     for (auto& j : jobs_) // the reply template rendered the invocation's own temp:draft
       temp_stored += j.answer.rfind("draft of " + j.id + " for user " + j.ref.user_id, 0) != 0;
     check(temp_stored == 0, "temp:draft rendered into each reply, never stored");
@@ -290,8 +294,8 @@ private:
   run_config cfg_;
   int* failed_;
   std::vector<job> jobs_;
-  std::map<std::string, std::size_t> active_;               // session -> running job
-  std::map<std::string, std::vector<std::size_t>> order_;   // session -> jobs by begin
+  std::map<std::string, std::size_t> active_; // session -> running job
+  std::map<std::string, std::vector<std::size_t>> order_; // session -> jobs by begin
   std::size_t pending_ = 0, in_flight_ = 0, max_in_flight_ = 0;
   std::vector<std::string> failures_;
   std::vector<session> read_back_;
@@ -304,9 +308,9 @@ int main(int argc, char** argv) {
   bool memory = false;
   run_config cfg{"", 12, 2, 4};
   if (auto stop = examples::parse_args(argc, argv, "async_runner", usage, dir, memory,
-                                      {{"--sessions", &cfg.sessions},
-                                       {"--per-session", &cfg.per_session},
-                                       {"--users", &cfg.users}}))
+                                       {{"--sessions", &cfg.sessions},
+                                        {"--per-session", &cfg.per_session},
+                                        {"--users", &cfg.users}}))
     return *stop;
   if (cfg.sessions < 2 || cfg.per_session < 2) { // else there is nothing to show
     std::fprintf(stderr, "async_runner: --sessions and --per-session must be at least 2\n%s",

@@ -63,13 +63,13 @@ using agent_fn = std::string (*)(const std::string& instruction, const state& st
 struct agent {
   std::string name;
   std::string instruction; // a template (I2)
-  output_key out;          // where the reply is recorded (I3)
+  output_key out; // where the reply is recorded (I3)
   agent_fn run;
 };
 
 std::string plan(const std::string&, const state& st) {
-  return "plan r" + std::to_string(st.get<int>("round", 0)) + ": survey "
-         + st.get("topic", "?") + ", keep two facts, write one paragraph";
+  return "plan r" + std::to_string(st.get<int>("round", 0)) + ": survey " + st.get("topic", "?")
+    + ", keep two facts, write one paragraph";
 }
 std::string research(const std::string&, const state& st) { // has_schema: JSON text
   std::string topic = st.get("topic", "?");
@@ -83,23 +83,27 @@ std::string write(const std::string& instruction, const state& st) {
   // The rendered instruction starts "Write for <name> ...": greet that reader.
   std::string reader = instruction.substr(10, instruction.find(" about ") - 10);
   std::string text = "Dear " + reader + ", round " + std::to_string(st.get<int>("round", 0))
-                     + " on " + st.get("topic", "?") + ":";
+    + " on " + st.get("topic", "?") + ":";
   for (auto& f : st.get("notes", json::object()).value("facts", json::array()))
     text += " " + f.get<std::string>() + ".";
   return text;
 }
 std::string edit(const std::string&, const state& st) {
   // "draft_words" misses as a plain key and falls back to derived:draft_words (N1).
-  return st.get("topic", "?") + " in " + std::to_string(st.get<int>("draft_words", 0))
-         + " words (" + st.get("session:id", "?") + ")";
+  return st.get("topic", "?") + " in " + std::to_string(st.get<int>("draft_words", 0)) + " words ("
+    + st.get("session:id", "?") + ")";
 }
 
 const std::vector<agent> agents = {
-  {"planner", "You plan for {user:name} in the {app:style} style. Topic: {topic}. "
-              "Round {round}. Earlier plan: {temp:plan?}",
-   {"temp:plan"}, plan},
-  {"researcher", "Research for {user:name}. Plan: {temp:plan}. Sources: {app:sources}",
-   {"notes", /*has_schema=*/true}, research},
+  {"planner",
+   "You plan for {user:name} in the {app:style} style. Topic: {topic}. "
+   "Round {round}. Earlier plan: {temp:plan?}",
+   {"temp:plan"},
+   plan},
+  {"researcher",
+   "Research for {user:name}. Plan: {temp:plan}. Sources: {app:sources}",
+   {"notes", /*has_schema=*/true},
+   research},
   {"writer", "Write for {user:name} about {topic} from these notes: {notes}", {"draft"}, write},
   {"editor", "Headline for {user:name}, {app:style} style: {draft}", {"user:headline"}, edit},
 };
@@ -119,10 +123,10 @@ int main(int argc, char** argv) {
   bool memory = false;
   int sessions = 40, users = 8, rounds = 2, threads = 8;
   if (auto stop = examples::parse_args(argc, argv, "multi_agent_host", usage, dir, memory,
-                                      {{"--sessions", &sessions},
-                                       {"--users", &users},
-                                       {"--rounds", &rounds},
-                                       {"--threads", &threads}}))
+                                       {{"--sessions", &sessions},
+                                        {"--users", &users},
+                                        {"--rounds", &rounds},
+                                        {"--threads", &threads}}))
     return *stop;
   users = std::min(users, sessions);
 
@@ -141,7 +145,7 @@ int main(int argc, char** argv) {
   engine& eng = **opened;
   // A fresh app name per run, so a kept --dir can be reused.
   const std::string app = "newsroom-" + std::to_string(std::random_device{}() % 1000000);
-  const std::vector<std::string> names = {"Ada", "Brian", "Chen", "Dana",
+  const std::vector<std::string> names = {"Ada",   "Brian",  "Chen",  "Dana",
                                           "Emeka", "Fatima", "Goran", "Hana"};
   const std::vector<std::string> topics = {"solar power", "rail freight", "coral reefs",
                                            "chess engines", "sourdough"};
@@ -160,9 +164,11 @@ int main(int argc, char** argv) {
   auto worker = [&] {
     for (int s; (s = next.fetch_add(1)) < sessions;) {
       session_ref ref = ref_of(s);
-      json init = {{"topic", topics[s % topics.size()]}, {"session:id", ref.session_id},
+      json init = {{"topic", topics[s % topics.size()]},
+                   {"session:id", ref.session_id},
                    {"user:name", names[(s % users) % names.size()]},
-                   {"app:style", "plain"}, {"app:sources", {"agency wire", "archive"}}};
+                   {"app:style", "plain"},
+                   {"app:sources", {"agency wire", "archive"}}};
       if (auto c = eng.create_session({app, ref.user_id, ref.session_id, init}); !c)
         return fail(s, "create", c.err());
       for (int r = 1; r <= rounds; ++r) {
@@ -178,8 +184,8 @@ int main(int argc, char** argv) {
           if (!instruction)
             return fail(s, ag.name + " template", instruction.err());
           if (ag.name == "editor") { // carried by the editor's event, resolved at commit
-            auto m = inv->state().modify("app:turns", 0,
-                                         [](const json& n) { return n.get<int>() + 1; });
+            auto m =
+              inv->state().modify("app:turns", 0, [](const json& n) { return n.get<int>() + 1; });
             if (!m)
               return fail(s, "modify", m.err());
           }
@@ -208,8 +214,9 @@ int main(int argc, char** argv) {
   };
   for (auto& e : errors)
     std::fprintf(stderr, "multi_agent_host: %s\n", e.c_str());
-  check(errors.empty(), std::to_string(sessions) + " sessions x " + std::to_string(rounds)
-                          + " rounds on " + std::to_string(threads) + " threads, no errors");
+  check(errors.empty(),
+        std::to_string(sessions) + " sessions x " + std::to_string(rounds) + " rounds on "
+          + std::to_string(threads) + " threads, no errors");
   int bad_count = 0, temp_stored = 0, bad_plan = 0, bad_words = 0, bad_reader = 0, bad_head = 0;
   std::vector<std::string> headline_of_user(users);
   std::vector<int> words_of(sessions, -1);
@@ -223,14 +230,16 @@ int main(int argc, char** argv) {
     }
     const session& ss = **got;
     bad_count += ss.version != std::uint64_t(rounds * events_per_round)
-                 || ss.events.size() != std::size_t(rounds * events_per_round);
+      || ss.events.size() != std::size_t(rounds * events_per_round);
     for (auto& ev : ss.events)
       for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
         temp_stored += it.key().rfind("temp:", 0) == 0;
     temp_stored += ss.state.contains("temp:plan");
     // The researcher saw the planner's temp: reply of the last round.
-    bad_plan += ss.state.value("notes", json::object()).value("plan", "").rfind(
-                  "plan r" + std::to_string(rounds) + ":", 0) != 0;
+    bad_plan += ss.state.value("notes", json::object())
+                  .value("plan", "")
+                  .rfind("plan r" + std::to_string(rounds) + ":", 0)
+      != 0;
     std::string draft = ss.state.value("draft", "");
     words_of[s] = ss.state.value("derived:draft_words", -1);
     bad_words += word_count(draft) == 0 || words_of[s] != word_count(draft);
@@ -242,9 +251,10 @@ int main(int argc, char** argv) {
     seen = head;
   }
   int events = sessions * rounds * events_per_round;
-  check(bad_count == 0, "every session holds " + std::to_string(rounds * events_per_round)
-                          + " events (" + std::to_string(events) + " in all, "
-                          + std::to_string(int(events / secs)) + " events/s)");
+  check(bad_count == 0,
+        "every session holds " + std::to_string(rounds * events_per_round) + " events ("
+          + std::to_string(events) + " in all, " + std::to_string(int(events / secs))
+          + " events/s)");
   check(temp_stored == 0, "temp:plan never stored (in no event delta, in no session state)");
   check(bad_plan == 0, "each session's notes (has_schema JSON) carry the last round's temp:plan");
   check(bad_reader == 0, "each draft greets the {user:name} its template rendered");
@@ -257,12 +267,13 @@ int main(int argc, char** argv) {
     auto open = head.rfind("(s"), close = head.rfind(')');
     int writer = open == std::string::npos ? -1 : std::atoi(head.c_str() + open + 2);
     foreign += head != headline_of_user[u] || close != head.size() - 1 || writer < 0
-               || writer >= sessions || writer % users != u
-               || head.find(" in " + std::to_string(words_of[writer]) + " words") == std::string::npos;
+      || writer >= sessions || writer % users != u
+      || head.find(" in " + std::to_string(words_of[writer]) + " words") == std::string::npos;
   }
   check(bad_head == 0 && foreign == 0,
-        std::to_string(users) + " users: user:headline (with its draft's derived word count) "
-        "shared by all of a user's sessions");
+        std::to_string(users)
+          + " users: user:headline (with its draft's derived word count) "
+            "shared by all of a user's sessions");
   auto appstate = eng.get_app_state(app);
   check(appstate && appstate->value("turns", 0) == sessions * rounds,
         "app:turns = " + std::to_string(sessions * rounds) + " (atomic modify, no lost update)");

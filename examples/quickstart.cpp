@@ -38,6 +38,8 @@ bool check(bool ok, const char* what) {
 // One invocation on session `id` of the engine `eng`: typed reads, writes in
 // every scope, an atomic modify, a template and an output key.
 int run_invocation(const std::unique_ptr<engine>& eng, const std::string& id) {
+  // The README quotes this region as it stands.
+  // clang-format off
   // [readme:invocation]
   auto inv = invocation::begin(*eng, {"my-app", "alice", id});      // waits its turn
   if (!inv)
@@ -60,6 +62,7 @@ int run_invocation(const std::unique_ptr<engine>& eng, const std::string& id) {
     return fail("append_final", stored.err());
   inv->end();                                                       // drops temp:/turn:
   // [/readme:invocation]
+  // clang-format on
 
   auto after = eng->get_session(get_request{{"my-app", "alice", id}, 0, {}, {}});
   if (!after || !*after)
@@ -77,6 +80,8 @@ int run_invocation(const std::unique_ptr<engine>& eng, const std::string& id) {
 }
 
 int run(const std::string& dir) {
+  // The README quotes this region as it stands.
+  // clang-format off
   // [readme:quickstart]
   options opts;
   opts.dir = dir; // durability::sync by default
@@ -106,13 +111,15 @@ int run(const std::string& dir) {
   g.ref = a.ref;
   auto got = (*eng)->get_session(g);
   // [/readme:quickstart]
+  // clang-format on
   if (!got || !*got)
     return fail("get", got ? error{errc::not_found, s->id} : got.err());
   std::printf("session %s v%llu: %s\n", (*got)->id.c_str(),
               static_cast<unsigned long long>((*got)->version), (*got)->state.dump().c_str());
-  bool ok = check((*got)->state == json{{"step", 1}, {"app:calls", 7}, {"user:lang", "en"},
-                                        {"user:name", "Alice"}},
-                  "the merged state holds every scope but temp:");
+  bool ok =
+    check((*got)->state
+            == json{{"step", 1}, {"app:calls", 7}, {"user:lang", "en"}, {"user:name", "Alice"}},
+          "the merged state holds every scope but temp:");
   int rc = run_invocation(*eng, s->id);
   return ok && rc == 0 ? 0 : 1;
 }

@@ -51,7 +51,7 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 enum code : int { bought, broke, sold_out, failed };
 struct outcome {
   int code;
-  int price;   // the app:price the trader read at its begin
+  int price; // the app:price the trader read at its begin
   int appends; // events it stored
 };
 
@@ -61,7 +61,9 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outcome)
 
 namespace {
 
-int budget_of(int user) { return 12 + 8 * user; }
+int budget_of(int user) {
+  return 12 + 8 * user;
+}
 
 // The order named by a stored wallet or stock value ("" when there is none).
 std::string order_in(const json& delta, const std::string& key) {
@@ -151,8 +153,8 @@ void on_outcome(market_actor* self, std::size_t t, const outcome& o) {
   tally& out = *s.out;
   out.trader_appends[t] += o.appends;
   if (o.price != 1 + s.round) // the app:price this round set, read by another session
-    out.failures.push_back("trader " + std::to_string(t) + " saw price "
-                           + std::to_string(o.price) + " in round " + std::to_string(s.round));
+    out.failures.push_back("trader " + std::to_string(t) + " saw price " + std::to_string(o.price)
+                           + " in round " + std::to_string(s.round));
   if (o.code == bought) {
     ++out.bought;
     ++out.trader_items[t];
@@ -193,7 +195,9 @@ void next_round(market_actor* self) {
           ++s.awaiting;
           self->request(s.traders[t], caf::infinite, tick_atom::value, s.round)
             .then([self, t](outcome& o) { on_outcome(self, t, o); },
-                  [self, t](caf::error&) { on_outcome(self, t, {failed, 0, 0}); });
+                  [self, t](caf::error&) {
+                    on_outcome(self, t, {failed, 0, 0});
+                  });
         }
       },
       [self](caf::error& e) {
@@ -226,11 +230,9 @@ int main(int argc, char** argv) {
   std::string dir;
   bool memory = false;
   int users = 4, traders = 3, stock = 24, rounds = 10;
-  if (auto stop = examples::parse_args(argc, argv, "simulation", usage, dir, memory,
-                                      {{"--users", &users},
-                                       {"--traders", &traders},
-                                       {"--stock", &stock},
-                                       {"--rounds", &rounds}}))
+  if (auto stop = examples::parse_args(
+        argc, argv, "simulation", usage, dir, memory,
+        {{"--users", &users}, {"--traders", &traders}, {"--stock", &stock}, {"--rounds", &rounds}}))
     return *stop;
   examples::example_store store("simulation", dir, memory);
   if (!store.ok())
@@ -314,7 +316,7 @@ int main(int argc, char** argv) {
         negative += d["user:wallet"].value("coins", -1) < 0;
     }
     bad_session += (*s)->version != std::uint64_t(out.trader_appends[t])
-                   || (*s)->state.value("items", 0) != out.trader_items[t];
+      || (*s)->state.value("items", 0) != out.trader_items[t];
   }
   check(negative == 0, "no stored app:stock or user:wallet value below zero");
   bool distinct = std::set<int>(sold.begin(), sold.end()).size() == sold.size();
@@ -328,12 +330,11 @@ int main(int argc, char** argv) {
     int n = us ? us->value("items", 0) : -1, spent = us ? us->value("spent", 0) : -1;
     int coins = us ? us->value("wallet", json::object()).value("coins", -1) : -1;
     items += n;
-    bad_user += n != out.user_items[u] || spent != out.user_spent[u]
-                || coins + spent != budget_of(u);
+    bad_user +=
+      n != out.user_items[u] || spent != out.user_spent[u] || coins + spent != budget_of(u);
   }
   check(items == out.bought && bad_user == 0,
-        "sum of user:items = " + std::to_string(items)
-          + " buys; per user coins + spent = budget");
+        "sum of user:items = " + std::to_string(items) + " buys; per user coins + spent = budget");
   if (auto c = eng.close(); !c)
     check(false, "close: " + to_string(c.err()));
   std::printf("simulation: app %s, store %s%s: %s\n", app.c_str(),

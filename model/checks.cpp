@@ -12,9 +12,9 @@ namespace agentstate::model {
 
 result<void> check_string(std::string_view value, const char* what, std::size_t max) {
   if (value.size() > max)
-    return error{errc::too_large, std::string("'") + what + "' is "
-                                    + std::to_string(value.size()) + " bytes; the limit is "
-                                    + std::to_string(max)};
+    return error{errc::too_large,
+                 std::string("'") + what + "' is " + std::to_string(value.size())
+                   + " bytes; the limit is " + std::to_string(max)};
   if (value.find('\0') != std::string_view::npos)
     return error{errc::invalid_argument, std::string("'") + what + "' contains a NUL byte"};
   if (!valid_utf8(value))
@@ -40,21 +40,21 @@ result<void> normalize_ref(session_ref& r) {
 
 result<void> check_key(const std::string& key) {
   if (is_derived(key))
-    return error{errc::invalid_argument, "state key '" + key
-                                           + "' is derived: derived: keys are computed by the "
-                                             "engine, not written by clients"};
+    return error{errc::invalid_argument,
+                 "state key '" + key
+                   + "' is derived: derived: keys are computed by the "
+                     "engine, not written by clients"};
   if (key.size() > max_state_key_bytes)
-    return error{errc::too_large, "state key '" + key.substr(0, 40) + "...' is "
-                                    + std::to_string(key.size())
-                                    + " bytes; the limit is "
-                                    + std::to_string(max_state_key_bytes)};
+    return error{errc::too_large,
+                 "state key '" + key.substr(0, 40) + "...' is " + std::to_string(key.size())
+                   + " bytes; the limit is " + std::to_string(max_state_key_bytes)};
   return check_string(key, "state key", max_state_key_bytes);
 }
 
 result<void> check_depth(const limits& lim, const json& x, const std::string& what) {
   if (json_depth(x, lim.max_json_depth) > lim.max_json_depth)
-    return error{errc::too_large, what + " nests deeper than "
-                                    + std::to_string(lim.max_json_depth) + " levels"};
+    return error{errc::too_large,
+                 what + " nests deeper than " + std::to_string(lim.max_json_depth) + " levels"};
   return {};
 }
 
@@ -69,9 +69,10 @@ result<void> check_modify(const limits& lim, const state_modify& m) {
   if (auto r = check_key(m.key); !r)
     return r;
   if (scope_of(m.key) == scope::temp)
-    return error{errc::invalid_argument, "modify of '" + m.key
-                                           + "': temp: and turn: keys belong to the invocation; "
-                                             "set them instead"};
+    return error{errc::invalid_argument,
+                 "modify of '" + m.key
+                   + "': temp: and turn: keys belong to the invocation; "
+                     "set them instead"};
   if (!m.fn)
     return error{errc::invalid_argument, "modify of '" + m.key + "' has no function"};
   if (m.expected)
@@ -130,15 +131,16 @@ constexpr std::pair<const char*, const char*> camel_action_members[] = {
 };
 
 template <std::size_t N>
-result<void> check_not_camel(const json& members, const std::pair<const char*, const char*> (&names)[N],
+result<void> check_not_camel(const json& members,
+                             const std::pair<const char*, const char*> (&names)[N],
                              const char* where) {
   if (!members.is_object())
     return {};
   for (auto& [camel, snake] : names)
     if (members.contains(camel))
-      return error{errc::invalid_argument, std::string("event member '") + where + camel
-                                             + "' is ADK-JS camelCase: the protocol's name is '"
-                                             + where + snake + "'"};
+      return error{errc::invalid_argument,
+                   std::string("event member '") + where + camel
+                     + "' is ADK-JS camelCase: the protocol's name is '" + where + snake + "'"};
   return {};
 }
 
@@ -166,8 +168,8 @@ result<void> validate_event(const limits& lim, const event& ev) {
     if (auto r = check_key(k); !r)
       return r;
     if (ev.actions.state_delta.contains(k))
-      return error{errc::invalid_argument, "state key '" + k
-                                             + "' is both set and removed by one event"};
+      return error{errc::invalid_argument,
+                   "state key '" + k + "' is both set and removed by one event"};
   }
   if (auto r = check_member_depths(lim, ev.actions.state_delta, "state value"); !r)
     return r;

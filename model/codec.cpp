@@ -13,8 +13,7 @@ error bad(const std::string& what) {
 }
 
 // Reads an optional string member; null counts as absent.
-bool read_string(const json& obj, const char* name, std::string& out,
-                 std::optional<error>& err) {
+bool read_string(const json& obj, const char* name, std::string& out, std::optional<error>& err) {
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null())
     return false;

@@ -56,9 +56,7 @@ public:
         return false;
       out_ += ':';
       switch (m.how) {
-        case member::kind::value:
-          ser_.dump(*m.value, false, false, 0);
-          break;
+        case member::kind::value: ser_.dump(*m.value, false, false, 0); break;
         case member::kind::text:
           if (!string(*m.text))
             return false;
@@ -110,7 +108,6 @@ private:
 };
 
 } // namespace
-
 
 result<std::string> encode_event_text(const event& ev) {
   thread_local json_encoder enc;

@@ -18,8 +18,7 @@ result<json> parse_json(std::string_view text, std::size_t max_depth) {
   // The callback sees each container start with the number of enclosing
   // containers; refusing there stops the parse before deep values exist.
   auto cb = [max_depth](int depth, json::parse_event_t ev, json&) -> bool {
-    if ((ev == json::parse_event_t::object_start
-         || ev == json::parse_event_t::array_start)
+    if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start)
         && static_cast<std::size_t>(depth) >= max_depth)
       throw depth_exceeded{};
     return true;
@@ -33,8 +32,8 @@ result<json> parse_json(std::string_view text, std::size_t max_depth) {
   try {
     return json::parse(text.begin(), text.end(), cb, true, false);
   } catch (const depth_exceeded&) {
-    return error{errc::too_large, "JSON nesting deeper than "
-                                    + std::to_string(max_depth) + " levels"};
+    return error{errc::too_large,
+                 "JSON nesting deeper than " + std::to_string(max_depth) + " levels"};
   } catch (const json::exception& e) {
     return error{errc::invalid_argument, std::string("invalid JSON: ") + e.what()};
   } catch (const std::exception& e) {
@@ -79,8 +78,7 @@ result<std::string> dump_json(const json& x) {
     enc.ser.dump(x, false, false, 0);
     return enc.take();
   } catch (const json::exception& e) {
-    return error{errc::invalid_argument,
-                 std::string("cannot encode value: ") + e.what()};
+    return error{errc::invalid_argument, std::string("cannot encode value: ") + e.what()};
   } catch (const std::exception& e) {
     return error{errc::internal, std::string("JSON encoder: ") + e.what()};
   }

@@ -15,8 +15,8 @@ namespace agentstate::model {
 
 struct json_encoder {
   std::string buf;
-  nlohmann::detail::serializer<json> ser{
-    nlohmann::detail::output_adapter<char, std::string>(buf), ' '};
+  nlohmann::detail::serializer<json> ser{nlohmann::detail::output_adapter<char, std::string>(buf),
+                                         ' '};
 
   /// A copy of what was written since buf was last cleared. A buffer grown
   /// past 64 KiB (a large value) is released instead of kept for the thread.

@@ -55,9 +55,9 @@ inline constexpr std::array<bool, 256> plain_bytes = [] {
 
 // JSON's short escapes: the character, and the letter after the backslash.
 // (The encoder never writes "\/"; the reader accepts it.)
-inline constexpr std::pair<char, char> short_escapes[] = {
-  {'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'\b', 'b'},
-  {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
+inline constexpr std::pair<char, char> short_escapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},
+                                                          {'\b', 'b'}, {'\f', 'f'},  {'\n', 'n'},
+                                                          {'\r', 'r'}, {'\t', 't'}};
 
 // escape_letter[c]: the letter escaping byte c, 0 if none; unescaped[e]:
 // the byte an escape letter e stands for, 0 if e is not a short escape.

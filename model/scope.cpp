@@ -62,8 +62,7 @@ json strip_temp(const json& delta) {
   return out;
 }
 
-json merge_state(const json& session_state, const json& user_state,
-                 const json& app_state) {
+json merge_state(const json& session_state, const json& user_state, const json& app_state) {
   json out = session_state.is_object() ? session_state : json::object();
   if (app_state.is_object())
     for (auto it = app_state.begin(); it != app_state.end(); ++it)

@@ -38,16 +38,17 @@ bool starts_with(std::string_view s, std::string_view p) noexcept {
 // ("foo:x") is a plain session key and falls back to "derived:foo:x".
 bool falls_back_to_derived(std::string_view key) noexcept {
   return scope_of(key) == scope::session && !is_derived(key) && !starts_with(key, session_ns)
-         && !starts_with(key, bg_ns);
+    && !starts_with(key, bg_ns);
 }
 
 result<void> check_writable(std::string_view key) {
   if (key.empty())
     return error{errc::invalid_argument, "state key is empty"};
   if (is_derived(key))
-    return error{errc::invalid_argument, "state key '" + std::string(key)
-                                           + "' is read-only: derived: keys are computed by "
-                                             "the engine"};
+    return error{errc::invalid_argument,
+                 "state key '" + std::string(key)
+                   + "' is read-only: derived: keys are computed by "
+                     "the engine"};
   return {};
 }
 
@@ -207,8 +208,7 @@ result<json> state::modify(std::string_view key, json fallback,
     return error{errc::invalid_argument,
                  "modify of state key '" + k + "': the function threw: " + e.what()};
   } catch (...) {
-    return error{errc::invalid_argument,
-                 "modify of state key '" + k + "': the function threw"};
+    return error{errc::invalid_argument, "modify of state key '" + k + "': the function threw"};
   }
   if (is_invocation_key(k) || pending_.set.contains(k) || contains_sorted(pending_.remove, k)) {
     if (auto ok = set(k, out); !ok)
@@ -263,7 +263,7 @@ result<std::size_t> state::clear_prefix(std::string_view prefix) {
   if (starts_with(derived_prefix, prefix) || starts_with(prefix, derived_prefix))
     return error{errc::invalid_argument,
                  "clear_prefix: prefix '" + std::string(prefix)
-                     + "' would match derived: keys, which are read-only"};
+                   + "' would match derived: keys, which are read-only"};
   std::size_t n = 0;
   for (const auto& k : keys()) {
     if (!starts_with(k, prefix))
@@ -317,11 +317,10 @@ void state::drop_invocation_keys() {
   pending_.remove.erase(std::remove_if(pending_.remove.begin(), pending_.remove.end(),
                                        [](const std::string& k) { return is_invocation_key(k); }),
                         pending_.remove.end());
-  pending_.modify.erase(std::remove_if(pending_.modify.begin(), pending_.modify.end(),
-                                       [](const state_modify& m) {
-                                         return is_invocation_key(m.key);
-                                       }),
-                        pending_.modify.end());
+  pending_.modify.erase(
+    std::remove_if(pending_.modify.begin(), pending_.modify.end(),
+                   [](const state_modify& m) { return is_invocation_key(m.key); }),
+    pending_.modify.end());
 }
 
 // -- scoped_state ---------------------------------------------------------------------

@@ -131,12 +131,8 @@ public:
     if (p_ == end_ || depth >= max_depth)
       return false;
     switch (*p_) {
-      case '"':
-        out = json::value_t::string;
-        return string(out.get_ref<std::string&>());
-      case '{':
-        out = json::value_t::object;
-        return object(out.get_ref<json::object_t&>(), depth);
+      case '"': out = json::value_t::string; return string(out.get_ref<std::string&>());
+      case '{': out = json::value_t::object; return object(out.get_ref<json::object_t&>(), depth);
       case '[': {
         out = json::value_t::array;
         auto& a = out.get_ref<json::array_t&>();
@@ -289,8 +285,7 @@ bool decode_event_text(std::string_view text, event& ev) {
       return object_member(ev.actions.artifact_delta);
     if (is(key, "state_remove")) {
       auto& removes = ev.actions.state_remove;
-      return r.literal("null")
-             || r.elements([&] { return r.string(removes.emplace_back()); });
+      return r.literal("null") || r.elements([&] { return r.string(removes.emplace_back()); });
     }
     auto& extra = ev.actions.extra.get_ref<json::object_t&>();
     return r.value(extra.emplace_hint(extra.end(), key, nullptr)->second, 1);
@@ -333,4 +328,3 @@ bool decode_event_text(std::string_view text, event& ev) {
 }
 
 } // namespace agentstate::model
-

@@ -29,17 +29,16 @@ bool is_state_name(std::string_view s) {
   return is_identifier(s);
 }
 
-
 } // namespace
 
 result<std::string> inject_state(std::string_view tmpl, const json& state,
-                                 const artifact_lookup& artifacts,
-                                 std::size_t max_output_bytes) {
+                                 const artifact_lookup& artifacts, std::size_t max_output_bytes) {
   std::string out;
   out.reserve(std::min(tmpl.size(), max_output_bytes));
   auto too_large = [max_output_bytes] {
-    return error{errc::too_large, "the rendered template would be larger than "
-                                    + std::to_string(max_output_bytes) + " bytes"};
+    return error{errc::too_large,
+                 "the rendered template would be larger than " + std::to_string(max_output_bytes)
+                   + " bytes"};
   };
   // Appends `x` unless the output would pass the bound.
   auto add = [&out, max_output_bytes](std::string_view x) {
@@ -86,9 +85,9 @@ result<std::string> inject_state(std::string_view tmpl, const json& state,
       auto it = state.is_object() ? state.find(std::string(inner)) : state.end();
       if (it == state.end()) {
         if (!optional)
-          return error{errc::not_found, "state key '" + std::string(inner)
-                                          + "' is missing (write {" + std::string(inner)
-                                          + "?} if it is optional)"};
+          return error{errc::not_found,
+                       "state key '" + std::string(inner) + "' is missing (write {"
+                         + std::string(inner) + "?} if it is optional)"};
       } else if (it->is_string()) {
         if (!add(it->get_ref<const std::string&>()))
           return too_large();

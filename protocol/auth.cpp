@@ -70,13 +70,15 @@ result<token_table> token_table::parse(std::string_view text) {
     if (fields.empty() || fields[0].front() == '#')
       continue;
     if (fields.size() != 2)
-      return bad_line(line_no, "expected 'TOKEN APP[,APP...]' or 'TOKEN *', found "
-                                 + std::to_string(fields.size()) + " field(s)");
+      return bad_line(line_no,
+                      "expected 'TOKEN APP[,APP...]' or 'TOKEN *', found "
+                        + std::to_string(fields.size()) + " field(s)");
     auto token = fields[0];
     if (token.size() < min_token_bytes || token.size() > max_token_bytes)
-      return bad_line(line_no, "a token must be " + std::to_string(min_token_bytes) + " to "
-                                 + std::to_string(max_token_bytes) + " characters, this one has "
-                                 + std::to_string(token.size()));
+      return bad_line(line_no,
+                      "a token must be " + std::to_string(min_token_bytes) + " to "
+                        + std::to_string(max_token_bytes) + " characters, this one has "
+                        + std::to_string(token.size()));
     for (char c : token)
       if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e)
         return bad_line(line_no, "a token must be printable ASCII without spaces");
@@ -89,13 +91,12 @@ result<token_table> token_table::parse(std::string_view text) {
       std::size_t start = 0;
       for (;;) {
         auto comma = apps.find(',', start);
-        auto app = apps.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                       : comma - start);
+        auto app = apps.substr(
+          start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
         if (app.empty())
           return bad_line(line_no, "an empty app name in the app list");
         if (app.size() > max_app_bytes)
-          return bad_line(line_no, "an app name over " + std::to_string(max_app_bytes)
-                                     + " bytes");
+          return bad_line(line_no, "an app name over " + std::to_string(max_app_bytes) + " bytes");
         if (app == "*")
           return bad_line(line_no, "'*' must stand alone (every app)");
         if (app.find('\0') != std::string_view::npos)
@@ -144,11 +145,11 @@ std::optional<grant> token_table::find_digest(const digest& d) const {
   // comparison, so the time depends on the table's size only.
   const entry* found = nullptr;
   for (const auto& e : entries_) {
-    auto differs = static_cast<std::uintptr_t>(::CRYPTO_memcmp(e.d.data(), d.data(), d.size()) != 0);
+    auto differs =
+      static_cast<std::uintptr_t>(::CRYPTO_memcmp(e.d.data(), d.data(), d.size()) != 0);
     auto mask = differs - 1; // all ones when equal, zero otherwise
-    found = reinterpret_cast<const entry*>(
-      (reinterpret_cast<std::uintptr_t>(&e) & mask)
-      | (reinterpret_cast<std::uintptr_t>(found) & ~mask));
+    found = reinterpret_cast<const entry*>((reinterpret_cast<std::uintptr_t>(&e) & mask)
+                                           | (reinterpret_cast<std::uintptr_t>(found) & ~mask));
   }
   if (!found)
     return std::nullopt;
@@ -181,8 +182,8 @@ void token_source::replace(token_table t) {
 
 method_scope scope_of(std::string_view method) {
   static constexpr std::string_view app_methods[] = {
-    "create_session", "get_session",    "list_sessions",  "delete_session", "append_event",
-    "end_invocation", "inject_state",   "get_app_state",  "get_user_state",
+    "create_session", "get_session",  "list_sessions", "delete_session", "append_event",
+    "end_invocation", "inject_state", "get_app_state", "get_user_state",
   };
   if (method == "ping" || method == "authenticate")
     return method_scope::open;
@@ -194,8 +195,7 @@ method_scope scope_of(std::string_view method) {
   return method_scope::every_app;
 }
 
-access_gate::access_gate(std::shared_ptr<const token_source> tokens)
-  : tokens_(std::move(tokens)) {}
+access_gate::access_gate(std::shared_ptr<const token_source> tokens) : tokens_(std::move(tokens)) {}
 
 result<grant> access_gate::authenticate(std::string_view token) {
   if (!tokens_) {

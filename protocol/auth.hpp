@@ -90,10 +90,10 @@ private:
 
 /// How a method relates to apps, for the access check.
 enum class method_scope {
-  open,          ///< ping, authenticate: allowed before authentication
+  open, ///< ping, authenticate: allowed before authentication
   authenticated, ///< flush: any authenticated connection
-  app,           ///< names one app in params.app_name: a token granting it
-  every_app,     ///< stats and any method not listed: a `*` token
+  app, ///< names one app in params.app_name: a token granting it
+  every_app, ///< stats and any method not listed: a `*` token
 };
 
 /// The scope of `method`. Methods added to the protocol later fall under

@@ -6,8 +6,7 @@
 
 namespace agentstate::protocol::detail {
 
-dispatcher::dispatcher(engine& e, std::function<void(std::string)> write,
-                       std::size_t max_in_flight)
+dispatcher::dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight)
   : eng_(e), write_(std::move(write)), max_in_flight_(max_in_flight == 0 ? 1 : max_in_flight) {}
 
 dispatcher::~dispatcher() = default;

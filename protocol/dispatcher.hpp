@@ -78,17 +78,17 @@ private:
   /// of its start comes second.
   struct record {
     std::shared_ptr<dispatcher> owner; ///< keeps the dispatcher while in flight
-    json id;                           ///< null for notifications
-    bool notification = false;         ///< run, never answered
+    json id; ///< null for notifications
+    bool notification = false; ///< run, never answered
     ordering order = ordering::free;
     operation op;
-    lane* l = nullptr;        ///< its session's lane (pipelined, per_session)
-    std::uint64_t epoch = 0;  ///< the epoch it was admitted in (not barriers)
-    record* next = nullptr;   ///< the next waiting request of its lane
-    record* later = nullptr;  ///< the next unanswered request of its lane
-    bool ready = false;       ///< replied; `line` waits for earlier answers
-    bool has_line = false;    ///< `line` is to be written (not a notification)
-    std::string line;         ///< its response, while it waits
+    lane* l = nullptr; ///< its session's lane (pipelined, per_session)
+    std::uint64_t epoch = 0; ///< the epoch it was admitted in (not barriers)
+    record* next = nullptr; ///< the next waiting request of its lane
+    record* later = nullptr; ///< the next unanswered request of its lane
+    bool ready = false; ///< replied; `line` waits for earlier answers
+    bool has_line = false; ///< `line` is to be written (not a notification)
+    std::string line; ///< its response, while it waits
     std::atomic<bool> replied{false};
     std::atomic<int> phase{0};
   };
@@ -96,13 +96,13 @@ private:
   /// start, in order, what runs, and its requests not yet answered, in order.
   struct lane {
     const std::string* key = nullptr; ///< its key in lanes_
-    std::size_t running = 0;          ///< started, not completed
-    bool exclusive = false;           ///< a per_session request is running
-    bool starting = false;            ///< a thread is starting its waiting ones
-    bool answering = false;           ///< a thread is writing its answers
-    record* head = nullptr;           ///< waiting to start (via `next`)
+    std::size_t running = 0; ///< started, not completed
+    bool exclusive = false; ///< a per_session request is running
+    bool starting = false; ///< a thread is starting its waiting ones
+    bool answering = false; ///< a thread is writing its answers
+    record* head = nullptr; ///< waiting to start (via `next`)
     record* tail = nullptr;
-    record* first = nullptr;          ///< admitted, unanswered (via `later`)
+    record* first = nullptr; ///< admitted, unanswered (via `later`)
     record* last = nullptr;
   };
   /// Requests admitted between two barriers, and the barrier that closes
@@ -133,9 +133,9 @@ private:
 
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  bool waiting_room_ = false;       ///< submit() waits for room (cv_)
-  std::size_t idle_waiters_ = 0;    ///< threads in wait_idle() (cv_)
-  std::size_t in_flight_ = 0;  ///< admitted, not yet completed (barriers too)
+  bool waiting_room_ = false; ///< submit() waits for room (cv_)
+  std::size_t idle_waiters_ = 0; ///< threads in wait_idle() (cv_)
+  std::size_t in_flight_ = 0; ///< admitted, not yet completed (barriers too)
   std::uint64_t first_epoch_ = 0; ///< the number of epochs_.front()
   std::deque<epoch> epochs_{1};
   std::unordered_map<std::string, lane> lanes_; ///< sessions with work

@@ -23,8 +23,8 @@ error io_failure(const char* what) {
 result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
                         const std::function<void(std::string_view)>& on_line,
                         const std::function<void(std::uint64_t)>& on_oversized) {
-  std::string line;          // the current line's bytes so far
-  bool discarding = false;   // the current line is over the limit
+  std::string line; // the current line's bytes so far
+  bool discarding = false; // the current line is over the limit
   std::uint64_t discarded = 0;
   std::string buf(64 * 1024, '\0');
   for (;;) {
@@ -270,7 +270,8 @@ void line_writer::run() {
 result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
                           const stream_config& cfg) {
   line_writer out(out_fd);
-  rpc_session rpc(eng, [&out](std::string line) { out.push(std::move(line)); }, cfg.rpc);
+  rpc_session rpc(
+    eng, [&out](std::string line) { out.push(std::move(line)); }, cfg.rpc);
   auto r = read_lines(
     in_fd, stop_fd, cfg.max_line_bytes,
     [&](std::string_view line) {

@@ -83,11 +83,11 @@ private:
   mutable std::mutex mtx_;
   std::condition_variable work_cv_; ///< the thread waits for work
   std::condition_variable room_cv_; ///< wait_below() and close() wait
-  std::string pending_;     ///< queued bytes, not yet taken by a writer
+  std::string pending_; ///< queued bytes, not yet taken by a writer
   std::size_t writing_ = 0; ///< bytes a writer has taken and is writing
-  bool busy_ = false;       ///< a producer or the thread is writing
+  bool busy_ = false; ///< a producer or the thread is writing
   bool handed_off_ = false; ///< the thread writes until the queue is empty
-  bool direct_ = true;      ///< non-blocking writes work on this descriptor
+  bool direct_ = true; ///< non-blocking writes work on this descriptor
   std::size_t room_waiters_ = 0;
   bool closing_ = false;
   bool failed_ = false;

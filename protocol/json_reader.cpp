@@ -273,20 +273,11 @@ bool json_cursor::read_value(json& out, std::size_t depth) {
         return read_value(items.back(), depth + 1);
       });
     }
-    case '"':
-      out = json::value_t::string;
-      return read_string(*out.get_ptr<json::string_t*>());
-    case 't':
-      out = true;
-      return literal("true");
-    case 'f':
-      out = false;
-      return literal("false");
-    case 'n':
-      out = nullptr;
-      return literal("null");
-    default:
-      return read_number(out);
+    case '"': out = json::value_t::string; return read_string(*out.get_ptr<json::string_t*>());
+    case 't': out = true; return literal("true");
+    case 'f': out = false; return literal("false");
+    case 'n': out = nullptr; return literal("null");
+    default: return read_number(out);
   }
 }
 

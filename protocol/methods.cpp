@@ -87,8 +87,8 @@ prepare_result prepare_list(const json& params) {
     else if (*by == "created")
       r.order_by = list_order::created;
     else if (*by != "update_time")
-      p.fail("parameter 'order_by' must be \"update_time\", \"created\" or \"id\", not \""
-             + *by + "\"");
+      p.fail("parameter 'order_by' must be \"update_time\", \"created\" or \"id\", not \"" + *by
+             + "\"");
   }
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
@@ -96,8 +96,7 @@ prepare_result prepare_list(const json& params) {
     if (*form == "once")
       r.shared_state = list_state::once;
     else if (*form != "merged")
-      p.fail("parameter 'shared_state' must be \"merged\" or \"once\", not \"" + *form
-             + "\"");
+      p.fail("parameter 'shared_state' must be \"merged\" or \"once\", not \"" + *form + "\"");
   }
   prepared x;
   x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
@@ -108,8 +107,7 @@ prepare_result prepare_list(const json& params) {
         for (const auto& m : v.sessions)
           xs.push_back(to_json(m));
         json out{{"sessions", std::move(xs)},
-                 {"next_page_token",
-                  v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
+                 {"next_page_token", v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
         if (v.total)
           out["total"] = *v.total;
         if (once) {
@@ -141,11 +139,10 @@ prepare_result prepare_delete(const json& params) {
 prepared append_call(append_request r) {
   // A modify can fail at commit, which would fail the appends pipelined
   // behind it (unavailable): such an append runs alone.
-  prepared x{{}, r.modify.empty() ? ordering::pipelined : ordering::per_session,
-             session_key(r.ref)};
+  prepared x{
+    {}, r.modify.empty() ? ordering::pipelined : ordering::per_session, session_key(r.ref)};
   x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
-    e.append_event(std::move(r),
-                   [reply](result<append_result> a) { reply(append_outcome(a)); });
+    e.append_event(std::move(r), [reply](result<append_result> a) { reply(append_outcome(a)); });
   };
   return x;
 }
@@ -216,15 +213,17 @@ prepare_result prepare_inject_state(const json& params) {
   x.op = [r = std::move(r), tmpl = std::move(tmpl)](engine& e, const reply_fn& reply) mutable {
     auto id = r.ref.session_id;
     const std::size_t max_bytes = e.opts().limits.max_response_bytes;
-    e.get_session(std::move(r), [reply, id = std::move(id), tmpl = std::move(tmpl),
-                                 max_bytes](result<std::optional<session>> s) {
-      if (!s)
-        return reply(from_engine(s.err()));
-      if (!*s)
-        return reply(from_engine(error{errc::not_found, "session '" + id + "' not found"}));
-      auto text = inject_state(tmpl, (**s).state, {}, max_bytes);
-      reply(to_outcome(text, [](std::string& v) { return json(std::move(v)); }));
-    });
+    e.get_session(
+      std::move(r),
+      [reply, id = std::move(id), tmpl = std::move(tmpl),
+       max_bytes](result<std::optional<session>> s) {
+        if (!s)
+          return reply(from_engine(s.err()));
+        if (!*s)
+          return reply(from_engine(error{errc::not_found, "session '" + id + "' not found"}));
+        auto text = inject_state(tmpl, (**s).state, {}, max_bytes);
+        reply(to_outcome(text, [](std::string& v) { return json(std::move(v)); }));
+      });
   };
   return checked(p, std::move(x));
 }

@@ -50,7 +50,7 @@ std::optional<std::int64_t> param_reader::optional_int(const char* name) {
     return v->get<std::int64_t>();
   if (v->is_number_unsigned()
       && v->get<std::uint64_t>()
-           <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
     return static_cast<std::int64_t>(v->get<std::uint64_t>());
   if (v->is_number_unsigned())
     fail(std::string("parameter '") + name + "' is out of range");

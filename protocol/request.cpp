@@ -115,7 +115,7 @@ bool read_event(json_cursor& c, event& ev) {
     } else {
       json v;
       ok = c.read_value(v, 3)
-           && ev.extra.get_ptr<json::object_t*>()->emplace(std::string(key), std::move(v)).second;
+        && ev.extra.get_ptr<json::object_t*>()->emplace(std::string(key), std::move(v)).second;
     }
     return ok;
   });
@@ -128,25 +128,28 @@ bool read_append_params(json_cursor& c, append_request& r) {
   bool app = false, user = false, sid = false, ev = false, expected = false;
   auto once = [](bool& seen) { return !std::exchange(seen, true); };
   // A parameter missing (or none at all): the general path says which.
-  return read_members(c, [&](std::string_view key) {
-    bool ok;
-    if (key == "app_name")
-      ok = once(app) && c.read_string(r.ref.app_name);
-    else if (key == "user_id")
-      ok = once(user) && c.read_string(r.ref.user_id);
-    else if (key == "session_id")
-      ok = once(sid) && c.read_string(r.ref.session_id);
-    else if (key == "event")
-      ok = once(ev) && read_event(c, r.ev);
-    else if (key == "expected_version") {
-      json v;
-      ok = once(expected) && (c.take_null() || (c.read_number(v) && v.is_number_unsigned()));
-      if (ok && !v.is_null())
-        r.expected_version = v.get<std::uint64_t>();
-    } else
-      ok = false;
-    return ok;
-  }) && app && user && sid && ev;
+  return read_members(c,
+                      [&](std::string_view key) {
+                        bool ok;
+                        if (key == "app_name")
+                          ok = once(app) && c.read_string(r.ref.app_name);
+                        else if (key == "user_id")
+                          ok = once(user) && c.read_string(r.ref.user_id);
+                        else if (key == "session_id")
+                          ok = once(sid) && c.read_string(r.ref.session_id);
+                        else if (key == "event")
+                          ok = once(ev) && read_event(c, r.ev);
+                        else if (key == "expected_version") {
+                          json v;
+                          ok = once(expected)
+                            && (c.take_null() || (c.read_number(v) && v.is_number_unsigned()));
+                          if (ok && !v.is_null())
+                            r.expected_version = v.get<std::uint64_t>();
+                        } else
+                          ok = false;
+                        return ok;
+                      })
+    && app && user && sid && ev;
 }
 
 // The whole line, when it is a well-formed append_event request.
@@ -212,10 +215,10 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   json& req = *parsed;
   if (!req.is_object())
     return refused(nullptr, rpc_code::invalid_request,
-                   req.is_array() ? "batches (JSON arrays) are not supported: send one "
-                                    "request object per line"
-                                  : std::string("a request must be a JSON object, not ")
-                                      + req.type_name(),
+                   req.is_array()
+                     ? "batches (JSON arrays) are not supported: send one "
+                       "request object per line"
+                     : std::string("a request must be a JSON object, not ") + req.type_name(),
                    errc::invalid_argument);
   decoded_request d;
   d.notification = true;
@@ -250,9 +253,9 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
     if (!it->is_object()) {
       if (d.notification)
         return d;
-      d.refusal = make_failure(rpc_code::invalid_params,
-                               "'params' must be an object (parameters by name)",
-                               errc::invalid_argument);
+      d.refusal =
+        make_failure(rpc_code::invalid_params, "'params' must be an object (parameters by name)",
+                     errc::invalid_argument);
       return d;
     }
     params = std::move(*it);

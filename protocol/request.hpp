@@ -20,9 +20,9 @@ namespace agentstate::protocol::detail {
 /// request refused for its params that still names a session comes back as
 /// a `run` that answers the refusal in the session's order (refusal_call).
 struct decoded_request {
-  json id = nullptr;         ///< the request's id; null when absent or unusable
+  json id = nullptr; ///< the request's id; null when absent or unusable
   bool notification = false; ///< no "id": run, never answered
-  std::optional<prepared> run;        ///< the request to submit
+  std::optional<prepared> run; ///< the request to submit
   std::optional<rpc_failure> refusal; ///< the error to answer with `id`
   /// The access check's inputs (auth.hpp): the method named (empty when the
   /// line is no request), and params.app_name when it is a string.

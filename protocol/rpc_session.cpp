@@ -125,11 +125,12 @@ void rpc_session::handle_line(std::string_view line) {
 void rpc_session::handle_oversized_line(std::uint64_t bytes, std::uint64_t limit) {
   if (observers_)
     observers_->error(to_string(errc::too_large));
-  dispatch_->answer(nullptr, detail::make_failure(
-                               rpc_code::parse_error,
-                               "line of " + std::to_string(bytes) + " bytes exceeds the limit of "
-                                 + std::to_string(limit) + " bytes; it was discarded unread",
-                               errc::too_large));
+  dispatch_->answer(nullptr,
+                    detail::make_failure(rpc_code::parse_error,
+                                         "line of " + std::to_string(bytes)
+                                           + " bytes exceeds the limit of " + std::to_string(limit)
+                                           + " bytes; it was discarded unread",
+                                         errc::too_large));
 }
 
 void rpc_session::drain() {

@@ -26,11 +26,11 @@ namespace agentstate::protocol {
 
 /// JSON-RPC error codes used by the protocol.
 namespace rpc_code {
-inline constexpr int parse_error = -32700;      ///< not JSON, bad UTF-8, too deep, too long
-inline constexpr int invalid_request = -32600;  ///< JSON, but not a request object
+inline constexpr int parse_error = -32700; ///< not JSON, bad UTF-8, too deep, too long
+inline constexpr int invalid_request = -32600; ///< JSON, but not a request object
 inline constexpr int method_not_found = -32601;
-inline constexpr int invalid_params = -32602;   ///< data.kind is "invalid_argument"
-inline constexpr int engine_error = -32000;     ///< data.kind is the errc name
+inline constexpr int invalid_params = -32602; ///< data.kind is "invalid_argument"
+inline constexpr int engine_error = -32000; ///< data.kind is the errc name
 /// Refused by the access check (auth.hpp): data.kind is "unauthenticated" or
 /// "permission_denied".
 inline constexpr int access_error = -32001;
@@ -68,7 +68,7 @@ struct rpc_config {
 namespace detail {
 class dispatcher;
 struct decoded_request;
-}
+} // namespace detail
 
 /// Serves one client stream. Requests for different sessions run concurrently
 /// through the engine's async API; requests naming the same session
@@ -87,8 +87,7 @@ public:
   /// Exceptions it throws are caught and dropped (the response is lost).
   /// REQUIRES: `eng` outlives every request handed in (call drain() before
   /// closing it).
-  rpc_session(engine& eng, std::function<void(std::string)> write,
-              rpc_config cfg = {});
+  rpc_session(engine& eng, std::function<void(std::string)> write, rpc_config cfg = {});
 
   /// Drains (see drain()).
   ~rpc_session();

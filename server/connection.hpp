@@ -79,9 +79,10 @@ struct shared_state {
 inline std::string connection_error_line(const std::string& message) {
   json r{{"jsonrpc", "2.0"},
          {"id", nullptr},
-         {"error", {{"code", protocol::rpc_code::engine_error},
-                    {"message", message},
-                    {"data", {{"kind", "unavailable"}}}}}};
+         {"error",
+          {{"code", protocol::rpc_code::engine_error},
+           {"message", message},
+           {"data", {{"kind", "unavailable"}}}}}};
   return r.dump() + "\n";
 }
 
@@ -101,11 +102,11 @@ public:
 /// Responses waiting to be written. Shared with the write callback.
 struct outbox {
   std::mutex mtx;
-  std::string pending;         ///< lines not yet taken by a write
-  std::size_t bytes = 0;       ///< pending plus the write in progress
-  std::size_t estimate = 0;    ///< expected size of a response (see above)
+  std::string pending; ///< lines not yet taken by a write
+  std::size_t bytes = 0; ///< pending plus the write in progress
+  std::size_t estimate = 0; ///< expected size of a response (see above)
   bool wake_posted = false;
-  bool closed = false;         ///< the socket is gone: drop what comes
+  bool closed = false; ///< the socket is gone: drop what comes
 };
 
 template <class Stream>
@@ -118,15 +119,9 @@ class connection final : public connection_base {
 
 public:
   connection(std::shared_ptr<shared_state> sh, Stream stream, std::uint64_t id, std::string peer)
-    : sh_(std::move(sh)),
-      stream_(std::move(stream)),
-      strand_(stream_.get_executor()),
-      timer_(strand_),
-      id_(id),
-      peer_(std::move(peer)),
-      out_(std::make_shared<outbox>()),
-      opened_(clock::now()),
-      last_progress_(opened_) {
+    : sh_(std::move(sh)), stream_(std::move(stream)), strand_(stream_.get_executor()),
+      timer_(strand_), id_(id), peer_(std::move(peer)), out_(std::make_shared<outbox>()),
+      opened_(clock::now()), last_progress_(opened_) {
     out_->estimate = std::size_t{1} << 20;
   }
 
@@ -157,7 +152,8 @@ private:
   }
 
   std::size_t floor_estimate() const {
-    return std::max<std::size_t>(1, sh_->lim.max_output_bytes / std::max<std::size_t>(1, sh_->lim.max_in_flight));
+    return std::max<std::size_t>(
+      1, sh_->lim.max_output_bytes / std::max<std::size_t>(1, sh_->lim.max_in_flight));
   }
 
   // -- start ---------------------------------------------------------------------
@@ -166,10 +162,9 @@ private:
     if constexpr (is_tls) {
       handshaking_ = true;
       tls_buf_.resize(16 * 1024);
-      stream_.async_handshake(asio::ssl::stream_base::server,
-                              [self = self()](const asio::error_code& ec) {
-                                self->on_handshake(ec);
-                              });
+      stream_.async_handshake(
+        asio::ssl::stream_base::server,
+        [self = self()](const asio::error_code& ec) { self->on_handshake(ec); });
       schedule();
     } else {
       socket().non_blocking(true);
@@ -284,10 +279,9 @@ private:
   void arm_read() {
     reading_ = true;
     if constexpr (is_tls) {
-      stream_.async_read_some(asio::buffer(tls_buf_),
-                              [self = self()](const asio::error_code& ec, std::size_t n) {
-                                self->on_read(ec, n);
-                              });
+      stream_.async_read_some(
+        asio::buffer(tls_buf_),
+        [self = self()](const asio::error_code& ec, std::size_t n) { self->on_read(ec, n); });
     } else {
       stream_.async_wait(Stream::wait_read,
                          [self = self()](const asio::error_code& ec) { self->on_readable(ec); });
@@ -702,9 +696,9 @@ private:
       if (!closing_ && reading_ && in_line() && lim.line_timeout.count() > 0
           && now >= line_started_ + lim.line_timeout) {
         sh_->stats.add(sh_->stats.line_timeouts);
-        return fail("line_timeout", "request line not completed within "
-                                      + std::to_string(lim.line_timeout.count())
-                                      + " s; closing the connection");
+        return fail("line_timeout",
+                    "request line not completed within " + std::to_string(lim.line_timeout.count())
+                      + " s; closing the connection");
       }
       if (!closing_ && lim.idle_timeout.count() > 0 && now >= last_progress_ + lim.idle_timeout
           && rpc_->in_flight() == 0) {
@@ -715,18 +709,19 @@ private:
           stalled = out_->bytes > 0;
         }
         if (stalled) {
-          sh_->log->warn("idle_timeout", "the client has not read its responses for "
-                                           + std::to_string(lim.idle_timeout.count())
-                                           + " s; dropping them",
+          sh_->log->warn("idle_timeout",
+                         "the client has not read its responses for "
+                           + std::to_string(lim.idle_timeout.count()) + " s; dropping them",
                          {{"conn", id_}, {"peer", peer_}});
           return close_now("output not read");
         }
-        return fail("idle_timeout", "idle for " + std::to_string(lim.idle_timeout.count())
-                                      + " s; closing the connection");
+        return fail("idle_timeout",
+                    "idle for " + std::to_string(lim.idle_timeout.count())
+                      + " s; closing the connection");
       }
       if (closing_
           && now >= std::max(last_progress_, closing_since_)
-                       + std::max(lim.shutdown_grace, std::chrono::seconds(1))
+              + std::max(lim.shutdown_grace, std::chrono::seconds(1))
           && rpc_->in_flight() == 0) {
         // Closing, and the client takes no more of its responses.
         return close_now(close_reason_ + "; the client stopped reading");
@@ -745,10 +740,10 @@ private:
   std::shared_ptr<outbox> out_;
 
   // input
-  std::string backlog_;             ///< read, not yet admitted (at most one read)
-  std::vector<std::string> parts_;  ///< the partial line's pieces
+  std::string backlog_; ///< read, not yet admitted (at most one read)
+  std::vector<std::string> parts_; ///< the partial line's pieces
   std::uint64_t partial_bytes_ = 0;
-  bool discarding_ = false;         ///< the current line is over the limit
+  bool discarding_ = false; ///< the current line is over the limit
   std::uint64_t discarded_ = 0;
   clock::time_point line_started_;
   std::vector<char> tls_buf_;
@@ -759,12 +754,12 @@ private:
 
   // state (strand)
   bool handshaking_ = false;
-  bool reading_ = false;  ///< a read or wait is pending
-  bool writing_ = false;  ///< a write is pending
-  bool paused_ = false;   ///< not read because nothing more may be admitted
-  bool eof_ = false;      ///< the client finished sending
-  bool closing_ = false;  ///< no more reading; finishing
-  bool closed_ = false;   ///< socket closed
+  bool reading_ = false; ///< a read or wait is pending
+  bool writing_ = false; ///< a write is pending
+  bool paused_ = false; ///< not read because nothing more may be admitted
+  bool eof_ = false; ///< the client finished sending
+  bool closing_ = false; ///< no more reading; finishing
+  bool closed_ = false; ///< socket closed
   bool finished_ = false; ///< left the registry
   bool tls_shutdown_started_ = false;
   bool tls_shutdown_done_ = false;

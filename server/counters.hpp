@@ -18,9 +18,9 @@ namespace agentstate::server::detail {
 /// are for monitoring, read without a common snapshot).
 struct counters {
   std::atomic<std::uint64_t> connections_open{0};
-  std::atomic<std::uint64_t> connections_total{0};   ///< accepted and served
+  std::atomic<std::uint64_t> connections_total{0}; ///< accepted and served
   std::atomic<std::uint64_t> connections_refused{0}; ///< over --max-connections
-  std::atomic<std::uint64_t> requests{0};            ///< lines handed to the protocol
+  std::atomic<std::uint64_t> requests{0}; ///< lines handed to the protocol
   std::atomic<std::uint64_t> bytes_in{0};
   std::atomic<std::uint64_t> bytes_out{0};
   std::atomic<std::uint64_t> queued_output_bytes{0}; ///< responses not yet written (gauge)
@@ -28,7 +28,7 @@ struct counters {
   std::atomic<std::uint64_t> tls_handshake_failures{0};
   std::atomic<std::uint64_t> idle_timeouts{0};
   std::atomic<std::uint64_t> line_timeouts{0};
-  std::atomic<std::uint64_t> paused_reads{0};        ///< times a connection stopped being read
+  std::atomic<std::uint64_t> paused_reads{0}; ///< times a connection stopped being read
 
   void add(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
     c.fetch_add(n, std::memory_order_relaxed);

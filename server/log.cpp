@@ -42,8 +42,8 @@ void append_text_value(std::string& out, const json& v) {
 std::string rfc3339_now() {
   auto now = std::chrono::system_clock::now();
   auto secs = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count()
-            % 1000;
+  auto ms =
+    std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   ::gmtime_r(&secs, &tm);
   char buf[40];

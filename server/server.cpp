@@ -89,11 +89,8 @@ struct network_server::impl {
   };
 
   impl(server_config c, logger& l)
-    : cfg(std::move(c)),
-      log(l),
-      ctx(static_cast<int>(threads())),
-      srv_strand(asio::make_strand(ctx)),
-      grace_timer(srv_strand),
+    : cfg(std::move(c)), log(l), ctx(static_cast<int>(threads())),
+      srv_strand(asio::make_strand(ctx)), grace_timer(srv_strand),
       sh(std::make_shared<shared_state>()) {
     sh->log = &log;
     sh->lim = cfg.lim;
@@ -104,7 +101,7 @@ struct network_server::impl {
     for (auto& l : listeners) {
       l.close_acceptor();
       if (l.created_path) {
-        struct stat st{};
+        struct stat st {};
         if (::lstat(l.spec.path.c_str(), &st) == 0 && st.st_dev == l.dev && st.st_ino == l.ino)
           ::unlink(l.spec.path.c_str());
       }
@@ -172,13 +169,13 @@ struct network_server::impl {
       // OpenSSL checks the key against the certificate while loading it.
       if (ec.category() == asio::error::get_ssl_category()
           && ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH)
-        return invalid("--tls-key '" + files.key + "' does not match the certificate '"
-                       + files.cert + "'");
+        return invalid("--tls-key '" + files.key + "' does not match the certificate '" + files.cert
+                       + "'");
       return invalid("--tls-key '" + files.key + "': " + ec.message());
     }
     if (::SSL_CTX_check_private_key(ssl->native_handle()) != 1)
-      return invalid("--tls-key '" + files.key + "' does not match the certificate '"
-                     + files.cert + "'");
+      return invalid("--tls-key '" + files.key + "' does not match the certificate '" + files.cert
+                     + "'");
     if (!files.client_ca.empty()) {
       if (ssl->load_verify_file(files.client_ca, ec); ec)
         return invalid("--tls-client-ca '" + files.client_ca + "': " + ec.message());
@@ -218,13 +215,13 @@ struct network_server::impl {
   result<void> bind_tcp(const listen_spec& spec) {
     asio::ip::tcp::resolver resolver(ctx);
     asio::error_code ec;
-    auto found = resolver.resolve(spec.host, spec.port,
-                                  asio::ip::tcp::resolver::passive
-                                    | asio::ip::tcp::resolver::numeric_service,
-                                  ec);
+    auto found = resolver.resolve(
+      spec.host, spec.port,
+      asio::ip::tcp::resolver::passive | asio::ip::tcp::resolver::numeric_service, ec);
     if (ec)
-      return error{errc::io_error, "cannot listen on " + server::describe(spec)
-                                     + ": cannot resolve '" + spec.host + "': " + ec.message()};
+      return error{errc::io_error,
+                   "cannot listen on " + server::describe(spec) + ": cannot resolve '" + spec.host
+                     + "': " + ec.message()};
     bool authenticated = tokens || (cfg.tls && !cfg.tls->client_ca.empty());
     if (!authenticated && !cfg.insecure)
       for (const auto& r : found)
@@ -253,7 +250,8 @@ struct network_server::impl {
       l.address = describe(a->local_endpoint());
       l.tcp = std::move(a);
       log.info("listening", "listening on " + l.address,
-               {{"address", l.address}, {"transport", l.tls ? "tls" : "tcp"},
+               {{"address", l.address},
+                {"transport", l.tls ? "tls" : "tcp"},
                 {"auth", tokens ? "token" : "none"}});
       listeners.push_back(std::move(l));
       return {};
@@ -265,7 +263,7 @@ struct network_server::impl {
     if (spec.path.size() >= sizeof(sockaddr_un{}.sun_path))
       return invalid("--listen unix:" + spec.path + ": the path is longer than "
                      + std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
-    struct stat st{};
+    struct stat st {};
     if (::lstat(spec.path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode))
         return invalid("--listen unix:" + spec.path + ": the path exists and is not a socket");
@@ -273,16 +271,17 @@ struct network_server::impl {
       asio::error_code e;
       probe.connect(asio::local::stream_protocol::endpoint(spec.path), e);
       if (!e)
-        return error{errc::io_error, "cannot listen on unix:" + spec.path
-                                       + ": a server is already listening there"};
+        return error{errc::io_error,
+                     "cannot listen on unix:" + spec.path
+                       + ": a server is already listening there"};
       if (e != asio::error::connection_refused)
-        return error{errc::io_error, "cannot listen on unix:" + spec.path
-                                       + ": cannot tell whether the socket there is stale: "
-                                       + e.message()};
+        return error{errc::io_error,
+                     "cannot listen on unix:" + spec.path
+                       + ": cannot tell whether the socket there is stale: " + e.message()};
       if (::unlink(spec.path.c_str()) != 0)
-        return error{errc::io_error, "cannot listen on unix:" + spec.path
-                                       + ": cannot remove the stale socket: "
-                                       + std::strerror(errno)};
+        return error{errc::io_error,
+                     "cannot listen on unix:" + spec.path
+                       + ": cannot remove the stale socket: " + std::strerror(errno)};
       log.info("stale_socket_removed", "removed a stale socket", {{"path", spec.path}});
     }
     auto a = std::make_unique<unix_acceptor>(srv_strand);
@@ -311,8 +310,7 @@ struct network_server::impl {
     }
     l.local = std::move(a);
     log.info("listening", "listening on " + l.address,
-             {{"address", l.address}, {"transport", "unix"},
-              {"auth", tokens ? "token" : "none"}});
+             {{"address", l.address}, {"transport", "unix"}, {"auth", tokens ? "token" : "none"}});
     listeners.push_back(std::move(l));
     return {};
   }
@@ -437,8 +435,7 @@ struct network_server::impl {
     }
     if (open_now >= cap) {
       refuse_fd(sock.native_handle(), l.tls,
-                "max_connections (" + std::to_string(cap) + ") reached, from " + peer,
-                l.address);
+                "max_connections (" + std::to_string(cap) + ") reached, from " + peer, l.address);
       asio::error_code ignored;
       sock.close(ignored);
       return;
@@ -449,8 +446,8 @@ struct network_server::impl {
       asio::error_code ignored;
       sock.set_option(asio::ip::tcp::no_delay(true), ignored);
       if (l.tls) {
-        auto t = std::make_shared<connection<tls_stream>>(sh, tls_stream(std::move(sock), *ssl),
-                                                          id, peer);
+        auto t =
+          std::make_shared<connection<tls_stream>>(sh, tls_stream(std::move(sock), *ssl), id, peer);
         t->init();
         c = t;
       } else {
@@ -499,8 +496,9 @@ struct network_server::impl {
         l.retry->cancel();
     }
     auto open = snapshot();
-    log.info("shutdown", "stopped accepting; " + std::to_string(open.size())
-                           + " connection(s) finishing their requests",
+    log.info("shutdown",
+             "stopped accepting; " + std::to_string(open.size())
+               + " connection(s) finishing their requests",
              {{"connections", open.size()}, {"grace_s", cfg.lim.shutdown_grace.count()}});
     for (auto& c : open)
       c->shutdown();

@@ -50,8 +50,8 @@ struct limits {
 };
 
 struct tls_files {
-  std::string cert;      ///< PEM certificate chain
-  std::string key;       ///< PEM private key
+  std::string cert; ///< PEM certificate chain
+  std::string key; ///< PEM private key
   std::string client_ca; ///< PEM CAs for client certificates; empty: none asked
 };
 

@@ -27,8 +27,7 @@ struct scratch {
   std::string k, v;
 };
 
-void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w,
-             scratch& s) {
+void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w, scratch& s) {
   set_sub_key(s.k, parent, w.key);
   if (w.erase) {
     txn.del(t, s.k);
@@ -62,9 +61,10 @@ std::array<std::pair<table, std::string>, 4> list_entries(std::string_view app,
                                                           std::string_view user,
                                                           std::string_view id, double updated,
                                                           double created) {
-  std::array<std::pair<table, std::string>, 4> out{
-    {{table::by_update, {}}, {table::by_user, {}}, {table::by_created, {}},
-     {table::by_user_created, {}}}};
+  std::array<std::pair<table, std::string>, 4> out{{{table::by_update, {}},
+                                                    {table::by_user, {}},
+                                                    {table::by_created, {}},
+                                                    {table::by_user_created, {}}}};
   set_by_update_key(out[0].second, app, user, id, updated);
   set_by_user_key(out[1].second, app, user, id, updated);
   set_by_update_key(out[2].second, app, user, id, created);
@@ -82,8 +82,7 @@ void put_list_entries(kv_write& txn, std::string_view app, std::string_view user
 }
 
 std::size_t write_set::bytes() const {
-  std::size_t n = 64 + app.size() + user.size() + id.size()
-                  + event_row.size();
+  std::size_t n = 64 + app.size() + user.size() + id.size() + event_row.size();
   for (auto* v : {&session_writes, &user_writes, &app_writes})
     for (auto& w : *v)
       n += w.key.size() + w.text.size() + 64;
@@ -104,8 +103,7 @@ result<void> apply(kv_write& txn, const write_set& ws) {
   switch (ws.op) {
     case write_set::kind::create: {
       if (rec)
-        return error{errc::already_exists,
-                     "session '" + ws.id + "' already exists"};
+        return error{errc::already_exists, "session '" + ws.id + "' already exists"};
       session_record r{0, ws.time, ws.time};
       put_rows(txn, ws, skey, s);
       put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
@@ -122,8 +120,7 @@ result<void> apply(kv_write& txn, const write_set& ws) {
       set_event_key(k, skey, ws.version);
       txn.put(table::events, k, ws.event_row);
       put_rows(txn, ws, skey, s);
-      if (rec->last_update_time != ws.time
-          || bits_of(rec->last_update_time) != bits_of(ws.time)) {
+      if (rec->last_update_time != ws.time || bits_of(rec->last_update_time) != bits_of(ws.time)) {
         set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
         txn.del(table::by_update, k);
         set_by_user_key(k, ws.app, ws.user, ws.id, rec->last_update_time);

@@ -23,8 +23,8 @@ struct batch_entry {
   /// Run `resolve` for this entry inside the transaction before its rows are
   /// applied (its rows depend on committed values).
   bool late = false;
-  errc code = errc::ok;    ///< ok when committed
-  std::string message;     ///< why not, otherwise
+  errc code = errc::ok; ///< ok when committed
+  std::string message; ///< why not, otherwise
   std::uint64_t txn_id = 0; ///< the transaction that committed it (when ok)
 };
 

@@ -48,7 +48,7 @@ std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n)
     std::memcpy(&hi, p + 4, 4);
     lo ^= crc;
     crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24]
-          ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
+      ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
     p += 8;
     n -= 8;
   }
@@ -93,7 +93,7 @@ shift_table make_shift(std::size_t k) {
 
 inline std::uint32_t shifted(const shift_table& s, std::uint64_t r) {
   return s.t[0][r & 0xff] ^ s.t[1][(r >> 8) & 0xff] ^ s.t[2][(r >> 16) & 0xff]
-         ^ s.t[3][(r >> 24) & 0xff];
+    ^ s.t[3][(r >> 24) & 0xff];
 }
 
 // Block sizes of the three streams (multiples of 8), largest first.
@@ -136,8 +136,7 @@ __attribute__((target("sse4.2"))) void three_streams(std::uint64_t& c0, const un
   }
 }
 
-__attribute__((target("sse4.2"))) std::uint32_t hardware(std::uint32_t crc,
-                                                         const unsigned char* p,
+__attribute__((target("sse4.2"))) std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
                                                          std::size_t n) noexcept {
   std::uint64_t c = static_cast<std::uint32_t>(~crc);
   if (n >= 3 * block_sizes[2]) {
@@ -167,9 +166,8 @@ bool detect() noexcept {
 #endif
 
 #ifdef AGENTSTATE_CRC32C_X86
-__attribute__((target("sse4.2"))) void hardware3(std::uint32_t crc[3],
-                                                 const unsigned char* const p[3],
-                                                 const std::size_t n[3]) noexcept {
+__attribute__((target("sse4.2"))) void
+hardware3(std::uint32_t crc[3], const unsigned char* const p[3], const std::size_t n[3]) noexcept {
   std::uint64_t c0 = static_cast<std::uint32_t>(~crc[0]);
   std::uint64_t c1 = static_cast<std::uint32_t>(~crc[1]);
   std::uint64_t c2 = static_cast<std::uint32_t>(~crc[2]);
@@ -201,8 +199,7 @@ std::uint32_t crc32c_extend_portable(std::uint32_t crc, const void* p, std::size
   return portable(crc, static_cast<const unsigned char*>(p), n);
 }
 
-void crc32c_extend3(std::uint32_t crc[3], const void* const p[3],
-                    const std::size_t n[3]) noexcept {
+void crc32c_extend3(std::uint32_t crc[3], const void* const p[3], const std::size_t n[3]) noexcept {
 #ifdef AGENTSTATE_CRC32C_X86
   if (use_hardware()) {
     const unsigned char* const q[3] = {static_cast<const unsigned char*>(p[0]),

@@ -36,8 +36,7 @@ error corrupt(const std::string& what) {
 // a damaged row goes to `on_damaged` (when set) instead of the output.
 result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, bool user,
                            const std::function<void(const std::string&)>& sink,
-                           const std::function<void(const error&)>& on_damaged,
-                           std::uint64_t& n) {
+                           const std::function<void(const error&)>& on_damaged, std::uint64_t& n) {
   std::optional<error> err;
   std::string current; // scope part of the key, with its trailing NUL
   json state;
@@ -140,14 +139,14 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
         return give_up(std::move(own).err());
       lines.clear();
       lines.push_back(json{{"type", "session"},
-                {"app_name", parts[0]},
-                {"user_id", parts[1]},
-                {"id", parts[2]},
-                {"created", rec->created},
-                {"last_update_time", rec->last_update_time},
-                {"version", rec->version},
-                {"state", std::move(*own)}}
-             .dump());
+                           {"app_name", parts[0]},
+                           {"user_id", parts[1]},
+                           {"id", parts[2]},
+                           {"created", rec->created},
+                           {"last_update_time", rec->last_update_time},
+                           {"version", rec->version},
+                           {"state", std::move(*own)}}
+                        .dump());
       std::optional<error> bad;
       txn.scan(table::events, sk + '\0', {}, [&](std::string_view k, std::string_view row) {
         auto body = open_row(table::events, k, row, legacy);
@@ -161,12 +160,12 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
           return false;
         }
         lines.push_back(json{{"type", "event"},
-                  {"app_name", parts[0]},
-                  {"user_id", parts[1]},
-                  {"session_id", parts[2]},
-                  {"version", read_be64(k.substr(sk.size() + 1))},
-                  {"event", std::move(*ev)}}
-               .dump());
+                             {"app_name", parts[0]},
+                             {"user_id", parts[1]},
+                             {"session_id", parts[2]},
+                             {"version", read_be64(k.substr(sk.size() + 1))},
+                             {"event", std::move(*ev)}}
+                          .dump());
         return true;
       });
       if (bad)
@@ -189,8 +188,7 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
       if (auto r = export_scopes(txn, table::user_state, prefix, true, sink, on_damaged, n); !r)
         return r.err();
       if (!f.user)
-        if (auto r = export_scopes(txn, table::app_state, prefix, false, sink, on_damaged, n);
-            !r)
+        if (auto r = export_scopes(txn, table::app_state, prefix, false, sink, on_damaged, n); !r)
           return r.err();
     }
     return n;
@@ -270,8 +268,8 @@ struct importer {
           || !rec.value("last_update_time", json()).is_number()
           || !rec.value("version", json()).is_number_unsigned())
         return bad("session needs numeric created, last_update_time and version");
-      session_record r{rec["version"].get<std::uint64_t>(),
-                       rec["last_update_time"].get<double>(), rec["created"].get<double>()};
+      session_record r{rec["version"].get<std::uint64_t>(), rec["last_update_time"].get<double>(),
+                       rec["created"].get<double>()};
       auto skey = session_key(*app, *user, *id);
       if (txn->get(table::sessions, skey))
         return bad("session '" + *id + "' appears twice");
@@ -359,8 +357,8 @@ result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
         if (!rec->is_object() || rec->value("type", "") != "header")
           return imp.bad("the first line must be the header record");
         if (rec->value("format", 0u) != export_format_version)
-          return imp.bad("export format " + rec->value("format", json()).dump()
-                         + " is not format " + std::to_string(export_format_version));
+          return imp.bad("export format " + rec->value("format", json()).dump() + " is not format "
+                         + std::to_string(export_format_version));
         continue;
       }
       if (auto r = imp.record(*rec); !r)

@@ -60,7 +60,7 @@ std::string check_meta(const meta_page& m, int which) {
     return name + " has no LMDB magic";
   if (m.version != lmdb_data_version)
     return name + " has data version " + std::to_string(m.version) + ", expected "
-           + std::to_string(lmdb_data_version);
+      + std::to_string(lmdb_data_version);
   if (m.page_size < 512 || m.page_size > 65536 || (m.page_size & (m.page_size - 1)) != 0)
     return name + " claims page size " + std::to_string(m.page_size);
   return {};
@@ -104,8 +104,9 @@ result<data_file_state> check_data_file(const std::string& dir, data_file_meta* 
   auto size = static_cast<std::uint64_t>(st.st_size);
   auto corrupt = [&](const std::string& why) {
     ::close(fd);
-    return error{errc::data_corrupt, path + " is damaged: " + why + " (" + std::to_string(size)
-                                       + " bytes; restore a backup or run agentstate salvage)"};
+    return error{errc::data_corrupt,
+                 path + " is damaged: " + why + " (" + std::to_string(size)
+                   + " bytes; restore a backup or run agentstate salvage)"};
   };
   if (size == 0) {
     ::close(fd);
@@ -133,14 +134,13 @@ result<data_file_state> check_data_file(const std::string& dir, data_file_meta* 
                    + std::to_string(now.last_page));
   auto need = (now.last_page + 1) * psize;
   if (size < need && !allow_short)
-    return corrupt("truncated: the meta page of txn " + std::to_string(now.txn_id)
-                   + " claims " + std::to_string(now.last_page + 1) + " pages of "
-                   + std::to_string(psize) + " bytes (" + std::to_string(need) + " bytes)");
+    return corrupt("truncated: the meta page of txn " + std::to_string(now.txn_id) + " claims "
+                   + std::to_string(now.last_page + 1) + " pages of " + std::to_string(psize)
+                   + " bytes (" + std::to_string(need) + " bytes)");
   for (auto root : now.roots)
     if (root != no_page && (root < 2 || root > now.last_page))
-      return corrupt("the meta page of txn " + std::to_string(now.txn_id)
-                     + " names root page " + std::to_string(root) + " outside pages 2.."
-                     + std::to_string(now.last_page));
+      return corrupt("the meta page of txn " + std::to_string(now.txn_id) + " names root page "
+                     + std::to_string(root) + " outside pages 2.." + std::to_string(now.last_page));
   ::close(fd);
   if (out)
     *out = {now.page_size, now.last_page, now.txn_id, size, now.map_size};

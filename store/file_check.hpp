@@ -16,7 +16,7 @@ namespace agentstate::store {
 /// The data file's state, as found.
 enum class data_file_state {
   missing, ///< no DIR/data.mdb
-  empty,   ///< DIR/data.mdb of 0 bytes (LMDB would initialise it)
+  empty, ///< DIR/data.mdb of 0 bytes (LMDB would initialise it)
   present, ///< DIR/data.mdb whose meta pages and size agree (check_data_file)
 };
 

@@ -25,16 +25,11 @@ std::string sealed_legacy(table t, std::string_view k, std::string_view v) {
   bool good = body.has_value();
   if (good) {
     switch (t) {
-      case table::events:
-        good = parse_json(event_body_text(*body), stored_json_depth).ok();
-        break;
+      case table::events: good = parse_json(event_body_text(*body), stored_json_depth).ok(); break;
       case table::session_state:
       case table::user_state:
-      case table::app_state:
-        good = parse_json(*body, stored_json_depth).ok();
-        break;
-      default:
-        break;
+      case table::app_state: good = parse_json(*body, stored_json_depth).ok(); break;
+      default: break;
     }
   }
   auto out = seal(k, good ? *body : v);
@@ -120,9 +115,10 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
         if (from == format_version)
           return {};
         if (from == 0)
-          return error{errc::internal, "store format " + std::string(*fmt)
-                                         + " is not readable by this build (format "
-                                         + std::to_string(format_version) + ")"};
+          return error{errc::internal,
+                       "store format " + std::string(*fmt)
+                         + " is not readable by this build (format "
+                         + std::to_string(format_version) + ")"};
         r.reset();
         auto w = kv.begin_write();
         if (from == 1) // 1 -> 2: the dedup index is gone
@@ -144,9 +140,8 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
       }
     }
     auto w = kv.begin_write();
-    auto now = std::chrono::duration<double>(
-                 std::chrono::system_clock::now().time_since_epoch())
-                 .count();
+    auto now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     w->put(table::meta, "format", std::to_string(format_version));
     w->put(table::meta, "created", std::to_string(now));
     w->put(table::meta, "engine_version", engine_version);

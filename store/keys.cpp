@@ -3,8 +3,7 @@
 
 namespace agentstate::store {
 
-std::string session_key(std::string_view app, std::string_view user,
-                        std::string_view id) {
+std::string session_key(std::string_view app, std::string_view user, std::string_view id) {
   std::string k;
   k.reserve(app.size() + user.size() + id.size() + 2);
   k.append(app);

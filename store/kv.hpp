@@ -32,7 +32,7 @@ enum class table : std::uint8_t {
   events,
   by_update,
   by_user,
-  by_created,      ///< format 5: a session in its app's creation order
+  by_created, ///< format 5: a session in its app's creation order
   by_user_created, ///< format 5: a session in its user's creation order
 };
 inline constexpr std::size_t table_count = 10;
@@ -110,8 +110,8 @@ public:
 };
 
 struct kv_info {
-  std::uint64_t map_size = 0;    ///< bytes the store may grow to
-  std::uint64_t used_bytes = 0;  ///< bytes in use (pages * page size)
+  std::uint64_t map_size = 0; ///< bytes the store may grow to
+  std::uint64_t used_bytes = 0; ///< bytes in use (pages * page size)
   std::uint64_t last_txn_id = 0;
   unsigned max_readers = 0;
   unsigned readers_used = 0;
@@ -182,10 +182,8 @@ struct resident_bound {
 /// data_corrupt when they disagree (a missing or empty file is created).
 /// A commit that fails on a full disk is storage_full (lmdb_handle.hpp,
 /// fail_write). Throws kv_failure.
-std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
-                                       std::uint64_t map_size,
-                                       resident_bound bound = {},
-                                       bool write_map = false);
+std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync, std::uint64_t map_size,
+                                       resident_bound bound = {}, bool write_map = false);
 
 /// Opens an existing store for reading only (MDB_RDONLY): safe beside an
 /// engine in another process; begin_write throws. Reads either layout: a
@@ -195,8 +193,6 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
 /// `allow_damage` (agentstate salvage): a data file shorter than its meta
 /// pages claim is opened anyway; a read of a page past its end is
 /// data_corrupt (store/map_guard.hpp).
-std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir,
-                                                bool allow_damage = false);
-
+std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool allow_damage = false);
 
 } // namespace agentstate::store

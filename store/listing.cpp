@@ -30,8 +30,10 @@ std::optional<std::string> from_hex(std::string_view x) {
   if (x.size() % 2 != 0)
     return std::nullopt;
   auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
     return -1;
   };
   std::string out;
@@ -47,8 +49,8 @@ std::optional<std::string> from_hex(std::string_view x) {
 
 } // namespace
 
-result<session_page> list_sessions(kv_read& txn, const list_request& req,
-                                   std::size_t page_size, std::size_t max_bytes) {
+result<session_page> list_sessions(kv_read& txn, const list_request& req, std::size_t page_size,
+                                   std::size_t max_bytes) {
   try {
     const bool by_user = req.user_id.has_value();
     const bool by_id = req.order_by == list_order::id;
@@ -56,19 +58,18 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
     // By id the scan walks the session records themselves (key app, user,
     // id); by update or creation time one of the list indexes (8 bytes of
     // time after the prefix).
-    table index = by_id        ? table::sessions
-                  : by_created ? (by_user ? table::by_user_created : table::by_created)
-                               : (by_user ? table::by_user : table::by_update);
+    table index = by_id ? table::sessions
+      : by_created      ? (by_user ? table::by_user_created : table::by_created)
+                        : (by_user ? table::by_user : table::by_update);
     const std::size_t time_bytes = by_id ? 0 : 8;
-    std::string prefix = by_user ? user_scope_key(req.app_name, *req.user_id) + '\0'
-                                 : req.app_name + '\0';
+    std::string prefix =
+      by_user ? user_scope_key(req.app_name, *req.user_id) + '\0' : req.app_name + '\0';
     std::string from;
     if (!req.page_token.empty()) {
       auto tok = from_hex(req.page_token);
       if (!tok || tok->size() < prefix.size() + time_bytes + (by_id ? 1 : 0)
           || tok->compare(0, prefix.size(), prefix) != 0)
-        return error{errc::invalid_argument,
-                     "'page_token' is not a token of this listing"};
+        return error{errc::invalid_argument, "'page_token' is not a token of this listing"};
       from = std::move(*tok);
     }
     struct hit {
@@ -153,13 +154,12 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
         return std::move(own).err();
       auto u = users.find(h.user);
       if (u == users.end()) {
-        auto us = read_rows(txn, table::user_state,
-                            user_scope_key(req.app_name, h.user) + '\0');
+        auto us = read_rows(txn, table::user_state, user_scope_key(req.app_name, h.user) + '\0');
         if (!us) {
           auto e = std::move(us).err();
           if (e.code == errc::data_corrupt)
             e.message = "session '" + printable(req.app_name) + "/" + printable(h.user) + "/"
-                        + printable(h.id) + "' cannot be listed: " + e.message;
+              + printable(h.id) + "' cannot be listed: " + e.message;
           return e;
         }
         u = users.emplace(h.user, std::move(*us)).first;
@@ -173,8 +173,7 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req,
       m.version = (*rec)->version;
       // The session's JSON: its state, ids and the fixed members, and in
       // the once form its user's state the first time the user is listed.
-      auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size()
-                  + 128;
+      auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size() + 128;
       json user_state;
       if (once && page.user_states.count(h.user) == 0) {
         user_state = merge_state(json::object(), u->second, json::object());

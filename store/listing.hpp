@@ -18,7 +18,7 @@ namespace agentstate::store {
 /// next_page_token, once its sessions' JSON would pass `max_bytes` (it
 /// holds at least one session; too_large when the first alone passes it).
 /// REQUIRES: page_size in 1..1000.
-result<session_page> list_sessions(kv_read& txn, const list_request& req,
-                                   std::size_t page_size, std::size_t max_bytes);
+result<session_page> list_sessions(kv_read& txn, const list_request& req, std::size_t page_size,
+                                   std::size_t max_bytes);
 
 } // namespace agentstate::store

@@ -138,7 +138,8 @@ inline const char* find_mapping(const std::string& file) {
     unsigned major = 0, minor = 0;
     char perms[8];
     if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &offset, &major, &minor,
-                    &inode) == 7
+                    &inode)
+          == 7
         && offset == 0 && inode == fs.st_ino && makedev(major, minor) == fs.st_dev)
       found = reinterpret_cast<const char*>(lo);
   }
@@ -157,14 +158,14 @@ struct env_handle {
   int tag[table_count];
   static constexpr int absent_table = -2;
   bool write_map = false; ///< MDB_WRITEMAP: no nested transactions
-  std::string dir;        ///< the store's directory (full-disk checks)
+  std::string dir; ///< the store's directory (full-disk checks)
   bool read_only = false; ///< open_lmdb_kv_readonly: snapshots read meta["format"]
   /// Set when a fault left LMDB in the middle of a write transaction: that
   /// transaction is never touched again (aborting it walks state the fault
   /// may have left half-written) and every later begin_write is refused.
   std::atomic<bool> writes_refused{false};
   const char* map = nullptr; ///< the map's first byte (mdb_env_info, after open)
-  std::size_t map_size = 0;  ///< the map's reserved size
+  std::size_t map_size = 0; ///< the map's reserved size
   std::size_t page_size = 0;
 
   /// Records where LMDB mapped `dir`/data.mdb (after the environment
@@ -221,7 +222,8 @@ private:
 // LMDB refuses, goes to the heap). Not copyable: the value may point into it.
 class stored_key {
 public:
-  stored_key(int tag, std::string_view key) : data_(const_cast<char*>(key.data())), size_(key.size()) {
+  stored_key(int tag, std::string_view key)
+    : data_(const_cast<char*>(key.data())), size_(key.size()) {
     if (tag < 0)
       return;
     char* p = own(key.size() + 1);

@@ -38,9 +38,7 @@ public:
       }
     }
   }
-  std::uint64_t resident_trims() const override {
-    return trimmer_ ? trimmer_->trims() : 0;
-  }
+  std::uint64_t resident_trims() const override { return trimmer_ ? trimmer_->trims() : 0; }
   bool nests() const override { return !h_->write_map; }
   std::unique_ptr<kv_read> begin_read() override {
     if (trimmer_)
@@ -59,8 +57,7 @@ public:
       check_write("mdb_env_sync", ::mdb_env_sync(h_->env, 1), h_->dir);
   }
   void copy_to(const std::string& dest, bool compact) override {
-    check("mdb_env_copy2",
-          ::mdb_env_copy2(h_->env, dest.c_str(), compact ? MDB_CP_COMPACT : 0u));
+    check("mdb_env_copy2", ::mdb_env_copy2(h_->env, dest.c_str(), compact ? MDB_CP_COMPACT : 0u));
   }
   void copy_to_fd(int fd, bool compact) override {
     check("mdb_env_copyfd2", ::mdb_env_copyfd2(h_->env, fd, compact ? MDB_CP_COMPACT : 0u));
@@ -86,19 +83,22 @@ public:
         continue;
       }
       MDB_stat ts;
-      check("mdb_stat", guarded_call("mdb_stat", [&] { return ::mdb_stat(r.handle(), h_->dbi[i], &ts); }));
+      check("mdb_stat",
+            guarded_call("mdb_stat", [&] { return ::mdb_stat(r.handle(), h_->dbi[i], &ts); }));
       out.entries[i] = ts.ms_entries;
     }
     if (shared) { // one walk over `rows`, counted by each key's table byte
       cursor_guard c(r.handle(), h_->dbi[static_cast<int>(table::sessions)]);
       MDB_val k, v;
       auto step = [&](MDB_cursor_op op) {
-        return guarded_call("mdb_cursor_get", [&] { return ::mdb_cursor_get(c.get(), &k, &v, op); });
+        return guarded_call("mdb_cursor_get",
+                            [&] { return ::mdb_cursor_get(c.get(), &k, &v, op); });
       };
       int rc = step(MDB_FIRST);
       while (rc == MDB_SUCCESS) {
-        std::size_t tag = k.mv_size ? static_cast<unsigned char>(*static_cast<const char*>(k.mv_data))
-                                    : table_count;
+        std::size_t tag = k.mv_size
+          ? static_cast<unsigned char>(*static_cast<const char*>(k.mv_data))
+          : table_count;
         if (tag < table_count && h_->tag[tag] == static_cast<int>(tag))
           ++out.entries[tag];
         rc = step(MDB_NEXT);
@@ -157,14 +157,13 @@ std::unique_ptr<env_handle> open_env(const std::string& dir, unsigned flags,
 
 } // namespace
 
-std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync,
-                                       std::uint64_t map_size, resident_bound bound,
-                                       bool write_map) {
+std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync, std::uint64_t map_size,
+                                       resident_bound bound, bool write_map) {
   if (write_map && sync)
     throw kv_failure{errc::invalid_argument, "a writable map needs nosync"};
   check_before_map(dir, false);
-  auto h = open_env(dir, MDB_NOTLS | (sync ? 0u : MDB_NOSYNC) | (write_map ? MDB_WRITEMAP : 0u),
-                    map_size);
+  auto h =
+    open_env(dir, MDB_NOTLS | (sync ? 0u : MDB_NOSYNC) | (write_map ? MDB_WRITEMAP : 0u), map_size);
   h->write_map = write_map;
   h->locate_map();
   int dead = 0;
@@ -215,8 +214,9 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
     if (rc != MDB_SUCCESS) {
       ::mdb_txn_abort(txn);
       if (rc == MDB_NOTFOUND)
-        throw kv_failure{errc::internal, std::string("store lacks table '")
-                                           + table_name(static_cast<table>(i)) + "'"};
+        throw kv_failure{errc::internal,
+                         std::string("store lacks table '") + table_name(static_cast<table>(i))
+                           + "'"};
       fail("mdb_dbi_open", rc);
     }
   }

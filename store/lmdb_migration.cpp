@@ -36,7 +36,8 @@ void lmdb_write::absorb_table(table t) {
       stored_key sk(h_.tag[i], view(k));
       MDB_val nk = sk.val();
       view(v);
-      check("mdb_put", guarded_call("mdb_put", [&] { return ::mdb_put(top(), h_.dbi[i], &nk, &v, 0); }));
+      check("mdb_put",
+            guarded_call("mdb_put", [&] { return ::mdb_put(top(), h_.dbi[i], &nk, &v, 0); }));
       rc = step(MDB_NEXT);
     }
     if (rc != MDB_NOTFOUND)

@@ -71,8 +71,7 @@ protected:
   }
 
   void walk(map_guard::point& p, map_guard::point* outer, cursor_guard& c, int rc, MDB_val k,
-            MDB_val v, MDB_cursor_op step, table t, std::string_view prefix,
-            const kv_visitor& fn) {
+            MDB_val v, MDB_cursor_op step, table t, std::string_view prefix, const kv_visitor& fn) {
     const int tg = tag(t);
     const std::size_t skip = tg < 0 ? 0 : 1;
     while (rc == MDB_SUCCESS) {
@@ -191,8 +190,8 @@ public:
   explicit lmdb_write(env_handle& h) : lmdb_reader(h) {
     if (h.writes_refused.load(std::memory_order_acquire))
       throw kv_failure{errc::data_corrupt,
-                       "writes are refused: an earlier write met a damaged page of store '"
-                         + h.dir + "' (reads go on; `agentstate salvage` copies what reads clean)"};
+                       "writes are refused: an earlier write met a damaged page of store '" + h.dir
+                         + "' (reads go on; `agentstate salvage` copies what reads clean)"};
     MDB_txn* txn = nullptr;
     check("mdb_txn_begin(write)", guarding([&] {
             return guarded_call("mdb_txn_begin",

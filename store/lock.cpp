@@ -44,8 +44,8 @@ result<void> store_lock::acquire(const std::string& dir) {
     std::string owner = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "?";
     while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' '))
       owner.pop_back();
-    return error{errc::unavailable, "store '" + dir + "' is in use by another process (pid "
-                                      + owner + ")"};
+    return error{errc::unavailable,
+                 "store '" + dir + "' is in use by another process (pid " + owner + ")"};
   }
   auto pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) == 0) {

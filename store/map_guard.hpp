@@ -31,7 +31,7 @@ namespace agentstate::store::map_guard {
 /// in a frame that stays live while the point is armed.
 struct point {
   sigjmp_buf jump;
-  int cause = 0;        ///< SIGSEGV, SIGBUS, or assertion_cause
+  int cause = 0; ///< SIGSEGV, SIGBUS, or assertion_cause
   char detail[192] = {}; ///< the LMDB assertion's text
 };
 constexpr int assertion_cause = -1;

@@ -151,7 +151,7 @@ public:
     return true;
   }
   void drop_table(std::string_view) override {} // holds only `table`'s tables
-  void absorb_table(table) override {}            // never held an older layout
+  void absorb_table(table) override {} // never held an older layout
   void begin_nested() override { savepoints_.push_back(undo_.size()); }
   void commit_nested() override { savepoints_.pop_back(); }
   void abort_nested() noexcept override {
@@ -190,12 +190,8 @@ private:
 
 class memory_kv : public kv_store {
 public:
-  std::unique_ptr<kv_read> begin_read() override {
-    return std::make_unique<memory_read>(db_);
-  }
-  std::unique_ptr<kv_write> begin_write() override {
-    return std::make_unique<memory_write>(db_);
-  }
+  std::unique_ptr<kv_read> begin_read() override { return std::make_unique<memory_read>(db_); }
+  std::unique_ptr<kv_write> begin_write() override { return std::make_unique<memory_write>(db_); }
   void sync() override {}
   void copy_to(const std::string&, bool) override {
     throw kv_failure{errc::internal, "an in-memory store cannot be copied to disk"};

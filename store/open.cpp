@@ -16,8 +16,7 @@ result<std::unique_ptr<kv_store>> open_lmdb(const std::string& dir, bool sync,
   }
 }
 
-result<std::unique_ptr<kv_store>> open_lmdb_readonly(const std::string& dir,
-                                                     bool allow_damage) {
+result<std::unique_ptr<kv_store>> open_lmdb_readonly(const std::string& dir, bool allow_damage) {
   try {
     return open_lmdb_kv_readonly(dir, allow_damage);
   } catch (const kv_failure& f) {

@@ -35,7 +35,7 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   // below before anything is answered.
   std::vector<std::string_view> keys, rows;
   std::size_t taken = 0; // rows `after` keeps
-  std::size_t bytes = 0;  // their size
+  std::size_t bytes = 0; // their size
   bool over = false;
   const bool legacy = txn.legacy_values();
   auto take = [&](std::string_view key, std::string_view row) {
@@ -61,20 +61,20 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     txn.scan(table::events, prefix, {}, take);
   if (over)
     return error{errc::too_large,
-                 "session '" + printable(req.ref.session_id) + "': the events asked for pass "
-                   "the response limit (" + std::to_string(max_bytes)
+                 "session '" + printable(req.ref.session_id)
+                   + "': the events asked for pass "
+                     "the response limit ("
+                   + std::to_string(max_bytes)
                    + " bytes); ask for fewer (num_recent_events, after_timestamp)"};
   // The bodies replace the rows in place (open_rows reads each row before
   // it writes its body).
-  auto good = open_rows(table::events, rows.size(), keys.data(), rows.data(), legacy,
-                        rows.data());
+  auto good = open_rows(table::events, rows.size(), keys.data(), rows.data(), legacy, rows.data());
   if (good != rows.size())
     return damaged(table::events, keys[good]);
   if (after)
-    rows.erase(std::remove_if(rows.begin(), rows.end(),
-                              [&](std::string_view body) {
-                                return !(event_body_timestamp(body) >= *after);
-                              }),
+    rows.erase(std::remove_if(
+                 rows.begin(), rows.end(),
+                 [&](std::string_view body) { return !(event_body_timestamp(body) >= *after); }),
                rows.end());
   if (limit)
     std::reverse(rows.begin(), rows.end());
@@ -96,7 +96,7 @@ result<std::vector<event>> decode_events(const std::vector<std::string_view>& ro
 error for_session(error e, const session_ref& r) {
   if (e.code == errc::data_corrupt)
     e.message = "session '" + printable(r.app_name) + "/" + printable(r.user_id) + "/"
-                + printable(r.session_id) + "' cannot be read: " + e.message;
+      + printable(r.session_id) + "' cannot be read: " + e.message;
   return e;
 }
 
@@ -322,8 +322,8 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
       return corrupt("session state: " + state_text.err().message);
     // Members in the order nlohmann's sorted objects dump them, so the text
     // equals dump_json(to_json(session)).
-    std::size_t size = 128 + r.app_name.size() + r.user_id.size() + r.session_id.size()
-                       + state_text->size();
+    std::size_t size =
+      128 + r.app_name.size() + r.user_id.size() + r.session_id.size() + state_text->size();
     for (auto row : *rows)
       size += row.size();
     std::string out;
@@ -397,11 +397,8 @@ result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
       t = table::app_state;
       k = sub_key(app, unprefixed(key));
       break;
-    case scope::session:
-      k = sub_key(session_key(app, user, id), key);
-      break;
-    case scope::temp:
-      return std::optional<json>{};
+    case scope::session: k = sub_key(session_key(app, user, id), key); break;
+    case scope::temp: return std::optional<json>{};
   }
   raw = txn.get(t, k);
   if (!raw)

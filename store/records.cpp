@@ -138,8 +138,7 @@ std::optional<std::string_view> open_row(table t, std::string_view key, std::str
       if (!value.empty())
         return std::nullopt;
       return value;
-    default:
-      return value;
+    default: return value;
   }
 }
 
@@ -205,29 +204,28 @@ std::string printable(std::string_view x) {
 
 std::string row_name(table t, std::string_view key) {
   switch (t) {
-    case table::sessions:
-      return "session '" + joined(split_key(key, 3), 3) + "' record";
+    case table::sessions: return "session '" + joined(split_key(key, 3), 3) + "' record";
     case table::events: {
       if (key.size() < 9 || key[key.size() - 9] != '\0')
         return "event row '" + printable(key) + "'";
       auto skey = key.substr(0, key.size() - 9);
       return "session '" + joined(split_key(skey, 3), 3) + "' event v"
-             + std::to_string(read_be64(key.substr(key.size() - 8)));
+        + std::to_string(read_be64(key.substr(key.size() - 8)));
     }
     case table::session_state: {
       auto p = split_key(key, 4);
       return "session '" + joined(p, 3) + "' state row '"
-             + (p.size() == 4 ? printable(p[3]) : std::string()) + "'";
+        + (p.size() == 4 ? printable(p[3]) : std::string()) + "'";
     }
     case table::user_state: {
       auto p = split_key(key, 3);
       return "user '" + joined(p, 2) + "' state row '"
-             + (p.size() == 3 ? printable(p[2]) : std::string()) + "'";
+        + (p.size() == 3 ? printable(p[2]) : std::string()) + "'";
     }
     case table::app_state: {
       auto p = split_key(key, 2);
       return "app '" + printable(p[0]) + "' state row '"
-             + (p.size() == 2 ? printable(p[1]) : std::string()) + "'";
+        + (p.size() == 2 ? printable(p[1]) : std::string()) + "'";
     }
     case table::by_update:
     case table::by_created: {
@@ -238,8 +236,8 @@ std::string row_name(table t, std::string_view key) {
         return what + " '" + printable(key) + "'";
       auto rest = split_key(key.substr(nul + 9), 2);
       return "session '" + printable(key.substr(0, nul)) + "/"
-             + (rest.size() == 2 ? printable(rest[1]) : std::string()) + "/"
-             + printable(rest[0]) + "' " + what;
+        + (rest.size() == 2 ? printable(rest[1]) : std::string()) + "/" + printable(rest[0]) + "' "
+        + what;
     }
     case table::by_user:
     case table::by_user_created: {
@@ -250,16 +248,16 @@ std::string row_name(table t, std::string_view key) {
         return what + " '" + printable(key) + "'";
       return "session '" + joined(p, 2) + "/" + printable(p[2].substr(8)) + "' " + what;
     }
-    case table::meta:
-      break;
+    case table::meta: break;
   }
   return "meta row '" + printable(key) + "'";
 }
 
 error damaged(table t, std::string_view key) {
   return error{errc::data_corrupt,
-               row_name(t, key) + " is damaged (its checksum or layout is wrong; "
-                                  "`agentstate verify` lists every damaged row)"};
+               row_name(t, key)
+                 + " is damaged (its checksum or layout is wrong; "
+                   "`agentstate verify` lists every damaged row)"};
 }
 
 result<json> parse_stored(std::string_view text) {
@@ -295,8 +293,7 @@ std::optional<session_record> decode_record(std::string_view skey, std::string_v
   return r;
 }
 
-std::string encode_event_row(std::string_view key, double timestamp,
-                             std::string_view json_text) {
+std::string encode_event_row(std::string_view key, double timestamp, std::string_view json_text) {
   std::string out;
   out.resize(seal_bytes + 8 + json_text.size());
   out[0] = sealed_tag;

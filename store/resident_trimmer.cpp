@@ -62,12 +62,11 @@ void resident_trimmer::find_map() {
     unsigned long long start = 0, end = 0, offset = 0, inode = 0;
     unsigned dev_major = 0, dev_minor = 0;
     char perms[8];
-    if (std::sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset,
-                    &dev_major, &dev_minor, &inode)
+    if (std::sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset, &dev_major,
+                    &dev_minor, &inode)
           == 7
-        && inode == static_cast<unsigned long long>(st.st_ino)
-        && dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev) && offset == 0
-        && end - start > map_size_) {
+        && inode == static_cast<unsigned long long>(st.st_ino) && dev_major == major(st.st_dev)
+        && dev_minor == minor(st.st_dev) && offset == 0 && end - start > map_size_) {
       map_ = reinterpret_cast<void*>(static_cast<std::uintptr_t>(start));
       map_size_ = end - start;
     }
@@ -102,9 +101,7 @@ void resident_trimmer::run() {
   std::unique_lock<std::mutex> g(mu_);
   std::uint64_t seen = 0, last = baseline_;
   auto wait = bound_.period;
-  auto due = [&] {
-    return stop_ || ops_.load(std::memory_order_relaxed) - seen >= check_every;
-  };
+  auto due = [&] { return stop_ || ops_.load(std::memory_order_relaxed) - seen >= check_every; };
   for (;;) {
     cv_.wait_for(g, wait, due);
     if (stop_)
@@ -123,8 +120,7 @@ void resident_trimmer::run() {
     // write batches and random reads map 16 pages per fault, the kernel's
     // fault-around) shorten the next wait tenfold, so the overshoot stays
     // a fraction of the bound.
-    wait = now > last && now - last > bound_.max_bytes / 4 ? bound_.period / 10
-                                                          : bound_.period;
+    wait = now > last && now - last > bound_.max_bytes / 4 ? bound_.period / 10 : bound_.period;
     last = now;
     if (!map_ || now - baseline_ <= bound_.max_bytes)
       continue;
@@ -136,8 +132,8 @@ void resident_trimmer::run() {
     constexpr std::uint64_t step = std::uint64_t{8} << 20;
     bool ok = used > 0;
     for (std::uint64_t off = 0; ok && off < used; off += step)
-      ok = ::madvise(static_cast<char*>(map_) + off, std::min(step, used - off),
-                     MADV_DONTNEED) == 0;
+      ok =
+        ::madvise(static_cast<char*>(map_) + off, std::min(step, used - off), MADV_DONTNEED) == 0;
     if (ok) {
       trims_.fetch_add(1, std::memory_order_relaxed);
       if (auto after = file_resident_bytes())

@@ -51,7 +51,7 @@ private:
   resident_bound bound_;
   void* map_ = nullptr;
   std::uint64_t map_size_ = 0;
-  int fd_ = -1;     ///< LMDB's: fstat only, never lseek
+  int fd_ = -1; ///< LMDB's: fstat only, never lseek
   int own_fd_ = -1; ///< the same file, opened again for lseek
   std::uint64_t baseline_ = 0;
   std::atomic<std::uint64_t> trims_{0};

@@ -9,8 +9,7 @@
 
 namespace agentstate::store {
 
-result<store_summary> summarize(kv_store& kv,
-                                const std::function<void(std::uint64_t)>& progress) {
+result<store_summary> summarize(kv_store& kv, const std::function<void(std::uint64_t)>& progress) {
   try {
     store_summary out;
     out.info = kv.info();

@@ -13,10 +13,10 @@
 namespace agentstate::store {
 
 struct store_summary {
-  std::string format;         ///< meta["format"], "" when missing
+  std::string format; ///< meta["format"], "" when missing
   std::string engine_version; ///< meta["engine_version"]
   std::uint64_t apps = 0, users = 0, sessions = 0;
-  kv_info info;               ///< map size and use, readers, rows per table
+  kv_info info; ///< map size and use, readers, rows per table
   /// data_corrupt errors of the session records that fail their checksum
   /// (the first 100; `damaged_records` counts them all). Counted sessions
   /// include them.

@@ -46,8 +46,7 @@ std::uint64_t count_rows(kv_read& txn, table t, checker* sealed_index = nullptr)
   return n;
 }
 
-void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c,
-                      std::uint64_t& count) {
+void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c, std::uint64_t& count) {
   const bool legacy = txn.legacy_values();
   txn.scan(t, {}, {}, [&](std::string_view k, std::string_view v) {
     ++count;
@@ -60,8 +59,7 @@ void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c,
     if (p.size() != parts || p[0].empty() || (parts == 3 && p[1].empty()))
       c.fault(std::string(table_name(t)) + ": malformed key '" + shown(k) + "'");
     if (!parse_json(*body, stored_json_depth))
-      c.fault(std::string(table_name(t)) + ": value of '" + shown(k)
-              + "' is not valid JSON");
+      c.fault(std::string(table_name(t)) + ": value of '" + shown(k) + "' is not valid JSON");
     return true;
   });
 }
@@ -114,8 +112,8 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         ++r.events;
         auto version = read_be64(k.substr(prefix.size()));
         if (k.size() != prefix.size() + 8 || version != expect) {
-          c.fault("session " + name + ": event version " + std::to_string(version)
-                  + " where " + std::to_string(expect) + " was expected");
+          c.fault("session " + name + ": event version " + std::to_string(version) + " where "
+                  + std::to_string(expect) + " was expected");
           expect = version + 1;
           return true;
         }
@@ -151,10 +149,8 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     // Rows of missing sessions: every table's total must match the sums.
     auto total_events = count_rows(txn, table::events);
     if (total_events != r.events)
-      c.fault("events: " + std::to_string(total_events - r.events)
-              + " rows belong to no session");
-    for (auto t : {table::by_update, table::by_user, table::by_created,
-                   table::by_user_created}) {
+      c.fault("events: " + std::to_string(total_events - r.events) + " rows belong to no session");
+    for (auto t : {table::by_update, table::by_user, table::by_created, table::by_user_created}) {
       if (!indexed(t))
         continue;
       auto n = count_rows(txn, t, &c);
@@ -165,8 +161,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     check_value_rows(txn, table::session_state, 4, c, r.session_rows);
     txn.scan(table::session_state, {}, {}, [&](std::string_view k, std::string_view) {
       auto p = split_key(k, 4);
-      if (p.size() == 4
-          && !txn.get(table::sessions, session_key(p[0], p[1], p[2])))
+      if (p.size() == 4 && !txn.get(table::sessions, session_key(p[0], p[1], p[2])))
         c.fault("session_state: row '" + shown(k) + "' of a missing session");
       return true;
     });

@@ -18,8 +18,8 @@ struct verify_report {
   std::uint64_t session_rows = 0;
   std::uint64_t user_rows = 0;
   std::uint64_t app_rows = 0;
-  std::uint64_t faults = 0;           ///< every fault found
-  std::vector<std::string> messages;  ///< the first 100 faults, described
+  std::uint64_t faults = 0; ///< every fault found
+  std::vector<std::string> messages; ///< the first 100 faults, described
   bool ok() const { return faults == 0; }
 };
 
@@ -34,7 +34,6 @@ struct verify_report {
 /// of a missing session. Cost: one pass over every table.
 /// `progress(sessions_done)` is called every 10,000 sessions. Never throws:
 /// a storage failure is reported as a fault.
-verify_report verify_store(kv_read& txn,
-                           const std::function<void(std::uint64_t)>& progress = {});
+verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress = {});
 
 } // namespace agentstate::store

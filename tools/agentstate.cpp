@@ -81,8 +81,9 @@ int main(int argc, char** argv) {
     return usage_error("", e.what());
   }
   for (auto& x : app.remaining())
-    return usage_error("", x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
-                                                        : "unknown command '" + x + "'");
+    return usage_error("",
+                       x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
+                                                   : "unknown command '" + x + "'");
   if (version) {
     std::puts("agentstate " AGENTSTATE_VERSION_STRING);
     return 0;

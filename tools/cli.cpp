@@ -122,7 +122,7 @@ std::string one_line(std::string s) {
 } // namespace
 
 command_line::command_line(std::string command)
-    : name(std::move(command)), app("", "agentstate " + name) {
+  : name(std::move(command)), app("", "agentstate " + name) {
   app.formatter(std::make_shared<help_format>(*this));
   app.set_help_flag("-h,--help", "print this help and exit");
   // Later values win (--dir a --dir b is b), as before CLI11; unknown
@@ -157,8 +157,9 @@ int parse_and_run(const command& c, const args& xs) {
   for (auto& x : cl.app.remaining()) {
     if (x == "--")
       continue;
-    return usage_error(c.name, x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
-                                                            : "unexpected argument '" + x + "'");
+    return usage_error(c.name,
+                       x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
+                                                   : "unexpected argument '" + x + "'");
   }
   return run();
 }

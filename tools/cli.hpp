@@ -32,9 +32,9 @@ struct command_line {
 
   std::string name; ///< "serve"
   CLI::App app;
-  std::string usage;       ///< "agentstate serve (--store DIR | --memory) [options]" (lines)
+  std::string usage; ///< "agentstate serve (--store DIR | --memory) [options]" (lines)
   std::string description; ///< paragraphs, wrapped at 78 columns
-  std::string footer;      ///< paragraphs, wrapped at 78 columns
+  std::string footer; ///< paragraphs, wrapped at 78 columns
 };
 
 /// `o` as an option that may be given more than once, each time with one

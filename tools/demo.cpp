@@ -80,16 +80,16 @@ int run_demo(const demo_options& o);
 runner define_demo(command_line& cl) {
   auto o = std::make_shared<demo_options>();
   cl.usage = "agentstate demo [--dir DIR] [--fresh] [--agents N] [--appends M]";
-  cl.description =
-    "A short guided run of the engine on an LMDB store: scopes across two users\n"
-    "and three sessions, temp: state that never reaches disk, a crowd of\n"
-    "concurrent agents appending (with a measured events/s line), and all of it\n"
-    "still there after the engine is closed and reopened. Every claim it prints\n"
-    "is checked.";
+  cl.description = "A short guided run of the engine on an LMDB store: scopes across two users\n"
+                   "and three sessions, temp: state that never reaches disk, a crowd of\n"
+                   "concurrent agents appending (with a measured events/s line), and all of it\n"
+                   "still there after the engine is closed and reopened. Every claim it prints\n"
+                   "is checked.";
   cl.footer = "Exit 0 every check held, 1 a check or an engine call failed, 2 usage.";
-  cl.app.add_option("--dir", o->dir,
-                    "store directory (default ./agentstate-data); each run adds a\n"
-                    "new app to it, so earlier runs' data stays intact")
+  cl.app
+    .add_option("--dir", o->dir,
+                "store directory (default ./agentstate-data); each run adds a\n"
+                "new app to it, so earlier runs' data stays intact")
     ->type_name("DIR");
   cl.app.add_flag("--fresh", o->fresh, "delete the store in DIR first (only if DIR holds a store)");
   cl.app.add_option("--agents", o->agents, "concurrent agents in the crowd step (default 64)")
@@ -127,8 +127,8 @@ int run_demo(const demo_options& o) {
   std::mt19937 rng{std::random_device{}()};
   const std::string app = "travel-" + std::to_string(rng() % 1000000);
 
-  std::printf("agentstate demo: store %s (LMDB, fsync per group commit), app '%s'\n\n",
-              dir.c_str(), app.c_str());
+  std::printf("agentstate demo: store %s (LMDB, fsync per group commit), app '%s'\n\n", dir.c_str(),
+              app.c_str());
   auto eng = must(engine::open(opts), "open");
 
   // -- 1. scopes -----------------------------------------------------------------
@@ -140,8 +140,8 @@ int run_demo(const demo_options& o) {
   c.app_name = app;
   c.user_id = "alice";
   c.session_id = a1.session_id;
-  c.state = json{{"app:currency", "EUR"}, {"user:seat", "aisle"}, {"city", "Paris"},
-                 {"temp:scratch", 1}};
+  c.state =
+    json{{"app:currency", "EUR"}, {"user:seat", "aisle"}, {"city", "Paris"}, {"temp:scratch", 1}};
   auto s = must(eng->create_session(c), "create_session");
   std::printf("   alice/trip-paris created: %s\n", s.state.dump().c_str());
   check(!s.state.contains("temp:scratch"), "temp: keys in an initial state are dropped");
@@ -221,8 +221,7 @@ int run_demo(const demo_options& o) {
   bool all = true;
   for (auto& r : crowd)
     all = all && fetch(*eng, r).version == static_cast<std::uint64_t>(appends);
-  check(all, "every agent's session holds all its events, versions 1.." +
-               std::to_string(appends));
+  check(all, "every agent's session holds all its events, versions 1.." + std::to_string(appends));
 
   // -- 4. close and reopen -----------------------------------------------------------
   std::printf("\n4. Close the engine, open the store again.\n");
@@ -230,9 +229,9 @@ int run_demo(const demo_options& o) {
   eng.reset();
   auto t1 = std::chrono::steady_clock::now();
   eng = must(engine::open(opts), "reopen");
-  std::printf("   reopened in %.1f ms\n",
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
-                .count());
+  std::printf(
+    "   reopened in %.1f ms\n",
+    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
   auto p = fetch(*eng, a1, "inv-1");
   check(p.version == 1 && p.state.value("nights", 0) == 3, "alice/trip-paris: event and state");
   check(p.state.value("user:seat", "") == "window" && p.state.value("app:currency", "") == "EUR",
@@ -251,8 +250,7 @@ int run_demo(const demo_options& o) {
   }
   check(all, "all " + std::to_string(events) + " crowd events are still there");
   auto appstate = must(eng->get_app_state(app), "get_app_state");
-  check(appstate.value("last_step", 0) == appends, "app:last_step = " +
-                                                      std::to_string(appends));
+  check(appstate.value("last_step", 0) == appends, "app:last_step = " + std::to_string(appends));
   list_request l;
   l.app_name = app;
   l.user_id = "alice";
@@ -264,7 +262,6 @@ int run_demo(const demo_options& o) {
 }
 
 static const bool registered = register_command(
-  {"demo", "a guided run of the engine on an LMDB store (default ./agentstate-data)",
-   define_demo});
+  {"demo", "a guided run of the engine on an LMDB store (default ./agentstate-data)", define_demo});
 
 } // namespace agentstate::tools

@@ -41,16 +41,15 @@ int run_salvage(const salvage_options& o);
 runner define_salvage(command_line& cl) {
   auto o = std::make_shared<salvage_options>();
   cl.usage = "agentstate salvage DIR DEST [--json]";
-  cl.description =
-    "Copies every session of the store in DIR that reads clean - its record,\n"
-    "state and every event decode, and no read of it faults - into a new store\n"
-    "in DEST (created; must not exist or be empty), with the user and app state\n"
-    "that reads clean, and lists every session it could not copy with the\n"
-    "reason. For a store that verify reports damaged, or that the engine\n"
-    "refuses with data_corrupt (a truncated data.mdb is read as far as it goes).\n"
-    "Reads DIR without its lock: run it on a store no engine writes. DEST is\n"
-    "written through `import` (one transaction per 10,000 records) and holds\n"
-    "its lock while salvage runs. Progress on stderr when it is a terminal.";
+  cl.description = "Copies every session of the store in DIR that reads clean - its record,\n"
+                   "state and every event decode, and no read of it faults - into a new store\n"
+                   "in DEST (created; must not exist or be empty), with the user and app state\n"
+                   "that reads clean, and lists every session it could not copy with the\n"
+                   "reason. For a store that verify reports damaged, or that the engine\n"
+                   "refuses with data_corrupt (a truncated data.mdb is read as far as it goes).\n"
+                   "Reads DIR without its lock: run it on a store no engine writes. DEST is\n"
+                   "written through `import` (one transaction per 10,000 records) and holds\n"
+                   "its lock while salvage runs. Progress on stderr when it is a terminal.";
   cl.footer = "Exit 0 every session copied, 3 some lost (listed), 1 nothing could be\n"
               "done (DIR unreadable, DEST unusable), 2 usage.";
   cl.app.add_option("DIR", o->dir, "the damaged store")->required();
@@ -122,12 +121,14 @@ result<void> versions_contiguous(const std::vector<std::string>& lines) {
     if (rec.value("type", "") == "session")
       want = v;
     else if (v != next++)
-      return error{errc::data_corrupt, "event version " + std::to_string(v) + " where "
-                                         + std::to_string(next - 1) + " was expected"};
+      return error{errc::data_corrupt,
+                   "event version " + std::to_string(v) + " where " + std::to_string(next - 1)
+                     + " was expected"};
   }
   if (next - 1 != want)
-    return error{errc::data_corrupt, "record says version " + std::to_string(want)
-                                       + ", events end at " + std::to_string(next - 1)};
+    return error{errc::data_corrupt,
+                 "record says version " + std::to_string(want) + ", events end at "
+                   + std::to_string(next - 1)};
   return {};
 }
 
@@ -187,9 +188,8 @@ int run_salvage(const salvage_options& o) {
   }
   // Opening reads the main database's root page: under the guard too.
   result<std::unique_ptr<store::kv_store>> opened = error{errc::internal, "not opened"};
-  if (auto g = guarded("opening " + src, [&] {
-        opened = store::open_lmdb_readonly(src, /*allow_damage=*/true);
-      });
+  if (auto g = guarded("opening " + src,
+                       [&] { opened = store::open_lmdb_readonly(src, /*allow_damage=*/true); });
       !g)
     opened = std::move(g).err();
   if (!opened) {
@@ -200,8 +200,7 @@ int run_salvage(const salvage_options& o) {
   fs::create_directories(pos[1], ec);
   auto dest = fs::canonical(pos[1], ec).string();
   if (ec) {
-    std::fprintf(stderr, "salvage: cannot create '%s': %s\n", pos[1].c_str(),
-                 ec.message().c_str());
+    std::fprintf(stderr, "salvage: cannot create '%s': %s\n", pos[1].c_str(), ec.message().c_str());
     return 1;
   }
   if (fs::equivalent(dest, src, ec)) {

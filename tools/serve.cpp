@@ -115,9 +115,7 @@ const count_flag count_flags[] = {
    "least 65536): a list_sessions page ends early at it,\n"
    "anything else over it is too_large"},
   {"--session-idle-timeout-s", 1, 1u << 24, false,
-   [](serve_config& c, std::uint64_t n) {
-     c.engine_opts.idle_timeout = std::chrono::seconds(n);
-   },
+   [](serve_config& c, std::uint64_t n) { c.engine_opts.idle_timeout = std::chrono::seconds(n); },
    "passivate a session's actor idle this long (default\n"
    "60); its state is reloaded from the store on next use"},
   {"--io-threads", 0, 1024, true,
@@ -142,7 +140,6 @@ const count_flag count_flags[] = {
    "before they are dropped (default 5)"},
 };
 
-
 // Turns the parsed text into `cfg`; returns the exit code when it is bad
 // usage.
 std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
@@ -165,8 +162,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
     else if (a.durability == "nosync")
       mode = durability::nosync;
     else
-      return serve_usage_error("--durability must be sync or nosync, not '" + a.durability
-                               + "'");
+      return serve_usage_error("--durability must be sync or nosync, not '" + a.durability + "'");
   }
   for (auto& v : a.listen) {
     auto spec = server::parse_listen(v);
@@ -325,25 +321,24 @@ int run_serve(serve_config& cfg);
 runner define_serve(command_line& cl) {
   auto a = std::make_shared<serve_args>();
   cl.usage = "agentstate serve (--store DIR | --memory) [options]";
-  cl.description =
-    "Serves the engine over JSON-RPC 2.0, one JSON object per line (see\n"
-    "docs/protocol.md): requests on standard input, responses on standard\n"
-    "output, or the same over TCP, TLS or Unix sockets with --listen. Logs go\n"
-    "to standard error, one line per event.";
-  cl.footer =
-    "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, their\n"
-    "responses are written, the store is flushed and closed, exit 0. A second\n"
-    "signal exits at once (status 1). SIGHUP re-reads --auth-file.\n"
-    "Exit 1 when the store cannot be opened, flushed or closed, or a listener\n"
-    "cannot be set up; 2 for bad usage.";
+  cl.description = "Serves the engine over JSON-RPC 2.0, one JSON object per line (see\n"
+                   "docs/protocol.md): requests on standard input, responses on standard\n"
+                   "output, or the same over TCP, TLS or Unix sockets with --listen. Logs go\n"
+                   "to standard error, one line per event.";
+  cl.footer = "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, their\n"
+              "responses are written, the store is flushed and closed, exit 0. A second\n"
+              "signal exits at once (status 1). SIGHUP re-reads --auth-file.\n"
+              "Exit 1 when the store cannot be opened, flushed or closed, or a listener\n"
+              "cannot be set up; 2 for bad usage.";
   auto& app = cl.app;
   auto* store = app.add_option("--store", a->store, "LMDB store directory (created if missing)")
                   ->type_name("DIR");
   app.add_flag("--memory", a->memory, "in-memory store: everything is gone at exit");
-  app.add_option("--durability", a->durability,
-                 "sync (default): fsync per group commit, survives power\n"
-                 "loss; nosync: survives a crash of this process, not\n"
-                 "of the OS")
+  app
+    .add_option("--durability", a->durability,
+                "sync (default): fsync per group commit, survives power\n"
+                "loss; nosync: survives a crash of this process, not\n"
+                "of the OS")
     ->type_name("MODE");
   auto counts = std::make_shared<std::vector<std::pair<CLI::Option*, std::string>>>();
   counts->reserve(std::size(count_flags));
@@ -358,8 +353,9 @@ runner define_serve(command_line& cl) {
   for (auto& f : count_flags)
     if (!f.network_only && std::string(f.name) != "--max-store-mb")
       add_count(f);
-  app.add_option("--log-format", a->log_format,
-                 "text (default, logfmt) or json (one object per line)")
+  app
+    .add_option("--log-format", a->log_format,
+                "text (default, logfmt) or json (one object per line)")
     ->type_name("FORMAT");
   app.add_flag("--create", a->create,
                "start an empty store even where a store's lock files\n"
@@ -376,26 +372,28 @@ runner define_serve(command_line& cl) {
     ->type_name("ADDR")
     ->group(network);
   std::vector<CLI::Option*> net_only;
-  auto* auth = app.add_option("--auth-file", a->auth_file,
-                              "tokens, one 'TOKEN APP[,APP...]' or 'TOKEN *' per\n"
-                              "line; each connection must send 'authenticate'\n"
-                              "first. Re-read on SIGHUP")
+  auto* auth = app
+                 .add_option("--auth-file", a->auth_file,
+                             "tokens, one 'TOKEN APP[,APP...]' or 'TOKEN *' per\n"
+                             "line; each connection must send 'authenticate'\n"
+                             "first. Re-read on SIGHUP")
                  ->type_name("FILE")
                  ->group(network);
   net_only.push_back(auth);
   net_only.push_back(
     app.add_flag("--insecure", a->insecure, "allow a non-loopback HOST without authentication")
       ->group(network));
-  net_only.push_back(app.add_option("--tls-cert", a->tls_cert,
-                                    "TLS on the TCP listeners: PEM certificate chain")
+  net_only.push_back(
+    app.add_option("--tls-cert", a->tls_cert, "TLS on the TCP listeners: PEM certificate chain")
+      ->type_name("FILE")
+      ->group(network));
+  net_only.push_back(app.add_option("--tls-key", a->tls_key, "its PEM private key")
                        ->type_name("FILE")
                        ->group(network));
   net_only.push_back(
-    app.add_option("--tls-key", a->tls_key, "its PEM private key")->type_name("FILE")->group(network));
-  net_only.push_back(app.add_option("--tls-client-ca", a->tls_ca,
-                                    "require client certificates signed by these CAs")
-                       ->type_name("FILE")
-                       ->group(network));
+    app.add_option("--tls-client-ca", a->tls_ca, "require client certificates signed by these CAs")
+      ->type_name("FILE")
+      ->group(network));
   for (auto& f : count_flags)
     if (f.network_only) {
       add_count(f);
@@ -442,9 +440,8 @@ int run_serve(serve_config& cfg) {
     if (!opened)
       return 1;
     auto& eng = *opened;
-    signals.start([&stop] { stop.raise(); }, [&log] {
-      log.info("signal", "SIGHUP: nothing to reload on standard input");
-    });
+    signals.start([&stop] { stop.raise(); },
+                  [&log] { log.info("signal", "SIGHUP: nothing to reload on standard input"); });
     int code = 0;
     if (auto r = serve_stream(eng, STDIN_FILENO, STDOUT_FILENO, stop.read_fd(), cfg.stream); !r) {
       log.error("read_failed", "reading requests: " + r.err().message);

@@ -7,10 +7,11 @@ set -euo pipefail
 # the CLI the TLS tests make their certificates and connect with. help2man (man
 # pages), dpkg-dev (dpkg-shlibdeps), file and pkgconf: the install and .deb packaging
 # and their tests (cmake/install.cmake, tests/package). libcli11-dev: the tool's command
-# line (tools/cli.hpp; header-only).
+# line (tools/cli.hpp; header-only). clang-format: the source style check
+# (tools/check_format.sh, run by .ci/run).
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
           doctest-dev lmdb-utils libsqlite3-dev libasio-dev libssl-dev openssl python3
-          python3-pytest help2man dpkg-dev file pkgconf libcli11-dev)
+          python3-pytest help2man dpkg-dev file pkgconf libcli11-dev clang-format)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

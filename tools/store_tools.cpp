@@ -31,7 +31,7 @@
 #include "store/open.hpp"
 #include "store/summary.hpp"
 #include "store/verify.hpp"
-#include "tools/adk_sqlite.hpp"
+#include "tools/adk/adk_sqlite.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/import_target.hpp"
@@ -76,12 +76,11 @@ void declare_store_and_json(command_line& cl, store_and_json& o) {
 runner define_inspect(command_line& cl) {
   auto o = std::make_shared<store_and_json>();
   cl.usage = "agentstate inspect DIR [--json]";
-  cl.description =
-    "Prints the store's format version, counts of apps, users, sessions and\n"
-    "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-    "runs; reads every store format (1 to 4) as it is. Each session record that\n"
-    "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
-    "\"damaged_records\"); the counts go on.";
+  cl.description = "Prints the store's format version, counts of apps, users, sessions and\n"
+                   "events, map size and use, and reader slots. Read-only; safe while an engine\n"
+                   "runs; reads every store format (1 to 4) as it is. Each session record that\n"
+                   "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
+                   "\"damaged_records\"); the counts go on.";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
   declare_store_and_json(cl, *o);
   return [o] { return run_inspect(*o); };
@@ -93,9 +92,9 @@ int run_inspect(const store_and_json& p) {
     return 1;
   progress_line prog;
   result<store::store_summary> summary = error{errc::internal, "not read"};
-  if (auto g = guarded("inspect", [&] {
-        summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); });
-      });
+  if (auto g = guarded(
+        "inspect",
+        [&] { summary = store::summarize(*kv, [&](std::uint64_t n) { prog("sessions", n); }); });
       !g)
     summary = std::move(g).err();
   prog.done();
@@ -131,9 +130,10 @@ int run_inspect(const store_and_json& p) {
       std::printf("store            %s\n", p.dir.c_str());
       std::printf("format           %s (engine %s)\n", summary->format.c_str(),
                   summary->engine_version.c_str());
-      for (auto k : {"apps", "users", "sessions", "events", "session_state_rows",
-                     "user_state_rows", "app_state_rows"})
-        std::printf("%-16s %llu\n", k, static_cast<unsigned long long>(out[k].get<std::uint64_t>()));
+      for (auto k : {"apps", "users", "sessions", "events", "session_state_rows", "user_state_rows",
+                     "app_state_rows"})
+        std::printf("%-16s %llu\n", k,
+                    static_cast<unsigned long long>(out[k].get<std::uint64_t>()));
       std::printf("map              %.1f MiB used of %.1f MiB\n", info.used_bytes / 1048576.0,
                   info.map_size / 1048576.0);
       std::printf("readers          %u of %u slots\n", info.readers_used, info.max_readers);
@@ -150,13 +150,12 @@ int run_inspect(const store_and_json& p) {
 runner define_verify(command_line& cl) {
   auto o = std::make_shared<store_and_json>();
   cl.usage = "agentstate verify DIR [--json]";
-  cl.description =
-    "Checks every row of the store: every checksum (format 4; each damaged row\n"
-    "is named: session app/user/id and which row), versions contiguous, every\n"
-    "event decodes, no event id twice in a session, every record decodes, list\n"
-    "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
-    "an engine runs (it checks one snapshot); reads every store format (1 to 4)\n"
-    "as it is.";
+  cl.description = "Checks every row of the store: every checksum (format 4; each damaged row\n"
+                   "is named: session app/user/id and which row), versions contiguous, every\n"
+                   "event decodes, no event id twice in a session, every record decodes, list\n"
+                   "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
+                   "an engine runs (it checks one snapshot); reads every store format (1 to 4)\n"
+                   "as it is.";
   cl.footer = "Exit 0 clean, 1 faults found (or unreadable), 2 usage.";
   declare_store_and_json(cl, *o);
   return [o] { return run_verify(*o); };
@@ -173,9 +172,9 @@ int run_verify(const store_and_json& p) {
     return 1;
   }
   store::verify_report r;
-  if (auto g = guarded("storage", [&] {
-        r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); });
-      });
+  if (auto g = guarded(
+        "storage",
+        [&] { r = store::verify_store(**txn, [&](std::uint64_t n) { prog("sessions", n); }); });
       !g) {
     // The walk stopped at the fault; what it counted so far stands.
     ++r.faults;
@@ -267,13 +266,12 @@ runner define_backup(command_line& cl) {
   auto o = std::make_shared<backup_options>();
   cl.usage = "agentstate backup DIR DEST [--compact] [--json]\n"
              "agentstate backup DIR - [--compact] > FILE";
-  cl.description =
-    "Writes a consistent copy of the store in DIR, as of one moment, into DEST\n"
-    "(created; must not exist or be empty), while an engine may go on writing.\n"
-    "The copy opens as a normal store. With DEST '-', the copy's data.mdb goes\n"
-    "to standard output instead (not a terminal), as mdb_copy writes it: put it\n"
-    "as data.mdb into an empty directory to open it. Progress on stderr when it\n"
-    "is a terminal.";
+  cl.description = "Writes a consistent copy of the store in DIR, as of one moment, into DEST\n"
+                   "(created; must not exist or be empty), while an engine may go on writing.\n"
+                   "The copy opens as a normal store. With DEST '-', the copy's data.mdb goes\n"
+                   "to standard output instead (not a terminal), as mdb_copy writes it: put it\n"
+                   "as data.mdb into an empty directory to open it. Progress on stderr when it\n"
+                   "is a terminal.";
   cl.footer = "Exit 0, 1 (failed), 2 (usage).";
   cl.app.add_option("DIR", o->dir, "the store directory")->required();
   cl.app.add_option("DEST", o->dest, "the directory to create, or - for standard output")
@@ -288,11 +286,13 @@ runner define_backup(command_line& cl) {
 int run_backup(const backup_options& p) {
   const bool to_stdout = p.dest == "-";
   if (to_stdout && p.json)
-    return usage_error("backup", "--json needs a DEST directory: with DEST - standard output "
-                                 "carries the copy");
+    return usage_error("backup",
+                       "--json needs a DEST directory: with DEST - standard output "
+                       "carries the copy");
   if (to_stdout && ::isatty(STDOUT_FILENO) == 1)
-    return usage_error("backup", "standard output is a terminal; redirect it to a file or pipe "
-                                 "(agentstate backup DIR - > FILE)");
+    return usage_error("backup",
+                       "standard output is a terminal; redirect it to a file or pipe "
+                       "(agentstate backup DIR - > FILE)");
   const auto& dest = p.dest;
   std::error_code ec;
   if (!to_stdout) {
@@ -302,8 +302,7 @@ int run_backup(const backup_options& p) {
     }
     fs::create_directories(dest, ec);
     if (ec) {
-      std::fprintf(stderr, "backup: cannot create '%s': %s\n", dest.c_str(),
-                   ec.message().c_str());
+      std::fprintf(stderr, "backup: cannot create '%s': %s\n", dest.c_str(), ec.message().c_str());
       return 1;
     }
   }
@@ -321,8 +320,9 @@ int run_backup(const backup_options& p) {
       auto start = static_cast<std::uint64_t>(st.st_size);
       written = [start] {
         struct stat now;
-        return ::fstat(STDOUT_FILENO, &now) == 0 ? held_bytes(now) - std::min(held_bytes(now), start)
-                                                 : 0;
+        return ::fstat(STDOUT_FILENO, &now) == 0
+          ? held_bytes(now) - std::min(held_bytes(now), start)
+          : 0;
       };
     }
   } else {
@@ -340,10 +340,11 @@ int run_backup(const backup_options& p) {
     std::optional<copy_progress> prog;
     if (written)
       prog.emplace(written, total);
-    if (auto g = guarded("backup", [&] {
-          r = to_stdout ? store::copy_to_fd(*kv, STDOUT_FILENO, p.compact)
-                        : store::copy_to(*kv, dest, p.compact);
-        });
+    if (auto g = guarded("backup",
+                         [&] {
+                           r = to_stdout ? store::copy_to_fd(*kv, STDOUT_FILENO, p.compact)
+                                         : store::copy_to(*kv, dest, p.compact);
+                         });
         !g)
       r = std::move(g).err();
   }
@@ -356,13 +357,14 @@ int run_backup(const backup_options& p) {
   auto size = fs::file_size(fs::path(dest) / "data.mdb", ec);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (p.json)
-    std::printf("%s\n", json{{"backup", dest},
-                             {"source", p.dir},
-                             {"bytes", ec ? 0 : size},
-                             {"seconds", seconds},
-                             {"compact", p.compact}}
-                          .dump()
-                          .c_str());
+    std::printf("%s\n",
+                json{{"backup", dest},
+                     {"source", p.dir},
+                     {"bytes", ec ? 0 : size},
+                     {"seconds", seconds},
+                     {"compact", p.compact}}
+                  .dump()
+                  .c_str());
   else
     std::printf("backup of %s in %s: %.1f MiB in %.2f s%s\n", p.dir.c_str(), dest.c_str(),
                 (ec ? 0 : size) / 1048576.0, seconds, p.compact ? " (compacted)" : "");
@@ -384,17 +386,16 @@ int export_common(const export_options& p, const char* command);
 runner define_dump(command_line& cl) {
   auto o = std::make_shared<export_options>();
   cl.usage = "agentstate dump DIR [--app A [--user U [--session S]]]";
-  cl.description =
-    "Prints the store (or one app, user or session of it) as JSON lines: a\n"
-    "header, each session with its own state, its events, then user and app\n"
-    "state. Read-only; safe while an engine runs. A session or scope with a\n"
-    "damaged row is left out and reported on stderr (data_corrupt), the others\n"
-    "printed; the exit is then 1.";
+  cl.description = "Prints the store (or one app, user or session of it) as JSON lines: a\n"
+                   "header, each session with its own state, its events, then user and app\n"
+                   "state. Read-only; safe while an engine runs. A session or scope with a\n"
+                   "damaged row is left out and reported on stderr (data_corrupt), the others\n"
+                   "printed; the exit is then 1.";
   cl.footer = "Exit 0, 1, 2 (usage).";
   cl.app.add_option("DIR", o->dir, "the store directory")->required();
   auto* app = cl.app.add_option("--app", o->app, "only this app")->type_name("A");
-  auto* user = cl.app.add_option("--user", o->user, "only this user of the app (needs --app)")
-                 ->type_name("U");
+  auto* user =
+    cl.app.add_option("--user", o->user, "only this user of the app (needs --app)")->type_name("U");
   auto* session =
     cl.app.add_option("--session", o->session, "only this session of the user (needs --user)")
       ->type_name("S");
@@ -410,22 +411,22 @@ runner define_export(command_line& cl) {
   auto o = std::make_shared<export_options>();
   cl.usage = "agentstate export DIR > FILE\n"
              "agentstate export --to-adk-sqlite FILE DIR [--adk-flavor F]";
-  cl.description =
-    "Writes the whole store as JSON lines that `agentstate import` turns back\n"
-    "into the same store (export -> import -> export is byte-identical).\n"
-    "Read-only; safe while an engine runs. A session or scope with a damaged\n"
-    "row is left out and reported on stderr (data_corrupt), the others written;\n"
-    "the exit is then 1. Progress on stderr when it is a terminal.";
+  cl.description = "Writes the whole store as JSON lines that `agentstate import` turns back\n"
+                   "into the same store (export -> import -> export is byte-identical).\n"
+                   "Read-only; safe while an engine runs. A session or scope with a damaged\n"
+                   "row is left out and reported on stderr (data_corrupt), the others written;\n"
+                   "the exit is then 1. Progress on stderr when it is a terminal.";
   cl.footer = std::string(adk::export_help);
   cl.app.add_option("DIR", o->dir, "the store directory")->required();
-  auto* to = cl.app.add_option("--to-adk-sqlite", o->adk.file,
-                               "write a new SQLite file in ADK's session schema instead")
+  auto* to = cl.app
+               .add_option("--to-adk-sqlite", o->adk.file,
+                           "write a new SQLite file in ADK's session schema instead")
                ->type_name("FILE");
-  auto* flavor =
-    cl.app.add_option("--adk-flavor", o->adk.flavor,
-                      "with --to-adk-sqlite: adk-js (default), adk-python-database or\n"
-                      "adk-python-sqlite")
-      ->type_name("F");
+  auto* flavor = cl.app
+                   .add_option("--adk-flavor", o->adk.flavor,
+                               "with --to-adk-sqlite: adk-js (default), adk-python-database or\n"
+                               "adk-python-sqlite")
+                   ->type_name("F");
   return [o, to, flavor] {
     o->to_adk = to->count() > 0;
     o->has_flavor = flavor->count() > 0;
@@ -464,19 +465,20 @@ int export_common(const export_options& p, const char* command) {
   progress_line prog;
   std::uint64_t lines = 0, damaged = 0;
   result<std::uint64_t> n = std::uint64_t{0};
-  if (auto g = guarded("export", [&] {
-        n = store::export_store(
-          **txn, f,
-          [&](const std::string& line) {
-            std::fwrite(line.data(), 1, line.size(), stdout);
-            std::fputc('\n', stdout);
-            prog("records", ++lines);
-          },
-          [&](const error& e) {
-            ++damaged;
-            std::fprintf(stderr, "%s\n", to_string(e).c_str());
-          });
-      });
+  if (auto g = guarded("export",
+                       [&] {
+                         n = store::export_store(
+                           **txn, f,
+                           [&](const std::string& line) {
+                             std::fwrite(line.data(), 1, line.size(), stdout);
+                             std::fputc('\n', stdout);
+                             prog("records", ++lines);
+                           },
+                           [&](const error& e) {
+                             ++damaged;
+                             std::fprintf(stderr, "%s\n", to_string(e).c_str());
+                           });
+                       });
       !g)
     n = std::move(g).err();
   prog.done();
@@ -504,19 +506,19 @@ runner define_import(command_line& cl) {
   auto o = std::make_shared<import_options>();
   cl.usage = "agentstate import DIR [--json] < FILE\n"
              "agentstate import --from-adk-sqlite FILE DIR [--skip-oversized]";
-  cl.description =
-    "Reads JSON lines written by `agentstate export` into the store in DIR,\n"
-    "which is created if missing and must hold no data. Takes the store's lock:\n"
-    "no engine may have it open. Progress on stderr when it is a terminal.\n"
-    "Exit 0, 1 (failed: the message names the line), 2 (usage).";
+  cl.description = "Reads JSON lines written by `agentstate export` into the store in DIR,\n"
+                   "which is created if missing and must hold no data. Takes the store's lock:\n"
+                   "no engine may have it open. Progress on stderr when it is a terminal.\n"
+                   "Exit 0, 1 (failed: the message names the line), 2 (usage).";
   cl.footer = std::string(adk::import_help);
   cl.app.add_option("DIR", o->dir, "the store directory")->required();
   cl.app.add_flag("--json", o->json,
                   "print one JSON object: imported_records, store (the\n"
                   "--from-adk-sqlite summary is always JSON)");
-  auto* from = cl.app.add_option("--from-adk-sqlite", o->adk.file,
-                                 "read an ADK session store kept in SQLite instead of\n"
-                                 "JSON lines")
+  auto* from = cl.app
+                 .add_option("--from-adk-sqlite", o->adk.file,
+                             "read an ADK session store kept in SQLite instead of\n"
+                             "JSON lines")
                  ->type_name("FILE");
   auto* skip = cl.app.add_flag("--skip-oversized", o->adk.skip_oversized,
                                "with --from-adk-sqlite: leave out the rows agentstate\n"
@@ -571,10 +573,10 @@ int run_import(const import_options& p) {
 
 const bool registered =
   register_command({"inspect", "format, counts, map use and readers of a store", define_inspect})
-  && register_command({"verify", "check every session and index of a store; exit 1 on faults",
-                       define_verify})
-  && register_command({"backup", "a consistent copy of a store, taken while it is in use",
-                       define_backup})
+  && register_command(
+    {"verify", "check every session and index of a store; exit 1 on faults", define_verify})
+  && register_command(
+    {"backup", "a consistent copy of a store, taken while it is in use", define_backup})
   && register_command({"dump", "a store, app, user or session as JSON lines", define_dump})
   && register_command({"export", "a whole store as JSON lines, for import", define_export})
   && register_command({"import", "JSON lines from export into an empty store", define_import});

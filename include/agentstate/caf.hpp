@@ -54,16 +54,15 @@ struct user_state_request {
 };
 
 /// The engine's message interface; each row mirrors one engine call.
-using engine_actor = caf::typed_actor<
-  caf::replies_to<create_request>::with<session>,
-  caf::replies_to<get_request>::with<std::optional<session>>,
-  caf::replies_to<list_request>::with<session_page>,
-  caf::replies_to<delete_request>::with<caf::unit_t>,
-  caf::replies_to<append_request>::with<append_result>,
-  caf::replies_to<begin_invocation_request>::with<session>,
-  caf::replies_to<end_invocation_request>::with<caf::unit_t>,
-  caf::replies_to<app_state_request>::with<json>,
-  caf::replies_to<user_state_request>::with<json>>;
+using engine_actor = caf::typed_actor<caf::replies_to<create_request>::with<session>,
+                                      caf::replies_to<get_request>::with<std::optional<session>>,
+                                      caf::replies_to<list_request>::with<session_page>,
+                                      caf::replies_to<delete_request>::with<caf::unit_t>,
+                                      caf::replies_to<append_request>::with<append_result>,
+                                      caf::replies_to<begin_invocation_request>::with<session>,
+                                      caf::replies_to<end_invocation_request>::with<caf::unit_t>,
+                                      caf::replies_to<app_state_request>::with<json>,
+                                      caf::replies_to<user_state_request>::with<json>>;
 
 /// The category of every caf::error the engine actor answers with.
 inline const caf::atom_value error_category = caf::atom("agentstate");

@@ -30,13 +30,13 @@ struct engine_stats {
   std::uint64_t sessions_live = 0; ///< session actors now active
   std::uint64_t users_live = 0;
   std::uint64_t apps_live = 0;
-  std::uint64_t activations = 0;   ///< actors spawned (incl. rehydrations)
+  std::uint64_t activations = 0; ///< actors spawned (incl. rehydrations)
   std::uint64_t passivations = 0;
-  std::uint64_t appends = 0;       ///< events stored
-  std::uint64_t deduplicated = 0;  ///< appends answered with an already stored event (A6)
-  std::uint64_t commits = 0;       ///< write transactions committed
+  std::uint64_t appends = 0; ///< events stored
+  std::uint64_t deduplicated = 0; ///< appends answered with an already stored event (A6)
+  std::uint64_t commits = 0; ///< write transactions committed
   std::uint64_t batched_writes = 0; ///< write sets in those transactions
-  std::uint64_t max_batch = 0;     ///< largest group commit seen
+  std::uint64_t max_batch = 0; ///< largest group commit seen
   std::uint64_t failed_writes = 0;
   /// Times the store's mapped pages were dropped from the process to honour
   /// options::max_resident_store_bytes.
@@ -129,8 +129,7 @@ public:
 
   /// Ends an invocation: drops its temp: state if it is the session's live
   /// invocation, and releases the lease if it holds it; otherwise a no-op.
-  void end_invocation(session_ref ref, std::string invocation_id,
-                      callback<void> cb);
+  void end_invocation(session_ref ref, std::string invocation_id, callback<void> cb);
   result<void> end_invocation(session_ref ref, std::string invocation_id);
 
   // -- shared scopes -----------------------------------------------------------
@@ -140,8 +139,7 @@ public:
   result<json> get_app_state(std::string app_name);
 
   /// The (app, user)'s state, keys without the "user:" prefix.
-  void get_user_state(std::string app_name, std::string user_id,
-                      callback<json> cb);
+  void get_user_state(std::string app_name, std::string user_id, callback<json> cb);
   result<json> get_user_state(std::string app_name, std::string user_id);
 
   // -- lifecycle -------------------------------------------------------------

@@ -17,15 +17,15 @@ namespace agentstate {
 /// logs and mapped 1:1 to the wire protocol's `error.data.kind`.
 enum class errc : std::uint8_t {
   ok = 0,
-  already_exists = 1,   ///< session id taken in that (app, user). Not retryable.
-  not_found = 2,        ///< no such session. Not retryable.
+  already_exists = 1, ///< session id taken in that (app, user). Not retryable.
+  not_found = 2, ///< no such session. Not retryable.
   invalid_argument = 3, ///< a parameter breaks a documented limit or type.
   version_conflict = 4, ///< expected_version mismatch; retry after re-reading.
-  too_large = 5,        ///< a key, id, value or event exceeds its limit.
-  storage_full = 6,     ///< the store reached its maximum size.
-  io_error = 7,         ///< the disk failed; nothing acknowledged. Retryable.
-  unavailable = 8,      ///< closing, overloaded or locked. Retryable.
-  internal = 9,         ///< a bug; the message says what.
+  too_large = 5, ///< a key, id, value or event exceeds its limit.
+  storage_full = 6, ///< the store reached its maximum size.
+  io_error = 7, ///< the disk failed; nothing acknowledged. Retryable.
+  unavailable = 8, ///< closing, overloaded or locked. Retryable.
+  internal = 9, ///< a bug; the message says what.
   /// The store is damaged: a stored row failed its checksum (the message
   /// names the session, app/user/id, and the row; other sessions are still
   /// served), or the store's file does not hold what it claims (truncated,

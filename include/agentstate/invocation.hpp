@@ -31,7 +31,7 @@ namespace agentstate {
 
 /// Where an agent's final response is recorded (I3).
 struct output_key {
-  std::string key;         ///< a state key; its prefix decides its scope (S1, N1)
+  std::string key; ///< a state key; its prefix decides its scope (S1, N1)
   bool has_schema = false; ///< the agent declares an output schema: store parsed JSON
 };
 
@@ -46,8 +46,7 @@ std::optional<std::string> response_text(const event& ev);
 /// schema) blank text. Errors, recording nothing: invalid_argument when the
 /// key is empty or derived:, or the schema'd text is not JSON; too_large when
 /// it nests deeper than `max_json_depth`.
-result<void> apply_output_key(event& ev, const output_key& out,
-                              std::size_t max_json_depth = 64);
+result<void> apply_output_key(event& ev, const output_key& out, std::size_t max_json_depth = 64);
 
 class invocation {
 public:

@@ -37,9 +37,9 @@ inline constexpr std::size_t max_state_key_bytes = 200;
 /// Tunable limits. Violations are refused with too_large / invalid_argument
 /// before anything is stored.
 struct limits {
-  std::size_t max_event_bytes = 1 << 20;       ///< an event as stored (JSON)
-  std::size_t max_value_bytes = 1 << 20;       ///< one state value (JSON)
-  std::size_t max_state_bytes = 4 << 20;       ///< a create's initial state
+  std::size_t max_event_bytes = 1 << 20; ///< an event as stored (JSON)
+  std::size_t max_value_bytes = 1 << 20; ///< one state value (JSON)
+  std::size_t max_state_bytes = 4 << 20; ///< a create's initial state
   /// Nesting of each value a client supplies (a state value, `content`, any
   /// other member's value); `{}`/`[]` count one level.
   std::size_t max_json_depth = 64;
@@ -62,7 +62,7 @@ struct limits {
 /// thread inside the write transaction; it must not call the engine). A
 /// throwing fn fails the append with invalid_argument.
 struct derived_key {
-  std::string name;                ///< stored as "derived:"+name
+  std::string name; ///< stored as "derived:"+name
   std::vector<std::string> inputs; ///< session, user: or app: keys
   std::function<json(const json& inputs)> fn;
 };

@@ -49,7 +49,6 @@ json strip_temp(const json& delta);
 
 /// The merged view of S2: session keys, then every app key as "app:"+k, then
 /// every user key as "user:"+k. Each argument is a JSON object.
-json merge_state(const json& session_state, const json& user_state,
-                 const json& app_state);
+json merge_state(const json& session_state, const json& user_state, const json& app_state);
 
 } // namespace agentstate

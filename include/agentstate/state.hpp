@@ -33,9 +33,9 @@ namespace agentstate {
 /// A change to state, as one event carries it: sets (state_delta), removes
 /// (state_remove) and atomic modifies (append_request::modify).
 struct state_change {
-  json set = json::object();         ///< prefixed key -> new value
-  std::vector<std::string> remove;   ///< prefixed keys deleted (sorted, unique)
-  std::vector<state_modify> modify;  ///< in call order
+  json set = json::object(); ///< prefixed key -> new value
+  std::vector<std::string> remove; ///< prefixed keys deleted (sorted, unique)
+  std::vector<state_modify> modify; ///< in call order
   bool empty() const { return set.empty() && remove.empty() && modify.empty(); }
 };
 
@@ -116,7 +116,9 @@ public:
     return get<std::string>(key, std::string(fallback));
   }
   template <class T>
-  T get(const state_key<T>& k) const { return get<T>(k.name, k.fallback); }
+  T get(const state_key<T>& k) const {
+    return get<T>(k.name, k.fallback);
+  }
   /// The value converted to T, without lossy conversions (a bool is not a
   /// number, a non-integer is not an integral T). Errors: not_found
   /// (missing, naming the key), invalid_argument (another type; names the
@@ -134,7 +136,9 @@ public:
 
   result<void> set(std::string_view key, json value);
   template <class T>
-  result<void> set(const state_key<T>& k, T value) { return set(k.name, json(std::move(value))); }
+  result<void> set(const state_key<T>& k, T value) {
+    return set(k.name, json(std::move(value)));
+  }
   /// Deletes `key` (recorded even when it is missing here, since another
   /// writer may have set it). Reads then miss it.
   result<void> remove(std::string_view key);
@@ -145,8 +149,7 @@ public:
   /// the local result is recorded as a plain set instead. Returns the local
   /// result. Errors: as set, plus invalid_argument when fn throws or
   /// `fn` is empty.
-  result<json> modify(std::string_view key, json fallback,
-                      std::function<json(const json&)> fn);
+  result<json> modify(std::string_view key, json fallback, std::function<json(const json&)> fn);
   /// set() of every member of `values` (an object). All or nothing.
   result<void> merge(const json& values);
   /// Moves the value of `from` to `to` (a set of `to` and a remove of
@@ -186,8 +189,8 @@ public:
   derived_view derived() const { return derived_view{*this}; }
 
 private:
-  json base_ = json::object();   ///< the snapshot (committed values)
-  json overlay_ = json::object();   ///< pending values (sets and modify previews)
+  json base_ = json::object(); ///< the snapshot (committed values)
+  json overlay_ = json::object(); ///< pending values (sets and modify previews)
   std::set<std::string, std::less<>> removed_; ///< pending removes
   state_change pending_;
 };
@@ -225,9 +228,9 @@ result<T> state::get_as(std::string_view key) const {
     } catch (const json::exception&) {
     }
   }
-  return error{errc::invalid_argument, "state key '" + std::string(key) + "' holds "
-                                         + std::string(v->type_name())
-                                         + ", which does not convert to the requested type"};
+  return error{errc::invalid_argument,
+               "state key '" + std::string(key) + "' holds " + std::string(v->type_name())
+                 + ", which does not convert to the requested type"};
 }
 
 template <class T>

@@ -18,7 +18,7 @@ namespace agentstate {
 /// The actions an event carries. `extra` holds every member of "actions" other
 /// than state_delta, state_remove and artifact_delta, preserved verbatim.
 struct event_actions {
-  json state_delta = json::object();    ///< applied on append (S1-S4)
+  json state_delta = json::object(); ///< applied on append (S1-S4)
   /// State keys this event deletes (prefixed like delta keys; S3 makes null a
   /// value, so a delete is this separate list). On the wire and in the store:
   /// "actions": {"state_remove": ["k", "user:k"]}, omitted when empty. A key
@@ -32,11 +32,11 @@ struct event_actions {
 /// One event of a session's log (D3). `extra` holds every unknown top-level
 /// member, preserved verbatim through store and wire.
 struct event {
-  std::string id;             ///< generated on append when empty
+  std::string id; ///< generated on append when empty
   std::string invocation_id;
   std::string author;
   std::optional<double> timestamp; ///< epoch seconds; now when absent
-  std::optional<bool> partial;     ///< partial events are never stored (A1)
+  std::optional<bool> partial; ///< partial events are never stored (A1)
   std::optional<json> content;
   event_actions actions;
   json extra = json::object();
@@ -49,7 +49,7 @@ struct session_meta {
   std::string id;
   json state = json::object(); ///< merged: session + "app:"* + "user:"* (S2)
   double last_update_time = 0;
-  std::uint64_t version = 0;   ///< number of stored events (D2)
+  std::uint64_t version = 0; ///< number of stored events (D2)
 };
 
 /// A session with (a possibly filtered window of) its events, oldest first.
@@ -69,14 +69,14 @@ struct session_ref {
 struct create_request {
   std::string app_name;
   std::string user_id;
-  std::string session_id;       ///< trimmed; empty or blank -> generated (C1)
-  json state = json::object();  ///< routed by scope; temp: keys dropped (C3)
+  std::string session_id; ///< trimmed; empty or blank -> generated (C1)
+  json state = json::object(); ///< routed by scope; temp: keys dropped (C3)
 };
 
 struct get_request {
   session_ref ref;
   std::optional<std::int64_t> num_recent_events; ///< G3; negative is invalid
-  std::optional<double> after_timestamp;         ///< G4; inclusive
+  std::optional<double> after_timestamp; ///< G4; inclusive
   std::string invocation_id; ///< when the live one: temp: keys are included
 };
 
@@ -88,8 +88,8 @@ struct get_request {
 /// after the cursor).
 enum class list_order : std::uint8_t {
   update_time, ///< last_update_time, then id (L3's order)
-  id,          ///< (user id,) session id, byte order
-  created,     ///< creation time, then id (then user id, app-wide)
+  id, ///< (user id,) session id, byte order
+  created, ///< creation time, then id (then user id, app-wide)
 };
 
 /// How a listing carries the shared scopes' state.
@@ -106,7 +106,7 @@ struct list_request {
   std::string app_name;
   std::optional<std::string> user_id; ///< absent -> every user (L1)
   std::optional<std::int64_t> page_size; ///< default 100, 1..1000
-  std::string page_token;             ///< from a previous page; empty = first
+  std::string page_token; ///< from a previous page; empty = first
   list_order order_by = list_order::update_time;
   /// Reverse order (newest first by update time). A page token continues in
   /// the order it was made for.
@@ -143,7 +143,7 @@ struct session_page {
 /// throwing fn fails that append alone with invalid_argument.
 struct state_modify {
   std::string key; ///< session, user: or app: key (not temp:/turn:/derived:)
-  json fallback;   ///< what fn sees when the key is missing
+  json fallback; ///< what fn sees when the key is missing
   std::function<json(const json& current)> fn;
   /// Compare-and-set: when set, the append fails with condition_failed,
   /// storing nothing, unless the key's value (as fn would see it, before
@@ -179,7 +179,7 @@ struct append_request {
 };
 
 struct append_result {
-  event ev;              ///< as stored: id and timestamp set, no temp: keys
+  event ev; ///< as stored: id and timestamp set, no temp: keys
   std::uint64_t version; ///< the session's version after this event
 };
 

@@ -70,19 +70,17 @@ private:
   std::vector<std::string> first_;
 };
 
-#define CHECK_NO_FAILURES(f)                                                   \
-  do {                                                                         \
-    INFO("failures in worker threads:", (f).summary());                        \
-    CHECK((f).count() == 0);                                                   \
+#define CHECK_NO_FAILURES(f)                                                                       \
+  do {                                                                                             \
+    INFO("failures in worker threads:", (f).summary());                                            \
+    CHECK((f).count() == 0);                                                                       \
   } while (false)
 
 /// What the callbacks of n async calls saw.
 struct async_acks {
   explicit async_acks(int n)
-    : version_of(static_cast<std::size_t>(n), 0),
-      error_of(static_cast<std::size_t>(n)),
-      calls(static_cast<std::size_t>(n)),
-      pending(n) {}
+    : version_of(static_cast<std::size_t>(n), 0), error_of(static_cast<std::size_t>(n)),
+      calls(static_cast<std::size_t>(n)), pending(n) {}
   std::vector<std::uint64_t> version_of;
   std::vector<std::string> error_of;
   std::vector<std::atomic<int>> calls;
@@ -116,8 +114,7 @@ void join_all(std::vector<std::thread>& ts) {
 
 TEST_SUITE_BEGIN("concurrency");
 
-TEST_CASE_TEMPLATE("64 threads appending to one session lose nothing", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("64 threads appending to one session lose nothing", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "hot");
@@ -140,8 +137,8 @@ TEST_CASE_TEMPLATE("64 threads appending to one session lose nothing", S,
       gate.wait();
       for (int i = 0; i < per_thread; ++i) {
         std::string id = "t" + std::to_string(k) + "-" + std::to_string(i);
-        auto r = e.append_event(
-          append_req(ref, make_event(json{{"t" + std::to_string(k), i}}, id)));
+        auto r =
+          e.append_event(append_req(ref, make_event(json{{"t" + std::to_string(k), i}}, id)));
         if (!r.ok()) {
           f.add(id + ": " + describe(r));
           continue;
@@ -179,8 +176,7 @@ TEST_CASE_TEMPLATE("64 threads appending to one session lose nothing", S,
     std::uint64_t prev = 0;
     for (const auto& a : acks[k]) {
       versions.push_back(a.version);
-      if (a.version == 0 || a.version > s.events.size()
-          || s.events[a.version - 1].id != a.id)
+      if (a.version == 0 || a.version > s.events.size() || s.events[a.version - 1].id != a.id)
         ++misplaced;
       if (a.version <= prev)
         ++out_of_call_order;
@@ -211,8 +207,7 @@ TEST_CASE_TEMPLATE("64 threads appending to one session lose nothing", S,
   CHECK(order_violations == 0);
 }
 
-TEST_CASE_TEMPLATE("16 concurrent creates of one id: exactly one succeeds", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("16 concurrent creates of one id: exactly one succeeds", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   constexpr int threads = 16;
@@ -229,8 +224,7 @@ TEST_CASE_TEMPLATE("16 concurrent creates of one id: exactly one succeeds", S,
         gate.wait();
         // Some spell the id with surrounding blanks: the trimmed id counts.
         std::string spelled = (k % 3 == 0) ? " " + id + " " : id;
-        auto r = e.create_session(
-          create_req("app", "u", spelled, json{{"winner", k}}));
+        auto r = e.create_session(create_req("app", "u", spelled, json{{"winner", k}}));
         codes[k] = r.code();
         messages[k] = describe(r);
       });
@@ -277,8 +271,8 @@ TEST_CASE_TEMPLATE("the last committed write to a shared key wins", S, STORES) {
       auto s = get_existing(e, r);
       if (!has_key(s.state, key) || s.state[key] != want) {
         if (wrong++ == 0)
-          mismatch = r.session_id + " shows " + key + " = "
-                     + s.state.value(key, json()).dump() + ", want " + want.dump();
+          mismatch = r.session_id + " shows " + key + " = " + s.state.value(key, json()).dump()
+            + ", want " + want.dump();
       }
     }
     return wrong;
@@ -308,8 +302,8 @@ TEST_CASE_TEMPLATE("the last committed write to a shared key wins", S, STORES) {
           gate.wait();
           for (int i = k; i < sessions; i += threads) {
             std::string v = "w" + std::to_string(wave) + "-s" + std::to_string(i);
-            auto r = e.append_event(
-              append_req(refs[i], make_event(json{{"user:x", v}, {"app:y", v}})));
+            auto r =
+              e.append_event(append_req(refs[i], make_event(json{{"user:x", v}, {"app:y", v}})));
             if (!r.ok())
               f.add(v + ": " + describe(r));
           }
@@ -341,8 +335,7 @@ TEST_CASE_TEMPLATE("the last committed write to a shared key wins", S, STORES) {
   }
 }
 
-TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   constexpr int writers = 2;
@@ -378,9 +371,10 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
       const auto& ref = refs[w];
       const std::string app_key = "n_" + users[w];
       for (int i = 1; i <= per_writer; ++i) {
-        auto r = e.append_event(append_req(
-          ref, make_event(json{{"n", i}, {"user:n", i}, {"app:" + app_key, i}},
-                          "w" + std::to_string(w) + "-" + std::to_string(i))));
+        auto r =
+          e.append_event(append_req(ref,
+                                    make_event(json{{"n", i}, {"user:n", i}, {"app:" + app_key, i}},
+                                               "w" + std::to_string(w) + "-" + std::to_string(i))));
         if (!r.ok()) {
           f.add("writer append: " + describe(r));
           break;
@@ -397,8 +391,8 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
                   + (g.ok() && g.value() ? std::to_string(g.value()->version) : describe(g)));
           auto us = e.get_user_state("app", users[w]);
           if (!us.ok() || us.value().value("n", json()) != json(i))
-            f.add("writer read-your-writes: user state at " + std::to_string(i)
-                  + " -> " + (us.ok() ? us.value().dump() : describe(us)));
+            f.add("writer read-your-writes: user state at " + std::to_string(i) + " -> "
+                  + (us.ok() ? us.value().dump() : describe(us)));
           auto as = e.get_app_state("app");
           if (!as.ok() || as.value().value(app_key, json()) != json(i))
             f.add("writer read-your-writes: app state " + app_key + " after append "
@@ -437,9 +431,8 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
             return;
           }
           const session& s = *g.value();
-          const std::string who = "reader " + std::to_string(rd) + " on "
-                                  + users[w] + " at version "
-                                  + std::to_string(s.version) + ": ";
+          const std::string who = "reader " + std::to_string(rd) + " on " + users[w]
+            + " at version " + std::to_string(s.version) + ": ";
           const std::uint64_t v = s.version;
           if (v < last_seen[w])
             f.add(who + "version went back from " + std::to_string(last_seen[w]));
@@ -464,11 +457,11 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
             f.add(who + "app:n = " + s.state.value("app:n_" + users[w], json()).dump());
           for (std::size_t j = 0; j < s.events.size(); ++j) {
             const std::uint64_t version_of_j = v - s.events.size() + 1 + j;
-            const std::string want_id = "w" + std::to_string(w) + "-"
-                                        + std::to_string(version_of_j);
+            const std::string want_id =
+              "w" + std::to_string(w) + "-" + std::to_string(version_of_j);
             if (s.events[j].id != want_id) {
-              f.add(who + "event " + std::to_string(j) + " is " + s.events[j].id
-                    + ", want " + want_id);
+              f.add(who + "event " + std::to_string(j) + " is " + s.events[j].id + ", want "
+                    + want_id);
               break;
             }
           }
@@ -488,8 +481,7 @@ TEST_CASE_TEMPLATE("readers see consistent snapshots while writers append", S,
   }
 }
 
-TEST_CASE_TEMPLATE("concurrent conditional appends win each version once", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("concurrent conditional appends win each version once", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "cas");
@@ -512,12 +504,11 @@ TEST_CASE_TEMPLATE("concurrent conditional appends win each version once", S,
           return;
         }
         std::string id = "k" + std::to_string(k) + "-" + std::to_string(attempts);
-        auto r = e.append_event(
-          append_req(ref, make_event(json{{"last", k}}, id), expected));
+        auto r = e.append_event(append_req(ref, make_event(json{{"last", k}}, id), expected));
         if (r.ok()) {
           if (r->version != expected + 1)
-            f.add(id + ": expected " + std::to_string(expected)
-                  + " acknowledged as version " + std::to_string(r->version));
+            f.add(id + ": expected " + std::to_string(expected) + " acknowledged as version "
+                  + std::to_string(r->version));
           won[k].push_back(r->version);
           expected = r->version;
         } else if (r.code() == errc::version_conflict) {
@@ -555,8 +546,7 @@ TEST_CASE_TEMPLATE("concurrent conditional appends win each version once", S,
   MESSAGE("conflicts: ", conflicts.load());
 }
 
-TEST_CASE_TEMPLATE("async appends from one thread apply in call order", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("async appends from one thread apply in call order", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "async");
@@ -566,24 +556,22 @@ TEST_CASE_TEMPLATE("async appends from one thread apply in call order", S,
   // callbacks may still run after this scope is gone.
   auto sh = std::make_shared<async_acks>(n);
   for (int i = 0; i < n; ++i) {
-    e.append_event(
-      append_req(ref, make_event(json{{"i", i}}, "a" + std::to_string(i))),
-      [sh, i](result<append_result> r) {
-        if (sh->calls[i].fetch_add(1) != 0)
-          return; // counted as an extra call below
-        if (r.ok())
-          sh->version_of[i] = r->version;
-        else
-          sh->error_of[i] = describe(r);
-        std::lock_guard<std::mutex> guard(sh->mtx);
-        if (--sh->pending == 0)
-          sh->cv.notify_all();
-      });
+    e.append_event(append_req(ref, make_event(json{{"i", i}}, "a" + std::to_string(i))),
+                   [sh, i](result<append_result> r) {
+                     if (sh->calls[i].fetch_add(1) != 0)
+                       return; // counted as an extra call below
+                     if (r.ok())
+                       sh->version_of[i] = r->version;
+                     else
+                       sh->error_of[i] = describe(r);
+                     std::lock_guard<std::mutex> guard(sh->mtx);
+                     if (--sh->pending == 0)
+                       sh->cv.notify_all();
+                   });
   }
   {
     std::unique_lock<std::mutex> lock(sh->mtx);
-    REQUIRE(sh->cv.wait_for(lock, std::chrono::seconds(30),
-                            [&] { return sh->pending == 0; }));
+    REQUIRE(sh->cv.wait_for(lock, std::chrono::seconds(30), [&] { return sh->pending == 0; }));
   }
   int wrong_version = 0, errors = 0, extra_calls = 0;
   std::string first_error;
@@ -610,8 +598,7 @@ TEST_CASE_TEMPLATE("async appends from one thread apply in call order", S,
   CHECK(event_ids(s.events) == ids);
 }
 
-TEST_CASE_TEMPLATE("blocking callers each get their own answer whatever spin_wait is", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("blocking callers each get their own answer whatever spin_wait is", S, STORES) {
   // One waiter per engine polls (up to spin_wait), the others sleep; with a
   // 10 ms budget the poller catches its answer while polling, with 0 nobody
   // polls. A crossed or lost answer shows as a wrong id or version, or a hang.
@@ -637,8 +624,7 @@ TEST_CASE_TEMPLATE("blocking callers each get their own answer whatever spin_wai
           if (!r.ok())
             f.add(id + ": " + describe(r));
           else if (r->ev.id != id || r->version != static_cast<std::uint64_t>(i + 1))
-            f.add(id + ": answered with " + r->ev.id + " at version "
-                  + std::to_string(r->version));
+            f.add(id + ": answered with " + r->ev.id + " at version " + std::to_string(r->version));
           auto g = e.get_user_state("app", "u" + std::to_string(k % 2));
           if (!g.ok())
             f.add(id + ": get_user_state: " + describe(g));
@@ -649,9 +635,9 @@ TEST_CASE_TEMPLATE("blocking callers each get their own answer whatever spin_wai
     join_all(ts);
     CHECK_NO_FAILURES(f);
     for (int k = 0; k < threads; ++k)
-      CHECK(get_existing(e, sref("app", "u" + std::to_string(k % 2), "s" + std::to_string(k)))
-              .version
-            == per_thread);
+      CHECK(
+        get_existing(e, sref("app", "u" + std::to_string(k % 2), "s" + std::to_string(k))).version
+        == per_thread);
   }
 }
 
@@ -685,26 +671,24 @@ TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers park
       std::this_thread::sleep_for(std::chrono::milliseconds(b % 2 ? 3 : 12));
       for (int k = 0; k < sessions; ++k) {
         int i = b * sessions + k;
-        e.append_event(
-          append_req(sref("app", "u", "b" + std::to_string(k)),
-                     make_event(json{{"b", b}}, "e" + std::to_string(i))),
-          [sh, i](result<append_result> r) {
-            if (sh->calls[i].fetch_add(1) != 0)
-              return;
-            if (r.ok())
-              sh->version_of[i] = r->version;
-            else
-              sh->error_of[i] = describe(r);
-            std::lock_guard<std::mutex> guard(sh->mtx);
-            --sh->pending;
-            sh->cv.notify_all();
-          });
+        e.append_event(append_req(sref("app", "u", "b" + std::to_string(k)),
+                                  make_event(json{{"b", b}}, "e" + std::to_string(i))),
+                       [sh, i](result<append_result> r) {
+                         if (sh->calls[i].fetch_add(1) != 0)
+                           return;
+                         if (r.ok())
+                           sh->version_of[i] = r->version;
+                         else
+                           sh->error_of[i] = describe(r);
+                         std::lock_guard<std::mutex> guard(sh->mtx);
+                         --sh->pending;
+                         sh->cv.notify_all();
+                       });
       }
       std::unique_lock<std::mutex> lock(sh->mtx);
       // Each burst is answered before the next pause begins.
-      REQUIRE(sh->cv.wait_for(lock, std::chrono::seconds(30), [&] {
-        return sh->pending == (bursts - b - 1) * sessions;
-      }));
+      REQUIRE(sh->cv.wait_for(lock, std::chrono::seconds(30),
+                              [&] { return sh->pending == (bursts - b - 1) * sessions; }));
     }
     for (int i = 0; i < sessions * bursts; ++i) {
       CAPTURE(i);

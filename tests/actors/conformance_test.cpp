@@ -26,16 +26,14 @@ namespace {
 /// Appends `n` events with ids prefix0..prefix{n-1}, each setting "i" = index,
 /// with timestamps base, base+1, ... (or absent when base < 0).
 std::vector<append_result> append_n(engine& e, const session_ref& ref, int n,
-                                    const std::string& prefix,
-                                    double base = -1) {
+                                    const std::string& prefix, double base = -1) {
   std::vector<append_result> out;
   out.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     std::optional<double> ts;
     if (base >= 0)
       ts = base + i;
-    out.push_back(append_ok(
-      e, ref, make_event(json{{"i", i}}, prefix + std::to_string(i), ts)));
+    out.push_back(append_ok(e, ref, make_event(json{{"i", i}}, prefix + std::to_string(i), ts)));
   }
   return out;
 }
@@ -78,8 +76,7 @@ TEST_SUITE_BEGIN("conformance");
 
 // -- data model ------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("D1 a session is identified by app, user and session id",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("D1 a session is identified by app, user and session id", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto a = sref("app1", "u1", "s");
@@ -115,8 +112,7 @@ TEST_CASE_TEMPLATE("D1 a session is identified by app, user and session id",
   CHECK_FALSE(get_maybe(e, sref("app3", "u1", "s")).has_value());
 }
 
-TEST_CASE_TEMPLATE("D2 a session has state, events, last_update_time and version",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("D2 a session has state, events, last_update_time and version", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -145,19 +141,17 @@ TEST_CASE_TEMPLATE("D2 a session has state, events, last_update_time and version
   CHECK(s.last_update_time == 5002.0);
 }
 
-TEST_CASE_TEMPLATE("D3 every event field, known and unknown, round-trips", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("D3 every event field, known and unknown, round-trips", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
   MUST(e.create_session(create_req(ref)));
 
   SUBCASE("known and unknown fields, top level and inside actions") {
-    event ev = make_event(json{{"k", 1}, {"obj", json{{"a", json::array({1, 2})}}}},
-                          "evt-1", 1700000000.25, "inv-7", "model");
+    event ev = make_event(json{{"k", 1}, {"obj", json{{"a", json::array({1, 2})}}}}, "evt-1",
+                          1700000000.25, "inv-7", "model");
     ev.partial = false;
-    ev.content = json{{"role", "model"},
-                      {"parts", json::array({json{{"text", "hello \u00e9"}}})}};
+    ev.content = json{{"role", "model"}, {"parts", json::array({json{{"text", "hello \u00e9"}}})}};
     ev.actions.artifact_delta = json{{"report.txt", 3}};
     ev.actions.extra = json{{"escalate", true},
                             {"transfer_to_agent", "other"},
@@ -210,8 +204,7 @@ TEST_CASE_TEMPLATE("D3 every event field, known and unknown, round-trips", S,
   }
 }
 
-TEST_CASE_TEMPLATE("D4 timestamps are epoch doubles and may be equal", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("D4 timestamps are epoch doubles and may be equal", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -260,9 +253,8 @@ TEST_CASE_TEMPLATE("S1 a key's scope is its case-sensitive prefix", S, STORES) {
   auto b = sref("app", "u", "s2");
   MUST(e.create_session(create_req(a)));
   MUST(e.create_session(create_req(b)));
-  json delta = {{"App:x", 1},     {"USER:y", 2},      {"Temp:z", 3},
-                {"app:", 4},      {"app:user:w", 5},  {"user:app:v", 6},
-                {"plain", 7},     {"temp:t", 8}};
+  json delta = {{"App:x", 1},      {"USER:y", 2},     {"Temp:z", 3}, {"app:", 4},
+                {"app:user:w", 5}, {"user:app:v", 6}, {"plain", 7},  {"temp:t", 8}};
   auto r = append_ok(e, a, make_event(delta));
   json stored = delta;
   stored.erase("temp:t");
@@ -283,21 +275,18 @@ TEST_CASE_TEMPLATE("S2 reads merge app, user and session state", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto writer = sref("app", "u1", "writer");
-  auto same_user = sref("app", "u1", "quiet");  // created before the write
+  auto same_user = sref("app", "u1", "quiet"); // created before the write
   auto other_user = sref("app", "u2", "other");
   auto other_app = sref("app2", "u1", "elsewhere");
   MUST(e.create_session(create_req(same_user, json{{"mine", "q"}})));
   MUST(e.create_session(create_req(other_user)));
   MUST(e.create_session(create_req(other_app)));
   MUST(e.create_session(create_req(writer)));
-  append_ok(e, writer,
-            make_event(json{{"app:a", 1}, {"user:b", 2}, {"k", 3}}));
+  append_ok(e, writer, make_event(json{{"app:a", 1}, {"user:b", 2}, {"k", 3}}));
 
-  CHECK(get_existing(e, writer).state
-        == json{{"app:a", 1}, {"user:b", 2}, {"k", 3}});
+  CHECK(get_existing(e, writer).state == json{{"app:a", 1}, {"user:b", 2}, {"k", 3}});
   // The whole app and user state, not only keys this session wrote.
-  CHECK(get_existing(e, same_user).state
-        == json{{"app:a", 1}, {"user:b", 2}, {"mine", "q"}});
+  CHECK(get_existing(e, same_user).state == json{{"app:a", 1}, {"user:b", 2}, {"mine", "q"}});
   CHECK(get_existing(e, other_user).state == json{{"app:a", 1}});
   CHECK(get_existing(e, other_app).state == json::object());
 
@@ -310,13 +299,11 @@ TEST_CASE_TEMPLATE("S2 reads merge app, user and session state", S, STORES) {
 
   // Stored once: a write through another session updates every view.
   append_ok(e, same_user, make_event(json{{"app:a", 10}, {"user:b", 20}}));
-  CHECK(get_existing(e, writer).state
-        == json{{"app:a", 10}, {"user:b", 20}, {"k", 3}});
+  CHECK(get_existing(e, writer).state == json{{"app:a", 10}, {"user:b", 20}, {"k", 3}});
   CHECK(get_existing(e, other_user).state == json{{"app:a", 10}});
 }
 
-TEST_CASE_TEMPLATE("S3 values are replaced whole and null is a value", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("S3 values are replaced whole and null is a value", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -332,8 +319,7 @@ TEST_CASE_TEMPLATE("S3 values are replaced whole and null is a value", S,
   CHECK(user_state(e, "app", "u")["k"] == v2);
   CHECK(app_state(e, "app")["k"] == v2);
 
-  append_ok(e, ref, make_event(json{{"k", nullptr}, {"user:k", nullptr},
-                                    {"app:k", nullptr}}));
+  append_ok(e, ref, make_event(json{{"k", nullptr}, {"user:k", nullptr}, {"app:k", nullptr}}));
   s = get_existing(e, ref);
   REQUIRE(has_key(s.state, "k"));
   CHECK(s.state["k"].is_null());
@@ -354,8 +340,7 @@ TEST_CASE_TEMPLATE("S3 values are replaced whole and null is a value", S,
   CHECK(get_existing(e, ref).state["arr"] == json::array({4}));
 }
 
-TEST_CASE_TEMPLATE("S4 later events win; last committed shared write wins", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("S4 later events win; last committed shared write wins", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto a = sref("app", "u", "a");
@@ -391,8 +376,7 @@ TEST_CASE_TEMPLATE("S4 later events win; last committed shared write wins", S,
 
 // -- create_session ------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("C1 session ids are trimmed; blank ids are generated", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("C1 session ids are trimmed; blank ids are generated", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto s = MUST(e.create_session(create_req("app", "u", "  padded-id \t")));
@@ -400,10 +384,8 @@ TEST_CASE_TEMPLATE("C1 session ids are trimmed; blank ids are generated", S,
   auto got = get_existing(e, sref("app", "u", "padded-id"));
   CHECK(got.id == "padded-id");
   // The duplicate check uses the trimmed id.
-  CHECK_ERR(e.create_session(create_req("app", "u", "padded-id")),
-            errc::already_exists);
-  CHECK_ERR(e.create_session(create_req("app", "u", "\n padded-id  ")),
-            errc::already_exists);
+  CHECK_ERR(e.create_session(create_req("app", "u", "padded-id")), errc::already_exists);
+  CHECK_ERR(e.create_session(create_req("app", "u", "\n padded-id  ")), errc::already_exists);
 
   std::set<std::string> ids;
   const char* blanks[] = {"", " ", "   ", "\t", " \n "};
@@ -430,8 +412,7 @@ TEST_CASE_TEMPLATE("C1 session ids are trimmed; blank ids are generated", S,
   CHECK(ids.count("padded-id") == 0);
 }
 
-TEST_CASE_TEMPLATE("C2 a duplicate create fails and leaves the session untouched",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("C2 a duplicate create fails and leaves the session untouched", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "dup");
@@ -439,8 +420,8 @@ TEST_CASE_TEMPLATE("C2 a duplicate create fails and leaves the session untouched
   append_ok(e, ref, make_event(json{{"k", 2}}, "e1", 3000.0));
   auto before = get_existing(e, ref);
 
-  auto r = e.create_session(
-    create_req(ref, json{{"k", 99}, {"new", true}, {"user:u", 1}, {"app:a", 1}}));
+  auto r =
+    e.create_session(create_req(ref, json{{"k", 99}, {"new", true}, {"user:u", 1}, {"app:a", 1}}));
   CHECK_ERR(r, errc::already_exists);
 
   auto after = get_existing(e, ref);
@@ -458,8 +439,7 @@ TEST_CASE_TEMPLATE("C2 a duplicate create fails and leaves the session untouched
   MUST(e.create_session(create_req("app-other", "u", "dup")));
 }
 
-TEST_CASE_TEMPLATE("C3 initial state is routed by scope; temp: keys are dropped",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("C3 initial state is routed by scope; temp: keys are dropped", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto earlier = sref("app", "u", "earlier");
@@ -468,8 +448,8 @@ TEST_CASE_TEMPLATE("C3 initial state is routed by scope; temp: keys are dropped"
   MUST(e.create_session(create_req(other_user)));
 
   auto ref = sref("app", "u", "new");
-  auto s = MUST(e.create_session(create_req(
-    ref, json{{"k", 1}, {"user:u", 2}, {"app:a", 3}, {"temp:t", 4}})));
+  auto s = MUST(
+    e.create_session(create_req(ref, json{{"k", 1}, {"user:u", 2}, {"app:a", 3}, {"temp:t", 4}})));
   json merged = {{"k", 1}, {"user:u", 2}, {"app:a", 3}};
   CHECK(s.state == merged);
   CHECK(get_existing(e, ref).state == merged);
@@ -482,16 +462,13 @@ TEST_CASE_TEMPLATE("C3 initial state is routed by scope; temp: keys are dropped"
   CHECK(get_existing(e, ref).version == 0);
 }
 
-TEST_CASE_TEMPLATE("C4 create sets last_update_time to now and returns merged state",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("C4 create sets last_update_time to now and returns merged state", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto first = sref("app", "u", "first");
-  MUST(e.create_session(create_req(first, json{{"app:shared", "yes"},
-                                               {"user:mine", "u"}})));
+  MUST(e.create_session(create_req(first, json{{"app:shared", "yes"}, {"user:mine", "u"}})));
   double before = now_epoch();
-  auto s = MUST(e.create_session(create_req("app", "u", "second",
-                                            json{{"own", 1}})));
+  auto s = MUST(e.create_session(create_req("app", "u", "second", json{{"own", 1}})));
   double after = now_epoch();
   CHECK(s.last_update_time >= before - 1.0);
   CHECK(s.last_update_time <= after + 1.0);
@@ -500,14 +477,12 @@ TEST_CASE_TEMPLATE("C4 create sets last_update_time to now and returns merged st
   CHECK(s.app_name == "app");
   CHECK(s.user_id == "u");
   CHECK(s.id == "second");
-  CHECK(s.state
-        == json{{"own", 1}, {"app:shared", "yes"}, {"user:mine", "u"}});
+  CHECK(s.state == json{{"own", 1}, {"app:shared", "yes"}, {"user:mine", "u"}});
 }
 
 // -- get_session ---------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("G1 a missing session reads as null, not an error", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("G1 a missing session reads as null, not an error", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   MUST(e.create_session(create_req("app", "u", "exists")));
@@ -537,8 +512,7 @@ TEST_CASE_TEMPLATE("G2 events come back in append order", S, STORES) {
   CHECK(event_ids(s.events) == ids);
   CHECK(s.version == 20);
   auto last5 = get_existing(e, get_req(ref, 5));
-  CHECK(event_ids(last5.events)
-        == std::vector<std::string>(ids.end() - 5, ids.end()));
+  CHECK(event_ids(last5.events) == std::vector<std::string>(ids.end() - 5, ids.end()));
 }
 
 TEST_CASE_TEMPLATE("G3 num_recent_events selects the last n", S, STORES) {
@@ -605,8 +579,7 @@ TEST_CASE_TEMPLATE("G4 after_timestamp keeps events at or after t", S, STORES) {
   }
 }
 
-TEST_CASE_TEMPLATE("G5 both filters give the last n events at or after t", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("G5 both filters give the last n events at or after t", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -623,8 +596,7 @@ TEST_CASE_TEMPLATE("G5 both filters give the last n events at or after t", S,
   CHECK(ids(0, 10.0).empty());
 }
 
-TEST_CASE_TEMPLATE("G6 a last-10 read of a long session returns exactly the last 10",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("G6 a last-10 read of a long session returns exactly the last 10", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "long");
@@ -650,8 +622,7 @@ TEST_CASE_TEMPLATE("G6 a last-10 read of a long session returns exactly the last
 
 // -- list_sessions -------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("L1 list every user of an app, or one user; unknown is empty",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("L1 list every user of an app, or one user; unknown is empty", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   MUST(e.create_session(create_req("app", "u1", "a")));
@@ -665,14 +636,11 @@ TEST_CASE_TEMPLATE("L1 list every user of an app, or one user; unknown is empty"
     return ids;
   };
   CHECK(ids_of(list_all(e, "app")) == std::vector<std::string>{"a", "b", "c"});
-  CHECK(ids_of(list_all(e, "app", std::string("u1")))
-        == std::vector<std::string>{"a", "b"});
-  CHECK(ids_of(list_all(e, "app", std::string("u2")))
-        == std::vector<std::string>{"c"});
+  CHECK(ids_of(list_all(e, "app", std::string("u1"))) == std::vector<std::string>{"a", "b"});
+  CHECK(ids_of(list_all(e, "app", std::string("u2"))) == std::vector<std::string>{"c"});
   CHECK(ids_of(list_all(e, "app2")) == std::vector<std::string>{"d"});
 
-  for (const auto& req : {list_req("app", std::string("nobody")),
-                          list_req("no-such-app"),
+  for (const auto& req : {list_req("app", std::string("nobody")), list_req("no-such-app"),
                           list_req("no-such-app", std::string("u1"))}) {
     auto r = e.list_sessions(req);
     REQUIRE_OK(r);
@@ -685,8 +653,7 @@ TEST_CASE_TEMPLATE("L1 list every user of an app, or one user; unknown is empty"
   }
 }
 
-TEST_CASE_TEMPLATE("L2 listed sessions carry merged state, last_update_time, version",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("L2 listed sessions carry merged state, last_update_time, version", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto a = sref("app", "u", "a");
@@ -703,8 +670,7 @@ TEST_CASE_TEMPLATE("L2 listed sessions carry merged state, last_update_time, ver
     by_id[m.id] = m;
   REQUIRE(by_id.count("a") == 1);
   REQUIRE(by_id.count("b") == 1);
-  CHECK(by_id["a"].state
-        == json{{"own", "a"}, {"k", 4}, {"user:x", 2}, {"app:y", 3}});
+  CHECK(by_id["a"].state == json{{"own", "a"}, {"k", 4}, {"user:x", 2}, {"app:y", 3}});
   CHECK(by_id["b"].state == json{{"own", "b"}, {"user:x", 2}, {"app:y", 3}});
   CHECK(by_id["a"].version == 2);
   CHECK(by_id["b"].version == 0);
@@ -713,8 +679,7 @@ TEST_CASE_TEMPLATE("L2 listed sessions carry merged state, last_update_time, ver
   CHECK(by_id["b"].last_update_time == gb.last_update_time);
 }
 
-TEST_CASE_TEMPLATE("L3 list order is last_update_time then id, paged", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("L3 list order is last_update_time then id, paged", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   struct row {
@@ -830,8 +795,7 @@ TEST_CASE_TEMPLATE("L3 the default page size is 100", S, STORES) {
 
 // -- delete_session ------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("X1 delete removes the session and its events only", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("X1 delete removes the session and its events only", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "doomed");
@@ -845,8 +809,7 @@ TEST_CASE_TEMPLATE("X1 delete removes the session and its events only", S,
   MUST(e.delete_session(ref));
   CHECK_FALSE(get_maybe(e, ref).has_value());
   CHECK(session_ids(list_all(e, "app")) == std::vector<std::string>{"sibling"});
-  CHECK_ERR(e.append_event(append_req(ref, make_event(json{{"k", 3}}))),
-            errc::not_found);
+  CHECK_ERR(e.append_event(append_req(ref, make_event(json{{"k", 3}}))), errc::not_found);
   // App and user state outlive the session; the sibling is untouched.
   CHECK(user_state(e, "app", "u") == json{{"x", 2}});
   CHECK(app_state(e, "app") == json{{"y", 3}});
@@ -879,8 +842,7 @@ TEST_CASE_TEMPLATE("X1 delete removes the session and its events only", S,
 
 // -- append_event --------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("A1 a partial event is returned unchanged and not stored", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("A1 a partial event is returned unchanged and not stored", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -888,8 +850,7 @@ TEST_CASE_TEMPLATE("A1 a partial event is returned unchanged and not stored", S,
   append_ok(e, ref, make_event(json{{"k", 0}}, "first", 5000.0));
   auto before = get_existing(e, ref);
 
-  event p = make_event(json{{"k", 1}, {"user:x", 1}, {"app:y", 1}}, "chunk-1",
-                       9000.0);
+  event p = make_event(json{{"k", 1}, {"user:x", 1}, {"app:y", 1}}, "chunk-1", 9000.0);
   p.partial = true;
   p.content = json{{"text", "partial chunk"}};
   p.extra = json{{"custom", "kept"}};
@@ -926,15 +887,14 @@ TEST_CASE_TEMPLATE("A1 a partial event is returned unchanged and not stored", S,
   CHECK(get_existing(e, ref).state["k"] == 3);
 }
 
-TEST_CASE_TEMPLATE("A2 appending to a missing session is not_found with no effect",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("A2 appending to a missing session is not_found with no effect", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto existing = sref("app", "u1", "s");
   MUST(e.create_session(create_req(existing)));
   event ev = make_event(json{{"k", 1}, {"user:x", 1}, {"app:y", 1}}, "e1");
-  for (const auto& ref : {sref("app", "u1", "missing"), sref("app", "u2", "s"),
-                          sref("app-missing", "u1", "s")}) {
+  for (const auto& ref :
+       {sref("app", "u1", "missing"), sref("app", "u2", "s"), sref("app-missing", "u1", "s")}) {
     CHECK_ERR(e.append_event(append_req(ref, ev)), errc::not_found);
     CHECK_ERR(e.append_event(append_req(ref, ev, 0)), errc::not_found);
     CHECK_FALSE(get_maybe(e, ref).has_value());
@@ -950,8 +910,7 @@ TEST_CASE_TEMPLATE("A2 appending to a missing session is not_found with no effec
   CHECK(append_ok(e, existing, ev).version == 1);
 }
 
-TEST_CASE_TEMPLATE("A3 temp: keys live in the invocation and are never stored",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("A3 temp: keys live in the invocation and are never stored", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -963,9 +922,8 @@ TEST_CASE_TEMPLATE("A3 temp: keys live in the invocation and are never stored",
   };
 
   // Applied to the live invocation, stripped from the stored event.
-  auto r1 = append_ok(e, ref,
-                      make_event(json{{"temp:t", temp_marker}, {"k", session_marker}},
-                                 "e1", {}, "inv-A"));
+  auto r1 = append_ok(
+    e, ref, make_event(json{{"temp:t", temp_marker}, {"k", session_marker}}, "e1", {}, "inv-A"));
   CHECK(r1.ev.actions.state_delta == json{{"k", session_marker}});
   CHECK(r1.version == 1);
   CHECK(with_inv("inv-A")["temp:t"] == temp_marker);
@@ -1023,15 +981,15 @@ TEST_CASE_TEMPLATE("A3 temp: keys live in the invocation and are never stored",
     // store format that stops doing so fails here until the search is
     // replaced, instead of passing without looking.
     MUST(e.flush());
-    INFO("the session value ", session_marker, " is not in the store's files verbatim: "
+    INFO("the session value ", session_marker,
+         " is not in the store's files verbatim: "
          "the byte search for temp: values cannot see them");
     REQUIRE(any_file_contains(t.dir->path(), session_marker));
     CHECK_FALSE(any_file_contains(t.dir->path(), temp_marker));
   }
 }
 
-TEST_CASE_TEMPLATE("A4 the remaining delta is applied and stored without temp keys",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("A4 the remaining delta is applied and stored without temp keys", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -1051,8 +1009,7 @@ TEST_CASE_TEMPLATE("A4 the remaining delta is applied and stored without temp ke
   CHECK(app_state(e, "app") == json{{"a", 3}});
 }
 
-TEST_CASE_TEMPLATE("A5 last_update_time is the event timestamp; version counts events",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("A5 last_update_time is the event timestamp; version counts events", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ref = sref("app", "u", "s");
@@ -1103,8 +1060,8 @@ TEST_CASE_TEMPLATE("A6 re-appending a stored event id is idempotent", S, STORES)
   auto dedup_before = e.stats().deduplicated;
 
   // The retry differs in every field: the stored original wins.
-  event retry = make_event(json{{"k", 99}, {"user:x", 99}, {"app:y", 99}}, "e1",
-                           9999.0, "inv-9", "a9");
+  event retry =
+    make_event(json{{"k", 99}, {"user:x", 99}, {"app:y", 99}}, "e1", 9999.0, "inv-9", "a9");
   retry.extra = json{{"note", "retry"}};
   auto again = append_ok(e, ref, retry);
   check_same_event(again.ev, r1.ev);
@@ -1147,8 +1104,8 @@ TEST_CASE_TEMPLATE("A7 expected_version makes an append conditional", S, STORES)
   CHECK(r1.version == 1);
 
   for (std::uint64_t stale : {std::uint64_t{0}, std::uint64_t{2}, std::uint64_t{100}}) {
-    auto c = e.append_event(append_req(
-      ref, make_event(json{{"k", 99}, {"user:x", 99}, {"app:y", 99}}, "c"), stale));
+    auto c = e.append_event(
+      append_req(ref, make_event(json{{"k", 99}, {"user:x", 99}, {"app:y", 99}}, "c"), stale));
     CHECK_ERR(c, errc::version_conflict);
     if (!c.ok()) {
       REQUIRE(c.err().current_version.has_value());

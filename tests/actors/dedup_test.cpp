@@ -11,13 +11,16 @@ using namespace agentstate;
 
 namespace {
 
-std::string id_of(int i) { return "ev-" + std::to_string(i); }
+std::string id_of(int i) {
+  return "ev-" + std::to_string(i);
+}
 
 } // namespace
 
 TEST_CASE_TEMPLATE("dedup: after passivation any stored id answers with its own event", S,
                    test::memory_store, test::lmdb_store) {
-  auto t = test::open_engine(S::kind, [](options& o) { o.idle_timeout = std::chrono::milliseconds(50); });
+  auto t =
+    test::open_engine(S::kind, [](options& o) { o.idle_timeout = std::chrono::milliseconds(50); });
   auto& e = *t;
   auto ref = test::sref("app", "u", "s");
   MUST(e.create_session(test::create_req(ref)));

@@ -11,8 +11,8 @@ using namespace agentstate;
 
 namespace {
 
-event remove_event(std::vector<std::string> keys, json delta = json::object(),
-                   std::string id = {}, std::string inv = "inv-1") {
+event remove_event(std::vector<std::string> keys, json delta = json::object(), std::string id = {},
+                   std::string inv = "inv-1") {
   auto ev = test::make_event(std::move(delta), std::move(id), std::nullopt, std::move(inv));
   ev.actions.state_remove = std::move(keys);
   return ev;
@@ -26,8 +26,8 @@ TEST_CASE_TEMPLATE("S3 delete: state_remove deletes session, user: and app: keys
   engine& e = *t;
   auto a = test::sref("app", "u", "a");
   auto b = test::sref("app", "u", "b");
-  MUST(e.create_session(test::create_req(a, json{{"k", 1}, {"n", nullptr}, {"user:u", 2},
-                                                 {"app:g", 3}, {"keep", 4}})));
+  MUST(e.create_session(
+    test::create_req(a, json{{"k", 1}, {"n", nullptr}, {"user:u", 2}, {"app:g", 3}, {"keep", 4}})));
   MUST(e.create_session(test::create_req(b)));
   // A user-scope actor is live (it caches the scope) before the delete.
   CHECK(MUST(e.get_user_state("app", "u")).value("u", 0) == 2);
@@ -71,10 +71,10 @@ TEST_CASE_TEMPLATE("A3 delete: temp: removes affect only the live invocation", S
   engine& e = *t;
   auto a = test::sref("app", "u", "a");
   MUST(e.create_session(test::create_req(a)));
-  MUST(e.append_event(test::append_req(a, test::make_event(json{{"temp:t", 1}, {"temp:u", 2}},
-                                                           "e1", std::nullopt, "inv"))));
-  auto r = MUST(e.append_event(test::append_req(a, remove_event({"temp:t"}, json::object(), "e2",
-                                                                "inv"))));
+  MUST(e.append_event(test::append_req(
+    a, test::make_event(json{{"temp:t", 1}, {"temp:u", 2}}, "e1", std::nullopt, "inv"))));
+  auto r = MUST(
+    e.append_event(test::append_req(a, remove_event({"temp:t"}, json::object(), "e2", "inv"))));
   CHECK(r.ev.actions.state_remove.empty()); // stripped like temp: sets
   auto s = test::get_existing(e, test::get_req(a, std::nullopt, std::nullopt, "inv"));
   CHECK_FALSE(s.state.contains("temp:t"));
@@ -90,7 +90,8 @@ TEST_CASE("S3 delete survives a restart and is replayed from the stored event") 
   {
     auto e = std::move(engine::open(opts)).value();
     MUST(e->create_session(test::create_req(a, json{{"k", 1}, {"user:u", 2}})));
-    MUST(e->append_event(test::append_req(a, remove_event({"k", "user:u"}, json::object(), "del"))));
+    MUST(
+      e->append_event(test::append_req(a, remove_event({"k", "user:u"}, json::object(), "del"))));
     MUST(e->close());
   }
   auto e = std::move(engine::open(opts)).value();
@@ -98,7 +99,8 @@ TEST_CASE("S3 delete survives a restart and is replayed from the stored event") 
   CHECK(s.state == json::object());
   CHECK(s.version == 1);
   // A6: re-appending the delete is idempotent and returns the stored event.
-  auto again = MUST(e->append_event(test::append_req(a, remove_event({"k", "user:u"}, json::object(), "del"))));
+  auto again = MUST(
+    e->append_event(test::append_req(a, remove_event({"k", "user:u"}, json::object(), "del"))));
   CHECK(again.version == 1);
   CHECK(again.ev.actions.state_remove == std::vector<std::string>{"k", "user:u"});
 }

@@ -18,12 +18,12 @@ namespace {
 std::atomic<int> total_calls{0};
 
 void with_total(options& o) {
-  o.derived.push_back(derived_key{"total", {"price", "qty", "user:discount"},
-                                  [](const json& in) -> json {
-                                    total_calls.fetch_add(1);
-                                    double d = in.value("user:discount", 0.0);
-                                    return in.value("price", 0.0) * in.value("qty", 0) - d;
-                                  }});
+  o.derived.push_back(
+    derived_key{"total", {"price", "qty", "user:discount"}, [](const json& in) -> json {
+                  total_calls.fetch_add(1);
+                  double d = in.value("user:discount", 0.0);
+                  return in.value("price", 0.0) * in.value("qty", 0) - d;
+                }});
   o.derived.push_back(derived_key{"fragile", {"boom"}, [](const json& in) -> json {
                                     if (in.value("boom", false))
                                       throw std::runtime_error("fragile input");
@@ -106,15 +106,21 @@ TEST_CASE("N1 derived: engine::open refuses bad registrations") {
   CHECK(bad([&](options& o) { o.derived.push_back({"", {"a"}, fn}); }) == errc::invalid_argument);
   CHECK(bad([&](options& o) { o.derived.push_back({"x", {}, fn}); }) == errc::invalid_argument);
   CHECK(bad([&](options& o) { o.derived.push_back({"x", {"a"}, {}}); }) == errc::invalid_argument);
-  CHECK(bad([&](options& o) { o.derived.push_back({"x", {"temp:a"}, fn}); })
+  CHECK(bad([&](options& o) {
+          o.derived.push_back({"x", {"temp:a"}, fn});
+        })
         == errc::invalid_argument);
-  CHECK(bad([&](options& o) { o.derived.push_back({"x", {"derived:y"}, fn}); })
+  CHECK(bad([&](options& o) {
+          o.derived.push_back({"x", {"derived:y"}, fn});
+        })
         == errc::invalid_argument);
   CHECK(bad([&](options& o) {
           o.derived.push_back({"x", {"a"}, fn});
           o.derived.push_back({"x", {"b"}, fn});
         })
         == errc::invalid_argument);
-  CHECK(bad([&](options& o) { o.derived.push_back({"x", {"a", "user:b", "app:c"}, fn}); })
+  CHECK(bad([&](options& o) {
+          o.derived.push_back({"x", {"a", "user:b", "app:c"}, fn});
+        })
         == errc::ok);
 }

@@ -77,7 +77,7 @@ TEST_CASE("max_live_sessions bounds the live session actors; evicted sessions re
   options o = test::make_options(test::store_kind::lmdb, d.str());
   o.mode = durability::nosync;
   o.max_live_sessions = 640; // 10 per shard
-  o.idle_timeout = 60s;      // only eviction passivates here
+  o.idle_timeout = 60s; // only eviction passivates here
   auto opened = engine::open(o);
   REQUIRE(opened.ok());
   auto& e = **opened;

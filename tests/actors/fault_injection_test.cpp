@@ -44,10 +44,11 @@ outcome run_scenario(engine& e) {
   for (int i = 0; i < appends; ++i) {
     auto p = std::make_shared<std::promise<result<append_result>>>();
     acks.push_back(p->get_future());
-    e.append_event(test::append_req(ref_of(i), test::make_event(json{{"n", i}, {"user:last", i},
-                                                                     {"app:last", i}},
-                                                                "e" + std::to_string(i))),
-                   [p](result<append_result> r) { p->set_value(std::move(r)); });
+    e.append_event(
+      test::append_req(ref_of(i),
+                       test::make_event(json{{"n", i}, {"user:last", i}, {"app:last", i}},
+                                        "e" + std::to_string(i))),
+      [p](result<append_result> r) { p->set_value(std::move(r)); });
   }
   for (int i = 0; i < appends; ++i) {
     auto r = acks[i].get();
@@ -140,7 +141,7 @@ bool run_with_fault(test::store_kind kind, store::fault_target target, errc code
   for (auto [name, created] : {std::pair{"s1", out.s1_created}, std::pair{"s2", out.s2_created}}) {
     auto ref = test::sref("app", "u", name);
     if (!created)
-      (void) e.create_session(test::create_req(ref));
+      (void)e.create_session(test::create_req(ref));
     auto r = e.append_event(test::append_req(ref, test::make_event(json{{"alive", true}})));
     CHECK(r.ok());
   }
@@ -161,8 +162,8 @@ bool run_with_fault(test::store_kind kind, store::fault_target target, errc code
 
 } // namespace
 
-TEST_CASE_TEMPLATE("faults: every write call failing once or forever loses nothing acknowledged",
-                   S, test::memory_store, test::lmdb_store) {
+TEST_CASE_TEMPLATE("faults: every write call failing once or forever loses nothing acknowledged", S,
+                   test::memory_store, test::lmdb_store) {
   for (auto code : {errc::storage_full, errc::io_error}) {
     for (bool forever : {false, true}) {
       std::uint64_t n = 1;

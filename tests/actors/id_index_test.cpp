@@ -24,7 +24,9 @@ std::vector<std::uint64_t> candidates(const event_id_index& index, std::string_v
   return out;
 }
 
-std::uint64_t same_hash(std::string_view) { return 7; }
+std::uint64_t same_hash(std::string_view) {
+  return 7;
+}
 
 } // namespace
 

@@ -29,8 +29,7 @@ namespace {
 class probe {
 public:
   probe(engine& e, session_ref ref) : e_(e), ref_(std::move(ref)) {
-    MUST(e_.create_session(create_req(
-      ref_, json{{"seed", 1}, {"user:seed", 1}, {"app:seed", 1}})));
+    MUST(e_.create_session(create_req(ref_, json{{"seed", 1}, {"user:seed", 1}, {"app:seed", 1}})));
     append_ok(e_, ref_, make_event(json{{"k", 0}}, "probe-0", 1000.0));
     snap();
   }
@@ -76,10 +75,10 @@ private:
   json user_;
 };
 
-#define EXPECT_REFUSED(p, expr, code)                                          \
-  do {                                                                         \
-    INFO("refused at line ", __LINE__, ": " #expr);                            \
-    (p).refused((expr), (code));                                               \
+#define EXPECT_REFUSED(p, expr, code)                                                              \
+  do {                                                                                             \
+    INFO("refused at line ", __LINE__, ": " #expr);                                                \
+    (p).refused((expr), (code));                                                                   \
   } while (false)
 
 /// A value nested `depth` arrays deep: [[...[1]...]] (json_depth == depth).
@@ -108,8 +107,7 @@ std::size_t sessions_in(engine& e, const std::string& app) {
 
 TEST_SUITE_BEGIN("limits");
 
-TEST_CASE_TEMPLATE("names up to max_name_bytes are accepted, longer are too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("names up to max_name_bytes are accepted, longer are too_large", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   probe p(e, sref("probe-app", "u", "probe")); // shares no scope with below
@@ -120,9 +118,8 @@ TEST_CASE_TEMPLATE("names up to max_name_bytes are accepted, longer are too_larg
   const std::string e101 = repeat("\xc3\xa9", 51); // 51 chars, 102 bytes
 
   SUBCASE("at the limit") {
-    for (const auto& ref : {sref(n100, "u", "s"), sref("app", n100, "s"),
-                            sref("app", "u", n100), sref(n100, n100, n100),
-                            sref(e100, e100, e100)}) {
+    for (const auto& ref : {sref(n100, "u", "s"), sref("app", n100, "s"), sref("app", "u", n100),
+                            sref(n100, n100, n100), sref(e100, e100, e100)}) {
       auto c = MUST(e.create_session(create_req(ref, json{{"user:x", 1}, {"app:y", 2}})));
       CHECK(c.app_name == ref.app_name);
       CHECK(c.user_id == ref.user_id);
@@ -148,10 +145,9 @@ TEST_CASE_TEMPLATE("names up to max_name_bytes are accepted, longer are too_larg
     EXPECT_REFUSED(p, e.create_session(create_req("app", "u", n101)), errc::too_large);
     EXPECT_REFUSED(p, e.create_session(create_req(e101, "u", "s")), errc::too_large);
     EXPECT_REFUSED(p, e.create_session(create_req("app", e101, "s")), errc::too_large);
-    EXPECT_REFUSED(p,
-                   e.create_session(create_req("app", "u", e101,
-                                               json{{"user:leak", 1}, {"app:leak", 1}})),
-                   errc::too_large);
+    EXPECT_REFUSED(
+      p, e.create_session(create_req("app", "u", e101, json{{"user:leak", 1}, {"app:leak", 1}})),
+      errc::too_large);
     CHECK(sessions_in(e, "app") == before);
     CHECK(user_state(e, "app", "u") == json::object());
     CHECK(app_state(e, "app") == json::object());
@@ -161,17 +157,13 @@ TEST_CASE_TEMPLATE("names up to max_name_bytes are accepted, longer are too_larg
     // NOTE: limits are checked up front (docs/architecture.md: the session actor checks before any
     // store access), so an over-long name is too_large, not not_found.
     event ev = make_event(json{{"user:leak", 1}, {"app:leak", 1}}, "x");
-    EXPECT_REFUSED(p, e.append_event(append_req(sref(n101, "u", "probe"), ev)),
-                   errc::too_large);
-    EXPECT_REFUSED(p, e.append_event(append_req(sref("app", n101, "probe"), ev)),
-                   errc::too_large);
-    EXPECT_REFUSED(p, e.append_event(append_req(sref("app", "u", n101), ev)),
-                   errc::too_large);
+    EXPECT_REFUSED(p, e.append_event(append_req(sref(n101, "u", "probe"), ev)), errc::too_large);
+    EXPECT_REFUSED(p, e.append_event(append_req(sref("app", n101, "probe"), ev)), errc::too_large);
+    EXPECT_REFUSED(p, e.append_event(append_req(sref("app", "u", n101), ev)), errc::too_large);
   }
 }
 
-TEST_CASE_TEMPLATE("empty names and names with NUL bytes are invalid_argument", S,
-                   STORES) {
+TEST_CASE_TEMPLATE("empty names and names with NUL bytes are invalid_argument", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
@@ -182,35 +174,27 @@ TEST_CASE_TEMPLATE("empty names and names with NUL bytes are invalid_argument", 
 
   EXPECT_REFUSED(p, e.create_session(create_req("", "u", "s")), errc::invalid_argument);
   EXPECT_REFUSED(p, e.create_session(create_req("app", "", "s")), errc::invalid_argument);
-  EXPECT_REFUSED(p, e.create_session(create_req(nul_app, "u", "s")),
-                 errc::invalid_argument);
-  EXPECT_REFUSED(p, e.create_session(create_req("app", nul_user, "s")),
-                 errc::invalid_argument);
-  EXPECT_REFUSED(p, e.create_session(create_req("app", "u", nul_id)),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(p, e.create_session(create_req(nul_app, "u", "s")), errc::invalid_argument);
+  EXPECT_REFUSED(p, e.create_session(create_req("app", nul_user, "s")), errc::invalid_argument);
+  EXPECT_REFUSED(p, e.create_session(create_req("app", "u", nul_id)), errc::invalid_argument);
   CHECK(sessions_in(e, "app") == before);
 
   event ev = make_event(json{{"user:leak", 1}, {"app:leak", 1}, {"k", "leak"}}, "x");
-  EXPECT_REFUSED(p, e.append_event(append_req(sref("", "u", "probe"), ev)),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(p, e.append_event(append_req(sref("", "u", "probe"), ev)), errc::invalid_argument);
   EXPECT_REFUSED(p, e.append_event(append_req(sref("app", "", "probe"), ev)),
                  errc::invalid_argument);
   EXPECT_REFUSED(p, e.append_event(append_req(sref("app", "u", nul_id), ev)),
                  errc::invalid_argument);
   // NOTE: an empty session id can never name a session (create generates
   // one), so an append to it is a bad argument rather than not_found.
-  EXPECT_REFUSED(p, e.append_event(append_req(sref("app", "u", ""), ev)),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(p, e.append_event(append_req(sref("app", "u", ""), ev)), errc::invalid_argument);
   // NOTE: get_session documents only invalid_argument; an empty app or user
   // is that, not a missing session.
-  EXPECT_REFUSED(p, e.get_session(get_req(sref("", "u", "probe"))),
-                 errc::invalid_argument);
-  EXPECT_REFUSED(p, e.get_session(get_req(sref("app", "", "probe"))),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(p, e.get_session(get_req(sref("", "u", "probe"))), errc::invalid_argument);
+  EXPECT_REFUSED(p, e.get_session(get_req(sref("app", "", "probe"))), errc::invalid_argument);
 }
 
-TEST_CASE_TEMPLATE("event ids up to 128 bytes are accepted, longer are too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("event ids up to 128 bytes are accepted, longer are too_large", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
@@ -228,18 +212,15 @@ TEST_CASE_TEMPLATE("event ids up to 128 bytes are accepted, longer are too_large
   CHECK(s.events.back().id == id128);
   p.resync();
 
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 129}, {"user:leak", 1}}, id129))),
-                 errc::too_large);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 129}}, repeat("\xc3\xa9", 65)))),
-                 errc::too_large); // 65 chars, 130 bytes
+  EXPECT_REFUSED(
+    p, e.append_event(append_req(p.ref(), make_event(json{{"k", 129}, {"user:leak", 1}}, id129))),
+    errc::too_large);
+  EXPECT_REFUSED(
+    p, e.append_event(append_req(p.ref(), make_event(json{{"k", 129}}, repeat("\xc3\xa9", 65)))),
+    errc::too_large); // 65 chars, 130 bytes
 }
 
-TEST_CASE_TEMPLATE("state keys up to 200 bytes are accepted, longer are too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("state keys up to 200 bytes are accepted, longer are too_large", S, STORES) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
@@ -265,18 +246,15 @@ TEST_CASE_TEMPLATE("state keys up to 200 bytes are accepted, longer are too_larg
 
   EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{k201, 1}}))),
                  errc::too_large);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(p.ref(), make_event(json{{"ok", 1}, {u201, 1}}))),
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{"ok", 1}, {u201, 1}}))),
                  errc::too_large);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(p.ref(), make_event(json{{"ok", 1}, {a201, 1}}))),
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{"ok", 1}, {a201, 1}}))),
                  errc::too_large);
 
   // The same limit on a create's initial state.
   const auto before = sessions_in(e, "app");
   EXPECT_REFUSED(p,
-                 e.create_session(create_req("app", "u", "new",
-                                             json{{"user:leak", 1}, {k201, 1}})),
+                 e.create_session(create_req("app", "u", "new", json{{"user:leak", 1}, {k201, 1}})),
                  errc::too_large);
   CHECK(sessions_in(e, "app") == before);
   CHECK_FALSE(get_maybe(e, sref("app", "u", "new")).has_value());
@@ -284,8 +262,7 @@ TEST_CASE_TEMPLATE("state keys up to 200 bytes are accepted, longer are too_larg
   CHECK(c.state[k200] == 1);
 }
 
-TEST_CASE_TEMPLATE("events up to max_event_bytes are accepted, larger are too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("events up to max_event_bytes are accepted, larger are too_large", S, STORES) {
   auto t = open_engine(S::kind, [](options& o) { o.limits.max_event_bytes = 4096; });
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
@@ -309,8 +286,7 @@ TEST_CASE_TEMPLATE("events up to max_event_bytes are accepted, larger are too_la
   json many = json::object();
   for (int i = 0; i < 50; ++i)
     many["key" + std::to_string(i)] = bytes(100, 'm');
-  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(many, "many"))),
-                 errc::too_large);
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(many, "many"))), errc::too_large);
 
   event big_extra = make_event(json{{"k", 2}}, "big-extra");
   big_extra.extra = json{{"blob", bytes(4097, 'x')}};
@@ -325,8 +301,8 @@ TEST_CASE_TEMPLATE("events up to max_event_bytes are accepted, larger are too_la
         == json{{"k", 3}});
 }
 
-TEST_CASE_TEMPLATE("state values up to max_value_bytes are accepted, larger are too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("state values up to max_value_bytes are accepted, larger are too_large", S,
+                   STORES) {
   auto t = open_engine(S::kind, [](options& o) { o.limits.max_value_bytes = 2048; });
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
@@ -337,25 +313,22 @@ TEST_CASE_TEMPLATE("state values up to max_value_bytes are accepted, larger are 
   REQUIRE(at_limit.dump().size() == 2048);
   REQUIRE(past_limit.dump().size() == 2049);
 
-  auto r = append_ok(e, p.ref(), make_event(json{{"k", at_limit}, {"user:k", at_limit},
-                                                 {"app:k", at_limit}}));
+  auto r = append_ok(e, p.ref(),
+                     make_event(json{{"k", at_limit}, {"user:k", at_limit}, {"app:k", at_limit}}));
   CHECK(get_existing(e, p.ref()).state["k"] == at_limit);
   CHECK(user_state(e, "app", "u")["k"] == at_limit);
   p.resync();
 
   EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{"k", past_limit}}))),
                  errc::too_large);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 1}, {"user:k", past_limit}}))),
-                 errc::too_large);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 1}, {"app:k", past_limit}}))),
-                 errc::too_large);
+  EXPECT_REFUSED(
+    p, e.append_event(append_req(p.ref(), make_event(json{{"k", 1}, {"user:k", past_limit}}))),
+    errc::too_large);
+  EXPECT_REFUSED(
+    p, e.append_event(append_req(p.ref(), make_event(json{{"k", 1}, {"app:k", past_limit}}))),
+    errc::too_large);
   // A string a little past the limit however it is counted.
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(p.ref(), make_event(json{{"k", bytes(2049, 's')}}))),
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{"k", bytes(2049, 's')}}))),
                  errc::too_large);
 
   const auto before = sessions_in(e, "app");
@@ -365,8 +338,8 @@ TEST_CASE_TEMPLATE("state values up to max_value_bytes are accepted, larger are 
   MUST(e.create_session(create_req("app", "u", "new", json{{"k", at_limit}})));
 }
 
-TEST_CASE_TEMPLATE("a create's state within max_state_bytes is accepted, over it too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("a create's state within max_state_bytes is accepted, over it too_large", S,
+                   STORES) {
   auto t = open_engine(S::kind, [](options& o) { o.limits.max_state_bytes = 4096; });
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
@@ -378,25 +351,25 @@ TEST_CASE_TEMPLATE("a create's state within max_state_bytes is accepted, over it
   json over = {{"k", bytes(4096 + 64, 's')}};
   REQUIRE(under.dump().size() == 4096 * 7 / 8);
   const auto before = sessions_in(e, "app");
-  EXPECT_REFUSED(p, e.create_session(create_req("app", "u", "over", over)),
-                 errc::too_large);
+  EXPECT_REFUSED(p, e.create_session(create_req("app", "u", "over", over)), errc::too_large);
   json spread = json::object(); // many small keys, over in total
   for (int i = 0; i < 60; ++i)
     spread["user:k" + std::to_string(i)] = bytes(100, 'z');
-  EXPECT_REFUSED(p, e.create_session(create_req("app", "u", "spread", spread)),
-                 errc::too_large);
+  EXPECT_REFUSED(p, e.create_session(create_req("app", "u", "spread", spread)), errc::too_large);
   CHECK(sessions_in(e, "app") == before);
   auto c = MUST(e.create_session(create_req("app", "u", "under", under)));
   CHECK(c.state["k"] == under["k"]);
 }
 
-TEST_CASE_TEMPLATE("json nesting up to max_json_depth is accepted, deeper is too_large",
-                   S, STORES) {
+TEST_CASE_TEMPLATE("json nesting up to max_json_depth is accepted, deeper is too_large", S,
+                   STORES) {
   // NOTE: the limit is on "any value": a state value or the content may be
   // max_json_depth deep although the event around it adds levels.
   std::size_t limit = 64;
   SUBCASE("default limit") {}
-  SUBCASE("configured limit") { limit = 8; }
+  SUBCASE("configured limit") {
+    limit = 8;
+  }
   auto t = open_engine(S::kind, [&](options& o) { o.limits.max_json_depth = limit; });
   auto& e = *t;
   CHECK(e.opts().limits.max_json_depth == limit);
@@ -414,8 +387,7 @@ TEST_CASE_TEMPLATE("json nesting up to max_json_depth is accepted, deeper is too
   CHECK_OK(e.create_session(create_req("app", "u", "deep-ok", json{{"k", nested(limit)}})));
   p.resync();
 
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(p.ref(), make_event(json{{"k", nested(limit + 1)}}))),
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{"k", nested(limit + 1)}}))),
                  errc::too_large);
   EXPECT_REFUSED(p,
                  e.append_event(append_req(
@@ -435,8 +407,7 @@ TEST_CASE_TEMPLATE("json nesting up to max_json_depth is accepted, deeper is too
 
   const auto before = sessions_in(e, "app");
   EXPECT_REFUSED(p,
-                 e.create_session(create_req("app", "u", "deep",
-                                             json{{"k", nested(limit + 1)}})),
+                 e.create_session(create_req("app", "u", "deep", json{{"k", nested(limit + 1)}})),
                  errc::too_large);
   CHECK(sessions_in(e, "app") == before);
 }
@@ -446,8 +417,7 @@ TEST_CASE_TEMPLATE("negative num_recent_events is invalid_argument", S, STORES) 
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
   EXPECT_REFUSED(p, e.get_session(get_req(p.ref(), -1)), errc::invalid_argument);
-  EXPECT_REFUSED(p,
-                 e.get_session(get_req(p.ref(), std::numeric_limits<std::int64_t>::min())),
+  EXPECT_REFUSED(p, e.get_session(get_req(p.ref(), std::numeric_limits<std::int64_t>::min())),
                  errc::invalid_argument);
   EXPECT_REFUSED(p, e.get_session(get_req(p.ref(), -1, 5.0)), errc::invalid_argument);
   // Large positive counts are fine.
@@ -466,10 +436,10 @@ TEST_CASE_TEMPLATE("invalid UTF-8 is invalid_argument", S, STORES) {
                  errc::invalid_argument);
   EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{"k", truncated}}))),
                  errc::invalid_argument);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 1}, {"user:k", json::array({bad})}}))),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(
+    p,
+    e.append_event(append_req(p.ref(), make_event(json{{"k", 1}, {"user:k", json::array({bad})}}))),
+    errc::invalid_argument);
   EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json{{bad, 1}}))),
                  errc::invalid_argument);
   event bad_content = make_event(json{{"k", 1}});
@@ -491,26 +461,23 @@ TEST_CASE_TEMPLATE("values of the wrong type are invalid_argument", S, STORES) {
   auto& e = *t;
   probe p(e, sref("app", "u", "probe"));
 
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(p.ref(), make_event(json::array({1, 2})))),
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json::array({1, 2})))),
                  errc::invalid_argument);
   EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), make_event(json("k=1")))),
                  errc::invalid_argument);
   event bad_artifacts = make_event(json{{"k", 1}});
   bad_artifacts.actions.artifact_delta = json::array({"f.txt"});
   // NOTE: artifact_delta is an object in docs/protocol.md like state_delta.
-  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), bad_artifacts)),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(p, e.append_event(append_req(p.ref(), bad_artifacts)), errc::invalid_argument);
   // NOTE: a timestamp must be an epoch double that JSON can carry (D4).
   EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 1}}, "", std::nan("")))),
+                 e.append_event(append_req(p.ref(), make_event(json{{"k", 1}}, "", std::nan("")))),
                  errc::invalid_argument);
-  EXPECT_REFUSED(p,
-                 e.append_event(append_req(
-                   p.ref(), make_event(json{{"k", 1}}, "",
-                                       std::numeric_limits<double>::infinity()))),
-                 errc::invalid_argument);
+  EXPECT_REFUSED(
+    p,
+    e.append_event(
+      append_req(p.ref(), make_event(json{{"k", 1}}, "", std::numeric_limits<double>::infinity()))),
+    errc::invalid_argument);
 
   const auto before = sessions_in(e, "app");
   EXPECT_REFUSED(p, e.create_session(create_req("app", "u", "new", json::array({1}))),

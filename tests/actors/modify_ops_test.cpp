@@ -41,9 +41,8 @@ TEST_CASE_TEMPLATE("modify_ops: increment, append, merge, set_if_absent and comp
   auto t = test::open_engine(S::kind);
   engine& e = *t;
   auto ref = test::sref("app", "u", "s");
-  MUST(e.create_session(test::create_req(ref, json{{"list", json::array({1})},
-                                                  {"obj", {{"a", 1}, {"b", 2}}},
-                                                  {"user:n", 5}})));
+  MUST(e.create_session(test::create_req(
+    ref, json{{"list", json::array({1})}, {"obj", {{"a", 1}, {"b", 2}}}, {"user:n", 5}})));
   using namespace modify_ops;
   auto r = append_ops(e, ref,
                       {increment("user:n", 2), increment("app:f", 0.5), increment("fresh", 3),
@@ -111,8 +110,8 @@ TEST_CASE_TEMPLATE("modify_ops: a key of the wrong type fails that append with "
   auto ref = test::sref("app", "u", "s");
   MUST(e.create_session(test::create_req(ref, json{{"str", "x"}, {"big", INT64_MAX}})));
   using namespace modify_ops;
-  for (auto op : {increment("str", 1), append("str", 1), merge("str", json{{"a", 1}}),
-                  increment("big", 1)}) {
+  for (auto op :
+       {increment("str", 1), append("str", 1), merge("str", json{{"a", 1}}), increment("big", 1)}) {
     auto r = try_ops(e, ref, {op});
     CHECK(r.code() == errc::invalid_argument);
     INFO(test::describe(r));
@@ -133,9 +132,9 @@ TEST_CASE_TEMPLATE("modify_ops: concurrent increments and appends from real thre
   for (int w = 0; w < threads; ++w)
     pool.emplace_back([&, w] {
       for (int k = 0; k < each; ++k) {
-        auto r = try_ops(e, test::sref("app", "u", "s" + std::to_string(w)),
-                         {modify_ops::increment("user:n", 1),
-                          modify_ops::append("app:seen", w * 1000 + k)});
+        auto r = try_ops(
+          e, test::sref("app", "u", "s" + std::to_string(w)),
+          {modify_ops::increment("user:n", 1), modify_ops::append("app:seen", w * 1000 + k)});
         if (!r.ok())
           failures.fetch_add(1);
       }

@@ -66,8 +66,7 @@ TEST_CASE_TEMPLATE("modify: applies after the event's own delta, in order, and t
   auto ref = test::sref("app", "u", "s");
   MUST(e.create_session(test::create_req(ref, json{{"x", 5}})));
   append_request req = test::append_req(ref, test::make_event(json{{"x", 10}}, "e1"));
-  req.modify = {add("x", 1),
-                state_modify{"x", 0, [](const json& v) { return v.get<int>() * 2; }},
+  req.modify = {add("x", 1), state_modify{"x", 0, [](const json& v) { return v.get<int>() * 2; }},
                 add("fresh", 7)};
   auto r = MUST(e.append_event(std::move(req)));
   CHECK(r.ev.actions.state_delta == json{{"x", 22}, {"fresh", 7}});
@@ -97,8 +96,9 @@ TEST_CASE_TEMPLATE("modify: a failing function fails that append alone; nothing 
   auto ref = test::sref("app", "u", "s");
   MUST(e.create_session(test::create_req(ref, json{{"user:n", 1}})));
   append_request bad = test::append_req(ref, test::make_event(json{{"a", 1}}, "bad"));
-  bad.modify = {add("user:n", 1),
-                state_modify{"b", 0, [](const json&) -> json { throw std::runtime_error("boom"); }}};
+  bad.modify = {add("user:n", 1), state_modify{"b", 0, [](const json&) -> json {
+                                                 throw std::runtime_error("boom");
+                                               }}};
   auto r = e.append_event(std::move(bad));
   REQUIRE_FALSE(r.ok());
   CHECK(r.code() == errc::invalid_argument);

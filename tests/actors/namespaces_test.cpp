@@ -14,9 +14,10 @@ TEST_CASE_TEMPLATE("N1 turn: keys live in the invocation and are never stored", 
   auto& e = *t;
   auto ref = test::sref("app", "u", "s");
   MUST(e.create_session(test::create_req(ref, json{{"turn:x", 1}})));
-  auto r = MUST(e.append_event(test::append_req(
-    ref, test::make_event(json{{"turn:t", 1}, {"session:s", 2}, {"bg:b", 3}}, "e1",
-                          std::nullopt, "inv"))));
+  auto r = MUST(e.append_event(
+    test::append_req(ref,
+                     test::make_event(json{{"turn:t", 1}, {"session:s", 2}, {"bg:b", 3}}, "e1",
+                                      std::nullopt, "inv"))));
   CHECK_FALSE(r.ev.actions.state_delta.contains("turn:t"));
   auto within = test::get_existing(e, test::get_req(ref, 0, std::nullopt, "inv"));
   CHECK(within.state.value("turn:t", 0) == 1);
@@ -26,8 +27,8 @@ TEST_CASE_TEMPLATE("N1 turn: keys live in the invocation and are never stored", 
   CHECK(outside.state.value("session:s", 0) == 2);
   CHECK(outside.state.value("bg:b", 0) == 3);
   MUST(e.end_invocation(ref, "inv"));
-  CHECK_FALSE(test::get_existing(e, test::get_req(ref, 0, std::nullopt, "inv"))
-                .state.contains("turn:t"));
+  CHECK_FALSE(
+    test::get_existing(e, test::get_req(ref, 0, std::nullopt, "inv")).state.contains("turn:t"));
 }
 
 TEST_CASE_TEMPLATE("N1 clients cannot write derived: keys", S, test::memory_store,

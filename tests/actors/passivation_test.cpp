@@ -25,8 +25,8 @@ TEST_CASE_TEMPLATE("passivation: idle actors go away after one to two idle perio
   t.run();
   MUST(std::move(created.get()));
   test::pending_call<append_result> appended;
-  e.append_event(test::append_req(ref, test::make_event(json{{"k", 1}, {"temp:t", 1}}, "e1",
-                                                        std::nullopt, "inv")),
+  e.append_event(test::append_req(
+                   ref, test::make_event(json{{"k", 1}, {"temp:t", 1}}, "e1", std::nullopt, "inv")),
                  appended.cb());
   test::pending_call<json> user, app;
   e.get_user_state("app", "u", user.cb());
@@ -73,8 +73,8 @@ TEST_CASE_TEMPLATE("passivation: idle actors go away after one to two idle perio
 
 TEST_CASE("passivation: a session with queued work or a held lease is never passivated "
           "(deterministic scheduler)") {
-  auto t = test::open_deterministic(test::store_kind::memory,
-                                    [](options& o) { o.idle_timeout = 1s; });
+  auto t =
+    test::open_deterministic(test::store_kind::memory, [](options& o) { o.idle_timeout = 1s; });
   auto& e = *t;
   auto ref = test::sref("app", "u", "s");
   test::pending_call<session> created, begun;

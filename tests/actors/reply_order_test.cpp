@@ -38,14 +38,15 @@ TEST_CASE_TEMPLATE("reply order: appends, reads of the live invocation and delet
   std::vector<result<std::optional<session>>> reads;
   std::vector<result<void>> deletes;
   for (int i = 1; i <= 5; ++i)
-    e.append_event(test::append_req(ref, test::make_event(json{{"n", i}, {"temp:x", i}},
-                                                          "e" + std::to_string(i), std::nullopt,
-                                                          "inv")),
+    e.append_event(test::append_req(ref,
+                                    test::make_event(json{{"n", i}, {"temp:x", i}},
+                                                     "e" + std::to_string(i), std::nullopt, "inv")),
                    record(order, i, appends));
   // A read naming the live invocation goes through the actor, at its turn.
   e.get_session(test::get_req(ref, std::nullopt, std::nullopt, "inv"), record(order, 6, reads));
   e.delete_session(ref, record(order, 7, deletes));
-  e.append_event(test::append_req(ref, test::make_event(json::object(), "late")), record(order, 8, appends));
+  e.append_event(test::append_req(ref, test::make_event(json::object(), "late")),
+                 record(order, 8, appends));
   t.run();
   CHECK(order == std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8});
   for (int i = 0; i < 5; ++i)

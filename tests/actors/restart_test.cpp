@@ -77,8 +77,8 @@ DOCTEST_TYPE_TO_STRING_AS("nosync", nosync_mode);
 
 TEST_SUITE_BEGIN("restart");
 
-TEST_CASE_TEMPLATE("restart keeps sessions, scopes, events, versions and times",
-                   M, sync_mode, nosync_mode) {
+TEST_CASE_TEMPLATE("restart keeps sessions, scopes, events, versions and times", M, sync_mode,
+                   nosync_mode) {
   temp_dir dir;
   const auto o = lmdb_options(dir.str(), M::mode);
   const std::vector<std::string> apps = {"app-a", "app-b"};
@@ -94,20 +94,19 @@ TEST_CASE_TEMPLATE("restart keeps sessions, scopes, events, versions and times",
         for (int k = 0; k < 2; ++k) {
           auto ref = sref(app, user, "s" + std::to_string(k));
           refs.push_back(ref);
-          MUST(e->create_session(create_req(
-            ref, json{{"init", key_of(ref)},
-                      {"user:created_" + ref.session_id, app},
-                      {"app:created_" + user + ref.session_id, k}})));
+          MUST(e->create_session(create_req(ref,
+                                            json{{"init", key_of(ref)},
+                                                 {"user:created_" + ref.session_id, app},
+                                                 {"app:created_" + user + ref.session_id, k}})));
           for (int i = 0; i < 5; ++i, ++seq) {
             std::optional<double> ts;
             if (i % 2 == 0)
               ts = 1.7e9 + seq + 0.125; // some explicit, some generated
-            event ev = make_event(
-              json{{"n", i},
-                   {"user:last_" + ref.session_id, seq},
-                   {"app:count_" + user + ref.session_id, i},
-                   {"temp:scratch", seq}},
-              key_of(ref) + "#" + std::to_string(i), ts, "inv-" + key_of(ref));
+            event ev = make_event(json{{"n", i},
+                                       {"user:last_" + ref.session_id, seq},
+                                       {"app:count_" + user + ref.session_id, i},
+                                       {"temp:scratch", seq}},
+                                  key_of(ref) + "#" + std::to_string(i), ts, "inv-" + key_of(ref));
             ev.content = json{{"parts", json::array({json{{"text", "t" + std::to_string(seq)}}})}};
             ev.actions.artifact_delta = json{{"f.txt", i}};
             ev.actions.extra = json{{"escalate", i == 4}};
@@ -177,8 +176,8 @@ TEST_CASE_TEMPLATE("restart keeps sessions, scopes, events, versions and times",
   MUST(e->close());
 }
 
-TEST_CASE_TEMPLATE("A6 re-appending a stored event id is idempotent across restart",
-                   M, sync_mode, nosync_mode) {
+TEST_CASE_TEMPLATE("A6 re-appending a stored event id is idempotent across restart", M, sync_mode,
+                   nosync_mode) {
   temp_dir dir;
   const auto o = lmdb_options(dir.str(), M::mode);
   const auto ref = sref("app", "u", "s");
@@ -229,8 +228,7 @@ TEST_CASE_TEMPLATE("A6 re-appending a stored event id is idempotent across resta
   }
 }
 
-TEST_CASE_TEMPLATE("the engine destructor closes like close()", M, sync_mode,
-                   nosync_mode) {
+TEST_CASE_TEMPLATE("the engine destructor closes like close()", M, sync_mode, nosync_mode) {
   temp_dir dir;
   const auto o = lmdb_options(dir.str(), M::mode);
   const auto ref = sref("app", "u", "s");
@@ -260,16 +258,13 @@ TEST_CASE("a store directory is opened once per process") {
   // A refused open must not release the first engine's lock.
   CHECK_ERR(engine::open(o), errc::unavailable);
   // Another spelling of the same directory is the same store.
-  CHECK_ERR(engine::open(lmdb_options(dir.str() + "/.", durability::nosync)),
-            errc::unavailable);
-  CHECK_ERR(engine::open(lmdb_options(dir.str() + "/", durability::sync)),
-            errc::unavailable);
+  CHECK_ERR(engine::open(lmdb_options(dir.str() + "/.", durability::nosync)), errc::unavailable);
+  CHECK_ERR(engine::open(lmdb_options(dir.str() + "/", durability::sync)), errc::unavailable);
   {
     temp_dir links;
     auto link = links.path() / "alias";
     std::filesystem::create_directory_symlink(dir.path(), link);
-    CHECK_ERR(engine::open(lmdb_options(link.string(), durability::nosync)),
-              errc::unavailable);
+    CHECK_ERR(engine::open(lmdb_options(link.string(), durability::nosync)), errc::unavailable);
   }
   CHECK_ERR(engine::open(o), errc::unavailable);
 
@@ -300,8 +295,7 @@ TEST_CASE("close is idempotent and refuses later work with unavailable") {
   CHECK_OK(e->close());
 
   CHECK_ERR(e->create_session(create_req("app", "u", "t")), errc::unavailable);
-  CHECK_ERR(e->append_event(append_req(ref, make_event(json{{"k", 2}}))),
-            errc::unavailable);
+  CHECK_ERR(e->append_event(append_req(ref, make_event(json{{"k", 2}}))), errc::unavailable);
   // NOTE: the header lists only invalid_argument for get_session, but close()
   // "refuses new work (unavailable)" and has released the store.
   CHECK_ERR(e->get_session(get_req(ref)), errc::unavailable);

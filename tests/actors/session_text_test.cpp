@@ -28,8 +28,8 @@ TEST_CASE_TEMPLATE("G1-G6: get_session_json equals the typed session, encoded", 
   test::test_engine t = test::open_engine(S::kind);
   engine& e = *t;
   auto ref = test::sref("app", "u\xc3\xa9", "s \"quoted\"");
-  MUST(e.create_session(test::create_req(ref, json{{"k", "v\n"}, {"user:lang", "en"},
-                                                   {"app:pi", 3.141592653589793}})));
+  MUST(e.create_session(
+    test::create_req(ref, json{{"k", "v\n"}, {"user:lang", "en"}, {"app:pi", 3.141592653589793}})));
   for (int i = 0; i < 30; ++i) {
     auto ev = test::make_event(json{{"step", i}, {"temp:t", i}, {"score", i * 0.1}},
                                "e" + std::to_string(i), 1000.0 + i * 0.25, "inv");
@@ -47,7 +47,7 @@ TEST_CASE_TEMPLATE("G1-G6: get_session_json equals the typed session, encoded", 
   reqs.push_back(test::get_req(ref, std::nullopt, 1005.0));
   reqs.push_back(test::get_req(ref, 3, 1002.0));
   reqs.push_back(test::get_req(ref, std::nullopt, 99999.0));
-  reqs.push_back(test::get_req(ref, 5, std::nullopt, "inv"));   // with temp: keys
+  reqs.push_back(test::get_req(ref, 5, std::nullopt, "inv")); // with temp: keys
   reqs.push_back(test::get_req(ref, 5, std::nullopt, "other")); // not the live one
   reqs.push_back(test::get_req(test::sref("app", "u", "missing")));
   reqs.push_back(test::get_req(test::sref("app", "u", "missing"), 1, std::nullopt, "inv"));

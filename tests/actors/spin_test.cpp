@@ -60,7 +60,8 @@ TEST_CASE("spin_until: polls past the budget while extend() holds, up to the cap
   });
   ready = false;
   t = steady::now();
-  CHECK_FALSE(spin_until([&] { return ready.load(); }, 1000us, [&] { return extending.load(); }, 10s));
+  CHECK_FALSE(
+    spin_until([&] { return ready.load(); }, 1000us, [&] { return extending.load(); }, 10s));
   spent = steady::now() - t;
   CHECK(spent >= 30ms);
   CHECK(spent < 5s);

@@ -199,9 +199,8 @@ TEST_CASE("I1: a live lease keeps other invocations' appends from replacing its 
   MUST(inv.state().set("temp:mine", 1));
   MUST(inv.append(plain()));
   // A protocol-style append naming another invocation is stored...
-  auto r = MUST(e.append_event(
-    test::append_req(ref, test::make_event(json{{"temp:theirs", 2}, {"k", 1}}, "", std::nullopt,
-                                           "intruder"))));
+  auto r = MUST(e.append_event(test::append_req(
+    ref, test::make_event(json{{"temp:theirs", 2}, {"k", 1}}, "", std::nullopt, "intruder"))));
   CHECK(r.version == 2);
   // ...but the holder stays the live invocation.
   auto s = test::get_existing(e, test::get_req(ref, 0, std::nullopt, "holder"));
@@ -307,9 +306,9 @@ TEST_CASE("regression: end_invocation behind an in-flight append does not bring 
     MUST(e.begin_invocation(ref, id));
     std::promise<result<append_result>> appended;
     std::promise<result<void>> ended;
-    e.append_event(test::append_req(ref, test::make_event(json{{"temp:x", round}}, "", std::nullopt,
-                                                          id)),
-                   [&](result<append_result> r) { appended.set_value(std::move(r)); });
+    e.append_event(
+      test::append_req(ref, test::make_event(json{{"temp:x", round}}, "", std::nullopt, id)),
+      [&](result<append_result> r) { appended.set_value(std::move(r)); });
     e.end_invocation(ref, id, [&](result<void> r) { ended.set_value(std::move(r)); });
     REQUIRE(appended.get_future().get().ok());
     REQUIRE(ended.get_future().get().ok());

@@ -152,8 +152,9 @@ const fs::path& template_store() {
       REQUIRE(c.ok());
       for (int i = 0; i < 6; ++i) {
         auto ev = make_event(json{{"step", i}}, s.id + "-ev" + std::to_string(i));
-        ev.content = json{{"parts", {{{"text", std::string(300 + 40 * i, 'a' + i)
-                                                 + " \xc3\xa9t\xc3\xa9 \xe2\x82\xac"}}}}};
+        ev.content = json{
+          {"parts",
+           {{{"text", std::string(300 + 40 * i, 'a' + i) + " \xc3\xa9t\xc3\xa9 \xe2\x82\xac"}}}}};
         REQUIRE((*e)->append_event(append_req(sref(s.app, s.user, s.id), ev)).ok());
       }
     }
@@ -207,8 +208,7 @@ void flip(const fs::path& dir, std::uint32_t seed, int flips) {
 }
 
 std::string rpc(int id, const std::string& method, const json& params) {
-  return json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump()
-         + "\n";
+  return json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump() + "\n";
 }
 
 // Every session's get, each app's list, one append per session.
@@ -221,8 +221,8 @@ std::string serve_requests() {
     json ref = {{"app_name", s.app}, {"user_id", s.user}, {"session_id", s.id}};
     in += rpc(id++, "get_session", ref);
     json ap = ref;
-    ap["event"] = {{"id", "after-damage"}, {"author", "probe"},
-                   {"actions", {{"state_delta", {{"k", 1}}}}}};
+    ap["event"] = {
+      {"id", "after-damage"}, {"author", "probe"}, {"actions", {{"state_delta", {{"k", 1}}}}}};
     in += rpc(id++, "append_event", ap);
   }
   return in;
@@ -299,8 +299,8 @@ TEST_CASE("the undamaged template passes every check (the checks can pass)") {
   case_dir c;
   copy_store(c.store);
   CHECK(check_everything(c.store, c.scratch, true) == "");
-  auto v = run_tool({"salvage", c.store.string(), (c.scratch / "all").string(), "--json"},
-                    c.scratch);
+  auto v =
+    run_tool({"salvage", c.store.string(), (c.scratch / "all").string(), "--json"}, c.scratch);
   REQUIRE(v.code == 0);
   auto j = json::parse(v.out);
   CHECK(j["sessions_copied"] == sessions().size());
@@ -509,14 +509,18 @@ TEST_CASE("full disk reported as io_error") {
 TEST_CASE("serve --max-store-mb: storage_full before the disk fills, then reads go on") {
   temp_dir d;
   auto store = (d.path() / "store").string();
-  std::string in = rpc(1, "create_session",
-                       {{"app_name", "a"}, {"user_id", "u"}, {"session_id", "s"}});
+  std::string in =
+    rpc(1, "create_session", {{"app_name", "a"}, {"user_id", "u"}, {"session_id", "s"}});
   std::string big(200 << 10, 'q');
   for (int i = 0; i < 12; ++i)
     in += rpc(2 + i, "append_event",
-              {{"app_name", "a"}, {"user_id", "u"}, {"session_id", "s"},
-               {"event", {{"id", "e" + std::to_string(i)}, {"author", "x"},
-                          {"content", {{"parts", {{{"text", big}}}}}}}}});
+              {{"app_name", "a"},
+               {"user_id", "u"},
+               {"session_id", "s"},
+               {"event",
+                {{"id", "e" + std::to_string(i)},
+                 {"author", "x"},
+                 {"content", {{"parts", {{{"text", big}}}}}}}}});
   in += rpc(100, "get_session", {{"app_name", "a"}, {"user_id", "u"}, {"session_id", "s"}});
   auto o = run_tool({"serve", "--store", store, "--max-store-mb", "1"}, d.path(), in);
   REQUIRE(o.code == 0);

@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
     next[i] = version + 1;
     if (version > 0) {
       // A6 after restart: the last stored event again -> its original version.
-      auto again = e.append_event(
-        append_request{ref, crashload::make_event(ref, version), std::nullopt, {}});
+      auto again =
+        e.append_event(append_request{ref, crashload::make_event(ref, version), std::nullopt, {}});
       if (!again)
         fail("re-append " + crashload::event_id(ref, version) + ": " + to_string(again.err()));
       if (again->version != version)
@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
           if (lie)
             say("ack " + ref.app_name + " " + ref.user_id + " " + ref.session_id + " "
                 + std::to_string(n) + " " + std::to_string(n));
-          auto r = e.append_event(append_request{ref, crashload::make_event(ref, n), std::nullopt, {}});
+          auto r =
+            e.append_event(append_request{ref, crashload::make_event(ref, n), std::nullopt, {}});
           if (!r)
             fail("append " + crashload::event_id(ref, n) + ": " + to_string(r.err()));
           if (r->version != n)

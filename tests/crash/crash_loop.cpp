@@ -59,8 +59,7 @@ namespace {
 struct totals {
   std::uint64_t iterations = 0, acknowledged = 0, lost = 0, unacked_present = 0,
                 nosync_iterations = 0, write_map_iterations = 0, killed_before_ready = 0,
-                check_failures = 0,
-                stored_events = 0, verified = 0;
+                check_failures = 0, stored_events = 0, verified = 0;
 };
 
 int failures_printed = 0;
@@ -83,9 +82,8 @@ struct child_run {
 };
 
 // Starts the child, kills it per plan, collects its ack lines.
-child_run run_child(const std::string& child, const std::string& dir, std::string mode,
-                    int threads, int delay_ms, int kill_after_acks,
-                    const std::string& err_path) {
+child_run run_child(const std::string& child, const std::string& dir, std::string mode, int threads,
+                    int delay_ms, int kill_after_acks, const std::string& err_path) {
   child_run out;
   int pfd[2];
   if (::pipe2(pfd, O_CLOEXEC) != 0) {
@@ -95,8 +93,7 @@ child_run run_child(const std::string& child, const std::string& dir, std::strin
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   std::string th = std::to_string(threads);
   std::vector<char*> argv{const_cast<char*>(child.c_str()), const_cast<char*>(dir.c_str()),
                           mode.data(), th.data(), nullptr};
@@ -138,8 +135,8 @@ child_run run_child(const std::string& child, const std::string& dir, std::strin
     auto now = clk::now();
     if (!killed) {
       bool due = kill_after_acks > 0
-                   ? (out.acks >= static_cast<std::uint64_t>(kill_after_acks) || now >= hard_deadline)
-                   : now >= delay_deadline;
+        ? (out.acks >= static_cast<std::uint64_t>(kill_after_acks) || now >= hard_deadline)
+        : now >= delay_deadline;
       if (due) {
         ::kill(pid, SIGKILL);
         killed = true;
@@ -201,13 +198,15 @@ std::uint64_t check_session(engine& e, const session_ref& ref, std::uint64_t pre
   const auto& s = *got.value();
   const auto v = s.version;
   if (v < floor_v) {
-    report(t, name + ": version " + std::to_string(v) + " < acknowledged "
-                + std::to_string(floor_v) + " (prev check " + std::to_string(prev_v) + ")");
+    report(t,
+           name + ": version " + std::to_string(v) + " < acknowledged " + std::to_string(floor_v)
+             + " (prev check " + std::to_string(prev_v) + ")");
     t.lost += floor_v - v;
   }
   if (v > floor_v + 1)
-    report(t, name + ": version " + std::to_string(v) + " > acknowledged + 1 ("
-                + std::to_string(floor_v) + ")");
+    report(t,
+           name + ": version " + std::to_string(v) + " > acknowledged + 1 ("
+             + std::to_string(floor_v) + ")");
   if (v > floor_v)
     ++t.unacked_present;
   // The returned window ends at version v.
@@ -217,15 +216,17 @@ std::uint64_t check_session(engine& e, const session_ref& ref, std::uint64_t pre
     return v;
   }
   if (whole_log && count != v)
-    report(t, name + ": whole log has " + std::to_string(count) + " events, version "
-                + std::to_string(v));
+    report(t,
+           name + ": whole log has " + std::to_string(count) + " events, version "
+             + std::to_string(v));
   for (std::size_t i = 0; i < count; ++i) {
     std::uint64_t at = v - count + 1 + i;
     const auto& ev = s.events[i];
     const auto want = crashload::event_id(ref, at);
     if (ev.id != want)
-      report(t, name + ": version " + std::to_string(at) + " holds event '" + ev.id
-                  + "', expected '" + want + "'");
+      report(t,
+             name + ": version " + std::to_string(at) + " holds event '" + ev.id + "', expected '"
+               + want + "'");
     const auto& d = ev.actions.state_delta;
     if (!d.is_object() || d.value("n", json()) != json(at)
         || d.value("user:" + crashload::user_key(ref), json()) != json(at)
@@ -243,8 +244,9 @@ std::uint64_t check_session(engine& e, const session_ref& ref, std::uint64_t pre
   json user_n = s.state.value("user:" + crashload::user_key(ref), json());
   json app_n = s.state.value("app:" + crashload::app_key(ref), json());
   if (sess_n != want || user_n != want || app_n != want)
-    report(t, name + ": version " + std::to_string(v) + " but state n=" + sess_n.dump()
-                + " user=" + user_n.dump() + " app=" + app_n.dump());
+    report(t,
+           name + ": version " + std::to_string(v) + " but state n=" + sess_n.dump()
+             + " user=" + user_n.dump() + " app=" + app_n.dump());
   if (s.state.contains("temp:t"))
     report(t, name + ": temp: key in state after reopen");
   // The scope reads agree with the merged view.
@@ -262,8 +264,9 @@ std::uint64_t check_session(engine& e, const session_ref& ref, std::uint64_t pre
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: crash_loop CHILD --iterations N [--seed S] [--dir DIR] "
-                         "[--threads T] [--max-seconds X]\n");
+    std::fprintf(stderr,
+                 "usage: crash_loop CHILD --iterations N [--seed S] [--dir DIR] "
+                 "[--threads T] [--max-seconds X]\n");
     return 2;
   }
   std::string child = argv[1];
@@ -311,8 +314,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::uint64_t> checked; // session -> version at last check
   const auto t0 = clk::now();
   for (std::uint64_t it = 0; it < iterations; ++it) {
-    if (max_seconds > 0
-        && std::chrono::duration<double>(clk::now() - t0).count() > max_seconds) {
+    if (max_seconds > 0 && std::chrono::duration<double>(clk::now() - t0).count() > max_seconds) {
       std::printf("crash_loop: stopping after %llu iterations (--max-seconds)\n",
                   static_cast<unsigned long long>(it));
       break;
@@ -323,8 +325,10 @@ int main(int argc, char** argv) {
     int delay_ms = static_cast<int>(rng() % 51);
     int kill_after = by_acks ? 1 + static_cast<int>(rng() % 120) : 0;
     auto run = run_child(child, store,
-                         sync ? "sync" : write_map ? "nosync-write-map" : "nosync", threads,
-                         delay_ms, kill_after, err_path);
+                         sync          ? "sync"
+                           : write_map ? "nosync-write-map"
+                                       : "nosync",
+                         threads, delay_ms, kill_after, err_path);
     ++t.iterations;
     if (!sync)
       ++t.nosync_iterations;
@@ -333,8 +337,9 @@ int main(int argc, char** argv) {
     if (!run.ready)
       ++t.killed_before_ready;
     if (run.exited_by_itself) {
-      report(t, "iteration " + std::to_string(it) + ": child was not killed but ended with status "
-                  + std::to_string(run.status) + " (see " + err_path + ")");
+      report(t,
+             "iteration " + std::to_string(it) + ": child was not killed but ended with status "
+               + std::to_string(run.status) + " (see " + err_path + ")");
       break;
     }
     t.acknowledged += run.acks;
@@ -362,9 +367,10 @@ int main(int argc, char** argv) {
       auto txn = detail::engine_factory::store_of(e).begin_read();
       auto rep = store::verify_store(*txn);
       if (!rep.ok())
-        report(t, "iteration " + std::to_string(it) + ": verify_store: "
-                    + std::to_string(rep.faults) + " faults, first: "
-                    + (rep.messages.empty() ? std::string("?") : rep.messages.front()));
+        report(t,
+               "iteration " + std::to_string(it) + ": verify_store: " + std::to_string(rep.faults)
+                 + " faults, first: "
+                 + (rep.messages.empty() ? std::string("?") : rep.messages.front()));
     }
     if (auto r = e.close(); !r)
       report(t, "close: " + to_string(r.err()));
@@ -389,13 +395,11 @@ int main(int argc, char** argv) {
               "stored_events=%llu nosync_iterations=%llu write_map_iterations=%llu "
               "killed_before_ready=%llu "
               "verify_runs=%llu check_failures=%llu seconds=%.1f\n",
-              (unsigned long long) t.iterations, (unsigned long long) t.acknowledged,
-              (unsigned long long) t.lost, (unsigned long long) t.unacked_present,
-              (unsigned long long) t.stored_events, (unsigned long long) t.nosync_iterations,
-              (unsigned long long) t.write_map_iterations,
-              (unsigned long long) t.killed_before_ready, (unsigned long long) t.verified,
-              (unsigned long long) t.check_failures,
-              secs);
+              (unsigned long long)t.iterations, (unsigned long long)t.acknowledged,
+              (unsigned long long)t.lost, (unsigned long long)t.unacked_present,
+              (unsigned long long)t.stored_events, (unsigned long long)t.nosync_iterations,
+              (unsigned long long)t.write_map_iterations, (unsigned long long)t.killed_before_ready,
+              (unsigned long long)t.verified, (unsigned long long)t.check_failures, secs);
   bool ok = t.lost == 0 && t.check_failures == 0;
   // A failing self-check run (CRASH_CHILD_LIE) is expected: do not keep it.
   if ((ok || std::getenv("CRASH_CHILD_LIE") != nullptr) && own_dir) {

@@ -29,7 +29,9 @@ inline std::string event_id(const agentstate::session_ref& r, std::uint64_t n) {
 }
 
 /// The user-scope key (without "user:") the n-th event of `r` sets to n.
-inline std::string user_key(const agentstate::session_ref& r) { return r.session_id + ".n"; }
+inline std::string user_key(const agentstate::session_ref& r) {
+  return r.session_id + ".n";
+}
 /// The app-scope key (without "app:") the n-th event of `r` sets to n.
 inline std::string app_key(const agentstate::session_ref& r) {
   return r.user_id + "." + r.session_id + ".n";
@@ -45,10 +47,8 @@ inline agentstate::event make_event(const agentstate::session_ref& r, std::uint6
   e.author = "crash_child";
   e.timestamp = 1700000000.0 + static_cast<double>(n);
   e.content = json{{"n", n}, {"pad", std::string(16 + (n % 7) * 64, 'p')}};
-  e.actions.state_delta = json{{"n", n},
-                               {"temp:t", n},
-                               {"user:" + user_key(r), n},
-                               {"app:" + app_key(r), n}};
+  e.actions.state_delta =
+    json{{"n", n}, {"temp:t", n}, {"user:" + user_key(r), n}, {"app:" + app_key(r), n}};
   return e;
 }
 

@@ -49,8 +49,8 @@ inline std::string check_response(const std::string& line) {
         || !e.contains("message") || !e["message"].is_string())
       return "malformed error member";
     static const std::set<std::string> kinds{
-      "already_exists", "not_found",       "invalid_argument",  "version_conflict",
-      "too_large",      "storage_full",    "io_error",          "unavailable",
+      "already_exists",  "not_found",         "invalid_argument", "version_conflict",
+      "too_large",       "storage_full",      "io_error",         "unavailable",
       "unauthenticated", "permission_denied", "condition_failed"};
     if (!e.contains("data") || !e["data"].is_object() || !e["data"].contains("kind")
         || !e["data"]["kind"].is_string())

@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A fresh stream that must authenticate: the input decides whether it does.
     agentstate::protocol::rpc_config cfg;
     cfg.tokens = tokens;
-    agentstate::protocol::rpc_session gated(*h->eng, [](std::string line) { h->out(line); }, cfg);
+    agentstate::protocol::rpc_session gated(
+      *h->eng, [](std::string line) { h->out(line); }, cfg);
     fuzzcheck::replay(gated, input);
   }
   std::lock_guard<std::mutex> guard(h->out.mtx);

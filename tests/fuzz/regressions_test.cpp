@@ -52,7 +52,8 @@ TEST_CASE("fuzz regressions and seeds replay cleanly through rpc_session") {
         // Again on a stream that must authenticate first.
         protocol::rpc_config cfg;
         cfg.tokens = fuzzcheck::fuzz_tokens();
-        protocol::rpc_session rpc(*eng, [&](std::string line) { out(line); }, cfg);
+        protocol::rpc_session rpc(
+          *eng, [&](std::string line) { out(line); }, cfg);
         fuzzcheck::replay(rpc, data);
         rpc.handle_line(R"({"jsonrpc":"2.0","id":"alive","method":"ping"})");
         rpc.drain();

@@ -49,8 +49,7 @@ inline bool same(const json& a, const json& b) {
       auto x = a.get<double>(), y = b.get<double>();
       return std::memcmp(&x, &y, sizeof x) == 0;
     }
-    default:
-      return a == b;
+    default: return a == b;
   }
 }
 
@@ -60,13 +59,13 @@ inline bool same_double(const std::optional<double>& a, const std::optional<doub
 
 inline bool same_event(const event& a, const event& b) {
   return a.id == b.id && a.invocation_id == b.invocation_id && a.author == b.author
-         && same_double(a.timestamp, b.timestamp) && a.partial == b.partial
-         && a.content.has_value() == b.content.has_value()
-         && (!a.content || same(*a.content, *b.content))
-         && same(a.actions.state_delta, b.actions.state_delta)
-         && a.actions.state_remove == b.actions.state_remove
-         && same(a.actions.artifact_delta, b.actions.artifact_delta)
-         && same(a.actions.extra, b.actions.extra) && same(a.extra, b.extra);
+    && same_double(a.timestamp, b.timestamp) && a.partial == b.partial
+    && a.content.has_value() == b.content.has_value()
+    && (!a.content || same(*a.content, *b.content))
+    && same(a.actions.state_delta, b.actions.state_delta)
+    && a.actions.state_remove == b.actions.state_remove
+    && same(a.actions.artifact_delta, b.actions.artifact_delta)
+    && same(a.actions.extra, b.actions.extra) && same(a.extra, b.extra);
 }
 
 /// What the general path makes of `text`: the event, or nullopt when it is

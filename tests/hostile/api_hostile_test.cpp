@@ -122,10 +122,10 @@ TEST_CASE("regression: parse_json refuses bytes after a raw NUL") {
 }
 
 TEST_CASE("codec: hostile member types are invalid_argument, never a throw") {
-  for (auto text : {R"({"id":5})", R"({"id":null,"author":[]})", R"({"timestamp":"now"})",
-                    R"({"timestamp":true})", R"({"actions":[]})",
-                    R"({"actions":{"state_delta":"x"}})", R"({"partial":"yes"})",
-                    R"({"invocation_id":{"a":1}})", R"("just a string")", R"([1,2])"}) {
+  for (auto text :
+       {R"({"id":5})", R"({"id":null,"author":[]})", R"({"timestamp":"now"})",
+        R"({"timestamp":true})", R"({"actions":[]})", R"({"actions":{"state_delta":"x"}})",
+        R"({"partial":"yes"})", R"({"invocation_id":{"a":1}})", R"("just a string")", R"([1,2])"}) {
     INFO("event: ", text);
     auto j = MUST(parse_json(text, 64));
     CHECK_ERR(event_from_json(j), errc::invalid_argument);
@@ -157,8 +157,8 @@ TEST_CASE_TEMPLATE("engine API: an event in ADK-JS camelCase is refused naming t
   CHECK(get_existing(e, ref).version == 0);
 }
 
-TEST_CASE_TEMPLATE("engine API: hostile names, ids, keys, values and timestamps", S,
-                   memory_store, lmdb_store) {
+TEST_CASE_TEMPLATE("engine API: hostile names, ids, keys, values and timestamps", S, memory_store,
+                   lmdb_store) {
   auto t = open_engine(S::kind);
   auto& e = *t;
   auto ok_ref = sref("app", "u", "s1");
@@ -228,8 +228,7 @@ TEST_CASE_TEMPLATE("engine API: hostile names, ids, keys, values and timestamps"
       auto k = prefix + key;
       if (prefix.size() + key.size() > max_state_key_bytes && code == errc::invalid_argument)
         continue;
-      CHECK_ERR(e.append_event(append_req(ok_ref, make_event(json{{"k", 3}, {k, 1}}, "x"))),
-                code);
+      CHECK_ERR(e.append_event(append_req(ok_ref, make_event(json{{"k", 3}, {k, 1}}, "x"))), code);
       CHECK_ERR(e.create_session(create_req("app", "u", "new", json{{k, 1}})), code);
     }
   }
@@ -252,9 +251,9 @@ TEST_CASE_TEMPLATE("engine API: hostile names, ids, keys, values and timestamps"
   }
 
   // Timestamps: NaN and infinities are refused; so is a NaN filter.
-  for (double ts : {std::numeric_limits<double>::quiet_NaN(),
-                    std::numeric_limits<double>::infinity(),
-                    -std::numeric_limits<double>::infinity()}) {
+  for (double ts :
+       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+        -std::numeric_limits<double>::infinity()}) {
     INFO("timestamp ", ts);
     CHECK_ERR(e.append_event(append_req(ok_ref, make_event(json{{"k", 9}}, "x", ts))),
               errc::invalid_argument);

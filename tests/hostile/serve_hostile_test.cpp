@@ -16,15 +16,15 @@ namespace {
 struct hostile {
   std::string label;
   std::string line;
-  int code;           ///< expected error.code; 0 = success expected
-  std::string kind;   ///< expected data.kind (errors only)
+  int code; ///< expected error.code; 0 = success expected
+  std::string kind; ///< expected data.kind (errors only)
   std::function<void(const json&)> check = {}; ///< extra check of the response
 };
 
 std::string req_text(const std::string& id_json, const std::string& method,
                      const std::string& params_json) {
-  return R"({"jsonrpc":"2.0","id":)" + id_json + R"(,"method":")" + method
-         + R"(","params":)" + params_json + "}";
+  return R"({"jsonrpc":"2.0","id":)" + id_json + R"(,"method":")" + method + R"(","params":)"
+    + params_json + "}";
 }
 
 // A get_session whose session_id member is the raw JSON text `sid`.
@@ -61,8 +61,9 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
   server s({"--store", store, "--durability", "nosync"}, (tmp.path() / "serve.err").string());
   s.ok("create_session",
        with(session_params("s1"), "state", json{{"k", 1}, {"user:u", 1}, {"app:a", 1}}));
-  s.ok("append_event", with(session_params("s1"), "event",
-                            json{{"id", "e1"}, {"actions", {{"state_delta", {{"k", 2}}}}}}));
+  s.ok("append_event",
+       with(session_params("s1"), "event",
+            json{{"id", "e1"}, {"actions", {{"state_delta", {{"k", 2}}}}}}));
   s.ok("flush", nullptr);
   const auto exported_before = export_store(store);
   const auto session_before = s.ok("get_session", session_params("s1"));
@@ -78,8 +79,9 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
 
   std::vector<hostile> cases = {
     // -- framing and syntax
-    {"truncated JSON", R"({"jsonrpc":"2.0","id":"h","method":"get_session","params":{"app_name":"ap)",
-     -32700, "invalid_argument"},
+    {"truncated JSON",
+     R"({"jsonrpc":"2.0","id":"h","method":"get_session","params":{"app_name":"ap)", -32700,
+     "invalid_argument"},
     {"truncated after a key", R"({"jsonrpc":"2.0","id")", -32700, "invalid_argument"},
     {"trailing garbage", req_text("\"h\"", "stats", "{}") + " garbage", -32700, "invalid_argument"},
     {"two objects on one line", req_text("\"h\"", "stats", "{}") + req_text("\"h\"", "stats", "{}"),
@@ -94,18 +96,22 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
               R"({"app_name":"app","user_id":"u1","session_id":"s1","after_timestamp":-1e400})"),
      -32700, "invalid_argument"},
     {"30-digit expected_version",
-     req_text("\"h\"", "append_event",
-              R"({"app_name":"app","user_id":"u1","session_id":"s1","event":{},"expected_version":123456789012345678901234567890})"),
+     req_text(
+       "\"h\"", "append_event",
+       R"({"app_name":"app","user_id":"u1","session_id":"s1","event":{},"expected_version":123456789012345678901234567890})"),
      -32602, "invalid_argument"},
     {"30-digit num_recent_events",
-     req_text("\"h\"", "get_session",
-              R"({"app_name":"app","user_id":"u1","session_id":"s1","num_recent_events":123456789012345678901234567890})"),
+     req_text(
+       "\"h\"", "get_session",
+       R"({"app_name":"app","user_id":"u1","session_id":"s1","num_recent_events":123456789012345678901234567890})"),
      -32602, "invalid_argument"},
     {"30-digit page_size",
-     req_text("\"h\"", "list_sessions", R"({"app_name":"app","page_size":-123456789012345678901234567890})"),
+     req_text("\"h\"", "list_sessions",
+              R"({"app_name":"app","page_size":-123456789012345678901234567890})"),
      -32602, "invalid_argument"},
-    {"30-digit request id: a number, echoed as a double", req_text("123456789012345678901234567890", "stats", "{}"),
-     0, "", [](const json& r) { CHECK(r["id"].is_number_float()); }},
+    {"30-digit request id: a number, echoed as a double",
+     req_text("123456789012345678901234567890", "stats", "{}"), 0, "",
+     [](const json& r) { CHECK(r["id"].is_number_float()); }},
     {"duplicate keys: the last wins (session_id)",
      req_text("\"h\"", "get_session",
               R"({"app_name":"app","user_id":"u1","session_id":"nope","session_id":"s1"})"),
@@ -122,14 +128,13 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
     {"invalid UTF-8 byte 0xff", create_with_raw_sid("a\xff"), -32700, "invalid_argument"},
     {"truncated UTF-8 sequence", create_with_raw_sid("a\xc3"), -32700, "invalid_argument"},
     {"overlong '/' (C0 AF)", create_with_raw_sid("\xc0\xaf"), -32700, "invalid_argument"},
-    {"overlong 3-byte (E0 80 AF)", create_with_raw_sid("\xe0\x80\xaf"), -32700,
-     "invalid_argument"},
+    {"overlong 3-byte (E0 80 AF)", create_with_raw_sid("\xe0\x80\xaf"), -32700, "invalid_argument"},
     {"UTF-8 encoded surrogate (ED A0 80)", create_with_raw_sid("\xed\xa0\x80"), -32700,
      "invalid_argument"},
     {"code point above U+10FFFF (F4 90 80 80)", create_with_raw_sid("\xf4\x90\x80\x80"), -32700,
      "invalid_argument"},
-    {"invalid UTF-8 in a state key", append_raw_event("{\"actions\":{\"state_delta\":{\"k\xff\":1}}}"),
-     -32700, "invalid_argument"},
+    {"invalid UTF-8 in a state key",
+     append_raw_event("{\"actions\":{\"state_delta\":{\"k\xff\":1}}}"), -32700, "invalid_argument"},
     {"UTF-8 BOM before the request: skipped", "\xef\xbb\xbf" + get_with_sid("\"s1\""), 0, "",
      [](const json& r) { CHECK(r["result"]["id"] == "s1"); }},
     {"BOM inside a string is just U+FEFF", get_with_sid("\"\xef\xbb\xbfs1\""), 0, "",
@@ -137,15 +142,15 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
     {"raw NUL inside a string", create_with_raw_sid(std::string("a\0b", 3)), -32700,
      "invalid_argument"},
     // A raw NUL is never valid JSON text, wherever it stands.
-    {"raw NUL after a request, nothing after it", req_text("\"h\"", "stats", "{}") + std::string(1, '\0'),
-     -32700, "invalid_argument"},
+    {"raw NUL after a request, nothing after it",
+     req_text("\"h\"", "stats", "{}") + std::string(1, '\0'), -32700, "invalid_argument"},
     {"a lone NUL byte", std::string(1, '\0'), -32700, "invalid_argument"},
     {"\\u0000 in session_id", create_with_raw_sid("s\\u0000x"), -32000, "invalid_argument"},
     {"\\u0000 in app_name",
-     req_text("\"h\"", "create_session", R"({"app_name":"a\u0000","user_id":"u1","session_id":"x"})"),
+     req_text("\"h\"", "create_session",
+              R"({"app_name":"a\u0000","user_id":"u1","session_id":"x"})"),
      -32000, "invalid_argument"},
-    {"\\u0000 in an event id", append_raw_event(R"({"id":"e\u0000"})"), -32000,
-     "invalid_argument"},
+    {"\\u0000 in an event id", append_raw_event(R"({"id":"e\u0000"})"), -32000, "invalid_argument"},
     {"\\u0000 in a state key", append_raw_event(R"({"actions":{"state_delta":{"k\u0000":1}}})"),
      -32000, "invalid_argument"},
     {"\\u0000 in an invocation id", append_raw_event(R"({"invocation_id":"\u0000"})"), -32000,
@@ -172,18 +177,18 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
     {"200,000-deep arrays", deep_arrays, -32700, "too_large"},
     {"200,000-deep objects", deep_objects, -32700, "too_large"},
     {"200,000 unclosed brackets", std::string(200000, '['), -32700, "too_large"},
-    {"deep value inside a valid request", append_raw_event("{\"content\":" + std::string(100, '[')
-                                                           + std::string(100, ']') + "}"),
+    {"deep value inside a valid request",
+     append_raw_event("{\"content\":" + std::string(100, '[') + std::string(100, ']') + "}"),
      -32700, "too_large"},
     {"value 65 deep (over the engine's 64) inside a request",
      append_raw_event("{\"content\":" + std::string(65, '[') + std::string(65, ']') + "}"), -32000,
      "too_large"},
     // -- ids and keys: 0 bytes, max+1, 4 KiB (max itself: see the next test case)
-    {"empty app_name", req_text("\"h\"", "get_session",
-                                R"({"app_name":"","user_id":"u1","session_id":"s1"})"),
+    {"empty app_name",
+     req_text("\"h\"", "get_session", R"({"app_name":"","user_id":"u1","session_id":"s1"})"),
      -32000, "invalid_argument"},
-    {"empty user_id on create", req_text("\"h\"", "create_session",
-                                         R"({"app_name":"app","user_id":"","session_id":"x"})"),
+    {"empty user_id on create",
+     req_text("\"h\"", "create_session", R"({"app_name":"app","user_id":"","session_id":"x"})"),
      -32000, "invalid_argument"},
     {"empty session_id on get", get_with_sid("\"\""), -32000, "invalid_argument"},
     {"session_id at max (100 bytes) on get", get_with_sid("\"" + name100 + "\""), 0, "",
@@ -201,9 +206,8 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
     {"state key max+1 (201 bytes)",
      append_raw_event("{\"actions\":{\"state_delta\":{\"" + key201 + "\":1}}}"), -32000,
      "too_large"},
-    {"state key 4 KiB",
-     append_raw_event("{\"actions\":{\"state_delta\":{\"" + name4k + "\":1}}}"), -32000,
-     "too_large"},
+    {"state key 4 KiB", append_raw_event("{\"actions\":{\"state_delta\":{\"" + name4k + "\":1}}}"),
+     -32000, "too_large"},
     {"user: key over the limit",
      append_raw_event("{\"actions\":{\"state_delta\":{\"user:" + key201 + "\":1}}}"), -32000,
      "too_large"},
@@ -229,12 +233,15 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
               R"({"app_name":"app","user_id":"u1","session_id":"s1","num_recent_events":-1})"),
      -32000, "invalid_argument"},
     // -- requests that are refused before storing anything
-    {"append to a missing session", req_text("\"h\"", "append_event",
-                                             R"({"app_name":"app","user_id":"u1","session_id":"missing","event":{}})"),
+    {"append to a missing session",
+     req_text("\"h\"", "append_event",
+              R"({"app_name":"app","user_id":"u1","session_id":"missing","event":{}})"),
      -32000, "not_found"},
     {"create of an existing session", create_with_raw_sid("s1"), -32000, "already_exists"},
-    {"stale expected_version", req_text("\"h\"", "append_event",
-                                        R"({"app_name":"app","user_id":"u1","session_id":"s1","event":{},"expected_version":0})"),
+    {"stale expected_version",
+     req_text(
+       "\"h\"", "append_event",
+       R"({"app_name":"app","user_id":"u1","session_id":"s1","event":{},"expected_version":0})"),
      -32000, "version_conflict"},
   };
 
@@ -269,7 +276,8 @@ TEST_CASE("hostile input through serve: typed errors, the server keeps serving, 
     long rss_before = s.status_kib("VmRSS");
     REQUIRE(hwm_before > 0);
     // A valid create_session whose state value is 64 MiB, sent in 1 MiB writes.
-    std::string head = R"({"jsonrpc":"2.0","id":"huge","method":"create_session","params":{"app_name":"app","user_id":"u1","session_id":"huge","state":{"v":")";
+    std::string head =
+      R"({"jsonrpc":"2.0","id":"huge","method":"create_session","params":{"app_name":"app","user_id":"u1","session_id":"huge","state":{"v":")";
     s.send(head);
     std::string chunk(1 << 20, 'x');
     for (int i = 0; i < 64; ++i)
@@ -308,15 +316,16 @@ TEST_CASE("hostile input through serve: boundary values that are accepted round-
   auto sp = session_params(name100, std::string(100, 'u'), std::string(100, 'a'));
   auto created = s.ok("create_session", sp);
   CHECK(created["id"] == name100);
-  auto append = [&](json ev) {
-    return s.ok("append_event", with(sp, "event", std::move(ev)));
-  };
+  auto append = [&](json ev) { return s.ok("append_event", with(sp, "event", std::move(ev))); };
   // Max-length event id and state key, an empty state key, a NUL inside a
   // string *value* (allowed: only names and keys refuse NUL), non-BMP text.
   auto r = append(json{{"id", evid128},
-                       {"actions", {{"state_delta", {{key200, 1}, {"", "empty key"},
-                                                     {"v", std::string("a\0b", 3)},
-                                                     {"emoji", "\xf0\x9f\x98\x80"}}}}}});
+                       {"actions",
+                        {{"state_delta",
+                          {{key200, 1},
+                           {"", "empty key"},
+                           {"v", std::string("a\0b", 3)},
+                           {"emoji", "\xf0\x9f\x98\x80"}}}}}});
   CHECK(r["event"]["id"] == evid128);
   // Timestamps: negative, zero, huge (all finite) are stored as given.
   for (double ts : {-1.0, 0.0, 1e300, -1e300}) {

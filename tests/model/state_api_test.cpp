@@ -18,7 +18,9 @@ namespace {
 
 using names = std::vector<std::string>;
 
-json plus(const json& v, int n) { return v.get<int>() + n; }
+json plus(const json& v, int n) {
+  return v.get<int>() + n;
+}
 
 std::function<json(const json&)> add(int n) {
   return [n](const json& v) { return plus(v, n); };
@@ -32,8 +34,7 @@ bool mentions(const error& e, const std::string& s) {
 template <class T, class = void>
 struct has_set : std::false_type {};
 template <class T>
-struct has_set<T, std::void_t<decltype(std::declval<T&>().set("x", json(1)))>>
-  : std::true_type {};
+struct has_set<T, std::void_t<decltype(std::declval<T&>().set("x", json(1)))>> : std::true_type {};
 template <class T, class = void>
 struct has_remove : std::false_type {};
 template <class T>
@@ -171,9 +172,14 @@ TEST_CASE("N1: derived: writes are refused and nothing is recorded") {
 }
 
 TEST_CASE("N1: derived fallback, a direct key wins") {
-  state st{json{{"derived:score", 1}, {"derived:rank", 5},
-                {"derived:app:x", 9}, {"derived:session:y", 9}, {"derived:bg:z", 9},
-                {"derived:user:u", 9}, {"derived:temp:t", 9}, {"derived:ns:w", 7}}};
+  state st{json{{"derived:score", 1},
+                {"derived:rank", 5},
+                {"derived:app:x", 9},
+                {"derived:session:y", 9},
+                {"derived:bg:z", 9},
+                {"derived:user:u", 9},
+                {"derived:temp:t", 9},
+                {"derived:ns:w", 7}}};
   // A missing unprefixed key reads its derived: value.
   CHECK(st.get<int>("score", 0) == 1);
   CHECK(st.contains("rank"));
@@ -203,8 +209,8 @@ TEST_CASE("N1: derived fallback, a direct key wins") {
 TEST_CASE("N2: scoped accessors for app, user, session, temp, turn and bg") {
   using accessor = scoped_state (state::*)();
   const std::vector<std::pair<accessor, std::string>> scopes = {
-      {&state::app, "app:"},   {&state::user, "user:"}, {&state::session, "session:"},
-      {&state::temp, "temp:"}, {&state::turn, "turn:"}, {&state::bg, "bg:"}};
+    {&state::app, "app:"},   {&state::user, "user:"}, {&state::session, "session:"},
+    {&state::temp, "temp:"}, {&state::turn, "turn:"}, {&state::bg, "bg:"}};
   for (const auto& [get_scope, prefix] : scopes) {
     CAPTURE(prefix);
     state st{json{{prefix + "old", 1}, {"other", 2}, {"derived:" + prefix + "d", 3}}};
@@ -451,7 +457,7 @@ TEST_CASE("I1: apply_committed folds in a committed change; pending writes still
   CHECK(st.get("b") == json(3));
   CHECK_FALSE(st.contains("gone"));
   CHECK(st.get("k") == json("mine")); // pending set wins
-  CHECK_FALSE(st.contains("r"));      // pending remove wins
+  CHECK_FALSE(st.contains("r")); // pending remove wins
   // Pending is untouched.
   CHECK(st.pending().set == json{{"k", "mine"}});
   CHECK(st.pending().remove == names{"r"});
@@ -574,8 +580,7 @@ TEST_CASE("I1: pick returns the present keys among those asked for") {
   state st{json{{"a", 1}, {"b", 2}, {"derived:s", 9}, {"user:u", 3}}};
   REQUIRE(st.set("c", json(4)).ok());
   REQUIRE(st.remove("b").ok());
-  CHECK(st.pick({"a", "b", "c", "missing", "user:u"})
-        == json{{"a", 1}, {"c", 4}, {"user:u", 3}});
+  CHECK(st.pick({"a", "b", "c", "missing", "user:u"}) == json{{"a", 1}, {"c", 4}, {"user:u", 3}});
   // An unprefixed key reads through its derived: fallback, under the asked name.
   CHECK(st.pick({"s"}) == json{{"s", 9}});
   CHECK(st.pick({}) == json::object());

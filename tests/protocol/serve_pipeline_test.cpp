@@ -32,9 +32,8 @@ std::string line(const json& x) {
 }
 
 json event_numbered(int i) {
-  return json{{"author", "a"},
-              {"id", "e" + std::to_string(i)},
-              {"actions", {{"state_delta", {{"n", i}}}}}};
+  return json{
+    {"author", "a"}, {"id", "e" + std::to_string(i)}, {"actions", {{"state_delta", {{"n", i}}}}}};
 }
 
 std::string kind_of(const json& r) {
@@ -102,10 +101,10 @@ TEST_CASE("serve: failing requests in the middle of a pipeline get their own err
   const int n = 40;
   // Request i (1..n) and what it should get; every other one succeeds.
   std::map<int, std::string> failing{
-    {5, "version_conflict"},  // expected_version of the past: the actor refuses it
-    {9, "invalid_argument"},  // params the protocol refuses (author not a string)
+    {5, "version_conflict"}, // expected_version of the past: the actor refuses it
+    {9, "invalid_argument"}, // params the protocol refuses (author not a string)
     {13, "condition_failed"}, // a modify that fails at commit
-    {17, "not_found"},        // another session's append, never created: its own lane
+    {17, "not_found"}, // another session's append, never created: its own lane
     {21, "version_conflict"},
     {25, "invalid_argument"}, // the protocol refuses the modify list itself
     {29, "condition_failed"},
@@ -123,8 +122,8 @@ TEST_CASE("serve: failing requests in the middle of a pipeline get their own err
     } else if (i == 9) {
       params["event"]["author"] = 7;
     } else if (it->second == "condition_failed") {
-      params["modify"] = json::array(
-        {{{"key", "n"}, {"op", "compare_and_set"}, {"expected", -1}, {"value", 0}}});
+      params["modify"] =
+        json::array({{{"key", "n"}, {"op", "compare_and_set"}, {"expected", -1}, {"value", 0}}});
     } else if (it->second == "not_found") {
       params = append_params("never", event_numbered(i));
     } else {
@@ -200,8 +199,8 @@ TEST_CASE("serve: interleaved sessions, each answered in its own order; reads se
   const int sessions = 4, appends = 150;
   std::string batch;
   for (int k = 0; k < sessions; ++k)
-    batch += line(rpc("c" + std::to_string(k), "create_session",
-                      session_params("s" + std::to_string(k))));
+    batch +=
+      line(rpc("c" + std::to_string(k), "create_session", session_params("s" + std::to_string(k))));
   for (int j = 1; j <= appends; ++j) {
     for (int k = 0; k < sessions; ++k)
       batch += line(rpc("s" + std::to_string(k) + "/" + std::to_string(j), "append_event",

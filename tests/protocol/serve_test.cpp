@@ -49,10 +49,9 @@ std::pair<int, std::string> run_once(const std::vector<std::string>& args) {
 }
 
 json request(json id, const std::string& method, json params) {
-  return json{{"jsonrpc", "2.0"}, {"id", std::move(id)}, {"method", method},
-              {"params", std::move(params)}};
+  return json{
+    {"jsonrpc", "2.0"}, {"id", std::move(id)}, {"method", method}, {"params", std::move(params)}};
 }
-
 
 json append_params(const std::string& session, json event) {
   return with(session_params(session), "event", std::move(event));
@@ -104,10 +103,10 @@ TEST_CASE("serve: every method of the protocol") {
   server s({"--store", f.store(), "--durability", "nosync"}, f.err());
 
   // create_session: scopes routed, temp: dropped, no events, version 0.
-  auto created = s.ok("create_session",
-                      with(session_params("s1"), "state",
-                           json{{"k", "v"}, {"app:shared", 1}, {"user:lang", "en"},
-                                {"temp:x", 1}}));
+  auto created =
+    s.ok("create_session",
+         with(session_params("s1"), "state",
+              json{{"k", "v"}, {"app:shared", 1}, {"user:lang", "en"}, {"temp:x", 1}}));
   CHECK(created["id"] == "s1");
   CHECK(created["app_name"] == "app");
   CHECK(created["user_id"] == "u1");
@@ -139,15 +138,18 @@ TEST_CASE("serve: every method of the protocol") {
   CHECK(stored["actions"]["state_delta"] == json{{"step", 1}, {"user:seen", true}});
   CHECK(stored["actions"]["artifact_delta"] == json::object());
 
-  s.ok("append_event", append_params("s1", json{{"id", "e2"},
-                                                {"invocation_id", "inv-1"},
-                                                {"author", "agent"},
-                                                {"timestamp", 2000.0}}));
-  auto third = s.ok("append_event", with(append_params("s1", json{{"id", "e3"},
-                                                                   {"invocation_id", "inv-1"},
-                                                                   {"author", "agent"},
-                                                                   {"timestamp", 3000.0}}),
-                                         "expected_version", 2));
+  s.ok(
+    "append_event",
+    append_params(
+      "s1",
+      json{{"id", "e2"}, {"invocation_id", "inv-1"}, {"author", "agent"}, {"timestamp", 2000.0}}));
+  auto third = s.ok(
+    "append_event",
+    with(
+      append_params(
+        "s1",
+        json{{"id", "e3"}, {"invocation_id", "inv-1"}, {"author", "agent"}, {"timestamp", 3000.0}}),
+      "expected_version", 2));
   CHECK(third["version"] == 3);
 
   // get_session: all, last n, after t, with the live invocation's temp: keys.
@@ -220,15 +222,18 @@ TEST_CASE("serve: every method of the protocol") {
 TEST_CASE("serve: inject_state renders templates (I2); state_remove deletes keys") {
   fixture f;
   server s({"--memory"}, f.err());
-  s.ok("create_session", with(session_params("s1"), "state",
-                              json{{"user:name", "Ada"}, {"app:tone", "dry"}, {"n", 3},
-                                   {"gone", 1}}));
-  s.ok("append_event", append_params("s1", json{{"invocation_id", "inv-1"},
-                                                {"actions", {{"state_delta", {{"temp:topic", "x"}}},
-                                                             {"state_remove", {"gone"}}}}}));
-  auto text = s.ok("inject_state", with(with(session_params("s1"), "template",
-                                             "{user:name}/{app:tone}/{n}/{temp:topic}/{json:x}"),
-                                        "invocation_id", "inv-1"));
+  s.ok("create_session",
+       with(session_params("s1"), "state",
+            json{{"user:name", "Ada"}, {"app:tone", "dry"}, {"n", 3}, {"gone", 1}}));
+  s.ok("append_event",
+       append_params(
+         "s1",
+         json{{"invocation_id", "inv-1"},
+              {"actions", {{"state_delta", {{"temp:topic", "x"}}}, {"state_remove", {"gone"}}}}}));
+  auto text = s.ok(
+    "inject_state",
+    with(with(session_params("s1"), "template", "{user:name}/{app:tone}/{n}/{temp:topic}/{json:x}"),
+         "invocation_id", "inv-1"));
   CHECK(text == "Ada/dry/3/x/{json:x}");
   // Without the invocation its temp: keys are missing: required is an error, ? is empty.
   auto missing = s.call("inject_state", with(session_params("s1"), "template", "{temp:topic}"));
@@ -249,24 +254,28 @@ TEST_CASE("serve: inject_state renders templates (I2); state_remove deletes keys
 TEST_CASE("serve: append_event's modify operations; condition_failed stores nothing") {
   fixture f;
   server s({"--memory"}, f.err());
-  s.ok("create_session", with(session_params("s1"), "state", json{{"k", 1}, {"user:l", json::array()}}));
-  json ops = json::array({json{{"key", "app:n"}, {"op", "increment"}, {"by", 2}},
-                          json{{"key", "user:l"}, {"op", "append"}, {"value", "x"}},
-                          json{{"key", "m"}, {"op", "merge"}, {"value", {{"a", 1}}}},
-                          json{{"key", "once"}, {"op", "set_if_absent"}, {"value", true}},
-                          json{{"key", "k"}, {"op", "compare_and_set"}, {"expected", 1}, {"value", 2}}});
+  s.ok("create_session",
+       with(session_params("s1"), "state", json{{"k", 1}, {"user:l", json::array()}}));
+  json ops =
+    json::array({json{{"key", "app:n"}, {"op", "increment"}, {"by", 2}},
+                 json{{"key", "user:l"}, {"op", "append"}, {"value", "x"}},
+                 json{{"key", "m"}, {"op", "merge"}, {"value", {{"a", 1}}}},
+                 json{{"key", "once"}, {"op", "set_if_absent"}, {"value", true}},
+                 json{{"key", "k"}, {"op", "compare_and_set"}, {"expected", 1}, {"value", 2}}});
   auto r = s.ok("append_event", with(append_params("s1", json{{"id", "e1"}}), "modify", ops));
   CHECK(r["version"] == 1);
   CHECK(r["event"]["actions"]["state_delta"]
         == json{{"app:n", 2}, {"user:l", {"x"}}, {"m", {{"a", 1}}}, {"once", true}, {"k", 2}});
-  auto failed = s.call("append_event",
-                       with(append_params("s1", json{{"id", "e2"}, {"actions", {{"state_delta", {{"z", 1}}}}}}),
-                            "modify", json::array({json{{"key", "k"}, {"op", "compare_and_set"},
-                                                        {"expected", 1}, {"value", 3}}})));
+  auto failed = s.call(
+    "append_event",
+    with(
+      append_params("s1", json{{"id", "e2"}, {"actions", {{"state_delta", {{"z", 1}}}}}}), "modify",
+      json::array({json{{"key", "k"}, {"op", "compare_and_set"}, {"expected", 1}, {"value", 3}}})));
   CHECK(error_code(failed) == -32000);
   CHECK(error_kind(failed) == "condition_failed");
-  auto bad_op = s.call("append_event", with(append_params("s1", json::object()), "modify",
-                                            json::array({json{{"key", "k"}, {"op", "nope"}}})));
+  auto bad_op = s.call("append_event",
+                       with(append_params("s1", json::object()), "modify",
+                            json::array({json{{"key", "k"}, {"op", "nope"}}})));
   CHECK(error_code(bad_op) == -32602);
   CHECK(error_message(bad_op).find("unknown op") != std::string::npos);
   auto got = s.ok("get_session", session_params("s1"));
@@ -290,12 +299,16 @@ TEST_CASE("serve: list_sessions' order, offset and include_total") {
       out.push_back(m["id"]);
     return out;
   };
-  auto desc = s.ok("list_sessions", json{{"app_name", "app"}, {"order", "desc"}, {"page_size", 2},
-                                         {"include_total", true}});
+  auto desc =
+    s.ok("list_sessions",
+         json{{"app_name", "app"}, {"order", "desc"}, {"page_size", 2}, {"include_total", true}});
   CHECK(ids(desc) == std::vector<std::string>{"s4", "s3"});
   CHECK(desc["total"] == 5);
-  auto next = s.ok("list_sessions", json{{"app_name", "app"}, {"order", "desc"}, {"page_size", 2},
-                                         {"page_token", desc["next_page_token"]}});
+  auto next = s.ok("list_sessions",
+                   json{{"app_name", "app"},
+                        {"order", "desc"},
+                        {"page_size", 2},
+                        {"page_token", desc["next_page_token"]}});
   CHECK(ids(next) == std::vector<std::string>{"s2", "s1"});
   CHECK(!next.contains("total"));
   auto off = s.ok("list_sessions", json{{"app_name", "app"}, {"offset", 3}});
@@ -316,8 +329,9 @@ TEST_CASE("serve: list_sessions by creation time, and shared_state once") {
   for (int i = 0; i < 4; ++i)
     s.ok("create_session", session_params("s" + std::to_string(i)));
   for (int i = 3; i >= 0; --i)
-    s.ok("append_event", append_params("s" + std::to_string(i),
-                                       json{{"actions", {{"state_delta", {{"app:k", i}}}}}}));
+    s.ok(
+      "append_event",
+      append_params("s" + std::to_string(i), json{{"actions", {{"state_delta", {{"app:k", i}}}}}}));
   auto ids = [](const json& r) {
     std::vector<std::string> out;
     for (auto& m : r["sessions"])
@@ -326,11 +340,12 @@ TEST_CASE("serve: list_sessions by creation time, and shared_state once") {
   };
   CHECK(ids(s.ok("list_sessions", json{{"app_name", "app"}}))
         == std::vector<std::string>{"s3", "s2", "s1", "s0"});
-  auto first = s.ok("list_sessions", json{{"app_name", "app"}, {"order_by", "created"},
-                                          {"page_size", 3}});
+  auto first =
+    s.ok("list_sessions", json{{"app_name", "app"}, {"order_by", "created"}, {"page_size", 3}});
   CHECK(ids(first) == std::vector<std::string>{"s0", "s1", "s2"});
-  auto rest = s.ok("list_sessions", json{{"app_name", "app"}, {"order_by", "created"},
-                                         {"page_token", first["next_page_token"]}});
+  auto rest = s.ok(
+    "list_sessions",
+    json{{"app_name", "app"}, {"order_by", "created"}, {"page_token", first["next_page_token"]}});
   CHECK(ids(rest) == std::vector<std::string>{"s3"});
   CHECK(rest["next_page_token"].is_null());
 
@@ -384,8 +399,8 @@ TEST_CASE("serve: engine errors carry their kind") {
   auto deep = json::array();
   for (int i = 0; i < 66; ++i)
     deep = json::array({deep});
-  auto too_deep =
-    s.call("append_event", append_params("s1", json{{"actions", {{"state_delta", {{"k", deep}}}}}}));
+  auto too_deep = s.call("append_event",
+                         append_params("s1", json{{"actions", {{"state_delta", {{"k", deep}}}}}}));
   CHECK(error_kind(too_deep) == "too_large");
 
   // Nothing above changed the session.
@@ -398,8 +413,9 @@ TEST_CASE("serve: malformed lines are answered; the server goes on; nothing chan
   fixture f;
   server s({"--store", f.store(), "--durability", "nosync", "--max-line-bytes", "4096"}, f.err());
   s.ok("create_session", with(session_params("s1"), "state", json{{"k", 1}}));
-  s.ok("append_event", append_params("s1", json{{"id", "e1"}, {"author", "a"},
-                                                {"actions", {{"state_delta", {{"k", 2}}}}}}));
+  s.ok("append_event",
+       append_params(
+         "s1", json{{"id", "e1"}, {"author", "a"}, {"actions", {{"state_delta", {{"k", 2}}}}}}));
   auto before = s.ok("get_session", session_params("s1"));
   auto list_before = s.ok("list_sessions", json{{"app_name", "app"}});
 
@@ -434,24 +450,25 @@ TEST_CASE("serve: malformed lines are answered; the server goes on; nothing chan
      "invalid_argument", 9, "params"},
     {request(10, "create_session", json{{"app_name", 5}, {"user_id", "u"}}).dump(), -32602,
      "invalid_argument", 10, "app_name"},
-    {request(11, "get_session", with(session_params("s1"), "num_recent_events", "3")).dump(), -32602,
-     "invalid_argument", 11, "num_recent_events"},
+    {request(11, "get_session", with(session_params("s1"), "num_recent_events", "3")).dump(),
+     -32602, "invalid_argument", 11, "num_recent_events"},
     {request(12, "get_session", json{{"app_name", "app"}, {"user_id", "u1"}}).dump(), -32602,
      "invalid_argument", 12, "session_id"},
     {append_line(append_params("s1", "not an event")), -32602, "invalid_argument", 1, "event"},
-    {append_line(append_params("s1", json{{"timestamp", "yesterday"}})), -32602,
-     "invalid_argument", 1, "timestamp"},
-    {append_line(append_params("s1", json{{"actions", {{"state_delta", json::array()}}}})),
-     -32602, "invalid_argument", 1, "state_delta"},
+    {append_line(append_params("s1", json{{"timestamp", "yesterday"}})), -32602, "invalid_argument",
+     1, "timestamp"},
+    {append_line(append_params("s1", json{{"actions", {{"state_delta", json::array()}}}})), -32602,
+     "invalid_argument", 1, "state_delta"},
     {append_line(with(append_params("s1", json::object()), "expected_version", -1)), -32602,
      "invalid_argument", 1, "expected_version"},
     {append_line(session_params("s1")), -32602, "invalid_argument", 1, "event"},
     {request(13, "list_sessions", json{{"app_name", "app"}, {"page_size", 1.5}}).dump(), -32602,
      "invalid_argument", 13, "page_size"},
-    {request(14, "create_session", with(session_params("s9"), "state", json::array())).dump(), -32602,
-     "invalid_argument", 14, "state"},
+    {request(14, "create_session", with(session_params("s9"), "state", json::array())).dump(),
+     -32602, "invalid_argument", 14, "state"},
     // Over --max-line-bytes: discarded unread, even though it is a valid request.
-    {request(15, "create_session", with(session_params("big"), "state", json{{"v", bytes(8000)}})).dump(),
+    {request(15, "create_session", with(session_params("big"), "state", json{{"v", bytes(8000)}}))
+       .dump(),
      -32700, "too_large", nullptr, "4096"},
   };
   int probe = 0;
@@ -473,7 +490,8 @@ TEST_CASE("serve: malformed lines are answered; the server goes on; nothing chan
   }
 
   // A 3 MiB line against a 4 KiB limit, in many pipe writes, then a CRLF line.
-  s.send(request(16, "create_session", with(session_params("huge"), "state", json{{"v", bytes(3 << 20)}}))
+  s.send(request(16, "create_session",
+                 with(session_params("huge"), "state", json{{"v", bytes(3 << 20)}}))
            .dump()
          + "\n" + request("after", "get_session", session_params("huge")).dump() + "\r\n");
   auto huge = s.next();
@@ -498,20 +516,22 @@ TEST_CASE("serve: pipelined requests across sessions are all answered, matched b
   const int appends = 25;
   std::string batch;
   for (int k = 0; k < sessions; ++k)
-    batch += request("c" + std::to_string(k), "create_session", session_params("s" + std::to_string(k)))
-               .dump()
-             + "\n";
+    batch +=
+      request("c" + std::to_string(k), "create_session", session_params("s" + std::to_string(k)))
+        .dump()
+      + "\n";
   for (int j = 0; j < appends; ++j)
     for (int k = 0; k < sessions; ++k)
       batch += request("s" + std::to_string(k) + "-a" + std::to_string(j), "append_event",
                        append_params("s" + std::to_string(k),
                                      json{{"author", "a"}, {"id", "e" + std::to_string(j)}}))
                  .dump()
-               + "\n";
+        + "\n";
   for (int k = 0; k < sessions; ++k)
-    batch += request(k, "get_session", with(session_params("s" + std::to_string(k)), "num_recent_events", 0))
+    batch += request(k, "get_session",
+                     with(session_params("s" + std::to_string(k)), "num_recent_events", 0))
                .dump()
-             + "\n";
+      + "\n";
   s.send(batch);
   auto got = s.collect(sessions * (appends + 2));
   for (int k = 0; k < sessions; ++k) {
@@ -539,7 +559,7 @@ TEST_CASE("serve: one session's requests run in the order they were read") {
     batch += request(i, "append_event",
                      append_params("one", json{{"author", "a"}, {"id", "e" + std::to_string(i)}}))
                .dump()
-             + "\n";
+      + "\n";
   batch += request("get", "get_session", session_params("one")).dump() + "\n";
   // Reads served from a snapshot and appends, interleaved: each read sees
   // exactly the appends before it.
@@ -548,7 +568,7 @@ TEST_CASE("serve: one session's requests run in the order they were read") {
     batch += request("get-" + std::to_string(i), "get_session",
                      with(session_params("one"), "num_recent_events", 0))
                .dump()
-             + "\n";
+      + "\n";
   }
   s.send(batch);
   auto got = s.collect(1 + 200 + 1 + 100);
@@ -571,16 +591,18 @@ TEST_CASE("serve: notifications run and are never answered") {
   fixture f;
   server s({"--memory"}, f.err());
   auto note = [](const std::string& method, json params) {
-    return json{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}}.dump() +
-           "\n";
+    return json{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}}.dump()
+      + "\n";
   };
-  s.send(note("create_session", session_params("n1")) + note("append_event", append_params("n1", {{"author", "a"}}))
-         + note("append_event", append_params("n1", {{"author", "a"}}))
-         + note("append_event", append_params("n1", {{"author", "a"}}))
-         + note("no_such_method", json::object())
-         + note("append_event", json{{"app_name", 1}})
-         + note("create_session", session_params("n1")) // already_exists: still no answer
-         + request("probe", "get_session", with(session_params("n1"), "num_recent_events", 0)).dump() + "\n");
+  s.send(
+    note("create_session", session_params("n1"))
+    + note("append_event", append_params("n1", {{"author", "a"}}))
+    + note("append_event", append_params("n1", {{"author", "a"}}))
+    + note("append_event", append_params("n1", {{"author", "a"}}))
+    + note("no_such_method", json::object()) + note("append_event", json{{"app_name", 1}})
+    + note("create_session", session_params("n1")) // already_exists: still no answer
+    + request("probe", "get_session", with(session_params("n1"), "num_recent_events", 0)).dump()
+    + "\n");
   auto r = s.next();
   CHECK(r["id"] == "probe");
   CHECK(r["result"]["version"] == 3);
@@ -595,11 +617,12 @@ TEST_CASE("serve: end of input finishes in-flight work, flushes, exits 0; data i
     std::string batch = request("create", "create_session", session_params("d1")).dump() + "\n";
     for (int i = 1; i <= 100; ++i)
       batch += request(i, "append_event",
-                       append_params("d1", json{{"author", "a"},
-                                                {"actions", {{"state_delta", {{"n", i}}}}}}))
+                       append_params(
+                         "d1", json{{"author", "a"}, {"actions", {{"state_delta", {{"n", i}}}}}}))
                  .dump()
-               + "\n";
-    batch += R"({"jsonrpc":"2.0","id":"flush","method":"flush"})" "\n";
+        + "\n";
+    batch += R"({"jsonrpc":"2.0","id":"flush","method":"flush"})"
+             "\n";
     s.send(batch);
     CHECK(s.wait_exit() == 0); // closes stdin at once, reads nothing first
     auto got = s.collect(102);

@@ -35,8 +35,8 @@ TEST_CASE("regression: a list_sessions page is bounded (a 103-byte request produ
     });
     auto& e = *eng;
     // 400 KB of app: state, merged into every listed session (rule L2).
-    MUST(e.create_session(test::create_req("app", "u", "s0",
-                                           json{{"app:big", std::string(400 * 1024, 'a')}})));
+    MUST(e.create_session(
+      test::create_req("app", "u", "s0", json{{"app:big", std::string(400 * 1024, 'a')}})));
     for (int i = 1; i < 30; ++i)
       MUST(e.create_session(test::create_req("app", "u", "s" + std::to_string(i))));
 
@@ -68,12 +68,14 @@ TEST_CASE("regression: one session larger than the response limit is too_large, 
     o.limits.max_response_bytes = std::size_t{64} << 10; // the smallest allowed
   });
   auto& e = *eng;
-  MUST(e.create_session(test::create_req("app", "u", "s",
-                                         json{{"k", std::string(100 * 1024, 'k')}})));
+  MUST(
+    e.create_session(test::create_req("app", "u", "s", json{{"k", std::string(100 * 1024, 'k')}})));
   auto page = e.list_sessions(test::list_req("app"));
   CHECK(page.code() == errc::too_large);
   // The session itself is intact and readable.
-  CHECK(MUST(e.get_session(test::get_req(test::sref("app", "u", "s"))))->state["k"]
-            .get_ref<const std::string&>()
-            .size() == 100 * 1024);
+  CHECK(MUST(e.get_session(test::get_req(test::sref("app", "u", "s"))))
+          ->state["k"]
+          .get_ref<const std::string&>()
+          .size()
+        == 100 * 1024);
 }

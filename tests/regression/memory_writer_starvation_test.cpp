@@ -24,7 +24,7 @@ TEST_CASE("regression: readers do not starve the memory store's writer") {
   for (int i = 0; i < 4; ++i)
     readers.emplace_back([&] {
       while (!done.load())
-        (void) e.get_session(test::get_req(ref, 5));
+        (void)e.get_session(test::get_req(ref, 5));
     });
   // A hang detector, not a speed check: 300 appends take milliseconds when
   // the writer gets the lock; starved, they did not finish in minutes.

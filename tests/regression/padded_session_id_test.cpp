@@ -25,8 +25,8 @@ TEST_CASE("regression: ' padded ' is trimmed on create but not on get or append"
     auto text = MUST(e.get_session_json(test::get_req(padded)));
     CHECK(text.find("\"id\":\"padded\"") != std::string::npos);
 
-    CHECK(MUST(e.append_event(test::append_req(padded, test::make_event(json{{"k", 1}}))))
-              .version == 1);
+    CHECK(MUST(e.append_event(test::append_req(padded, test::make_event(json{{"k", 1}})))).version
+          == 1);
     auto inv = MUST(e.begin_invocation(padded, "inv"));
     CHECK(inv.id == "padded");
     MUST(e.end_invocation(padded, "inv"));

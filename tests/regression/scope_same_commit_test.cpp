@@ -28,10 +28,10 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
     CAPTURE(test::to_string(kind));
     test::temp_dir dir;
     auto plan = std::make_shared<store::fault_plan>(); // fails nothing: fail_at 0
-    auto opened = detail::engine_factory::open(
-      test::make_options(kind, dir.str()), [plan](std::unique_ptr<store::kv_store> kv) {
-        return store::make_faulty_kv(std::move(kv), plan);
-      });
+    auto opened = detail::engine_factory::open(test::make_options(kind, dir.str()),
+                                               [plan](std::unique_ptr<store::kv_store> kv) {
+                                                 return store::make_faulty_kv(std::move(kv), plan);
+                                               });
     REQUIRE(opened.ok());
     auto& e = **opened;
     // A failed REQUIRE while the writer is held must not leave close() waiting.

@@ -63,8 +63,7 @@ TEST_CASE("regression: serve sent response lines that are not JSON after a byte 
                     with(session_params("s1"), "event",
                          json{{"id", "new"}, {"author", "user"}}))); // reads the event ids
   srv.send_line(rpc(7, "append_event",
-                    with(session_params("s2"), "event",
-                         json{{"id", "new"}, {"author", "user"}})));
+                    with(session_params("s2"), "event", json{{"id", "new"}, {"author", "user"}})));
   srv.send_line(get(8, "s1"));
   auto r = srv.collect(8); // each line parsed as JSON (collect REQUIREs it)
   auto kind = [&](int id) {
@@ -72,7 +71,9 @@ TEST_CASE("regression: serve sent response lines that are not JSON after a byte 
     INFO("response: ", x.dump());
     return x.contains("error") ? x["error"]["data"]["kind"].get<std::string>() : "ok";
   };
-  auto message = [&](int id) { return r[std::to_string(id)]["error"]["message"].get<std::string>(); };
+  auto message = [&](int id) {
+    return r[std::to_string(id)]["error"]["message"].get<std::string>();
+  };
   for (int id : {1, 4, 6, 8}) {
     CAPTURE(id);
     CHECK(kind(id) == "data_corrupt");

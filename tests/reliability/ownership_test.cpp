@@ -23,10 +23,11 @@ TEST_CASE("ownership: a second process cannot open a store that a server owns") 
   int appended = 0;
   auto append = [&] {
     ++appended;
-    auto r = owner.ok("append_event",
-                      with(session_params("s1"), "event",
-                           json{{"id", "e" + std::to_string(appended)},
-                                {"actions", {{"state_delta", {{"n", appended}, {"user:k", appended}}}}}}));
+    auto r =
+      owner.ok("append_event",
+               with(session_params("s1"), "event",
+                    json{{"id", "e" + std::to_string(appended)},
+                         {"actions", {{"state_delta", {{"n", appended}, {"user:k", appended}}}}}}));
     CHECK(r["version"] == appended);
   };
   for (int i = 0; i < 5; ++i)

@@ -26,7 +26,7 @@ const std::string tok_two = "two-apps-token-0123456789abcdef";
 
 std::string token_file_text() {
   return "# agentstate tokens\n\n" + tok_all + " *\n" + tok_chat + "\tchat\n" + tok_two
-         + "  chat,mail\n";
+    + "  chat,mail\n";
 }
 
 // Every method that names an app, with params valid for app `app`.
@@ -103,7 +103,9 @@ TEST_CASE("token table: the file format, its errors, and lookups") {
          {secret + " a,*\n", "'*' must stand alone"},
          {secret + " " + std::string(101, 'a') + "\n", "over 100 bytes"},
          {secret + " *\n" + secret + " app\n", "repeats an earlier line"},
-         {"secret-token-\x01" "0123456789 *\n", "printable ASCII"},
+         {"secret-token-\x01"
+          "0123456789 *\n",
+          "printable ASCII"},
        }) {
     auto r = token_table::parse(b.text);
     INFO("file: ", b.text);
@@ -118,7 +120,8 @@ TEST_CASE("token table: the file format, its errors, and lookups") {
 }
 
 TEST_CASE("access gate: scopes, refusals before authentication, revocation on reload") {
-  auto source = std::make_shared<protocol::token_source>(MUST(token_table::parse(token_file_text())));
+  auto source =
+    std::make_shared<protocol::token_source>(MUST(token_table::parse(token_file_text())));
   protocol::access_gate g(source);
   CHECK(g.required());
   CHECK(!g.check("ping", std::nullopt, false));
@@ -160,7 +163,8 @@ TEST_CASE("rpc_session with tokens: authenticate, then scoped; without: ping and
   };
   {
     protocol::rpc_config cfg;
-    cfg.tokens = std::make_shared<protocol::token_source>(MUST(token_table::parse(token_file_text())));
+    cfg.tokens =
+      std::make_shared<protocol::token_source>(MUST(token_table::parse(token_file_text())));
     protocol::rpc_session session(*eng, sink, cfg);
     session.handle_line(rpc(1, "get_app_state", json{{"app_name", "chat"}}).dump());
     session.handle_line(rpc(2, "authenticate", json{{"token", 7}}).dump());
@@ -218,9 +222,10 @@ TEST_CASE("serve --auth-file: no token, a wrong token: every method but ping is 
   // Bad params are no way around it either.
   CHECK(kind_of(c.call("get_session", json{{"app_name", 5}})) == "unauthenticated");
   // A notification is not run.
-  REQUIRE(c.send_line(json{{"jsonrpc", "2.0"}, {"method", "create_session"},
-                           {"params", json{{"app_name", "chat"}, {"user_id", "u"},
-                                           {"session_id", "sneaky"}}}}));
+  REQUIRE(c.send_line(
+    json{{"jsonrpc", "2.0"},
+         {"method", "create_session"},
+         {"params", json{{"app_name", "chat"}, {"user_id", "u"}, {"session_id", "sneaky"}}}}));
 
   auto wrong = c.call("authenticate", json{{"token", "not-a-valid-token-0123456789"}});
   CHECK(kind_of(wrong) == "unauthenticated");
@@ -315,9 +320,8 @@ TEST_CASE("serve --listen beyond loopback: refused without authentication") {
   // With a token file it starts; with --insecure too.
   write_text((dir.path() / "tokens").string(), tok_all + " *\n");
   {
-    server_process srv({"--listen", "0.0.0.0:0", "--memory", "--auth-file",
-                        (dir.path() / "tokens").string()},
-                       log);
+    server_process srv(
+      {"--listen", "0.0.0.0:0", "--memory", "--auth-file", (dir.path() / "tokens").string()}, log);
     srv.wait_serving();
     srv.signal(SIGTERM);
     CHECK(srv.wait_exit() == 0);
@@ -331,8 +335,7 @@ TEST_CASE("serve --listen beyond loopback: refused without authentication") {
   // A bad token file stops the start, naming the line.
   write_text((dir.path() / "bad").string(), "x y z\n");
   {
-    server_process srv({"--listen", "0", "--memory", "--auth-file",
-                        (dir.path() / "bad").string()},
+    server_process srv({"--listen", "0", "--memory", "--auth-file", (dir.path() / "bad").string()},
                        log);
     CHECK(srv.wait_exit() == 1);
     CHECK(srv.log().find("line 1") != std::string::npos);

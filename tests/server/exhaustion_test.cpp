@@ -34,9 +34,9 @@ TEST_CASE("exhaustion: amplifying requests are answered within --max-response-by
   const std::string half_mib(512 * 1024, 'a');
   // 1 MiB of app: state, 200 sessions of one user, and one session holding
   // 40 events of 256 KiB (10 MiB of events).
-  REQUIRE(ok(c.call("create_session",
-                    with(sref_params("app", "s0"), "state",
-                         json{{"app:a", half_mib}, {"app:b", half_mib}}))));
+  REQUIRE(ok(c.call(
+    "create_session",
+    with(sref_params("app", "s0"), "state", json{{"app:a", half_mib}, {"app:b", half_mib}}))));
   for (int i = 1; i < 200; ++i)
     REQUIRE(ok(c.call("create_session", sref_params("app", "s" + std::to_string(i)))));
   REQUIRE(ok(c.call("create_session", sref_params("app", "long"))));
@@ -70,8 +70,8 @@ TEST_CASE("exhaustion: amplifying requests are answered within --max-response-by
   CHECK((*page)["result"]["next_page_token"].is_string());
   CHECK((*page)["result"].dump().size() <= limit);
   // The compact form carries the app's state once: every session in one page.
-  auto once = c.call("list_sessions", json{{"app_name", "app"}, {"page_size", 1000},
-                                           {"shared_state", "once"}});
+  auto once = c.call("list_sessions",
+                     json{{"app_name", "app"}, {"page_size", 1000}, {"shared_state", "once"}});
   REQUIRE(ok(once));
   CHECK((*once)["result"]["sessions"].size() == 201);
   CHECK((*once)["result"]["next_page_token"].is_null());

@@ -93,9 +93,8 @@ TEST_CASE("limits: an idle connection is told and closed after --idle-timeout-s;
 TEST_CASE("limits: a request line not completed within --line-timeout-s closes the "
           "connection (slowloris); others are served meanwhile") {
   fixture f;
-  server_process srv({"--listen", "0", "--memory", "--line-timeout-s", "1", "--idle-timeout-s",
-                      "60"},
-                     f.log_path());
+  server_process srv(
+    {"--listen", "0", "--memory", "--line-timeout-s", "1", "--idle-timeout-s", "60"}, f.log_path());
   int port = srv.port();
   client slow(port);
   client other(port);
@@ -127,7 +126,9 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
   int port = srv.port();
   client admin(port);
   // About 900 KB of app state: each get_app_state answer is that big.
-  auto create = json{{"app_name", "big"}, {"user_id", "u"}, {"session_id", "s"},
+  auto create = json{{"app_name", "big"},
+                     {"user_id", "u"},
+                     {"session_id", "s"},
                      {"state", json{{"app:blob", std::string(900 * 1024, 'x')}}}};
   REQUIRE(ok(admin.call("create_session", create)));
   REQUIRE(ok(admin.call("get_app_state", json{{"app_name", "big"}})));
@@ -229,26 +230,27 @@ TEST_CASE("limits: partial lines cost about their bytes, and the line timeout fr
 TEST_CASE("limits: --max-in-flight holds a pipeline without blocking anyone; notifications "
           "complete too") {
   fixture f;
-  server_process srv({"--listen", "0", "--memory", "--max-in-flight", "1", "--max-line-bytes",
-                      "1000"},
-                     f.log_path());
+  server_process srv(
+    {"--listen", "0", "--memory", "--max-in-flight", "1", "--max-line-bytes", "1000"},
+    f.log_path());
   int port = srv.port();
   client c(port);
   client other(port);
   REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
   std::string batch;
   for (int i = 0; i < 200; ++i)
-    batch += json{{"jsonrpc", "2.0"}, {"method", "append_event"},
+    batch += json{{"jsonrpc", "2.0"},
+                  {"method", "append_event"},
                   {"params", with(sref_params("app", "s"), "event", json{{"author", "n"}})}}
                .dump()
-             + "\n";
+      + "\n";
   for (int i = 0; i < 50; ++i)
-    batch += rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "r"}}))
-               .dump()
-             + "\n";
+    batch +=
+      rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "r"}})).dump()
+      + "\n";
   batch += std::string(5000, 'x') + "\n"; // over --max-line-bytes
-  batch += rpc("last", "get_session", with(sref_params("app", "s"), "num_recent_events", 0)).dump()
-           + "\n";
+  batch +=
+    rpc("last", "get_session", with(sref_params("app", "s"), "num_recent_events", 0)).dump() + "\n";
   REQUIRE(c.send(batch));
   REQUIRE(ok(other.call("ping")));
   std::map<std::string, json> got;
@@ -267,9 +269,9 @@ TEST_CASE("limits: --max-in-flight holds a pipeline without blocking anyone; not
 TEST_CASE("limits: under a 64-descriptor limit the cap follows the limit; clients beyond it are "
           "told; idle ones time out and make room") {
   fixture f;
-  server_process srv({"--listen", "0", "--memory", "--idle-timeout-s", "2", "--threads", "1",
-                      "--io-threads", "1"},
-                     f.log_path(), {"prlimit", "--nofile=64:64", "--"});
+  server_process srv(
+    {"--listen", "0", "--memory", "--idle-timeout-s", "2", "--threads", "1", "--io-threads", "1"},
+    f.log_path(), {"prlimit", "--nofile=64:64", "--"});
   int port = srv.port();
   srv.wait_serving();
   auto cap = std::stoi(srv.wait_log("max_connections=([0-9]+)"));
@@ -311,8 +313,7 @@ TEST_CASE("limits: connections need no thread: a process that may not create thr
   std::vector<std::string> as_user;
   if (::geteuid() == 0)
     as_user = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
-  std::vector<std::string> args{"--listen", "0", "--memory", "--threads", "2", "--io-threads",
-                                "2"};
+  std::vector<std::string> args{"--listen", "0", "--memory", "--threads", "2", "--io-threads", "2"};
   // How many threads the server runs once it serves.
   long threads = 0;
   {
@@ -325,8 +326,9 @@ TEST_CASE("limits: connections need no thread: a process that may not create thr
   // The same server, allowed exactly that many: a thread per connection
   // would fail at the first connection.
   auto wrapper = as_user;
-  wrapper.insert(wrapper.end(), {"prlimit", "--nproc=" + std::to_string(threads) + ":"
-                                              + std::to_string(threads), "--"});
+  wrapper.insert(
+    wrapper.end(),
+    {"prlimit", "--nproc=" + std::to_string(threads) + ":" + std::to_string(threads), "--"});
   server_process srv(args, f.log_path(), wrapper);
   int port = srv.port();
   srv.wait_serving();
@@ -342,8 +344,7 @@ TEST_CASE("limits: connections need no thread: a process that may not create thr
       client c(port);
       auto s = "s" + std::to_string(k);
       if (ok(c.call("create_session", sref_params("app", s)))
-          && ok(c.call("append_event",
-                       with(sref_params("app", s), "event", json{{"author", "a"}})))
+          && ok(c.call("append_event", with(sref_params("app", s), "event", json{{"author", "a"}})))
           && ok(c.call("get_session", sref_params("app", s))))
         ++good;
     });

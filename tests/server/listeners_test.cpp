@@ -25,7 +25,7 @@ TEST_CASE("listeners: a Unix socket is 0600, serves, and is removed at exit") {
   fixture f;
   server_process srv({"--listen", "unix:" + f.sock(), "--memory"}, f.log_path());
   srv.wait_log("listening on unix:");
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::lstat(f.sock().c_str(), &st) == 0);
   CHECK(S_ISSOCK(st.st_mode));
   CHECK((st.st_mode & 0777) == 0600);
@@ -85,9 +85,9 @@ TEST_CASE("listeners: a stale socket file is replaced; a live one, or another fi
 TEST_CASE("listeners: TCP and a Unix socket at once; --log-format json gives one object per "
           "line") {
   fixture f;
-  server_process srv({"--listen", "0", "--listen", "unix:" + f.sock(), "--memory",
-                      "--log-format", "json"},
-                     f.log_path());
+  server_process srv(
+    {"--listen", "0", "--listen", "unix:" + f.sock(), "--memory", "--log-format", "json"},
+    f.log_path());
   int port = srv.port();
   srv.wait_serving();
   {
@@ -127,9 +127,9 @@ TEST_CASE("listeners: SIGTERM answers requests in flight, refuses new connection
   REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
   std::string batch;
   for (int i = 0; i < 200; ++i)
-    batch += rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "a"}}))
-               .dump()
-             + "\n";
+    batch +=
+      rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "a"}})).dump()
+      + "\n";
   REQUIRE(c.send(batch));
   auto first = c.next();
   REQUIRE(ok(first));
@@ -159,12 +159,13 @@ TEST_CASE("listeners: network options need --listen; ping answers on standard in
   CHECK(shell(std::string(AGENTSTATE_BIN) + " serve --memory --listen 0 --tls-cert x").first == 2);
   CHECK(shell(std::string(AGENTSTATE_BIN) + " serve --memory --listen unix:").first == 2);
   CHECK(shell(std::string(AGENTSTATE_BIN) + " serve --memory --log-format xml").first == 2);
-  CHECK(shell(std::string(AGENTSTATE_BIN) + " serve --memory --listen 0 --max-connections 0")
-          .first
+  CHECK(shell(std::string(AGENTSTATE_BIN) + " serve --memory --listen 0 --max-connections 0").first
         == 2);
   auto [pc, pout] = shell(R"(echo '{"jsonrpc":"2.0","id":1,"method":"ping"}' | )"
                             + std::string(AGENTSTATE_BIN) + " serve --memory",
                           false);
   CHECK(pc == 0);
-  CHECK(pout == R"({"jsonrpc":"2.0","id":1,"result":"pong"})" "\n");
+  CHECK(pout
+        == R"({"jsonrpc":"2.0","id":1,"result":"pong"})"
+           "\n");
 }

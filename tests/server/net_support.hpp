@@ -82,8 +82,7 @@ public:
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::vector<std::string> argv_s = wrapper;
     argv_s.push_back(AGENTSTATE_BIN);
     argv_s.push_back("serve");
@@ -278,8 +277,8 @@ public:
   }
 
   /// Sends one request and returns its response (nullopt on failure).
-  std::optional<json> call(const std::string& method, json params = nullptr,
-                           json id = "call", std::chrono::milliseconds t = 10s) {
+  std::optional<json> call(const std::string& method, json params = nullptr, json id = "call",
+                           std::chrono::milliseconds t = 10s) {
     json req{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}};
     if (!params.is_null())
       req["params"] = std::move(params);
@@ -359,11 +358,10 @@ inline tls_pair make_tls_pair(const std::string& dir, const std::string& name) {
   write_text(ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
   const std::string ec_key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   std::string cmd = "set -e; openssl req -x509" + ec_key + " -days 2 -subj /CN=" + name
-                    + "-test-ca -keyout " + p.ca_key + " -out " + p.ca + " && openssl req"
-                    + ec_key + " -subj /CN=" + name + " -keyout " + p.key + " -out " + dir + "/"
-                    + name + ".csr && openssl x509 -req -days 2 -in " + dir + "/" + name
-                    + ".csr -CA " + p.ca + " -CAkey " + p.ca_key + " -CAcreateserial -extfile "
-                    + ext + " -out " + p.cert;
+    + "-test-ca -keyout " + p.ca_key + " -out " + p.ca + " && openssl req" + ec_key
+    + " -subj /CN=" + name + " -keyout " + p.key + " -out " + dir + "/" + name
+    + ".csr && openssl x509 -req -days 2 -in " + dir + "/" + name + ".csr -CA " + p.ca + " -CAkey "
+    + p.ca_key + " -CAcreateserial -extfile " + ext + " -out " + p.cert;
   auto [code, out] = shell(cmd);
   INFO("openssl: ", out);
   REQUIRE(code == 0);
@@ -405,7 +403,7 @@ except (ssl.SSLError, OSError) as e:
     sys.exit(3)
 )PY";
   std::string cmd = "/usr/bin/python3 -c '" + std::string(script) + "' " + std::to_string(port)
-                    + " '" + ca + "' '" + cert + "' '" + key + "'";
+    + " '" + ca + "' '" + cert + "' '" + key + "'";
   for (const auto& l : lines)
     cmd += " '" + l + "'";
   return shell(cmd);

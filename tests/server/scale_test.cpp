@@ -44,14 +44,14 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
     REQUIRE(std::chrono::steady_clock::now() < deadline);
     std::this_thread::sleep_for(20ms);
   }
-  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-    std::chrono::steady_clock::now() - t0);
+  auto took =
+    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   long threads_after = srv.status("Threads");
   long rss_after = srv.status("VmRSS");
   MESSAGE(idle_count, " idle connections in ", took.count(), " ms: threads ", threads_before,
-          " -> ", threads_after, ", VmRSS ", rss_before / 1024, " -> ", rss_after / 1024,
-          " MiB (+", (rss_after - rss_before), " KiB, ",
-          (rss_after - rss_before) * 1024 / idle_count, " bytes each)");
+          " -> ", threads_after, ", VmRSS ", rss_before / 1024, " -> ", rss_after / 1024, " MiB (+",
+          (rss_after - rss_before), " KiB, ", (rss_after - rss_before) * 1024 / idle_count,
+          " bytes each)");
   CHECK(threads_after == threads_before);
   if (!sanitized_build)
     CHECK(rss_after - rss_before <= 64 * 1024);

@@ -32,7 +32,7 @@ json append_params(const std::string& session) {
 struct client_report {
   bool connected = false;
   int answered = 0;
-  std::vector<std::int64_t> own_versions;    // in request order
+  std::vector<std::int64_t> own_versions; // in request order
   std::vector<std::int64_t> shared_versions; // in request order
   std::vector<std::string> problems;
 };
@@ -72,12 +72,11 @@ TEST_CASE("serve --listen: concurrent clients, per-connection order, SIGTERM exi
       // appends interleaved, then a read of each.
       std::string batch = request("create", "create_session", session_params(own)).dump() + "\n";
       for (int i = 0; i < per_client; ++i) {
-        batch += request("own-" + std::to_string(i), "append_event", append_params(own)).dump()
-                 + "\n";
-        batch += request("shared-" + std::to_string(i), "append_event",
-                         append_params("shared"))
-                   .dump()
-                 + "\n";
+        batch +=
+          request("own-" + std::to_string(i), "append_event", append_params(own)).dump() + "\n";
+        batch +=
+          request("shared-" + std::to_string(i), "append_event", append_params("shared")).dump()
+          + "\n";
       }
       batch += request("get", "get_session", session_params(own)).dump() + "\n";
       if (!c.send(batch)) {
@@ -171,8 +170,7 @@ TEST_CASE("serve --listen: a port already in use fails with exit 1") {
 
 TEST_CASE("serve --listen: a client that never reads its responses does not block SIGTERM") {
   temp_dir dir;
-  server_process srv({"--listen", "127.0.0.1:0", "--memory"},
-                     (dir.path() / "stderr.txt").string());
+  server_process srv({"--listen", "127.0.0.1:0", "--memory"}, (dir.path() / "stderr.txt").string());
   int port = srv.port();
   client c(port);
   REQUIRE(c.connected());
@@ -198,8 +196,8 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
     ++polls;
     REQUIRE(st);
     auto& server = (*st)["result"]["server"];
-    holding = server.value("requests", 0) >= 201 + polls
-              && server.value("queued_output_bytes", 0) > 0;
+    holding =
+      server.value("requests", 0) >= 201 + polls && server.value("queued_output_bytes", 0) > 0;
     if (!holding)
       std::this_thread::sleep_for(20ms);
   }
@@ -208,6 +206,5 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit(20s) == 0);
   CHECK(std::chrono::steady_clock::now() - start < 15s);
-  CHECK(read_text((dir.path() / "stderr.txt").string()).find("not reading")
-        != std::string::npos);
+  CHECK(read_text((dir.path() / "stderr.txt").string()).find("not reading") != std::string::npos);
 }

@@ -26,15 +26,16 @@ TEST_CASE("tls: a client trusting the server's CA is served; one trusting anothe
           "refused; plain text to the TLS port gets no answer; the server goes on") {
   tls_fixture f;
   auto other = make_tls_pair(f.dir.str(), "other");
-  server_process srv({"--listen", "0", "--memory", "--tls-cert", f.server.cert, "--tls-key",
-                      f.server.key},
-                     f.log_path());
+  server_process srv(
+    {"--listen", "0", "--memory", "--tls-cert", f.server.cert, "--tls-key", f.server.key},
+    f.log_path());
   int port = srv.port();
   CHECK(srv.log().find("transport=tls") != std::string::npos);
 
   auto [code, out] = python_tls(
     port, f.server.ca,
-    {ping_line, R"({"jsonrpc":"2.0","id":2,"method":"create_session","params":{"app_name":"a","user_id":"u","session_id":"tls"}})"});
+    {ping_line,
+     R"({"jsonrpc":"2.0","id":2,"method":"create_session","params":{"app_name":"a","user_id":"u","session_id":"tls"}})"});
   INFO("client: ", out);
   CHECK(code == 0);
   CHECK(out.find(R"({"jsonrpc":"2.0","id":1,"result":"pong"})") != std::string::npos);
@@ -83,8 +84,7 @@ TEST_CASE("tls: --tls-client-ca requires a client certificate from that CA") {
   CHECK(none == 3);
   CHECK(none_out.find("pong") == std::string::npos);
 
-  auto [wrong, wrong_out] =
-    python_tls(port, f.server.ca, {ping_line}, stranger.cert, stranger.key);
+  auto [wrong, wrong_out] = python_tls(port, f.server.ca, {ping_line}, stranger.cert, stranger.key);
   INFO("client with another CA's certificate: ", wrong_out);
   CHECK(wrong == 3);
   CHECK(wrong_out.find("pong") == std::string::npos);
@@ -119,8 +119,7 @@ TEST_CASE("tls: tokens over TLS; bad certificate files stop the start") {
   for (const auto& b : std::vector<bad>{
          {{"--tls-cert", f.dir.str() + "/missing.pem", "--tls-key", f.server.key}, "--tls-cert"},
          {{"--tls-cert", f.server.cert, "--tls-key", other.key}, "does not match"},
-         {{"--tls-cert", f.server.cert, "--tls-key", f.server.key, "--tls-client-ca",
-           tokens},
+         {{"--tls-cert", f.server.cert, "--tls-key", f.server.key, "--tls-client-ca", tokens},
           "--tls-client-ca"},
        }) {
     std::vector<std::string> args{"--listen", "0", "--memory"};

@@ -37,8 +37,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const session_ref target = test::sref("app", "u", "s1");    // the damaged session
-const session_ref same_app = test::sref("app", "v", "s2");  // another user of its app
+const session_ref target = test::sref("app", "u", "s1"); // the damaged session
+const session_ref same_app = test::sref("app", "v", "s2"); // another user of its app
 const session_ref other_app = test::sref("other", "u", "s1");
 
 std::unique_ptr<engine> open_at(const std::string& dir) {
@@ -90,7 +90,8 @@ std::string target_key(kv_store& kv, table t) {
   }
   std::string found;
   auto r = kv.begin_read();
-  std::string prefix = t == table::by_user ? user_scope_key("app", "u") + '\0' : "app" + std::string(1, '\0');
+  std::string prefix =
+    t == table::by_user ? user_scope_key("app", "u") + '\0' : "app" + std::string(1, '\0');
   r->scan(t, prefix, {}, [&](std::string_view k, std::string_view) {
     if (k.find("s1") != std::string_view::npos) {
       found = std::string(k);
@@ -143,9 +144,9 @@ TEST_CASE("crc32c: known values; the SSE4.2 and table paths agree") {
       CHECK(a == crc32c_extend_portable(0, buf.data() + off, n));
       // Extending in two parts gives the whole.
       auto half = n / 2;
-      CHECK(crc32c_extend(crc32c_extend(0, buf.data() + off, half), buf.data() + off + half,
-                          n - half)
-            == a);
+      CHECK(
+        crc32c_extend(crc32c_extend(0, buf.data() + off, half), buf.data() + off + half, n - half)
+        == a);
     }
   }
   // Three at once equal each alone, whatever their lengths.
@@ -245,8 +246,8 @@ TEST_CASE("checksums: a byte flipped in each kind of row is data_corrupt naming 
       // An append reads the record, and the session's event ids when the
       // event comes with an id of the client's.
       if (t == table::sessions || t == table::events) {
-        auto app = e->append_event(
-          test::append_req(target, test::make_event(json{{"x", 1}}, "client-id")));
+        auto app =
+          e->append_event(test::append_req(target, test::make_event(json{{"x", 1}}, "client-id")));
         CHECK(app.code() == errc::data_corrupt);
         CHECK(names_target(app.err()));
       }
@@ -323,8 +324,9 @@ TEST_CASE("checksums: export and dump leave a damaged session out, report it and
   auto txn = kv->begin_read();
   std::vector<error> reported;
   std::string out;
-  auto n = export_store(*txn, {}, [&](const std::string& line) { out += line + "\n"; },
-                        [&](const error& e) { reported.push_back(e); });
+  auto n = export_store(
+    *txn, {}, [&](const std::string& line) { out += line + "\n"; },
+    [&](const error& e) { reported.push_back(e); });
   REQUIRE(n.ok());
   REQUIRE(reported.size() == 1);
   CHECK(reported[0].code == errc::data_corrupt);
@@ -410,7 +412,7 @@ TEST_CASE("checksums: a format-3 row that does not decode is sealed as damaged b
     MDB_dbi rows;
     REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
     std::string k = std::string(1, static_cast<char>(table::session_state))
-                    + sub_key(session_key("app", "u", "s1"), "n");
+      + sub_key(session_key("app", "u", "s1"), "n");
     std::string v = "{\"a\":\"\xff\"}";
     MDB_val mk{k.size(), k.data()}, mv{v.size(), v.data()};
     REQUIRE(mdb_put(txn, rows, &mk, &mv, 0) == 0);

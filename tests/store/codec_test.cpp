@@ -168,13 +168,16 @@ TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for every mem
   ev.timestamp = 1700000000.123456;
   ev.partial = false;
   ev.content = json{{"parts", {{{"text", controls}}}}, {"role", "model"}};
-  ev.actions.state_delta = {{"step", 3}, {"score", 1.5}, {"user:Z", nullptr},
-                            {"app:\xc3\xa9", {1, "two", 3.25}}, {"", true}};
+  ev.actions.state_delta = {{"step", 3},
+                            {"score", 1.5},
+                            {"user:Z", nullptr},
+                            {"app:\xc3\xa9", {1, "two", 3.25}},
+                            {"", true}};
   ev.actions.state_remove = {"gone", "user:old"};
   ev.actions.artifact_delta = {{"f.txt", 2}};
   ev.actions.extra = {{"escalate", true}, {"Transfer", "x"}, {"_z", {}}, {"\xc3\xa9t\xc3\xa9", 1}};
-  ev.extra = {{"branch", "a.b"}, {"Custom", {{"x", {1, 2, nullptr}}}}, {"zz", -0.0},
-              {"\xe4\xb8\xad", "mid"}};
+  ev.extra = {
+    {"branch", "a.b"}, {"Custom", {{"x", {1, 2, nullptr}}}}, {"zz", -0.0}, {"\xe4\xb8\xad", "mid"}};
   check_same_text(ev);
 
   // Unknown members named like known ones: known members win, except where
@@ -216,9 +219,9 @@ namespace {
 // doubles across the exponent range, nesting.
 struct random_events {
   std::mt19937 rng;
-  std::vector<std::string> atoms = {"a", "B", "z", "_", ":", "user:", "app:", "temp:",
-                                    "\"", "\\", "\n", "\x01", "\x1f", "\x7f", "é",
-                                    "中", "😀", " ", "0", "id", "actions"};
+  std::vector<std::string> atoms = {
+    "a",    "B",    "z",    "_", ":",  "user:", "app:", "temp:", "\"", "\\",     "\n",
+    "\x01", "\x1f", "\x7f", "é", "中", "😀",     " ",    "0",     "id", "actions"};
 
   explicit random_events(unsigned seed) : rng(seed) {}
 
@@ -235,7 +238,8 @@ struct random_events {
       case 0: return nullptr;
       case 1: return static_cast<bool>(rng() % 2);
       case 2: return static_cast<std::int64_t>(rng()) - (1LL << 31);
-      case 3: return std::ldexp(static_cast<double>(rng()) - 2e9, static_cast<int>(rng() % 80) - 40);
+      case 3:
+        return std::ldexp(static_cast<double>(rng()) - 2e9, static_cast<int>(rng() % 80) - 40);
       case 4: return word(6);
       case 5: return static_cast<std::uint64_t>(rng()) << 32;
       case 6: {
@@ -387,22 +391,23 @@ TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann rea
     {R"({"content":null,"partial":null,"timestamp":null,"actions":null})", false},
     {R"({"actions":null,"content":null,"partial":null,"timestamp":null})", true},
     {R"({"actions":{"artifact_delta":null,"state_delta":null,"state_remove":null}})", true},
-    {R"({"actions":{"a":1,"state_remove":["k","user:k"],"z":[]},"partial":false,"timestamp":7})", true},
+    {R"({"actions":{"a":1,"state_remove":["k","user:k"],"z":[]},"partial":false,"timestamp":7})",
+     true},
     {R"({"id":null,"x":[1,[2,{"a":{}}],"s",true,false,null]})", true},
     {"{\"id\":\"é中😀\"}", true},
     {shallow, true},
     {past, false},
     // Outside it, but valid: nlohmann decides.
     {R"({ "id": "a" })", false},
-    {R"({"id":"a","id":"b"})", false},               // duplicate: the last wins
-    {R"({"id":"a","author":"b"})", false},           // keys out of order
-    {R"({"id":"\ud83d\ude00"})", false},             // surrogate pair
-    {R"({"x":12345678901234567890})", false},        // 20 digits, fits in u64
-    {R"({"x":-9223372036854775808})", false},        // i64 min
-    {R"({"x":123456789012345678901234})", false},    // beyond u64: a double
-    {R"({"x":1e400})", false},                       // out of range
+    {R"({"id":"a","id":"b"})", false}, // duplicate: the last wins
+    {R"({"id":"a","author":"b"})", false}, // keys out of order
+    {R"({"id":"\ud83d\ude00"})", false}, // surrogate pair
+    {R"({"x":12345678901234567890})", false}, // 20 digits, fits in u64
+    {R"({"x":-9223372036854775808})", false}, // i64 min
+    {R"({"x":123456789012345678901234})", false}, // beyond u64: a double
+    {R"({"x":1e400})", false}, // out of range
     {R"({"x":1e-400})", false},
-    {"{\"x\":\"\\u00E9\"}", true},                    // upper-case hex
+    {"{\"x\":\"\\u00E9\"}", true}, // upper-case hex
     {deep, false},
     // Corrupt: nlohmann refuses them, or event_from_json does.
     {R"({"id":"\ud800"})", false},

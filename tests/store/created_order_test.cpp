@@ -179,8 +179,8 @@ TEST_CASE_TEMPLATE("list_sessions shared_state once: each scope's state once per
                    S, test::memory_store, test::lmdb_store) {
   auto t = test::open_engine(S::kind);
   engine& e = *t;
-  MUST(e.create_session(test::create_req("app", "alice", "a1",
-                                         json{{"own", 1}, {"user:lang", "en"}, {"app:m", "x"}})));
+  MUST(e.create_session(
+    test::create_req("app", "alice", "a1", json{{"own", 1}, {"user:lang", "en"}, {"app:m", "x"}})));
   MUST(e.create_session(test::create_req("app", "alice", "a2", json{{"own", 2}})));
   MUST(e.create_session(test::create_req("app", "bob", "b1", json{{"user:lang", "fr"}})));
   MUST(e.create_session(test::create_req("other", "bob", "o1", json{{"app:m", "other"}})));
@@ -259,9 +259,8 @@ TEST_CASE("format upgrade: a format-4 store gets its creation-order indexes when
     auto kv = store::open_lmdb_kv_readonly(dir.str());
     auto txn = kv->begin_read();
     std::string out;
-    REQUIRE(store::export_store(*txn, {}, [&](const std::string& line) {
-              out += line + "\n";
-            }).ok());
+    REQUIRE(
+      store::export_store(*txn, {}, [&](const std::string& line) { out += line + "\n"; }).ok());
     auto report = store::verify_store(*txn);
     INFO((report.messages.empty() ? std::string() : report.messages.front()));
     CHECK(report.ok());
@@ -276,7 +275,8 @@ TEST_CASE("format upgrade: a format-4 store gets its creation-order indexes when
     o.dir = dir.str();
     o.mode = durability::nosync;
     auto e = MUST(engine::open(o));
-    CHECK(all_pages(*e, by_created(std::nullopt, 1)) == std::vector<std::string>{"u1/s1", "u1/s2", "ü2/sé3"});
+    CHECK(all_pages(*e, by_created(std::nullopt, 1))
+          == std::vector<std::string>{"u1/s1", "u1/s2", "ü2/sé3"});
     auto per_user = by_created(std::string("u1"), 10);
     per_user.descending = true;
     CHECK(all_pages(*e, per_user) == std::vector<std::string>{"u1/s2", "u1/s1"});

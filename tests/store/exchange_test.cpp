@@ -45,7 +45,8 @@ TEST_CASE("exchange: export, import, export round-trips a store exactly") {
     ev.content = json{{"parts", {{{"text", "héllo \"quoted\"\n"}}}}};
     ev.extra["custom_field"] = json{{"x", 1}};
     MUST(e.append_event(test::append_req(test::sref("app", "u1", "s1"), ev)));
-    MUST(e.append_event(test::append_req(test::sref("app", "u1", "s1"), test::make_event(json::object(), "", 5.5))));
+    MUST(e.append_event(
+      test::append_req(test::sref("app", "u1", "s1"), test::make_event(json::object(), "", 5.5))));
     MUST(e.close());
   }
   auto src = open_lmdb_kv(a.str(), false, std::uint64_t{1} << 30);

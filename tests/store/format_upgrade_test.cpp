@@ -173,8 +173,8 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
     auto e = open_at(dir.str());
     for (int u = 0; u < 3; ++u)
       for (int i = 0; i < 4; ++i) {
-        auto ref = test::sref(u == 2 ? "other" : "app", "u" + std::to_string(u),
-                              "s" + std::to_string(i));
+        auto ref =
+          test::sref(u == 2 ? "other" : "app", "u" + std::to_string(u), "s" + std::to_string(i));
         MUST(e->create_session(test::create_req(ref)));
         for (int k = 0; k < 3; ++k)
           test::append_ok(*e, ref,

@@ -48,8 +48,7 @@ std::vector<std::string> keys(kv_read& r, table t, std::string prefix, std::stri
   return out;
 }
 
-std::vector<std::string> keys_back(kv_read& r, table t, std::string prefix,
-                                   std::string from = {}) {
+std::vector<std::string> keys_back(kv_read& r, table t, std::string prefix, std::string from = {}) {
   std::vector<std::string> out;
   r.scan_back(t, prefix, from, [&](std::string_view k, std::string_view) {
     out.emplace_back(k);
@@ -140,7 +139,8 @@ TEST_CASE("kv: scans respect prefix, start key, order and table, including 0xff 
       CHECK(keys_back(*r, t, "ab", "abc") == std::vector<std::string>{"abc", "ab"});
       CHECK(keys_back(*r, t, "ab", "abb") == std::vector<std::string>{"ab"});
       CHECK(keys_back(*r, t, "ab", "ab\xff") == std::vector<std::string>{"ab\xff", "abc", "ab"});
-      CHECK(keys_back(*r, t, "ab", "ac") == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
+      CHECK(keys_back(*r, t, "ab", "ac")
+            == std::vector<std::string>{"ab\xff\xff", "ab\xff", "abc", "ab"});
       CHECK(keys_back(*r, t, "", "zzz").size() == all.size());
       CHECK(keys_back(*r, t, "b", "b") == std::vector<std::string>{"b"});
       CHECK(keys(*r, t, "zz").empty());
@@ -313,7 +313,7 @@ TEST_CASE("kv: a burst of transactions checks the resident bound before the peri
   // A period of an hour: only the per-transaction trigger can cause a trim.
   auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30,
                          resident_bound{8 * mib, std::chrono::hours(1)});
-  fill(*kv);                                // 16 write transactions
+  fill(*kv); // 16 write transactions
   REQUIRE(read_all(*kv) == resident_rows); // maps every page: over the bound
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   int reads = 1;

@@ -22,8 +22,7 @@ using namespace agentstate;
 using namespace agentstate::store;
 
 TEST_CASE("layout: ordered doubles sort bytewise in numeric order and round-trip") {
-  std::vector<double> xs{-1e300, -5.5, -1.0, -0.0, 0.0, 1e-300, 1.0, 1.5,
-                         1700000000.25, 1e300};
+  std::vector<double> xs{-1e300, -5.5, -1.0, -0.0, 0.0, 1e-300, 1.0, 1.5, 1700000000.25, 1e300};
   std::vector<std::string> enc;
   for (double x : xs) {
     std::string s;
@@ -101,8 +100,8 @@ write_set sample_append(const write_set& create) {
   append.op = write_set::kind::append;
   append.version = 1;
   append.time = 11;
-  append.event_row = encode_event_row(event_key(session_key("app", "u", "s"), 1), append.time,
-                                      R"({"id":"e1"})");
+  append.event_row =
+    encode_event_row(event_key(session_key("app", "u", "s"), 1), append.time, R"({"id":"e1"})");
   return append;
 }
 
@@ -185,8 +184,8 @@ TEST_CASE("layout: a write set that apply refuses leaves the transaction as it w
     CHECK(apply(*w, missing).code() == errc::not_found);
     CHECK(all_rows(*w) == before);
     append.version = 3; // does not follow the stored version 1
-    append.event_row = encode_event_row(event_key(session_key("app", "u", "s"), 3), append.time,
-                                        R"({"id":"e3"})");
+    append.event_row =
+      encode_event_row(event_key(session_key("app", "u", "s"), 3), append.time, R"({"id":"e3"})");
     CHECK(apply(*w, append).code() == errc::unavailable);
     CHECK(all_rows(*w) == before);
     w->commit();

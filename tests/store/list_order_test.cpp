@@ -26,15 +26,15 @@ list_request by_id(std::optional<std::string> user, std::string token, bool desc
 
 } // namespace
 
-TEST_CASE_TEMPLATE("list order by id: stable under concurrent appends, each session once",
-                   S, test::memory_store, test::lmdb_store) {
+TEST_CASE_TEMPLATE("list order by id: stable under concurrent appends, each session once", S,
+                   test::memory_store, test::lmdb_store) {
   auto eng = test::open_engine(S::kind);
   auto& e = *eng;
   constexpr int users = 4, per_user = 50;
   for (int u = 0; u < users; ++u)
     for (int i = 0; i < per_user; ++i)
-      MUST(e.create_session(test::create_req("app", "u" + std::to_string(u),
-                                             "s" + std::to_string(i))));
+      MUST(e.create_session(
+        test::create_req("app", "u" + std::to_string(u), "s" + std::to_string(i))));
   std::atomic<bool> stop{false};
   std::atomic<int> appended{0};
   std::atomic<bool> failed{false};
@@ -42,9 +42,9 @@ TEST_CASE_TEMPLATE("list order by id: stable under concurrent appends, each sess
     std::mt19937 rng(7);
     while (!stop.load()) {
       auto u = rng() % users, i = rng() % per_user;
-      auto r = e.append_event(test::append_req(
-        test::sref("app", "u" + std::to_string(u), "s" + std::to_string(i)),
-        test::make_event(json{{"n", 1}})));
+      auto r = e.append_event(
+        test::append_req(test::sref("app", "u" + std::to_string(u), "s" + std::to_string(i)),
+                         test::make_event(json{{"n", 1}})));
       if (!r.ok()) {
         failed = true;
         return;

@@ -55,10 +55,10 @@ int run_fresh(const std::string& test_case) {
   REQUIRE(WIFEXITED(status));
   return WEXITSTATUS(status);
 }
-#define FRESH_PROCESS(name)            \
-  if (!in_child()) {                   \
-    CHECK(run_fresh(name) == 0);       \
-    return;                            \
+#define FRESH_PROCESS(name)                                                                        \
+  if (!in_child()) {                                                                               \
+    CHECK(run_fresh(name) == 0);                                                                   \
+    return;                                                                                        \
   }
 
 } // namespace

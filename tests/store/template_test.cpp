@@ -8,9 +8,10 @@ using namespace agentstate;
 
 namespace {
 
-const json state = {{"name", "Ada"},      {"n", 3},           {"flag", true},
-                    {"none", nullptr},    {"obj", {{"a", 1}}}, {"app:brand", "acme"},
-                    {"user:lang", "en"},  {"temp:draft", "d1"}};
+const json state = {{"name", "Ada"},     {"n", 3},
+                    {"flag", true},      {"none", nullptr},
+                    {"obj", {{"a", 1}}}, {"app:brand", "acme"},
+                    {"user:lang", "en"}, {"temp:draft", "d1"}};
 
 std::string render(std::string_view t) {
   auto r = inject_state(t, state, [](std::string_view name) -> std::optional<std::string> {

@@ -34,7 +34,8 @@ std::unique_ptr<kv_store> healthy_store(test::temp_dir& dir) {
       MUST(e.append_event(test::append_req(
         test::sref("app", "u", "s1"),
         test::make_event(json{{"n", i}, {"user:x", i}, {"app:y", i}}, "e" + std::to_string(i)))));
-    MUST(e.append_event(test::append_req(test::sref("app", "u", "s2"), test::make_event(json::object(), "e9"))));
+    MUST(e.append_event(
+      test::append_req(test::sref("app", "u", "s2"), test::make_event(json::object(), "e9"))));
     MUST(e.close());
   }
   return open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
@@ -103,8 +104,8 @@ TEST_CASE("verify: each planted fault is found and named") {
   SUBCASE("two events of a session with one id (A6)") {
     // v2 ("e1") rewritten as a copy of v1 ("e0"), timestamp and all.
     plant([&](kv_write& w) {
-      auto first = open_row(table::events, event_key(s1, 1),
-                            *w.get(table::events, event_key(s1, 1)), false);
+      auto first =
+        open_row(table::events, event_key(s1, 1), *w.get(table::events, event_key(s1, 1)), false);
       REQUIRE(first);
       w.put(table::events, event_key(s1, 2), seal(event_key(s1, 2), std::string(*first)));
     });

@@ -14,8 +14,8 @@ void fault_plan::on_call(fault_target t, const char* what) {
   if (fail_at == 0 || n < fail_at || (!forever && n != fail_at))
     return;
   injected.fetch_add(1);
-  throw kv_failure{code, std::string("injected fault in ") + what + " (call "
-                           + std::to_string(n) + ")"};
+  throw kv_failure{code,
+                   std::string("injected fault in ") + what + " (call " + std::to_string(n) + ")"};
 }
 
 void fault_plan::wait_while_held() {
@@ -116,9 +116,7 @@ public:
   bool nests() const override { return inner_->nests(); }
   kv_info info() override { return inner_->info(); }
   void copy_to_fd(int fd, bool compact) override { inner_->copy_to_fd(fd, compact); }
-  void copy_to(const std::string& dest, bool compact) override {
-    inner_->copy_to(dest, compact);
-  }
+  void copy_to(const std::string& dest, bool compact) override { inner_->copy_to(dest, compact); }
 
 private:
   std::unique_ptr<kv_store> inner_;

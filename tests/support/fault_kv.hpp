@@ -18,7 +18,7 @@ namespace agentstate::store {
 /// Which calls count towards `fail_at`.
 enum class fault_target {
   writes, ///< begin_write, put, del, begin_nested, commit_nested, commit
-  reads,  ///< begin_read
+  reads, ///< begin_read
 };
 
 /// Shared between a test and the wrapper. Thread-safe.
@@ -31,9 +31,9 @@ struct fault_plan {
   bool forever = false;
   errc code = errc::io_error;
 
-  std::atomic<std::uint64_t> calls{0};    ///< counted calls so far
+  std::atomic<std::uint64_t> calls{0}; ///< counted calls so far
   std::atomic<std::uint64_t> injected{0}; ///< failures thrown so far
-  std::atomic<bool> disarmed{false};      ///< set to stop injecting
+  std::atomic<bool> disarmed{false}; ///< set to stop injecting
 
   /// While true, every begin_write waits (before it takes the store's write
   /// transaction, so readers are not blocked) until it is false again: a test

@@ -24,13 +24,10 @@ inline std::string legacy_value(store::table t, std::string_view key, std::strin
   REQUIRE(body);
   switch (t) {
     case store::table::sessions:
-    case store::table::events:
-      return '\x01' + std::string(*body);
+    case store::table::events: return '\x01' + std::string(*body);
     case store::table::by_update:
-    case store::table::by_user:
-      return {};
-    default:
-      return std::string(*body);
+    case store::table::by_user: return {};
+    default: return std::string(*body);
   }
 }
 

@@ -41,9 +41,9 @@ inline constexpr int slowdown = sanitized_build ? 5 : 1;
 /// such children fail the test on one, so a report in a child that the test
 /// then kills, or one that does not end the child, still fails.
 inline std::string sanitizer_report(const std::string& log) {
-  static const char* const starts[] = {"WARNING: ThreadSanitizer:", "ERROR: AddressSanitizer:",
-                                       "ERROR: LeakSanitizer:",
-                                       "SUMMARY: UndefinedBehaviorSanitizer:"};
+  static const char* const starts[] = {
+    "WARNING: ThreadSanitizer:", "ERROR: AddressSanitizer:", "ERROR: LeakSanitizer:",
+    "SUMMARY: UndefinedBehaviorSanitizer:"};
   for (const char* s : starts)
     if (auto at = log.find(s); at != std::string::npos) {
       auto begin = log.rfind('\n', at);

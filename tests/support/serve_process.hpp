@@ -43,8 +43,7 @@ public:
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::vector<std::string> argv_s{AGENTSTATE_BIN, "serve"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -233,7 +232,6 @@ private:
   std::condition_variable cv_;
   std::deque<std::string> lines_;
 };
-
 
 inline json rpc(json id, const std::string& method, json params) {
   json r{{"jsonrpc", "2.0"}, {"id", std::move(id)}, {"method", method}};

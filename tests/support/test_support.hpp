@@ -59,8 +59,7 @@ public:
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if (::mkdtemp(buf.data()) == nullptr)
-      throw std::runtime_error(std::string("mkdtemp failed: ")
-                               + std::strerror(errno));
+      throw std::runtime_error(std::string("mkdtemp failed: ") + std::strerror(errno));
     path_ = buf.data();
   }
   ~temp_dir() {
@@ -116,7 +115,9 @@ std::string describe(const result<T>& r) {
   return r.ok() ? std::string("ok") : ::agentstate::to_string(r.err());
 }
 
-inline std::string code_name(errc c) { return ::agentstate::to_string(c); }
+inline std::string code_name(errc c) {
+  return ::agentstate::to_string(c);
+}
 
 } // namespace agentstate::test
 
@@ -124,35 +125,35 @@ DOCTEST_TYPE_TO_STRING_AS("memory", agentstate::test::memory_store);
 DOCTEST_TYPE_TO_STRING_AS("lmdb", agentstate::test::lmdb_store);
 
 /// Asserts that a result is ok; prints "kind: message" of the error otherwise.
-#define REQUIRE_OK(expr)                                                       \
-  do {                                                                         \
-    const auto& as_ok_r_ = (expr);                                             \
-    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_ok_r_));   \
-    REQUIRE(as_ok_r_.ok());                                                    \
+#define REQUIRE_OK(expr)                                                                           \
+  do {                                                                                             \
+    const auto& as_ok_r_ = (expr);                                                                 \
+    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_ok_r_));                       \
+    REQUIRE(as_ok_r_.ok());                                                                        \
   } while (false)
 
-#define CHECK_OK(expr)                                                         \
-  do {                                                                         \
-    const auto& as_ok_r_ = (expr);                                             \
-    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_ok_r_));   \
-    CHECK(as_ok_r_.ok());                                                      \
+#define CHECK_OK(expr)                                                                             \
+  do {                                                                                             \
+    const auto& as_ok_r_ = (expr);                                                                 \
+    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_ok_r_));                       \
+    CHECK(as_ok_r_.ok());                                                                          \
   } while (false)
 
 /// Asserts that a result failed with errc `code`; prints what it was instead.
-#define REQUIRE_ERR(expr, want_code)                                                \
-  do {                                                                         \
-    const auto& as_err_r_ = (expr);                                            \
-    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_err_r_));  \
-    REQUIRE(::agentstate::test::code_name(as_err_r_.code())                    \
-            == ::agentstate::test::code_name(want_code));                           \
+#define REQUIRE_ERR(expr, want_code)                                                               \
+  do {                                                                                             \
+    const auto& as_err_r_ = (expr);                                                                \
+    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_err_r_));                      \
+    REQUIRE(::agentstate::test::code_name(as_err_r_.code())                                        \
+            == ::agentstate::test::code_name(want_code));                                          \
   } while (false)
 
-#define CHECK_ERR(expr, want_code)                                                  \
-  do {                                                                         \
-    const auto& as_err_r_ = (expr);                                            \
-    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_err_r_));  \
-    CHECK(::agentstate::test::code_name(as_err_r_.code())                      \
-          == ::agentstate::test::code_name(want_code));                             \
+#define CHECK_ERR(expr, want_code)                                                                 \
+  do {                                                                                             \
+    const auto& as_err_r_ = (expr);                                                                \
+    INFO("result of `" #expr "`: ", ::agentstate::test::describe(as_err_r_));                      \
+    CHECK(::agentstate::test::code_name(as_err_r_.code())                                          \
+          == ::agentstate::test::code_name(want_code));                                            \
   } while (false)
 
 /// The value of a result that must be ok (REQUIRE, with file:line and the
@@ -169,8 +170,7 @@ T must_impl(result<T> r, const char* what, const char* file, int line) {
   return std::move(r).value();
 }
 
-inline void must_impl(result<void> r, const char* what, const char* file,
-                      int line) {
+inline void must_impl(result<void> r, const char* what, const char* file, int line) {
   INFO(std::string(file), ":", line, ": `", std::string(what), "` -> ", describe(r));
   REQUIRE(r.ok());
 }
@@ -190,8 +190,7 @@ struct test_engine {
 
 /// Opens an engine on store `k` in a fresh temp dir; `tweak` may change the
 /// options (limits, durability) before the open.
-inline test_engine open_engine(store_kind k,
-                               const std::function<void(options&)>& tweak = {}) {
+inline test_engine open_engine(store_kind k, const std::function<void(options&)>& tweak = {}) {
   test_engine t;
   t.dir = std::make_unique<temp_dir>();
   t.opts = make_options(k, t.dir->str());
@@ -215,8 +214,8 @@ inline session_ref sref(std::string app, std::string user, std::string id) {
   return r;
 }
 
-inline create_request create_req(std::string app, std::string user,
-                                 std::string id, json state = json::object()) {
+inline create_request create_req(std::string app, std::string user, std::string id,
+                                 json state = json::object()) {
   create_request r;
   r.app_name = std::move(app);
   r.user_id = std::move(user);
@@ -225,17 +224,14 @@ inline create_request create_req(std::string app, std::string user,
   return r;
 }
 
-inline create_request create_req(const session_ref& ref,
-                                 json state = json::object()) {
-  return create_req(ref.app_name, ref.user_id, ref.session_id,
-                    std::move(state));
+inline create_request create_req(const session_ref& ref, json state = json::object()) {
+  return create_req(ref.app_name, ref.user_id, ref.session_id, std::move(state));
 }
 
 /// An event carrying `delta` as its state_delta.
 inline event make_event(json delta = json::object(), std::string id = {},
                         std::optional<double> timestamp = std::nullopt,
-                        std::string invocation_id = "inv-1",
-                        std::string author = "agent") {
+                        std::string invocation_id = "inv-1", std::string author = "agent") {
   event e;
   e.id = std::move(id);
   e.invocation_id = std::move(invocation_id);
@@ -254,10 +250,8 @@ inline append_request append_req(session_ref ref, event ev,
   return r;
 }
 
-inline get_request get_req(session_ref ref,
-                           std::optional<std::int64_t> num_recent = {},
-                           std::optional<double> after = {},
-                           std::string invocation_id = {}) {
+inline get_request get_req(session_ref ref, std::optional<std::int64_t> num_recent = {},
+                           std::optional<double> after = {}, std::string invocation_id = {}) {
   get_request r;
   r.ref = std::move(ref);
   r.num_recent_events = num_recent;
@@ -266,10 +260,8 @@ inline get_request get_req(session_ref ref,
   return r;
 }
 
-inline list_request list_req(std::string app,
-                             std::optional<std::string> user = {},
-                             std::optional<std::int64_t> page_size = {},
-                             std::string token = {}) {
+inline list_request list_req(std::string app, std::optional<std::string> user = {},
+                             std::optional<std::int64_t> page_size = {}, std::string token = {}) {
   list_request r;
   r.app_name = std::move(app);
   r.user_id = std::move(user);
@@ -296,8 +288,8 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
 /// get_session that must succeed and find the session.
 inline session get_existing(engine& e, const get_request& req) {
   auto r = e.get_session(req);
-  INFO("get_session(", req.ref.app_name, "/", req.ref.user_id, "/",
-       req.ref.session_id, ") -> ", describe(r));
+  INFO("get_session(", req.ref.app_name, "/", req.ref.user_id, "/", req.ref.session_id, ") -> ",
+       describe(r));
   REQUIRE(r.ok());
   REQUIRE(r.value().has_value());
   return std::move(*r.value());
@@ -318,8 +310,7 @@ inline std::optional<session> get_maybe(engine& e, const session_ref& ref) {
 inline append_result append_ok(engine& e, const session_ref& ref, event ev,
                                std::optional<std::uint64_t> expected = {}) {
   auto r = e.append_event(append_req(ref, std::move(ev), expected));
-  INFO("append_event(", ref.app_name, "/", ref.user_id, "/", ref.session_id,
-       ") -> ", describe(r));
+  INFO("append_event(", ref.app_name, "/", ref.user_id, "/", ref.session_id, ") -> ", describe(r));
   REQUIRE(r.ok());
   return std::move(r).value();
 }
@@ -331,8 +322,7 @@ inline json app_state(engine& e, const std::string& app) {
   return std::move(r).value();
 }
 
-inline json user_state(engine& e, const std::string& app,
-                       const std::string& user) {
+inline json user_state(engine& e, const std::string& app, const std::string& user) {
   auto r = e.get_user_state(app, user);
   INFO("get_user_state(", app, ", ", user, ") -> ", describe(r));
   REQUIRE(r.ok());
@@ -340,10 +330,10 @@ inline json user_state(engine& e, const std::string& app,
 }
 
 /// Every page of list_sessions, concatenated, with `page_size` per page.
-inline std::vector<session_meta>
-list_all(engine& e, const std::string& app,
-         std::optional<std::string> user = {},
-         std::optional<std::int64_t> page_size = {}, int* pages = nullptr) {
+inline std::vector<session_meta> list_all(engine& e, const std::string& app,
+                                          std::optional<std::string> user = {},
+                                          std::optional<std::int64_t> page_size = {},
+                                          int* pages = nullptr) {
   std::vector<session_meta> out;
   std::string token;
   int n = 0;
@@ -405,8 +395,7 @@ inline bool has_no_temp_keys(const json& obj) {
 }
 
 /// True when some regular file under `dir` contains the bytes `needle`.
-inline bool any_file_contains(const std::filesystem::path& dir,
-                              const std::string& needle) {
+inline bool any_file_contains(const std::filesystem::path& dir, const std::string& needle) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec);

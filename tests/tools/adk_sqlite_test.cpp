@@ -49,8 +49,8 @@ std::string slurp(const std::string& path) {
 ran run(const std::string& args) {
   test::temp_dir io;
   auto out = io.str() + "/out", err = io.str() + "/err";
-  int rc = std::system((std::string(AGENTSTATE_BIN) + " " + args + " > " + out + " 2> " + err)
-                         .c_str());
+  int rc =
+    std::system((std::string(AGENTSTATE_BIN) + " " + args + " > " + out + " 2> " + err).c_str());
   ran r;
   r.rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   r.out = slurp(out);
@@ -67,8 +67,8 @@ std::string q(const std::string& s) {
 struct db {
   sqlite3* h = nullptr;
   explicit db(const std::string& path, bool write = false) {
-    int rc = sqlite3_open_v2(path.c_str(), &h,
-                             write ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY, nullptr);
+    int rc = sqlite3_open_v2(path.c_str(), &h, write ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY,
+                             nullptr);
     INFO("open ", path, ": ", (h ? sqlite3_errmsg(h) : "?"));
     REQUIRE(rc == SQLITE_OK);
   }
@@ -91,21 +91,18 @@ struct db {
           case SQLITE_INTEGER:
             row.emplace_back(static_cast<std::int64_t>(sqlite3_column_int64(s, i)));
             break;
-          case SQLITE_FLOAT:
-            row.emplace_back(sqlite3_column_double(s, i));
-            break;
+          case SQLITE_FLOAT: row.emplace_back(sqlite3_column_double(s, i)); break;
           case SQLITE_TEXT:
             row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, i)),
                                          static_cast<std::size_t>(sqlite3_column_bytes(s, i))));
             break;
           case SQLITE_BLOB:
-            row.emplace_back(json{{"blob", std::string(static_cast<const char*>(
-                                                         sqlite3_column_blob(s, i)),
-                                                       static_cast<std::size_t>(
-                                                         sqlite3_column_bytes(s, i)))}});
+            row.emplace_back(
+              json{{"blob",
+                    std::string(static_cast<const char*>(sqlite3_column_blob(s, i)),
+                                static_cast<std::size_t>(sqlite3_column_bytes(s, i)))}});
             break;
-          default:
-            row.emplace_back(nullptr);
+          default: row.emplace_back(nullptr);
         }
       }
       out.push_back(std::move(row));
@@ -143,7 +140,7 @@ enum class flavor { python_database, python_sqlite, js };
 
 const char* flavor_name(flavor f) {
   return f == flavor::python_database ? "adk-python-database"
-         : f == flavor::python_sqlite ? "adk-python-sqlite"
+    : f == flavor::python_sqlite      ? "adk-python-sqlite"
                                       : "adk-js";
 }
 
@@ -162,12 +159,9 @@ double datetime_seconds(const std::string& s) {
 
 double time_of(flavor f, const json& cell) {
   switch (f) {
-    case flavor::python_database:
-      return datetime_seconds(cell.get<std::string>());
-    case flavor::python_sqlite:
-      return cell.get<double>();
-    case flavor::js:
-      return cell.get<double>() / 1000.0;
+    case flavor::python_database: return datetime_seconds(cell.get<std::string>());
+    case flavor::python_sqlite: return cell.get<double>();
+    case flavor::js: return cell.get<double>() / 1000.0;
   }
   return 0;
 }
@@ -195,8 +189,8 @@ std::vector<json> expected_records(const std::string& file, flavor f) {
                 {"state", without_temp(json::parse(s[3].get<std::string>()))}};
     std::vector<json> events;
     auto rows = d.rows("SELECT id, invocation_id, event_data FROM events WHERE app_name = "
-                       + q(s[0]) + " AND user_id = " + q(s[1]) + " AND session_id = "
-                       + q(s[2]) + " ORDER BY timestamp, rowid");
+                       + q(s[0]) + " AND user_id = " + q(s[1]) + " AND session_id = " + q(s[2])
+                       + " ORDER BY timestamp, rowid");
     for (auto& r : rows) {
       json e = json::parse(r[2].get<std::string>());
       if (f == flavor::python_database) {
@@ -293,8 +287,8 @@ std::map<std::string, std::multiset<std::string>> adk_rows(const std::string& fi
   auto put = [&](const char* table, const json& row) { out[table].insert(row.dump()); };
   for (auto& r : d.rows("SELECT app_name, user_id, id, state, create_time, update_time "
                         "FROM sessions"))
-    put("sessions", json{r[0], r[1], r[2], without_temp(json::parse(r[3].get<std::string>())),
-                         r[4], r[5]});
+    put("sessions",
+        json{r[0], r[1], r[2], without_temp(json::parse(r[3].get<std::string>())), r[4], r[5]});
   for (auto& r : d.rows("SELECT id, app_name, user_id, session_id, invocation_id, timestamp, "
                         "event_data FROM events")) {
     json e = json::parse(r[6].get<std::string>());
@@ -342,10 +336,9 @@ TEST_CASE("adk import: ADK-Python DatabaseSessionService v1 file, every field") 
   for (auto& ev : s.events)
     CHECK(ev.invocation_id == "e-inv-1");
   // The state tables are the truth; temp: keys are gone.
-  CHECK(s.state == json{{"city", "Paris"},
-                        {"last_temp", 12},
-                        {"user:home_city", "Paris"},
-                        {"app:calls", 1}});
+  CHECK(
+    s.state
+    == json{{"city", "Paris"}, {"last_temp", 12}, {"user:home_city", "Paris"}, {"app:calls", 1}});
   CHECK(s.events[0].actions.state_delta == json{{"city", "Paris"}});
   CHECK(s.events[2].actions.state_delta
         == json{{"last_temp", 12}, {"user:home_city", "Paris"}, {"app:calls", 1}});
@@ -355,7 +348,8 @@ TEST_CASE("adk import: ADK-Python DatabaseSessionService v1 file, every field") 
   CHECK(s.events[1].extra["usage_metadata"]["total_token_count"] == 48);
   CHECK(s.events[1].extra["branch"] == "weather_agent");
   CHECK(s.events[3].content->at("parts")[0]["text"] == "It is 12\u00b0C and clear in Paris \u2600");
-  CHECK(s.events[3].extra["custom_metadata"] == json{{"trace", {"a", "b"}}, {"nested", {{"k", nullptr}}}});
+  CHECK(s.events[3].extra["custom_metadata"]
+        == json{{"trace", {"a", "b"}}, {"nested", {{"k", nullptr}}}});
   CHECK(s.events[3].extra["turn_complete"] == true);
   auto bob = test::get_existing(*e, test::sref("weather_app", "bob", "s-bob"));
   CHECK(bob.events[1].extra["long_running_tool_ids"] == json::array({"lr-1"}));
@@ -461,8 +455,8 @@ TEST_CASE("adk import: v0, other files and missing files are refused; nothing is
     CHECK(!fs::exists(dir));
   }
   // The v0 message says how to get on.
-  auto r = run("import --from-adk-sqlite " + fixtures + "/adk_python_v0.sqlite " + tmp.str()
-               + "/s");
+  auto r =
+    run("import --from-adk-sqlite " + fixtures + "/adk_python_v0.sqlite " + tmp.str() + "/s");
   CHECK(r.err.find("adk migrate session") != std::string::npos);
   // An unknown schema version.
   auto v9 = tmp.str() + "/v9.sqlite";
@@ -515,8 +509,10 @@ TEST_CASE("adk import: rows beyond the limits are listed; the import fails or sk
            {long_id, event_data("ev-in-long", json::object())});
     // An event over 1 MiB, an event id over 128 bytes, event_data that is not
     // JSON, in a session that stays.
-    d.exec("INSERT INTO events VALUES ('ev-huge', 'weather_app', 'bob', 's-bob', 'e-x', 1740823300.5, ?1)",
-           {event_data("ev-huge", {{"content", {{"parts", {{{"text", std::string(1100000, 'x')}}}}}}})});
+    d.exec(
+      "INSERT INTO events VALUES ('ev-huge', 'weather_app', 'bob', 's-bob', 'e-x', 1740823300.5, "
+      "?1)",
+      {event_data("ev-huge", {{"content", {{"parts", {{{"text", std::string(1100000, 'x')}}}}}}})});
     d.exec("INSERT INTO events VALUES (?1, 'weather_app', 'bob', 's-bob', 'e-x', 1740823300.6, ?2)",
            {long_event_id, event_data(long_event_id, json::object())});
     d.exec("INSERT INTO events VALUES ('ev-broken', 'weather_app', 'bob', 's-bob', 'e-x', "
@@ -548,24 +544,33 @@ TEST_CASE("adk import: rows beyond the limits are listed; the import fails or sk
     return it->second;
   };
   CHECK(reason("sessions", {{"app_name", "weather_app"}, {"id", long_id}, {"user_id", "alice"}})
-          .find("id is 101 bytes; the limit is 100") != std::string::npos);
+          .find("id is 101 bytes; the limit is 100")
+        != std::string::npos);
   CHECK(reason("sessions", {{"app_name", "weather_app"}, {"id", long_id}, {"user_id", "alice"}})
-          .find("its 1 event is left out with it") != std::string::npos);
+          .find("its 1 event is left out with it")
+        != std::string::npos);
   auto bob_ev = [](const std::string& id) {
-    return json{{"app_name", "weather_app"}, {"id", id}, {"session_id", "s-bob"}, {"user_id", "bob"}};
+    return json{
+      {"app_name", "weather_app"}, {"id", id}, {"session_id", "s-bob"}, {"user_id", "bob"}};
   };
   CHECK(reason("events", bob_ev("ev-huge")).find("bytes as stored JSON; the limit is 1048576")
         != std::string::npos);
   CHECK(reason("events", bob_ev(std::string(129, 'e'))).find("the event id is 129 bytes")
         != std::string::npos);
   CHECK(reason("events", bob_ev("ev-broken")).find("not JSON") != std::string::npos);
-  CHECK(reason("sessions", {{"app_name", "weather_app"}, {"id", "s-bob"}, {"key", std::string(201, 'k')},
-                            {"user_id", "bob"}})
-          .find("the state key is 201 bytes") != std::string::npos);
+  CHECK(reason("sessions",
+               {{"app_name", "weather_app"},
+                {"id", "s-bob"},
+                {"key", std::string(201, 'k')},
+                {"user_id", "bob"}})
+          .find("the state key is 201 bytes")
+        != std::string::npos);
   CHECK(reason("user_states", {{"app_name", "weather_app"}, {"key", "deep"}, {"user_id", "bob"}})
-          .find("nests deeper than 64") != std::string::npos);
+          .find("nests deeper than 64")
+        != std::string::npos);
   CHECK(reason("events", {{"app_name", "weather_app"}, {"session_id", "gone"}, {"user_id", "zed"}})
-          .find("no row in sessions") != std::string::npos);
+          .find("no row in sessions")
+        != std::string::npos);
   CHECK(r.err.find("nothing written") != std::string::npos);
 
   // --skip-oversized: the rest goes in, the listed rows stay out.
@@ -599,8 +604,8 @@ TEST_CASE("adk round trip: ADK -> agentstate -> ADK keeps every row of each fixt
     test::temp_dir tmp;
     auto dir = tmp.str() + "/store", back = tmp.str() + "/back.sqlite";
     REQUIRE(run("import --from-adk-sqlite " + fixtures + "/" + fx.file + " " + dir).rc == 0);
-    auto r = run("export --to-adk-sqlite " + back + " " + dir + " --adk-flavor "
-                 + flavor_name(fx.f));
+    auto r =
+      run("export --to-adk-sqlite " + back + " " + dir + " --adk-flavor " + flavor_name(fx.f));
     INFO(r.err);
     REQUIRE(r.rc == 0);
     auto sum = summary_of(r);
@@ -639,10 +644,11 @@ TEST_CASE("adk round trip: agentstate -> ADK -> agentstate gives the same store"
     auto& e = **eng;
     auto a = test::sref("app", "u1", "s1");
     MUST(e.create_session(test::create_req(a, {{"k", 1}, {"user:name", "Ann"}, {"app:v", 2}})));
-    test::append_ok(e, a, test::make_event({{"k", 2}, {"nested", {{"a", {1, 2, {{"b", nullptr}}}}}}}));
+    test::append_ok(e, a,
+                    test::make_event({{"k", 2}, {"nested", {{"a", {1, 2, {{"b", nullptr}}}}}}}));
     // ADK serves a session's events in timestamp order: these go forward.
-    auto ev = test::make_event({{"user:name", "Anne"}}, "ev-explicit", explicit_ts, "inv-9",
-                               "model");
+    auto ev =
+      test::make_event({{"user:name", "Anne"}}, "ev-explicit", explicit_ts, "inv-9", "model");
     ev.content = json{{"role", "model"}, {"parts", {{{"text", "h\u00e9llo \u2603"}}}}};
     ev.extra["custom_metadata"] = {{"x", 1.5}};
     ev.actions.artifact_delta = {{"f.txt", 3}};

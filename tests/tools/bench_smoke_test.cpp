@@ -65,7 +65,7 @@ agentstate::json run_one_line(const std::string& cmd) {
 
 bool positive_number(const agentstate::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>())
-         && j[key].get<double>() > 0;
+    && j[key].get<double>() > 0;
 }
 
 bool finite_number(const agentstate::json& j, const char* key) {
@@ -83,22 +83,19 @@ TEST_CASE("bench --help prints usage on stdout and exits 0") {
 TEST_CASE("bench refuses bad usage with exit 2") {
   CHECK(run(std::string(AGENTSTATE_BIN) + " bench 2>/dev/null").exit_code == 2);
   CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload z 2>/dev/null").exit_code == 2);
-  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0 2>/dev/null")
-          .exit_code
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --scale 0 2>/dev/null").exit_code
         == 2);
-  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --durability fast 2>/dev/null")
-          .exit_code
-        == 2);
-  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --spin-us -1 2>/dev/null")
-          .exit_code
+  CHECK(
+    run(std::string(AGENTSTATE_BIN) + " bench --workload a --durability fast 2>/dev/null").exit_code
+    == 2);
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --spin-us -1 2>/dev/null").exit_code
         == 2);
 }
 
 TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload") {
   agentstate::test::temp_dir dir;
   auto r = run(std::string(AGENTSTATE_BIN)
-               + " bench --workload all --scale 0.001 --durability nosync --dir "
-               + dir.str());
+               + " bench --workload all --scale 0.001 --durability nosync --dir " + dir.str());
   INFO("stdout:\n", r.out);
   CHECK(r.exit_code == 0);
   auto lines = lines_of(r.out);
@@ -208,16 +205,18 @@ TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the en
 
 TEST_CASE("bench --write-map runs b on a writable map, reports it, and needs nosync") {
   agentstate::test::temp_dir dir;
-  auto j = run_one_line(std::string(AGENTSTATE_BIN) + " bench --workload b --scale 0.01 "
-                        "--durability nosync --write-map --dir " + dir.str());
+  auto j = run_one_line(std::string(AGENTSTATE_BIN)
+                        + " bench --workload b --scale 0.01 "
+                          "--durability nosync --write-map --dir "
+                        + dir.str());
   CHECK(j.value("errors", -1) == 0);
   CHECK(j.value("settings", agentstate::json::object()).value("write_map", false) == true);
   CHECK(positive_number(j, "events_per_s"));
   // The sparse file is as large as the map; store_mb counts what is used.
   CHECK(j.value("store_mb", 1e9) < 64.0);
 
-  auto refused = run(std::string(AGENTSTATE_BIN)
-                     + " bench --workload b --scale 0.01 --write-map 2>&1");
+  auto refused =
+    run(std::string(AGENTSTATE_BIN) + " bench --workload b --scale 0.01 --write-map 2>&1");
   CHECK(refused.exit_code == 2);
   CHECK(refused.out.find("--write-map needs --durability nosync") != std::string::npos);
 }

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const all_commands[] = {"backup", "bench",   "demo",  "dump",  "export",
+const char* const all_commands[] = {"backup", "bench",   "demo",    "dump",  "export",
                                     "import", "inspect", "salvage", "serve", "verify"};
 
 struct ran {
@@ -115,7 +115,7 @@ std::string describe(const std::vector<std::string>& args, const ran& r) {
   for (auto& a : args)
     cmd += " " + a;
   return cmd + " -> exit " + std::to_string(r.rc) + "\nstdout: " + r.out.substr(0, 600)
-         + "\nstderr: " + r.err.substr(0, 600);
+    + "\nstderr: " + r.err.substr(0, 600);
 }
 
 /// A store in `dir` with `sessions` sessions of app/u, `events` events each,
@@ -137,19 +137,25 @@ void make_store(const std::string& dir, int sessions, int events) {
 
 /// Export lines of one session `id` of app/u with two events.
 std::string session_lines(const std::string& id) {
-  std::string out = json{{"type", "session"}, {"app_name", "app"}, {"user_id", "u"}, {"id", id},
-                         {"created", 1.0}, {"last_update_time", 1.0}, {"state", json::object()},
-                         {"version", 2}}
-                      .dump()
-                    + "\n";
+  std::string out =
+    json{{"type", "session"}, {"app_name", "app"},       {"user_id", "u"},          {"id", id},
+         {"created", 1.0},    {"last_update_time", 1.0}, {"state", json::object()}, {"version", 2}}
+      .dump()
+    + "\n";
   for (int v = 1; v <= 2; ++v)
-    out += json{{"type", "event"}, {"app_name", "app"}, {"user_id", "u"}, {"session_id", id},
+    out += json{{"type", "event"},
+                {"app_name", "app"},
+                {"user_id", "u"},
+                {"session_id", id},
                 {"version", v},
-                {"event", {{"id", id + "-" + std::to_string(v)}, {"author", "a"},
-                           {"invocation_id", "i"}, {"timestamp", 1.0},
-                           {"actions", {{"state_delta", {{"n", v}}}}}}}}
+                {"event",
+                 {{"id", id + "-" + std::to_string(v)},
+                  {"author", "a"},
+                  {"invocation_id", "i"},
+                  {"timestamp", 1.0},
+                  {"actions", {{"state_delta", {{"n", v}}}}}}}}
              .dump()
-           + "\n";
+      + "\n";
   return out;
 }
 
@@ -250,7 +256,8 @@ TEST_CASE("cli: --opt=value is --opt value, for every command that takes values"
   SUBCASE("export --to-adk-sqlite and import --from-adk-sqlite") {
     auto f1 = tmp.str() + "/a.sqlite", f2 = tmp.str() + "/b.sqlite";
     auto a = run_tool({"export", "--to-adk-sqlite=" + f1, store, "--adk-flavor=adk-python-sqlite"});
-    auto b = run_tool({"export", "--to-adk-sqlite", f2, store, "--adk-flavor", "adk-python-sqlite"});
+    auto b =
+      run_tool({"export", "--to-adk-sqlite", f2, store, "--adk-flavor", "adk-python-sqlite"});
     INFO(describe({"export"}, a));
     REQUIRE(a.rc == 0);
     REQUIRE(b.rc == 0);
@@ -273,7 +280,8 @@ TEST_CASE("cli: --opt=value is --opt value, for every command that takes values"
   }
   SUBCASE("serve") {
     auto in = tmp.str() + "/requests";
-    std::ofstream(in) << R"({"jsonrpc":"2.0","id":1,"method":"ping"})" "\n"
+    std::ofstream(in) << R"({"jsonrpc":"2.0","id":1,"method":"ping"})"
+                         "\n"
                       << R"({"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":")"
                       << std::string(200, 'x') << "\"}}\n";
     streams s;

@@ -125,8 +125,8 @@ std::string compare(const block& b) {
     std::string want = i < r.lines.size() ? r.lines[i] : "(end of region)";
     std::string got = i < b.lines.size() ? b.lines[i] : "(end of block)";
     if (want != got)
-      return file + "#" + name + ", line " + std::to_string(i + 1) + " of the block:\n  README: "
-             + got + "\n  source: " + want;
+      return file + "#" + name + ", line " + std::to_string(i + 1)
+        + " of the block:\n  README: " + got + "\n  source: " + want;
   }
   return {};
 }

@@ -83,7 +83,7 @@ const char* bench_footer =
 /// The workloads, in the order of their names 'a'..'g'.
 using workload_fn = ojson (*)(const config&);
 constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c, workload_d,
-                                              workload_e, workload_f, workload_g};
+                                             workload_e, workload_f, workload_g};
 
 /// `v` as a whole decimal number in lo..hi; nullopt for anything else
 /// (empty, a sign, trailing characters, out of range).
@@ -106,8 +106,7 @@ struct number_flag {
 };
 
 const number_flag number_flags[] = {
-  {"--threads", 0, 256,
-   [](config& c, std::uint64_t n) { c.threads = static_cast<std::size_t>(n); },
+  {"--threads", 0, 256, [](config& c, std::uint64_t n) { c.threads = static_cast<std::size_t>(n); },
    "CAF worker threads (default 0 = one per core)"},
   {"--max-store-mb", 1, std::uint64_t{1} << 24,
    [](config& c, std::uint64_t n) { c.max_store_mb = n; },
@@ -152,31 +151,32 @@ runner define_bench(command_line& cl) {
   auto& app = cl.app;
   app.add_option("--workload", a->workload, "a..g, a comma-separated list (a,c,f), or all")
     ->type_name("W");
-  a->durability_opt =
-    app.add_option("--durability", a->durability,
-                   "sync (default: fsync per group commit), nosync, memory")
-      ->type_name("D");
-  a->scale_opt = app.add_option("--scale", a->scale,
-                                "multiplies the sizes below (default 1; 0 < F <= 10)")
-                   ->type_name("F");
+  a->durability_opt = app
+                        .add_option("--durability", a->durability,
+                                    "sync (default: fsync per group commit), nosync, memory")
+                        ->type_name("D");
+  a->scale_opt =
+    app.add_option("--scale", a->scale, "multiplies the sizes below (default 1; 0 < F <= 10)")
+      ->type_name("F");
   a->dir_opt =
     app.add_option("--dir", a->dir, "where the temp store directories are made")->type_name("DIR");
   for (std::size_t i = 0; i < std::size(number_flags); ++i) {
     a->number_given[i] =
       app.add_option(number_flags[i].name, a->numbers[i], number_flags[i].help)->type_name("N");
     if (i == 0)
-      a->scheduler_opt = app.add_option("--scheduler", a->scheduler,
-                                        "CAF scheduler policy (default sharing)")
-                           ->type_name("P");
+      a->scheduler_opt =
+        app.add_option("--scheduler", a->scheduler, "CAF scheduler policy (default sharing)")
+          ->type_name("P");
   }
   app.add_flag("--write-map", a->write_map,
                "options.write_map: LMDB writes through a writable map\n"
                "(nosync only; see the option's costs in options.hpp)");
   const std::string through = "through the protocol";
   a->via_opt = app.add_option("--via", a->via, "stdio or tcp")->type_name("M")->group(through);
-  a->serve_bin_opt = app.add_option("--serve-bin", a->serve_bin,
-                                    "the agentstate binary to run serve from (e.g. an older\n"
-                                    "build, for a before/after comparison in one run)")
+  a->serve_bin_opt = app
+                       .add_option("--serve-bin", a->serve_bin,
+                                   "the agentstate binary to run serve from (e.g. an older\n"
+                                   "build, for a before/after comparison in one run)")
                        ->type_name("PATH")
                        ->group(through);
   return [a] { return run_bench(*a); };
@@ -242,8 +242,9 @@ int run_bench(bench_args& a) {
   const bool via = !cfg.via.empty();
   if (!via && !cfg.serve_bin.empty())
     return usage_error("--serve-bin needs --via");
-  if (via && (cfg.scheduler != "sharing" || cfg.spin_us || cfg.write_map || cfg.max_store_mb
-              || cfg.max_resident_mb))
+  if (via
+      && (cfg.scheduler != "sharing" || cfg.spin_us || cfg.write_map || cfg.max_store_mb
+          || cfg.max_resident_mb))
     return usage_error("--via runs serve with the engine's defaults: --scheduler, --spin-us, "
                        "--write-map, --max-store-mb and --max-resident-mb do not apply");
   const char last = via ? 'c' : 'g';
@@ -280,9 +281,11 @@ int run_bench(bench_args& a) {
   return failed ? 1 : 0;
 }
 
-static const bool registered = register_command(
-  {"bench", "run benchmark workloads a..g in-process (a..c through serve with --via); "
-   "one JSON line each", define_bench});
+static const bool registered =
+  register_command({"bench",
+                    "run benchmark workloads a..g in-process (a..c through serve with --via); "
+                    "one JSON line each",
+                    define_bench});
 
 } // namespace
 

@@ -30,7 +30,7 @@ flush_probe probe_flush(const std::string& dir) {
   char block[8192];
   std::memset(block, 'x', sizeof(block));
   bool ok = ::pwrite(fd, block, sizeof(block), 0) == static_cast<ssize_t>(sizeof(block))
-            && ::fdatasync(fd) == 0 && dfd >= 0;
+    && ::fdatasync(fd) == 0 && dfd >= 0;
   for (int i = 0; ok && i < 50; ++i) {
     auto t0 = steady::now();
     ok = ::pwrite(fd, block, 4096, 4096) == 4096 && ::fdatasync(fd) == 0;

@@ -12,7 +12,7 @@ namespace agentstate::tools::bench {
 
 /// Medians in microseconds; -1 when the probe cannot run.
 struct flush_probe {
-  double fdatasync_us = -1;   ///< write a 4 KiB data page, then fdatasync it
+  double fdatasync_us = -1; ///< write a 4 KiB data page, then fdatasync it
   double dsync_write_us = -1; ///< write a 120-byte meta record through O_DSYNC
 };
 

@@ -10,9 +10,8 @@
 namespace agentstate::tools::bench {
 
 progress::progress(engine* eng, std::string label, std::uint64_t total)
-    : eng_(eng), label_(std::move(label)), total_(total), tty_(progress_wanted()),
-      t0_(steady::now()),
-      th_([this] { loop(); }) {}
+  : eng_(eng), label_(std::move(label)), total_(total), tty_(progress_wanted()), t0_(steady::now()),
+    th_([this] { loop(); }) {}
 
 progress::~progress() {
   {

@@ -11,12 +11,9 @@ namespace agentstate::tools::bench {
 
 const char* mode_name(durability d) {
   switch (d) {
-    case durability::sync:
-      return "sync";
-    case durability::nosync:
-      return "nosync";
-    case durability::memory:
-      return "memory";
+    case durability::sync: return "sync";
+    case durability::nosync: return "nosync";
+    case durability::memory: return "memory";
   }
   return "?";
 }
@@ -64,8 +61,8 @@ void run_ctx::describe(const char* description,
 bool run_ctx::open(std::chrono::milliseconds idle_timeout) {
   opts.mode = cfg_.mode;
   opts.threads = cfg_.threads;
-  opts.scheduler = cfg_.scheduler == "stealing" ? scheduler_policy::stealing
-                                                : scheduler_policy::sharing;
+  opts.scheduler =
+    cfg_.scheduler == "stealing" ? scheduler_policy::stealing : scheduler_policy::sharing;
   if (cfg_.max_store_mb > 0)
     opts.max_store_bytes = cfg_.max_store_mb << 20;
   if (cfg_.max_resident_mb)
@@ -130,8 +127,7 @@ void run_ctx::snapshot_engine() {
   x["commits"] = st.commits;
   x["batched_writes"] = st.batched_writes;
   x["max_batch"] = st.max_batch;
-  x["mean_batch"] =
-    st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
+  x["mean_batch"] = st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
   x["appends"] = st.appends;
   x["activations"] = st.activations;
   x["passivations"] = st.passivations;

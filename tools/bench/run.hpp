@@ -32,7 +32,7 @@ struct config {
   std::string scheduler = "sharing";
   std::uint64_t max_store_mb = 0; ///< 0 = the engine's default
   std::optional<std::uint64_t> max_resident_mb; ///< unset = the engine's default
-  std::optional<long> spin_us;                  ///< unset = the engine's default
+  std::optional<long> spin_us; ///< unset = the engine's default
   bool write_map = false;
   /// "stdio" or "tcp": run a, b, c through `serve` (via_workloads.hpp); ""
   /// runs in-process.
@@ -100,20 +100,19 @@ public:
 
   const config& cfg_;
   std::string name_;
-  options opts;                    ///< what open() and reopen() pass to the engine
+  options opts; ///< what open() and reopen() pass to the engine
   std::unique_ptr<temp_store> dir; ///< the store (null in memory mode); reset = a fresh one
-  std::unique_ptr<engine> eng;     ///< null while closed
+  std::unique_ptr<engine> eng; ///< null while closed
   error_log errors;
   ojson out = ojson::object(); ///< the workload's own fields, in line order
-  ojson settings, stats;       ///< set by snapshot_engine()
+  ojson settings, stats; ///< set by snapshot_engine()
   /// Set by snapshot_engine(): MiB over the baseline, the VmHWM, the data file.
-  double rss_growth_mb = 0, anon_growth_mb = 0, file_growth_mb = 0, peak_rss_mb = 0,
-         store_mb = 0;
+  double rss_growth_mb = 0, anon_growth_mb = 0, file_growth_mb = 0, peak_rss_mb = 0, store_mb = 0;
   mem_status base_; ///< memory at construction
   double load_before_ = 0, cpu0_ = 0, wchar0_ = 0;
-  flush_probe flush_;        ///< probe_flush before the run (sync only)
+  flush_probe flush_; ///< probe_flush before the run (sync only)
   double commit_limit_ = -1; ///< probe_lmdb_commits before the run (sync only)
-  steady::time_point t0_;    ///< construction time; "seconds" counts from it
+  steady::time_point t0_; ///< construction time; "seconds" counts from it
 };
 
 } // namespace agentstate::tools::bench

@@ -38,8 +38,7 @@ std::unique_ptr<serve_child> serve_child::start(const std::string& bin,
                                                 std::string& why) {
   ::signal(SIGPIPE, SIG_IGN);
   int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0
-      || ::pipe2(err, O_CLOEXEC) != 0) {
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     why = std::string("pipe: ") + std::strerror(errno);
     return nullptr;
   }
@@ -262,7 +261,7 @@ std::int64_t last_version(std::string_view line) {
 namespace {
 
 struct stream_state {
-  std::string in;  ///< bytes read, not yet a whole line
+  std::string in; ///< bytes read, not yet a whole line
   std::string out; ///< request bytes not yet written
   std::size_t out_off = 0;
 };
@@ -288,11 +287,11 @@ bool flush_out(int fd, stream_state& s, std::string& why) {
 
 } // namespace
 
-std::string run_requests(const std::vector<stream_fds>& streams,
-                         const std::function<void(std::size_t, std::string&)>& start,
-                         const std::function<void(std::size_t, std::string_view, std::string&)>&
-                           on_line,
-                         const std::function<std::size_t()>& outstanding) {
+std::string
+run_requests(const std::vector<stream_fds>& streams,
+             const std::function<void(std::size_t, std::string&)>& start,
+             const std::function<void(std::size_t, std::string_view, std::string&)>& on_line,
+             const std::function<std::size_t()>& outstanding) {
   std::vector<stream_state> st(streams.size());
   for (auto& s : streams)
     for (int fd : {s.write_fd, s.read_fd})
@@ -332,7 +331,7 @@ std::string run_requests(const std::vector<stream_fds>& streams,
           return std::string("reading responses: ") + std::strerror(errno);
         if (got == 0)
           return "serve closed the stream with " + std::to_string(outstanding())
-                 + " requests unanswered";
+            + " requests unanswered";
         if (got > 0) {
           std::string_view chunk(buf.data(), static_cast<std::size_t>(got));
           // Whole lines straight from the buffer; a partial one waits in s.in.

@@ -27,9 +27,8 @@ public:
   /// Starts `bin serve args...`. With `tcp`, also waits (up to 10 s) for the
   /// "listening on HOST:PORT" line on stderr. Null, with `why` set, when the
   /// process cannot be started or never listens.
-  static std::unique_ptr<serve_child> start(const std::string& bin,
-                                            const std::vector<std::string>& args, bool tcp,
-                                            std::string& why);
+  static std::unique_ptr<serve_child>
+  start(const std::string& bin, const std::vector<std::string>& args, bool tcp, std::string& why);
 
   /// Stops the child if still running (SIGKILL) and reaps it.
   ~serve_child();
@@ -82,7 +81,7 @@ struct stream_fds {
 struct response_view {
   bool well_formed = false; ///< the prefix and a whole-number id were found
   std::uint64_t id = 0;
-  bool ok = false;          ///< a "result" member, not an "error"
+  bool ok = false; ///< a "result" member, not an "error"
   std::string_view line;
 };
 
@@ -101,10 +100,10 @@ std::int64_t last_version(std::string_view line);
 /// stream's queued lines in as few write(2)s as it can, and reads with a
 /// 256 KiB buffer. Returns "" on success, or why it stopped: a stream closed
 /// or failed, or no response for 60 s. Descriptors are set non-blocking.
-std::string run_requests(const std::vector<stream_fds>& streams,
-                         const std::function<void(std::size_t, std::string&)>& start,
-                         const std::function<void(std::size_t, std::string_view, std::string&)>&
-                           on_line,
-                         const std::function<std::size_t()>& outstanding);
+std::string
+run_requests(const std::vector<stream_fds>& streams,
+             const std::function<void(std::size_t, std::string&)>& start,
+             const std::function<void(std::size_t, std::string_view, std::string&)>& on_line,
+             const std::function<std::size_t()>& outstanding);
 
 } // namespace agentstate::tools::bench

@@ -58,8 +58,8 @@ bool create_sessions(run_ctx& x, std::size_t n, std::size_t width,
 
 double append_loop(run_ctx& x, std::size_t jobs, std::size_t steps, std::size_t width,
                    const std::function<session_ref(std::size_t)>& ref_of,
-                   const std::function<json(std::size_t, std::size_t)>& delta_of,
-                   samples& lat, const char* label) {
+                   const std::function<json(std::size_t, std::size_t)>& delta_of, samples& lat,
+                   const char* label) {
   lat.us.assign(jobs * steps, 0.0);
   progress prog(x.eng.get(), std::string(label) + " append", jobs * steps);
   auto t0 = steady::now();

@@ -43,7 +43,7 @@ bool create_sessions(run_ctx& x, std::size_t n, std::size_t width,
 /// its earlier samples are replaced). Returns the wall-clock seconds.
 double append_loop(run_ctx& x, std::size_t jobs, std::size_t steps, std::size_t width,
                    const std::function<session_ref(std::size_t)>& ref_of,
-                   const std::function<json(std::size_t, std::size_t)>& delta_of,
-                   samples& lat, const char* label);
+                   const std::function<json(std::size_t, std::size_t)>& delta_of, samples& lat,
+                   const char* label);
 
 } // namespace agentstate::tools::bench

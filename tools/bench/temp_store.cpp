@@ -62,7 +62,7 @@ void install_interrupt_handler() {
 }
 
 temp_store::temp_store(const std::string& base)
-    : path_(make_temp_dir(base + "/agentstate-bench-")) {
+  : path_(make_temp_dir(base + "/agentstate-bench-")) {
   set_interrupt_store(path_);
 }
 

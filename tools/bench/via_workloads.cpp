@@ -90,12 +90,12 @@ struct loop_shape {
 };
 
 /// Appends request `step` of job `job` with id `id` to `out`.
-using put_fn = std::function<void(std::string& out, std::uint64_t id, std::size_t job,
-                                  std::size_t step)>;
+using put_fn =
+  std::function<void(std::string& out, std::uint64_t id, std::size_t job, std::size_t step)>;
 /// Checks the response (a "result") to request `step` of job `job`; "" when
 /// it is right, else what is wrong.
-using check_fn = std::function<std::string(std::size_t job, std::size_t step,
-                                           std::string_view line)>;
+using check_fn =
+  std::function<std::string(std::size_t job, std::size_t step, std::string_view line)>;
 
 struct loop_result {
   double seconds = 0;
@@ -106,8 +106,7 @@ struct loop_result {
 /// lands in `lat` at index job*steps+step. A failed request or check is
 /// logged on `errors` and ends its job; no new job starts after one.
 loop_result run_loop(const std::vector<stream_fds>& streams, const loop_shape& shape,
-                     const put_fn& put, const check_fn& check, samples& lat,
-                     error_log& errors) {
+                     const put_fn& put, const check_fn& check, samples& lat, error_log& errors) {
   struct chain {
     std::size_t job = 0, next_step = 0, answered = 0;
   };
@@ -166,8 +165,7 @@ loop_result run_loop(const std::vector<stream_fds>& streams, const loop_shape& s
                  + " failed: " + excerpt(line));
       failed = true;
     } else if (auto bad = check(job, step, line); !bad.empty()) {
-      errors.add("request " + std::to_string(step) + " of job " + std::to_string(job) + ": "
-                 + bad);
+      errors.add("request " + std::to_string(step) + " of job " + std::to_string(job) + ": " + bad);
       failed = true;
     }
     auto ci = chain_of_job[job];
@@ -287,7 +285,9 @@ bool start_serve(run_ctx& x, const config& cfg, std::size_t connections, served&
 
 /// serve's engine stats (the "stats" method), as a bench line's "serve_stats".
 ojson serve_stats(served& s, error_log& errors) {
-  auto line = call_one(s.streams.front(), R"({"jsonrpc":"2.0","id":1,"method":"stats"})" "\n",
+  auto line = call_one(s.streams.front(),
+                       R"({"jsonrpc":"2.0","id":1,"method":"stats"})"
+                       "\n",
                        errors);
   ojson out;
   auto parsed = ojson::parse(line, nullptr, false);
@@ -368,8 +368,7 @@ double mean_batch_now(run_ctx& x) {
 /// appended in `secs` (timed between x.cpu_start and x.cpu_stop), described
 /// by `of`. Moves the CPU figures out of x.out (they describe the serve
 /// phase there) and snapshots the engine's stats.
-ojson in_process_figure(run_ctx& x, const char* of, double events, double secs,
-                        samples& lat) {
+ojson in_process_figure(run_ctx& x, const char* of, double events, double secs, samples& lat) {
   ojson in;
   in["of"] = of;
   in["events_per_s"] = round_to(events / secs, 0);
@@ -417,8 +416,8 @@ std::string target_a(const config& cfg, double& target) {
   }
   target = 12000;
   return cfg.mode == durability::sync
-           ? "events_per_s >= 12000 (10x the 1.2k/s of one session's appends awaited one by one)"
-           : "events_per_s >= 12000 (the sync target; none is set for nosync)";
+    ? "events_per_s >= 12000 (10x the 1.2k/s of one session's appends awaited one by one)"
+    : "events_per_s >= 12000 (the sync target; none is set for nosync)";
 }
 
 // -- the workloads -------------------------------------------------------------------
@@ -433,7 +432,9 @@ ojson via_a(const config& cfg) {
   auto tdesc = target_a(cfg, target);
   session_ref ref{"bench-a", "u0", "s0"};
   ojson in;
-  if (x.open() && create_sessions(x, 1, 1, [&](std::size_t) { return ref; }, "a")) {
+  if (x.open()
+      && create_sessions(
+        x, 1, 1, [&](std::size_t) { return ref; }, "a")) {
     samples lat;
     x.cpu_start();
     double secs = windowed_appends(x, ref, n, window, lat);
@@ -549,7 +550,9 @@ ojson via_c(const config& cfg) {
               {"connections", 1}});
   session_ref ref{"bench-c", "u0", "s0"};
   ojson in;
-  if (x.open() && create_sessions(x, 1, 1, [&](std::size_t) { return ref; }, "c")) {
+  if (x.open()
+      && create_sessions(
+        x, 1, 1, [&](std::size_t) { return ref; }, "c")) {
     samples load;
     windowed_appends(x, ref, n, std::min(pipeline_window, n), load);
     samples rec, full;
@@ -601,7 +604,7 @@ ojson via_c(const config& cfg) {
           if (res.value("version", std::uint64_t{0}) != n || !res.contains("events")
               || res["events"].size() != want)
             return "expected version " + std::to_string(n) + " and " + std::to_string(want)
-                   + " events: " + excerpt(line);
+              + " events: " + excerpt(line);
           return "";
         },
         lat, x.errors);
@@ -615,8 +618,7 @@ ojson via_c(const config& cfg) {
     put_latency(x.out, "full_", full);
     x.out["in_process"] = in;
     if (in.contains("recent10_p50_us") && rec.p50() > 0) {
-      x.out["ratio_to_in_process"] =
-        round_to(in["recent10_p50_us"].get<double>() / rec.p50(), 3);
+      x.out["ratio_to_in_process"] = round_to(in["recent10_p50_us"].get<double>() / rec.p50(), 3);
       x.out["full_ratio_to_in_process"] = round_to(in["full_p50_us"].get<double>() / full.p50(), 3);
     }
     x.out["ratio_of"] = "in-process p50 / through-serve p50 (1 = no protocol cost)";
@@ -632,12 +634,9 @@ ojson via_c(const config& cfg) {
 
 ojson via_workload(char w, const config& cfg) {
   switch (w) {
-    case 'a':
-      return via_a(cfg);
-    case 'b':
-      return via_b(cfg);
-    default:
-      return via_c(cfg);
+    case 'a': return via_a(cfg);
+    case 'b': return via_b(cfg);
+    default: return via_c(cfg);
   }
 }
 

@@ -49,11 +49,10 @@ ojson workload_a(const config& cfg) {
   const std::size_t n = scaled(cfg, 20000, 10);
   x.describe("one session, sequential appends, each awaited (blocking API)", {{"events", n}});
   double target = cfg.mode == durability::memory ? 150000 : 3000;
-  std::string tdesc = cfg.mode == durability::memory
-                        ? "events_per_s >= 150000"
-                        : cfg.mode == durability::sync
-                            ? "events_per_s >= 3000"
-                            : "events_per_s >= 3000 (the sync target; none is set for nosync)";
+  std::string tdesc = cfg.mode == durability::memory ? "events_per_s >= 150000"
+    : cfg.mode == durability::sync
+    ? "events_per_s >= 3000"
+    : "events_per_s >= 3000 (the sync target; none is set for nosync)";
   bool ok = false;
   if (x.open()) {
     session_ref ref{"bench-a", "u0", "s0"};

@@ -26,9 +26,9 @@ ojson workload_b(const config& cfg) {
               {"in_flight", std::min(width, sessions)}});
   double target = cfg.mode == durability::sync ? 30000 : 100000;
   std::string tdesc = cfg.mode == durability::sync ? "events_per_s >= 30000"
-                      : cfg.mode == durability::nosync
-                        ? "events_per_s >= 100000"
-                        : "events_per_s >= 100000 (the nosync target; none is set for memory)";
+    : cfg.mode == durability::nosync
+    ? "events_per_s >= 100000"
+    : "events_per_s >= 100000 (the nosync target; none is set for memory)";
   auto ref_of = [&](std::size_t j) {
     return session_ref{"bench-b", sid("u", j % users), sid("s", j)};
   };

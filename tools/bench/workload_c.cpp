@@ -20,7 +20,9 @@ ojson workload_c(const config& cfg) {
   std::string tdesc = "recent10_p50_us <= 20 and full_p50_us <= 5000 (at 10,000 events)";
   bool ok = false;
   session_ref ref{"bench-c", "u0", "s0"};
-  if (x.open() && create_sessions(x, 1, 1, [&](std::size_t) { return ref; }, "c")) {
+  if (x.open()
+      && create_sessions(
+        x, 1, 1, [&](std::size_t) { return ref; }, "c")) {
     samples load;
     double secs = append_loop(
       x, 1, n, 1, [&](std::size_t) { return ref; },
@@ -38,9 +40,8 @@ ojson workload_c(const config& cfg) {
         if (!r)
           x.errors.add(r.err());
         else if (!*r || (*r)->events.size() != want)
-          x.errors.add("get_session returned " +
-                       std::to_string(*r ? (*r)->events.size() : 0) + " events, expected " +
-                       std::to_string(want));
+          x.errors.add("get_session returned " + std::to_string(*r ? (*r)->events.size() : 0)
+                       + " events, expected " + std::to_string(want));
       }
     };
     // The same reads as JSON text (get_session_json: stored events copied,
@@ -80,11 +81,11 @@ ojson workload_c(const config& cfg) {
     bool text_ok = text_recent.p50() <= 20 && text_full.p50() <= 5000;
     ok = typed_ok || text_ok;
     const char* typed_part = recent.p50() <= 20 ? "typed get_session meets recent-10 only"
-                             : full.p50() <= 5000 ? "typed get_session meets full only"
-                                                  : "typed get_session misses both";
+      : full.p50() <= 5000                      ? "typed get_session meets full only"
+                                                : "typed get_session misses both";
     x.out["target_met_by"] = typed_ok ? std::string("get_session (typed events)")
-                             : text_ok ? std::string("get_session_json (JSON text); ") + typed_part
-                                       : std::string("neither form");
+      : text_ok                       ? std::string("get_session_json (JSON text); ") + typed_part
+                                      : std::string("neither form");
     x.snapshot_engine();
   }
   return x.finish(tdesc, ok && x.errors.count == 0);

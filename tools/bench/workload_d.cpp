@@ -15,10 +15,9 @@ ojson workload_d(const config& cfg) {
   const std::size_t sessions = scaled(cfg, 1000, 1), per = 100, width = 64;
   const std::size_t users = std::min<std::size_t>(100, sessions);
   const double events = double(sessions * per);
-  x.describe("sessions x 100 events; RSS growth over the pre-run baseline",
-             {{"sessions", sessions},
-              {"events", sessions * per},
-              {"in_flight", std::min(width, sessions)}});
+  x.describe(
+    "sessions x 100 events; RSS growth over the pre-run baseline",
+    {{"sessions", sessions}, {"events", sessions * per}, {"in_flight", std::min(width, sessions)}});
   const bool applies = cfg.mode != durability::memory;
   std::string tdesc = applies ? "rss_growth_mb_per_100k_events <= 64"
                               : "none for memory (the memory store holds the data in RAM; "

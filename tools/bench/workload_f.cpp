@@ -49,8 +49,8 @@ ojson workload_f(const config& cfg) {
     x.out["walk_seconds"] = round_to(since(tw), 3);
     x.out["pages"] = tokens.size() + 1;
     if (seen != sessions)
-      x.errors.add("listing returned " + std::to_string(seen) + " sessions, expected " +
-                   std::to_string(sessions));
+      x.errors.add("listing returned " + std::to_string(seen) + " sessions, expected "
+                   + std::to_string(sessions));
     // The token of the page 90% of the way through.
     std::string deep = tokens.empty() ? std::string() : tokens[tokens.size() * 9 / 10];
     x.out["deep_page_index"] = tokens.empty() ? 0 : tokens.size() * 9 / 10 + 1;

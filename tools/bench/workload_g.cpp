@@ -16,12 +16,11 @@ ojson workload_g(const config& cfg) {
   run_ctx x(cfg, "g");
   const std::size_t sessions = scaled(cfg, 100, 4), per = 50;
   const std::size_t users = std::max<std::size_t>(1, std::min<std::size_t>(10, sessions / 2));
-  x.describe(
-    "sessions of users all writing one user: key per user and one app: key, concurrently",
-    {{"sessions", sessions},
-     {"users", users},
-     {"events", sessions * per + sessions},
-     {"in_flight", sessions}});
+  x.describe("sessions of users all writing one user: key per user and one app: key, concurrently",
+             {{"sessions", sessions},
+              {"users", users},
+              {"events", sessions * per + sessions},
+              {"in_flight", sessions}});
   const std::string app = "bench-g";
   auto ref_of = [&](std::size_t j) { return session_ref{app, sid("u", j % users), sid("s", j)}; };
   auto value_of = [](std::size_t j, std::size_t k) {
@@ -60,11 +59,11 @@ ojson workload_g(const config& cfg) {
         }
         auto& st = (*r)->state;
         check(st.value("user:last", std::string()) == uv,
-              std::string(phase) + ": session " + std::to_string(j) +
-                " sees user:last different from the user scope");
+              std::string(phase) + ": session " + std::to_string(j)
+                + " sees user:last different from the user scope");
         check(st.value("app:last", std::string()) == a,
-              std::string(phase) + ": session " + std::to_string(j) +
-                " sees app:last different from the app scope");
+              std::string(phase) + ": session " + std::to_string(j)
+                + " sees app:last different from the app scope");
       }
     }
   };
@@ -95,8 +94,9 @@ ojson workload_g(const config& cfg) {
       bool u_ok = false;
       for (std::size_t j = u; j < sessions; j += users)
         u_ok = u_ok || v == value_of(j, per - 1);
-      check(u_ok, "user:last of u" + std::to_string(u) + " = '" + v +
-                    "' is not the last write of any of its sessions");
+      check(u_ok,
+            "user:last of u" + std::to_string(u) + " = '" + v
+              + "' is not the last write of any of its sessions");
     }
     check_agree("concurrent");
     for (std::size_t j = 0; j < sessions; ++j) {
@@ -112,8 +112,7 @@ ojson workload_g(const config& cfg) {
     std::string want_app;
     for (std::size_t j = 0; j < sessions; ++j) {
       auto v = "tail-" + std::to_string(j);
-      auto r = x.eng->append_event(
-        make_append(ref_of(j), json{{"user:last", v}, {"app:last", v}}));
+      auto r = x.eng->append_event(make_append(ref_of(j), json{{"user:last", v}, {"app:last", v}}));
       if (!r) {
         x.errors.add(r.err());
         break;
@@ -126,8 +125,8 @@ ojson workload_g(const config& cfg) {
             std::string(phase) + ": app:last is not the last acknowledged write");
       for (std::size_t u = 0; u < users; ++u)
         check(scope_value(sid("u", u)) == want_user[u],
-              std::string(phase) + ": user:last of u" + std::to_string(u) +
-                " is not the last acknowledged write");
+              std::string(phase) + ": user:last of u" + std::to_string(u)
+                + " is not the last acknowledged write");
       check_agree(phase);
     };
     verify_tail("tail");

@@ -64,10 +64,10 @@ int main(int argc, char** argv) {
     return fail("get after reopen", got ? "no session" : to_string(got.err()));
   const json want = {{"step", 2}, {"user:lang", "en"}};
   if ((*got)->state != want || (*got)->events.size() != 1)
-    return fail("read back", (*got)->state.dump() + " with " +
-                                 std::to_string((*got)->events.size()) + " events");
-  std::printf("consumer: agentstate %s, session %s v%llu %s\n", version_string,
-              (*got)->id.c_str(), static_cast<unsigned long long>((*got)->version),
-              (*got)->state.dump().c_str());
+    return fail("read back",
+                (*got)->state.dump() + " with " + std::to_string((*got)->events.size())
+                  + " events");
+  std::printf("consumer: agentstate %s, session %s v%llu %s\n", version_string, (*got)->id.c_str(),
+              static_cast<unsigned long long>((*got)->version), (*got)->state.dump().c_str());
   return 0;
 }

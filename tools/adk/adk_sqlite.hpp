@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/adk_sqlite.hpp: ADK's SQLite session stores, in and out of agentstate
+// tools/adk/adk_sqlite.hpp: ADK's SQLite session stores, in and out of agentstate
 // (`agentstate import --from-adk-sqlite`, `agentstate export --to-adk-sqlite`).
 //
 // Both directions go through the store's JSON-lines exchange records
@@ -106,14 +106,14 @@ struct skipped_row {
 };
 
 struct read_stats {
-  std::uint64_t sessions = 0;        ///< session records produced
-  std::uint64_t events = 0;          ///< event records produced
-  std::uint64_t user_states = 0;     ///< user_states rows taken
+  std::uint64_t sessions = 0; ///< session records produced
+  std::uint64_t events = 0; ///< event records produced
+  std::uint64_t user_states = 0; ///< user_states rows taken
   std::uint64_t user_state_keys = 0; ///< their keys produced
   std::uint64_t app_states = 0;
   std::uint64_t app_state_keys = 0;
   std::uint64_t temp_keys_dropped = 0;
-  std::vector<skipped_row> skipped;  ///< in file order
+  std::vector<skipped_row> skipped; ///< in file order
 };
 
 /// An ADK SQLite file opened read-only, its flavour detected. One read
@@ -164,12 +164,12 @@ result<write_stats> write_file(store::kv_read& txn, const std::string& path, fla
 /// (parsed by tools/store_tools.cpp).
 struct import_args {
   std::string file; ///< the SQLite file
-  std::string dir;  ///< the store
+  std::string dir; ///< the store
   bool skip_oversized = false;
 };
 struct export_args {
-  std::string file;   ///< the SQLite file to create
-  std::string dir;    ///< the store
+  std::string file; ///< the SQLite file to create
+  std::string dir; ///< the store
   std::string flavor; ///< --adk-flavor; empty: adk-js
 };
 
