@@ -14,22 +14,16 @@ using namespace agentstate::test::net;
 
 namespace {
 
-struct fixture {
-  temp_dir dir;
-  std::string log_path() const { return (dir.path() / "log.txt").string(); }
-  std::string store() const { return (dir.path() / "store").string(); }
-};
-
 constexpr std::size_t limit = std::size_t{4} << 20; // --max-response-bytes
 
 } // namespace
 
 TEST_CASE("exhaustion: amplifying requests are answered within --max-response-bytes or "
           "refused, and serve's peak memory stays bounded") {
-  fixture f;
-  server_process srv({"--listen", "0", "--store", f.store(), "--durability", "nosync",
-                      "--io-threads", "2", "--max-response-bytes", std::to_string(limit)},
-                     f.log_path());
+  temp_dir dir;
+  server_process srv({"--listen", "0", "--store", (dir.path() / "store").string(), "--durability",
+                      "nosync", "--io-threads", "2", "--max-response-bytes", std::to_string(limit)},
+                     (dir.path() / "log.txt").string());
   client c(srv.port());
   const std::string half_mib(512 * 1024, 'a');
   // 1 MiB of app: state, 200 sessions of one user, and one session holding

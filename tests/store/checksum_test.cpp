@@ -27,6 +27,7 @@
 #include "store/kv.hpp"
 #include "store/records.hpp"
 #include "store/verify.hpp"
+#include "support/files.hpp"
 #include "support/legacy_store.hpp"
 #include "support/test_support.hpp"
 
@@ -115,13 +116,6 @@ std::string export_text(const std::string& dir) {
   INFO(test::describe(n));
   REQUIRE(n.ok());
   return out;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 } // namespace
@@ -354,7 +348,7 @@ TEST_CASE("checksums: a format-3 store written by the code before checksums is r
   test::temp_dir dir;
   fs::path fixture = AGENTSTATE_FORMAT3_FIXTURE;
   fs::copy_file(fixture / "data.mdb", fs::path(dir.str()) / "data.mdb");
-  auto want = slurp(fixture / "export.jsonl");
+  auto want = test::file_text(fixture / "export.jsonl");
   REQUIRE(!want.empty());
   {
     auto kv = open_lmdb_kv_readonly(dir.str());
@@ -467,7 +461,7 @@ TEST_CASE("checksums: the tools name damaged rows and go on with the other sessi
     while (auto n = std::fread(buf, 1, sizeof buf, p))
       out.append(buf, n);
     int status = ::pclose(p);
-    err = slurp(err_path);
+    err = test::file_text(err_path);
     return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
   };
   std::string err;

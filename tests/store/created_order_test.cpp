@@ -19,6 +19,7 @@
 #include "store/exchange.hpp"
 #include "store/kv.hpp"
 #include "store/verify.hpp"
+#include "support/files.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -50,13 +51,6 @@ std::vector<std::string> all_pages(engine& e, list_request req, int* pages = nul
   if (pages)
     *pages = n;
   return out;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 } // namespace
@@ -253,7 +247,7 @@ TEST_CASE("format upgrade: a format-4 store gets its creation-order indexes when
   test::temp_dir dir;
   fs::path fixture = AGENTSTATE_FORMAT4_FIXTURE;
   fs::copy_file(fixture / "data.mdb", fs::path(dir.str()) / "data.mdb");
-  auto want = slurp(fixture / "export.jsonl");
+  auto want = test::file_text(fixture / "export.jsonl");
   REQUIRE(!want.empty());
   auto export_text = [&] {
     auto kv = store::open_lmdb_kv_readonly(dir.str());
