@@ -723,8 +723,10 @@ private:
           && now >= std::max(last_progress_, closing_since_)
               + std::max(lim.shutdown_grace, std::chrono::seconds(1))
           && rpc_->in_flight() == 0) {
-        // Closing, and the client takes no more of its responses.
-        return close_now(close_reason_ + "; the client stopped reading");
+        // Closing, and the client takes no more of its responses: the log
+        // line says so (close_now keeps the reason a close began with).
+        close_reason_ += "; the client is not reading its responses";
+        return close_now(close_reason_);
       }
     }
     pump();
