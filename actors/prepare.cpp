@@ -45,9 +45,9 @@ bool touches_derived(const engine_core& core, const json& delta,
   return false;
 }
 
-} // namespace
-
-result<store::state_write> encode_value(const limits& lim, std::string key, const json& value) {
+// The stored text of one state value; invalid_argument when it cannot be
+// dumped (invalid UTF-8), too_large beyond limits::max_value_bytes.
+result<std::string> value_text(const limits& lim, const std::string& key, const json& value) {
   auto text = dump_json(value);
   if (!text)
     return error{errc::invalid_argument, "state value of '" + key + "': " + text.err().message};
@@ -55,6 +55,15 @@ result<store::state_write> encode_value(const limits& lim, std::string key, cons
     return error{errc::too_large,
                  "state value of '" + key + "' is " + std::to_string(text->size())
                    + " bytes; the limit is " + std::to_string(lim.max_value_bytes)};
+  return std::move(*text);
+}
+
+} // namespace
+
+result<store::state_write> encode_value(const limits& lim, std::string key, const json& value) {
+  auto text = value_text(lim, key, value);
+  if (!text)
+    return std::move(text).err();
   return store::state_write{std::move(key), value, std::move(*text)};
 }
 
@@ -162,13 +171,9 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
   }
   for (auto it = delta.begin(); it != delta.end(); ++it) {
     const std::string& key = it.key();
-    auto text = dump_json(it.value());
+    auto text = value_text(lim, key, it.value());
     if (!text)
-      return error{errc::invalid_argument, "state value of '" + key + "': " + text.err().message};
-    if (text->size() > lim.max_value_bytes)
-      return error{errc::too_large,
-                   "state value of '" + key + "' is " + std::to_string(text->size())
-                     + " bytes; the limit is " + std::to_string(lim.max_value_bytes)};
+      return std::move(text).err();
     switch (scope_of(key)) {
       case scope::user:
         ws.user_writes.push_back({std::string(unprefixed(key)), it.value(), std::move(*text)});

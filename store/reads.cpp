@@ -277,24 +277,22 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
                                             std::size_t max_bytes) {
   try {
-    auto& r = req.ref;
     auto parts = read_parts(txn, req, max_bytes);
     if (!parts)
       return std::move(parts).err();
     if (!*parts)
       return std::optional<session>{};
-    auto& rec = (*parts)->head.rec;
-    auto& state = (*parts)->head.state;
     auto evs = decode_events((*parts)->rows);
     if (!evs)
       return std::move(evs).err();
+    auto& head = (*parts)->head;
     session s;
-    s.app_name = r.app_name;
-    s.user_id = r.user_id;
-    s.id = r.session_id;
-    s.state = std::move(state);
-    s.last_update_time = rec.last_update_time;
-    s.version = rec.version;
+    s.app_name = req.ref.app_name;
+    s.user_id = req.ref.user_id;
+    s.id = req.ref.session_id;
+    s.state = std::move(head.state);
+    s.last_update_time = head.rec.last_update_time;
+    s.version = head.rec.version;
     s.events = std::move(*evs);
     return std::optional<session>{std::move(s)};
   } catch (const kv_failure& f) {

@@ -64,30 +64,29 @@ export interface AgentStateTlsOptions {
   [option: string]: unknown;
 }
 
+/** What a spawned server (`store` or `memory`) takes; an `address` takes none of it. */
+interface SpawnOptions {
+  /** The agentstate binary; default `AGENTSTATE_BIN`, else `agentstate` on PATH. */
+  binary?: string;
+  /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the server, not of the OS. */
+  durability?: 'sync' | 'nosync';
+  address?: never;
+  token?: never;
+  tls?: never;
+}
+
 /** Exactly one of `store`, `memory` and `address`. */
 export type AgentStateSessionServiceOptions =
-  | {
+  | (SpawnOptions & {
       /** Spawn `agentstate serve --store DIR` (created if missing). */
       store: string;
       memory?: never;
-      address?: never;
-      /** The agentstate binary; default `AGENTSTATE_BIN`, else `agentstate` on PATH. */
-      binary?: string;
-      /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the server, not of the OS. */
-      durability?: 'sync' | 'nosync';
-      token?: never;
-      tls?: never;
-    }
-  | {
+    })
+  | (SpawnOptions & {
       /** Spawn `agentstate serve --memory`: nothing is kept after close(). */
       memory: true;
       store?: never;
-      address?: never;
-      binary?: string;
-      durability?: 'sync' | 'nosync';
-      token?: never;
-      tls?: never;
-    }
+    })
   | {
       /**
        * Connect to `agentstate serve --listen`: 'HOST:PORT' ('[::1]:7400' for IPv6) over
