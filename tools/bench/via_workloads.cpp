@@ -467,7 +467,8 @@ ojson via_a(const config& cfg) {
     samples lat;
     s.cpu_start();
     auto r = pipelined_appends(s, ref, n, lat, x.errors);
-    double eps = report_appends(x, s, r, "append ack through serve (written to answered), 256 in flight", lat, in);
+    double eps = report_appends(
+      x, s, r, "append ack through serve (written to answered), 256 in flight", lat, in);
     ok = eps >= target;
   }
   stop_serve(x, s);
@@ -529,7 +530,8 @@ ojson via_b(const config& cfg) {
           return "";
         },
         lat, x.errors);
-      double eps = report_appends(x, s, r, "append ack through serve (written to answered), 64 chains", lat, in);
+      double eps = report_appends(
+        x, s, r, "append ack through serve (written to answered), 64 chains", lat, in);
       ok = in.contains("events_per_s") && eps / in["events_per_s"].get<double>() >= 0.7;
     }
   }
