@@ -15,8 +15,10 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actors/registry.hpp"
+#include "actors/watch_hub.hpp"
 #include "actors/messages.hpp"
 #include "agentstate/engine.hpp"
+#include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/lock.hpp"
 
@@ -36,6 +38,12 @@ struct engine_core {
   /// read it, so it outlives them.
   std::atomic<bool> committing{false};
   std::unique_ptr<store::kv_store> kv;
+  /// The change log's writer state (store writer thread only, after open).
+  store::change_log log;
+  /// The store's epoch (meta["epoch"]), which cursors name. Set at open.
+  std::string epoch;
+  /// The watches (engine::watch); created at open, closed first by close().
+  std::unique_ptr<watch_hub> hub;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   writer_hdl writer;

@@ -24,6 +24,7 @@
 #include "model/checks.hpp"
 #include "model/ids.hpp"
 #include "model/text.hpp"
+#include "store/change_feed.hpp"
 #include "store/commit.hpp"
 #include "store/format.hpp"
 #include "store/keys.hpp"
@@ -129,6 +130,58 @@ void engine::list_sessions(list_request req, callback<session_page> cb) {
     return cb(std::move(txn).err());
   cb(store::list_sessions(**txn, req, static_cast<std::size_t>(size),
                           core_->opts.limits.max_response_bytes));
+}
+
+void engine::read_changes(watch_request req, std::size_t limit, callback<change_page> cb) {
+  if (auto r = store::check_watch_request(req); !r)
+    return cb(std::move(r).err());
+  if (limit < 1 || limit > 10000)
+    return cb(error{errc::invalid_argument, "'limit' must be 1..10000"});
+  std::optional<std::uint64_t> after;
+  if (req.from) {
+    auto seq = store::parse_cursor(*req.from, core_->epoch);
+    if (!seq)
+      return cb(std::move(seq).err());
+    after = *seq;
+  }
+  if (core_->closed.load())
+    return cb(closing_error());
+  cb(store::read_change_page(*core_->kv, req, after, limit, 65536, core_->epoch));
+}
+
+result<std::string> engine::head_cursor() {
+  if (core_->closed.load())
+    return closing_error();
+  auto head = store::read_log_head(*core_->kv);
+  if (!head)
+    return std::move(head).err();
+  return store::format_cursor(core_->epoch, head->bounds.last);
+}
+
+result<std::unique_ptr<watch_handle>> engine::watch(watch_request req, change_handler on_changes,
+                                                    end_handler on_end) {
+  if (auto r = store::check_watch_request(req); !r)
+    return std::move(r).err();
+  if (!on_changes)
+    return error{errc::invalid_argument, "a watch needs an on_changes callback"};
+  std::optional<std::uint64_t> from;
+  if (req.from) {
+    auto seq = store::parse_cursor(*req.from, core_->epoch);
+    if (!seq)
+      return std::move(seq).err();
+    from = *seq;
+  }
+  if (core_->closed.load())
+    return closing_error();
+  auto head = store::read_log_head(*core_->kv);
+  if (!head)
+    return std::move(head).err();
+  const auto& b = head->bounds;
+  if (from)
+    if (auto ok = store::check_cursor(b, *from, core_->epoch); !ok)
+      return std::move(ok).err();
+  return core_->hub->start(std::move(req), from.value_or(b.last), b.last, std::move(on_changes),
+                           std::move(on_end));
 }
 
 void engine::delete_session(session_ref ref, callback<void> cb) {

@@ -16,6 +16,10 @@ result<std::optional<session>> engine::get_session(get_request req) {
   return block_on<std::optional<session>>(
     *core_, [&](callback<std::optional<session>> cb) { get_session(std::move(req), cb); });
 }
+result<change_page> engine::read_changes(watch_request req, std::size_t limit) {
+  return block_on<change_page>(
+    *core_, [&](callback<change_page> cb) { read_changes(std::move(req), limit, cb); });
+}
 result<session_page> engine::list_sessions(list_request req) {
   return block_on<session_page>(
     *core_, [&](callback<session_page> cb) { list_sessions(std::move(req), cb); });

@@ -67,6 +67,20 @@ result<void> check_options(const options& o) {
   return model::check_derived(o.derived);
 }
 
+// Reads the store's epoch and the change log's bounds into core.log (the
+// writer takes it over once spawned).
+result<void> load_log(engine_core& core) {
+  auto head = store::read_log_head(*core.kv);
+  if (!head)
+    return std::move(head).err();
+  core.epoch = std::move(head->epoch);
+  core.log.oldest = head->bounds.first;
+  core.log.next = head->bounds.last + 1;
+  core.log.keep.max_entries = std::max<std::uint64_t>(1, core.opts.change_retention.max_entries);
+  core.log.keep.max_age_seconds = double(core.opts.change_retention.max_age.count());
+  return {};
+}
+
 } // namespace
 
 std::string session_registry_key(const session_ref& r) {
@@ -161,6 +175,9 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   }
   if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING); !r)
     return std::move(r).err();
+  if (auto r = load_log(*core); !r)
+    return std::move(r).err();
+  core->hub = std::make_unique<watch_hub>(*core);
   if (wrap)
     core->kv = wrap(std::move(core->kv));
   core->cfg = std::make_unique<caf::actor_system_config>();
@@ -208,6 +225,7 @@ caf::actor_system& engine_factory::system_of(engine& e) {
 result<void> engine::close() {
   if (!core_ || core_->closed.exchange(true))
     return {};
+  core_->hub->close();
   for (auto& key : core_->sessions.close())
     core_->sessions.route(key, shutdown_cmd{}, nullptr, true);
   for (auto& key : core_->scopes.close())

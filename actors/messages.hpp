@@ -98,6 +98,7 @@ struct write_reply {
   std::string message;
   std::shared_ptr<late_binding> late;
   store::write_set spent;
+  std::uint64_t seq = 0; ///< the write set's commit sequence (when ok)
 };
 
 // -- interfaces ------------------------------------------------------------------

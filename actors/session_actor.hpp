@@ -27,7 +27,10 @@ using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
 
 /// A write's outcome: the writer's verdict and, for a late-bound write set,
 /// its resolved binding.
-using write_done = std::function<void(result<void>, std::shared_ptr<late_binding>)>;
+/// A write's outcome: ok or why not, the writer's late-bound results, and
+/// (when ok) the commit sequence it took in the change log.
+using write_done =
+  std::function<void(result<void>, std::shared_ptr<late_binding>, std::uint64_t seq)>;
 
 /// One command awaiting its turn to answer. `run` answers it; it may run
 /// once `ready` (write commands become ready when the writer replies, which

@@ -36,7 +36,7 @@ void on_create(session_actor_t self, create_cmd& cmd) {
   double created = plan->ws.time;
   submit(self, std::move(*plan),
          [self, cb = std::move(cmd.cb), own = std::move(own),
-          created](result<void> r, std::shared_ptr<late_binding> late) mutable {
+          created](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t) mutable {
            if (!r) {
              cb(std::move(r).err());
              return;
@@ -127,7 +127,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
   submit(self, std::move(prepared->plan),
          [self, cb = std::move(cmd.cb), stored = std::move(stored),
           temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
-          outcome](result<void> r, std::shared_ptr<late_binding> late) mutable {
+          outcome](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
            auto& st = self->state;
            if (outcome) {
              auto it = st.in_flight_ids.find(stored.ev.id);
@@ -147,6 +147,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
            st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
            if (late)
              stored.ev = std::move(late->ev);
+           stored.cursor = store::format_cursor(st.core->epoch, seq);
            if (st.ids)
              st.ids->add(stored.ev.id, stored.version);
            // While a lease is held, only its invocation is the live one.
@@ -201,14 +202,15 @@ void on_delete(session_actor_t self, delete_cmd& cmd) {
   st.version = 0;
   st.in_flight_ids.clear();
   st.ids.reset();
-  submit(self, std::move(plan),
-         [self, cb = std::move(cmd.cb)](result<void> r, std::shared_ptr<late_binding>) {
-           if (r) {
-             self->state.invocation.clear();
-             self->state.temp = json::object();
-           }
-           cb(std::move(r));
-         });
+  submit(
+    self, std::move(plan),
+    [self, cb = std::move(cmd.cb)](result<void> r, std::shared_ptr<late_binding>, std::uint64_t) {
+      if (r) {
+        self->state.invocation.clear();
+        self->state.temp = json::object();
+      }
+      cb(std::move(r));
+    });
 }
 
 } // namespace agentstate::detail

@@ -40,6 +40,12 @@ result<std::optional<append_result>> find_stored(session_state& st, const std::s
   });
   if (err)
     return std::move(*err);
+  if (out) {
+    auto bounds = store::read_log_bounds(**txn);
+    if (!bounds)
+      return std::move(bounds).err();
+    out->cursor = store::format_cursor(st.core->epoch, bounds->last);
+  }
   return out;
 }
 

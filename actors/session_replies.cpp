@@ -83,12 +83,12 @@ void submit(session_actor_t self, write_plan plan, write_done done) {
   auto p = std::make_shared<pending>();
   p->done = std::move(done);
   st.queue.push_back(p);
-  auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late) {
+  auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) {
     if (!r)
       self->state.stale = true;
     // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).
-    p->run = [q = p.get(), r = std::move(r), late = std::move(late)]() mutable {
-      q->done(std::move(r), std::move(late));
+    p->run = [q = p.get(), r = std::move(r), late = std::move(late), seq]() mutable {
+      q->done(std::move(r), std::move(late), seq);
     };
     p->ready = true;
     drain(self);
@@ -97,12 +97,12 @@ void submit(session_actor_t self, write_plan plan, write_done done) {
     .then(
       [finish](write_reply& r) {
         if (r.code == errc::ok)
-          finish(result<void>{}, std::move(r.late));
+          finish(result<void>{}, std::move(r.late), r.seq);
         else
-          finish(error{r.code, std::move(r.message)}, nullptr);
+          finish(error{r.code, std::move(r.message)}, nullptr, 0);
       },
       [finish](caf::error& e) {
-        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)}, nullptr);
+        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)}, nullptr, 0);
       });
 }
 

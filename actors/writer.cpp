@@ -6,6 +6,7 @@
 // writes, and only then answers the session actors (so FIFO mailboxes give
 // read-your-writes to scope reads). Polls its mailbox for up to
 // options::spin_wait before it sleeps.
+#include <algorithm>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -79,10 +80,18 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
     e.ws = &it.plan.ws;
     e.late = it.plan.late != nullptr;
   }
-  store::commit_batch(*core.kv, entries, [&](store::kv_read& txn, std::size_t i) {
-    return resolve_late(txn, core, batch[i].plan);
-  });
+  store::commit_batch(
+    *core.kv, entries,
+    [&](store::kv_read& txn, std::size_t i) { return resolve_late(txn, core, batch[i].plan); },
+    &core.log);
   count(core, entries);
+  if (core.hub->active()) {
+    std::uint64_t head = 0;
+    for (auto& e : entries)
+      head = std::max(head, e.seq);
+    if (head)
+      core.hub->published(head);
+  }
   for (std::size_t i = 0; i < batch.size(); ++i)
     if (entries[i].code == errc::ok)
       notify_scopes(core, batch[i].plan.ws, entries[i].txn_id);
@@ -94,6 +103,7 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
     if (reply.code == errc::ok)
       reply.late = std::move(it.plan.late);
     reply.spent = std::move(it.plan.ws);
+    reply.seq = entries[i].seq;
     it.rp.deliver(std::move(reply));
   }
   core.committing.store(false, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // JSON codec of the public types (docs/protocol.md "Objects").
 #include "agentstate/types.hpp"
+#include "agentstate/watch.hpp"
 
 #include <cmath>
 
@@ -181,6 +182,42 @@ result<session> session_from_json(const json& x) {
     }
   }
   return s;
+}
+
+const char* to_string(change_kind k) noexcept {
+  switch (k) {
+    case change_kind::create: return "create";
+    case change_kind::append: return "append";
+    case change_kind::remove: return "delete";
+  }
+  return "?";
+}
+
+const char* to_string(watch_end_reason r) noexcept {
+  switch (r) {
+    case watch_end_reason::cancelled: return "cancelled";
+    case watch_end_reason::closing: return "closing";
+    case watch_end_reason::cursor_expired: return "cursor_expired";
+    case watch_end_reason::failed: return "failed";
+  }
+  return "?";
+}
+
+json to_json(const change& x) {
+  json out{{"cursor", x.cursor},           {"kind", to_string(x.kind)},
+           {"app_name", x.app_name},       {"user_id", x.user_id},
+           {"session_id", x.session_id},   {"version", x.version},
+           {"state_delta", x.state_delta}, {"state_remove", x.state_remove}};
+  if (x.ev)
+    out["event"] = to_json(*x.ev);
+  return out;
+}
+
+json to_json(const change_page& x) {
+  json changes = json::array();
+  for (auto& c : x.changes)
+    changes.push_back(to_json(c));
+  return json{{"changes", std::move(changes)}, {"cursor", x.cursor}, {"at_head", x.at_head}};
 }
 
 } // namespace agentstate

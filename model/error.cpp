@@ -22,6 +22,7 @@ const char* to_string(errc x) noexcept {
     case errc::unauthenticated: return "unauthenticated";
     case errc::permission_denied: return "permission_denied";
     case errc::condition_failed: return "condition_failed";
+    case errc::cursor_expired: return "cursor_expired";
   }
   return "internal";
 }

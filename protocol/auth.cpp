@@ -182,12 +182,13 @@ void token_source::replace(token_table t) {
 
 method_scope scope_of(std::string_view method) {
   static constexpr std::string_view app_methods[] = {
-    "create_session", "get_session",  "list_sessions", "delete_session", "append_event",
-    "end_invocation", "inject_state", "get_app_state", "get_user_state",
+    "create_session", "get_session",    "list_sessions", "delete_session",
+    "append_event",   "end_invocation", "inject_state",  "get_app_state",
+    "get_user_state", "read_changes",   "watch",
   };
   if (method == "ping" || method == "authenticate")
     return method_scope::open;
-  if (method == "flush")
+  if (method == "flush" || method == "unwatch") // unwatch: the stream's own watches
     return method_scope::authenticated;
   for (auto m : app_methods)
     if (m == method)
@@ -253,7 +254,9 @@ std::optional<error> access_gate::check(std::string_view method,
     return error{errc::permission_denied,
                  "'" + std::string(method) + "' spans every app: it needs a token for '*'"};
   }
-  if (app && g->allows(*app))
+  // A request of an app method that names no app (read_changes over every
+  // app) needs a token for every app.
+  if (g->all_apps || (app && g->allows(*app)))
     return std::nullopt;
   if (app && app->size() <= max_app_bytes)
     return error{errc::permission_denied, "the token does not grant the app '" + *app + "'"};

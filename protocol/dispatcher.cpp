@@ -20,6 +20,10 @@ void dispatcher::write_line(std::string line) {
   }
 }
 
+void dispatcher::notify(std::string line) {
+  write_line(std::move(line));
+}
+
 void dispatcher::answer(const json& id, const outcome& o) {
   try {
     write_line(response_line(id, o));

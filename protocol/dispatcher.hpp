@@ -65,6 +65,10 @@ public:
   /// that cannot be built or written is dropped.
   void answer(const json& id, const outcome& o);
 
+  /// Writes a notification line (the server's own, such as a watch's
+  /// changes) between responses, through the same `write`. Never throws.
+  void notify(std::string line);
+
   /// Blocks until every submitted request has completed and been answered.
   /// REQUIRES: not called from an engine callback.
   void wait_idle();

@@ -267,11 +267,21 @@ void line_writer::run() {
 
 // -- serve_stream ----------------------------------------------------------------------
 
+std::size_t line_writer::queued() const {
+  std::lock_guard<std::mutex> lk(mtx_);
+  if (failed_ || closing_)
+    return 0;
+  return pending_.size() + writing_;
+}
+
 result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
                           const stream_config& cfg) {
   line_writer out(out_fd);
+  auto rc = cfg.rpc;
+  rc.queued_output_bytes = [&out] { return out.queued(); };
+  rc.max_watch_backlog = cfg.max_queued_bytes / 2;
   rpc_session rpc(
-    eng, [&out](std::string line) { out.push(std::move(line)); }, cfg.rpc);
+    eng, [&out](std::string line) { out.push(std::move(line)); }, rc);
   auto r = read_lines(
     in_fd, stop_fd, cfg.max_line_bytes,
     [&](std::string_view line) {

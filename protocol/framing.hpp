@@ -69,6 +69,9 @@ public:
   /// False once a write has failed.
   bool ok() const;
 
+  /// Bytes queued or being written (0 once writing failed or closed).
+  std::size_t queued() const;
+
 private:
   void run();
   /// How a non-blocking write ended.

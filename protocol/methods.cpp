@@ -268,6 +268,50 @@ prepare_result prepare_stats(const json&) {
   return x;
 }
 
+} // namespace
+
+watch_request read_watch_request(param_reader& p) {
+  watch_request r;
+  auto scope = p.required_string("scope");
+  if (scope == "session")
+    r.scope = watch_scope::session;
+  else if (scope == "user")
+    r.scope = watch_scope::user;
+  else if (scope == "app")
+    r.scope = watch_scope::app;
+  else if (scope == "all")
+    r.scope = watch_scope::all;
+  else if (!p.failure())
+    p.fail("parameter 'scope' must be \"session\", \"user\", \"app\" or \"all\", not \"" + scope
+           + "\"");
+  auto app = p.optional_string("app_name");
+  if (r.scope == watch_scope::all && app && !p.failure())
+    p.fail("scope \"all\" takes no app_name (it spans every app)");
+  r.app_name = app.value_or("");
+  r.user_id = p.optional_string("user_id").value_or("");
+  r.session_id = p.optional_string("session_id").value_or("");
+  r.include_sessions = p.optional_bool("include_sessions").value_or(false);
+  r.key_prefix = p.optional_string("key_prefix").value_or("");
+  r.from = p.optional_string("from");
+  return r;
+}
+
+namespace {
+
+prepare_result prepare_read_changes(const json& params) {
+  param_reader p(params);
+  auto r = read_watch_request(p);
+  auto limit = p.optional_uint("limit").value_or(100);
+  prepared x;
+  x.op = [r = std::move(r), limit](engine& e, const reply_fn& reply) mutable {
+    e.read_changes(std::move(r), static_cast<std::size_t>(std::min<std::uint64_t>(limit, 1u << 20)),
+                   [reply](result<change_page> page) {
+                     reply(to_outcome(page, [](const change_page& v) { return to_json(v); }));
+                   });
+  };
+  return checked(p, std::move(x));
+}
+
 // For health checks: answered at once, allowed before authentication.
 prepare_result prepare_ping(const json&) {
   prepared x;
@@ -301,6 +345,7 @@ constexpr method methods[] = {
   {"flush", prepare_flush, names::nothing},
   {"stats", prepare_stats, names::nothing},
   {"ping", prepare_ping, names::nothing},
+  {"read_changes", prepare_read_changes, names::nothing},
 };
 
 const method* lookup(std::string_view name) {

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "agentstate/engine.hpp"
+#include "protocol/params.hpp"
 #include "protocol/responses.hpp"
 
 namespace agentstate::protocol::detail {
@@ -72,5 +73,10 @@ std::optional<std::string> named_session_key(std::string_view name, const json& 
 /// session's order (after the responses to its earlier requests). Throws
 /// only bad_alloc.
 prepared refusal_call(rpc_failure f, std::string key);
+
+/// The feed filter of `read_changes` and `watch` (scope, app_name, user_id,
+/// session_id, include_sessions, key_prefix, from); a bad one is left as
+/// p's failure.
+watch_request read_watch_request(param_reader& p);
 
 } // namespace agentstate::protocol::detail

@@ -241,7 +241,8 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   d.method = name;
   auto prepare = find_method(name);
   const bool authenticate = name == "authenticate";
-  if (!prepare && !authenticate) {
+  const bool watching = name == "watch" || name == "unwatch";
+  if (!prepare && !authenticate && !watching) {
     if (d.notification)
       return d;
     d.refusal = make_failure(rpc_code::method_not_found, "unknown method '" + name + "'",
@@ -271,6 +272,20 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
       return d;
     }
     d.token = std::move(token);
+    return d;
+  }
+  if (watching) {
+    param_reader reader(params);
+    if (name == "watch")
+      d.watch = read_watch_request(reader);
+    else
+      d.unwatch = reader.required_string("watch_id");
+    if (reader.failure()) {
+      d.watch.reset();
+      d.unwatch.reset();
+      if (!d.notification)
+        d.refusal = *reader.failure();
+    }
     return d;
   }
   auto p = prepare(params);

@@ -32,6 +32,11 @@ struct decoded_request {
   /// string token; such a request has neither `run` nor `refusal` and is
   /// answered by the session, which holds the access state.
   std::optional<std::string> token;
+  /// `watch`'s filter, or `unwatch`'s watch_id: such a request has neither
+  /// `run` nor `refusal` and is answered by the session, which holds the
+  /// stream's watches.
+  std::optional<watch_request> watch;
+  std::optional<std::string> unwatch;
 };
 
 /// Decodes `line` (without its '\n'; one trailing '\r' is ignored), nesting

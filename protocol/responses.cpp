@@ -81,7 +81,8 @@ rpc_failure make_failure(int code, std::string message, errc kind) {
 }
 
 rpc_failure from_engine(const error& e) {
-  return rpc_failure{rpc_code::engine_error, e.message, to_string(e.code), e.current_version};
+  return rpc_failure{rpc_code::engine_error, e.message, to_string(e.code), e.current_version,
+                     e.oldest_cursor};
 }
 
 rpc_failure internal_failure(const char* where, const char* what) {
@@ -106,6 +107,8 @@ std::string response_line(const json& id, const outcome& o) {
     json data{{"kind", f.kind}};
     if (f.current_version)
       data["current_version"] = *f.current_version;
+    if (f.oldest)
+      data["oldest"] = *f.oldest;
     json err{{"code", f.code}, {"message", bounded_message(f.message)}, {"data", std::move(data)}};
     out += R"(,"error":)";
     append_lossy(out, err);
@@ -126,10 +129,13 @@ outcome append_outcome(result<append_result>& r) {
   try {
     auto text = model::encode_event_text(r->ev);
     if (!text) // a string that is not UTF-8: the general encoder replaces it
-      return outcome{json{{"event", to_json(r->ev)}, {"version", r->version}}};
+      return outcome{
+        json{{"event", to_json(r->ev)}, {"version", r->version}, {"cursor", r->cursor}}};
     raw_result out;
-    out.text.reserve(text->size() + 32);
-    out.text += R"({"event":)";
+    out.text.reserve(text->size() + 64 + r->cursor.size());
+    out.text += R"({"cursor":)";
+    model::append_escaped(out.text, r->cursor);
+    out.text += R"(,"event":)";
     out.text += *text;
     out.text += R"(,"version":)";
     append_int(out.text, r->version);

@@ -19,13 +19,15 @@
 namespace agentstate::protocol::detail {
 
 /// A request's error: the JSON-RPC code (rpc_code), a message for people, and
-/// the response's data.kind (an errc name) and data.current_version (set only
-/// when the engine reported a version conflict).
+/// the response's data.kind (an errc name), data.current_version (set only
+/// when the engine reported a version conflict) and data.oldest (set only
+/// with cursor_expired: the oldest cursor the change log serves).
 struct rpc_failure {
   int code = rpc_code::engine_error;
   std::string message;
   std::string kind;
   std::optional<std::uint64_t> current_version;
+  std::optional<std::string> oldest;
 };
 
 /// A result that is already JSON text, sent as is (get_session's stored

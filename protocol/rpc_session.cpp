@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "protocol/rpc_session.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "protocol/dispatcher.hpp"
@@ -24,10 +30,65 @@ struct rpc_session::observers {
   }
 };
 
+// The stream's watches. Shared with their callbacks, which run on the
+// watches' threads.
+struct rpc_session::watches {
+  std::mutex mtx;
+  std::map<std::string, std::unique_ptr<watch_handle>> live; ///< by watch_id
+  std::uint64_t next = 1;
+  std::atomic<bool> closing{false}; ///< the stream is ending: send nothing more
+  std::function<std::size_t()> queued_output_bytes;
+  std::size_t max_backlog = 0;
+
+  // Waits until the stream has room for `bytes` more, or is ending (false).
+  bool wait_for_room(std::size_t bytes) {
+    if (!queued_output_bytes)
+      return !closing;
+    while (!closing) {
+      auto queued = queued_output_bytes();
+      if (queued == 0 || queued + bytes <= max_backlog)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+};
+
+namespace {
+
+// Opens once the `watch` response is written: a watch's first notification
+// never overtakes it.
+struct answered_latch {
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    {
+      std::lock_guard<std::mutex> lk(mtx);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lk(mtx);
+    cv.wait(lk, [&] { return open; });
+  }
+};
+
+std::string notification_line(const char* method, json params) {
+  return json{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}}.dump(
+    -1, ' ', false, json::error_handler_t::replace);
+}
+
+} // namespace
+
 rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rpc_config cfg)
   : dispatch_(std::make_shared<detail::dispatcher>(eng, std::move(write), cfg.max_in_flight)),
     max_line_depth_(cfg.max_line_depth),
-    gate_(cfg.tokens ? access_gate(cfg.tokens) : access_gate()) {
+    gate_(cfg.tokens ? access_gate(cfg.tokens) : access_gate()),
+    watches_(std::make_shared<watches>()), eng_(eng) {
+  watches_->queued_output_bytes = std::move(cfg.queued_output_bytes);
+  watches_->max_backlog = std::max<std::size_t>(1, cfg.max_watch_backlog);
   if (cfg.server_stats || cfg.on_error || cfg.on_authenticate || cfg.on_complete)
     observers_ = std::make_shared<const observers>(
       observers{std::move(cfg.server_stats), std::move(cfg.on_error),
@@ -35,7 +96,85 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
 }
 
 rpc_session::~rpc_session() {
+  watches_->closing = true;
+  std::map<std::string, std::unique_ptr<watch_handle>> live;
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    live.swap(watches_->live);
+  }
+  live.clear(); // cancels each, waiting for a batch in progress
   drain();
+}
+
+void rpc_session::start_watch(detail::decoded_request& d) {
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    id = "w" + std::to_string(watches_->next++);
+  }
+  auto latch = std::make_shared<answered_latch>();
+  auto ws = watches_;
+  std::weak_ptr<detail::dispatcher> out = dispatch_;
+  auto on_changes = [latch, ws, out, id](change_page page) {
+    latch->wait();
+    json changes = json::array();
+    for (auto& c : page.changes)
+      changes.push_back(to_json(c));
+    auto line = notification_line(
+      "changes", json{{"watch_id", id}, {"changes", std::move(changes)}, {"cursor", page.cursor}});
+    if (!ws->wait_for_room(line.size()))
+      return;
+    if (auto d = out.lock())
+      d->notify(std::move(line));
+  };
+  auto on_end = [latch, ws, out, id](const watch_end& e) {
+    latch->wait();
+    if (ws->closing)
+      return; // the stream is ending: nobody to tell
+    json params{{"watch_id", id}, {"reason", to_string(e.reason)}, {"resume_from", e.resume_from}};
+    if (e.err) {
+      params["error"] = {{"kind", to_string(e.err->code)}, {"message", e.err->message}};
+      if (e.err->oldest_cursor)
+        params["error"]["oldest"] = *e.err->oldest_cursor;
+    }
+    if (auto d = out.lock())
+      d->notify(notification_line("watch_ended", std::move(params)));
+  };
+  auto h = eng_.watch(std::move(*d.watch), on_changes, on_end);
+  if (!h) {
+    latch->release();
+    if (observers_)
+      observers_->error(to_string(h.code()));
+    if (!d.notification)
+      dispatch_->answer(d.id, detail::from_engine(h.err()));
+    return;
+  }
+  auto cursor = (*h)->cursor();
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    watches_->live.emplace(id, std::move(*h));
+  }
+  if (!d.notification)
+    dispatch_->answer(d.id, detail::outcome{json{{"watch_id", id}, {"cursor", cursor}}});
+  latch->release();
+}
+
+void rpc_session::stop_watch(detail::decoded_request& d) {
+  std::unique_ptr<watch_handle> h;
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    auto it = watches_->live.find(*d.unwatch);
+    if (it != watches_->live.end()) {
+      h = std::move(it->second);
+      watches_->live.erase(it);
+    }
+  }
+  if (!h)
+    return refuse(d, rpc_code::engine_error, "no watch '" + *d.unwatch + "' on this connection",
+                  to_string(errc::not_found));
+  h->cancel(); // its watch_ended (cancelled) goes out first
+  if (!d.notification)
+    dispatch_->answer(d.id, detail::outcome{json{{"resume_from", h->cursor()}}});
 }
 
 void rpc_session::refuse(const detail::decoded_request& d, int code, const std::string& message,
@@ -76,9 +215,14 @@ void rpc_session::handle_line(std::string_view line) {
     auto d = detail::decode_request(line, max_line_depth_);
     if (d.token)
       return authenticate(d);
-    if (!d.method.empty() && (d.run || d.refusal))
-      if (auto denied = gate_.check(d.method, d.app_name, !d.run))
+    const bool watching = d.watch || d.unwatch;
+    if (!d.method.empty() && (d.run || d.refusal || watching))
+      if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching))
         return refuse(d, rpc_code::access_error, denied->message, to_string(denied->code));
+    if (d.watch)
+      return start_watch(d);
+    if (d.unwatch)
+      return stop_watch(d);
     if (d.run) {
       if (observers_) {
         // Watch the outcome: count errors, add the server's counters to

@@ -63,6 +63,14 @@ struct rpc_config {
   /// completed and been answered; in_flight() no longer counts it. A reader
   /// that stopped taking lines at max_in_flight resumes from here.
   std::function<void()> on_complete;
+
+  /// Bytes written to the stream and not yet taken by the client. With it, a
+  /// watch whose notifications would pass max_watch_backlog waits (its own
+  /// thread; the change log keeps what it has not sent), so a client that
+  /// stops reading never grows the server's memory; without it, nothing
+  /// bounds them here.
+  std::function<std::size_t()> queued_output_bytes;
+  std::size_t max_watch_backlog = std::size_t{32} << 20;
 };
 
 namespace detail {
@@ -77,7 +85,8 @@ struct decoded_request;
 ///
 /// Thread safety: handle_line(), handle_oversized_line() and drain() are meant
 /// to be called from one thread (the reader of the stream); responses are
-/// written from engine threads too.
+/// written from engine threads too, and a watch's notifications from its own
+/// thread. Watches end with the rpc_session.
 class rpc_session {
 public:
   /// `write` receives each response as one JSON text without the trailing
@@ -117,7 +126,10 @@ public:
 
 private:
   struct observers;
+  struct watches;
   void authenticate(detail::decoded_request& d);
+  void start_watch(detail::decoded_request& d);
+  void stop_watch(detail::decoded_request& d);
   void refuse(const detail::decoded_request& d, int code, const std::string& message,
               std::string_view kind);
 
@@ -128,6 +140,9 @@ private:
   /// The config's observers, shared with the replies they watch; null when
   /// there are none.
   std::shared_ptr<const observers> observers_;
+  /// The stream's watches (`watch`, `unwatch`); ended before drain().
+  std::shared_ptr<watches> watches_;
+  engine& eng_;
 };
 
 } // namespace agentstate::protocol

@@ -196,6 +196,11 @@ public:
     auto floor = floor_estimate();
     auto strand = strand_;
     // A completed request may let the reader take more lines.
+    rc.queued_output_bytes = [out] {
+      std::lock_guard<std::mutex> guard(out->mtx);
+      return out->closed ? std::size_t{0} : out->bytes;
+    };
+    rc.max_watch_backlog = sh_->lim.max_output_bytes / 2;
     rc.on_complete = [weak, out, strand] {
       bool post = false;
       {

@@ -89,7 +89,7 @@ std::size_t write_set::bytes() const {
   return n;
 }
 
-result<void> apply(kv_write& txn, const write_set& ws) {
+result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
   auto skey = session_key(ws.app, ws.user, ws.id);
   std::optional<session_record> rec;
   if (auto raw = txn.get(table::sessions, skey)) {
@@ -108,7 +108,9 @@ result<void> apply(kv_write& txn, const write_set& ws) {
       put_rows(txn, ws, skey, s);
       put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
       txn.put(table::sessions, skey, encode_record(skey, r));
-      return {};
+      if (log)
+        log_change(txn, ws, 0, *log);
+      return true;
     }
     case write_set::kind::append: {
       if (!rec)
@@ -133,11 +135,13 @@ result<void> apply(kv_write& txn, const write_set& ws) {
       rec->version = ws.version;
       rec->last_update_time = ws.time;
       txn.put(table::sessions, skey, encode_record(skey, *rec));
-      return {};
+      if (log)
+        log_change(txn, ws, ws.version, *log);
+      return true;
     }
     case write_set::kind::remove: {
       if (!rec)
-        return {};
+        return false;
       auto prefix = skey + '\0';
       delete_prefix(txn, table::session_state, prefix);
       delete_prefix(txn, table::events, prefix);
@@ -145,7 +149,9 @@ result<void> apply(kv_write& txn, const write_set& ws) {
            list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
         txn.del(t, key);
       txn.del(table::sessions, skey);
-      return {};
+      if (log)
+        log_change(txn, ws, rec->version, *log);
+      return true;
     }
   }
   return error{errc::internal, "unknown write kind"};

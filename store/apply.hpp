@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "agentstate/error.hpp"
+#include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/write_set.hpp"
 
@@ -22,7 +23,10 @@ namespace agentstate::store {
 /// `txn` as it was. Throws kv_failure on storage failure, possibly after
 /// some of the write set's puts (the caller's savepoint takes them back).
 /// Cost: an append is ~10 puts/deletes; a delete O(rows of the session).
-result<void> apply(kv_write& txn, const write_set& ws);
+/// With a `log`, a write set that writes anything also writes its change
+/// row (log_change). Returns whether it wrote anything (false only for a
+/// delete of a session that does not exist).
+result<bool> apply(kv_write& txn, const write_set& ws, change_log* log = nullptr);
 
 /// A session's list-index entries: by_update and by_user at its last update
 /// time `updated`, by_created and by_user_created at its creation time.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agentstate/error.hpp"
+#include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/write_set.hpp"
 
@@ -26,20 +27,26 @@ struct batch_entry {
   errc code = errc::ok; ///< ok when committed
   std::string message; ///< why not, otherwise
   std::uint64_t txn_id = 0; ///< the transaction that committed it (when ok)
+  std::uint64_t seq = 0; ///< its commit sequence (when ok and logged; else 0)
 };
 
 /// Finishes entry `i` inside `txn` (adds rows, encodes its event). Called at
 /// most once per entry: an entry it failed is not retried.
 using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
 
-/// Commits `entries` (fills each one's outcome). Entries without `late` go
+/// Commits `entries` (fills each one's outcome). With a `log`, each entry
+/// that changes the store takes the next commit sequence and writes its
+/// change row in its own (nested) transaction, and each transaction trims
+/// the log to its retention before it commits; `log` is left as the
+/// committed store has it. Entries without `late` go
 /// straight into one transaction; if one of them fails part-way, or any is
 /// late, the batch runs with a savepoint per entry (on a store that does not
 /// nest: a transaction per entry). A failed commit fails every entry of its
 /// transaction. Never throws. Cost: LMDB copies each page a transaction
 /// dirties once per (nested) transaction, so the straight path saves a page
 /// copy for every page two write sets share.
-void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve);
+void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
+                  change_log* log = nullptr);
 
 /// One transaction that puts one row and commits: what a bare commit costs
 /// on the store's disk (the bench's reference). Storage errors as results.

@@ -346,6 +346,10 @@ result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
     std::uint64_t records = 0;
     auto txn = kv.begin_write();
     imp.txn = txn.get();
+    // The imported sessions are in no change log: the store starts a new
+    // epoch (every earlier cursor is refused) with an empty log.
+    clear_log(*txn);
+    txn->put(table::meta, "epoch", new_epoch());
     while (std::getline(in, text)) {
       ++imp.line;
       if (text.empty())

@@ -56,7 +56,9 @@ result<std::uint64_t> export_scope_states(kv_read& txn,
 /// Writes the records read from `in` into `kv`, which must hold no session
 /// and no scope state (invalid_argument otherwise). Commits every 10,000
 /// records; on error, what was committed stays (import into a fresh
-/// directory). Errors: invalid_argument naming the line, storage errors.
+/// directory). The first commit gives the store a new epoch and an empty
+/// change log (the imported sessions are in no log; earlier cursors are
+/// refused). Errors: invalid_argument naming the line, storage errors.
 /// `progress(records)` is called after each commit.
 result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
                                    const std::function<void(std::uint64_t)>& progress = {});

@@ -10,6 +10,7 @@
 
 #include "agentstate/json.hpp"
 #include "store/apply.hpp"
+#include "store/change_log.hpp"
 #include "store/errors.hpp"
 #include "store/keys.hpp"
 #include "store/records.hpp"
@@ -130,10 +131,14 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
         // 3 -> 4: every value but meta's sealed.
         if (from <= 3)
           for (std::size_t i = 0; i < table_count; ++i)
-            if (static_cast<table>(i) != table::meta)
+            if (static_cast<table>(i) != table::meta && static_cast<table>(i) != table::changes)
               seal_table(*w, static_cast<table>(i));
         // 4 -> 5: the creation-order indexes.
-        index_created(*w);
+        if (from <= 4)
+          index_created(*w);
+        // 5 -> 6: an epoch, and the change log starts empty.
+        clear_log(*w);
+        w->put(table::meta, "epoch", new_epoch());
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};
@@ -145,6 +150,7 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
     w->put(table::meta, "format", std::to_string(format_version));
     w->put(table::meta, "created", std::to_string(now));
     w->put(table::meta, "engine_version", engine_version);
+    w->put(table::meta, "epoch", new_epoch());
     w->commit();
     return {};
   } catch (const kv_failure& f) {

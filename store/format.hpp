@@ -18,10 +18,12 @@ namespace agentstate::store {
 /// - 3: the six small tables share one LMDB database (`rows`; open_lmdb_kv).
 /// - 4: every value but meta's is sealed with a CRC-32C (store/records.hpp).
 /// - 5: the creation-order list indexes `by_created` and `by_user_created`.
-inline constexpr std::uint32_t format_version = 5;
+/// - 6: the change log (`changes`, store/change_log.hpp) and the store's
+///   epoch (meta["epoch"]), which cursors name.
+inline constexpr std::uint32_t format_version = 6;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 5, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 6, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -37,7 +39,9 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// every row with its value sealed, checking each: a row that does not
 /// decode is sealed with a wrong checksum, so it reads as data_corrupt, as a
 /// row damaged later would); 4 -> 5 adds two creation-order list entries
-/// per session (a session whose record is damaged gets none). Cost of
+/// per session (a session whose record is damaged gets none); 5 -> 6 gives
+/// the store an epoch and an empty change log (its sequence starts at 1).
+/// Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
 /// the transaction needs free map space for the pages it writes
 /// (storage_full otherwise, the store left as it was). Errors:

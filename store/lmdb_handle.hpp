@@ -117,9 +117,9 @@ inline bool has_prefix(std::string_view s, std::string_view p) {
 /// The LMDB database the small tables share (store format 3).
 constexpr const char* shared_db = "rows";
 
-/// Whether `t` has a database of its own in every format.
+/// Whether `t` has a database of its own in every format that has it.
 constexpr bool own_database(table t) {
-  return t == table::meta || t == table::events;
+  return t == table::meta || t == table::events || t == table::changes;
 }
 
 /// The first byte of this process's mapping of `file` that starts at file

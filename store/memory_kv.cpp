@@ -226,6 +226,7 @@ const char* table_name(table t) noexcept {
     case table::by_user: return "by_user";
     case table::by_created: return "by_created";
     case table::by_user_created: return "by_user_created";
+    case table::changes: return "changes";
   }
   return "?";
 }

@@ -248,6 +248,10 @@ std::string row_name(table t, std::string_view key) {
         return what + " '" + printable(key) + "'";
       return "session '" + joined(p, 2) + "/" + printable(p[2].substr(8)) + "' " + what;
     }
+    case table::changes:
+      if (key.size() != 8)
+        return "change log row '" + printable(key) + "'";
+      return "change " + std::to_string(read_be64(key));
     case table::meta: break;
   }
   return "meta row '" + printable(key) + "'";

@@ -5,6 +5,7 @@
 
 #include "agentstate/json.hpp"
 #include "store/apply.hpp"
+#include "store/change_log.hpp"
 #include "store/format.hpp"
 #include "store/keys.hpp"
 #include "store/listing.hpp"
@@ -60,6 +61,25 @@ void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c, std:
       c.fault(std::string(table_name(t)) + ": malformed key '" + shown(k) + "'");
     if (!parse_json(*body, stored_json_depth))
       c.fault(std::string(table_name(t)) + ": value of '" + shown(k) + "' is not valid JSON");
+    return true;
+  });
+}
+
+// The change log: every row decodes, the sequence has no gap (retention
+// trims only from the front).
+void check_changes(kv_read& txn, checker& c, std::uint64_t& rows) {
+  std::uint64_t prev = 0;
+  txn.scan(table::changes, {}, {}, [&](std::string_view k, std::string_view v) {
+    ++rows;
+    auto row = decode_change(k, v);
+    if (!row) {
+      c.fault(row.err().message);
+      return true;
+    }
+    if (prev != 0 && row->seq != prev + 1)
+      c.fault("changes: the sequence jumps from " + std::to_string(prev) + " to "
+              + std::to_string(row->seq));
+    prev = row->seq;
     return true;
   });
 }
@@ -167,6 +187,8 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     });
     check_value_rows(txn, table::user_state, 3, c, r.user_rows);
     check_value_rows(txn, table::app_state, 2, c, r.app_rows);
+    if (fmt && known_format(*fmt) >= 6)
+      check_changes(txn, c, r.changes);
   } catch (const kv_failure& f) {
     c.fault(std::string("storage: ") + f.message);
   }

@@ -118,6 +118,15 @@ const count_flag count_flags[] = {
    [](serve_config& c, std::uint64_t n) { c.engine_opts.idle_timeout = std::chrono::seconds(n); },
    "passivate a session's actor idle this long (default\n"
    "60); its state is reloaded from the store on next use"},
+  {"--change-retention", 1, std::uint64_t{1} << 40, false,
+   [](serve_config& c, std::uint64_t n) { c.engine_opts.change_retention.max_entries = n; },
+   "changes the change log keeps for read_changes and\n"
+   "watch (default 1000000; none older than 7 days)"},
+  {"--change-retention-days", 1, 36500, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.change_retention.max_age = std::chrono::hours(24 * n);
+   },
+   "days the change log keeps a change (default 7)"},
   {"--io-threads", 0, 1024, true,
    [](serve_config& c, std::uint64_t n) { c.net.io_threads = static_cast<std::size_t>(n); },
    "I/O threads (default: one per core)"},

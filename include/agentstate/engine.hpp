@@ -22,6 +22,7 @@
 #include "agentstate/json.hpp"
 #include "agentstate/options.hpp"
 #include "agentstate/types.hpp"
+#include "agentstate/watch.hpp"
 
 namespace agentstate {
 
@@ -142,6 +143,33 @@ public:
   void get_user_state(std::string app_name, std::string user_id, callback<json> cb);
   result<json> get_user_state(std::string app_name, std::string user_id);
 
+  // -- the change feed (watch.hpp) ----------------------------------------------
+
+  /// Up to `limit` (1 to 10,000) changes after req.from that match `req`,
+  /// in commit order, from one snapshot, on the calling thread. Examines at
+  /// most 65,536 changes per call (the page's cursor is past the last one
+  /// examined), so a narrow filter over a long log answers in bounded time.
+  /// Errors: invalid_argument (a missing name for the scope, a cursor that
+  /// is not this store's, or a limit out of range), cursor_expired (with
+  /// error::oldest_cursor), data_corrupt (a damaged log row), storage
+  /// errors. Cost: one decode per change examined.
+  void read_changes(watch_request req, std::size_t limit, callback<change_page> cb);
+  result<change_page> read_changes(watch_request req, std::size_t limit);
+
+  /// The cursor of the newest committed change (what a read would see now).
+  result<std::string> head_cursor();
+
+  /// Starts a watch: every change after req.from (none: after the newest
+  /// committed now) that matches `req`, in commit order, passed to
+  /// `on_changes` in batches (watch.hpp). A watch that falls behind re-reads
+  /// the log later: nothing is dropped and no writer waits for it. Costs a
+  /// thread per watch; the writer pays one atomic load per commit while no
+  /// watch exists. Errors: invalid_argument (as read_changes; a null
+  /// on_changes), cursor_expired (req.from older than the retention, with
+  /// error::oldest_cursor), unavailable (closing), storage errors.
+  result<std::unique_ptr<watch_handle>> watch(watch_request req, change_handler on_changes,
+                                              end_handler on_end = {});
+
   // -- lifecycle -------------------------------------------------------------
 
   /// Completes once everything acknowledged before the call is on disk
@@ -149,8 +177,9 @@ public:
   void flush(callback<void> cb);
   result<void> flush();
 
-  /// Refuses new work (unavailable), finishes what is in flight, syncs and
-  /// releases the store. Idempotent. Blocking.
+  /// Refuses new work (unavailable), ends every watch (reason closing),
+  /// finishes what is in flight, syncs and releases the store. Idempotent.
+  /// Blocking. REQUIRES: not called from a watch's callback.
   result<void> close();
 
   engine_stats stats() const;

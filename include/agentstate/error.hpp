@@ -42,7 +42,11 @@ enum class errc : std::uint8_t {
   /// A compare_and_set (state_modify::expected) found another value; nothing
   /// was stored. Not retryable unchanged: re-read, then decide.
   condition_failed = 13,
-  // 14 is reserved (cursor_expired).
+  /// A change-feed cursor older than the change log's retention: changes
+  /// after it are gone. error::oldest_cursor names the oldest cursor the log
+  /// can resume from (a reader that accepts the gap resumes there; one that
+  /// cannot re-reads the state it follows). Not retryable unchanged.
+  cursor_expired = 14,
 };
 
 /// The protocol's name of `x` ("already_exists", ...); "ok" for `errc::ok`.
@@ -60,6 +64,8 @@ struct error {
   std::string message;
   /// Set with errc::version_conflict: the session's actual version.
   std::optional<std::uint64_t> current_version;
+  /// Set with errc::cursor_expired: the oldest cursor the log still serves.
+  std::optional<std::string> oldest_cursor;
 
   error() = default;
   error(errc c, std::string msg) : code(c), message(std::move(msg)) {}

@@ -67,6 +67,17 @@ struct derived_key {
   std::function<json(const json& inputs)> fn;
 };
 
+/// How much of the change log (the feed read_changes serves) the store
+/// keeps: the newest `max_entries` committed changes, none older than
+/// `max_age`; the newest change is always kept. A cursor older than what is
+/// kept gets errc::cursor_expired. Trimmed by the writer as it commits (at
+/// most two old entries per new one, so a lowered bound takes effect over
+/// the following commits).
+struct change_retention {
+  std::uint64_t max_entries = 1'000'000;
+  std::chrono::seconds max_age{7 * 24 * 3600};
+};
+
 /// The actor scheduler's policy.
 enum class scheduler_policy {
   /// One central queue (the default): cheaper blocking calls from host
@@ -173,6 +184,7 @@ struct options {
   /// How workers share actors (docs/performance.md, "Scheduler").
   scheduler_policy scheduler = scheduler_policy::sharing;
   agentstate::limits limits;
+  agentstate::change_retention change_retention;
   /// Derived keys (see derived_key); checked by engine::open.
   std::vector<derived_key> derived;
 };

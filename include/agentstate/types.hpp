@@ -181,6 +181,11 @@ struct append_request {
 struct append_result {
   event ev; ///< as stored: id and timestamp set, no temp: keys
   std::uint64_t version; ///< the session's version after this event
+  /// The append's cursor in the change feed (watch.hpp): reading changes
+  /// from it starts with the next change committed after this one. For a
+  /// re-appended id, the newest cursor when the stored event was found;
+  /// empty for a partial event (not stored).
+  std::string cursor;
 };
 
 // -- JSON codec --------------------------------------------------------------

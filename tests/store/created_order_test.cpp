@@ -278,5 +278,5 @@ TEST_CASE("format upgrade: a format-4 store gets its creation-order indexes when
   }
   auto after = export_text();
   CHECK(after.first == want);
-  CHECK(after.second == "5");
+  CHECK(after.second == "6");
 }

@@ -121,7 +121,7 @@ std::unique_ptr<engine> open_at(const std::string& dir) {
 
 } // namespace
 
-TEST_CASE("format upgrade: a format 1 store opens as format 5 and keeps A6") {
+TEST_CASE("format upgrade: a format 1 store opens as format 6 and keeps A6") {
   test::temp_dir dir;
   auto ref = test::sref("app", "u", "s");
   std::string generated;
@@ -157,7 +157,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 5 and keeps A6") {
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "5");
+    CHECK(get(txn, meta, "format") == "6");
     CHECK_FALSE(has_database(txn, "event_ids"));
     CHECK_FALSE(has_database(txn, "sessions"));
     CHECK(has_database(txn, "rows"));
@@ -165,7 +165,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 5 and keeps A6") {
   verify_clean(dir.str(), 3);
 }
 
-TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to format 5 "
+TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to format 6 "
           "with every row, list order and scope kept") {
   test::temp_dir dir;
   std::vector<session_ref> refs;
@@ -226,7 +226,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "5");
+    CHECK(get(txn, meta, "format") == "6");
     for (const char* name :
          {"sessions", "session_state", "user_state", "app_state", "by_update", "by_user"})
       CHECK_FALSE(has_database(txn, name));
@@ -234,6 +234,10 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
   auto after = entries(dir.str());
   CHECK(after[static_cast<int>(store::table::events)] == 37);
   after[static_cast<int>(store::table::events)] = 36;
+  // The upgrade to format 6 starts the change log empty; then one append.
+  CHECK(counts[static_cast<int>(store::table::changes)] == 48);
+  CHECK(after[static_cast<int>(store::table::changes)] == 1);
+  after[static_cast<int>(store::table::changes)] = 48;
   CHECK(after == counts);
   verify_clean(dir.str(), 37);
 }

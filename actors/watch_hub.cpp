@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/watch_hub.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "actors/core.hpp"
+#include "store/change_feed.hpp"
+#include "store/reads.hpp"
+
+namespace agentstate::detail {
+
+namespace {
+
+// A watch reads at most this many changes per page (one callback).
+constexpr std::size_t page_changes = 256;
+// Rows examined per read transaction (a narrow filter over a long log).
+constexpr std::size_t page_rows = 65536;
+// An idle watch checks the log this often, and delivers an empty batch when
+// its cursor moved past changes it does not take.
+constexpr auto progress_period = std::chrono::seconds(1);
+
+} // namespace
+
+struct watcher {
+  engine_core* core = nullptr;
+  watch_hub* hub = nullptr;
+  watch_request req;
+  change_handler on_changes;
+  end_handler on_end;
+
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::uint64_t cursor = 0; ///< past every change delivered or skipped (under mtx)
+  std::uint64_t wake = 0; ///< the hub saw a row for this watch up to here (under mtx)
+  bool stop = false; ///< under mtx
+  watch_end_reason reason = watch_end_reason::cancelled; ///< under mtx, once stop
+  std::thread thread;
+  std::mutex join_mtx; ///< one joiner at a time (a handle and close() may race)
+
+  bool on_own_thread() const { return std::this_thread::get_id() == thread.get_id(); }
+
+  // Asks the thread to end with `why` (the first reason given wins).
+  void end(watch_end_reason why) {
+    std::lock_guard<std::mutex> lk(mtx);
+    if (!stop) {
+      stop = true;
+      reason = why;
+    }
+    cv.notify_one();
+  }
+
+  // Joins the thread; from the thread itself (a callback that cancels its
+  // own watch), detaches it: its lambda owns the watcher until it returns.
+  void join() {
+    std::lock_guard<std::mutex> lk(join_mtx);
+    if (!thread.joinable())
+      return;
+    if (on_own_thread())
+      thread.detach();
+    else
+      thread.join();
+  }
+
+  void run();
+};
+
+void watcher::run() {
+  std::optional<error> failure;
+  auto last_delivery = std::chrono::steady_clock::now();
+  std::uint64_t delivered = 0; // the cursor of the last batch delivered
+  {
+    std::lock_guard<std::mutex> lk(mtx);
+    delivered = cursor;
+  }
+  bool first = true;
+  for (;;) {
+    std::uint64_t at;
+    {
+      std::unique_lock<std::mutex> lk(mtx);
+      if (!first) // woken by the hub, or a period passed (progress)
+        cv.wait_for(lk, progress_period, [&] { return stop || wake > cursor; });
+      first = false;
+      if (stop)
+        break;
+      at = cursor;
+    }
+    // Read pages until the head (or a stop).
+    for (;;) {
+      std::uint64_t end_seq = at;
+      auto page =
+        store::read_change_page(*core->kv, req, at, page_changes, page_rows, core->epoch, &end_seq);
+      if (!page) {
+        failure = std::move(page).err();
+        end(failure->code == errc::cursor_expired ? watch_end_reason::cursor_expired
+                                                  : watch_end_reason::failed);
+        break;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      const bool progress =
+        page->changes.empty() && end_seq > delivered && now - last_delivery >= progress_period;
+      if (!page->changes.empty() || progress) {
+        {
+          std::lock_guard<std::mutex> lk(mtx);
+          if (stop)
+            break;
+        }
+        on_changes(std::move(*page));
+        delivered = end_seq;
+        last_delivery = now;
+      }
+      at = end_seq;
+      {
+        std::lock_guard<std::mutex> lk(mtx);
+        cursor = end_seq;
+        if (stop || page->at_head)
+          break;
+      }
+    }
+  }
+  watch_end info;
+  {
+    std::lock_guard<std::mutex> lk(mtx);
+    info.reason = reason;
+    info.resume_from = store::format_cursor(core->epoch, cursor);
+  }
+  if (failure)
+    info.err = std::move(*failure);
+  if (on_end)
+    on_end(info);
+  hub->forget(this);
+}
+
+namespace {
+
+class handle final : public watch_handle {
+public:
+  explicit handle(std::shared_ptr<watcher> w) : w_(std::move(w)) {}
+  ~handle() override { cancel(); }
+  void cancel() override {
+    w_->end(watch_end_reason::cancelled);
+    w_->join();
+  }
+  std::string cursor() const override {
+    std::lock_guard<std::mutex> lk(w_->mtx);
+    return store::format_cursor(w_->core->epoch, w_->cursor);
+  }
+
+private:
+  std::shared_ptr<watcher> w_;
+};
+
+} // namespace
+
+watch_hub::watch_hub(engine_core& core) : core_(core) {}
+
+watch_hub::~watch_hub() {
+  close();
+}
+
+void watch_hub::published(std::uint64_t head) {
+  {
+    std::lock_guard<std::mutex> lk(mtx_);
+    if (head <= published_)
+      return;
+    published_ = head;
+  }
+  cv_.notify_one();
+}
+
+result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::uint64_t after,
+                                                       std::uint64_t head,
+                                                       change_handler on_changes,
+                                                       end_handler on_end) {
+  auto w = std::make_shared<watcher>();
+  w->core = &core_;
+  w->hub = this;
+  w->req = std::move(req);
+  w->on_changes = std::move(on_changes);
+  w->on_end = std::move(on_end);
+  w->cursor = after;
+  {
+    std::lock_guard<std::mutex> lk(mtx_);
+    if (closed_)
+      return error{errc::unavailable, "the engine is closing"};
+    if (watches_.empty()) {
+      // The writer told nothing while no watch existed: the hub starts at
+      // the head (this watch reads what came before it itself).
+      published_ = std::max(published_, head);
+      scanned_ = std::max(scanned_, head);
+    }
+    if (!thread_.joinable())
+      thread_ = std::thread([this] { run(); });
+    watches_.push_back(w);
+    live_.fetch_add(1, std::memory_order_relaxed);
+    // The thread's first pass reads the log after `after` unasked: a row
+    // the hub scanned before this watch was listed is not missed.
+    w->thread = std::thread([w] { w->run(); });
+  }
+  return std::unique_ptr<watch_handle>(std::make_unique<handle>(w));
+}
+
+void watch_hub::forget(const watcher* w) {
+  {
+    std::lock_guard<std::mutex> lk(mtx_);
+    for (auto it = watches_.begin(); it != watches_.end(); ++it)
+      if (it->get() == w) {
+        watches_.erase(it);
+        live_.fetch_sub(1, std::memory_order_relaxed);
+        break;
+      }
+  }
+  gone_.notify_all();
+}
+
+void watch_hub::close() {
+  std::vector<std::shared_ptr<watcher>> all;
+  {
+    std::lock_guard<std::mutex> lk(mtx_);
+    if (closed_)
+      return;
+    closed_ = true;
+    stopping_ = true;
+    all = watches_;
+  }
+  cv_.notify_one();
+  for (auto& w : all)
+    w->end(watch_end_reason::closing);
+  for (auto& w : all)
+    w->join();
+  // A watch whose own callback dropped its handle runs detached: wait until
+  // every watch thread is past its last use of the store.
+  {
+    std::unique_lock<std::mutex> lk(mtx_);
+    gone_.wait(lk, [&] { return watches_.empty(); });
+  }
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void watch_hub::run() {
+  for (;;) {
+    std::uint64_t head, from;
+    std::vector<std::shared_ptr<watcher>> ws;
+    {
+      std::unique_lock<std::mutex> lk(mtx_);
+      cv_.wait(lk, [&] { return stopping_ || published_ > scanned_; });
+      if (stopping_)
+        return;
+      head = published_;
+      from = scanned_;
+      ws = watches_;
+    }
+    std::vector<char> hit(ws.size(), 0);
+    bool all = false;
+    if (auto txn = store::begin_read(*core_.kv)) {
+      auto r = store::scan_changes(**txn, from, [&](const store::change_row& row) {
+        for (std::size_t i = 0; i < ws.size(); ++i)
+          if (!hit[i] && store::names_row(ws[i]->req, row))
+            hit[i] = 1;
+        return row.seq < head;
+      });
+      all = !r; // a gap or damage: let every watch read and find out
+    } else {
+      all = true;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mtx_);
+      scanned_ = std::max(scanned_, head);
+    }
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      if (!all && !hit[i])
+        continue;
+      auto& w = *ws[i];
+      std::lock_guard<std::mutex> lk(w.mtx);
+      if (head > w.wake)
+        w.wake = head;
+      w.cv.notify_one();
+    }
+  }
+}
+
+} // namespace agentstate::detail

@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: Apache-2.0
+// The change feed's push form (engine::watch), on both stores: each watch's
+// stream, delivered while real threads write, equals the log read back for
+// its scope (commit order, no gap, no duplicate); batches come one at a
+// time; a watch whose callback sleeps falls behind and catches up exactly
+// while writers go on; cancel and resume from the handle's cursor lose
+// nothing; close ends watches with a cursor that resumes after reopening;
+// an expired cursor is refused at start; an idle watch gets progress.
+// test-tiers: tsan
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "support/change_feed.hpp"
+#include "support/test_support.hpp"
+
+using namespace agentstate;
+using test::describe_change;
+using test::scope_req;
+using test::seq_of;
+using namespace std::chrono_literals;
+
+namespace {
+
+// What one watch received: every change, checked as it arrives.
+struct sink {
+  std::mutex mtx;
+  std::vector<std::string> got;
+  std::string last_cursor;
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> batches{0};
+  std::atomic<bool> ended{false};
+  watch_end end;
+  std::chrono::milliseconds delay{0};
+  std::size_t max_batch = 0;
+  bool backwards = false;
+
+  change_handler handler() {
+    return [this](change_page p) {
+      if (inside.fetch_add(1) != 0)
+        overlaps.fetch_add(1);
+      if (delay.count() > 0)
+        std::this_thread::sleep_for(delay);
+      {
+        std::lock_guard<std::mutex> lk(mtx);
+        max_batch = std::max(max_batch, p.changes.size());
+        for (auto& c : p.changes) {
+          if (!last_cursor.empty() && seq_of(c.cursor) <= seq_of(last_cursor))
+            backwards = true;
+          last_cursor = c.cursor;
+          got.push_back(describe_change(c, true));
+        }
+        if (!last_cursor.empty() && seq_of(p.cursor) < seq_of(last_cursor))
+          backwards = true;
+        last_cursor = p.cursor;
+      }
+      batches.fetch_add(1);
+      inside.fetch_sub(1);
+    };
+  }
+  end_handler ender() {
+    return [this](const watch_end& e) {
+      std::lock_guard<std::mutex> lk(mtx);
+      end = e;
+      ended = true;
+    };
+  }
+  std::vector<std::string> snapshot() {
+    std::lock_guard<std::mutex> lk(mtx);
+    return got;
+  }
+};
+
+// The log read back for `req` after `from`, described.
+std::vector<std::string> logged(engine& e, watch_request req, const std::string& from) {
+  std::vector<std::string> out;
+  req.from = from;
+  for (;;) {
+    auto p = MUST(e.read_changes(req, 1000));
+    for (auto& c : p.changes)
+      out.push_back(describe_change(c, true));
+    req.from = p.cursor;
+    if (p.at_head && p.changes.empty())
+      return out;
+  }
+}
+
+// Waits until `s` holds exactly `want` (the watch caught up), up to 20 s.
+void expect_caught_up(sink& s, const std::vector<std::string>& want, const char* what) {
+  bool same = test::eventually([&] { return s.snapshot().size() >= want.size(); }, 20s);
+  INFO(what << ": " << s.snapshot().size() << " of " << want.size());
+  CHECK(same);
+  std::this_thread::sleep_for(50ms); // nothing more may come
+  CHECK(s.snapshot() == want);
+  CHECK(s.overlaps == 0);
+  CHECK(!s.backwards);
+}
+
+// Appends from `threads` threads, each to sessions of its own.
+void write_load(engine& e, int threads, int per_thread, int sessions_per_thread) {
+  std::vector<std::thread> ts;
+  for (int w = 0; w < threads; ++w)
+    ts.emplace_back([&e, w, per_thread, sessions_per_thread] {
+      std::mt19937 rng(99 + w);
+      for (int i = 0; i < per_thread; ++i) {
+        auto ref =
+          test::sref("a" + std::to_string(w % 2), "u" + std::to_string(w % 3),
+                     "w" + std::to_string(w) + "s" + std::to_string(i % sessions_per_thread));
+        if (i < sessions_per_thread) {
+          REQUIRE(e.create_session(test::create_req(ref, json{{"user:hello", w}})).ok());
+          continue;
+        }
+        if (rng() % 40 == 0) {
+          REQUIRE(e.delete_session(ref).ok());
+          REQUIRE(e.create_session(test::create_req(ref)).ok());
+          continue;
+        }
+        json delta{{"k", i}, {"temp:t", i}};
+        if (rng() % 3 == 0)
+          delta["user:score"] = i;
+        if (rng() % 5 == 0)
+          delta["app:n"] = i;
+        REQUIRE(e.append_event(test::append_req(ref, test::make_event(delta))).ok());
+      }
+    });
+  for (auto& t : ts)
+    t.join();
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("watch: every watch's stream, delivered while threads write, equals the log "
+                   "for its scope, one batch at a time",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  auto start = MUST(e.head_cursor());
+  std::vector<watch_request> reqs{
+    scope_req(watch_scope::all),
+    scope_req(watch_scope::session, "a1", "u1", "w1s2"),
+    scope_req(watch_scope::user, "a0", "u0"),
+    scope_req(watch_scope::user, "a0", "u2", {}, true),
+    scope_req(watch_scope::app, "a1"),
+    scope_req(watch_scope::all, {}, {}, {}, false, "app:"),
+  };
+  std::vector<std::unique_ptr<sink>> sinks;
+  std::vector<std::unique_ptr<watch_handle>> handles;
+  for (auto& r : reqs) {
+    sinks.push_back(std::make_unique<sink>());
+    auto h = e.watch(r, sinks.back()->handler(), sinks.back()->ender());
+    REQUIRE(h.ok());
+    handles.push_back(std::move(*h));
+  }
+  write_load(e, 6, 300, 4);
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    auto want = logged(e, reqs[i], start);
+    CHECK(!want.empty());
+    expect_caught_up(*sinks[i], want, "watch");
+    for (auto& line : want)
+      CHECK(line.find("temp:") == std::string::npos);
+  }
+  handles.clear(); // cancels
+  for (auto& s : sinks) {
+    CHECK(s->ended);
+    CHECK(s->end.reason == watch_end_reason::cancelled);
+  }
+}
+
+TEST_CASE_TEMPLATE("watch: a watch whose callback sleeps falls behind while 64 writers go on, "
+                   "then catches up exactly; batches stay bounded",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  auto start = MUST(e.head_cursor());
+  sink slow, fast;
+  slow.delay = 20ms;
+  auto hs = MUST(e.watch(scope_req(watch_scope::all), slow.handler(), slow.ender()));
+  auto hf = MUST(e.watch(scope_req(watch_scope::all), fast.handler(), fast.ender()));
+  auto t0 = std::chrono::steady_clock::now();
+  write_load(e, 64, 40, 2);
+  auto writing = std::chrono::steady_clock::now() - t0;
+  auto want = logged(e, scope_req(watch_scope::all), start);
+  REQUIRE(want.size() >= 64 * 40);
+  // The writers did not wait for the slow watch: it is still behind.
+  CHECK(slow.snapshot().size() < want.size());
+  MESSAGE("writing took " << std::chrono::duration<double>(writing).count() << " s");
+  expect_caught_up(fast, want, "fast");
+  expect_caught_up(slow, want, "slow");
+  CHECK(slow.max_batch <= 256);
+  CHECK(fast.max_batch <= 256);
+}
+
+TEST_CASE_TEMPLATE("watch: cancel, then a new watch from the handle's cursor, loses and repeats "
+                   "nothing while writes go on",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  auto start = MUST(e.head_cursor());
+  std::atomic<bool> writing{true};
+  std::thread writer([&] {
+    write_load(e, 4, 400, 3);
+    writing = false;
+  });
+  std::vector<std::string> joined;
+  std::string from = start;
+  std::mt19937 rng(5);
+  for (int round = 0; round < 40; ++round) {
+    sink s;
+    auto req = scope_req(watch_scope::all);
+    req.from = from;
+    auto h = MUST(e.watch(req, s.handler(), s.ender()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
+    h->cancel();
+    auto got = s.snapshot();
+    joined.insert(joined.end(), got.begin(), got.end());
+    CHECK(s.ended);
+    CHECK(s.end.reason == watch_end_reason::cancelled);
+    CHECK(s.end.resume_from == h->cursor());
+    from = h->cursor();
+  }
+  writer.join();
+  sink rest;
+  auto req = scope_req(watch_scope::all);
+  req.from = from;
+  auto h = MUST(e.watch(req, rest.handler(), rest.ender()));
+  auto want = logged(e, scope_req(watch_scope::all), start);
+  auto tail_want = std::vector<std::string>(want.begin() + joined.size(), want.end());
+  CHECK(std::vector<std::string>(want.begin(), want.begin() + joined.size()) == joined);
+  expect_caught_up(rest, tail_want, "rest");
+}
+
+TEST_CASE("watch: close ends every watch with a cursor that resumes after reopening") {
+  auto t = test::open_engine(test::store_kind::lmdb);
+  auto start = MUST(t->head_cursor());
+  sink s;
+  auto h = MUST(t->watch(scope_req(watch_scope::all), s.handler(), s.ender()));
+  write_load(*t, 2, 50, 2);
+  MUST(t->close());
+  REQUIRE(s.ended);
+  CHECK(s.end.reason == watch_end_reason::closing);
+  auto resume = s.end.resume_from;
+  auto seen = s.snapshot();
+  h.reset(); // after close: a no-op
+  t.eng = MUST(engine::open(t.opts));
+  test::append_ok(*t, test::sref("a0", "u0", "w0s0"), test::make_event(json{{"after", 1}}));
+  sink rest;
+  auto req = scope_req(watch_scope::all);
+  req.from = resume;
+  auto h2 = MUST(t->watch(req, rest.handler(), rest.ender()));
+  auto want = logged(*t, scope_req(watch_scope::all), start);
+  REQUIRE(want.size() >= seen.size() + 1);
+  CHECK(std::vector<std::string>(want.begin(), want.begin() + seen.size()) == seen);
+  expect_caught_up(rest, std::vector<std::string>(want.begin() + seen.size(), want.end()),
+                   "after reopen");
+}
+
+TEST_CASE_TEMPLATE("watch: a cursor older than the retention is refused at start with "
+                   "cursor_expired; bad requests with invalid_argument",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind, [](options& o) { o.change_retention.max_entries = 20; });
+  auto start = MUST(t->head_cursor());
+  auto ref = test::sref("app", "u", "s");
+  MUST(t->create_session(test::create_req(ref)));
+  for (int i = 0; i < 200; ++i)
+    test::append_ok(*t, ref, test::make_event(json{{"n", i}}));
+  sink s;
+  auto req = scope_req(watch_scope::all);
+  req.from = start;
+  auto r = t->watch(req, s.handler(), s.ender());
+  REQUIRE(r.code() == errc::cursor_expired);
+  REQUIRE(r.err().oldest_cursor);
+  req.from = *r.err().oldest_cursor;
+  auto ok = t->watch(req, s.handler(), s.ender());
+  CHECK(ok.ok());
+  CHECK(t->watch(scope_req(watch_scope::user, "app"), s.handler(), s.ender()).code()
+        == errc::invalid_argument);
+  CHECK(t->watch(scope_req(watch_scope::all), nullptr, s.ender()).code() == errc::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("watch: a callback may cancel its own watch; an idle watch's cursor moves "
+                   "past changes it does not take",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  std::unique_ptr<watch_handle> self;
+  std::mutex mtx;
+  std::atomic<int> calls{0};
+  std::atomic<bool> ended{false};
+  {
+    std::lock_guard<std::mutex> lk(mtx);
+    self = MUST(e.watch(
+      scope_req(watch_scope::all),
+      [&](change_page) {
+        calls.fetch_add(1);
+        std::lock_guard<std::mutex> lk2(mtx);
+        self.reset(); // cancels from inside its own callback
+      },
+      [&](const watch_end&) { ended = true; }));
+  }
+  MUST(e.create_session(test::create_req("x", "u", "s")));
+  CHECK(test::eventually([&] { return ended.load(); }));
+  MUST(e.create_session(test::create_req("x", "u", "s2")));
+  std::this_thread::sleep_for(50ms);
+  CHECK(calls == 1);
+
+  // A watch of app "quiet" while only app "busy" is written: an empty
+  // batch moves its cursor within about a second.
+  sink idle;
+  auto head = MUST(e.head_cursor());
+  auto h =
+    MUST(e.watch(scope_req(watch_scope::app, "quiet", {}, {}, true), idle.handler(), idle.ender()));
+  MUST(e.create_session(test::create_req("busy", "u", "s")));
+  CHECK(test::eventually(
+    [&] {
+      std::lock_guard<std::mutex> lk(idle.mtx);
+      return !idle.last_cursor.empty() && seq_of(idle.last_cursor) > seq_of(head);
+    },
+    5s));
+  CHECK(idle.snapshot().empty());
+}
