@@ -5,10 +5,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include "store/kv.hpp"
 #include "store/map_guard.hpp"
+#include "store/open.hpp"
 
 namespace agentstate::tools {
 
@@ -48,6 +50,16 @@ result<void> guarded(const std::string& what, const std::function<void()>& fn) {
 
 std::uint64_t faults_caught() {
   return caught.load(std::memory_order_relaxed);
+}
+
+std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
+  install_fault_guard();
+  auto kv = store::open_lmdb_readonly(dir);
+  if (!kv) {
+    std::fprintf(stderr, "%s\n", to_string(kv.err()).c_str());
+    return nullptr;
+  }
+  return std::move(*kv);
 }
 
 } // namespace agentstate::tools

@@ -15,9 +15,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "agentstate/error.hpp"
+#include "store/kv.hpp"
 
 namespace agentstate::tools {
 
@@ -35,5 +37,11 @@ result<void> guarded(const std::string& what, const std::function<void()>& fn);
 
 /// How many faults guarded() has turned into errors in this process.
 std::uint64_t faults_caught();
+
+/// Opens DIR read-only; prints the error and returns null on failure. Every
+/// read-only tool reads the map under the fault guard: a fault on a damaged
+/// page ends the command with a data_corrupt message and exit 1, never a
+/// signal.
+std::unique_ptr<store::kv_store> open_readonly(const std::string& dir);
 
 } // namespace agentstate::tools

@@ -43,20 +43,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// Opens DIR read-only; prints the error and returns null on failure. Every
-/// read-only tool reads the map under the fault guard (tools/fault_guard.hpp):
-/// a fault on a damaged page ends the command with a data_corrupt message
-/// and exit 1, never a signal.
-std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
-  install_fault_guard();
-  auto kv = store::open_lmdb_readonly(dir);
-  if (!kv) {
-    std::fprintf(stderr, "%s\n", to_string(kv.err()).c_str());
-    return nullptr;
-  }
-  return std::move(*kv);
-}
-
 // -- inspect ---------------------------------------------------------------------
 
 /// DIR and --json: what inspect and verify take.
@@ -78,7 +64,7 @@ runner define_inspect(command_line& cl) {
   cl.usage = "agentstate inspect DIR [--json]";
   cl.description = "Prints the store's format version, counts of apps, users, sessions and\n"
                    "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-                   "runs; reads every store format (1 to 4) as it is. Each session record that\n"
+                   "runs; reads every store format (1 to 6) as it is. Each session record that\n"
                    "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
                    "\"damaged_records\"); the counts go on.";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
@@ -153,9 +139,9 @@ runner define_verify(command_line& cl) {
   cl.description = "Checks every row of the store: every checksum (format 4; each damaged row\n"
                    "is named: session app/user/id and which row), versions contiguous, every\n"
                    "event decodes, no event id twice in a session, every record decodes, list\n"
-                   "indexes and scope rows well-formed, no orphan rows. Read-only; safe while\n"
-                   "an engine runs (it checks one snapshot); reads every store format (1 to 4)\n"
-                   "as it is.";
+                   "indexes and scope rows well-formed, no orphan rows, the change log's rows\n"
+                   "decode and its sequence has no gap. Read-only; safe while an engine runs\n"
+                   "(it checks one snapshot); reads every store format (1 to 6) as it is.";
   cl.footer = "Exit 0 clean, 1 faults found (or unreadable), 2 usage.";
   declare_store_and_json(cl, *o);
   return [o] { return run_verify(*o); };
@@ -188,6 +174,7 @@ int run_verify(const store_and_json& p) {
                    {"session_state_rows", r.session_rows},
                    {"user_state_rows", r.user_rows},
                    {"app_state_rows", r.app_rows},
+                   {"changes", r.changes},
                    {"faults", r.faults},
                    {"messages", r.messages}}
                 .dump()
