@@ -7,6 +7,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -179,8 +180,17 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
     }
     if (w == "g")
       CHECK(j.value("correct", false) == true);
+    if (w == "h") {
+      CHECK(positive_number(j, "ack_p50_us"));
+      CHECK(positive_number(j, "catch_up_changes_per_s"));
+      CHECK(positive_number(j, "b_events_per_s_0_watches"));
+      CHECK(positive_number(j, "b_ratio_100_watches"));
+      // Every change of the watched sessions reached its watch.
+      const int watched = std::min(100, j.value("b_sessions", 0));
+      CHECK(j.value("b_changes_delivered_100_watches", 0) == watched * 20);
+    }
   }
-  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g"});
+  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g", "h"});
 }
 
 TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the engine") {

@@ -49,6 +49,10 @@ const char* bench_footer =
   "  g  100* sessions of 10 users, 50 events each, all writing one user: key\n"
   "     per user and one app: key; checks the final values are the last\n"
   "     acknowledged writes (\"correct\")\n"
+  "  h  the change feed: 5,000* appends awaited one at a time under a watch of\n"
+  "     everything (p50_us: call to callback, beside ack_p50_us);\n"
+  "     workload b's appends with 0 and with 100 session watches\n"
+  "     (b_ratio_100_watches); catch-up reads of the log (changes/s)\n"
   "\n"
   "Through the protocol (--via): a, b and c run against `agentstate serve`, a\n"
   "child process (this binary, or --serve-bin PATH) on a fresh store with the\n"
@@ -80,10 +84,10 @@ const char* bench_footer =
   "Exit codes: 0 ran and every correctness check held; 1 an engine call or a\n"
   "correctness check failed; 2 bad usage.";
 
-/// The workloads, in the order of their names 'a'..'g'.
+/// The workloads, in the order of their names 'a'..'h'.
 using workload_fn = ojson (*)(const config&);
 constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c, workload_d,
-                                             workload_e, workload_f, workload_g};
+                                             workload_e, workload_f, workload_g, workload_h};
 
 /// `v` as a whole decimal number in lo..hi; nullopt for anything else
 /// (empty, a sign, trailing characters, out of range).
@@ -149,7 +153,7 @@ runner define_bench(command_line& cl) {
   cl.description = bench_description;
   cl.footer = bench_footer;
   auto& app = cl.app;
-  app.add_option("--workload", a->workload, "a..g, a comma-separated list (a,c,f), or all")
+  app.add_option("--workload", a->workload, "a..h, a comma-separated list (a,c,f), or all")
     ->type_name("W");
   a->durability_opt = app
                         .add_option("--durability", a->durability,
@@ -247,10 +251,10 @@ int run_bench(bench_args& a) {
           || cfg.max_resident_mb))
     return usage_error("--via runs serve with the engine's defaults: --scheduler, --spin-us, "
                        "--write-map, --max-store-mb and --max-resident-mb do not apply");
-  const char last = via ? 'c' : 'g';
+  const char last = via ? 'c' : 'h';
   std::string todo;
   if (cfg.workloads == "all") {
-    todo = via ? "abc" : "abcdefg";
+    todo = via ? "abc" : "abcdefgh";
   } else {
     for (std::size_t p = 0; p < cfg.workloads.size(); ++p) {
       char c = cfg.workloads[p];
@@ -259,7 +263,7 @@ int run_bench(bench_args& a) {
       bool alone = (p + 1 == cfg.workloads.size() || cfg.workloads[p + 1] == ',');
       if (c < 'a' || c > last || !alone)
         return usage_error("unknown workload '" + cfg.workloads + "' ("
-                           + (via ? "a..c with --via" : "a..g") + ", a list, or all)");
+                           + (via ? "a..c with --via" : "a..h") + ", a list, or all)");
       todo += c;
     }
   }
@@ -283,7 +287,7 @@ int run_bench(bench_args& a) {
 
 static const bool registered =
   register_command({"bench",
-                    "run benchmark workloads a..g in-process (a..c through serve with --via); "
+                    "run benchmark workloads a..h in-process (a..c through serve with --via); "
                     "one JSON line each",
                     define_bench});
 

@@ -43,4 +43,9 @@ ojson workload_f(const config& cfg);
 /// as read from every scope and session (and after reopen when durable).
 ojson workload_g(const config& cfg);
 
+/// The change feed: a watch's delivery latency beside the append's ack;
+/// workload b's appends with 0 and with 100 session watches (the ratio);
+/// catch-up reads of the whole log.
+ojson workload_h(const config& cfg);
+
 } // namespace agentstate::tools::bench
