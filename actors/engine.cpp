@@ -97,7 +97,8 @@ void engine::get_session_json(get_request req, callback<std::string> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_session_text(*core_->kv, req, nullptr, core_->opts.limits.max_response_bytes));
+  cb(store::read_session_text(*core_->kv, req, nullptr, core_->opts.limits.max_response_bytes,
+                              core_->epoch));
 }
 
 void engine::get_session(get_request req, callback<std::optional<session>> cb) {
@@ -111,7 +112,7 @@ void engine::get_session(get_request req, callback<std::optional<session>> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_session(*core_->kv, req, core_->opts.limits.max_response_bytes));
+  cb(store::read_session(*core_->kv, req, core_->opts.limits.max_response_bytes, core_->epoch));
 }
 
 void engine::list_sessions(list_request req, callback<session_page> cb) {
@@ -227,26 +228,43 @@ void engine::end_invocation(session_ref ref, std::string invocation_id, callback
   }
 }
 
-void engine::get_app_state(std::string app_name, callback<json> cb) {
+namespace {
+
+// Routes `cmd` to the app's scope actor (a user's, when `user` is set),
+// spawning it when needed; answers an error when a name is bad or the
+// engine is closing.
+void to_scope(engine_core& core, std::string app_name, const std::string* user, scope_get_cmd cmd) {
   if (auto r = model::check_name(app_name, "app_name"); !r)
-    return cb(std::move(r).err());
-  auto& core = *core_;
-  scope_get_cmd cmd{std::move(cb)};
-  auto make = [&core, &app_name] { return spawn_scope_actor(core, app_name, std::nullopt); };
-  if (!core.scopes.route(app_registry_key(app_name), std::move(cmd), make))
-    cmd.cb(closing_error());
+    return cmd.fail(std::move(r).err());
+  if (user)
+    if (auto r = model::check_name(*user, "user_id"); !r)
+      return cmd.fail(std::move(r).err());
+  auto make = [&core, &app_name, user] {
+    return spawn_scope_actor(core, app_name,
+                             user ? std::optional<std::string>(*user) : std::nullopt);
+  };
+  auto key = user ? user_registry_key(app_name, *user) : app_registry_key(app_name);
+  if (!core.scopes.route(key, std::move(cmd), make))
+    cmd.fail(closing_error());
+}
+
+} // namespace
+
+void engine::get_app_state(std::string app_name, callback<json> cb) {
+  to_scope(*core_, std::move(app_name), nullptr, scope_get_cmd{std::move(cb), {}});
 }
 
 void engine::get_user_state(std::string app_name, std::string user_id, callback<json> cb) {
-  if (auto r = model::check_name(app_name, "app_name"); !r)
-    return cb(std::move(r).err());
-  if (auto r = model::check_name(user_id, "user_id"); !r)
-    return cb(std::move(r).err());
-  auto& core = *core_;
-  scope_get_cmd cmd{std::move(cb)};
-  auto make = [&core, &app_name, &user_id] { return spawn_scope_actor(core, app_name, user_id); };
-  if (!core.scopes.route(user_registry_key(app_name, user_id), std::move(cmd), make))
-    cmd.cb(closing_error());
+  to_scope(*core_, std::move(app_name), &user_id, scope_get_cmd{std::move(cb), {}});
+}
+
+void engine::get_app_state_with_cursor(std::string app_name, callback<scope_snapshot> cb) {
+  to_scope(*core_, std::move(app_name), nullptr, scope_get_cmd{{}, std::move(cb)});
+}
+
+void engine::get_user_state_with_cursor(std::string app_name, std::string user_id,
+                                        callback<scope_snapshot> cb) {
+  to_scope(*core_, std::move(app_name), &user_id, scope_get_cmd{{}, std::move(cb)});
 }
 
 void engine::flush(callback<void> cb) {

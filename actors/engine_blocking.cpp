@@ -53,6 +53,17 @@ result<json> engine::get_user_state(std::string app_name, std::string user_id) {
     get_user_state(std::move(app_name), std::move(user_id), cb);
   });
 }
+result<scope_snapshot> engine::get_app_state_with_cursor(std::string app_name) {
+  return block_on<scope_snapshot>(*core_, [&](callback<scope_snapshot> cb) {
+    get_app_state_with_cursor(std::move(app_name), cb);
+  });
+}
+result<scope_snapshot> engine::get_user_state_with_cursor(std::string app_name,
+                                                          std::string user_id) {
+  return block_on<scope_snapshot>(*core_, [&](callback<scope_snapshot> cb) {
+    get_user_state_with_cursor(std::move(app_name), std::move(user_id), cb);
+  });
+}
 result<void> engine::flush() {
   return block_on<void>(*core_, [&](callback<void> cb) { flush(cb); });
 }

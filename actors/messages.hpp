@@ -55,8 +55,17 @@ struct end_invocation_cmd {
 
 // -- to user and app actors --------------------------------------------------
 
+/// One of the callbacks is set: `cb` for the state alone, `snapshot_cb`
+/// for the state with its cursor.
 struct scope_get_cmd {
   callback<json> cb;
+  callback<scope_snapshot> snapshot_cb;
+  void fail(error e) {
+    if (snapshot_cb)
+      snapshot_cb(std::move(e));
+    else
+      cb(std::move(e));
+  }
 };
 /// Committed writes to one scope, from the writer, in commit order.
 struct scope_commit {
@@ -66,6 +75,7 @@ struct scope_commit {
     bool erase = false;
   };
   std::uint64_t txn_id = 0;
+  std::uint64_t seq = 0; ///< the commit's sequence in the change log
   std::vector<write> writes;
 };
 

@@ -8,6 +8,7 @@
 #include "actors/core.hpp"
 #include "actors/idle.hpp"
 #include "actors/messages.hpp"
+#include "store/change_log.hpp"
 #include "store/reads.hpp"
 
 namespace agentstate::detail {
@@ -26,6 +27,10 @@ struct scope_state {
   /// applied; several may share one id (one group commit), so applying one
   /// must not advance this.
   std::uint64_t snapshot = 0;
+  /// The change-log sequence `values` reflects: the load's newest change,
+  /// then each applied commit's. Every later change of this scope has a
+  /// greater sequence and is not in `values`.
+  std::uint64_t seq = 0;
   json values = json::object();
   static inline const char* name = "agentstate.scope";
 };
@@ -40,7 +45,11 @@ result<void> load(scope_actor_t self) {
   auto v = store::read_scope(**txn, st.app, st.user ? &*st.user : nullptr);
   if (!v)
     return std::move(v).err();
+  auto last = store::read_log_last(**txn);
+  if (!last)
+    return std::move(last).err();
   st.values = std::move(*v);
+  st.seq = *last;
   st.snapshot = (*txn)->txn_id();
   st.loaded = true;
   return {};
@@ -69,10 +78,13 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
       ++st.handled;
       if (!st.loaded)
         if (auto r = load(self); !r) {
-          c.cb(std::move(r).err());
+          c.fail(std::move(r).err());
           return;
         }
-      c.cb(st.values);
+      if (c.snapshot_cb)
+        c.snapshot_cb(scope_snapshot{st.values, store::format_cursor(st.core->epoch, st.seq)});
+      else
+        c.cb(st.values);
     },
     [self](scope_commit& c) {
       auto& st = self->state;
@@ -80,6 +92,7 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
       // Not loaded: the store already holds this commit for the first load.
       if (!st.loaded || c.txn_id <= st.snapshot)
         return;
+      st.seq = std::max(st.seq, c.seq);
       for (auto& w : c.writes) {
         if (w.erase)
           st.values.erase(w.key);

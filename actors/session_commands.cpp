@@ -36,7 +36,7 @@ void on_create(session_actor_t self, create_cmd& cmd) {
   double created = plan->ws.time;
   submit(self, std::move(*plan),
          [self, cb = std::move(cmd.cb), own = std::move(own),
-          created](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t) mutable {
+          created](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
            if (!r) {
              cb(std::move(r).err());
              return;
@@ -51,6 +51,7 @@ void on_create(session_actor_t self, create_cmd& cmd) {
            s.id = st.ref.session_id;
            s.last_update_time = created;
            s.version = 0;
+           s.cursor = store::format_cursor(st.core->epoch, seq);
            // The session is created; when the shared scopes cannot be
            // read now, its merged view is completed by the next read.
            json user = json::object(), app = json::object();
@@ -176,9 +177,9 @@ void on_get(session_actor_t self, get_cmd& cmd) {
   answer(self, [self, cmd = std::move(cmd)]() mutable {
     if (cmd.text_cb) {
       auto& st = self->state;
-      cmd.text_cb(store::read_session_text(*st.core->kv, cmd.req,
-                                           live_temp(st, cmd.req.invocation_id),
-                                           st.core->opts.limits.max_response_bytes));
+      cmd.text_cb(
+        store::read_session_text(*st.core->kv, cmd.req, live_temp(st, cmd.req.invocation_id),
+                                 st.core->opts.limits.max_response_bytes, st.core->epoch));
       return;
     }
     cmd.cb(read_live(self, cmd.req, self->state.core->opts.limits.max_response_bytes));

@@ -33,10 +33,12 @@ void update_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
 }
 
 // Tells the live user and app actors about committed shared-scope writes.
-void notify_scopes(engine_core& core, store::write_set& ws, std::uint64_t txn_id) {
+void notify_scopes(engine_core& core, store::write_set& ws, std::uint64_t txn_id,
+                   std::uint64_t seq) {
   auto send = [&](std::vector<store::state_write>& writes, const std::string& key) {
     scope_commit msg;
     msg.txn_id = txn_id;
+    msg.seq = seq;
     msg.writes.reserve(writes.size());
     for (auto& w : writes)
       msg.writes.push_back({std::move(w.key), std::move(w.value), w.erase});
@@ -94,7 +96,7 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
   }
   for (std::size_t i = 0; i < batch.size(); ++i)
     if (entries[i].code == errc::ok)
-      notify_scopes(core, batch[i].plan.ws, entries[i].txn_id);
+      notify_scopes(core, batch[i].plan.ws, entries[i].txn_id, entries[i].seq);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& it = batch[i];
     write_reply reply;

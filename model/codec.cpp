@@ -143,6 +143,8 @@ json to_json(const session& x) {
   for (const auto& e : x.events)
     evs.push_back(to_json(e));
   out["events"] = std::move(evs);
+  if (!x.cursor.empty())
+    out["cursor"] = x.cursor;
   return out;
 }
 

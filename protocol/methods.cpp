@@ -228,11 +228,21 @@ prepare_result prepare_inject_state(const json& params) {
   return checked(p, std::move(x));
 }
 
+// The answer of get_app_state / get_user_state with `with_cursor: true`.
+json snapshot_json(scope_snapshot& v) {
+  return json{{"state", std::move(v.state)}, {"cursor", std::move(v.cursor)}};
+}
+
 prepare_result prepare_app_state(const json& params) {
   param_reader p(params);
   auto app = p.required_string("app_name");
+  bool with_cursor = p.optional_bool("with_cursor").value_or(false);
   prepared x;
-  x.op = [app](engine& e, const reply_fn& reply) mutable {
+  x.op = [app, with_cursor](engine& e, const reply_fn& reply) mutable {
+    if (with_cursor)
+      return e.get_app_state_with_cursor(std::move(app), [reply](result<scope_snapshot> r) {
+        reply(to_outcome(r, [](scope_snapshot& v) { return snapshot_json(v); }));
+      });
     e.get_app_state(std::move(app), [reply](result<json> r) {
       reply(to_outcome(r, [](json& v) { return std::move(v); }));
     });
@@ -244,8 +254,14 @@ prepare_result prepare_user_state(const json& params) {
   param_reader p(params);
   auto app = p.required_string("app_name");
   auto user = p.required_string("user_id");
+  bool with_cursor = p.optional_bool("with_cursor").value_or(false);
   prepared x;
-  x.op = [app, user](engine& e, const reply_fn& reply) mutable {
+  x.op = [app, user, with_cursor](engine& e, const reply_fn& reply) mutable {
+    if (with_cursor)
+      return e.get_user_state_with_cursor(
+        std::move(app), std::move(user), [reply](result<scope_snapshot> r) {
+          reply(to_outcome(r, [](scope_snapshot& v) { return snapshot_json(v); }));
+        });
     e.get_user_state(std::move(app), std::move(user), [reply](result<json> r) {
       reply(to_outcome(r, [](json& v) { return std::move(v); }));
     });

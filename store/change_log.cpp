@@ -158,6 +158,19 @@ result<log_bounds> read_log_bounds(kv_read& txn) {
   }
 }
 
+result<std::uint64_t> read_log_last(kv_read& txn) {
+  try {
+    std::uint64_t last = 0;
+    txn.scan_back(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
+      last = read_be64(k);
+      return false;
+    });
+    return last;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
 result<log_head> read_log_head(kv_store& kv) {
   try {
     auto txn = kv.begin_read();

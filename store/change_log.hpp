@@ -75,6 +75,9 @@ struct log_bounds {
   std::uint64_t first = 0, last = 0;
 };
 result<log_bounds> read_log_bounds(kv_read& txn);
+/// The last sequence in the log as `txn` sees it (0 when empty): the point a
+/// read in `txn` sees. Cost: one seek.
+result<std::uint64_t> read_log_last(kv_read& txn);
 
 /// The store's epoch (meta["epoch"]) and its log's bounds, from one
 /// snapshot. Errors: data_corrupt when the store has no epoch; storage

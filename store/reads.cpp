@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
+#include "store/change_log.hpp"
 #include "store/errors.hpp"
 #include "store/keys.hpp"
 
@@ -275,7 +276,7 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
 }
 
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
-                                            std::size_t max_bytes) {
+                                            std::size_t max_bytes, std::string_view epoch) {
   try {
     auto parts = read_parts(txn, req, max_bytes);
     if (!parts)
@@ -294,6 +295,12 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     s.last_update_time = head.rec.last_update_time;
     s.version = head.rec.version;
     s.events = std::move(*evs);
+    if (!epoch.empty()) {
+      auto last = read_log_last(txn);
+      if (!last)
+        return std::move(last).err();
+      s.cursor = format_cursor(epoch, *last);
+    }
     return std::optional<session>{std::move(s)};
   } catch (const kv_failure& f) {
     return from_failure(f);
@@ -301,7 +308,7 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
 }
 
 result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
-                                      std::size_t max_bytes) {
+                                      std::size_t max_bytes, std::string_view epoch) {
   try {
     auto& r = req.ref;
     auto parts = read_parts(txn, req, max_bytes);
@@ -318,6 +325,13 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
     auto state_text = dump_json(state);
     if (!state_text)
       return corrupt("session state: " + state_text.err().message);
+    std::string cursor;
+    if (!epoch.empty()) {
+      auto last = read_log_last(txn);
+      if (!last)
+        return std::move(last).err();
+      cursor = format_cursor(epoch, *last);
+    }
     // Members in the order nlohmann's sorted objects dump them, so the text
     // equals dump_json(to_json(session)).
     std::size_t size =
@@ -328,6 +342,11 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
     out.reserve(size);
     out += "{\"app_name\":";
     out += json(r.app_name).dump();
+    if (!cursor.empty()) {
+      out += ",\"cursor\":\"";
+      out += cursor; // hex digits and '-' only: nothing to escape
+      out += '"';
+    }
     out += ",\"events\":[";
     for (std::size_t i = 0; i < rows->size(); ++i) {
       if (i)
@@ -354,20 +373,20 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
 }
 
 result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra,
-                                      std::size_t max_bytes) {
+                                      std::size_t max_bytes, std::string_view epoch) {
   try {
     auto txn = kv.begin_read();
-    return read_session_text(*txn, req, extra, max_bytes);
+    return read_session_text(*txn, req, extra, max_bytes, epoch);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
 }
 
 result<std::optional<session>> read_session(kv_store& kv, const get_request& req,
-                                            std::size_t max_bytes) {
+                                            std::size_t max_bytes, std::string_view epoch) {
   try {
     auto txn = kv.begin_read();
-    return read_session(*txn, req, max_bytes);
+    return read_session(*txn, req, max_bytes, epoch);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

@@ -44,21 +44,23 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
 
 /// The session per G1-G6, in one snapshot. Does not validate `req`.
 /// too_large when the selected events' stored JSON passes `max_bytes`
-/// (found before any is decoded or copied).
+/// (found before any is decoded or copied). With a store `epoch`, the
+/// session's cursor is the snapshot's newest change (one more seek);
+/// without, it is empty.
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
-                                            std::size_t max_bytes);
+                                            std::size_t max_bytes, std::string_view epoch = {});
 result<std::optional<session>> read_session(kv_store& kv, const get_request& req,
-                                            std::size_t max_bytes);
+                                            std::size_t max_bytes, std::string_view epoch = {});
 
 /// read_session as JSON text, equal to dump_json(to_json(session)), or
 /// "null" when the session does not exist. Stored event texts are copied,
 /// never parsed: O(bytes) instead of a DOM per event. `extra` (an object,
 /// may be null) is merged into the state (the live invocation's temp: keys).
-/// too_large as read_session.
+/// too_large as read_session; the cursor as read_session's.
 result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
-                                      std::size_t max_bytes);
+                                      std::size_t max_bytes, std::string_view epoch = {});
 result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra,
-                                      std::size_t max_bytes);
+                                      std::size_t max_bytes, std::string_view epoch = {});
 
 /// The stored value of one state key of session (app, user, id), by the
 /// key's scope (S1; prefixed key), or nullopt when missing (temp: keys are

@@ -71,14 +71,16 @@ public:
 
   // -- sessions --------------------------------------------------------------
 
-  /// Creates a session (C1-C4). Errors: already_exists, invalid_argument,
+  /// Creates a session (C1-C4); session::cursor is the create's change.
+  /// Errors: already_exists, invalid_argument,
   /// too_large, storage_full, io_error, unavailable.
   void create_session(create_request req, callback<session> cb);
   result<session> create_session(create_request req);
 
   /// The session with merged state and the requested window of events, or
   /// nullopt when it does not exist (G1-G6). Reads one consistent snapshot of
-  /// every scope. Errors: invalid_argument; too_large when the requested
+  /// every scope; session::cursor is that snapshot's point in the change
+  /// feed (read, then watch from it: no change missed or repeated). Errors: invalid_argument; too_large when the requested
   /// events' stored JSON passes limits::max_response_bytes (found before any
   /// is decoded: ask for fewer with num_recent_events or after_timestamp);
   /// data_corrupt.
@@ -142,6 +144,16 @@ public:
   /// The (app, user)'s state, keys without the "user:" prefix.
   void get_user_state(std::string app_name, std::string user_id, callback<json> cb);
   result<json> get_user_state(std::string app_name, std::string user_id);
+
+  /// get_app_state and get_user_state with the change-feed cursor of what
+  /// the state shows (scope_snapshot): watching the scope from that cursor
+  /// misses and repeats no change. The cursor may be older than the store's
+  /// head (changes of other scopes since are not in this state's past).
+  void get_app_state_with_cursor(std::string app_name, callback<scope_snapshot> cb);
+  result<scope_snapshot> get_app_state_with_cursor(std::string app_name);
+  void get_user_state_with_cursor(std::string app_name, std::string user_id,
+                                  callback<scope_snapshot> cb);
+  result<scope_snapshot> get_user_state_with_cursor(std::string app_name, std::string user_id);
 
   // -- the change feed (watch.hpp) ----------------------------------------------
 

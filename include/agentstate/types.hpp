@@ -55,6 +55,14 @@ struct session_meta {
 /// A session with (a possibly filtered window of) its events, oldest first.
 struct session : session_meta {
   std::vector<event> events;
+  /// The change-feed cursor (watch.hpp) of what this session shows: a watch
+  /// or read_changes from it delivers exactly the changes the session does
+  /// not yet reflect. get_session: the newest change of the snapshot it was
+  /// read from. create_session: the create's own change (the shared scopes
+  /// merged into its state are read just after it). begin_invocation: the
+  /// snapshot it was read from. Empty for a session not read from an engine
+  /// (for example, one decoded by session_from_json).
+  std::string cursor;
 };
 
 /// Names one session (D1). Every engine call drops whitespace around
@@ -188,12 +196,21 @@ struct append_result {
   std::string cursor;
 };
 
+/// A shared scope's state (keys without their "app:" or "user:" prefix) and
+/// the change-feed cursor of what it shows: a watch of the scope from that
+/// cursor delivers exactly the changes the state does not yet reflect.
+struct scope_snapshot {
+  json state = json::object();
+  std::string cursor;
+};
+
 // -- JSON codec --------------------------------------------------------------
 // to_json never fails. The *_from_json functions check every known member's
 // type and return invalid_argument naming the member; they never throw.
 
 json to_json(const event& x);
 json to_json(const session_meta& x);
+/// With a "cursor" member when x.cursor is not empty.
 json to_json(const session& x);
 result<event> event_from_json(const json& x);
 /// As above, moving the members out of `x` instead of copying them.

@@ -188,8 +188,12 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
   }
   auto snapshot = [&](engine& e) {
     json out = json::array();
-    for (auto& ref : refs)
-      out.push_back(json::parse(MUST(e.get_session_json(test::get_req(ref)))));
+    for (auto& ref : refs) {
+      // The cursor names the store's epoch, new at the upgrade.
+      auto s = json::parse(MUST(e.get_session_json(test::get_req(ref))));
+      s.erase("cursor");
+      out.push_back(std::move(s));
+    }
     for (const char* app : {"app", "other"}) {
       out.push_back(test::session_ids(test::list_all(e, app, {}, 5)));
       out.push_back(test::session_ids(test::list_all(e, app, std::string("u1"), 3)));
