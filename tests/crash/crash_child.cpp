@@ -2,7 +2,7 @@
 // tests/crash/crash_child.cpp: the process the kill -9 loop (crash_loop.cpp)
 // kills. Not a test by itself.
 //
-//   crash_child DIR sync|nosync THREADS
+//   crash_child DIR sync|nosync|nosync-write-map THREADS WATCHFILE
 //
 // Opens the LMDB store DIR, makes sure every session of the fixed workload
 // exists, then appends forever from THREADS threads (each thread owns some
@@ -18,6 +18,19 @@
 // last stored event id of each session and checks the engine answers with the
 // original version (A6: idempotent retries after a restart).
 //
+// Before the sessions, it starts the watcher: an engine::watch of every change
+// after the cursor of WATCHFILE's last complete record (the file's torn last
+// line, if a kill left one, is cut off first). Each change it delivers is
+// processed by appending its record (crashload::change_record, one line, one
+// write()) to WATCHFILE, in delivery order, so the last complete record names
+// the persisted cursor (a kill leaves at most a torn last line); each batch
+// is fdatasync()ed before the watch is handed the next one. Without any
+// record yet it first processes the log's oldest change (read_changes from
+// the beginning) and watches after it, so over all runs the file is meant to
+// hold the whole log, in order, each change once. With CRASH_WATCHER_DROP=1
+// it skips the record of the third change each run's watcher delivers (a
+// broken watcher, for the parent's self-check).
+//
 // stdout (a pipe to the parent), one line per event, written with one
 // write() (atomic: shorter than PIPE_BUF) after the append returned ok:
 //   ack APP USER SID N VERSION
@@ -25,11 +38,15 @@
 // environment it acks each append *before* making it (a broken engine, to
 // show that the parent's checks catch lost acknowledged appends). Exit codes: 0 never (it is killed),
 // 2 usage, 3 an engine call failed or answered wrongly (stderr says which).
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,11 +77,75 @@ void say(const std::string& line) {
   }
 }
 
+void write_all(int fd, const std::string& s, const std::string& what) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    auto n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      fail(what + ": write: " + std::strerror(errno));
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+// WATCHFILE opened for appending records. Cuts a torn last line off and
+// answers the cursor of the last complete record (empty: no record). Reads
+// only the file's tail. Owned by the watch's thread once the watch starts.
+struct watcher_file {
+  int fd = -1;
+  std::string last_cursor;
+
+  explicit watcher_file(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+      fail("open " + path + ": " + std::strerror(errno));
+    off_t size = ::lseek(fd, 0, SEEK_END);
+    if (size < 0)
+      fail("lseek " + path + ": " + std::strerror(errno));
+    std::string tail; // the file's bytes [pos, size)
+    off_t pos = size, keep = 0;
+    while (pos > 0) {
+      auto n = std::min<off_t>(4096, pos);
+      pos -= n;
+      std::string chunk(static_cast<std::size_t>(n), '\0');
+      if (::pread(fd, chunk.data(), chunk.size(), pos) != n)
+        fail("pread " + path + ": " + std::strerror(errno));
+      tail.insert(0, chunk);
+      auto last_nl = tail.rfind('\n');
+      if (last_nl == std::string::npos)
+        continue;
+      auto prev_nl = last_nl == 0 ? std::string::npos : tail.rfind('\n', last_nl - 1);
+      if (prev_nl == std::string::npos && pos > 0)
+        continue; // the last complete line starts further back
+      auto begin = prev_nl == std::string::npos ? 0 : prev_nl + 1;
+      last_cursor = crashload::record_cursor(tail.substr(begin, last_nl - begin));
+      keep = pos + static_cast<off_t>(last_nl) + 1;
+      break;
+    }
+    if (keep != size && ::ftruncate(fd, keep) != 0)
+      fail("ftruncate " + path + ": " + std::strerror(errno));
+  }
+
+  // Processes one change: its record is in the file on return (one write:
+  // it survives the process's kill; a kill inside the write can leave only a
+  // torn line, never a record without its '\n').
+  void process(const change& c) {
+    write_all(fd, crashload::change_record(c) + "\n", "watcher file");
+    last_cursor = c.cursor;
+  }
+  // Makes the records written so far durable against a machine crash too.
+  void sync() {
+    if (::fdatasync(fd) != 0)
+      fail(std::string("watcher file: fdatasync: ") + std::strerror(errno));
+  }
+};
+
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: crash_child DIR sync|nosync|nosync-write-map THREADS\n");
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: crash_child DIR sync|nosync|nosync-write-map THREADS WATCHFILE\n");
     return 2;
   }
   options o;
@@ -78,6 +159,39 @@ int main(int argc, char** argv) {
   if (!opened)
     fail("open: " + to_string(opened.err()));
   auto& e = **opened;
+
+  // The watcher (see the file comment); its handle lives until the kill.
+  watcher_file wf(argv[4]);
+  watch_request all;
+  all.scope = watch_scope::all;
+  if (wf.last_cursor.empty()) {
+    auto first = e.read_changes(all, 1);
+    if (!first)
+      fail("read_changes from the log's start: " + to_string(first.err()));
+    for (const auto& c : first->changes)
+      wf.process(c);
+    wf.sync();
+    all.from = first->cursor;
+  } else {
+    all.from = wf.last_cursor;
+  }
+  const bool drop = std::getenv("CRASH_WATCHER_DROP") != nullptr;
+  std::uint64_t delivered = 0;
+  auto watch = e.watch(
+    all,
+    [&](change_page batch) {
+      for (const auto& c : batch.changes)
+        if (!(drop && ++delivered == 3))
+          wf.process(c);
+      if (!batch.changes.empty())
+        wf.sync();
+    },
+    [](const watch_end& end) {
+      fail(std::string("watch ended: ") + to_string(end.reason) + " "
+           + (end.err ? to_string(*end.err) : std::string()));
+    });
+  if (!watch)
+    fail("watch from " + *all.from + ": " + to_string(watch.err()));
 
   auto sessions = crashload::all_sessions();
   std::vector<std::uint64_t> next(sessions.size());

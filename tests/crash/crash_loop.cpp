@@ -23,8 +23,21 @@
 //     every scope or in none;
 //   * verify_store() finds no fault (every iteration for the first 100, then
 //     every 20th, and the last).
+// And the child's watcher (crash_child.cpp), whose records in WATCHFILE (the
+// store's sibling watcher.log) live across all iterations; a torn last line
+// is not read yet (the next child cuts it off). After every kill:
+//   * the delivered records, in file order over all runs, have strictly
+//     increasing cursors (no duplicate, nothing out of order);
+//   * they are the log's first changes, each record equal to the change at
+//     its position (no gap): the log is read once, incrementally, from its
+//     start into this process, and whole again at the end;
+//   * delivered + read_changes after the last delivered cursor up to the
+//     head == the log;
+//   * every session's appends in the log are versions 1..V, each once, with
+//     its own event id, after one create: every acknowledged append is in the
+//     log exactly once.
 // At the end every session's whole log is read back once more.
-// Prints "crash_loop: iterations=... acknowledged=... lost=0 ..."; exit 0 when
+// Prints "crash_loop: iterations=... acknowledged=... lost=0 ... delivered=..."; exit 0 when
 // nothing was lost and every check held, 1 otherwise.
 #include <fcntl.h>
 #include <poll.h>
@@ -33,12 +46,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -59,7 +74,7 @@ namespace {
 struct totals {
   std::uint64_t iterations = 0, acknowledged = 0, lost = 0, unacked_present = 0,
                 nosync_iterations = 0, write_map_iterations = 0, killed_before_ready = 0,
-                check_failures = 0, stored_events = 0, verified = 0;
+                check_failures = 0, stored_events = 0, verified = 0, undelivered_at_end = 0;
 };
 
 int failures_printed = 0;
@@ -83,7 +98,8 @@ struct child_run {
 
 // Starts the child, kills it per plan, collects its ack lines.
 child_run run_child(const std::string& child, const std::string& dir, std::string mode, int threads,
-                    int delay_ms, int kill_after_acks, const std::string& err_path) {
+                    const std::string& watch_path, int delay_ms, int kill_after_acks,
+                    const std::string& err_path) {
   child_run out;
   int pfd[2];
   if (::pipe2(pfd, O_CLOEXEC) != 0) {
@@ -95,8 +111,12 @@ child_run run_child(const std::string& child, const std::string& dir, std::strin
   posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   std::string th = std::to_string(threads);
-  std::vector<char*> argv{const_cast<char*>(child.c_str()), const_cast<char*>(dir.c_str()),
-                          mode.data(), th.data(), nullptr};
+  std::vector<char*> argv{const_cast<char*>(child.c_str()),
+                          const_cast<char*>(dir.c_str()),
+                          mode.data(),
+                          th.data(),
+                          const_cast<char*>(watch_path.c_str()),
+                          nullptr};
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, child.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -260,6 +280,207 @@ std::uint64_t check_session(engine& e, const session_ref& ref, std::uint64_t pre
   return v;
 }
 
+// The watcher's side of the checks (file comment). Keeps the log as read so
+// far (one record per change) and the delivered records checked so far, so
+// each iteration costs the new changes plus the watcher's lag.
+struct watch_check {
+  std::string path; // WATCHFILE
+  std::vector<std::string> log; // the log's changes as records, from its start
+  std::optional<std::string> log_cursor; // where `log` stops (none: not read yet)
+  std::map<std::string, std::uint64_t> logged_version; // session -> last append version
+  std::map<std::string, bool> created;
+  std::uint64_t delivered = 0; // records checked: log[0..delivered) delivered
+  std::string last_delivered; // the cursor of record delivered - 1
+  off_t offset = 0; // file bytes of the checked records
+
+  // Reads the log after `from` (none: its start) up to the head, as records.
+  static bool read_log(engine& e, std::optional<std::string> from, std::vector<change>& out,
+                       std::string& end_cursor, totals& t, const std::string& what) {
+    watch_request all;
+    all.scope = watch_scope::all;
+    all.from = std::move(from);
+    for (;;) {
+      auto p = e.read_changes(all, 10000);
+      if (!p) {
+        report(t,
+               "watcher: " + what + ": read_changes after "
+                 + (all.from ? *all.from : std::string("the start")) + ": " + to_string(p.err()));
+        return false;
+      }
+      for (auto& c : p->changes)
+        out.push_back(std::move(c));
+      end_cursor = p->cursor;
+      all.from = p->cursor;
+      if (p->at_head)
+        return true;
+    }
+  }
+
+  static std::uint64_t seq_of(const std::string& cursor) {
+    auto dash = cursor.rfind('-');
+    if (dash == std::string::npos)
+      return 0;
+    return std::strtoull(cursor.c_str() + dash + 1, nullptr, 10);
+  }
+  static std::string epoch_of(const std::string& cursor) {
+    auto dash = cursor.rfind('-');
+    return dash == std::string::npos ? cursor : cursor.substr(0, dash);
+  }
+
+  // Extends `log` with the changes committed since the last call and checks
+  // each session's part of it: one create, then appends 1, 2, ... each with
+  // its own event id.
+  void extend_log(engine& e, totals& t, const std::string& when) {
+    std::vector<change> fresh;
+    std::string end;
+    if (!read_log(e, log_cursor, fresh, end, t, when))
+      return;
+    log_cursor = end;
+    for (const auto& c : fresh) {
+      auto rec = crashload::change_record(c);
+      log.push_back(rec);
+      const session_ref ref{c.app_name, c.user_id, c.session_id};
+      const auto k = key_of(ref);
+      if (c.kind == change_kind::create) {
+        if (created[k] || c.version != 0)
+          report(t,
+                 "watcher: " + when + ": log change '" + rec + "': a second create or version "
+                   + std::to_string(c.version));
+        created[k] = true;
+      } else if (c.kind == change_kind::append) {
+        auto& v = logged_version[k];
+        if (!created[k] || c.version != v + 1 || !c.ev
+            || c.ev->id != crashload::event_id(ref, c.version))
+          report(t,
+                 "watcher: " + when + ": log change '" + rec + "' after version "
+                   + std::to_string(v) + (created[k] ? "" : " (no create before it)")
+                   + ": not the session's next append");
+        v = c.version;
+      } else {
+        report(t, "watcher: " + when + ": log change '" + rec + "': the workload deletes nothing");
+      }
+    }
+  }
+
+  // Checks the records the watcher added to the file since the last call.
+  void check_delivered(totals& t, const std::string& when) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno != ENOENT)
+        report(t, "watcher: " + when + ": open " + path + ": " + std::strerror(errno));
+      return; // the first child died before creating it
+    }
+    std::string text;
+    char chunk[65536];
+    for (off_t at = offset;;) {
+      auto n = ::pread(fd, chunk, sizeof chunk, at);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      text.append(chunk, static_cast<std::size_t>(n));
+      at += n;
+    }
+    ::close(fd);
+    // Only complete lines: a torn last record (a kill inside its write) was
+    // never processed; the next child cuts it off.
+    std::size_t start = 0;
+    for (auto nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+      std::string rec = text.substr(start, nl - start);
+      offset += static_cast<off_t>(nl + 1 - start);
+      start = nl + 1;
+      const auto cur = crashload::record_cursor(rec);
+      const auto at = "delivered record " + std::to_string(delivered + 1) + " (cursor " + cur + ")";
+      if (!last_delivered.empty()
+          && (epoch_of(cur) != epoch_of(last_delivered) || seq_of(cur) <= seq_of(last_delivered))) {
+        report(t,
+               "watcher: " + when + ": " + at + " is not after the previous delivered cursor "
+                 + last_delivered + " (a duplicate or out of order)");
+        return;
+      }
+      if (delivered >= log.size()) {
+        report(t,
+               "watcher: " + when + ": " + at + " is past the log's head ("
+                 + std::to_string(log.size()) + " changes)");
+        return;
+      }
+      if (rec != log[delivered]) {
+        report(t,
+               "watcher: " + when + ": " + at + " is '" + rec + "', but the log's change "
+                 + std::to_string(delivered + 1) + " is '" + log[delivered]
+                 + "' (a change skipped or altered)");
+        return;
+      }
+      last_delivered = cur;
+      ++delivered;
+    }
+  }
+
+  // delivered + read_changes after the last delivered cursor == the log.
+  void check_rest(engine& e, totals& t, const std::string& when) {
+    std::vector<change> rest;
+    std::string end;
+    std::optional<std::string> from;
+    if (!last_delivered.empty())
+      from = last_delivered;
+    if (!read_log(e, from, rest, end, t, when))
+      return;
+    if (delivered + rest.size() != log.size()) {
+      report(t,
+             "watcher: " + when + ": " + std::to_string(delivered) + " delivered + "
+               + std::to_string(rest.size()) + " read after cursor "
+               + (from ? *from : std::string("(start)")) + " != " + std::to_string(log.size())
+               + " changes in the log");
+      return;
+    }
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      auto rec = crashload::change_record(rest[i]);
+      if (rec != log[delivered + i]) {
+        report(t,
+               "watcher: " + when + ": after cursor " + (from ? *from : std::string("(start)"))
+                 + " read_changes gives '" + rec + "' where the log has '" + log[delivered + i]
+                 + "'");
+        return;
+      }
+    }
+    t.undelivered_at_end = rest.size();
+  }
+
+  // The whole log read again from its start equals the log read so far.
+  void check_whole(engine& e, totals& t) {
+    std::vector<change> whole;
+    std::string end;
+    if (!read_log(e, std::nullopt, whole, end, t, "final"))
+      return;
+    if (whole.size() != log.size())
+      report(t,
+             "watcher: final: the log read from its start has " + std::to_string(whole.size())
+               + " changes, read incrementally " + std::to_string(log.size()));
+    for (std::size_t i = 0; i < std::min(whole.size(), log.size()); ++i)
+      if (crashload::change_record(whole[i]) != log[i]) {
+        report(t,
+               "watcher: final: change at cursor " + whole[i].cursor + " differs from '" + log[i]
+                 + "'");
+        break;
+      }
+  }
+
+  // Every session's log has exactly its stored versions 1..V (so each
+  // acknowledged append, V >= acked, is in it once).
+  void check_sessions(const std::vector<session_ref>& sessions,
+                      std::map<std::string, std::uint64_t>& checked, totals& t,
+                      const std::string& when) {
+    for (const auto& ref : sessions) {
+      const auto k = key_of(ref);
+      if (logged_version[k] != checked[k])
+        report(t,
+               "watcher: " + when + ": " + k + " is at version " + std::to_string(checked[k])
+                 + " but its appends in the log end at version "
+                 + std::to_string(logged_version[k]));
+    }
+  }
+};
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -304,6 +525,8 @@ int main(int argc, char** argv) {
   }
   const std::string store = dir + "/store";
   const std::string err_path = dir + "/child-stderr.txt";
+  watch_check wc;
+  wc.path = dir + "/watcher.log";
   std::printf("crash_loop: seed=%llu store=%s iterations=%llu\n",
               static_cast<unsigned long long>(seed), store.c_str(),
               static_cast<unsigned long long>(iterations));
@@ -328,7 +551,7 @@ int main(int argc, char** argv) {
                          sync          ? "sync"
                            : write_map ? "nosync-write-map"
                                        : "nosync",
-                         threads, delay_ms, kill_after, err_path);
+                         threads, wc.path, delay_ms, kill_after, err_path);
     ++t.iterations;
     if (!sync)
       ++t.nosync_iterations;
@@ -359,6 +582,13 @@ int main(int argc, char** argv) {
       auto acked = run.last_acked.count(k) ? run.last_acked[k] : 0;
       checked[k] = check_session(e, ref, checked[k], acked, t, last);
     }
+    const auto when = "iteration " + std::to_string(it);
+    wc.extend_log(e, t, when);
+    wc.check_delivered(t, when);
+    wc.check_rest(e, t, when);
+    wc.check_sessions(sessions, checked, t, when);
+    if (last)
+      wc.check_whole(e, t);
     // verify_store reads the whole store (O(events)): every iteration for
     // the first 100, then every 20th and the last, so 2,000 iterations on an
     // ever-growing store stay linear. The per-session checks run every time.
@@ -388,21 +618,28 @@ int main(int argc, char** argv) {
         auto k = key_of(ref);
         check_session(**opened, ref, checked[k], 0, t, true);
       }
+      wc.check_whole(**opened, t);
     }
   }
   double secs = std::chrono::duration<double>(clk::now() - t0).count();
   std::printf("crash_loop: iterations=%llu acknowledged=%llu lost=%llu unacked_present=%llu "
               "stored_events=%llu nosync_iterations=%llu write_map_iterations=%llu "
               "killed_before_ready=%llu "
-              "verify_runs=%llu check_failures=%llu seconds=%.1f\n",
+              "verify_runs=%llu delivered=%llu logged_changes=%llu undelivered_at_end=%llu "
+              "check_failures=%llu seconds=%.1f\n",
               (unsigned long long)t.iterations, (unsigned long long)t.acknowledged,
               (unsigned long long)t.lost, (unsigned long long)t.unacked_present,
               (unsigned long long)t.stored_events, (unsigned long long)t.nosync_iterations,
               (unsigned long long)t.write_map_iterations, (unsigned long long)t.killed_before_ready,
-              (unsigned long long)t.verified, (unsigned long long)t.check_failures, secs);
+              (unsigned long long)t.verified, (unsigned long long)wc.delivered,
+              (unsigned long long)wc.log.size(), (unsigned long long)t.undelivered_at_end,
+              (unsigned long long)t.check_failures, secs);
   bool ok = t.lost == 0 && t.check_failures == 0;
-  // A failing self-check run (CRASH_CHILD_LIE) is expected: do not keep it.
-  if ((ok || std::getenv("CRASH_CHILD_LIE") != nullptr) && own_dir) {
+  // A failing self-check run (CRASH_CHILD_LIE, CRASH_WATCHER_DROP) is
+  // expected: do not keep it.
+  const bool selfcheck =
+    std::getenv("CRASH_CHILD_LIE") != nullptr || std::getenv("CRASH_WATCHER_DROP") != nullptr;
+  if ((ok || selfcheck) && own_dir) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   } else if (!ok) {

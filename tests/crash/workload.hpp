@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/crash/workload.hpp: the deterministic workload shared by the kill -9
 // child (crash_child.cpp) and its parent (crash_loop.cpp): which sessions,
-// which event ids, which state each event writes in every scope.
+// which event ids, which state each event writes in every scope, and how the
+// child's watcher records a change.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "agentstate/types.hpp"
+#include "agentstate/watch.hpp"
 
 namespace crashload {
 
@@ -50,6 +52,20 @@ inline agentstate::event make_event(const agentstate::session_ref& r, std::uint6
   e.actions.state_delta =
     json{{"n", n}, {"temp:t", n}, {"user:" + user_key(r), n}, {"app:" + app_key(r), n}};
   return e;
+}
+
+/// A change as the child's watcher records it, one line without its '\n':
+///   CURSOR KIND APP USER SID VERSION EVENT_ID
+/// (EVENT_ID "-" when the change carries no event). The parent describes the
+/// log's changes the same way, so a record and its change compare as text.
+inline std::string change_record(const agentstate::change& c) {
+  return c.cursor + " " + agentstate::to_string(c.kind) + " " + c.app_name + " " + c.user_id + " "
+    + c.session_id + " " + std::to_string(c.version) + " " + (c.ev ? c.ev->id : std::string("-"));
+}
+
+/// The cursor of a record (its first field).
+inline std::string record_cursor(const std::string& record) {
+  return record.substr(0, record.find(' '));
 }
 
 } // namespace crashload
