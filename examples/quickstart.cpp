@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // examples/quickstart.cpp: the smallest complete use of the engine, then one
-// invocation over the state API. Built with the project and run as a CTest
+// invocation over the state API, then a watch of the session's changes. Built with the project and run as a CTest
 // smoke test (example_quickstart), which fails when a printed check fails.
 // The README quotes the regions between `// [readme:NAME]` and
 // `// [/readme:NAME]` word for word; tests/tools/readme_snippets_test.cpp
@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "agentstate/engine.hpp"
 #include "agentstate/invocation.hpp"
@@ -79,6 +80,45 @@ int run_invocation(const std::unique_ptr<engine>& eng, const std::string& id) {
   return ok ? 0 : 1;
 }
 
+// Reads session `id`, then watches it from the read's cursor: the append
+// that follows is the first change delivered, and nothing before it.
+int run_watch(const std::unique_ptr<engine>& eng, const std::string& id) {
+  // The README quotes this region as it stands.
+  // clang-format off
+  // [readme:watch]
+  auto seen = eng->get_session(get_request{{"my-app", "alice", id}, 0, {}, {}});
+  if (!seen || !*seen)
+    return fail("get", seen ? error{errc::not_found, id} : seen.err());
+  watch_request w;
+  w.scope = watch_scope::session;          // or user, app (+ include_sessions), all
+  w.app_name = "my-app";
+  w.user_id = "alice";
+  w.session_id = id;
+  w.from = (*seen)->cursor;                // exclusive: what the read did not show
+  std::promise<change> next;
+  bool first = true;
+  auto watching = eng->watch(w, [&](change_page page) {  // one batch at a time, in commit order
+    for (auto& c : page.changes)
+      if (std::exchange(first, false))
+        next.set_value(c);
+  });
+  if (!watching)
+    return fail("watch", watching.err());
+  append_request a{{"my-app", "alice", id}, {}, {}, {}};
+  a.ev.author = "critic";
+  a.ev.actions.state_delta = json{{"verdict", "ok"}};
+  if (auto r = eng->append_event(a); !r)
+    return fail("append", r.err());
+  change c = next.get_future().get();      // c.version == (*seen)->version + 1
+  (*watching)->cancel();                   // or let the handle go
+  // [/readme:watch]
+  // clang-format on
+  bool ok = check(c.kind == change_kind::append && c.version == (*seen)->version + 1,
+                  "the watch's first change is the append after the read");
+  ok &= check(c.state_delta == json{{"verdict", "ok"}}, "the change carries its state delta");
+  return ok ? 0 : 1;
+}
+
 int run(const std::string& dir) {
   // The README quotes this region as it stands.
   // clang-format off
@@ -121,7 +161,8 @@ int run(const std::string& dir) {
             == json{{"step", 1}, {"app:calls", 7}, {"user:lang", "en"}, {"user:name", "Alice"}},
           "the merged state holds every scope but temp:");
   int rc = run_invocation(*eng, s->id);
-  return ok && rc == 0 ? 0 : 1;
+  int wrc = run_watch(*eng, s->id);
+  return ok && rc == 0 && wrc == 0 ? 0 : 1;
 }
 
 } // namespace
