@@ -7,12 +7,13 @@ library only, Python >= 3.11.
   TCP (``ssl=`` for TLS, ``"unix:PATH"`` for a Unix socket, ``token=`` for a server with
   --auth-file). Requests may be awaited concurrently; responses are matched by id.
 - Client: the same methods, blocking, safe to call from many threads at once.
+- AsyncWatch / Watch: a change-feed watch (``client.watch(...)``) as an iterator of batches.
 - errors: AgentStateError and one subclass per ``error.data.kind``.
 """
 
 from ._protocol import MAX_LINE_BYTES, MAX_LINE_DEPTH
 from .aio import AsyncClient, find_binary, parse_address
-from .blocking import Client
+from .blocking import Client, Watch
 from .errors import (
     ENGINE_ERROR,
     INVALID_PARAMS,
@@ -35,14 +36,18 @@ from .errors import (
     UnauthenticatedError,
     UnavailableError,
     VersionConflictError,
+    WatchOverflowError,
     error_from_response,
+    error_from_watch_end,
 )
+from .watch import AsyncWatch
 
 __all__ = [
-    "AsyncClient", "Client", "find_binary", "parse_address", "MAX_LINE_BYTES", "MAX_LINE_DEPTH",
+    "AsyncClient", "Client", "AsyncWatch", "Watch", "find_binary", "parse_address", "MAX_LINE_BYTES", "MAX_LINE_DEPTH",
     "AgentStateError", "AlreadyExistsError", "NotFoundError", "InvalidArgumentError",
     "VersionConflictError", "TooLargeError", "StorageFullError", "IoError", "UnavailableError",
     "InternalError", "DataCorruptError", "UnauthenticatedError", "PermissionDeniedError",
-    "ConditionFailedError", "CursorExpiredError", "ConnectionClosedError", "error_from_response",
+    "ConditionFailedError", "CursorExpiredError", "WatchOverflowError", "ConnectionClosedError", "error_from_response",
+    "error_from_watch_end",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "ENGINE_ERROR",
 ]

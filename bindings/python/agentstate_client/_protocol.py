@@ -79,6 +79,14 @@ def _params(**kw: Any) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
+def change_params(scope: str, **kw: Any) -> dict[str, Any]:
+    """The params of ``read_changes`` and ``watch`` (``from_`` sent as ``from``)."""
+    params = _params(scope=scope, **kw)
+    if "from_" in params:
+        params["from"] = params.pop("from_")
+    return params
+
+
 class ProtocolMethods(abc.ABC):
     """The protocol's methods (docs/protocol.md, "Methods") over ``self.call(method,
     params)``. In AsyncClient every method returns an awaitable; in Client it blocks and
@@ -163,13 +171,44 @@ class ProtocolMethods(abc.ABC):
                                                  session_id=session_id, template=template,
                                                  invocation_id=invocation_id))
 
-    def get_app_state(self, app_name: str) -> Any:
-        """The app's keys without their ``app:`` prefix (``{}`` when none)."""
-        return self.call("get_app_state", _params(app_name=app_name))
+    def get_app_state(self, app_name: str, *, with_cursor: bool | None = None) -> Any:
+        """The app's keys without their ``app:`` prefix (``{}`` when none). With
+        ``with_cursor=True``: ``{"state": {...}, "cursor": C}``, C being the change feed's
+        point the state was read at (a watch or ``read_changes`` from C misses nothing
+        after it; needs a server that knows ``with_cursor``)."""
+        return self.call("get_app_state", _params(app_name=app_name, with_cursor=with_cursor))
 
-    def get_user_state(self, app_name: str, user_id: str) -> Any:
-        """The user's keys without their ``user:`` prefix (``{}`` when none)."""
-        return self.call("get_user_state", _params(app_name=app_name, user_id=user_id))
+    def get_user_state(self, app_name: str, user_id: str, *,
+                       with_cursor: bool | None = None) -> Any:
+        """The user's keys without their ``user:`` prefix (``{}`` when none). With
+        ``with_cursor=True``: ``{"state": {...}, "cursor": C}`` (as get_app_state)."""
+        return self.call("get_user_state", _params(app_name=app_name, user_id=user_id,
+                                                   with_cursor=with_cursor))
+
+    def read_changes(self, scope: str, *, app_name: str | None = None,
+                     user_id: str | None = None, session_id: str | None = None,
+                     include_sessions: bool | None = None, key_prefix: str | None = None,
+                     from_: str | None = None, limit: int | None = None) -> Any:
+        """One page of the change feed: ``{"changes": [Change...], "cursor": C, "at_head":
+        bool}``. ``scope`` "session" (needs app_name, user_id, session_id), "user" (app_name,
+        user_id), "app" (app_name) or "all". ``from_`` (the protocol's ``from``): a cursor
+        to start after, default the oldest change kept; pass each page's ``cursor`` as the
+        next ``from_`` to get every later change once. ``limit`` 1..10000 (default 100).
+        ``include_sessions``: for "user"/"app", every change of their sessions too (with
+        ``event``). ``key_prefix``: only keys starting with it, only changes keeping one.
+        Raises CursorExpiredError (``.oldest``) for a cursor older than the log keeps,
+        InvalidArgumentError (a missing name, another store's cursor), DataCorruptError."""
+        return self.call("read_changes", change_params(
+            scope, app_name=app_name, user_id=user_id, session_id=session_id,
+            include_sessions=include_sessions, key_prefix=key_prefix, from_=from_,
+            limit=limit))
+
+    def unwatch(self, watch_id: str) -> Any:
+        """``{"resume_from": C}``: ends a watch of this connection by its id (its
+        ``watch_ended`` notification comes first). Watches made with ``watch()`` are ended
+        by leaving their ``with`` block (or ``aclose()``/``close()``) instead. Raises
+        NotFoundError for an id this connection is not watching."""
+        return self.call("unwatch", {"watch_id": watch_id})
 
     def flush(self) -> Any:
         """None, once every request sent before it has completed and everything

@@ -14,8 +14,9 @@ import ssl as _ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ._protocol import MAX_LINE_BYTES, READ_LIMIT, ProtocolMethods, encode_request
+from ._protocol import MAX_LINE_BYTES, READ_LIMIT, ProtocolMethods, change_params, encode_request
 from .errors import AgentStateError, ConnectionClosedError, error_from_response
+from .watch import DEFAULT_MAX_BUFFER_BYTES, AsyncWatch, WatchStart
 
 __all__ = ["AsyncClient", "find_binary", "parse_address"]
 
@@ -89,7 +90,8 @@ class AsyncClient(ProtocolMethods):
     on a private thread for threaded programs).
 
     ``on_notification(method, params)``: called on the loop, in arrival order, for every
-    server notification (a message with ``method`` and no ``id``); it must not block. An
+    server notification (a message with ``method`` and no ``id``) that is not for a watch
+    made with :meth:`watch` (those go to their AsyncWatch); it must not block. An
     exception it raises is logged and does not affect requests.
     """
 
@@ -107,6 +109,10 @@ class AsyncClient(ProtocolMethods):
         self._process = process
         self._description = description
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        # Run by the reader on a request's result before the next line is read (so that
+        # state the result creates, such as a watch's routing, exists for that line).
+        self._result_hooks: dict[int, Callable[[Any, bool], Any]] = {}
+        self._watches: dict[str, AsyncWatch] = {}   # by watch_id, until its watch_ended
         self._next_id = 0
         self._closing = False        # close() or abort started: no new requests
         self._ended: ConnectionClosedError | None = None  # why the stream ended
@@ -230,6 +236,13 @@ class AsyncClient(ProtocolMethods):
         limits, before anything is sent; ConnectionClosedError when the client is closed or
         the connection ends before the response. Cancelling the caller leaves the request
         running on the server; its response is then discarded."""
+        return await self._request(method, params, None)
+
+    async def _request(self, method: str, params: dict[str, Any] | None,
+                       on_result: Callable[[Any, bool], Any] | None) -> Any:
+        """call(); ``on_result(result, wanted)``, when given, runs on the reader when the
+        success arrives and gives the caller's result (``wanted`` False: the caller was
+        cancelled). An exception it raises is a protocol violation."""
         if not isinstance(method, str):
             raise TypeError(f"method must be a string, not {type(method).__name__}")
         if params is not None and not isinstance(params, dict):
@@ -243,6 +256,8 @@ class AsyncClient(ProtocolMethods):
         line = encode_request(request_id, method, params, self._max_line_bytes)
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending[request_id] = fut
+        if on_result is not None:
+            self._result_hooks[request_id] = on_result
         try:
             self._writer.write(line)
             await self._writer.drain()
@@ -252,12 +267,43 @@ class AsyncClient(ProtocolMethods):
             raise
         except (ConnectionError, OSError) as e:
             self._pending.pop(request_id, None)
+            self._result_hooks.pop(request_id, None)
             if fut.done() and not fut.cancelled():
                 return fut.result()
             fut.cancel()
             raise ConnectionClosedError(f"writing to {self._description} failed: {e}",
                                         returncode=self.returncode,
                                         stderr=self.server_stderr) from e
+
+    def watch(self, scope: str, *, app_name: str | None = None, user_id: str | None = None,
+              session_id: str | None = None, include_sessions: bool | None = None,
+              key_prefix: str | None = None, from_: str | None = None,
+              max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> WatchStart:
+        """Starts a watch of the change feed (the filters of ``read_changes``; ``from_``
+        absent: from the newest change now). Use as ``async with c.watch(...) as w:`` (the
+        watch ends with the block) or ``w = await c.watch(...)`` (then ``await
+        w.aclose()``); ``async for batch in w`` yields ``{"changes": [...], "cursor": C}``
+        in commit order. See AsyncWatch for the end of a watch and for
+        ``max_buffer_bytes``. Raises what ``read_changes`` raises for the same params."""
+        if not isinstance(max_buffer_bytes, int) or max_buffer_bytes < 1:
+            raise ValueError("max_buffer_bytes must be a positive integer")
+        params = change_params(scope, app_name=app_name, user_id=user_id, session_id=session_id,
+                               include_sessions=include_sessions, key_prefix=key_prefix,
+                               from_=from_)
+
+        def started(result: Any, wanted: bool) -> AsyncWatch:
+            # On the reader, before the next line: the watch's notifications, which follow
+            # this answer, find it registered.
+            if (not isinstance(result, dict) or not isinstance(result.get("watch_id"), str)
+                    or not isinstance(result.get("cursor"), str)):
+                raise _Violation(f"the server answered watch with {result!r}")
+            w = AsyncWatch(self, result["watch_id"], result["cursor"], max_buffer_bytes)
+            self._watches[w.watch_id] = w
+            if not wanted:
+                w._abandon()
+            return w
+
+        return WatchStart(self._request("watch", params, started))
 
     async def iter_sessions(self, app_name: str, user_id: str | None = None, *,
                             page_size: int | None = None, order: str | None = None,
@@ -327,6 +373,7 @@ class AsyncClient(ProtocolMethods):
         if "id" in msg and ("result" in msg or "error" in msg):
             request_id = msg["id"]
             fut = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
+            hook = self._result_hooks.pop(request_id, None) if fut is not None else None
             if fut is None:
                 # id null: the server could not read one of our lines (this client checks
                 # the limits it knows; the server's may be lower). Which request it was is
@@ -334,13 +381,22 @@ class AsyncClient(ProtocolMethods):
                 cause = error_from_response(msg["error"]) if "error" in msg else None
                 raise _Violation(f"the server sent a response to no pending request "
                                  f"(id {request_id!r}): {cause or msg.get('result')!r}") from cause
-            if fut.done():
-                return  # the caller was cancelled
             if "error" in msg:
-                fut.set_exception(error_from_response(msg["error"]))
-            else:
-                fut.set_result(msg["result"])
+                if not fut.done():  # else the caller was cancelled
+                    fut.set_exception(error_from_response(msg["error"]))
+                return
+            result = msg["result"]
+            if hook is not None:
+                try:
+                    result = hook(result, not fut.done())
+                except _Violation:
+                    self._pending[request_id] = fut  # failed with the connection by _end
+                    raise
+            if not fut.done():
+                fut.set_result(result)
         elif "method" in msg and "id" not in msg:
+            if self._route_to_watch(msg["method"], msg.get("params"), len(line)):
+                return
             if self._on_notification is not None:
                 try:
                     self._on_notification(msg["method"], msg.get("params"))
@@ -349,6 +405,26 @@ class AsyncClient(ProtocolMethods):
         else:
             raise _Violation(f"the server sent a message that is neither a response nor a "
                              f"notification: {line[:200]!r}")
+
+    def _route_to_watch(self, method: Any, params: Any, nbytes: int) -> bool:
+        """Hands a ``changes`` or ``watch_ended`` notification to its AsyncWatch; False
+        when it is for no watch of this client. Raises _Violation for a malformed one."""
+        if method not in ("changes", "watch_ended") or not isinstance(params, dict):
+            return False
+        w = self._watches.get(params.get("watch_id"))  # type: ignore[arg-type]
+        if w is None:
+            return False
+        if method == "changes":
+            if not isinstance(params.get("changes"), list) or not isinstance(params.get("cursor"), str):
+                raise _Violation(f"the server sent a malformed changes notification for watch "
+                                 f"{w.watch_id}: {str(params)[:200]}")
+            w._on_changes(params, nbytes)
+        else:
+            if not isinstance(params.get("reason"), str) or not isinstance(params.get("resume_from"), str):
+                raise _Violation(f"the server sent a malformed watch_ended notification: "
+                                 f"{str(params)[:200]}")
+            w._on_ended(params)
+        return True
 
     async def _read_loop(self) -> None:
         reason = "the server closed the connection"
@@ -394,9 +470,13 @@ class AsyncClient(ProtocolMethods):
         self._ended = ConnectionClosedError(message, returncode=returncode, stderr=self.server_stderr)
         self._ended.__cause__ = cause
         pending, self._pending = self._pending, {}
+        self._result_hooks.clear()
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(self._ended_error())
+        watches, self._watches = self._watches, {}
+        for w in watches.values():
+            w._on_connection_end(self._ended_error())
 
     def _ended_error(self) -> ConnectionClosedError:
         assert self._ended is not None

@@ -15,8 +15,9 @@ from typing import Any
 from ._protocol import MAX_LINE_BYTES, ProtocolMethods
 from .aio import AsyncClient, NotificationHandler
 from .errors import ConnectionClosedError
+from .watch import DEFAULT_MAX_BUFFER_BYTES, AsyncWatch
 
-__all__ = ["Client"]
+__all__ = ["Client", "Watch"]
 
 
 class Client(ProtocolMethods):
@@ -89,6 +90,22 @@ class Client(ProtocolMethods):
         """AsyncClient.call, blocking."""
         return self._run(self._inner.call(method, params))
 
+    def watch(self, scope: str, *, app_name: str | None = None, user_id: str | None = None,
+              session_id: str | None = None, include_sessions: bool | None = None,
+              key_prefix: str | None = None, from_: str | None = None,
+              max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> Watch:
+        """AsyncClient.watch, blocking: returns once the watch has started, as a Watch
+        (``with c.watch(...) as w: for batch in w: ...``)."""
+        start = self._inner.watch(scope, app_name=app_name, user_id=user_id,
+                                  session_id=session_id, include_sessions=include_sessions,
+                                  key_prefix=key_prefix, from_=from_,
+                                  max_buffer_bytes=max_buffer_bytes)
+
+        async def started() -> AsyncWatch:
+            return await start
+
+        return Watch(self, self._run(started()))
+
     def iter_sessions(self, app_name: str, user_id: str | None = None, *,
                       page_size: int | None = None, order: str | None = None,
                       order_by: str | None = None) -> Iterator[dict[str, Any]]:
@@ -134,6 +151,68 @@ class Client(ProtocolMethods):
             raise self._close_error
 
     def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Watch:
+    """A running watch of a blocking Client: ``for batch in w`` yields ``{"changes":
+    [...], "cursor": C}`` in commit order, blocking until one arrives; ``next_batch(timeout)``
+    waits at most ``timeout`` seconds. ``close()`` (or leaving ``with``) unwatches it and
+    gives ``resume_from``. ``cursor``, ``reason``, ``resume_from``, the end of the
+    iteration, its errors and the ``max_buffer_bytes`` bound: as AsyncWatch. Any thread
+    may call it, one consumer at a time; the batches are held on the client's thread."""
+
+    def __init__(self, client: Client, inner: AsyncWatch):
+        """Private: use Client.watch()."""
+        self._client = client
+        self._inner = inner
+
+    @property
+    def watch_id(self) -> str:
+        return self._inner.watch_id
+
+    @property
+    def cursor(self) -> str:
+        """AsyncWatch.cursor."""
+        return self._inner.cursor
+
+    @property
+    def reason(self) -> str | None:
+        """AsyncWatch.reason."""
+        return self._inner.reason
+
+    @property
+    def resume_from(self) -> str | None:
+        """AsyncWatch.resume_from."""
+        return self._inner.resume_from
+
+    def next_batch(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next batch; None once the watch has ended quietly. Raises TimeoutError
+        when none arrives within ``timeout`` seconds (nothing is lost: call again), and
+        what AsyncWatch's iteration raises."""
+        async def step() -> dict[str, Any] | None:
+            try:
+                return await asyncio.wait_for(self._inner.__anext__(), timeout)
+            except StopAsyncIteration:
+                return None
+        return self._client._run(step())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while (batch := self.next_batch()) is not None:
+            yield batch
+
+    def close(self) -> str | None:
+        """AsyncWatch.aclose, blocking; returns ``resume_from``. After the client is
+        closed it only reports what is known."""
+        try:
+            return self._client._run(self._inner.aclose())
+        except ConnectionClosedError:
+            return self._inner.resume_from
+
+    def __enter__(self) -> Watch:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,8 +28,10 @@ __all__ = [
     "PermissionDeniedError",
     "ConditionFailedError",
     "CursorExpiredError",
+    "WatchOverflowError",
     "ConnectionClosedError",
     "error_from_response",
+    "error_from_watch_end",
     "PARSE_ERROR",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
@@ -168,9 +170,31 @@ class ConditionFailedError(AgentStateError):
 
 
 class CursorExpiredError(AgentStateError):
-    """A paging or change cursor is no longer valid."""
+    """A change cursor is older than the change log keeps (``read_changes`` from it, or a
+    watch that fell further behind than the server's ``--change-retention``)."""
 
     kind = "cursor_expired"
+
+    @property
+    def oldest(self) -> str | None:
+        """The oldest cursor the server still serves (``data.oldest``): resuming from it
+        accepts the gap; otherwise re-read the state."""
+        return self.data.get("oldest")
+
+
+class WatchOverflowError(AgentStateError):
+    """Raised by a watch's iterator (never by the server) when its consumer fell so far
+    behind that the batches waiting in the client passed the watch's ``max_buffer_bytes``.
+    The client then unwatched it; every batch received before that was yielded, and the
+    watch's ``resume_from`` (also in ``data["resume_from"]``) continues after the last one,
+    missing nothing. ``code`` is None."""
+
+    kind = "watch_overflow"
+
+    @property
+    def resume_from(self) -> str | None:
+        """Where a ``read_changes`` or a new watch continues without a gap."""
+        return self.data.get("resume_from")
 
 
 class ConnectionClosedError(UnavailableError):
@@ -232,3 +256,17 @@ def error_from_response(error: Any) -> AgentStateError:
         kind = "internal"
     cls = _BY_KIND.get(kind, AgentStateError)
     return cls(kind, code, message, data)
+
+
+def error_from_watch_end(error: Any) -> AgentStateError:
+    """The typed exception for the ``error`` member of a ``watch_ended`` notification
+    (``{"kind", "message", "oldest"?}``, reasons ``cursor_expired`` and ``failed``); ``code``
+    is ENGINE_ERROR and ``data`` the member itself, so CursorExpiredError.oldest works."""
+    if not isinstance(error, dict) or not isinstance(error.get("kind"), str):
+        return InternalError("internal", None, f"server ended a watch with a malformed error: {error!r}")
+    kind = error["kind"]
+    message = error.get("message")
+    if not isinstance(message, str):
+        message = f"the watch ended: {kind}"
+    cls = _BY_KIND.get(kind, AgentStateError)
+    return cls(kind, ENGINE_ERROR, message, error)

@@ -48,7 +48,8 @@ def test_package_exports_every_error():
     import agentstate_client.errors as errors
     assert set(errors.__all__) <= set(ac.__all__)
     assert all(getattr(ac, name) is getattr(errors, name) for name in errors.__all__)
-    assert set(KINDS.values()) | {ac.AgentStateError, ac.ConnectionClosedError} == {
+    client_side = {ac.AgentStateError, ac.ConnectionClosedError, ac.WatchOverflowError}
+    assert set(KINDS.values()) | client_side == {
         v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, ac.AgentStateError)}
 
 
@@ -63,6 +64,14 @@ def test_unknown_and_malformed_errors():
     vc = ac.error_from_response({"code": -32000, "message": "m",
                                  "data": {"kind": "version_conflict", "current_version": 7}})
     assert vc.current_version == 7
+    ce = ac.error_from_response({"code": -32000, "message": "m",
+                                 "data": {"kind": "cursor_expired", "oldest": "ab-9"}})
+    assert type(ce) is ac.CursorExpiredError and ce.oldest == "ab-9"
+    ended = ac.error_from_watch_end({"kind": "cursor_expired", "message": "m", "oldest": "ab-9"})
+    assert type(ended) is ac.CursorExpiredError and ended.oldest == "ab-9"
+    assert ended.code == ac.ENGINE_ERROR
+    for bad in (None, "text", {"message": "no kind"}):
+        assert type(ac.error_from_watch_end(bad)) is ac.InternalError
 
 
 def test_server_error_kinds(agentstate_bin, store):
