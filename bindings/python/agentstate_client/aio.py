@@ -271,6 +271,12 @@ class AsyncClient(ProtocolMethods):
             if fut.done() and not fut.cancelled():
                 return fut.result()
             fut.cancel()
+            if self._process is not None:
+                # A spawned server that exited: its end of stream follows (the reader then
+                # waits for the exit status), so the error can carry the status and log.
+                await asyncio.wait([self._reader_task], timeout=10)
+                if self._ended is not None:
+                    raise self._ended_error() from e
             raise ConnectionClosedError(f"writing to {self._description} failed: {e}",
                                         returncode=self.returncode,
                                         stderr=self.server_stderr) from e
