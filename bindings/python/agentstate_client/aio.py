@@ -239,10 +239,12 @@ class AsyncClient(ProtocolMethods):
         return await self._request(method, params, None)
 
     async def _request(self, method: str, params: dict[str, Any] | None,
-                       on_result: Callable[[Any, bool], Any] | None) -> Any:
+                       on_result: Callable[[Any, bool], Any] | None,
+                       on_unclaimed: Callable[[Any], None] | None = None) -> Any:
         """call(); ``on_result(result, wanted)``, when given, runs on the reader when the
         success arrives and gives the caller's result (``wanted`` False: the caller was
-        cancelled). An exception it raises is a protocol violation."""
+        cancelled); an exception it raises is a protocol violation. ``on_unclaimed(value)``
+        runs when the caller is cancelled after that result was set but before it took it."""
         if not isinstance(method, str):
             raise TypeError(f"method must be a string, not {type(method).__name__}")
         if params is not None and not isinstance(params, dict):
@@ -263,6 +265,9 @@ class AsyncClient(ProtocolMethods):
             await self._writer.drain()
             return await fut
         except asyncio.CancelledError:
+            if (on_unclaimed is not None and fut.done() and not fut.cancelled()
+                    and fut.exception() is None):
+                on_unclaimed(fut.result())
             fut.cancel()
             raise
         except (ConnectionError, OSError) as e:
@@ -309,7 +314,7 @@ class AsyncClient(ProtocolMethods):
                 w._abandon()
             return w
 
-        return WatchStart(self._request("watch", params, started))
+        return WatchStart(self._request("watch", params, started, AsyncWatch._abandon))
 
     async def iter_sessions(self, app_name: str, user_id: str | None = None, *,
                             page_size: int | None = None, order: str | None = None,

@@ -126,9 +126,14 @@ class AsyncWatch:
             self._stop(("end", "connection_closed", None, error))
 
     def _abandon(self) -> None:
-        """The ``watch`` caller was cancelled before it got this watch: end it."""
+        """The ``watch`` caller was cancelled before it got this watch: end it (its
+        notifications, until the server's watch_ended, are dropped)."""
+        if self._stopped:
+            return
         self._finished = True
         self._stopped = True
+        self._queue.clear()
+        self._queued_bytes = 0
         self._unwatch_task = self._client._loop.create_task(self._unwatch_quietly())
 
     def _stop(self, end: tuple[Any, ...]) -> None:

@@ -170,6 +170,41 @@ def test_watch_from_an_old_cursor_loses_nothing_sent_right_after_its_answer(agen
     run(body())
 
 
+def test_a_watch_whose_caller_was_cancelled_is_unwatched(agentstate_bin, store):
+    async def body():
+        stray = []
+        async with await AsyncClient.spawn(
+                store, binary=agentstate_bin,
+                on_notification=lambda method, params: stray.append((method, params))) as c:
+            await c.create_session(APP, "u", "s")
+            # Cancelled before the answer, and (by the later rounds' timing) after it was
+            # read but before the caller took it: either way nobody holds the watch.
+            async def start():
+                return await c.watch("all")
+
+            for delay in range(1, 6):
+                starting = asyncio.ensure_future(start())
+                for _ in range(delay):
+                    await asyncio.sleep(0)
+                starting.cancel()
+                try:
+                    w = await starting
+                except asyncio.CancelledError:
+                    pass
+                else:
+                    await w.aclose()  # the caller got it in time: its own to end
+            await c.ping()  # every watch answer has been read
+            for _ in range(1000):  # bounded wait: their unwatch round trips
+                if not c._watches:
+                    break
+                await asyncio.sleep(0.01)
+            assert not c._watches
+            await c.append_event(APP, "u", "s", {"author": "a"})
+            await c.flush()
+            assert stray == []
+    run(body())
+
+
 def test_cursor_expired_is_typed_with_oldest(tcp_server_factory):
     server = tcp_server_factory("--change-retention", "10")
 
@@ -262,10 +297,10 @@ def test_with_cursor_states_and_get_session_cursor_read_then_watch(tcp_server):
     async def body():
         async with await AsyncClient.connect(tcp_server.address) as reader, \
                 await AsyncClient.connect(tcp_server.address) as writer:
-            s = await writer.create_session(APP, "u", "s", {"user:n": 0, "app:n": 0})
-            if "cursor" not in s:
-                pytest.skip("this agentstate binary answers create_session/get_session without "
-                            "a cursor (protocol before Session.cursor)")
+            await writer.create_session(APP, "u", "s", {"user:n": 0, "app:n": 0})
+            if "cursor" not in await reader.get_session(APP, "u", "s"):
+                pytest.skip("this agentstate binary answers get_session without a cursor "
+                            "(a protocol before Session.cursor and with_cursor)")
             n = 200
 
             async def appender():
