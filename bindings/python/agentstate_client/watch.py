@@ -25,9 +25,6 @@ __all__ = ["AsyncWatch", "DEFAULT_MAX_BUFFER_BYTES"]
 # their notification lines (one batch is always accepted, however large).
 DEFAULT_MAX_BUFFER_BYTES = 16 * 1024 * 1024
 
-# Reasons that end the iteration without an exception.
-_QUIET_REASONS = ("cancelled", "closing")
-
 
 class AsyncWatch:
     """A running watch: ``async for batch in w`` yields the server's ``changes``
@@ -47,8 +44,9 @@ class AsyncWatch:
       ``resume_from`` is then the ``cursor`` of the last one yielded.
 
     The iteration ends quietly when the watch is cancelled (``aclose()``, ``unwatch``) or
-    the server is closing; it raises CursorExpiredError (``.oldest``) when the watch fell
-    behind the server's change retention, the error the server gave for ``failed``,
+    the server is closing (a ``watch_ended`` without ``error``); it raises the error a
+    ``watch_ended`` carries: CursorExpiredError (``.oldest``) when the watch fell behind
+    the server's change retention, the server's error for ``failed``;
     ConnectionClosedError when the connection ended, and WatchOverflowError as below. It
     raises only after yielding every batch received before the end.
 
@@ -116,9 +114,8 @@ class AsyncWatch:
         self._client._watches.pop(self._watch_id, None)
         if self._stopped:
             return
-        error = None
-        if params["reason"] not in _QUIET_REASONS:
-            error = error_from_watch_end(params.get("error"))
+        # A reason with an error (cursor_expired, failed) raises it; one without ends quietly.
+        error = error_from_watch_end(params["error"]) if "error" in params else None
         self._stop(("end", params["reason"], params["resume_from"], error))
 
     def _on_connection_end(self, error: ConnectionClosedError) -> None:

@@ -328,3 +328,28 @@ def test_with_cursor_states_and_get_session_cursor_read_then_watch(tcp_server):
             assert [ch["state_delta"] for ch in after] == [{"user:n": n + 1}]
             assert await reader.get_user_state(APP, "u") == {"n": n + 1}
     run(body())
+
+
+def test_a_raw_watch_notifies_on_notification(agentstate_bin, store):
+    # A watch started with call("watch") is not routed: its notifications go to
+    # on_notification, in order, and its watch_ended comes before unwatch's answer.
+    async def body():
+        seen = []
+        async with await AsyncClient.spawn(
+                store, binary=agentstate_bin,
+                on_notification=lambda method, params: seen.append((method, params))) as c:
+            raw = await c.call("watch", {"scope": "all"})
+            await c.create_session(APP, "u", "s")
+            for _ in range(1000):  # bounded wait for the notification
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            method, params = seen[0]
+            assert method == "changes" and params["watch_id"] == raw["watch_id"]
+            assert [ch["kind"] for ch in params["changes"]] == ["create"]
+            ended = await c.unwatch(raw["watch_id"])
+            method, params = seen[-1]
+            assert method == "watch_ended" and params["reason"] == "cancelled"
+            assert params["resume_from"] == ended["resume_from"]
+            assert not c._watches
+    run(body())
