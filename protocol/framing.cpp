@@ -289,6 +289,7 @@ result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
       rpc.handle_line(line);
     },
     [&](std::uint64_t bytes) { rpc.handle_oversized_line(bytes, cfg.max_line_bytes); });
+  rpc.end_watches();
   rpc.drain();
   out.close();
   return r;

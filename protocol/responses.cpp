@@ -77,7 +77,7 @@ std::string bounded_message(const std::string& m) {
 } // namespace
 
 rpc_failure make_failure(int code, std::string message, errc kind) {
-  return rpc_failure{code, std::move(message), to_string(kind), std::nullopt};
+  return rpc_failure{code, std::move(message), to_string(kind), std::nullopt, std::nullopt};
 }
 
 rpc_failure from_engine(const error& e) {

@@ -37,14 +37,17 @@ struct rpc_session::watches {
   std::map<std::string, std::unique_ptr<watch_handle>> live; ///< by watch_id
   std::uint64_t next = 1;
   std::atomic<bool> closing{false}; ///< the stream is ending: send nothing more
+  /// end_watches() runs: batches not yet sent are dropped and each watch's
+  /// watch_ended says closing, resuming after the last batch sent.
+  std::atomic<bool> ending{false};
   std::function<std::size_t()> queued_output_bytes;
   std::size_t max_backlog = 0;
 
   // Waits until the stream has room for `bytes` more, or is ending (false).
   bool wait_for_room(std::size_t bytes) {
     if (!queued_output_bytes)
-      return !closing;
-    while (!closing) {
+      return !closing && !ending;
+    while (!closing && !ending) {
       auto queued = queued_output_bytes();
       if (queued == 0 || queued + bytes <= max_backlog)
         return true;
@@ -115,7 +118,11 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   auto latch = std::make_shared<answered_latch>();
   auto ws = watches_;
   std::weak_ptr<detail::dispatcher> out = dispatch_;
-  auto on_changes = [latch, ws, out, id](change_page page) {
+  // The cursor of the last `changes` written (the start until then). Set
+  // before the latch opens; then used only on the watch's thread, by one
+  // callback at a time.
+  auto sent = std::make_shared<std::string>();
+  auto on_changes = [latch, ws, out, id, sent](change_page page) {
     latch->wait();
     json changes = json::array();
     for (auto& c : page.changes)
@@ -124,14 +131,19 @@ void rpc_session::start_watch(detail::decoded_request& d) {
       "changes", json{{"watch_id", id}, {"changes", std::move(changes)}, {"cursor", page.cursor}});
     if (!ws->wait_for_room(line.size()))
       return;
-    if (auto d = out.lock())
+    if (auto d = out.lock()) {
       d->notify(std::move(line));
+      *sent = page.cursor;
+    }
   };
-  auto on_end = [latch, ws, out, id](const watch_end& e) {
+  auto on_end = [latch, ws, out, id, sent](const watch_end& e) {
     latch->wait();
     if (ws->closing)
-      return; // the stream is ending: nobody to tell
-    json params{{"watch_id", id}, {"reason", to_string(e.reason)}, {"resume_from", e.resume_from}};
+      return; // the stream is gone: nobody to tell
+    const bool ending = ws->ending && e.reason == watch_end_reason::cancelled;
+    json params{{"watch_id", id},
+                {"reason", ending ? "closing" : to_string(e.reason)},
+                {"resume_from", ending ? *sent : e.resume_from}};
     if (e.err) {
       params["error"] = {{"kind", to_string(e.err->code)}, {"message", e.err->message}};
       if (e.err->oldest_cursor)
@@ -150,6 +162,7 @@ void rpc_session::start_watch(detail::decoded_request& d) {
     return;
   }
   auto cursor = (*h)->cursor();
+  *sent = cursor;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     watches_->live.emplace(id, std::move(*h));
@@ -157,6 +170,17 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   if (!d.notification)
     dispatch_->answer(d.id, detail::outcome{json{{"watch_id", id}, {"cursor", cursor}}});
   latch->release();
+}
+
+void rpc_session::end_watches() {
+  watches_->ending = true;
+  std::map<std::string, std::unique_ptr<watch_handle>> live;
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    live.swap(watches_->live);
+  }
+  for (auto& w : live)
+    w.second->cancel(); // its watch_ended (closing) is written first
 }
 
 void rpc_session::stop_watch(detail::decoded_request& d) {

@@ -116,6 +116,15 @@ public:
   /// than `limit` (parse error, kind too_large, id null). Never throws.
   void handle_oversized_line(std::uint64_t bytes, std::uint64_t limit);
 
+  /// Ends every watch of the stream, each with a `watch_ended` notification
+  /// (reason closing, resume_from after the last `changes` written) passed
+  /// to `write` before this returns; batches not yet written are dropped
+  /// (resuming reads them again), so a reader that stopped reading cannot
+  /// hold it up. Watches started later are not ended. Call when the stream
+  /// is closing gracefully, before drain(). Blocks while a watch's handler
+  /// finishes its batch.
+  void end_watches();
+
   /// Blocks until every request handed in so far has completed and its
   /// response has been passed to `write`. REQUIRES: not called from an engine
   /// callback.

@@ -527,6 +527,7 @@ private:
     closing_since_ = clock::now();
     drop_partial();
     std::string().swap(backlog_);
+    rpc_->end_watches(); // each watch_ended (closing) is queued before the close
     finish_if_idle();
   }
 
