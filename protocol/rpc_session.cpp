@@ -172,6 +172,11 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   latch->release();
 }
 
+bool rpc_session::watching() const {
+  std::lock_guard<std::mutex> lk(watches_->mtx);
+  return !watches_->live.empty();
+}
+
 void rpc_session::end_watches() {
   watches_->ending = true;
   std::map<std::string, std::unique_ptr<watch_handle>> live;

@@ -130,6 +130,10 @@ public:
   /// callback.
   void drain();
 
+  /// Whether the stream has a live watch (started and not yet ended by
+  /// unwatch or end_watches()). Thread-safe.
+  bool watching() const;
+
   /// Requests handed in and not yet completed.
   std::size_t in_flight() const;
 

@@ -721,6 +721,12 @@ private:
                          {{"conn", id_}, {"peer", peer_}});
           return close_now("output not read");
         }
+        if (rpc_->watching()) {
+          // Waiting for changes is not idleness: the watch's client reads
+          // what it is sent (else `stalled` above), so the timeout restarts.
+          last_progress_ = now;
+          return schedule();
+        }
         return fail("idle_timeout",
                     "idle for " + std::to_string(lim.idle_timeout.count())
                       + " s; closing the connection");

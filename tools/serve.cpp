@@ -137,7 +137,8 @@ const count_flag count_flags[] = {
    "connections at once (default 1024); one more gets an\nerror line and is closed"},
   {"--idle-timeout-s", 0, 1u << 24, true,
    [](serve_config& c, std::uint64_t n) { c.net.lim.idle_timeout = std::chrono::seconds(n); },
-   "close a connection idle this long (default 300; 0:\nnever)"},
+   "close a connection idle this long (default 300; 0:\nnever); one with a live watch is not\nidle "
+   "while it reads what it is sent"},
   {"--line-timeout-s", 0, 1u << 24, true,
    [](serve_config& c, std::uint64_t n) { c.net.lim.line_timeout = std::chrono::seconds(n); },
    "close a connection whose request line (or TLS\n"

@@ -124,3 +124,30 @@ TEST_CASE("regression: serve over pipes ends each watch with watch_ended closing
   CHECK(ended[w2["watch_id"]]["resume_from"] == w2["cursor"]); // it wrote nothing
   CHECK(s.wait_exit(15s, false) == 0);
 }
+
+TEST_CASE("regression: a TCP connection with a live watch is not closed by --idle-timeout-s "
+          "while the store is quiet; one without a watch is") {
+  temp_dir dir;
+  net::server_process srv({"--listen", "127.0.0.1:0", "--memory", "--idle-timeout-s", "1"},
+                          (dir.path() / "stderr.txt").string());
+  const int port = srv.port();
+  net::client watcher(port), plain(port);
+  REQUIRE(watcher.connected());
+  REQUIRE(plain.connected());
+  watcher.send_line(net::rpc(1, "watch", json{{"scope", "all"}}));
+  REQUIRE(net::ok(watcher.next()));
+  plain.send_line(net::rpc(1, "ping"));
+  REQUIRE(net::ok(plain.next()));
+  // Three idle timeouts of quiet: the plain connection is closed, the
+  // watching one is not, and still gets the next change.
+  CHECK(plain.closed_within(5s));
+  CHECK(!watcher.closed_within(std::chrono::milliseconds(3000)));
+  net::client writer(port);
+  writer.send_line(net::rpc(1, "create_session",
+                            json{{"app_name", "app"}, {"user_id", "u"}, {"session_id", "s"}}));
+  REQUIRE(net::ok(writer.next()));
+  auto line = watcher.next();
+  REQUIRE(line);
+  CHECK((*line)["method"] == "changes");
+  CHECK((*line)["params"]["changes"][0]["kind"] == "create");
+}
