@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// `agentstate watch DIR`: an operator's `tail -f` of a store's change feed.
-// Reads the store read-only (safe beside the engine or `serve` that owns
-// it), a page at a time in short read transactions, and prints each change
-// as one JSON line (docs/protocol.md, read_changes' Change) on stdout.
+// `agentstate watch DIR|ADDR`: an operator's `tail -f` of a store's change
+// feed. DIR: reads the store read-only (safe beside the engine or `serve` that
+// owns it), a page at a time in short read transactions. ADDR: a client of a
+// running `serve` (tools/watch_remote.cpp). Either way each change is one JSON
+// line (docs/protocol.md, read_changes' Change) on stdout, the same bytes.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/fault_guard.hpp"
+#include "tools/watch_remote.hpp"
 
 namespace agentstate::tools {
 
@@ -25,7 +28,66 @@ struct watch_options {
   bool include_sessions = false;
   bool once = false;
   unsigned poll_ms = 200;
+  // The server form only.
+  std::string token_file, tls_ca, tls_cert, tls_key;
+  bool tls = false;
+  CLI::Option* poll_opt = nullptr;
 };
+
+const char* scope_name(watch_scope s) {
+  switch (s) {
+    case watch_scope::session: return "session";
+    case watch_scope::user: return "user";
+    case watch_scope::app: return "app";
+    case watch_scope::all: break;
+  }
+  return "all";
+}
+
+// The params of watch/read_changes for `r` (without from and limit).
+json filter_of(const watch_request& r) {
+  json p{{"scope", scope_name(r.scope)}};
+  if (!r.app_name.empty())
+    p["app_name"] = r.app_name;
+  if (!r.user_id.empty())
+    p["user_id"] = r.user_id;
+  if (!r.session_id.empty())
+    p["session_id"] = r.session_id;
+  if (r.include_sessions)
+    p["include_sessions"] = true;
+  if (!r.key_prefix.empty())
+    p["key_prefix"] = r.key_prefix;
+  return p;
+}
+
+int run_remote(const watch_options& o, const server::listen_spec& at, const watch_request& req) {
+  if (o.poll_opt && o.poll_opt->count() > 0)
+    return usage_error("watch", "--poll-ms is for a store directory, not a server");
+  if (o.tls_cert.empty() != o.tls_key.empty())
+    return usage_error("watch", "--tls-cert and --tls-key go together");
+  remote_watch w;
+  w.at = at;
+  w.filter = filter_of(req);
+  w.from = o.from;
+  w.once = o.once;
+  w.tls_ca = o.tls_ca;
+  w.tls_cert = o.tls_cert;
+  w.tls_key = o.tls_key;
+  w.tls = o.tls || !o.tls_ca.empty() || !o.tls_cert.empty();
+  if (w.tls && at.type == server::listen_spec::kind::unix_socket)
+    return usage_error("watch", "TLS is for TCP servers, not unix:PATH");
+  if (!o.token_file.empty()) {
+    auto t = read_token_file(o.token_file);
+    if (!t) {
+      std::fprintf(stderr, "watch: %s\n", t.err().message.c_str());
+      return watch_unreachable;
+    }
+    w.token = std::move(*t);
+  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
+    w.token = env;
+  }
+  return run_remote_watch(w);
+}
 
 // The feed filter the flags name: the narrowest scope given.
 result<watch_request> request_of(const watch_options& o) {
@@ -56,8 +118,15 @@ int run_watch(const watch_options& o) {
   auto req = request_of(o);
   if (!req) {
     std::fprintf(stderr, "watch: %s\n", req.err().message.c_str());
-    return 2;
+    return watch_usage;
   }
+  if (auto at = server_address(o.dir))
+    return run_remote(o, *at, *req);
+  if (o.tls || !o.tls_ca.empty() || !o.tls_cert.empty() || !o.tls_key.empty()
+      || !o.token_file.empty())
+    return usage_error("watch",
+                       "--token-file and the --tls options need a server address, not "
+                       "a store directory");
   auto kv = open_readonly(o.dir);
   if (!kv)
     return 1;
@@ -114,17 +183,32 @@ int run_watch(const watch_options& o) {
 
 runner define_watch(command_line& cl) {
   auto o = std::make_shared<watch_options>();
-  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR] [--once]";
+  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR] [--once]\n"
+             "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]] [same filters]";
   cl.description = "Prints the store's change feed as JSON lines, one committed create, append\n"
                    "or delete per line, in commit order (the objects of read_changes in\n"
                    "docs/protocol.md): every change of the store, or of one app's `app:` keys,\n"
                    "one user's `user:` keys or one session (--include-sessions: every change of\n"
                    "the app's or user's sessions). Starts after the newest change, or after\n"
-                   "--from; then polls for new ones, like tail -f. Reads the store read-only:\n"
-                   "safe beside the engine or `serve` that owns it.";
-  cl.footer = "Exit 0 (--once, at the head), 1 (cannot read the store, a cursor of\n"
-              "another store or older than its retention), 2 (usage).";
-  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+                   "--from; then waits for new ones, like tail -f.\n"
+                   "\n"
+                   "DIR: reads the store read-only, polling: safe beside the engine or `serve`\n"
+                   "that owns it. ADDR: a running `agentstate serve --listen`, as `unix:PATH`,\n"
+                   "`tcp://HOST:PORT` or `HOST:PORT` (a bare HOST:PORT names a server unless a\n"
+                   "file or directory of that name exists; write ./NAME for such a directory);\n"
+                   "the feed comes from its `watch` (--once: `read_changes` pages), the lines\n"
+                   "are the same as the DIR form's. The token comes from --token-file or the\n"
+                   "AGENTSTATE_TOKEN environment variable and is never printed. SIGINT or\n"
+                   "SIGTERM unwatches and exits 0, naming the last cursor on stderr.";
+  cl.footer = "Exit 0 (--once at the head; or stopped by SIGINT/SIGTERM), 1 (cannot read\n"
+              "the store, or a cursor of another store or older than its retention;\n"
+              "cannot reach the server, TLS failed, the token file is unreadable), 2\n"
+              "(usage), 3 (the server answered an error: unauthenticated,\n"
+              "permission_denied, cursor_expired with the oldest cursor it serves, a bad\n"
+              "cursor), 4 (the server ended the watch: stderr names the reason and the\n"
+              "--from to resume with), 5 (the connection was lost: stderr names the\n"
+              "cursor printed up to, to resume with --from).";
+  cl.app.add_option("DIR|ADDR", o->dir, "the store directory, or a server's address")->required();
   cl.app.add_option("--app", o->app, "one app");
   cl.app.add_option("--user", o->user, "one user of the app (needs --app)");
   cl.app.add_option("--session", o->session, "one session of the user (needs --user)");
@@ -132,15 +216,33 @@ runner define_watch(command_line& cl) {
                   "with --app or --user: every change of their sessions too");
   cl.app.add_option("--key-prefix", o->key_prefix,
                     "only keys that start with it (\"user:cart\", \"app:\")");
-  cl.app.add_option("--from", o->from, "start after this cursor (from an append, a page, a line)");
+  cl.app.add_option("--from", o->from,
+                    "start after this cursor (from an append, a page, a line, an exit message)");
   cl.app.add_flag("--once", o->once, "print what is there up to the newest change, then exit");
-  cl.app.add_option("--poll-ms", o->poll_ms, "how often to look for new changes (default 200)")
-    ->check(CLI::Range(1u, 60000u));
+  o->poll_opt =
+    cl.app
+      .add_option("--poll-ms", o->poll_ms, "DIR: how often to look for new changes (default 200)")
+      ->check(CLI::Range(1u, 60000u));
+  const std::string server = "Server (ADDR)";
+  cl.app
+    .add_option("--token-file", o->token_file,
+                "authenticate with the token in FILE (its first word; default: "
+                "$AGENTSTATE_TOKEN when set)")
+    ->group(server);
+  cl.app
+    .add_flag("--tls", o->tls, "connect with TLS, verifying the server against the system's CAs")
+    ->group(server);
+  cl.app.add_option("--tls-ca", o->tls_ca, "TLS, verifying the server against this PEM CA file")
+    ->group(server);
+  cl.app.add_option("--tls-cert", o->tls_cert, "TLS client certificate (PEM; with --tls-key)")
+    ->group(server);
+  cl.app.add_option("--tls-key", o->tls_key, "its PEM private key")->group(server);
   return [o] { return run_watch(*o); };
 }
 
 const bool registered = register_command(
-  {"watch", "print a store's change feed as JSON lines (tail -f of commits)", define_watch});
+  {"watch", "print a store's or a server's change feed as JSON lines (tail -f of commits)",
+   define_watch});
 
 } // namespace
 

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,7 +196,7 @@ int connect_tcp(const std::string& address, std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
     why = "cannot resolve '" + address + "': " + ::gai_strerror(rc);
@@ -216,6 +217,28 @@ int connect_tcp(const std::string& address, std::string& why) {
   if (fd >= 0) {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return fd;
+}
+
+int connect_unix(const std::string& path, std::string& why) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a.sun_path) {
+    why =
+      "bad socket path '" + path + "' (1 to " + std::to_string(sizeof a.sun_path - 1) + " bytes)";
+    return -1;
+  }
+  std::memcpy(a.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    why = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    why = "connect unix:" + path + ": " + std::strerror(errno);
+    ::close(fd);
+    return -1;
   }
   return fd;
 }

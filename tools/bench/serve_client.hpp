@@ -66,8 +66,14 @@ private:
   std::thread err_thread_;
 };
 
-/// A connected TCP socket to "HOST:PORT" (TCP_NODELAY), or -1 with `why`.
+/// A connected TCP socket to "HOST:PORT" or "[HOST]:PORT" (TCP_NODELAY), or
+/// -1 with `why`. HOST is a numeric address or a name (resolved, every
+/// address tried in turn); PORT is numeric. The socket is blocking.
 int connect_tcp(const std::string& address, std::string& why);
+
+/// A connected Unix-domain stream socket at `path`, or -1 with `why` (a path
+/// of 108 bytes or more cannot be named). The socket is blocking.
+int connect_unix(const std::string& path, std::string& why);
 
 /// One client stream: the descriptor requests are written to and the one
 /// responses are read from (the same socket over TCP).
