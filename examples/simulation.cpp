@@ -13,12 +13,20 @@
 //    it: the value names the order that last took an item. A wallet works the
 //    same way: reserve, then pay, or refund when the stock was gone;
 //  * two CAF styles: the market is an event_based actor that never blocks
-//    (it sets app:price through the typed engine actor of caf.hpp, then sends
-//    every trader a tick and collects their replies), and each trader is a
-//    detached actor (its own thread) that may use the blocking invocation API.
+//    (it sets app:price through the typed engine actor of caf.hpp, and
+//    collects the traders' replies to its ticks), and each trader is a
+//    detached actor (its own thread) that may use the blocking invocation API;
+//  * the change feed as messages (watch_to_actor of caf.hpp): a board actor
+//    follows the app: keys and the market reacts to it instead of polling:
+//    it ticks the traders when the board saw the round's price committed.
+//    Trading ends with a last app:open = false; commit order tells the board
+//    that it has seen everything before it, so it quits, and the watch, whose
+//    destination is gone, ends itself.
 // At the end it checks the invariants: total bought == initial - final stock,
 // no stored stock or wallet value below zero, no item sold twice, per user
-// items == buys and coins + spent == budget. Any failed check exits 1.
+// items == buys and coins + spent == budget; and the board's: it saw every
+// round's price once, in order, the stock only fall to the stored value, and
+// exactly read_changes of its scope. Any failed check exits 1.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +56,7 @@ const char* usage =
   "  --rounds N    at most N rounds; the price is 1 + round (default 10)\n";
 
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using price_atom = caf::atom_constant<caf::atom("price")>;
 enum code : int { bought, broke, sold_out, failed };
 struct outcome {
   int code;
@@ -134,6 +143,11 @@ struct tally {
   int rounds = 0, bought = 0, broke = 0, refunds = 0;
   std::vector<int> user_items, user_spent, trader_appends, trader_items;
   std::vector<std::string> failures;
+  // What the board saw through the feed, in arrival order.
+  std::vector<int> board_prices, board_stock;
+  std::vector<std::string> board_cursors;
+  bool board_closed = false; // it saw app:open = false
+  std::vector<std::string> board_failures; // written by the board only
 };
 
 struct market_state {
@@ -171,40 +185,68 @@ void on_outcome(market_actor* self, std::size_t t, const outcome& o) {
     next_round(self);
 }
 
+// Stops the traders, the engine actor and the market.
+void stop_all(market_actor* self) {
+  auto& s = self->state;
+  for (auto& t : s.traders)
+    self->send_exit(t, caf::exit_reason::user_shutdown);
+  self->send_exit(s.h, caf::exit_reason::user_shutdown);
+  self->quit();
+}
+
 void next_round(market_actor* self) {
   auto& s = self->state;
   if (s.round == s.max_rounds || std::count(s.active.begin(), s.active.end(), true) == 0) {
-    for (auto& t : s.traders) // done: stop the traders and the engine actor
-      self->send_exit(t, caf::exit_reason::user_shutdown);
-    self->send_exit(s.h, caf::exit_reason::user_shutdown);
-    return self->quit();
+    // Done: the closing bell (app:open = false) is the board's last change.
+    append_request a;
+    a.ref = s.ref;
+    a.ev = note("market", "closed");
+    a.ev.actions.state_delta = {{"app:open", false}};
+    self->request(s.h, caf::infinite, std::move(a))
+      .then([self](append_result&) { stop_all(self); },
+            [self](caf::error& e) {
+              self->state.out->failures.push_back("close: " + self->system().render(e));
+              stop_all(self);
+            });
+    return;
   }
   s.out->rounds = ++s.round;
-  // Publish this round's price (app: state), then tick every active trader.
+  // Publish this round's price (app: state); the ticks follow when the board
+  // saw it committed (price_atom).
   append_request a;
   a.ref = s.ref;
   a.ev = note("market", "round " + std::to_string(s.round));
   a.ev.actions.state_delta = {{"app:price", 1 + s.round}};
   self->request(s.h, caf::infinite, std::move(a))
-    .then(
-      [self](append_result&) {
-        auto& s = self->state;
-        for (std::size_t t = 0; t < s.traders.size(); ++t) {
-          if (!s.active[t])
-            continue;
-          ++s.awaiting;
-          self->request(s.traders[t], caf::infinite, tick_atom::value, s.round)
-            .then([self, t](outcome& o) { on_outcome(self, t, o); },
-                  [self, t](caf::error&) {
-                    on_outcome(self, t, {failed, 0, 0});
-                  });
-        }
-      },
-      [self](caf::error& e) {
-        self->state.out->failures.push_back("price: " + self->system().render(e));
-        self->state.max_rounds = self->state.round; // stop
-        next_round(self);
-      });
+    .then([](append_result&) {},
+          [self](caf::error& e) {
+            self->state.out->failures.push_back("price: " + self->system().render(e));
+            self->state.max_rounds = self->state.round; // stop
+            next_round(self);
+          });
+}
+
+// The board saw app:price = `price` committed: tick every active trader.
+void on_price(market_actor* self, int price) {
+  auto& s = self->state;
+  if (price != 1 + s.round || s.awaiting != 0) {
+    s.out->failures.push_back("the board reported price " + std::to_string(price) + " in round "
+                              + std::to_string(s.round));
+    s.max_rounds = s.round; // stop
+    if (s.awaiting == 0)
+      next_round(self);
+    return;
+  }
+  for (std::size_t t = 0; t < s.traders.size(); ++t) {
+    if (!s.active[t])
+      continue;
+    ++s.awaiting;
+    self->request(s.traders[t], caf::infinite, tick_atom::value, s.round)
+      .then([self, t](outcome& o) { on_outcome(self, t, o); },
+            [self, t](caf::error&) {
+              on_outcome(self, t, {failed, 0, 0});
+            });
+  }
 }
 
 caf::behavior market(market_actor* self, engine_actor h, session_ref ref,
@@ -221,7 +263,37 @@ caf::behavior market(market_actor* self, engine_actor h, session_ref ref,
   out->user_spent.assign(users, 0);
   out->trader_appends.assign(s.traders.size(), 0);
   out->trader_items.assign(s.traders.size(), 0);
-  return {[self](tick_atom) { next_round(self); }};
+  return {[self](tick_atom) { next_round(self); },
+          [self](price_atom, int price) { on_price(self, price); }};
+}
+
+// -- the board: follows the app: keys through the feed (watch_to_actor) -----------------
+// Each change_page is a request: the next comes once this handler returned.
+caf::behavior board(caf::event_based_actor* self, caf::actor market, tally* out) {
+  return {
+    [self, market, out](change_page& p) {
+      for (auto& c : p.changes) {
+        out->board_cursors.push_back(c.cursor);
+        const json& d = c.state_delta;
+        if (auto it = d.find("app:price"); it != d.end()) {
+          out->board_prices.push_back(it->get<int>());
+          self->send(market, price_atom::value, it->get<int>());
+        }
+        if (auto it = d.find("app:stock"); it != d.end())
+          out->board_stock.push_back(it->value("left", -1));
+        if (auto it = d.find("app:open"); it != d.end() && *it == false)
+          out->board_closed = true;
+      }
+      // Every change before the closing bell has been seen (commit order):
+      // quitting ends the watch.
+      if (out->board_closed)
+        self->quit();
+    },
+    [self, out](watch_end& e) { // an end before the closing bell: the watch failed
+      out->board_failures.push_back(std::string("board: watch ended: ") + to_string(e.reason));
+      self->quit();
+    },
+  };
 }
 
 } // namespace
@@ -247,7 +319,8 @@ int main(int argc, char** argv) {
   const std::string app = "market-" + std::to_string(std::random_device{}() % 1000000);
   // The market's session seeds the app: state; each user's first trader seeds its wallet.
   session_ref market_ref{app, "market", "exchange"};
-  json world = {{"app:stock", {{"left", stock}, {"last", ""}}}, {"app:price", 0}};
+  json world = {
+    {"app:stock", {{"left", stock}, {"last", ""}}}, {"app:price", 0}, {"app:open", true}};
   bool setup = eng.create_session({app, "market", "exchange", world}).ok();
   std::vector<session_ref> refs; // trader t belongs to user t % users
   for (int t = 0; t < users * traders; ++t) {
@@ -257,10 +330,15 @@ int main(int argc, char** argv) {
       init["user:wallet"] = {{"coins", budget_of(t)}, {"last", ""}};
     setup = setup && eng.create_session({app, refs[t].user_id, refs[t].session_id, init}).ok();
   }
-  if (!setup) {
+  auto start = eng.head_cursor(); // the board's feed starts after the setup
+  if (!setup || !start) {
     std::fprintf(stderr, "simulation: creating the sessions failed\n");
     return 1;
   }
+  watch_request board_feed; // the app's app: keys, set by any session
+  board_feed.scope = watch_scope::app;
+  board_feed.app_name = app;
+  board_feed.from = *start;
 
   tally out;
   {
@@ -272,8 +350,21 @@ int main(int argc, char** argv) {
     for (auto& ref : refs)
       agents.push_back(sys.spawn<caf::detached>(trader, &eng, ref));
     auto m = sys.spawn(market, h, market_ref, agents, users, rounds, &out);
-    caf::anon_send(m, tick_atom::value);
-    sys.await_all_actors_done(); // the market stops everything when trading ends
+    auto b = sys.spawn(board, m, &out);
+    // The handle cancels the watch when it goes; the watch ends before that,
+    // when the board quits (the relay, which await_all_actors_done waits for,
+    // ends with it).
+    auto feed = watch_to_actor(eng, board_feed, b);
+    if (feed) {
+      caf::anon_send(m, tick_atom::value);
+    } else {
+      out.failures.push_back("watch_to_actor: " + to_string(feed.err()));
+      for (auto& a : agents)
+        caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      for (auto& a : {caf::actor_cast<caf::actor>(h), m, b})
+        caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    }
+    sys.await_all_actors_done(); // the market stops the rest, the board itself
   }
 
   // -- the invariants ----------------------------------------------------------------
@@ -282,6 +373,7 @@ int main(int argc, char** argv) {
     std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
     failed += !ok;
   };
+  out.failures.insert(out.failures.end(), out.board_failures.begin(), out.board_failures.end());
   for (auto& f : out.failures)
     std::fprintf(stderr, "simulation: %s\n", f.c_str());
   check(out.failures.empty(),
@@ -335,6 +427,40 @@ int main(int argc, char** argv) {
   }
   check(items == out.bought && bad_user == 0,
         "sum of user:items = " + std::to_string(items) + " buys; per user coins + spent = budget");
+  // The board's view through the feed.
+  std::vector<int> prices;
+  for (int r = 1; r <= out.rounds; ++r)
+    prices.push_back(1 + r);
+  check(out.board_closed && out.board_prices == prices,
+        "the board saw each of the " + std::to_string(prices.size())
+          + " rounds' app:price once, in order, then the closing bell");
+  int falls = 0;
+  bool rises = false;
+  for (std::size_t i = 1; i < out.board_stock.size(); ++i) {
+    falls += out.board_stock[i] < out.board_stock[i - 1];
+    rises = rises || out.board_stock[i] > out.board_stock[i - 1];
+  }
+  falls += !out.board_stock.empty() && out.board_stock.front() < stock;
+  check(!rises && falls == out.bought
+          && (out.board_stock.empty() ? left == stock : out.board_stock.back() == left),
+        "the board saw app:stock only fall, " + std::to_string(falls) + " times, to the stored "
+          + std::to_string(left));
+  std::vector<std::string> logged;
+  for (watch_request q = board_feed;;) {
+    auto page = eng.read_changes(q, 1000);
+    if (!page) {
+      check(false, "read_changes: " + to_string(page.err()));
+      break;
+    }
+    for (auto& c : page->changes)
+      logged.push_back(c.cursor);
+    q.from = page->cursor;
+    if (page->at_head && page->changes.empty())
+      break;
+  }
+  check(logged == out.board_cursors,
+        "the board got read_changes' " + std::to_string(logged.size())
+          + " app: changes, in commit order, each once");
   if (auto c = eng.close(); !c)
     check(false, "close: " + to_string(c.err()));
   std::printf("simulation: app %s, store %s%s: %s\n", app.c_str(),

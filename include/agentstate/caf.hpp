@@ -14,11 +14,20 @@
 // caf::error whose category is `error_category` and whose code is the errc
 // number (the message is its first context element). The engine must outlive
 // the actor; closing the engine makes the actor answer `unavailable`.
+//
+// The change feed as messages (watch_to_actor): an actor subscribes to a
+// watch and receives its batches as change_page requests, then a watch_end:
+//
+//   auto w = agentstate::watch_to_actor(eng, req, observer);  // observer's behavior:
+//   //   [](agentstate::change_page& p) {...},     // answered when it returns
+//   //   [](agentstate::watch_end& e) {...}        // last message of this watch
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include <caf/actor.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -26,6 +35,8 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 #include <caf/unit.hpp>
+
+#include "agentstate/watch.hpp"
 
 #include "agentstate/engine.hpp"
 
@@ -77,6 +88,43 @@ void add_error_category(caf::actor_system_config& cfg);
 /// `eng`'s async API (it never blocks). REQUIRES: `eng` outlives the actor.
 engine_actor spawn_engine_actor(caf::actor_system& sys, engine& eng);
 
+/// Starts engine::watch(req) with `dest` as its receiver: each batch goes to
+/// `dest` as a request carrying a change_page, and the watch's end as one
+/// message carrying a watch_end.
+///
+/// Ordering: batches arrive in commit order, one at a time: the next is sent
+/// only once `dest` answered the previous one. A handler that returns void
+/// answers when it returns; one that makes a response promise holds the
+/// feed until it delivers (any answer but an error counts). The watch_end
+/// arrives after every batch, and its resume_from is past every batch that
+/// was sent. Both messages come from one relay actor per watch
+/// (current_sender() there tells an actor's watches apart).
+///
+/// Ends: as engine::watch (cancel or the handle's destruction: cancelled;
+/// engine close: closing; cursor_expired; failed). Besides, the watch
+/// cancels itself when `dest` terminates (no end message then) or answers a
+/// batch with an error (e.g. unexpected_message when it has no change_page
+/// handler; the watch_end, reason cancelled, follows).
+///
+/// The handle: cancel() returns without waiting for `dest` (it may be called
+/// from `dest`'s own handlers); after it returns no new batch is sent, but
+/// batches sent before may still arrive, always before the watch_end.
+/// cursor() is as watch_handle's: past every batch sent (once `dest` is
+/// gone, including batches it never handled).
+///
+/// Threads and costs: engine::watch's thread per watch, which waits while
+/// a batch is unanswered (no queue grows: the log keeps what is not sent);
+/// the relay, spawned in `dest`'s actor system (not hidden: that system's
+/// await_all_actors_done waits for it), lives until the watch has ended; per
+/// batch one message to the relay and one request/response with `dest`.
+///
+/// REQUIRES: the watch ends before `dest`'s actor system is destroyed, and
+/// `dest` does not close the engine while a batch is in flight
+/// (engine::close waits for the answer to a batch in flight). Errors: as
+/// engine::watch, and invalid_argument for an invalid `dest`.
+result<std::unique_ptr<watch_handle>> watch_to_actor(engine& eng, watch_request req,
+                                                     caf::actor dest);
+
 } // namespace agentstate
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::create_request)
@@ -93,3 +141,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::optional<agentstate::session>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::session_page)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::append_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::json)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::change_page)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::watch_end)
