@@ -3,7 +3,8 @@
 // receives a scope's changes in commit order exactly once, one unanswered
 // batch at a time, while threads append; its quitting ends the watch and
 // its relay; cancel (also from the actor's own handler) stops delivery with
-// a watch_end whose cursor resumes; close sends watch_end(closing).
+// a watch_end whose cursor resumes; close sends watch_end(closing); an
+// error answer ends the watch, a value answer lets the next batch go.
 // test-tiers: tsan
 #include <doctest/doctest.h>
 
@@ -378,5 +379,23 @@ TEST_CASE("caf watch: closing the engine sends watch_end(closing) after every ba
   h_deaf.reset();
   caf::anon_send_exit(obs, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(deaf, caf::exit_reason::user_shutdown);
+  CHECK(test::eventually([&] { return host.sys->registry().running() == 0; }));
+}
+
+TEST_CASE("caf watch: an answer with a value lets the next batch go, as an empty one does") {
+  auto t = test::open_engine(test::store_kind::lmdb);
+  caf_host host;
+  auto got = std::make_shared<std::atomic<int>>(0);
+  auto counter = host.sys->spawn([got](caf::event_based_actor*) -> caf::behavior {
+    return {[got](change_page& p) -> int { return *got += int(p.changes.size()); },
+            [](watch_end&) {}};
+  });
+  auto h = MUST(watch_to_actor(*t, scope_req(watch_scope::all), counter));
+  for (int i = 1; i <= 3; ++i) { // each batch only after the previous one was answered
+    MUST(t->create_session(test::create_req("v", "u", "s" + std::to_string(i))));
+    CHECK(test::eventually([&] { return got->load() == i; }));
+  }
+  h.reset();
+  caf::anon_send_exit(counter, caf::exit_reason::user_shutdown);
   CHECK(test::eventually([&] { return host.sys->registry().running() == 0; }));
 }
