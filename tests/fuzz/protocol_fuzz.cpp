@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/fuzz/protocol_fuzz.cpp: libFuzzer target over the JSON-RPC line
 // handler (protocol/rpc_session.hpp, rpc_session::handle_line) on an in-memory
-// engine. Built only with -DAGENTSTATE_FUZZ=ON and clang (docs/testing.md,
-// tier "fuzz"). Aborts when a response is malformed or reports an internal
-// error; ASan/UBSan abort on memory errors. A crasher goes to
+// engine, the change feed's methods (watch, unwatch, read_changes) included.
+// Built only with -DAGENTSTATE_FUZZ=ON and clang (docs/testing.md, tier
+// "fuzz"). Aborts when a response or notification is malformed, a watch
+// breaks its order, or an error is internal; ASan/UBSan abort on memory
+// errors. A crasher goes to
 // tests/fuzz/regressions/ (replayed by the quick test fuzz_regressions_test).
 #include <cstdio>
 #include <cstdlib>
@@ -14,14 +16,16 @@ using namespace agentstate;
 
 namespace {
 
+// The engine lives for the whole run; each input gets streams of its own, so
+// the watches it starts end with it (as a connection's do) instead of piling
+// up across inputs.
 struct harness {
   std::unique_ptr<engine> eng;
+  std::string epoch; ///< of eng's change-feed cursors (fuzz_common.hpp)
   fuzzcheck::sink out;
-  std::unique_ptr<protocol::rpc_session> rpc;
 
   harness() {
-    options o;
-    o.mode = durability::memory;
+    auto o = fuzzcheck::fuzz_options();
     o.threads = 2;
     auto r = engine::open(o);
     if (!r) {
@@ -29,7 +33,11 @@ struct harness {
       std::abort();
     }
     eng = std::move(r).value();
-    rpc = std::make_unique<protocol::rpc_session>(*eng, [this](std::string line) { out(line); });
+    epoch = fuzzcheck::store_epoch(*eng);
+    if (epoch.empty()) {
+      std::fprintf(stderr, "protocol_fuzz: the change feed gave no cursor\n");
+      std::abort();
+    }
   }
 };
 
@@ -39,15 +47,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static harness* h = new harness; // lives for the whole run
   static const auto tokens = fuzzcheck::fuzz_tokens();
   std::string_view input(reinterpret_cast<const char*>(data), size);
-  fuzzcheck::replay(*h->rpc, input);
+  {
+    protocol::rpc_session open(*h->eng, [](std::string line) { h->out(line); });
+    fuzzcheck::replay(open, input, h->epoch);
+  }
+  h->out.new_stream();
   {
     // A fresh stream that must authenticate: the input decides whether it does.
     agentstate::protocol::rpc_config cfg;
     cfg.tokens = tokens;
     agentstate::protocol::rpc_session gated(
       *h->eng, [](std::string line) { h->out(line); }, cfg);
-    fuzzcheck::replay(gated, input);
+    fuzzcheck::replay(gated, input, h->epoch);
   }
+  h->out.new_stream();
   std::lock_guard<std::mutex> guard(h->out.mtx);
   if (!h->out.problem.empty()) {
     std::fprintf(stderr, "protocol_fuzz: %s\nresponse: %s\n", h->out.problem.c_str(),
