@@ -21,7 +21,8 @@
 // made), so a seed cannot spell a cursor of the engine it runs on: replay()
 // replaces every "@EPOCH@" in a line with that engine's epoch, so
 // "@EPOCH@-3" is the store's own cursor 3 (valid, ahead or expired: the
-// engines keep a short change log, fuzz_options()).
+// engines keep a short change log, fuzz_options()). A line "@DRAIN@" waits
+// for the answers to every line before it.
 #pragma once
 
 #include <cstdint>
@@ -270,11 +271,15 @@ struct sink {
 };
 
 /// Feeds `input` line by line, "@EPOCH@" replaced by `epoch`, and waits for
-/// every answer.
+/// every answer; a line "@DRAIN@" is not handed in but waits for every
+/// answer so far (requests of different sessions otherwise run
+/// concurrently, and a seed could not name a cursor its appends make).
 inline void replay(agentstate::protocol::rpc_session& rpc, std::string_view input,
                    const std::string& epoch) {
   std::string buf;
   auto feed = [&](std::string_view line) {
+    if (line == "@DRAIN@")
+      return rpc.drain();
     static constexpr std::string_view mark = "@EPOCH@";
     if (line.find(mark) == std::string_view::npos)
       return rpc.handle_line(line);
