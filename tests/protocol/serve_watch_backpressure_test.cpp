@@ -4,7 +4,12 @@
 // TCP): its watches wait on the change log instead of queueing, so the serve
 // child's memory stays flat while another client appends many times the
 // output budget; once it reads again, each watch delivers every change once,
-// in commit order, up to the last append.
+// in commit order, up to the last append. Memory is the child's RssAnon
+// (its heap, where queued notifications would live); VmRSS is printed too,
+// but it also counts the store's mapped file pages, which grow with the log.
+// Not over stdio: there the stalled reader is the only client, and its own
+// appends' answers (which carry the event) fill the same output budget, so
+// serve stops reading its requests long before notifications could pile up.
 #include "server/net_support.hpp"
 #include "support/change_feed.hpp"
 
