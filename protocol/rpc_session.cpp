@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -32,9 +33,28 @@ struct rpc_session::observers {
 
 // The stream's watches. Shared with their callbacks, which run on the
 // watches' threads.
+/// A live watch's handle and its place in the server's count (given back
+/// when the handle is gone).
+struct counted_watch {
+  std::unique_ptr<watch_handle> handle;
+  std::shared_ptr<std::atomic<std::size_t>> server_count;
+  counted_watch(std::unique_ptr<watch_handle> h, std::shared_ptr<std::atomic<std::size_t>> c)
+    : handle(std::move(h)), server_count(std::move(c)) {}
+  counted_watch(counted_watch&&) = default;
+  counted_watch& operator=(counted_watch&&) = default;
+  ~counted_watch() {
+    handle.reset(); // cancels, waiting for a batch in progress
+    if (server_count)
+      server_count->fetch_sub(1);
+  }
+};
+
 struct rpc_session::watches {
   std::mutex mtx;
-  std::map<std::string, std::unique_ptr<watch_handle>> live; ///< by watch_id
+  std::map<std::string, counted_watch> live; ///< by watch_id
+  std::size_t max_live = 64;
+  std::shared_ptr<std::atomic<std::size_t>> server_count;
+  std::size_t max_server = 0;
   std::uint64_t next = 1;
   std::atomic<bool> closing{false}; ///< the stream is ending: send nothing more
   /// end_watches() runs: batches not yet sent are dropped and each watch's
@@ -92,6 +112,9 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
     watches_(std::make_shared<watches>()), eng_(eng) {
   watches_->queued_output_bytes = std::move(cfg.queued_output_bytes);
   watches_->max_backlog = std::max<std::size_t>(1, cfg.max_watch_backlog);
+  watches_->max_live = cfg.max_watches;
+  watches_->server_count = std::move(cfg.server_watches);
+  watches_->max_server = cfg.max_server_watches;
   if (cfg.server_stats || cfg.on_error || cfg.on_authenticate || cfg.on_complete)
     observers_ = std::make_shared<const observers>(
       observers{std::move(cfg.server_stats), std::move(cfg.on_error),
@@ -100,7 +123,7 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
 
 rpc_session::~rpc_session() {
   watches_->closing = true;
-  std::map<std::string, std::unique_ptr<watch_handle>> live;
+  std::map<std::string, counted_watch> live;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     live.swap(watches_->live);
@@ -113,7 +136,23 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   std::string id;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
+    if (watches_->live.size() >= watches_->max_live)
+      return refuse(d, rpc_code::engine_error,
+                    "this connection has " + std::to_string(watches_->live.size())
+                      + " live watches, the most it may have (--max-watches): unwatch one first",
+                    to_string(errc::unavailable));
     id = "w" + std::to_string(watches_->next++);
+  }
+  std::shared_ptr<std::atomic<std::size_t>> counted;
+  if (auto& all = watches_->server_count) {
+    if (all->fetch_add(1) >= watches_->max_server) {
+      all->fetch_sub(1);
+      return refuse(d, rpc_code::engine_error,
+                    "the server has " + std::to_string(watches_->max_server)
+                      + " live watches, the most it may have (--max-server-watches); retry later",
+                    to_string(errc::unavailable));
+    }
+    counted = all;
   }
   auto latch = std::make_shared<answered_latch>();
   auto ws = watches_;
@@ -154,6 +193,8 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   };
   auto h = eng_.watch(std::move(*d.watch), on_changes, on_end);
   if (!h) {
+    if (counted)
+      counted->fetch_sub(1);
     latch->release();
     if (observers_)
       observers_->error(to_string(h.code()));
@@ -165,7 +206,7 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   *sent = cursor;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
-    watches_->live.emplace(id, std::move(*h));
+    watches_->live.emplace(id, counted_watch(std::move(*h), std::move(counted)));
   }
   if (!d.notification)
     dispatch_->answer(d.id, detail::outcome{json{{"watch_id", id}, {"cursor", cursor}}});
@@ -179,31 +220,31 @@ bool rpc_session::watching() const {
 
 void rpc_session::end_watches() {
   watches_->ending = true;
-  std::map<std::string, std::unique_ptr<watch_handle>> live;
+  std::map<std::string, counted_watch> live;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     live.swap(watches_->live);
   }
   for (auto& w : live)
-    w.second->cancel(); // its watch_ended (closing) is written first
+    w.second.handle->cancel(); // its watch_ended (closing) is written first
 }
 
 void rpc_session::stop_watch(detail::decoded_request& d) {
-  std::unique_ptr<watch_handle> h;
+  std::optional<counted_watch> w;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     auto it = watches_->live.find(*d.unwatch);
     if (it != watches_->live.end()) {
-      h = std::move(it->second);
+      w.emplace(std::move(it->second));
       watches_->live.erase(it);
     }
   }
-  if (!h)
+  if (!w)
     return refuse(d, rpc_code::engine_error, "no watch '" + *d.unwatch + "' on this connection",
                   to_string(errc::not_found));
-  h->cancel(); // its watch_ended (cancelled) goes out first
+  w->handle->cancel(); // its watch_ended (cancelled) goes out first
   if (!d.notification)
-    dispatch_->answer(d.id, detail::outcome{json{{"resume_from", h->cursor()}}});
+    dispatch_->answer(d.id, detail::outcome{json{{"resume_from", w->handle->cursor()}}});
 }
 
 void rpc_session::refuse(const detail::decoded_request& d, int code, const std::string& message,

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +72,14 @@ struct rpc_config {
   /// bounds them here.
   std::function<std::size_t()> queued_output_bytes;
   std::size_t max_watch_backlog = std::size_t{32} << 20;
+
+  /// Live watches of this stream (each costs the engine a thread); a
+  /// `watch` beyond it is refused with kind unavailable until one ends.
+  std::size_t max_watches = 64;
+  /// Live watches of every stream that shares this counter (a server's
+  /// connections), at most max_server_watches; null: no shared bound.
+  std::shared_ptr<std::atomic<std::size_t>> server_watches;
+  std::size_t max_server_watches = 1024;
 };
 
 namespace detail {

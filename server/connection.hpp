@@ -73,6 +73,8 @@ struct shared_state {
   std::function<void(std::uint64_t id)> on_finished;
   /// The "server" member of stats.
   std::function<json()> server_stats;
+  /// Live watches of every connection (rpc_config::server_watches).
+  std::shared_ptr<std::atomic<std::size_t>> watches = std::make_shared<std::atomic<std::size_t>>(0);
 };
 
 /// The connection-level error line (id null, kind unavailable).
@@ -201,6 +203,9 @@ public:
       return out->closed ? std::size_t{0} : out->bytes;
     };
     rc.max_watch_backlog = sh_->lim.max_output_bytes / 2;
+    rc.max_watches = sh_->lim.max_watches;
+    rc.server_watches = sh_->watches;
+    rc.max_server_watches = sh_->lim.max_server_watches;
     rc.on_complete = [weak, out, strand] {
       bool post = false;
       {

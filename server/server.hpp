@@ -47,6 +47,11 @@ struct limits {
   std::uint64_t max_line_bytes = std::uint64_t{16} << 20;
   /// SIGTERM: how long connections may take to finish before they are dropped.
   std::chrono::seconds shutdown_grace{5};
+  /// Live watches per connection, and of all connections together (each
+  /// costs the engine a thread); a `watch` beyond either is refused
+  /// (unavailable).
+  std::size_t max_watches = 64;
+  std::size_t max_server_watches = 1024;
 };
 
 struct tls_files {

@@ -122,6 +122,15 @@ const count_flag count_flags[] = {
    [](serve_config& c, std::uint64_t n) { c.engine_opts.change_retention.max_entries = n; },
    "changes the change log keeps for read_changes and\n"
    "watch (default 1000000; none older than 7 days)"},
+  {"--max-watches", 0, 1u << 20, false,
+   [](serve_config& c, std::uint64_t n) { c.stream.rpc.max_watches = static_cast<std::size_t>(n); },
+   "live watches per connection (default 64; each costs\n"
+   "a thread); one more is refused with kind unavailable"},
+  {"--max-server-watches", 0, 1u << 20, true,
+   [](serve_config& c, std::uint64_t n) {
+     c.net.lim.max_server_watches = static_cast<std::size_t>(n);
+   },
+   "live watches of all connections together (default\n1024)"},
   {"--change-retention-days", 1, 36500, false,
    [](serve_config& c, std::uint64_t n) {
      c.engine_opts.change_retention.max_age = std::chrono::hours(24 * n);
@@ -216,6 +225,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
   cfg.net.max_line_depth = cfg.stream.rpc.max_line_depth;
   cfg.net.lim.max_line_bytes = cfg.stream.max_line_bytes;
   cfg.net.lim.max_in_flight = cfg.stream.rpc.max_in_flight;
+  cfg.net.lim.max_watches = cfg.stream.rpc.max_watches;
   cfg.net.lim.max_output_bytes = cfg.stream.max_queued_bytes;
   return std::nullopt;
 }

@@ -467,3 +467,34 @@ TEST_CASE("watch: DIR or ADDR (an existing path wins over HOST:PORT), and usage 
   CHECK(help.second.find("--token-file") != std::string::npos);
   CHECK(help.second.find("unix:PATH") != std::string::npos);
 }
+
+TEST_CASE("watch ADDR: the server's shutdown (SIGTERM) ends the watch with watch_ended closing: "
+          "exit 4 naming a --from cursor that resumes with nothing missed or repeated") {
+  fixture f;
+  std::string start, resume;
+  std::vector<std::string> printed;
+  {
+    server_process srv({"--store", f.store, "--listen", "0"}, f.path("serve.log"));
+    int port = srv.port();
+    srv.wait_serving();
+    client c(port);
+    REQUIRE(c.connected());
+    start = head_of(c);
+    watch_child w({"127.0.0.1:" + std::to_string(port), "--from", start}, f.path("w"));
+    write_content(c, 2, 3); // 8 changes
+    printed = w.lines(8);
+    srv.signal(SIGTERM);
+    CHECK(w.wait_exit() == 4);
+    auto err = w.err();
+    INFO("watch stderr: ", err);
+    CHECK(err.find("closing") != std::string::npos);
+    resume = from_in(err);
+    REQUIRE(!resume.empty());
+    CHECK(srv.wait_exit() == 0);
+  }
+  auto after = watch_tool(quote(f.store) + " --once --from " + resume, f.path("e1"));
+  CHECK(after.rc == 0);
+  CHECK(after.out.empty());
+  auto everything = watch_tool(quote(f.store) + " --once --from " + start, f.path("e2"));
+  CHECK(split_lines(everything.out) == printed);
+}
