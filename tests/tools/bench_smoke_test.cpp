@@ -213,6 +213,27 @@ TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the en
   }
 }
 
+TEST_CASE("bench --via stdio and tcp run h: each change's notification timed beside its ack") {
+  for (const char* via : {"stdio", "tcp"}) {
+    CAPTURE(via);
+    auto r = run(std::string(AGENTSTATE_BIN) + " bench --via " + via
+                 + " --workload h --scale 0.01 --durability memory");
+    INFO("stdout:\n", r.out);
+    CHECK(r.exit_code == 0);
+    auto lines = lines_of(r.out);
+    REQUIRE(lines.size() == 1);
+    auto parsed = agentstate::parse_json(lines[0], 64);
+    REQUIRE(parsed.ok());
+    auto& j = *parsed;
+    CHECK(j.value("workload", "") == "h");
+    CHECK(j.value("errors", -1) == 0);
+    CHECK(j.value("events", 0) == 20);
+    CHECK(positive_number(j, "p50_us"));
+    CHECK(positive_number(j, "ack_p50_us"));
+    CHECK(positive_number(j, "events_per_s"));
+  }
+}
+
 TEST_CASE("bench --write-map runs b on a writable map, reports it, and needs nosync") {
   agentstate::test::temp_dir dir;
   auto j = run_one_line(std::string(AGENTSTATE_BIN)

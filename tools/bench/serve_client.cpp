@@ -86,8 +86,10 @@ std::unique_ptr<serve_child> serve_child::start(const std::string& bin,
     why = "serve did not print 'listening on HOST:PORT'; stderr: " + b.text;
     return nullptr;
   }
+  // The address ends the line's message: at a space, a quote or the line's
+  // end ("listening on 127.0.0.1:41234" address=... in the text log form).
   auto from = at + marker.size();
-  c->address_ = b.text.substr(from, b.text.find('\n', from) - from);
+  c->address_ = b.text.substr(from, b.text.find_first_of(" \"\n", from) - from);
   return c;
 }
 

@@ -631,12 +631,93 @@ ojson via_c(const config& cfg) {
   return line;
 }
 
+// The change feed through serve: one stream watches everything and appends
+// one event at a time; each append's request write is timed to its answer
+// (ack) and to its change's notification (delivery), whichever comes first.
+ojson via_h(const config& cfg) {
+  run_ctx x(cfg, "h");
+  const std::size_t n = scaled(cfg, 2000, 10);
+  x.describe("the change feed through serve: a watch of everything on the stream, then appends "
+             "awaited one at a time (request and notification on one stream)",
+             {{"via", cfg.via}, {"events", n}, {"connections", 1}});
+  const char* tdesc = "p50_us <= 1000 (an append's request written to its change's "
+                      "notification read)";
+  bool ok = false;
+  served s;
+  const session_ref ref{"bench-h", "u0", "s0"};
+  if (start_serve(x, cfg, 1, s) && create_one(s, ref, x.errors)) {
+    auto w = call_one(s.streams.front(),
+                      R"({"jsonrpc":"2.0","id":2,"method":"watch","params":{"scope":"all"}})"
+                      "\n",
+                      x.errors);
+    if (!read_response(w).ok)
+      x.errors.add("watch failed: " + excerpt(w));
+    samples deliver, ack;
+    std::size_t sent = 0;
+    bool want_change = false, want_answer = false;
+    steady::time_point written;
+    auto send_next = [&](std::string& out) {
+      put_append(out, 100 + sent, ref, sent);
+      written = steady::now();
+      want_change = want_answer = true;
+      ++sent;
+    };
+    const std::string_view changes_prefix = R"({"jsonrpc":"2.0","method":"changes")";
+    s.cpu_start();
+    auto t0 = steady::now();
+    auto why = run_requests(
+      s.streams, [&](std::size_t, std::string& out) { send_next(out); },
+      [&](std::size_t, std::string_view line, std::string& out) {
+        auto now = steady::now();
+        if (line.substr(0, changes_prefix.size()) == changes_prefix) {
+          if (line.find(R"("changes":[])") != std::string_view::npos)
+            return; // progress
+          if (!want_change) {
+            x.errors.add("a change nobody waited for: " + excerpt(line));
+            sent = n; // stop
+          }
+          deliver.us.push_back(us_between(written, now));
+          want_change = false;
+        } else {
+          auto r = read_response(line);
+          if (!r.ok) {
+            x.errors.add("append failed: " + excerpt(line));
+            sent = n;
+            want_change = false;
+          }
+          ack.us.push_back(us_between(written, now));
+          want_answer = false;
+        }
+        if (!want_change && !want_answer && sent < n && x.errors.count == 0)
+          send_next(out);
+      },
+      [&] { return std::size_t(want_change || want_answer || (sent < n && x.errors.count == 0)); });
+    double secs = since(t0);
+    if (!why.empty())
+      x.errors.add("client: " + why);
+    x.out["events_per_s"] = round_to(double(ack.us.size()) / secs, 0);
+    x.out["latency_of"] = "delivery: an append's request written to its change's notification "
+                          "read (ack_: to its answer read; one append at a time)";
+    put_latency(x.out, "", deliver);
+    put_latency(x.out, "ack_", ack);
+    s.cpu_stop(x.out, double(ack.us.size()), "event");
+    x.out["serve_stats"] = serve_stats(s, x.errors);
+    if (deliver.us.size() != n)
+      x.errors.add("delivered " + std::to_string(deliver.us.size()) + " of " + std::to_string(n)
+                   + " changes");
+    ok = !deliver.us.empty() && deliver.p50() <= 1000;
+  }
+  stop_serve(x, s);
+  return x.finish(tdesc, ok && x.errors.count == 0);
+}
+
 } // namespace
 
 ojson via_workload(char w, const config& cfg) {
   switch (w) {
     case 'a': return via_a(cfg);
     case 'b': return via_b(cfg);
+    case 'h': return via_h(cfg);
     default: return via_c(cfg);
   }
 }

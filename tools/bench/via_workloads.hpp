@@ -11,6 +11,9 @@
 //   c  one session of 10,000* events (loaded as a, not timed against
 //      anything), then get_session awaited one at a time: num_recent_events=10
 //      (1,000 reads) and full (200 reads); in-process: get_session_json
+//   h  the change feed: one stream watches everything, then 2,000* appends
+//      awaited one at a time; the request's write to its change's
+//      notification (no in-process counterpart: workload h has it)
 //
 // Each returns its JSON line (run_ctx::finish) and never throws for a failed
 // call: errors are counted in the line. The child `serve` runs on a fresh
@@ -24,7 +27,7 @@
 
 namespace agentstate::tools::bench {
 
-/// Workload `w` ('a', 'b' or 'c') through serve over cfg.via.
+/// Workload `w` ('a', 'b', 'c' or 'h') through serve over cfg.via.
 ojson via_workload(char w, const config& cfg);
 
 } // namespace agentstate::tools::bench
