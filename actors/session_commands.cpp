@@ -80,7 +80,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
       return;
     answer(self,
            [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev), version = st0.version]() mutable {
-             cb(append_result{std::move(ev), version});
+             cb(append_result{std::move(ev), version, {}});
            });
     return;
   }
@@ -117,7 +117,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
     return;
   }
   st.version += 1;
-  append_result stored{std::move(prepared->stored), st.version};
+  append_result stored{std::move(prepared->stored), st.version, {}};
   // A caller's id is in flight until the writer answers (A6). Keyed by the
   // stored event's id: `ev` is moved from.
   append_outcome outcome;

@@ -32,7 +32,10 @@ struct watcher {
 
   std::mutex mtx;
   std::condition_variable cv;
-  std::uint64_t cursor = 0; ///< past every change delivered or skipped (under mtx)
+  /// Past every change delivered or skipped (under mtx). Only grows: the
+  /// watch's thread moves it past each page it read, and the hub past rows it
+  /// found hold nothing for this watch (then no thread reads them again).
+  std::uint64_t cursor = 0;
   std::uint64_t wake = 0; ///< the hub saw a row for this watch up to here (under mtx)
   bool stop = false; ///< under mtx
   watch_end_reason reason = watch_end_reason::cancelled; ///< under mtx, once stop
@@ -110,10 +113,10 @@ void watcher::run() {
         delivered = end_seq;
         last_delivery = now;
       }
-      at = end_seq;
       {
         std::lock_guard<std::mutex> lk(mtx);
-        cursor = end_seq;
+        cursor = std::max(cursor, end_seq);
+        at = cursor; // the hub may have moved it past rows it found empty
         if (stop || page->at_head)
           break;
       }
@@ -270,10 +273,17 @@ void watch_hub::run() {
       scanned_ = std::max(scanned_, head);
     }
     for (std::size_t i = 0; i < ws.size(); ++i) {
-      if (!all && !hit[i])
-        continue;
       auto& w = *ws[i];
       std::lock_guard<std::mutex> lk(w.mtx);
+      if (!all && !hit[i]) {
+        // Rows from+1..head hold nothing for this watch: one that has read
+        // up to `from` skips them instead of reading them again when it is
+        // next woken (else each wake of a narrow watch re-reads the log's
+        // every row since its last match).
+        if (w.cursor >= from && w.cursor < head)
+          w.cursor = head;
+        continue;
+      }
       if (head > w.wake)
         w.wake = head;
       w.cv.notify_one();
