@@ -29,23 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Every change of `req` after `from` (or from the oldest kept), in pages of
-// `page` (each call examines at most 65,536 rows, so follow the cursors).
-std::vector<change> read_all(engine& e, watch_request req, std::size_t page = 1000) {
-  std::vector<change> out;
-  for (int guard = 0; guard < 100000; ++guard) {
-    auto p = MUST(e.read_changes(req, page));
-    for (auto& c : p.changes)
-      out.push_back(std::move(c));
-    REQUIRE(!p.cursor.empty());
-    req.from = p.cursor;
-    if (p.at_head && p.changes.empty())
-      return out;
-  }
-  FAIL("read_changes never reached the head");
-  return out;
-}
-
 std::vector<std::string> described(const std::vector<change>& xs) {
   std::vector<std::string> out;
   for (auto& c : xs)
@@ -155,7 +138,7 @@ TEST_CASE_TEMPLATE("read_changes: every acknowledged write once, in commit order
   for (auto& x : ts)
     x.join();
 
-  auto all = read_all(e, scope_req(watch_scope::all), 97);
+  auto all = test::read_feed(e, scope_req(watch_scope::all), 97);
   // Cursors strictly increase.
   for (std::size_t i = 1; i < all.size(); ++i)
     CHECK(seq_of(all[i].cursor) > seq_of(all[i - 1].cursor));
@@ -268,7 +251,7 @@ TEST_CASE_TEMPLATE("read_changes: every acknowledged write once, in commit order
     scope_req(watch_scope::user, "a0", "u2", {}, false, "user:gone"),
   };
   for (auto& r : scopes) {
-    auto got = read_all(e, r, 13);
+    auto got = test::read_feed(e, r, 13);
     auto want = filtered(all, r);
     INFO("scope " << int(r.scope) << " " << r.app_name << "/" << r.user_id << "/" << r.session_id
                   << " sessions=" << r.include_sessions << " prefix=" << r.key_prefix);
@@ -294,10 +277,10 @@ TEST_CASE_TEMPLATE("read_changes: resuming from any cursor continues with no gap
       MUST(t->create_session(test::create_req(r)));
     test::append_ok(*t, r, test::make_event(json{{"n", i}, {"user:n", i}}));
   }
-  auto all = read_all(*t, scope_req(watch_scope::all));
+  auto all = test::read_feed(*t, scope_req(watch_scope::all));
   REQUIRE(all.size() > 300);
   auto user = scope_req(watch_scope::user, "app", "u1");
-  auto user_all = read_all(*t, user);
+  auto user_all = test::read_feed(*t, user);
   REQUIRE(user_all.size() > 50);
   std::mt19937 rng(7);
   for (int k = 0; k < 1000; ++k) {
@@ -317,7 +300,7 @@ TEST_CASE_TEMPLATE("read_changes: resuming from any cursor continues with no gap
   // exactly the rest.
   auto from_first = scope_req(watch_scope::all);
   from_first.from = all.front().cursor;
-  auto rest = read_all(*t, from_first, 7);
+  auto rest = test::read_feed(*t, from_first, 7);
   CHECK(described(rest) == described(std::vector<change>(all.begin() + 1, all.end())));
 
   if (S::kind == test::store_kind::lmdb) {
@@ -327,7 +310,7 @@ TEST_CASE_TEMPLATE("read_changes: resuming from any cursor continues with no gap
     t.eng = MUST(engine::open(t.opts));
     auto req = scope_req(watch_scope::all);
     req.from = mid;
-    auto again = read_all(*t, req);
+    auto again = test::read_feed(*t, req);
     CHECK(described(again)
           == described(std::vector<change>(all.begin() + all.size() / 2 + 1, all.end())));
     test::append_ok(*t, ref, test::make_event(json{{"after", "restart"}}));
@@ -427,7 +410,7 @@ TEST_CASE_TEMPLATE("read_changes: a cursor older than the retention gets cursor_
   REQUIRE(r.code() == errc::cursor_expired);
   REQUIRE(r.err().oldest_cursor);
   req.from = *r.err().oldest_cursor;
-  auto kept = read_all(*t, req);
+  auto kept = test::read_feed(*t, req);
   // The newest 50 (a few more while trimming catches up), ending at the
   // last append, contiguous.
   REQUIRE(kept.size() >= 50);
@@ -436,6 +419,6 @@ TEST_CASE_TEMPLATE("read_changes: a cursor older than the retention gets cursor_
   for (std::size_t i = 1; i < kept.size(); ++i)
     CHECK(kept[i].version == kept[i - 1].version + 1);
   // Without a cursor, a read starts at the oldest kept change.
-  auto from_oldest = read_all(*t, scope_req(watch_scope::all));
+  auto from_oldest = test::read_feed(*t, scope_req(watch_scope::all));
   CHECK(described(from_oldest) == described(kept));
 }

@@ -21,18 +21,7 @@ namespace {
 
 // Every change after the oldest kept, in commit order.
 std::vector<change> whole_feed(engine& e) {
-  std::vector<change> out;
-  watch_request req;
-  for (int guard = 0; guard < 100000; ++guard) {
-    auto p = MUST(e.read_changes(req, 1000));
-    for (auto& c : p.changes)
-      out.push_back(std::move(c));
-    req.from = p.cursor;
-    if (p.at_head && p.changes.empty())
-      return out;
-  }
-  FAIL("read_changes never reached the head");
-  return out;
+  return test::read_feed(e, watch_request{});
 }
 
 bool starts_with(const std::string& s, const std::string& p) {

@@ -80,14 +80,9 @@ struct sink {
 std::vector<std::string> logged(engine& e, watch_request req, const std::string& from) {
   std::vector<std::string> out;
   req.from = from;
-  for (;;) {
-    auto p = MUST(e.read_changes(req, 1000));
-    for (auto& c : p.changes)
-      out.push_back(describe_change(c, true));
-    req.from = p.cursor;
-    if (p.at_head && p.changes.empty())
-      return out;
-  }
+  for (auto& c : test::read_feed(e, std::move(req)))
+    out.push_back(describe_change(c, true));
+  return out;
 }
 
 // Waits until `s` holds exactly `want` (the watch caught up), up to 20 s.

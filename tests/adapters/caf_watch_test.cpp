@@ -121,15 +121,10 @@ std::vector<std::string> logged(engine& e, watch_request req, const std::string&
                                 const std::string& to = {}) {
   std::vector<std::string> out;
   req.from = from;
-  for (;;) {
-    auto p = MUST(e.read_changes(req, 1000));
-    for (auto& c : p.changes)
-      if (to.empty() || seq_of(c.cursor) <= seq_of(to))
-        out.push_back(describe_change(c, true));
-    req.from = p.cursor;
-    if (p.at_head && p.changes.empty())
-      return out;
-  }
+  for (auto& c : test::read_feed(e, std::move(req)))
+    if (to.empty() || seq_of(c.cursor) <= seq_of(to))
+      out.push_back(describe_change(c, true));
+  return out;
 }
 
 // Appends from `threads` threads to sessions of apps a0 and a1.

@@ -8,6 +8,7 @@
 // `changes` written, over TCP and over pipes, and a watch from that cursor
 // on the restarted server continues with no gap and no duplicate.
 #include "server/net_support.hpp"
+#include "support/change_feed.hpp"
 #include "support/serve_process.hpp"
 
 namespace {
@@ -15,16 +16,13 @@ namespace {
 using namespace agentstate;
 using namespace agentstate::test;
 using namespace std::chrono_literals;
+using test::seq_of;
 
 json append_params(const std::string& session, int n) {
   return json{{"app_name", "app"},
               {"user_id", "u"},
               {"session_id", session},
               {"event", {{"author", "a"}, {"actions", {{"state_delta", {{"n", n}}}}}}}};
-}
-
-std::uint64_t seq_of(const std::string& cursor) {
-  return std::stoull(cursor.substr(cursor.rfind('-') + 1));
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agentstate/engine.hpp"
+#include "support/test_support.hpp"
 
 namespace agentstate::test {
 
@@ -34,6 +35,24 @@ inline std::string describe_change(const change& c, bool with_cursor = false) {
   if (c.ev)
     s += " ev=" + c.ev->id;
   return s;
+}
+
+/// Every change of `req` after req.from (none: the oldest the log keeps) up
+/// to the head, in pages of `page`, following the pages' cursors (a call
+/// examines at most 65,536 rows). REQUIREs every read to succeed.
+inline std::vector<change> read_feed(engine& e, watch_request req, std::size_t page = 1000) {
+  std::vector<change> out;
+  for (int guard = 0; guard < 100000; ++guard) {
+    auto p = MUST(e.read_changes(req, page));
+    for (auto& c : p.changes)
+      out.push_back(std::move(c));
+    REQUIRE(!p.cursor.empty());
+    req.from = p.cursor;
+    if (p.at_head && p.changes.empty())
+      return out;
+  }
+  FAIL("read_changes never reached the head");
+  return out;
 }
 
 /// A cursor's sequence number (the digits after its last '-').

@@ -26,18 +26,11 @@ int run(const std::string& args) {
 
 // Every change after `from`, each with its cursor, as comparable lines.
 std::vector<std::string> feed_after(engine& e, const std::string& from) {
-  std::vector<std::string> out;
   watch_request req;
   req.from = from;
-  for (int guard = 0; guard < 10000; ++guard) {
-    auto p = MUST(e.read_changes(req, 500));
-    for (auto& c : p.changes)
-      out.push_back(test::describe_change(c, true));
-    req.from = p.cursor;
-    if (p.at_head && p.changes.empty())
-      return out;
-  }
-  FAIL("read_changes never reached the head");
+  std::vector<std::string> out;
+  for (auto& c : test::read_feed(e, std::move(req), 500))
+    out.push_back(test::describe_change(c, true));
   return out;
 }
 

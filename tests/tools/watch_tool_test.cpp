@@ -3,6 +3,7 @@
 // lines equal to read_changes' changes, beside the engine that owns the
 // store, with its scope flags; --once stops at the head; bad flags exit 2,
 // a foreign or expired cursor exits 1 naming the cause.
+#include "support/change_feed.hpp"
 #include "support/serve_process.hpp"
 #include "support/test_support.hpp"
 
@@ -27,14 +28,9 @@ std::vector<json> lines_of(const std::string& out) {
 
 std::vector<json> changes_of(engine& e, watch_request req) {
   std::vector<json> out;
-  for (;;) {
-    auto p = MUST(e.read_changes(req, 1000));
-    for (auto& c : p.changes)
-      out.push_back(to_json(c));
-    req.from = p.cursor;
-    if (p.at_head && p.changes.empty())
-      return out;
-  }
+  for (auto& c : test::read_feed(e, std::move(req)))
+    out.push_back(to_json(c));
+  return out;
 }
 
 } // namespace
