@@ -27,6 +27,31 @@ extern char** environ;
 
 namespace agentstate::test {
 
+/// Reads `fd` until end of file or an error, appending each complete line
+/// (without its '\n') to `lines` under `mtx` and notifying `cv`: the body of
+/// a child's stdout reader thread.
+inline void collect_lines(int fd, std::mutex& mtx, std::condition_variable& cv,
+                          std::deque<std::string>& lines) {
+  std::string buf;
+  char chunk[65536];
+  for (;;) {
+    auto n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    buf.append(chunk, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (auto nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n', start)) {
+      std::lock_guard<std::mutex> guard(mtx);
+      lines.push_back(buf.substr(start, nl - start));
+      start = nl + 1;
+      cv.notify_all();
+    }
+    buf.erase(0, start);
+  }
+}
+
 using namespace std::chrono_literals;
 
 // The tool as a child process: requests go to its stdin, a thread collects
@@ -202,26 +227,7 @@ public:
   }
 
 private:
-  void read_stdout() {
-    std::string buf;
-    char chunk[65536];
-    for (;;) {
-      auto n = ::read(out_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        break;
-      buf.append(chunk, static_cast<std::size_t>(n));
-      std::size_t start = 0;
-      for (auto nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n', start)) {
-        std::lock_guard<std::mutex> guard(mtx_);
-        lines_.push_back(buf.substr(start, nl - start));
-        start = nl + 1;
-        cv_.notify_all();
-      }
-      buf.erase(0, start);
-    }
-  }
+  void read_stdout() { collect_lines(out_, mtx_, cv_, lines_); }
 
   pid_t pid_ = -1;
   std::string err_path_;

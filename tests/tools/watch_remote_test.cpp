@@ -7,6 +7,7 @@
 // refused, exit 3, never printed); a lost connection exits 5 naming the
 // cursor printed up to; the DIR-or-ADDR rule; usage errors exit 2.
 #include "server/net_support.hpp"
+#include "support/serve_process.hpp"
 #include "support/test_support.hpp"
 
 #include <condition_variable>
@@ -101,26 +102,7 @@ public:
   std::string err() const { return read_text(err_path_); }
 
 private:
-  void read_stdout() {
-    std::string buf;
-    char chunk[65536];
-    for (;;) {
-      auto n = ::read(out_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        break;
-      buf.append(chunk, static_cast<std::size_t>(n));
-      std::size_t start = 0;
-      for (auto nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n', start)) {
-        std::lock_guard<std::mutex> g(mtx_);
-        lines_.push_back(buf.substr(start, nl - start));
-        start = nl + 1;
-        cv_.notify_all();
-      }
-      buf.erase(0, start);
-    }
-  }
+  void read_stdout() { collect_lines(out_, mtx_, cv_, lines_); }
 
   std::string err_path_;
   pid_t pid_ = -1;
@@ -172,8 +154,8 @@ void write_content(client& c, int sessions, int appends, int base = 0) {
   for (int s = 0; s < sessions; ++s) {
     auto id = "s" + std::to_string(base + s);
     auto user = s % 2 ? "u2" : "u1";
-    REQUIRE(ok(
-      c.call("create_session", with(sref_params("app", id, user), "state", json{{"user:x", s}}))));
+    REQUIRE(ok(c.call("create_session",
+                      net::with(sref_params("app", id, user), "state", json{{"user:x", s}}))));
     for (int i = 0; i < appends; ++i)
       REQUIRE(ok(c.call("append_event", event_params(id, i, user))));
   }
