@@ -31,8 +31,6 @@ struct rpc_session::observers {
   }
 };
 
-// The stream's watches. Shared with their callbacks, which run on the
-// watches' threads.
 /// A live watch's handle and its place in the server's count (given back
 /// when the handle is gone).
 struct counted_watch {
@@ -41,7 +39,7 @@ struct counted_watch {
   counted_watch(std::unique_ptr<watch_handle> h, std::shared_ptr<std::atomic<std::size_t>> c)
     : handle(std::move(h)), server_count(std::move(c)) {}
   counted_watch(counted_watch&&) = default;
-  counted_watch& operator=(counted_watch&&) = default;
+  counted_watch& operator=(counted_watch&&) = delete;
   ~counted_watch() {
     handle.reset(); // cancels, waiting for a batch in progress
     if (server_count)
@@ -49,6 +47,8 @@ struct counted_watch {
   }
 };
 
+// The stream's watches. Shared with their callbacks, which run on the
+// watches' threads.
 struct rpc_session::watches {
   std::mutex mtx;
   std::map<std::string, counted_watch> live; ///< by watch_id
@@ -179,10 +179,14 @@ void rpc_session::start_watch(detail::decoded_request& d) {
     latch->wait();
     if (ws->closing)
       return; // the stream is gone: nobody to tell
-    const bool ending = ws->ending && e.reason == watch_end_reason::cancelled;
-    json params{{"watch_id", id},
-                {"reason", ending ? "closing" : to_string(e.reason)},
-                {"resume_from", ending ? *sent : e.resume_from}};
+    // While the stream ends, batches may have been dropped: resume after
+    // the last one written.
+    const bool ending = ws->ending;
+    json params{
+      {"watch_id", id},
+      {"reason",
+       ending && e.reason == watch_end_reason::cancelled ? "closing" : to_string(e.reason)},
+      {"resume_from", ending ? *sent : e.resume_from}};
     if (e.err) {
       params["error"] = {{"kind", to_string(e.err->code)}, {"message", e.err->message}};
       if (e.err->oldest_cursor)
