@@ -147,7 +147,10 @@ void engine::read_changes(watch_request req, std::size_t limit, callback<change_
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_change_page(*core_->kv, req, after, limit, 65536, core_->epoch));
+  store::page_bounds bounds;
+  bounds.changes = limit;
+  bounds.bytes = core_->opts.limits.max_response_bytes / 2; // room for the JSON around it
+  cb(store::read_change_page(*core_->kv, req, after, bounds, core_->epoch));
 }
 
 result<std::string> engine::head_cursor() {

@@ -13,10 +13,10 @@ namespace agentstate::detail {
 
 namespace {
 
-// A watch reads at most this many changes per page (one callback).
-constexpr std::size_t page_changes = 256;
-// Rows examined per read transaction (a narrow filter over a long log).
-constexpr std::size_t page_rows = 65536;
+// One batch (one callback): at most 256 changes and 4 MiB of their stored
+// text, from at most 65,536 rows examined in one read transaction (a narrow
+// filter over a long log).
+const store::page_bounds page_limits{256, 65536, std::size_t{4} << 20};
 // An idle watch checks the log this often, and delivers an empty batch when
 // its cursor moved past changes it does not take.
 constexpr auto progress_period = std::chrono::seconds(1);
@@ -36,6 +36,9 @@ struct watcher {
   /// watch's thread moves it past each page it read, and the hub past rows it
   /// found hold nothing for this watch (then no thread reads them again).
   std::uint64_t cursor = 0;
+  /// Where the watch started (set before its thread runs): progress is
+  /// measured from here, not from a cursor the hub may already have moved.
+  std::uint64_t start = 0;
   std::uint64_t wake = 0; ///< the hub saw a row for this watch up to here (under mtx)
   bool stop = false; ///< under mtx
   watch_end_reason reason = watch_end_reason::cancelled; ///< under mtx, once stop
@@ -72,11 +75,7 @@ struct watcher {
 void watcher::run() {
   std::optional<error> failure;
   auto last_delivery = std::chrono::steady_clock::now();
-  std::uint64_t delivered = 0; // the cursor of the last batch delivered
-  {
-    std::lock_guard<std::mutex> lk(mtx);
-    delivered = cursor;
-  }
+  std::uint64_t delivered = start; // the cursor of the last batch delivered
   bool first = true;
   for (;;) {
     std::uint64_t at;
@@ -92,8 +91,7 @@ void watcher::run() {
     // Read pages until the head (or a stop).
     for (;;) {
       std::uint64_t end_seq = at;
-      auto page =
-        store::read_change_page(*core->kv, req, at, page_changes, page_rows, core->epoch, &end_seq);
+      auto page = store::read_change_page(*core->kv, req, at, page_limits, core->epoch, &end_seq);
       if (!page) {
         failure = std::move(page).err();
         end(failure->code == errc::cursor_expired ? watch_end_reason::cursor_expired
@@ -183,6 +181,7 @@ result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::u
   w->on_changes = std::move(on_changes);
   w->on_end = std::move(on_end);
   w->cursor = after;
+  w->start = after;
   {
     std::lock_guard<std::mutex> lk(mtx_);
     if (closed_)

@@ -137,9 +137,8 @@ result<void> check_cursor(const log_bounds& b, std::uint64_t after, std::string_
 }
 
 result<change_page> read_change_page(kv_store& kv, const watch_request& req,
-                                     std::optional<std::uint64_t> after, std::size_t limit,
-                                     std::size_t max_examined, std::string_view epoch,
-                                     std::uint64_t* end_seq) {
+                                     std::optional<std::uint64_t> after, const page_bounds& limits,
+                                     std::string_view epoch, std::uint64_t* end_seq) {
   try {
     auto txn = kv.begin_read();
     auto bounds = read_log_bounds(*txn);
@@ -150,20 +149,25 @@ result<change_page> read_change_page(kv_store& kv, const watch_request& req,
       return std::move(ok).err();
     change_page page;
     std::uint64_t at = from;
-    std::size_t examined = 0;
+    std::size_t examined = 0, bytes = 0;
     std::optional<error> err;
     auto r = scan_changes(*txn, from, [&](const change_row& row) {
-      if (examined >= max_examined || page.changes.size() >= limit)
+      if (examined >= limits.rows || page.changes.size() >= limits.changes)
         return false;
-      ++examined;
       auto c = change_for(req, row, epoch);
       if (!c) {
         err = std::move(c).err();
         return false;
       }
-      at = row.seq;
-      if (*c)
+      if (*c) {
+        const auto size = row.delta.size() + row.removed.size() + row.event.size();
+        if (!page.changes.empty() && bytes + size > limits.bytes)
+          return false; // the next page starts with it
+        bytes += size;
         page.changes.push_back(std::move(**c));
+      }
+      ++examined;
+      at = row.seq;
       return true;
     });
     if (!r)

@@ -30,15 +30,24 @@ bool names_row(const watch_request& req, const change_row& row);
 result<std::optional<change>> change_for(const watch_request& req, const change_row& row,
                                          std::string_view epoch);
 
-/// A page of up to `limit` changes after sequence `after` (nullopt: from
-/// the oldest the log keeps), examining at most `max_examined` rows, from
-/// one snapshot of `kv`. Errors: cursor_expired (with oldest_cursor),
+/// What one page may hold: `changes` changes, from at most `rows` rows
+/// examined, of at most `bytes` of stored text (the keys set and removed and
+/// the event of each change taken; the first change is taken whatever its
+/// size), so a page's memory is bounded whatever the events hold.
+struct page_bounds {
+  std::size_t changes = 256;
+  std::size_t rows = 65536;
+  std::size_t bytes = std::size_t{4} << 20;
+};
+
+/// A page of changes after sequence `after` (nullopt: from the oldest the
+/// log keeps) within `bounds`, from one snapshot of `kv`; its cursor is past
+/// the last row examined. Errors: cursor_expired (with oldest_cursor),
 /// data_corrupt, storage errors.
 /// `end_seq`, when given, receives the sequence the page's cursor names.
 result<change_page> read_change_page(kv_store& kv, const watch_request& req,
-                                     std::optional<std::uint64_t> after, std::size_t limit,
-                                     std::size_t max_examined, std::string_view epoch,
-                                     std::uint64_t* end_seq = nullptr);
+                                     std::optional<std::uint64_t> after, const page_bounds& bounds,
+                                     std::string_view epoch, std::uint64_t* end_seq = nullptr);
 
 /// Whether the log bounded by `b` serves changes after `after`: ok, or
 /// cursor_expired (with oldest_cursor), or invalid_argument (ahead of it).

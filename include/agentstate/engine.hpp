@@ -160,7 +160,10 @@ public:
   /// Up to `limit` (1 to 10,000) changes after req.from that match `req`,
   /// in commit order, from one snapshot, on the calling thread. Examines at
   /// most 65,536 changes per call (the page's cursor is past the last one
-  /// examined), so a narrow filter over a long log answers in bounded time.
+  /// examined), so a narrow filter over a long log answers in bounded time,
+  /// and ends a page before its changes' stored text passes half of
+  /// limits::max_response_bytes (a page holds at least one change), so its
+  /// memory is bounded whatever the events hold.
   /// Errors: invalid_argument (a missing name for the scope, a cursor that
   /// is not this store's, or a limit out of range), cursor_expired (with
   /// error::oldest_cursor), data_corrupt (a damaged log row), storage

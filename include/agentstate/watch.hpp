@@ -109,7 +109,8 @@ struct watch_end {
 };
 
 /// Receives a watch's batches: in commit order, one at a time, on the
-/// watch's own engine thread. A batch holds 1 to 256 changes; an empty batch
+/// watch's own engine thread. A batch holds 1 to 256 changes and at most
+/// 4 MiB of their stored text (beyond that, one change); an empty batch
 /// is progress (at most once a second, when the feed's cursor moved past
 /// changes the watch does not take). It may block (only its own watch
 /// waits: the log keeps what it has not read yet) and may cancel its own

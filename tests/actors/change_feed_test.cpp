@@ -422,3 +422,43 @@ TEST_CASE_TEMPLATE("read_changes: a cursor older than the retention gets cursor_
   auto from_oldest = test::read_feed(*t, scope_req(watch_scope::all));
   CHECK(described(from_oldest) == described(kept));
 }
+
+TEST_CASE_TEMPLATE("read_changes: a page ends before its changes pass half of max_response_bytes "
+                   "(one change at least), and paging still returns every change once",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind, [](options& o) { o.limits.max_response_bytes = 1 << 20; });
+  engine& e = *t;
+  auto ref = test::sref("a", "u", "s");
+  MUST(e.create_session(test::create_req(ref)));
+  auto start = MUST(e.head_cursor());
+  // 12 appends of a ~100 KB value (the value and the event that carries it:
+  // ~200 KB of stored text each, two to a page), then one of ~900 KB: larger
+  // than a page alone.
+  for (int i = 0; i < 12; ++i)
+    test::append_ok(e, ref, test::make_event(json{{"big", test::bytes(100000, char('a' + i))}}));
+  test::append_ok(e, ref, test::make_event(json{{"huge", test::bytes(450000)}}));
+  watch_request req = scope_req(watch_scope::all);
+  req.from = start;
+  std::vector<std::uint64_t> versions;
+  std::size_t pages = 0;
+  for (int guard = 0; guard < 100; ++guard) {
+    auto p = MUST(e.read_changes(req, 10000));
+    std::size_t text = 0;
+    for (auto& c : p.changes) {
+      text += c.state_delta.dump().size() + (c.ev ? to_json(*c.ev).dump().size() : 0);
+      versions.push_back(c.version);
+    }
+    if (p.changes.size() > 1)
+      CHECK(text <= std::size_t{600} << 10); // half a MiB of stored text, and JSON's margin
+    if (!p.changes.empty())
+      ++pages;
+    req.from = p.cursor;
+    if (p.at_head && p.changes.empty())
+      break;
+  }
+  CHECK(pages == 7); // two ~200 KB changes a page, the huge one alone
+  std::vector<std::uint64_t> want;
+  for (std::uint64_t v = 1; v <= 13; ++v)
+    want.push_back(v);
+  CHECK(versions == want);
+}
