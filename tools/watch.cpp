@@ -159,8 +159,7 @@ int run_watch(const watch_options& o) {
     result<change_page> page = error{errc::internal, "not read"};
     std::uint64_t end_seq = after;
     if (auto g = guarded(
-          "watch",
-          [&] { page = store::read_change_page(*kv, *req, after, 256, 65536, epoch, &end_seq); });
+          "watch", [&] { page = store::read_change_page(*kv, *req, after, {}, epoch, &end_seq); });
         !g)
       page = std::move(g).err();
     if (!page)
