@@ -204,15 +204,16 @@ result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::u
 }
 
 void watch_hub::forget(const watcher* w) {
-  {
-    std::lock_guard<std::mutex> lk(mtx_);
-    for (auto it = watches_.begin(); it != watches_.end(); ++it)
-      if (it->get() == w) {
-        watches_.erase(it);
-        live_.fetch_sub(1, std::memory_order_relaxed);
-        break;
-      }
-  }
+  // Notified under the lock: close() may return (and the hub be destroyed)
+  // as soon as the lock is free, and a detached watch thread must not touch
+  // the condition variable after that.
+  std::lock_guard<std::mutex> lk(mtx_);
+  for (auto it = watches_.begin(); it != watches_.end(); ++it)
+    if (it->get() == w) {
+      watches_.erase(it);
+      live_.fetch_sub(1, std::memory_order_relaxed);
+      break;
+    }
   gone_.notify_all();
 }
 
