@@ -141,23 +141,6 @@ void clear_log(kv_write& txn) {
     txn.del(table::changes, k);
 }
 
-result<log_bounds> read_log_bounds(kv_read& txn) {
-  try {
-    log_bounds b;
-    txn.scan(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
-      b.first = read_be64(k);
-      return false;
-    });
-    txn.scan_back(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
-      b.last = read_be64(k);
-      return false;
-    });
-    return b;
-  } catch (const kv_failure& f) {
-    return from_failure(f);
-  }
-}
-
 result<std::uint64_t> read_log_last(kv_read& txn) {
   try {
     std::uint64_t last = 0;
@@ -166,6 +149,23 @@ result<std::uint64_t> read_log_last(kv_read& txn) {
       return false;
     });
     return last;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<log_bounds> read_log_bounds(kv_read& txn) {
+  try {
+    log_bounds b;
+    txn.scan(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
+      b.first = read_be64(k);
+      return false;
+    });
+    auto last = read_log_last(txn);
+    if (!last)
+      return std::move(last).err();
+    b.last = *last;
+    return b;
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

@@ -275,6 +275,20 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
   }
 }
 
+namespace {
+
+// The cursor of what `txn` sees ("" without an epoch: no cursor asked).
+result<std::string> snapshot_cursor(kv_read& txn, std::string_view epoch) {
+  if (epoch.empty())
+    return std::string();
+  auto last = read_log_last(txn);
+  if (!last)
+    return std::move(last).err();
+  return format_cursor(epoch, *last);
+}
+
+} // namespace
+
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
                                             std::size_t max_bytes, std::string_view epoch) {
   try {
@@ -295,12 +309,10 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     s.last_update_time = head.rec.last_update_time;
     s.version = head.rec.version;
     s.events = std::move(*evs);
-    if (!epoch.empty()) {
-      auto last = read_log_last(txn);
-      if (!last)
-        return std::move(last).err();
-      s.cursor = format_cursor(epoch, *last);
-    }
+    auto cursor = snapshot_cursor(txn, epoch);
+    if (!cursor)
+      return std::move(cursor).err();
+    s.cursor = std::move(*cursor);
     return std::optional<session>{std::move(s)};
   } catch (const kv_failure& f) {
     return from_failure(f);
@@ -325,13 +337,10 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
     auto state_text = dump_json(state);
     if (!state_text)
       return corrupt("session state: " + state_text.err().message);
-    std::string cursor;
-    if (!epoch.empty()) {
-      auto last = read_log_last(txn);
-      if (!last)
-        return std::move(last).err();
-      cursor = format_cursor(epoch, *last);
-    }
+    auto found = snapshot_cursor(txn, epoch);
+    if (!found)
+      return std::move(found).err();
+    const std::string& cursor = *found;
     // Members in the order nlohmann's sorted objects dump them, so the text
     // equals dump_json(to_json(session)).
     std::size_t size =
