@@ -27,6 +27,7 @@
 #include "store/change_feed.hpp"
 #include "store/commit.hpp"
 #include "store/format.hpp"
+#include "store/history.hpp"
 #include "store/keys.hpp"
 #include "store/listing.hpp"
 #include "store/open.hpp"
@@ -193,6 +194,72 @@ void engine::delete_session(session_ref ref, callback<void> cb) {
     return cb(std::move(r).err());
   delete_cmd cmd{std::move(cb)};
   to_session(*core_, ref, std::move(cmd), cmd.cb);
+}
+
+namespace {
+
+result<void> check_rewind(rewind_request& req) {
+  if (auto r = model::normalize_ref(req.ref); !r)
+    return r;
+  if (req.before_invocation_id.empty() == (req.before_version == 0))
+    return error{errc::invalid_argument,
+                 "a rewind names exactly one of before_invocation_id and before_version"};
+  return {};
+}
+
+} // namespace
+
+void engine::rewind_session(rewind_request req, callback<append_result> cb) {
+  if (auto r = check_rewind(req); !r)
+    return cb(std::move(r).err());
+  auto ref = req.ref;
+  rewind_cmd cmd{std::move(req), false, std::move(cb), {}};
+  to_session(*core_, ref, std::move(cmd), cmd.cb);
+}
+
+void engine::rewind_plan(rewind_request req, callback<rewind_changes> cb) {
+  if (auto r = check_rewind(req); !r)
+    return cb(std::move(r).err());
+  auto ref = req.ref;
+  rewind_cmd cmd{std::move(req), true, {}, std::move(cb)};
+  to_session(*core_, ref, std::move(cmd), cmd.plan_cb);
+}
+
+void engine::list_invocations(session_ref ref, callback<std::vector<invocation_info>> cb) {
+  if (auto r = model::normalize_ref(ref); !r)
+    return cb(std::move(r).err());
+  if (core_->closed.load())
+    return cb(closing_error());
+  auto txn = store::begin_read(*core_->kv);
+  if (!txn)
+    return cb(std::move(txn).err());
+  auto skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);
+  auto rec = store::read_record(**txn, skey);
+  if (!rec)
+    return cb(std::move(rec).err());
+  if (!*rec)
+    return cb(error{errc::not_found, "session '" + ref.session_id + "' not found"});
+  auto outline = store::read_outline(**txn, skey, (**rec).version);
+  if (!outline)
+    return cb(std::move(outline).err());
+  std::vector<invocation_info> out;
+  for (auto& s : store::invocation_spans(*outline))
+    out.push_back(invocation_info{std::move(s.invocation_id), s.first_version, s.last_version,
+                                  s.events, s.annulled, s.rewind});
+  cb(std::move(out));
+}
+
+void engine::fork_session(fork_request req, callback<session> cb) {
+  if (auto r = model::normalize_ref(req.ref); !r)
+    return cb(std::move(r).err());
+  req.new_session_id = std::string(model::trim(req.new_session_id));
+  if (req.new_session_id.empty())
+    req.new_session_id = model::make_secure_uuid();
+  if (auto r = model::check_name(req.new_session_id, "new_session_id"); !r)
+    return cb(std::move(r).err());
+  session_ref to{req.ref.app_name, req.ref.user_id, req.new_session_id};
+  fork_cmd cmd{std::move(req), std::move(cb)};
+  to_session(*core_, to, std::move(cmd), cmd.cb);
 }
 
 void engine::append_event(append_request req, callback<append_result> cb) {

@@ -45,6 +45,22 @@ result<void> engine::end_invocation(session_ref ref, std::string invocation_id) 
     end_invocation(std::move(ref), std::move(invocation_id), cb);
   });
 }
+result<append_result> engine::rewind_session(rewind_request req) {
+  return block_on<append_result>(
+    *core_, [&](callback<append_result> cb) { rewind_session(std::move(req), cb); });
+}
+result<rewind_changes> engine::rewind_plan(rewind_request req) {
+  return block_on<rewind_changes>(
+    *core_, [&](callback<rewind_changes> cb) { rewind_plan(std::move(req), cb); });
+}
+result<std::vector<invocation_info>> engine::list_invocations(session_ref ref) {
+  return block_on<std::vector<invocation_info>>(
+    *core_,
+    [&](callback<std::vector<invocation_info>> cb) { list_invocations(std::move(ref), cb); });
+}
+result<session> engine::fork_session(fork_request req) {
+  return block_on<session>(*core_, [&](callback<session> cb) { fork_session(std::move(req), cb); });
+}
 result<json> engine::get_app_state(std::string app_name) {
   return block_on<json>(*core_, [&](callback<json> cb) { get_app_state(std::move(app_name), cb); });
 }

@@ -53,6 +53,20 @@ struct end_invocation_cmd {
   callback<void> cb;
 };
 
+/// REQUIRES: ref normalised. `dry_run` (rewind_plan) answers through
+/// `plan_cb` and writes nothing; otherwise `cb` gets the rewind's append.
+struct rewind_cmd {
+  rewind_request req;
+  bool dry_run = false;
+  callback<append_result> cb;
+  callback<rewind_changes> plan_cb;
+};
+/// To the new session's actor. REQUIRES: names validated, new id trimmed.
+struct fork_cmd {
+  fork_request req;
+  callback<session> cb;
+};
+
 // -- to user and app actors --------------------------------------------------
 
 /// One of the callbacks is set: `cb` for the state alone, `snapshot_cb`
@@ -117,7 +131,8 @@ struct write_reply {
 using session_actor_hdl =
   caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>, caf::reacts_to<get_cmd>,
                    caf::reacts_to<delete_cmd>, caf::reacts_to<begin_invocation_cmd>,
-                   caf::reacts_to<end_invocation_cmd>, caf::reacts_to<shutdown_cmd>,
+                   caf::reacts_to<end_invocation_cmd>, caf::reacts_to<rewind_cmd>,
+                   caf::reacts_to<fork_cmd>, caf::reacts_to<shutdown_cmd>,
                    caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>>;
 
 /// A user or app scope actor: one per live shared scope.
@@ -138,6 +153,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::delete_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::begin_invocation_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::end_invocation_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::rewind_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::fork_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::scope_commit)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::shutdown_cmd)

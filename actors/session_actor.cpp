@@ -61,6 +61,14 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
       ++self->state.handled;
       enter(self, [self, c = std::move(c)]() mutable { on_end_invocation(self, c); });
     },
+    [self](rewind_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_rewind(self, c); });
+    },
+    [self](fork_cmd& c) {
+      ++self->state.handled;
+      enter(self, [self, c = std::move(c)]() mutable { on_fork(self, c); });
+    },
     [self](shutdown_cmd&) {
       auto& st = self->state;
       ++st.handled;

@@ -41,10 +41,12 @@ struct pending {
   write_done done;
 };
 
-/// A begin_invocation waiting for the lease.
+/// A begin_invocation waiting for the lease, or a rewind (`then` set: run
+/// once the lease is granted to invocation_id, instead of answering `cb`).
 struct lease_waiter {
   std::string invocation_id;
   callback<session> cb;
+  std::function<void()> then;
 };
 
 struct session_state {
@@ -155,5 +157,23 @@ result<std::optional<session>> read_live(session_actor_t self, const get_request
                                          std::size_t max_bytes);
 void on_begin_invocation(session_actor_t self, begin_invocation_cmd& cmd);
 void on_end_invocation(session_actor_t self, end_invocation_cmd& cmd);
+/// Takes the lease for `invocation_id` (waiting like a begin while another
+/// invocation holds it) and then runs `then`; `cb` gets not_found when the
+/// session is gone by then.
+void take_lease(session_actor_t self, std::string invocation_id, std::function<void()> then,
+                callback<session> cb);
+/// Releases the lease `invocation_id` holds (and its temp: state), granting
+/// it to the next waiter.
+void release_lease(session_actor_t self, const std::string& invocation_id);
+
+// -- the session's past: rewinds and forks (session_history.cpp) -------------------
+
+/// H2/H3: a rewind is computed at the session's true head (after every
+/// append accepted before it has committed, with later commands held) under
+/// the invocation lease, and appended as one event with expected_version.
+/// rewind_plan is the same computation, answered without writing.
+void on_rewind(session_actor_t self, rewind_cmd& cmd);
+/// H4: creates this session as a fork of another one's events 1..N.
+void on_fork(session_actor_t self, fork_cmd& cmd);
 
 } // namespace agentstate::detail

@@ -40,6 +40,10 @@ void grant(session_actor_t self, lease_waiter w) {
     st.invocation = w.invocation_id;
     st.temp = json::object();
   }
+  if (w.then) {
+    w.then();
+    return;
+  }
   answer(self, [self, w = std::move(w)]() mutable {
     get_request req;
     req.ref = self->state.ref;
@@ -75,6 +79,31 @@ void on_begin_invocation(session_actor_t self, begin_invocation_cmd& cmd) {
     return;
   }
   grant(self, {std::move(cmd.invocation_id), std::move(cmd.cb)});
+}
+
+void take_lease(session_actor_t self, std::string invocation_id, std::function<void()> then,
+                callback<session> cb) {
+  auto& st = self->state;
+  lease_waiter w{std::move(invocation_id), std::move(cb), std::move(then)};
+  if (!st.lease.empty() && st.lease != w.invocation_id) {
+    st.waiters.push_back(std::move(w));
+    return;
+  }
+  grant(self, std::move(w));
+}
+
+void release_lease(session_actor_t self, const std::string& invocation_id) {
+  auto& st = self->state;
+  if (invocation_id.empty())
+    return;
+  if (invocation_id == st.invocation) {
+    st.invocation.clear();
+    st.temp = json::object();
+  }
+  if (invocation_id == st.lease) {
+    st.lease.clear();
+    grant_next(self);
+  }
 }
 
 // Answered at its turn: appends of the ending invocation accepted before it

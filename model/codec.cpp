@@ -145,7 +145,23 @@ json to_json(const session& x) {
   out["events"] = std::move(evs);
   if (!x.cursor.empty())
     out["cursor"] = x.cursor;
+  if (x.as_of)
+    out["as_of"] =
+      json{{"version", x.as_of->version}, {"shared_state", "current"}, {"exact", x.as_of->exact}};
   return out;
+}
+
+json to_json(const rewind_changes& x) {
+  return json{{"state_delta", x.state_delta},
+              {"state_remove", x.state_remove},
+              {"before_version", x.before_version},
+              {"exact", x.exact}};
+}
+
+json to_json(const invocation_info& x) {
+  return json{{"invocation_id", x.invocation_id}, {"first_version", x.first_version},
+              {"last_version", x.last_version},   {"events", x.events},
+              {"annulled", x.annulled},           {"rewind", x.rewind}};
 }
 
 result<session> session_from_json(const json& x) {

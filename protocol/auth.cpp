@@ -182,9 +182,9 @@ void token_source::replace(token_table t) {
 
 method_scope scope_of(std::string_view method) {
   static constexpr std::string_view app_methods[] = {
-    "create_session", "get_session",    "list_sessions", "delete_session",
-    "append_event",   "end_invocation", "inject_state",  "get_app_state",
-    "get_user_state", "read_changes",   "watch",
+    "create_session", "get_session",    "list_sessions", "delete_session",   "append_event",
+    "end_invocation", "inject_state",   "get_app_state", "get_user_state",   "read_changes",
+    "watch",          "rewind_session", "rewind_plan",   "list_invocations", "fork_session",
   };
   if (method == "ping" || method == "authenticate")
     return method_scope::open;

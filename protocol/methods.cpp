@@ -57,6 +57,8 @@ prepare_result prepare_get(const json& params) {
   r.num_recent_events = p.optional_int("num_recent_events");
   r.after_timestamp = p.optional_number("after_timestamp");
   r.invocation_id = p.optional_string("invocation_id").value_or("");
+  r.as_of_version = p.optional_uint("as_of_version");
+  r.apply_rewinds = p.optional_bool("apply_rewinds").value_or(false);
   prepared x{{}, ordering::per_session, session_key(r.ref)};
   x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
     e.get_session_json(std::move(r), [reply](result<std::string> s) {
@@ -328,6 +330,89 @@ prepare_result prepare_read_changes(const json& params) {
   return checked(p, std::move(x));
 }
 
+// rewind_session's and rewind_plan's params: the session, then exactly one
+// of before_invocation_id and before_version.
+rewind_request read_rewind(param_reader& p) {
+  rewind_request r;
+  r.ref = p.ref();
+  auto inv = p.optional_string("before_invocation_id");
+  auto v = p.optional_uint("before_version");
+  if (!p.failure() && inv.has_value() == v.has_value())
+    p.fail("give exactly one of 'before_invocation_id' and 'before_version'");
+  if (!p.failure() && v && *v == 0)
+    p.fail("parameter 'before_version' must be at least 1");
+  if (!p.failure() && inv && inv->empty())
+    p.fail("parameter 'before_invocation_id' must not be empty");
+  r.before_invocation_id = inv.value_or("");
+  r.before_version = v.value_or(0);
+  r.event_id = p.optional_string("event_id").value_or("");
+  r.expected_version = p.optional_uint("expected_version");
+  return r;
+}
+
+// Runs alone in its session's sequence (per_session): a rewind may wait for
+// the invocation lease, and requests after it on the stream must not pass it.
+prepare_result prepare_rewind(const json& params) {
+  param_reader p(params);
+  auto r = read_rewind(p);
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    e.rewind_session(std::move(r), [reply](result<append_result> a) { reply(append_outcome(a)); });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_rewind_plan(const json& params) {
+  param_reader p(params);
+  auto r = read_rewind(p);
+  if (!r.event_id.empty() && !p.failure())
+    p.fail("rewind_plan writes nothing: 'event_id' is for rewind_session");
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    e.rewind_plan(std::move(r), [reply](result<rewind_changes> c) {
+      reply(to_outcome(c, [](const rewind_changes& v) { return to_json(v); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_list_invocations(const json& params) {
+  param_reader p(params);
+  auto ref = p.ref();
+  prepared x{{}, ordering::per_session, session_key(ref)};
+  x.op = [ref = std::move(ref)](engine& e, const reply_fn& reply) mutable {
+    e.list_invocations(std::move(ref), [reply](result<std::vector<invocation_info>> r) {
+      reply(to_outcome(r, [](const std::vector<invocation_info>& v) {
+        json out = json::array();
+        for (const auto& i : v)
+          out.push_back(to_json(i));
+        return out;
+      }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
+// Sequenced under the source: it sees every write to the source sent before
+// it on the stream.
+prepare_result prepare_fork(const json& params) {
+  param_reader p(params);
+  fork_request r;
+  r.ref = p.ref();
+  auto at = p.optional_uint("at_version");
+  if (!at && !p.failure())
+    p.fail("missing parameter 'at_version'");
+  r.at_version = at.value_or(0);
+  r.new_session_id = p.optional_string("new_session_id").value_or("");
+  prepared x{{}, ordering::per_session, session_key(r.ref)};
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    e.fork_session(std::move(r), [reply](result<session> s) {
+      reply(to_outcome(s, [](const session& v) { return to_json(v); }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
 // For health checks: answered at once, allowed before authentication.
 prepare_result prepare_ping(const json&) {
   prepared x;
@@ -362,6 +447,10 @@ constexpr method methods[] = {
   {"stats", prepare_stats, names::nothing},
   {"ping", prepare_ping, names::nothing},
   {"read_changes", prepare_read_changes, names::nothing},
+  {"rewind_session", prepare_rewind, names::session},
+  {"rewind_plan", prepare_rewind_plan, names::session},
+  {"list_invocations", prepare_list_invocations, names::session},
+  {"fork_session", prepare_fork, names::session},
 };
 
 const method* lookup(std::string_view name) {

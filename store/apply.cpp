@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "store/errors.hpp"
+#include "store/history.hpp"
 #include "store/keys.hpp"
 #include "store/records.hpp"
 
@@ -83,6 +84,10 @@ void put_list_entries(kv_write& txn, std::string_view app, std::string_view user
 
 std::size_t write_set::bytes() const {
   std::size_t n = 64 + app.size() + user.size() + id.size() + event_row.size();
+  if (origin_body)
+    n += origin_body->size();
+  for (auto& row : fork_events)
+    n += row.size() + 32;
   for (auto* v : {&session_writes, &user_writes, &app_writes})
     for (auto& w : *v)
       n += w.key.size() + w.text.size() + 64;
@@ -104,12 +109,20 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
     case write_set::kind::create: {
       if (rec)
         return error{errc::already_exists, "session '" + ws.id + "' already exists"};
-      session_record r{0, ws.time, ws.time};
+      session_record r{ws.fork_events.size(), ws.time, ws.time};
       put_rows(txn, ws, skey, s);
+      for (std::size_t i = 0; i < ws.fork_events.size(); ++i) {
+        set_event_key(k, skey, i + 1);
+        txn.put(table::events, k, ws.fork_events[i]);
+      }
+      if (!ws.no_origin) {
+        seal_into(s.v, skey, ws.origin_body ? *ws.origin_body : origin_body(ws.session_writes));
+        txn.put(table::origins, skey, s.v);
+      }
       put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
       txn.put(table::sessions, skey, encode_record(skey, r));
       if (log)
-        log_change(txn, ws, 0, *log);
+        log_change(txn, ws, r.version, *log);
       return true;
     }
     case write_set::kind::append: {
@@ -149,6 +162,7 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
            list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
         txn.del(t, key);
       txn.del(table::sessions, skey);
+      txn.del(table::origins, skey);
       if (log)
         log_change(txn, ws, rec->version, *log);
       return true;

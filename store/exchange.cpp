@@ -5,6 +5,7 @@
 #include "agentstate/types.hpp"
 #include "store/apply.hpp"
 #include "store/format.hpp"
+#include "store/history.hpp"
 #include "store/keys.hpp"
 #include "store/listing.hpp"
 #include "store/reads.hpp"
@@ -137,16 +138,23 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
       auto own = read_rows(txn, table::session_state, sk + '\0');
       if (!own)
         return give_up(std::move(own).err());
+      json session_line{{"type", "session"},       {"app_name", parts[0]},
+                        {"user_id", parts[1]},     {"id", parts[2]},
+                        {"created", rec->created}, {"last_update_time", rec->last_update_time},
+                        {"version", rec->version}, {"state", std::move(*own)}};
+      // The state the session was created with (store format 7); absent
+      // for a session created before.
+      auto origin = read_origin(txn, sk);
+      if (!origin)
+        return give_up(std::move(origin).err());
+      if (*origin) {
+        auto o = parse_stored(**origin);
+        if (!o || !o->is_object())
+          return give_up(damaged(table::origins, sk));
+        session_line["origin"] = std::move(*o);
+      }
       lines.clear();
-      lines.push_back(json{{"type", "session"},
-                           {"app_name", parts[0]},
-                           {"user_id", parts[1]},
-                           {"id", parts[2]},
-                           {"created", rec->created},
-                           {"last_update_time", rec->last_update_time},
-                           {"version", rec->version},
-                           {"state", std::move(*own)}}
-                        .dump());
+      lines.push_back(session_line.dump());
       std::optional<error> bad;
       txn.scan(table::events, sk + '\0', {}, [&](std::string_view k, std::string_view row) {
         auto body = open_row(table::events, k, row, legacy);
@@ -275,6 +283,15 @@ struct importer {
         return bad("session '" + *id + "' appears twice");
       txn->put(table::sessions, skey, encode_record(skey, r));
       put_list_entries(*txn, *app, *user, *id, r.last_update_time, r.created);
+      if (rec.contains("origin")) {
+        auto origin = object(rec, "origin");
+        if (!origin)
+          return origin.err();
+        auto text = dump_json(*origin);
+        if (!text)
+          return bad(text.err().message);
+        txn->put(table::origins, skey, seal(skey, *text));
+      }
       return put_rows(table::session_state, skey + '\0', *state);
     }
     if (type == "event") {

@@ -7,7 +7,8 @@
 // Records, one JSON object per line, in this order:
 //   {"type":"header","format":1}
 //   per session (key order): {"type":"session","app_name","user_id","id",
-//     "created","last_update_time","version","state":{own keys only}}
+//     "created","last_update_time","version","state":{own keys only},
+//     "origin":{its own state as created; absent when the store has none}}
 //     then its events: {"type":"event","app_name","user_id","session_id",
 //     "version","event":{...}}
 //   {"type":"user_state","app_name","user_id","state":{...}} per user

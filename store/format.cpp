@@ -137,8 +137,12 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
         if (from <= 4)
           index_created(*w);
         // 5 -> 6: an epoch, and the change log starts empty.
-        clear_log(*w);
-        w->put(table::meta, "epoch", new_epoch());
+        if (from <= 5) {
+          clear_log(*w);
+          w->put(table::meta, "epoch", new_epoch());
+        }
+        // 6 -> 7: nothing to rewrite. Sessions created before have no
+        // origin row: their as-of reads are marked inexact.
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

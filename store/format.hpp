@@ -20,10 +20,12 @@ namespace agentstate::store {
 /// - 5: the creation-order list indexes `by_created` and `by_user_created`.
 /// - 6: the change log (`changes`, store/change_log.hpp) and the store's
 ///   epoch (meta["epoch"]), which cursors name.
-inline constexpr std::uint32_t format_version = 6;
+/// - 7: `origins`, each session's own state as created (store/history.hpp);
+///   a session created by an older format has none.
+inline constexpr std::uint32_t format_version = 7;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 6, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 7, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -40,7 +42,8 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// decode is sealed with a wrong checksum, so it reads as data_corrupt, as a
 /// row damaged later would); 4 -> 5 adds two creation-order list entries
 /// per session (a session whose record is damaged gets none); 5 -> 6 gives
-/// the store an epoch and an empty change log (its sequence starts at 1).
+/// the store an epoch and an empty change log (its sequence starts at 1);
+/// 6 -> 7 writes nothing (the log and the epoch stay, so cursors stay valid).
 /// Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
 /// the transaction needs free map space for the pages it writes

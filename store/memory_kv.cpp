@@ -227,6 +227,7 @@ const char* table_name(table t) noexcept {
     case table::by_created: return "by_created";
     case table::by_user_created: return "by_user_created";
     case table::changes: return "changes";
+    case table::origins: return "origins";
   }
   return "?";
 }

@@ -7,11 +7,22 @@
 #include "agentstate/scope.hpp"
 #include "store/change_log.hpp"
 #include "store/errors.hpp"
+#include "store/history.hpp"
 #include "store/keys.hpp"
 
 namespace agentstate::store {
 
 namespace {
+
+// The cursor of what `txn` sees ("" without an epoch: no cursor asked).
+result<std::string> snapshot_cursor(kv_read& txn, std::string_view epoch) {
+  if (epoch.empty())
+    return std::string();
+  auto last = read_log_last(txn);
+  if (!last)
+    return std::move(last).err();
+  return format_cursor(epoch, *last);
+}
 
 // The bodies (event_body_text) of the rows of the events `req` selects
 // (G3/G4), oldest first, each checked against its checksum. The views are
@@ -19,9 +30,12 @@ namespace {
 // selected rows pass `max_bytes`.
 result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std::string& skey,
                                                         const get_request& req,
-                                                        std::size_t max_bytes) {
+                                                        std::size_t max_bytes,
+                                                        std::uint64_t upto = UINT64_MAX) {
   std::vector<std::string_view> out;
   auto prefix = skey + '\0';
+  if (upto == 0)
+    return out;
   std::optional<std::uint64_t> limit;
   if (req.num_recent_events)
     limit = static_cast<std::uint64_t>(*req.num_recent_events);
@@ -40,6 +54,9 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   bool over = false;
   const bool legacy = txn.legacy_values();
   auto take = [&](std::string_view key, std::string_view row) {
+    if (upto != UINT64_MAX && key.size() == prefix.size() + 8
+        && read_be64(key.substr(prefix.size())) > upto)
+      return false;
     keys.push_back(key);
     rows.push_back(row);
     const std::size_t head = legacy ? 1 : seal_bytes;
@@ -57,7 +74,8 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     return !limit || taken < *limit;
   };
   if (limit)
-    txn.scan_back(table::events, prefix, {}, take);
+    txn.scan_back(table::events, prefix, upto == UINT64_MAX ? std::string() : event_key(skey, upto),
+                  take);
   else
     txn.scan(table::events, prefix, {}, take);
   if (over)
@@ -176,6 +194,140 @@ result<std::optional<session_parts>> read_parts(kv_read& txn, const get_request&
   return std::optional<session_parts>{session_parts{std::move(**head), std::move(*rows)}};
 }
 
+// The bodies of the events of `versions` (ascending) that pass the
+// timestamp and count filters of `req`, oldest first; too_large as
+// select_event_rows. Cost: one get per version looked at.
+result<std::vector<std::string_view>> select_versions(kv_read& txn, const std::string& skey,
+                                                      const get_request& req,
+                                                      const std::vector<std::uint64_t>& versions,
+                                                      std::size_t max_bytes) {
+  std::vector<std::string_view> out;
+  std::optional<std::uint64_t> limit;
+  if (req.num_recent_events)
+    limit = static_cast<std::uint64_t>(*req.num_recent_events);
+  std::optional<double> after;
+  if (req.after_timestamp && *req.after_timestamp != 0)
+    after = *req.after_timestamp;
+  if (limit && *limit == 0)
+    return out;
+  const bool legacy = txn.legacy_values();
+  std::size_t bytes = 0;
+  std::string key;
+  auto visit = [&](std::uint64_t v) -> result<bool> {
+    set_event_key(key, skey, v);
+    auto row = txn.get(table::events, key);
+    if (!row)
+      return damaged(table::events, key);
+    auto body = open_row(table::events, key, *row, legacy);
+    if (!body)
+      return damaged(table::events, key);
+    if (after && !(event_body_timestamp(*body) >= *after))
+      return true;
+    bytes += row->size();
+    if (bytes > max_bytes)
+      return error{errc::too_large,
+                   "session '" + printable(req.ref.session_id)
+                     + "': the events asked for pass the response limit ("
+                     + std::to_string(max_bytes) + " bytes)"};
+    out.push_back(*body);
+    return !limit || out.size() < *limit;
+  };
+  if (limit) {
+    for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+      auto more = visit(*it);
+      if (!more)
+        return std::move(more).err();
+      if (!*more)
+        break;
+    }
+    std::reverse(out.begin(), out.end());
+  } else {
+    for (auto v : versions)
+      if (auto more = visit(v); !more)
+        return std::move(more).err();
+  }
+  return out;
+}
+
+// get_session with as_of_version or apply_rewinds (H1, H5).
+result<std::optional<session>> read_past(kv_read& txn, const get_request& req,
+                                         std::size_t max_bytes, std::string_view epoch) {
+  auto head = read_head(txn, req.ref);
+  if (!head)
+    return std::move(head).err();
+  if (!*head)
+    return std::optional<session>{};
+  auto& h = **head;
+  const std::uint64_t upto = req.as_of_version.value_or(h.rec.version);
+  if (upto > h.rec.version) {
+    error e{errc::invalid_argument,
+            "as_of_version " + std::to_string(upto) + " is past the session's version "
+              + std::to_string(h.rec.version)};
+    e.current_version = h.rec.version;
+    return e;
+  }
+  std::vector<std::string_view> rows;
+  if (req.apply_rewinds) {
+    auto outline = read_outline(txn, h.skey, upto);
+    if (!outline)
+      return std::move(outline).err();
+    auto fates = rewind_fates(outline->invocation_ids, outline->marks);
+    std::vector<std::uint64_t> kept;
+    for (std::size_t i = 0; i < fates.size(); ++i)
+      if (fates[i] == event_fate::kept)
+        kept.push_back(i + 1);
+    auto r = select_versions(txn, h.skey, req, kept, max_bytes);
+    if (!r)
+      return std::move(r).err();
+    rows = std::move(*r);
+  } else {
+    auto r = select_event_rows(txn, h.skey, req, max_bytes, upto);
+    if (!r)
+      return std::move(r).err();
+    rows = std::move(*r);
+  }
+  auto evs = decode_events(rows);
+  if (!evs)
+    return std::move(evs).err();
+  session s;
+  s.app_name = req.ref.app_name;
+  s.user_id = req.ref.user_id;
+  s.id = req.ref.session_id;
+  s.version = h.rec.version;
+  s.last_update_time = h.rec.last_update_time;
+  s.state = std::move(h.state);
+  if (req.as_of_version) {
+    auto past = state_at(txn, h.skey, h.rec.version, upto);
+    if (!past)
+      return std::move(past).err();
+    auto user =
+      read_rows(txn, table::user_state, user_scope_key(req.ref.app_name, req.ref.user_id) + '\0');
+    if (!user)
+      return for_session(std::move(user).err(), req.ref);
+    auto app = read_rows(txn, table::app_state, req.ref.app_name + '\0');
+    if (!app)
+      return for_session(std::move(app).err(), req.ref);
+    s.state = merge_state(past->state, *user, *app);
+    s.version = upto;
+    s.last_update_time = h.rec.created;
+    if (upto > 0) {
+      auto at = read_event(txn, h.skey, upto);
+      if (!at)
+        return std::move(at).err();
+      if (!*at || !(**at).ev.timestamp)
+        return damaged(table::events, event_key(h.skey, upto));
+      s.last_update_time = *(**at).ev.timestamp;
+    }
+    s.as_of = as_of_info{upto, past->exact};
+  }
+  s.events = std::move(*evs);
+  auto cursor = snapshot_cursor(txn, epoch);
+  if (!cursor)
+    return std::move(cursor).err();
+  s.cursor = std::move(*cursor);
+  return std::optional<session>{std::move(s)};
+}
+
 } // namespace
 
 result<std::unique_ptr<kv_read>> begin_read(kv_store& kv) {
@@ -275,23 +427,11 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
   }
 }
 
-namespace {
-
-// The cursor of what `txn` sees ("" without an epoch: no cursor asked).
-result<std::string> snapshot_cursor(kv_read& txn, std::string_view epoch) {
-  if (epoch.empty())
-    return std::string();
-  auto last = read_log_last(txn);
-  if (!last)
-    return std::move(last).err();
-  return format_cursor(epoch, *last);
-}
-
-} // namespace
-
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
                                             std::size_t max_bytes, std::string_view epoch) {
   try {
+    if (req.as_of_version || req.apply_rewinds)
+      return read_past(txn, req, max_bytes, epoch);
     auto parts = read_parts(txn, req, max_bytes);
     if (!parts)
       return std::move(parts).err();
@@ -322,6 +462,20 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
 result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
                                       std::size_t max_bytes, std::string_view epoch) {
   try {
+    if (req.as_of_version || req.apply_rewinds) {
+      auto past = read_past(txn, req, max_bytes, epoch);
+      if (!past)
+        return std::move(past).err();
+      if (!*past)
+        return std::string("null");
+      if (extra)
+        for (auto it = extra->begin(); it != extra->end(); ++it)
+          (**past).state[it.key()] = it.value();
+      auto text = dump_json(to_json(**past));
+      if (!text)
+        return corrupt("session: " + text.err().message);
+      return std::move(*text);
+    }
     auto& r = req.ref;
     auto parts = read_parts(txn, req, max_bytes);
     if (!parts)

@@ -189,6 +189,20 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     check_value_rows(txn, table::app_state, 2, c, r.app_rows);
     if (fmt && known_format(*fmt) >= 6)
       check_changes(txn, c, r.changes);
+    // Origins (format 7): each an intact JSON object of an existing session.
+    txn.scan(table::origins, {}, {}, [&](std::string_view k, std::string_view v) {
+      auto body = open_row(table::origins, k, v, legacy);
+      if (!body) {
+        c.fault(damaged(table::origins, k).message);
+        return true;
+      }
+      auto o = parse_stored(*body);
+      if (!o || !o->is_object())
+        c.fault(row_name(table::origins, k) + " is not a JSON object");
+      if (!txn.get(table::sessions, k))
+        c.fault("origins: row '" + shown(std::string(k)) + "' of a missing session");
+      return true;
+    });
   } catch (const kv_failure& f) {
     c.fault(std::string("storage: ") + f.message);
   }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ struct write_set {
   /// encoded after version is known).
   std::string event_row;
   std::vector<state_write> session_writes, user_writes, app_writes;
+  /// create: the session's origin row (its own state as created; as-of reads
+  /// and rewinds replay events over it). By default the object of
+  /// session_writes; a fork carries its source's (`origin_body`), or none
+  /// (`no_origin`) when the source has none.
+  std::optional<std::string> origin_body;
+  bool no_origin = false;
+  /// create of a fork: the new session's events 1..version as stored rows
+  /// (each sealed under its event_key in the new session). Its record is
+  /// at `version`; `time` is its creation and last update time.
+  std::vector<std::string> fork_events;
 
   /// Approximate bytes this write set puts (for the batch byte cap).
   std::size_t bytes() const;

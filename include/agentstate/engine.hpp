@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
@@ -134,6 +135,46 @@ public:
   /// invocation, and releases the lease if it holds it; otherwise a no-op.
   void end_invocation(session_ref ref, std::string invocation_id, callback<void> cb);
   result<void> end_invocation(session_ref ref, std::string invocation_id);
+
+  // -- the session's past (docs/semantics.md, H) -------------------------------
+  // get_session reads a session as it was at any version
+  // (get_request::as_of_version) and with the events rewinds undid left out
+  // (get_request::apply_rewinds).
+
+  /// Rewinds a session's own state (H2): appends one event, in ADK's shape
+  /// (author "user", an invocation id of its own, actions.
+  /// rewind_before_invocation_id, or rewind_before_version), that restores
+  /// every session key changed since the point to its value there and
+  /// deletes (state_remove) each key that did not exist there. app: and
+  /// user: state is not rewound; derived: keys recompute from the restored
+  /// inputs. Computed at the session's head once every append accepted
+  /// before it has committed, and waits while another invocation holds the
+  /// lease (as begin_invocation does). Errors: not_found, invalid_argument
+  /// (the point: see rewind_request), version_conflict (expected_version),
+  /// too_large, storage errors. Cost: one decode per event up to the head.
+  void rewind_session(rewind_request req, callback<append_result> cb);
+  result<append_result> rewind_session(rewind_request req);
+
+  /// What rewind_session would change now, without writing (H3): for hosts
+  /// that restore artifacts first. Errors as rewind_session.
+  void rewind_plan(rewind_request req, callback<rewind_changes> cb);
+  result<rewind_changes> rewind_plan(rewind_request req);
+
+  /// A session's invocations in order of their first event, each with its
+  /// version range and whether a rewind undid it (H6), from one snapshot on
+  /// the calling thread. Errors: not_found, invalid_argument, storage errors.
+  /// Cost: one decode per event.
+  void list_invocations(session_ref ref, callback<std::vector<invocation_info>> cb);
+  result<std::vector<invocation_info>> list_invocations(session_ref ref);
+
+  /// Creates session (ref's app, ref's user, new_session_id) holding events
+  /// 1..at_version of `ref` (same ids and versions) and its own state after
+  /// at_version, in one write (H4); the source is unchanged. The reply is
+  /// the new session without events. Errors: already_exists, not_found (the
+  /// source), invalid_argument (at_version past the source's version),
+  /// storage errors.
+  void fork_session(fork_request req, callback<session> cb);
+  result<session> fork_session(fork_request req);
 
   // -- shared scopes -----------------------------------------------------------
 

@@ -52,6 +52,16 @@ struct session_meta {
   std::uint64_t version = 0; ///< number of stored events (D2)
 };
 
+/// What an as-of read (get_request::as_of_version) shows. On the wire:
+/// "as_of": {"version", "shared_state": "current", "exact"}.
+struct as_of_info {
+  std::uint64_t version = 0;
+  /// false for a session created before store format 7 (no record of the
+  /// state it was created with): a key set at creation and changed later is
+  /// missing from earlier versions' state.
+  bool exact = true;
+};
+
 /// A session with (a possibly filtered window of) its events, oldest first.
 struct session : session_meta {
   std::vector<event> events;
@@ -63,6 +73,8 @@ struct session : session_meta {
   /// snapshot it was read from. Empty for a session not read from an engine
   /// (for example, one decoded by session_from_json).
   std::string cursor;
+  /// Set by a read with get_request::as_of_version: what the session shows.
+  std::optional<as_of_info> as_of;
 };
 
 /// Names one session (D1). Every engine call drops whitespace around
@@ -86,6 +98,17 @@ struct get_request {
   std::optional<std::int64_t> num_recent_events; ///< G3; negative is invalid
   std::optional<double> after_timestamp; ///< G4; inclusive
   std::string invocation_id; ///< when the live one: temp: keys are included
+  /// H1: the session as it was after this version (0: as created): events
+  /// 1..N (then the filters above, inside them), the session's own state
+  /// after N, and last_update_time and version as they were then. app: and
+  /// user: state is current (session::as_of says so). A version past the
+  /// session's is invalid_argument. Cost: one decode per event 1..N.
+  std::optional<std::uint64_t> as_of_version;
+  /// H5: only the events ADK's context builder keeps: rewind markers, and
+  /// the events each rewind undid, are left out (nested rewinds as ADK
+  /// handles them); the filters above apply to what is kept. Cost: one
+  /// decode per event of the session (or 1..as_of_version).
+  bool apply_rewinds = false;
 };
 
 /// The order of a listing (L3). By update time a session that is written
@@ -196,6 +219,46 @@ struct append_result {
   std::string cursor;
 };
 
+/// A rewind (H2): where the session's own state goes back to. Exactly one of
+/// before_invocation_id (just before that invocation's first event) and
+/// before_version (the state after before_version - 1) is set.
+struct rewind_request {
+  session_ref ref;
+  std::string before_invocation_id;
+  std::uint64_t before_version = 0;
+  /// The rewind event's id (generated when empty); re-sending a stored id
+  /// answers the stored event (A6).
+  std::string event_id;
+  /// A7: the rewind fails with version_conflict unless the session is at it.
+  std::optional<std::uint64_t> expected_version;
+};
+
+/// What a rewind changes in the session's own state (rewind_plan): the keys
+/// restored with their values, the keys deleted.
+struct rewind_changes {
+  json state_delta = json::object();
+  std::vector<std::string> state_remove;
+  std::uint64_t before_version = 0; ///< the restored state is the one after before_version - 1
+  bool exact = true; ///< as as_of_info::exact
+};
+
+/// One invocation of a session's log (H6).
+struct invocation_info {
+  std::string invocation_id;
+  std::uint64_t first_version = 0, last_version = 0;
+  std::uint64_t events = 0;
+  bool annulled = false; ///< every event of it was undone by a later rewind
+  bool rewind = false; ///< it is a rewind (its event is a rewind marker)
+};
+
+/// A fork (H4): a new session holding the events 1..at_version of `ref` and
+/// its own state as of then.
+struct fork_request {
+  session_ref ref;
+  std::uint64_t at_version = 0;
+  std::string new_session_id; ///< trimmed; empty -> generated (C1)
+};
+
 /// A shared scope's state (keys without their "app:" or "user:" prefix) and
 /// the change-feed cursor of what it shows: a watch of the scope from that
 /// cursor delivers exactly the changes the state does not yet reflect.
@@ -210,8 +273,11 @@ struct scope_snapshot {
 
 json to_json(const event& x);
 json to_json(const session_meta& x);
-/// With a "cursor" member when x.cursor is not empty.
+/// With a "cursor" member when x.cursor is not empty, an "as_of" member
+/// when x.as_of is set.
 json to_json(const session& x);
+json to_json(const rewind_changes& x);
+json to_json(const invocation_info& x);
 result<event> event_from_json(const json& x);
 /// As above, moving the members out of `x` instead of copying them.
 result<event> event_from_json(json&& x);

@@ -42,6 +42,10 @@ std::vector<std::pair<std::string, json>> app_requests(const std::string& app) {
     {"inject_state", with(ref, "template", "x")},
     {"get_app_state", json{{"app_name", app}}},
     {"get_user_state", json{{"app_name", app}, {"user_id", "u"}}},
+    {"rewind_session", with(ref, "before_version", 1)},
+    {"rewind_plan", with(ref, "before_version", 1)},
+    {"list_invocations", ref},
+    {"fork_session", with(with(ref, "at_version", 0), "new_session_id", "f")},
   };
 }
 

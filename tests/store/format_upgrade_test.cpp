@@ -121,7 +121,7 @@ std::unique_ptr<engine> open_at(const std::string& dir) {
 
 } // namespace
 
-TEST_CASE("format upgrade: a format 1 store opens as format 6 and keeps A6") {
+TEST_CASE("format upgrade: a format 1 store opens as the current format and keeps A6") {
   test::temp_dir dir;
   auto ref = test::sref("app", "u", "s");
   std::string generated;
@@ -157,7 +157,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 6 and keeps A6") {
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "6");
+    CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
     CHECK_FALSE(has_database(txn, "event_ids"));
     CHECK_FALSE(has_database(txn, "sessions"));
     CHECK(has_database(txn, "rows"));
@@ -165,7 +165,7 @@ TEST_CASE("format upgrade: a format 1 store opens as format 6 and keeps A6") {
   verify_clean(dir.str(), 3);
 }
 
-TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to format 6 "
+TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to the current format "
           "with every row, list order and scope kept") {
   test::temp_dir dir;
   std::vector<session_ref> refs;
@@ -216,10 +216,12 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
     split_rows(txn);
     put(txn, meta, "format", "2");
   });
-  // Read-only opens read the old layout, which has no creation-order indexes.
+  // Read-only opens read the old layout, which has no creation-order indexes
+  // and no origins.
   auto split_counts = counts;
   split_counts[static_cast<int>(store::table::by_created)] = 0;
   split_counts[static_cast<int>(store::table::by_user_created)] = 0;
+  split_counts[static_cast<int>(store::table::origins)] = 0;
   CHECK(counts[static_cast<int>(store::table::by_created)] == 12);
   CHECK(entries(dir.str()) == split_counts);
   verify_clean(dir.str(), 36);
@@ -230,7 +232,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
-    CHECK(get(txn, meta, "format") == "6");
+    CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
     for (const char* name :
          {"sessions", "session_state", "user_state", "app_state", "by_update", "by_user"})
       CHECK_FALSE(has_database(txn, name));
@@ -238,10 +240,15 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to f
   auto after = entries(dir.str());
   CHECK(after[static_cast<int>(store::table::events)] == 37);
   after[static_cast<int>(store::table::events)] = 36;
-  // The upgrade to format 6 starts the change log empty; then one append.
+  // The upgrade to format 6 (on the way to the current one) starts the change
+  // log empty; then one append. The sessions, made by format 2, have no
+  // origins.
   CHECK(counts[static_cast<int>(store::table::changes)] == 48);
   CHECK(after[static_cast<int>(store::table::changes)] == 1);
   after[static_cast<int>(store::table::changes)] = 48;
+  CHECK(counts[static_cast<int>(store::table::origins)] == 12);
+  CHECK(after[static_cast<int>(store::table::origins)] == 0);
+  after[static_cast<int>(store::table::origins)] = 12;
   CHECK(after == counts);
   verify_clean(dir.str(), 37);
 }
@@ -272,4 +279,39 @@ TEST_CASE("format upgrade: a store of an unknown format is refused and left as i
     REQUIRE(mdb_dbi_open(txn, "event_ids", 0, &ids) == 0);
     CHECK(get(txn, ids, "k") == "v");
   });
+}
+
+TEST_CASE("format upgrade: a format 6 store opens as format 7 with its cursors valid; its "
+          "sessions' as-of reads are marked inexact, new sessions' exact") {
+  test::temp_dir dir;
+  auto ref = test::sref("app", "u", "s");
+  std::string cursor;
+  {
+    auto e = open_at(dir.str());
+    MUST(e->create_session(test::create_req(ref, json{{"made", 1}, {"later", 0}})));
+    test::append_ok(*e, ref, test::make_event(json{{"later", 1}}));
+    cursor = test::append_ok(*e, ref, test::make_event(json{{"k", 2}})).cursor;
+    MUST(e->close());
+  }
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi) { test::make_format6(txn); });
+  auto e = open_at(dir.str());
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == "7"); });
+  // The log and the epoch stay: the cursor still reads.
+  watch_request w;
+  w.from = cursor;
+  CHECK(MUST(e->read_changes(w, 10)).changes.empty());
+  get_request q = test::get_req(ref);
+  q.as_of_version = 0;
+  auto past = test::get_existing(*e, q);
+  REQUIRE(past.as_of.has_value());
+  CHECK_FALSE(past.as_of->exact);
+  // A key no event touched is known from creation; one set at creation and
+  // changed later is not.
+  CHECK(past.state == json{{"made", 1}});
+  auto ref2 = test::sref("app", "u", "new");
+  MUST(e->create_session(test::create_req(ref2, json{{"a", 1}})));
+  q.ref = ref2;
+  CHECK(test::get_existing(*e, q).as_of->exact);
+  MUST(e->close());
+  verify_clean(dir.str(), 2);
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// tests/support/legacy_store.hpp: turning a store this build wrote (format
-// 5: sealed values, creation-order indexes) back into what format 3 wrote
-// (bare values, no creation-order indexes), directly through LMDB, for the
-// upgrade tests. Test-only.
+// tests/support/legacy_store.hpp: turning a store this build wrote back into
+// what an older format wrote (format 3: bare values, no creation-order
+// indexes, no log, no origins; format 6: no origins), directly through LMDB,
+// for the upgrade tests. Test-only.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -51,9 +51,41 @@ void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
   }
 }
 
-/// Whether format 3 had table `t` (formats 1-4 had no creation-order indexes).
+/// Whether format 3 had table `t` (formats 1-4 had no creation-order
+/// indexes, formats 1-6 no origins).
 inline bool format3_table(store::table t) {
-  return t != store::table::by_created && t != store::table::by_user_created;
+  return t != store::table::by_created && t != store::table::by_user_created
+    && t != store::table::origins;
+}
+
+/// Deletes every row of table `t` from `rows`.
+inline void drop_table_rows(MDB_txn* txn, store::table t) {
+  MDB_dbi rows;
+  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
+  std::vector<std::string> doomed;
+  MDB_cursor* c = nullptr;
+  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
+  MDB_val k, v;
+  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+    if (k.mv_size > 0 && static_cast<store::table>(*static_cast<const char*>(k.mv_data)) == t)
+      doomed.emplace_back(static_cast<const char*>(k.mv_data), k.mv_size);
+  mdb_cursor_close(c);
+  for (auto& key : doomed) {
+    MDB_val mk{key.size(), key.data()};
+    REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
+  }
+}
+
+/// Makes a closed store this build wrote what format 6 wrote: no origin
+/// rows, meta["format"] "6".
+inline void make_format6(MDB_txn* txn) {
+  drop_table_rows(txn, store::table::origins);
+  MDB_dbi meta;
+  REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
+  std::string fk = "format", fv = "6";
+  MDB_val mk{fk.size(), fk.data()}, mv{fv.size(), fv.data()};
+  REQUIRE(mdb_put(txn, meta, &mk, &mv, 0) == 0);
 }
 
 /// Deletes the rows of the creation-order indexes from `rows`: what a

@@ -660,6 +660,13 @@ TEST_CASE("adk round trip: agentstate -> ADK -> agentstate gives the same store"
     MUST(e.create_session(test::create_req("other", "u1", "s", {{"x", "y"}})));
   }
   auto want = export_records(src);
+  // ADK's tables keep no session's state as created (agentstate's `origin`):
+  // a session back from ADK has none, so its as-of reads are marked inexact.
+  for (auto& r : want)
+    if (r["type"] == "session") {
+      CHECK(r.contains("origin"));
+      r.erase("origin");
+    }
   // Sessions' create/update times as the flavour keeps them: adk-js in
   // milliseconds (a real number, exact to its last bit only for whole
   // milliseconds), adk-python-database in microseconds; everything else is

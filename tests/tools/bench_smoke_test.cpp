@@ -146,6 +146,11 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
       CHECK(positive_number(j, "first_p50_us"));
       CHECK(positive_number(j, "deep_p50_us"));
       CHECK(j.value("pages", 0) >= 2);
+    } else if (w == "i") {
+      CHECK(j["events_per_s"].is_null());
+      for (auto f : {"rewind_small_p50_us", "rewind_large_p50_us", "rewind_plan_small_p50_us",
+                     "as_of_large_p50_us", "as_of_large_recent10_p50_us"})
+        CHECK(positive_number(j, f));
     } else {
       CHECK(positive_number(j, "events_per_s"));
     }
@@ -190,7 +195,7 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
       CHECK(j.value("b_changes_delivered_100_watches", 0) == watched * 20);
     }
   }
-  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g", "h"});
+  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g", "h", "i"});
 }
 
 TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the engine") {

@@ -87,10 +87,11 @@ const char* bench_footer =
   "Exit codes: 0 ran and every correctness check held; 1 an engine call or a\n"
   "correctness check failed; 2 bad usage.";
 
-/// The workloads, in the order of their names 'a'..'h'.
+/// The workloads, in the order of their names 'a'..'i'.
 using workload_fn = ojson (*)(const config&);
-constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c, workload_d,
-                                             workload_e, workload_f, workload_g, workload_h};
+constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c,
+                                             workload_d, workload_e, workload_f,
+                                             workload_g, workload_h, workload_i};
 
 /// `v` as a whole decimal number in lo..hi; nullopt for anything else
 /// (empty, a sign, trailing characters, out of range).
@@ -156,7 +157,7 @@ runner define_bench(command_line& cl) {
   cl.description = bench_description;
   cl.footer = bench_footer;
   auto& app = cl.app;
-  app.add_option("--workload", a->workload, "a..h, a comma-separated list (a,c,f), or all")
+  app.add_option("--workload", a->workload, "a..i, a comma-separated list (a,c,f), or all")
     ->type_name("W");
   a->durability_opt = app
                         .add_option("--durability", a->durability,
@@ -254,7 +255,7 @@ int run_bench(bench_args& a) {
           || cfg.max_resident_mb))
     return usage_error("--via runs serve with the engine's defaults: --scheduler, --spin-us, "
                        "--write-map, --max-store-mb and --max-resident-mb do not apply");
-  const std::string known = via ? "abch" : "abcdefgh";
+  const std::string known = via ? "abch" : "abcdefghi";
   std::string todo;
   if (cfg.workloads == "all") {
     todo = known;
@@ -266,7 +267,7 @@ int run_bench(bench_args& a) {
       bool alone = (p + 1 == cfg.workloads.size() || cfg.workloads[p + 1] == ',');
       if (known.find(c) == std::string::npos || !alone)
         return usage_error("unknown workload '" + cfg.workloads + "' ("
-                           + (via ? "a, b, c or h with --via" : "a..h") + ", a list, or all)");
+                           + (via ? "a, b, c or h with --via" : "a..i") + ", a list, or all)");
       todo += c;
     }
   }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/bench/workloads.hpp: the workloads of `agentstate bench`, one file
-// each (workload_a.cpp .. workload_g.cpp). Each runs on the calling thread
+// each (workload_a.cpp .. workload_i.cpp). Each runs on the calling thread
 // against a fresh store (none in memory mode) that it removes before
 // returning, and returns its one JSON line (run_ctx::finish): the workload's
 // figures, its target and meets_target, and "errors" (nonzero when an engine
@@ -47,5 +47,9 @@ ojson workload_g(const config& cfg);
 /// workload b's appends with 0 and with 100 session watches (the ratio);
 /// catch-up reads of the whole log.
 ojson workload_h(const config& cfg);
+
+/// A session's past: rewind_session and rewind_plan latency on sessions of
+/// N and 10N events, and get_session as_of_version half way through them.
+ojson workload_i(const config& cfg);
 
 } // namespace agentstate::tools::bench

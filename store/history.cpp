@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "store/history.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <unordered_map>
+
+#include "agentstate/scope.hpp"
+#include "store/errors.hpp"
+#include "store/keys.hpp"
+#include "store/reads.hpp"
+#include "store/records.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+// Calls fn(version, event JSON) for events 1..upto of session `skey`, oldest
+// first, each checked and parsed, while fn answers true; stops at the first
+// error.
+result<void> for_each_event(kv_read& txn, std::string_view skey, std::uint64_t upto,
+                            const std::function<result<bool>(std::uint64_t, json&)>& fn) {
+  if (upto == 0)
+    return {};
+  std::string prefix(skey);
+  prefix += '\0';
+  std::optional<error> err;
+  const bool legacy = txn.legacy_values();
+  txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
+    auto body = open_row(table::events, k, row, legacy);
+    if (!body || k.size() != prefix.size() + 8) {
+      err = damaged(table::events, k);
+      return false;
+    }
+    auto v = read_be64(k.substr(prefix.size()));
+    if (v > upto)
+      return false;
+    auto ev = parse_stored(event_body_text(*body));
+    if (!ev) {
+      err = std::move(ev).err();
+      return false;
+    }
+    auto more = fn(v, *ev);
+    if (!more) {
+      err = std::move(more).err();
+      return false;
+    }
+    return *more;
+  });
+  if (err)
+    return std::move(*err);
+  return {};
+}
+
+const json* member(const json& x, const char* name) {
+  if (!x.is_object())
+    return nullptr;
+  auto it = x.find(name);
+  return it == x.end() ? nullptr : &*it;
+}
+
+// Applies an event's session-scope sets and removes to `state`, and records
+// the keys it touches in `touched` (when given).
+void replay(const json& ev, json& state, std::set<std::string>* touched) {
+  const json* actions = member(ev, "actions");
+  if (!actions)
+    return;
+  if (const json* delta = member(*actions, "state_delta"); delta && delta->is_object())
+    for (auto it = delta->begin(); it != delta->end(); ++it) {
+      if (scope_of(it.key()) != scope::session || it.key().rfind(turn_prefix, 0) == 0)
+        continue;
+      state[it.key()] = it.value();
+      if (touched)
+        touched->insert(it.key());
+    }
+  if (const json* rm = member(*actions, "state_remove"); rm && rm->is_array())
+    for (auto& k : *rm) {
+      if (!k.is_string())
+        continue;
+      auto& key = k.get_ref<const std::string&>();
+      if (scope_of(key) != scope::session || key.rfind(turn_prefix, 0) == 0)
+        continue;
+      state.erase(key);
+      if (touched)
+        touched->insert(key);
+    }
+}
+
+rewind_mark mark_of(const json& ev) {
+  rewind_mark m;
+  const json* actions = member(ev, "actions");
+  if (!actions)
+    return m;
+  if (const json* inv = member(*actions, "rewind_before_invocation_id"); inv && inv->is_string())
+    m.before_invocation_id = inv->get<std::string>();
+  if (const json* v = member(*actions, "rewind_before_version"); v && v->is_number_unsigned())
+    m.before_version = v->get<std::uint64_t>();
+  return m;
+}
+
+} // namespace
+
+std::string origin_body(const std::vector<state_write>& rows) {
+  std::string out = "{";
+  bool first = true;
+  for (auto& w : rows) {
+    if (w.erase)
+      continue;
+    if (!first)
+      out += ',';
+    first = false;
+    out += json(w.key).dump();
+    out += ':';
+    out += w.text;
+  }
+  out += '}';
+  return out;
+}
+
+result<std::optional<std::string>> read_origin(kv_read& txn, std::string_view skey) {
+  try {
+    auto raw = txn.get(table::origins, skey);
+    if (!raw)
+      return std::optional<std::string>{};
+    auto body = open_row(table::origins, skey, *raw, txn.legacy_values());
+    if (!body)
+      return damaged(table::origins, skey);
+    return std::optional<std::string>{std::string(*body)};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<past_state> state_at(kv_read& txn, std::string_view skey, std::uint64_t head,
+                            std::uint64_t version) {
+  try {
+    past_state out;
+    auto origin = read_origin(txn, skey);
+    if (!origin)
+      return std::move(origin).err();
+    if (*origin) {
+      auto o = parse_stored(**origin);
+      if (!o)
+        return std::move(o).err();
+      if (!o->is_object())
+        return damaged(table::origins, skey);
+      out.state = std::move(*o);
+      auto r = for_each_event(txn, skey, version, [&](std::uint64_t, json& ev) -> result<bool> {
+        replay(ev, out.state, nullptr);
+        return true;
+      });
+      if (!r)
+        return std::move(r).err();
+      return out;
+    }
+    // No origin row: a key no event ever touched was there from creation.
+    out.exact = false;
+    std::set<std::string> touched;
+    json scratch = json::object();
+    auto r = for_each_event(txn, skey, head, [&](std::uint64_t v, json& ev) -> result<bool> {
+      replay(ev, v <= version ? out.state : scratch, &touched);
+      return true;
+    });
+    if (!r)
+      return std::move(r).err();
+    auto now = read_rows(txn, table::session_state, std::string(skey) + '\0');
+    if (!now)
+      return std::move(now).err();
+    for (auto it = now->begin(); it != now->end(); ++it)
+      if (!touched.count(it.key()))
+        out.state[it.key()] = std::move(it.value());
+    return out;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+std::vector<event_fate> rewind_fates(const std::vector<std::string>& invocation_ids,
+                                     const std::vector<rewind_mark>& marks) {
+  const std::size_t n = invocation_ids.size();
+  std::vector<event_fate> fate(n, event_fate::kept);
+  std::unordered_map<std::string_view, std::size_t> first;
+  for (std::size_t i = 0; i < n; ++i)
+    first.emplace(invocation_ids[i], i);
+  // ADK's backward scan: a marker at i jumps back to the first event of the
+  // invocation it names (when that is before i); what it jumps over is out.
+  std::size_t i = n;
+  while (i-- > 0) {
+    const auto& m = marks[i];
+    if (!m.is_rewind())
+      continue;
+    fate[i] = event_fate::marker;
+    std::size_t to = i;
+    if (!m.before_invocation_id.empty()) {
+      auto it = first.find(m.before_invocation_id);
+      if (it != first.end() && it->second < i)
+        to = it->second;
+    } else if (m.before_version - 1 < i) {
+      to = static_cast<std::size_t>(m.before_version - 1);
+    }
+    for (std::size_t j = to; j < i; ++j)
+      fate[j] = event_fate::annulled;
+    i = to;
+  }
+  return fate;
+}
+
+result<log_outline> read_outline(kv_read& txn, std::string_view skey, std::uint64_t upto) {
+  try {
+    log_outline out;
+    auto r = for_each_event(txn, skey, upto, [&](std::uint64_t, json& ev) -> result<bool> {
+      const json* inv = member(ev, "invocation_id");
+      out.invocation_ids.push_back(inv && inv->is_string() ? inv->get<std::string>()
+                                                           : std::string());
+      out.marks.push_back(mark_of(ev));
+      return true;
+    });
+    if (!r)
+      return std::move(r).err();
+    return out;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+std::vector<invocation_span> invocation_spans(const log_outline& outline) {
+  auto fate = rewind_fates(outline.invocation_ids, outline.marks);
+  std::vector<invocation_span> out;
+  std::unordered_map<std::string_view, std::size_t> at;
+  for (std::size_t i = 0; i < fate.size(); ++i) {
+    const auto& id = outline.invocation_ids[i];
+    auto [it, fresh] = at.emplace(id, out.size());
+    if (fresh) {
+      invocation_span s;
+      s.invocation_id = id;
+      s.first_version = i + 1;
+      s.annulled = true;
+      out.push_back(std::move(s));
+    }
+    auto& s = out[it->second];
+    s.last_version = i + 1;
+    ++s.events;
+    if (fate[i] != event_fate::annulled)
+      s.annulled = false;
+    if (outline.marks[i].is_rewind())
+      s.rewind = true;
+  }
+  return out;
+}
+
+result<rewind_effect> plan_rewind(kv_read& txn, std::string_view skey, std::uint64_t head,
+                                  const rewind_target& target) {
+  try {
+    const bool by_id = !target.before_invocation_id.empty();
+    if (by_id == (target.before_version != 0))
+      return error{errc::invalid_argument,
+                   "a rewind names exactly one of before_invocation_id and before_version"};
+    rewind_effect out;
+    if (by_id) {
+      std::uint64_t found = 0;
+      auto r = for_each_event(txn, skey, head, [&](std::uint64_t v, json& ev) -> result<bool> {
+        const json* inv = member(ev, "invocation_id");
+        if (inv && inv->is_string()
+            && inv->get_ref<const std::string&>() == target.before_invocation_id)
+          found = v;
+        return found == 0;
+      });
+      if (!r)
+        return std::move(r).err();
+      if (!found)
+        return error{errc::invalid_argument,
+                     "invocation '" + printable(target.before_invocation_id)
+                       + "' has no event in this session"};
+      out.before_version = found;
+    } else {
+      if (target.before_version > head)
+        return error{errc::invalid_argument,
+                     "before_version " + std::to_string(target.before_version)
+                       + " is past the session's version " + std::to_string(head)};
+      out.before_version = target.before_version;
+    }
+    auto past = state_at(txn, skey, head, out.before_version - 1);
+    if (!past)
+      return std::move(past).err();
+    out.exact = past->exact;
+    auto now = read_rows(txn, table::session_state, std::string(skey) + '\0');
+    if (!now)
+      return std::move(now).err();
+    auto derived = [](const std::string& k) { return k.rfind(derived_prefix, 0) == 0; };
+    for (auto it = past->state.begin(); it != past->state.end(); ++it) {
+      if (derived(it.key()))
+        continue;
+      auto cur = now->find(it.key());
+      if (cur == now->end() || *cur != it.value())
+        out.state_delta[it.key()] = it.value();
+    }
+    for (auto it = now->begin(); it != now->end(); ++it)
+      if (!derived(it.key()) && !past->state.contains(it.key()))
+        out.state_remove.push_back(it.key());
+    std::sort(out.state_remove.begin(), out.state_remove.end());
+    return out;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+} // namespace agentstate::store
