@@ -37,6 +37,11 @@ struct engine_core {
   /// while it holds (see commit_poll). Declared before `sys`, whose workers
   /// read it, so it outlives them.
   std::atomic<bool> committing{false};
+  /// Set when deleted sessions' rows may be left to purge (store/purge.hpp):
+  /// at open when the store holds a mark, after every committed delete. The
+  /// writer purges a step at a time between group commits and clears it
+  /// once nothing is left. Written by the writer (and open) only.
+  std::atomic<bool> purge_pending{false};
   std::unique_ptr<store::kv_store> kv;
   /// The change log's writer state (store writer thread only, after open).
   store::change_log log;

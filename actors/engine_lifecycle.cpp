@@ -31,10 +31,12 @@
 #include "model/text.hpp"
 #include "store/file_check.hpp"
 #include "store/commit.hpp"
+#include "store/errors.hpp"
 #include "store/format.hpp"
 #include "store/keys.hpp"
 #include "store/listing.hpp"
 #include "store/open.hpp"
+#include "store/purge.hpp"
 #include "store/reads.hpp"
 
 namespace agentstate {
@@ -78,6 +80,15 @@ result<void> load_log(engine_core& core) {
   core.log.next = head->bounds.last + 1;
   core.log.keep.max_entries = std::max<std::uint64_t>(1, core.opts.change_retention.max_entries);
   core.log.keep.max_age_seconds = double(core.opts.change_retention.max_age.count());
+  // A purge a crash interrupted resumes.
+  auto txn = store::begin_read(*core.kv);
+  if (!txn)
+    return std::move(txn).err();
+  try {
+    core.purge_pending.store(store::any_doomed(**txn));
+  } catch (const store::kv_failure& f) {
+    return store::from_failure(f);
+  }
   return {};
 }
 

@@ -75,10 +75,10 @@ void on_begin_invocation(session_actor_t self, begin_invocation_cmd& cmd) {
   if (!ensure_loaded(self, cmd.cb))
     return;
   if (!st.lease.empty() && st.lease != cmd.invocation_id) {
-    st.waiters.push_back({std::move(cmd.invocation_id), std::move(cmd.cb)});
+    st.waiters.push_back({std::move(cmd.invocation_id), std::move(cmd.cb), {}});
     return;
   }
-  grant(self, {std::move(cmd.invocation_id), std::move(cmd.cb)});
+  grant(self, {std::move(cmd.invocation_id), std::move(cmd.cb), {}});
 }
 
 void take_lease(session_actor_t self, std::string invocation_id, std::function<void()> then,

@@ -5,7 +5,8 @@
 // alone), notifies the user and app actors of committed shared-scope
 // writes, and only then answers the session actors (so FIFO mailboxes give
 // read-your-writes to scope reads). Polls its mailbox for up to
-// options::spin_wait before it sleeps.
+// options::spin_wait before it sleeps. Purges large deleted sessions' rows
+// in bounded steps between group commits (store/purge.hpp).
 #include <algorithm>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "actors/spin.hpp"
 #include "actors/resolve.hpp"
 #include "store/commit.hpp"
+#include "store/purge.hpp"
 
 namespace agentstate::detail {
 
@@ -95,8 +97,11 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
       core.hub->published(head);
   }
   for (std::size_t i = 0; i < batch.size(); ++i)
-    if (entries[i].code == errc::ok)
+    if (entries[i].code == errc::ok) {
       notify_scopes(core, batch[i].plan.ws, entries[i].txn_id, entries[i].seq);
+      if (batch[i].plan.ws.op == store::write_set::kind::remove)
+        core.purge_pending.store(true, std::memory_order_relaxed);
+    }
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& it = batch[i];
     write_reply reply;
@@ -110,6 +115,15 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
   }
   core.committing.store(false, std::memory_order_relaxed);
   batch.clear();
+}
+
+// One bounded step of the purge of deleted sessions' rows, in its own
+// transaction; clears purge_pending once nothing is left. A failure leaves
+// the marks for the next delete or the next open to resume.
+void purge_step(engine_core& core) {
+  auto r = store::purge_once(*core.kv);
+  if (!r || *r == 0)
+    core.purge_pending.store(false, std::memory_order_relaxed);
 }
 
 write_reply sync_reply(engine_core& core) {
@@ -139,7 +153,16 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
   auto on_stop = [&](stop_writer_cmd&) { running = false; };
   auto has_mail = [self] { return !self->mailbox().empty(); };
   while (running) {
-    spin_until(has_mail, core->opts.spin_wait);
+    // While deleted sessions' rows are left, the writer never sleeps: it
+    // purges one bounded step after each group commit, and between them
+    // when no write waits.
+    const bool purging = core->purge_pending.load(std::memory_order_relaxed);
+    if (!purging)
+      spin_until(has_mail, core->opts.spin_wait);
+    if (purging && !has_mail()) {
+      purge_step(*core);
+      continue;
+    }
     self->receive(on_write, on_flush, on_stop);
     while (running && batch.size() < max_count && bytes < max_bytes && !self->mailbox().empty())
       self->receive(on_write, on_flush, on_stop);
@@ -153,6 +176,8 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
         rp.deliver(reply);
       flushes.clear();
     }
+    if (running && core->purge_pending.load(std::memory_order_relaxed))
+      purge_step(*core);
   }
 }
 
@@ -166,6 +191,8 @@ writer_hdl::behavior_type scheduled_writer(writer_hdl::pointer self, engine_core
       std::vector<store::batch_entry> entries;
       batch.push_back(item{std::move(c.plan), self->make_response_promise()});
       commit_and_answer(*core, batch, entries); // answers through the promise
+      while (core->purge_pending.load(std::memory_order_relaxed))
+        purge_step(*core);
       return caf::delegated<write_reply>{};
     },
     [core](flush_cmd&) -> write_reply { return sync_reply(*core); },

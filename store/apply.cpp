@@ -5,6 +5,7 @@
 
 #include "store/errors.hpp"
 #include "store/history.hpp"
+#include "store/purge.hpp"
 #include "store/keys.hpp"
 #include "store/records.hpp"
 
@@ -109,6 +110,8 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
     case write_set::kind::create: {
       if (rec)
         return error{errc::already_exists, "session '" + ws.id + "' already exists"};
+      if (is_doomed(txn, skey)) // a large delete of the same id still being purged
+        purge_now(txn, skey);
       session_record r{ws.fork_events.size(), ws.time, ws.time};
       put_rows(txn, ws, skey, s);
       for (std::size_t i = 0; i < ws.fork_events.size(); ++i) {
@@ -155,9 +158,13 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
     case write_set::kind::remove: {
       if (!rec)
         return false;
-      auto prefix = skey + '\0';
-      delete_prefix(txn, table::session_state, prefix);
-      delete_prefix(txn, table::events, prefix);
+      if (rec->version > inline_delete_events) {
+        mark_doomed(txn, skey); // its rows go in bounded steps (store/purge.hpp)
+      } else {
+        auto prefix = skey + '\0';
+        delete_prefix(txn, table::session_state, prefix);
+        delete_prefix(txn, table::events, prefix);
+      }
       for (auto& [t, key] :
            list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
         txn.del(t, key);

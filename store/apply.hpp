@@ -22,7 +22,9 @@ namespace agentstate::store {
 /// longer follows) only before the first write: an error return leaves
 /// `txn` as it was. Throws kv_failure on storage failure, possibly after
 /// some of the write set's puts (the caller's savepoint takes them back).
-/// Cost: an append is ~10 puts/deletes; a delete O(rows of the session).
+/// Cost: an append is ~10 puts/deletes; a delete O(rows of the session) up
+/// to inline_delete_events events, beyond that a few puts and deletes (the
+/// rest is purged in steps: store/purge.hpp).
 /// With a `log`, a write set that writes anything also writes its change
 /// row (log_change). Returns whether it wrote anything (false only for a
 /// delete of a session that does not exist).

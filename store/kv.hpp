@@ -36,8 +36,9 @@ enum class table : std::uint8_t {
   by_user_created, ///< format 5: a session in its user's creation order
   changes, ///< format 6: the change log, by commit sequence (store/change_log.hpp)
   origins, ///< format 7: a session's own state as created (as-of reads, rewinds)
+  doomed, ///< format 7: deleted sessions whose rows are still being purged (store/purge.hpp)
 };
-inline constexpr std::size_t table_count = 12;
+inline constexpr std::size_t table_count = 13;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;

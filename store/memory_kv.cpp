@@ -228,6 +228,7 @@ const char* table_name(table t) noexcept {
     case table::by_user_created: return "by_user_created";
     case table::changes: return "changes";
     case table::origins: return "origins";
+    case table::doomed: return "doomed";
   }
   return "?";
 }

@@ -8,6 +8,7 @@
 #include "store/change_log.hpp"
 #include "store/errors.hpp"
 #include "store/history.hpp"
+#include "store/purge.hpp"
 #include "store/keys.hpp"
 
 namespace agentstate::store {
@@ -161,7 +162,7 @@ result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r
   if (!rec)
     return std::move(rec).err();
   if (!*rec) {
-    if (has_rows(txn, skey))
+    if (has_rows(txn, skey) && !is_doomed(txn, skey))
       return error{errc::data_corrupt,
                    row_name(table::sessions, skey)
                      + " is missing while the session's rows exist (the store is damaged; "

@@ -206,6 +206,7 @@ std::string row_name(table t, std::string_view key) {
   switch (t) {
     case table::sessions: return "session '" + joined(split_key(key, 3), 3) + "' record";
     case table::origins: return "session '" + joined(split_key(key, 3), 3) + "' origin";
+    case table::doomed: return "deleted session '" + joined(split_key(key, 3), 3) + "' purge mark";
     case table::events: {
       if (key.size() < 9 || key[key.size() - 9] != '\0')
         return "event row '" + printable(key) + "'";

@@ -19,12 +19,14 @@ struct verify_report {
   std::uint64_t user_rows = 0;
   std::uint64_t app_rows = 0;
   std::uint64_t changes = 0; ///< rows of the change log (format 6)
+  /// Deleted sessions whose rows are still being purged (format 7).
+  std::uint64_t purging = 0;
   std::uint64_t faults = 0; ///< every fault found
   std::vector<std::string> messages; ///< the first 100 faults, described
   bool ok() const { return faults == 0; }
 };
 
-/// Checks, in the snapshot `txn`: the format version (1 to 6); every row's
+/// Checks, in the snapshot `txn`: the format version (1 to 7); every row's
 /// checksum (format 4: every value of every table but meta, each bad row
 /// reported by its row_name, as data_corrupt names it); every session
 /// record decodes; its events are versions 1..version without gaps, each row
@@ -32,8 +34,10 @@ struct verify_report {
 /// of a session share an id (A6); both list
 /// indexes hold exactly one entry per session at its last_update_time; every
 /// state row's key is well-formed and its value decodes; no table holds rows
-/// of a missing session; the change log's rows decode and their sequence
-/// has no gap. Cost: one pass over every table.
+/// of a missing session (the rows of a deleted session still being purged
+/// are counted in `purging`, not as faults); origins are JSON objects of
+/// existing sessions; the change log's rows decode and their sequence has
+/// no gap. Cost: one pass over every table.
 /// `progress(sessions_done)` is called every 10,000 sessions. Never throws:
 /// a storage failure is reported as a fault.
 verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress = {});

@@ -175,6 +175,7 @@ int run_verify(const store_and_json& p) {
                    {"user_state_rows", r.user_rows},
                    {"app_state_rows", r.app_rows},
                    {"changes", r.changes},
+                   {"purging", r.purging},
                    {"faults", r.faults},
                    {"messages", r.messages}}
                 .dump()
@@ -190,6 +191,10 @@ int run_verify(const store_and_json& p) {
                 static_cast<unsigned long long>(r.events),
                 static_cast<unsigned long long>(r.session_rows + r.user_rows + r.app_rows),
                 static_cast<unsigned long long>(r.faults));
+    if (r.purging)
+      std::printf("%llu deleted sessions' rows are still being purged (the engine finishes them "
+                  "when it next runs on the store)\n",
+                  static_cast<unsigned long long>(r.purging));
   }
   return r.ok() ? 0 : 1;
 }

@@ -74,7 +74,7 @@ struct session : session_meta {
   /// (for example, one decoded by session_from_json).
   std::string cursor;
   /// Set by a read with get_request::as_of_version: what the session shows.
-  std::optional<as_of_info> as_of;
+  std::optional<as_of_info> as_of = std::nullopt;
 };
 
 /// Names one session (D1). Every engine call drops whitespace around
@@ -103,7 +103,7 @@ struct get_request {
   /// after N, and last_update_time and version as they were then. app: and
   /// user: state is current (session::as_of says so). A version past the
   /// session's is invalid_argument. Cost: one decode per event 1..N.
-  std::optional<std::uint64_t> as_of_version;
+  std::optional<std::uint64_t> as_of_version = std::nullopt;
   /// H5: only the events ADK's context builder keeps: rewind markers, and
   /// the events each rewind undid, are left out (nested rewinds as ADK
   /// handles them); the filters above apply to what is kept. Cost: one
@@ -230,7 +230,7 @@ struct rewind_request {
   /// answers the stored event (A6).
   std::string event_id;
   /// A7: the rewind fails with version_conflict unless the session is at it.
-  std::optional<std::uint64_t> expected_version;
+  std::optional<std::uint64_t> expected_version = std::nullopt;
 };
 
 /// What a rewind changes in the session's own state (rewind_plan): the keys

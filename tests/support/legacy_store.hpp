@@ -55,7 +55,7 @@ void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
 /// indexes, formats 1-6 no origins).
 inline bool format3_table(store::table t) {
   return t != store::table::by_created && t != store::table::by_user_created
-    && t != store::table::origins;
+    && t != store::table::origins && t != store::table::doomed;
 }
 
 /// Deletes every row of table `t` from `rows`.

@@ -108,15 +108,59 @@ class ProtocolMethods(abc.ABC):
 
     def get_session(self, app_name: str, user_id: str, session_id: str, *,
                     num_recent_events: int | None = None, after_timestamp: float | None = None,
-                    invocation_id: str | None = None) -> Any:
+                    invocation_id: str | None = None, as_of_version: int | None = None,
+                    apply_rewinds: bool | None = None) -> Any:
         """The Session, or None when it does not exist. ``num_recent_events``: None -> all
         events, 0 -> none, n -> the last n. ``after_timestamp``: events with timestamp >= t
         (0 -> no filter). ``invocation_id``: when it is the live invocation, ``state`` also
-        holds its ``temp:`` keys."""
+        holds its ``temp:`` keys. ``as_of_version``: the session as it was after that version
+        (0: as created; ``app:``/``user:`` keys current; the result's ``"as_of"`` says so).
+        ``apply_rewinds=True``: without rewind events and the events they undid (as ADK's
+        context builder). Needs a server of store format 7 for the last two."""
         return self.call("get_session", _params(
             app_name=app_name, user_id=user_id, session_id=session_id,
             num_recent_events=num_recent_events, after_timestamp=after_timestamp,
-            invocation_id=invocation_id))
+            invocation_id=invocation_id, as_of_version=as_of_version,
+            apply_rewinds=apply_rewinds))
+
+    def rewind_session(self, app_name: str, user_id: str, session_id: str, *,
+                       before_invocation_id: str | None = None,
+                       before_version: int | None = None, event_id: str | None = None,
+                       expected_version: int | None = None) -> Any:
+        """``{"event": the rewind event, "version": N}``: appends one event (ADK's rewind
+        shape) restoring the session's own state to before ``before_invocation_id``'s first
+        event, or to the state after ``before_version`` - 1 (give exactly one). Keys that did
+        not exist then are deleted; ``app:``/``user:`` state is not rewound. ``event_id``
+        makes a retry safe. Raises NotFoundError, InvalidArgumentError,
+        VersionConflictError."""
+        return self.call("rewind_session", _params(
+            app_name=app_name, user_id=user_id, session_id=session_id,
+            before_invocation_id=before_invocation_id, before_version=before_version,
+            event_id=event_id, expected_version=expected_version))
+
+    def rewind_plan(self, app_name: str, user_id: str, session_id: str, *,
+                    before_invocation_id: str | None = None,
+                    before_version: int | None = None) -> Any:
+        """What ``rewind_session`` would write now, writing nothing: ``{"state_delta",
+        "state_remove", "before_version", "exact"}``."""
+        return self.call("rewind_plan", _params(
+            app_name=app_name, user_id=user_id, session_id=session_id,
+            before_invocation_id=before_invocation_id, before_version=before_version))
+
+    def list_invocations(self, app_name: str, user_id: str, session_id: str) -> Any:
+        """The session's invocations by first event: ``[{"invocation_id", "first_version",
+        "last_version", "events", "annulled", "rewind"}]``. Raises NotFoundError."""
+        return self.call("list_invocations", _params(app_name=app_name, user_id=user_id,
+                                                     session_id=session_id))
+
+    def fork_session(self, app_name: str, user_id: str, session_id: str, at_version: int,
+                     new_session_id: str | None = None) -> Any:
+        """The new Session (without events) holding events 1..``at_version`` of the source
+        and its own state then. Raises AlreadyExistsError, NotFoundError,
+        InvalidArgumentError."""
+        return self.call("fork_session", _params(
+            app_name=app_name, user_id=user_id, session_id=session_id, at_version=at_version,
+            new_session_id=new_session_id))
 
     def list_sessions(self, app_name: str, user_id: str | None = None, *,
                       page_size: int | None = None, page_token: str | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conftest import run
 
-from agentstate_client import AsyncClient, Client
+from agentstate_client import AsyncClient, Client, InvalidArgumentError
 
 APP, USER = "chat", "alice"
 
@@ -183,3 +183,35 @@ def test_ping(agentstate_bin, store):
             with Client.spawn(memory=True, binary=agentstate_bin) as b:
                 assert b.ping() == "pong"
     run(body())
+
+
+def test_history_methods(agentstate_bin, store):
+    """as_of_version, rewind_plan, rewind_session, apply_rewinds, list_invocations and
+    fork_session through the blocking client against a real serve --store."""
+    with Client.spawn(store, binary=agentstate_bin) as c:
+        c.create_session(APP, USER, "h", {"lang": "fr"})
+        c.append_event(APP, USER, "h", {"id": "e1", "invocation_id": "i1", "author": "a",
+                                         "actions": {"state_delta": {"n": 1}}})
+        c.append_event(APP, USER, "h", {"id": "e2", "invocation_id": "i2", "author": "a",
+                                         "actions": {"state_delta": {"n": 2, "lang": "de"}}})
+        past = c.get_session(APP, USER, "h", as_of_version=1)
+        assert past["state"] == {"lang": "fr", "n": 1}
+        assert past["as_of"] == {"version": 1, "shared_state": "current", "exact": True}
+        plan = c.rewind_plan(APP, USER, "h", before_invocation_id="i2")
+        assert plan["state_delta"] == {"lang": "fr", "n": 1} and plan["state_remove"] == []
+        r = c.rewind_session(APP, USER, "h", before_invocation_id="i2", event_id="rw")
+        assert r["version"] == 3 and r["event"]["author"] == "user"
+        assert c.get_session(APP, USER, "h")["state"] == {"lang": "fr", "n": 1}
+        kept = c.get_session(APP, USER, "h", apply_rewinds=True)
+        assert [e["id"] for e in kept["events"]] == ["e1"]
+        invs = c.list_invocations(APP, USER, "h")
+        assert [(i["invocation_id"], i["annulled"], i["rewind"]) for i in invs[:2]] == [
+            ("i1", False, False), ("i2", True, False)]
+        assert invs[2]["rewind"] is True
+        fork = c.fork_session(APP, USER, "h", 2, "h2")
+        assert fork["version"] == 2 and fork["state"] == {"lang": "de", "n": 2}
+        try:
+            c.rewind_session(APP, USER, "h", before_version=1, before_invocation_id="i1")
+            raise AssertionError("both points were accepted")
+        except InvalidArgumentError:
+            pass

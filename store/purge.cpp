@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "store/purge.hpp"
+
+#include <string>
+#include <vector>
+
+#include "store/errors.hpp"
+#include "store/records.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+// Up to `max` keys of table `t` under `prefix`.
+std::vector<std::string> first_keys(kv_read& txn, table t, const std::string& prefix,
+                                    std::size_t max) {
+  std::vector<std::string> keys;
+  if (max == 0)
+    return keys;
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return keys.size() < max;
+  });
+  return keys;
+}
+
+} // namespace
+
+void mark_doomed(kv_write& txn, std::string_view skey) {
+  txn.put(table::doomed, skey, seal(skey, {}));
+}
+
+bool is_doomed(kv_read& txn, std::string_view skey) {
+  return txn.get(table::doomed, skey).has_value();
+}
+
+void purge_now(kv_write& txn, std::string_view skey) {
+  const std::string prefix = std::string(skey) + '\0';
+  for (auto t : {table::events, table::session_state})
+    for (;;) {
+      auto keys = first_keys(txn, t, prefix, purge_step_rows);
+      for (auto& k : keys)
+        txn.del(t, k);
+      if (keys.size() < purge_step_rows)
+        break;
+    }
+  txn.del(table::doomed, skey);
+}
+
+std::size_t purge_step(kv_write& txn, std::size_t max_rows) {
+  std::string skey;
+  txn.scan(table::doomed, {}, {}, [&](std::string_view k, std::string_view) {
+    skey = std::string(k);
+    return false;
+  });
+  if (skey.empty())
+    return 0;
+  const std::string prefix = skey + '\0';
+  std::size_t done = 0;
+  for (auto t : {table::events, table::session_state}) {
+    auto keys = first_keys(txn, t, prefix, max_rows - done);
+    for (auto& k : keys)
+      txn.del(t, k);
+    done += keys.size();
+    if (done >= max_rows)
+      return done;
+  }
+  txn.del(table::doomed, skey);
+  return done + 1;
+}
+
+bool any_doomed(kv_read& txn) {
+  bool any = false;
+  txn.scan(table::doomed, {}, {}, [&](std::string_view, std::string_view) {
+    any = true;
+    return false;
+  });
+  return any;
+}
+
+result<std::size_t> purge_once(kv_store& kv) {
+  try {
+    auto w = kv.begin_write();
+    auto n = purge_step(*w);
+    if (n)
+      w->commit();
+    return n;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+} // namespace agentstate::store
