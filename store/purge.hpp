@@ -23,7 +23,7 @@ namespace agentstate::store {
 /// inside its own transaction; a larger one is purged in steps.
 inline constexpr std::uint64_t inline_delete_events = 1024;
 /// Rows one purge_step deletes at most.
-inline constexpr std::size_t purge_step_rows = 1024;
+inline constexpr std::size_t purge_step_rows = 64;
 
 /// Marks session `skey` (whose record the caller deletes in `txn`) for
 /// purging. Throws kv_failure.

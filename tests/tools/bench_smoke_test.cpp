@@ -195,7 +195,7 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
       CHECK(j.value("b_changes_delivered_100_watches", 0) == watched * 20);
     }
   }
-  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  CHECK(seen == std::set<std::string>{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"});
 }
 
 TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the engine") {

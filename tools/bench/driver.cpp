@@ -53,6 +53,13 @@ const char* bench_footer =
   "     everything (p50_us: call to callback, beside ack_p50_us);\n"
   "     workload b's appends with 0 and with 100 session watches\n"
   "     (b_ratio_100_watches); catch-up reads of the log (changes/s)\n"
+  "  i  a session's past: sessions of 1,000* and 10,000* events (five per\n"
+  "     invocation); 30 rewind_plan and rewind_session calls on each (back to\n"
+  "     the first invocation of its second half), and 30 get_session\n"
+  "     as_of_version half way (all its events; num_recent_events=10)\n"
+  "  j  a session of 1,000,000* events, then 1,000 other sessions x 20 appends\n"
+  "     (64 in flight) before and while it is deleted and purged: their ack\n"
+  "     p99 in both\n"
   "\n"
   "Through the protocol (--via): a, b, c and h run against `agentstate serve`, a\n"
   "child process (this binary, or --serve-bin PATH) on a fresh store with the\n"
@@ -87,11 +94,11 @@ const char* bench_footer =
   "Exit codes: 0 ran and every correctness check held; 1 an engine call or a\n"
   "correctness check failed; 2 bad usage.";
 
-/// The workloads, in the order of their names 'a'..'i'.
+/// The workloads, in the order of their names 'a'..'j'.
 using workload_fn = ojson (*)(const config&);
-constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c,
-                                             workload_d, workload_e, workload_f,
-                                             workload_g, workload_h, workload_i};
+constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c, workload_d,
+                                             workload_e, workload_f, workload_g, workload_h,
+                                             workload_i, workload_j};
 
 /// `v` as a whole decimal number in lo..hi; nullopt for anything else
 /// (empty, a sign, trailing characters, out of range).
@@ -157,7 +164,7 @@ runner define_bench(command_line& cl) {
   cl.description = bench_description;
   cl.footer = bench_footer;
   auto& app = cl.app;
-  app.add_option("--workload", a->workload, "a..i, a comma-separated list (a,c,f), or all")
+  app.add_option("--workload", a->workload, "a..j, a comma-separated list (a,c,f), or all")
     ->type_name("W");
   a->durability_opt = app
                         .add_option("--durability", a->durability,
@@ -255,7 +262,7 @@ int run_bench(bench_args& a) {
           || cfg.max_resident_mb))
     return usage_error("--via runs serve with the engine's defaults: --scheduler, --spin-us, "
                        "--write-map, --max-store-mb and --max-resident-mb do not apply");
-  const std::string known = via ? "abch" : "abcdefghi";
+  const std::string known = via ? "abch" : "abcdefghij";
   std::string todo;
   if (cfg.workloads == "all") {
     todo = known;
@@ -267,7 +274,7 @@ int run_bench(bench_args& a) {
       bool alone = (p + 1 == cfg.workloads.size() || cfg.workloads[p + 1] == ',');
       if (known.find(c) == std::string::npos || !alone)
         return usage_error("unknown workload '" + cfg.workloads + "' ("
-                           + (via ? "a, b, c or h with --via" : "a..i") + ", a list, or all)");
+                           + (via ? "a, b, c or h with --via" : "a..j") + ", a list, or all)");
       todo += c;
     }
   }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/bench/workloads.hpp: the workloads of `agentstate bench`, one file
-// each (workload_a.cpp .. workload_i.cpp). Each runs on the calling thread
+// each (workload_a.cpp .. workload_j.cpp). Each runs on the calling thread
 // against a fresh store (none in memory mode) that it removes before
 // returning, and returns its one JSON line (run_ctx::finish): the workload's
 // figures, its target and meets_target, and "errors" (nonzero when an engine
@@ -51,5 +51,9 @@ ojson workload_h(const config& cfg);
 /// A session's past: rewind_session and rewind_plan latency on sessions of
 /// N and 10N events, and get_session as_of_version half way through them.
 ojson workload_i(const config& cfg);
+
+/// A large session deleted while other sessions append: their ack p99
+/// during its purge beside the same appends before it.
+ojson workload_j(const config& cfg);
 
 } // namespace agentstate::tools::bench
