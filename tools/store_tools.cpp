@@ -64,7 +64,7 @@ runner define_inspect(command_line& cl) {
   cl.usage = "agentstate inspect DIR [--json]";
   cl.description = "Prints the store's format version, counts of apps, users, sessions and\n"
                    "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-                   "runs; reads every store format (1 to 6) as it is. Each session record that\n"
+                   "runs; reads every store format (1 to 7) as it is. Each session record that\n"
                    "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
                    "\"damaged_records\"); the counts go on.";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
@@ -141,7 +141,7 @@ runner define_verify(command_line& cl) {
                    "event decodes, no event id twice in a session, every record decodes, list\n"
                    "indexes and scope rows well-formed, no orphan rows, the change log's rows\n"
                    "decode and its sequence has no gap. Read-only; safe while an engine runs\n"
-                   "(it checks one snapshot); reads every store format (1 to 6) as it is.";
+                   "(it checks one snapshot); reads every store format (1 to 7) as it is.";
   cl.footer = "Exit 0 clean, 1 faults found (or unreadable), 2 usage.";
   declare_store_and_json(cl, *o);
   return [o] { return run_verify(*o); };
