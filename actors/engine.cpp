@@ -242,11 +242,7 @@ void engine::list_invocations(session_ref ref, callback<std::vector<invocation_i
   auto outline = store::read_outline(**txn, skey, (**rec).version);
   if (!outline)
     return cb(std::move(outline).err());
-  std::vector<invocation_info> out;
-  for (auto& s : store::invocation_spans(*outline))
-    out.push_back(invocation_info{std::move(s.invocation_id), s.first_version, s.last_version,
-                                  s.events, s.annulled, s.rewind});
-  cb(std::move(out));
+  cb(store::invocation_spans(*outline));
 }
 
 void engine::fork_session(fork_request req, callback<session> cb) {

@@ -134,6 +134,11 @@ bool ensure_loaded(session_actor_t self, callback<T>& cb) {
 
 // -- commands (session_commands.cpp) ---------------------------------------------
 
+/// Loads the record on first use; false (after answering `cb` in order with
+/// the load's error or already_exists) unless the session does not exist:
+/// what a create and a fork start with.
+bool ensure_absent(session_actor_t self, callback<session>& cb);
+
 void on_create(session_actor_t self, create_cmd& cmd);
 void on_append(session_actor_t self, append_cmd& cmd);
 void on_get(session_actor_t self, get_cmd& cmd);

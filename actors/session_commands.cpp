@@ -13,16 +13,23 @@
 
 namespace agentstate::detail {
 
-void on_create(session_actor_t self, create_cmd& cmd) {
+bool ensure_absent(session_actor_t self, callback<session>& cb) {
   auto& st = self->state;
-  if (!ensure_loaded(self, cmd.cb))
-    return;
+  if (!ensure_loaded(self, cb))
+    return false;
   if (st.exists) {
-    answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
+    answer(self, [cb = std::move(cb), id = st.ref.session_id] {
       cb(error{errc::already_exists, "session '" + id + "' already exists"});
     });
-    return;
+    return false;
   }
+  return true;
+}
+
+void on_create(session_actor_t self, create_cmd& cmd) {
+  auto& st = self->state;
+  if (!ensure_absent(self, cmd.cb))
+    return;
   auto plan = prepare_create(*st.core, cmd.req);
   if (!plan) {
     answer(self, [cb = std::move(cmd.cb), e = std::move(plan).err()] { cb(e); });

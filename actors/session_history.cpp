@@ -8,7 +8,6 @@
 #include "agentstate/json.hpp"
 #include "model/ids.hpp"
 #include "store/change_log.hpp"
-#include "store/errors.hpp"
 #include "store/history.hpp"
 #include "store/keys.hpp"
 #include "store/reads.hpp"
@@ -24,7 +23,7 @@ error missing(const std::string& id) {
 
 /// The rewind's effect at the head the store holds now. REQUIRES: no write
 /// of this session in flight (the store's record is the head).
-result<store::rewind_effect> effect_now(session_state& st, const rewind_request& req) {
+result<rewind_changes> effect_now(session_state& st, const rewind_request& req) {
   auto txn = store::begin_read(*st.core->kv);
   if (!txn)
     return std::move(txn).err();
@@ -33,8 +32,7 @@ result<store::rewind_effect> effect_now(session_state& st, const rewind_request&
     return std::move(rec).err();
   if (!*rec)
     return missing(st.ref.session_id);
-  return store::plan_rewind(**txn, st.skey, (**rec).version,
-                            store::rewind_target{req.before_invocation_id, req.before_version});
+  return store::plan_rewind(**txn, st.skey, (**rec).version, req);
 }
 
 /// Runs under the lease `inv`: once no write is in flight (later commands
@@ -108,12 +106,7 @@ void on_rewind(session_actor_t self, rewind_cmd& cmd) {
       auto effect = effect_now(self->state, c->req);
       if (!effect)
         return fail(std::move(effect).err());
-      rewind_changes out;
-      out.state_delta = std::move(effect->state_delta);
-      out.state_remove = std::move(effect->state_remove);
-      out.before_version = effect->before_version;
-      out.exact = effect->exact;
-      c->plan_cb(std::move(out));
+      c->plan_cb(std::move(*effect));
     });
     return;
   }
@@ -129,14 +122,8 @@ void on_rewind(session_actor_t self, rewind_cmd& cmd) {
 
 void on_fork(session_actor_t self, fork_cmd& cmd) {
   auto& st = self->state;
-  if (!ensure_loaded(self, cmd.cb))
+  if (!ensure_absent(self, cmd.cb))
     return;
-  if (st.exists) {
-    answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
-      cb(error{errc::already_exists, "session '" + id + "' already exists"});
-    });
-    return;
-  }
   // The source is read from one snapshot: its events 1..N are committed
   // there, whatever it does meanwhile.
   auto build = [&]() -> result<write_plan> {
@@ -184,29 +171,15 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
     // Each event row re-sealed under its key in the new session.
     auto nkey = store::session_key(ws.app, ws.user, ws.id);
     ws.fork_events.reserve(n);
-    std::optional<error> err;
-    const bool legacy = (**txn).legacy_values();
-    std::string prefix = skey + '\0';
-    try {
-      (**txn).scan(store::table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
-        auto body = store::open_row(store::table::events, k, row, legacy);
-        if (!body || k.size() != prefix.size() + 8) {
-          err = store::damaged(store::table::events, k);
-          return false;
-        }
-        auto v = store::read_be64(k.substr(prefix.size()));
-        if (v > n)
-          return false;
+    auto copied = store::scan_event_bodies(
+      **txn, skey, n, [&](std::uint64_t v, std::string_view body) -> result<bool> {
         ws.fork_events.push_back(store::encode_event_row(store::event_key(nkey, v),
-                                                         store::event_body_timestamp(*body),
-                                                         store::event_body_text(*body)));
+                                                         store::event_body_timestamp(body),
+                                                         store::event_body_text(body)));
         return true;
       });
-    } catch (const store::kv_failure& f) {
-      return store::from_failure(f);
-    }
-    if (err)
-      return std::move(*err);
+    if (!copied)
+      return std::move(copied).err();
     if (ws.fork_events.size() != n)
       return store::damaged(store::table::events,
                             store::event_key(skey, ws.fork_events.size() + 1));

@@ -17,40 +17,16 @@ namespace agentstate::store {
 namespace {
 
 // Calls fn(version, event JSON) for events 1..upto of session `skey`, oldest
-// first, each checked and parsed, while fn answers true; stops at the first
-// error.
+// first, each checked and parsed, while fn answers true.
 result<void> for_each_event(kv_read& txn, std::string_view skey, std::uint64_t upto,
                             const std::function<result<bool>(std::uint64_t, json&)>& fn) {
-  if (upto == 0)
-    return {};
-  std::string prefix(skey);
-  prefix += '\0';
-  std::optional<error> err;
-  const bool legacy = txn.legacy_values();
-  txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
-    auto body = open_row(table::events, k, row, legacy);
-    if (!body || k.size() != prefix.size() + 8) {
-      err = damaged(table::events, k);
-      return false;
-    }
-    auto v = read_be64(k.substr(prefix.size()));
-    if (v > upto)
-      return false;
-    auto ev = parse_stored(event_body_text(*body));
-    if (!ev) {
-      err = std::move(ev).err();
-      return false;
-    }
-    auto more = fn(v, *ev);
-    if (!more) {
-      err = std::move(more).err();
-      return false;
-    }
-    return *more;
-  });
-  if (err)
-    return std::move(*err);
-  return {};
+  return scan_event_bodies(txn, skey, upto,
+                           [&](std::uint64_t v, std::string_view body) -> result<bool> {
+                             auto ev = parse_stored(event_body_text(body));
+                             if (!ev)
+                               return std::move(ev).err();
+                             return fn(v, *ev);
+                           });
 }
 
 const json* member(const json& x, const char* name) {
@@ -224,15 +200,15 @@ result<log_outline> read_outline(kv_read& txn, std::string_view skey, std::uint6
   }
 }
 
-std::vector<invocation_span> invocation_spans(const log_outline& outline) {
+std::vector<invocation_info> invocation_spans(const log_outline& outline) {
   auto fate = rewind_fates(outline.invocation_ids, outline.marks);
-  std::vector<invocation_span> out;
+  std::vector<invocation_info> out;
   std::unordered_map<std::string_view, std::size_t> at;
   for (std::size_t i = 0; i < fate.size(); ++i) {
     const auto& id = outline.invocation_ids[i];
     auto [it, fresh] = at.emplace(id, out.size());
     if (fresh) {
-      invocation_span s;
+      invocation_info s;
       s.invocation_id = id;
       s.first_version = i + 1;
       s.annulled = true;
@@ -249,14 +225,14 @@ std::vector<invocation_span> invocation_spans(const log_outline& outline) {
   return out;
 }
 
-result<rewind_effect> plan_rewind(kv_read& txn, std::string_view skey, std::uint64_t head,
-                                  const rewind_target& target) {
+result<rewind_changes> plan_rewind(kv_read& txn, std::string_view skey, std::uint64_t head,
+                                   const rewind_request& target) {
   try {
     const bool by_id = !target.before_invocation_id.empty();
     if (by_id == (target.before_version != 0))
       return error{errc::invalid_argument,
                    "a rewind names exactly one of before_invocation_id and before_version"};
-    rewind_effect out;
+    rewind_changes out;
     if (by_id) {
       std::uint64_t found = 0;
       auto r = for_each_event(txn, skey, head, [&](std::uint64_t v, json& ev) -> result<bool> {

@@ -73,41 +73,19 @@ struct log_outline {
 };
 result<log_outline> read_outline(kv_read& txn, std::string_view skey, std::uint64_t upto);
 
-/// One invocation of a session's log (list_invocations).
-struct invocation_span {
-  std::string invocation_id;
-  std::uint64_t first_version = 0, last_version = 0;
-  std::uint64_t events = 0;
-  bool annulled = false; ///< every event of it was undone by a rewind
-  bool rewind = false; ///< it is a rewind marker
-};
-/// The invocations of an outline, by first version.
-std::vector<invocation_span> invocation_spans(const log_outline& outline);
+/// The invocations of an outline, by first version (list_invocations).
+std::vector<invocation_info> invocation_spans(const log_outline& outline);
 
-/// A rewind's effect on a session's own state: restores each key changed
-/// since the point to its value there (`state_delta`) and deletes each key
-/// that did not exist there (`state_remove`, sorted). derived: keys are
-/// left out (the engine recomputes them from the restored inputs).
-struct rewind_effect {
-  json state_delta = json::object();
-  std::vector<std::string> state_remove;
-  std::uint64_t before_version = 0; ///< the state restored is the one after before_version - 1
-  bool exact = true; ///< as past_state::exact
-};
-
-/// Where a rewind goes back to: before an invocation's first event, or
-/// before a version.
-struct rewind_target {
-  std::string before_invocation_id;
-  std::uint64_t before_version = 0;
-};
-
-/// The effect of rewinding session `skey` (record version `head`) to
-/// `target`, computed against its current state rows in `txn`. Errors:
-/// invalid_argument (neither or both of the target's members; a version out
-/// of 1..head; an invocation id with no event in the session), storage and
-/// data_corrupt errors.
-result<rewind_effect> plan_rewind(kv_read& txn, std::string_view skey, std::uint64_t head,
-                                  const rewind_target& target);
+/// The effect of rewinding session `skey` (record version `head`) to the
+/// point `req` names (its before_invocation_id or before_version; the rest
+/// is not read), computed against its current state rows in `txn`: each key
+/// changed since the point restored to its value there (`state_delta`),
+/// each key that did not exist there deleted (`state_remove`, sorted);
+/// derived: keys left out (the engine recomputes them from the restored
+/// inputs). Errors: invalid_argument (neither or both of the point's
+/// members; a version out of 1..head; an invocation id with no event in the
+/// session), storage and data_corrupt errors.
+result<rewind_changes> plan_rewind(kv_read& txn, std::string_view skey, std::uint64_t head,
+                                   const rewind_request& req);
 
 } // namespace agentstate::store

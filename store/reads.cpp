@@ -25,6 +25,38 @@ result<std::string> snapshot_cursor(kv_read& txn, std::string_view epoch) {
   return format_cursor(epoch, *last);
 }
 
+// `s` as read from `txn`, with the cursor of what `txn` sees.
+result<std::optional<session>> with_cursor(kv_read& txn, session s, std::string_view epoch) {
+  auto cursor = snapshot_cursor(txn, epoch);
+  if (!cursor)
+    return std::move(cursor).err();
+  s.cursor = std::move(*cursor);
+  return std::optional<session>{std::move(s)};
+}
+
+// G3/G4 of `req`: how many of the newest events (none: all), and the
+// timestamp they must reach (none: no filter).
+struct event_filters {
+  std::optional<std::uint64_t> limit;
+  std::optional<double> after;
+};
+
+event_filters filters_of(const get_request& req) {
+  event_filters f;
+  if (req.num_recent_events)
+    f.limit = static_cast<std::uint64_t>(*req.num_recent_events);
+  if (req.after_timestamp && *req.after_timestamp != 0)
+    f.after = *req.after_timestamp;
+  return f;
+}
+
+error too_many_bytes(const get_request& req, std::size_t max_bytes) {
+  return error{errc::too_large,
+               "session '" + printable(req.ref.session_id)
+                 + "': the events asked for pass the response limit (" + std::to_string(max_bytes)
+                 + " bytes); ask for fewer (num_recent_events, after_timestamp)"};
+}
+
 // The bodies (event_body_text) of the rows of the events `req` selects
 // (G3/G4), oldest first, each checked against its checksum. The views are
 // valid while `txn` lives. too_large, without reading further, once the
@@ -37,12 +69,9 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   auto prefix = skey + '\0';
   if (upto == 0)
     return out;
-  std::optional<std::uint64_t> limit;
-  if (req.num_recent_events)
-    limit = static_cast<std::uint64_t>(*req.num_recent_events);
-  std::optional<double> after;
-  if (req.after_timestamp && *req.after_timestamp != 0)
-    after = *req.after_timestamp;
+  const event_filters filters = filters_of(req);
+  const auto& limit = filters.limit;
+  const auto& after = filters.after;
   if (limit && *limit == 0)
     return out;
   // Every row visited is collected, then all are checked together (three
@@ -80,12 +109,7 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   else
     txn.scan(table::events, prefix, {}, take);
   if (over)
-    return error{errc::too_large,
-                 "session '" + printable(req.ref.session_id)
-                   + "': the events asked for pass "
-                     "the response limit ("
-                   + std::to_string(max_bytes)
-                   + " bytes); ask for fewer (num_recent_events, after_timestamp)"};
+    return too_many_bytes(req, max_bytes);
   // The bodies replace the rows in place (open_rows reads each row before
   // it writes its body).
   auto good = open_rows(table::events, rows.size(), keys.data(), rows.data(), legacy, rows.data());
@@ -203,12 +227,9 @@ result<std::vector<std::string_view>> select_versions(kv_read& txn, const std::s
                                                       const std::vector<std::uint64_t>& versions,
                                                       std::size_t max_bytes) {
   std::vector<std::string_view> out;
-  std::optional<std::uint64_t> limit;
-  if (req.num_recent_events)
-    limit = static_cast<std::uint64_t>(*req.num_recent_events);
-  std::optional<double> after;
-  if (req.after_timestamp && *req.after_timestamp != 0)
-    after = *req.after_timestamp;
+  const event_filters filters = filters_of(req);
+  const auto& limit = filters.limit;
+  const auto& after = filters.after;
   if (limit && *limit == 0)
     return out;
   const bool legacy = txn.legacy_values();
@@ -226,10 +247,7 @@ result<std::vector<std::string_view>> select_versions(kv_read& txn, const std::s
       return true;
     bytes += row->size();
     if (bytes > max_bytes)
-      return error{errc::too_large,
-                   "session '" + printable(req.ref.session_id)
-                     + "': the events asked for pass the response limit ("
-                     + std::to_string(max_bytes) + " bytes)"};
+      return too_many_bytes(req, max_bytes);
     out.push_back(*body);
     return !limit || out.size() < *limit;
   };
@@ -322,11 +340,7 @@ result<std::optional<session>> read_past(kv_read& txn, const get_request& req,
     s.as_of = as_of_info{upto, past->exact};
   }
   s.events = std::move(*evs);
-  auto cursor = snapshot_cursor(txn, epoch);
-  if (!cursor)
-    return std::move(cursor).err();
-  s.cursor = std::move(*cursor);
-  return std::optional<session>{std::move(s)};
+  return with_cursor(txn, std::move(s), epoch);
 }
 
 } // namespace
@@ -399,9 +413,12 @@ result<std::optional<append_result>> read_event(kv_read& txn, std::string_view s
   }
 }
 
-result<void> scan_event_ids(kv_read& txn, std::string_view skey,
-                            const std::function<void(std::uint64_t, const std::string&)>& fn) {
+result<void>
+scan_event_bodies(kv_read& txn, std::string_view skey, std::uint64_t upto,
+                  const std::function<result<bool>(std::uint64_t, std::string_view)>& fn) {
   try {
+    if (upto == 0)
+      return {};
     std::string prefix(skey);
     prefix += '\0';
     std::optional<error> err;
@@ -412,13 +429,15 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
         err = damaged(table::events, k);
         return false;
       }
-      auto ev = decode_event_body(*body);
-      if (!ev) {
-        err = std::move(ev).err();
+      auto v = read_be64(k.substr(prefix.size()));
+      if (v > upto)
+        return false;
+      auto more = fn(v, *body);
+      if (!more) {
+        err = std::move(more).err();
         return false;
       }
-      fn(read_be64(k.substr(prefix.size())), ev->id);
-      return true;
+      return *more;
     });
     if (err)
       return std::move(*err);
@@ -426,6 +445,18 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
+}
+
+result<void> scan_event_ids(kv_read& txn, std::string_view skey,
+                            const std::function<void(std::uint64_t, const std::string&)>& fn) {
+  return scan_event_bodies(txn, skey, UINT64_MAX,
+                           [&](std::uint64_t v, std::string_view body) -> result<bool> {
+                             auto ev = decode_event_body(body);
+                             if (!ev)
+                               return std::move(ev).err();
+                             fn(v, ev->id);
+                             return true;
+                           });
 }
 
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
@@ -450,11 +481,7 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     s.last_update_time = head.rec.last_update_time;
     s.version = head.rec.version;
     s.events = std::move(*evs);
-    auto cursor = snapshot_cursor(txn, epoch);
-    if (!cursor)
-      return std::move(cursor).err();
-    s.cursor = std::move(*cursor);
-    return std::optional<session>{std::move(s)};
+    return with_cursor(txn, std::move(s), epoch);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

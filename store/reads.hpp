@@ -37,6 +37,15 @@ result<std::optional<session_record>> read_record(kv_store& kv, std::string_view
 result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
                                                 std::uint64_t version);
 
+/// Calls fn(version, body) for the stored events of session `skey` up to
+/// version `upto`, oldest first, while fn answers true; each row is checked
+/// against its checksum first (data_corrupt naming a damaged one); `body` is
+/// open_row's answer (event_body_text gives the event's JSON), valid during
+/// the call. Errors: fn's, storage errors.
+result<void>
+scan_event_bodies(kv_read& txn, std::string_view skey, std::uint64_t upto,
+                  const std::function<result<bool>(std::uint64_t, std::string_view)>& fn);
+
 /// Calls fn(version, id) for every stored event of session `skey`, oldest
 /// first. Cost: decodes every event of the session (~1 µs each).
 result<void> scan_event_ids(kv_read& txn, std::string_view skey,

@@ -10,7 +10,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,9 +24,8 @@
 #include "store/kv.hpp"
 #include "store/purge.hpp"
 #include "store/verify.hpp"
+#include "support/spawn_self.hpp"
 #include "support/test_support.hpp"
-
-extern char** environ;
 
 using namespace agentstate;
 
@@ -90,29 +88,11 @@ TEST_CASE("purge kill: 6 kills during purges; deleted sessions stay deleted and 
   for (int round = 0; round < 6; ++round) {
     INFO("round ", round);
     std::string session = "big" + std::to_string(round);
-    std::vector<std::string> env_s{"AGENTSTATE_PURGE_CHILD_DIR=" + store,
-                                   "AGENTSTATE_PURGE_CHILD_ACKS=" + acks,
-                                   "AGENTSTATE_PURGE_CHILD_SESSION=" + session};
-    for (char** p = environ; *p; ++p)
-      env_s.emplace_back(*p);
-    std::vector<char*> envp;
-    for (auto& s : env_s)
-      envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::vector<std::string> args_s{self, "--no-skip", "--test-case=purge kill: the child*",
-                                    "--minimal"};
-    std::vector<char*> argv;
-    for (auto& s : args_s)
-      argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid = -1;
     const auto acked = lines_in(acks);
-    REQUIRE(::posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t pid = test::spawn_self("purge kill: the child*",
+                                 {"AGENTSTATE_PURGE_CHILD_DIR=" + store,
+                                  "AGENTSTATE_PURGE_CHILD_ACKS=" + acks,
+                                  "AGENTSTATE_PURGE_CHILD_SESSION=" + session});
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (lines_in(acks) == acked) {
       REQUIRE(std::chrono::steady_clock::now() < deadline);

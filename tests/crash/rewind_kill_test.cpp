@@ -11,7 +11,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,9 +24,8 @@
 
 #include "store/kv.hpp"
 #include "store/verify.hpp"
+#include "support/spawn_self.hpp"
 #include "support/test_support.hpp"
-
-extern char** environ;
 
 using namespace agentstate;
 
@@ -103,28 +101,9 @@ TEST_CASE("rewind kill: 20 kills during rewinds leave each rewind whole or absen
   std::set<std::string> acknowledged;
   std::uint64_t rewinds_seen = 0;
   for (int round = 0; round < 20; ++round) {
-    std::string env_dir = "AGENTSTATE_REWIND_CHILD_DIR=" + store;
-    std::string env_acks = "AGENTSTATE_REWIND_CHILD_ACKS=" + acks;
-    std::vector<std::string> env_s{env_dir, env_acks};
-    for (char** p = environ; *p; ++p)
-      env_s.emplace_back(*p);
-    std::vector<char*> envp;
-    for (auto& s : env_s)
-      envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::vector<std::string> args_s{self, "--no-skip",
-                                    "--test-case=rewind kill: the child appends*", "--minimal"};
-    std::vector<char*> argv;
-    for (auto& s : args_s)
-      argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid = -1;
-    REQUIRE(::posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t pid = test::spawn_self(
+      "rewind kill: the child appends*",
+      {"AGENTSTATE_REWIND_CHILD_DIR=" + store, "AGENTSTATE_REWIND_CHILD_ACKS=" + acks});
     std::this_thread::sleep_for(std::chrono::milliseconds(80 + rng() % 200));
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;

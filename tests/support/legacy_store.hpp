@@ -52,26 +52,29 @@ void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
 }
 
 /// Whether format 3 had table `t` (formats 1-4 had no creation-order
-/// indexes, formats 1-6 no origins).
+/// indexes, formats 1-6 no origins and no purge marks).
 inline bool format3_table(store::table t) {
   return t != store::table::by_created && t != store::table::by_user_created
     && t != store::table::origins && t != store::table::doomed;
 }
 
-/// Deletes every row of table `t` from `rows`.
-inline void drop_table_rows(MDB_txn* txn, store::table t) {
+/// Deletes every row of `rows` whose table `doomed(t)` names.
+template <class Pred>
+void drop_rows_of(MDB_txn* txn, Pred doomed) {
   MDB_dbi rows;
   REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
-  std::vector<std::string> doomed;
+  std::vector<std::string> keys;
   MDB_cursor* c = nullptr;
   REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
   MDB_val k, v;
   for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
-    if (k.mv_size > 0 && static_cast<store::table>(*static_cast<const char*>(k.mv_data)) == t)
-      doomed.emplace_back(static_cast<const char*>(k.mv_data), k.mv_size);
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    REQUIRE(k.mv_size > 0);
+    if (doomed(static_cast<store::table>(*static_cast<const char*>(k.mv_data))))
+      keys.emplace_back(static_cast<const char*>(k.mv_data), k.mv_size);
+  }
   mdb_cursor_close(c);
-  for (auto& key : doomed) {
+  for (auto& key : keys) {
     MDB_val mk{key.size(), key.data()};
     REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
   }
@@ -80,7 +83,7 @@ inline void drop_table_rows(MDB_txn* txn, store::table t) {
 /// Makes a closed store this build wrote what format 6 wrote: no origin
 /// rows, meta["format"] "6".
 inline void make_format6(MDB_txn* txn) {
-  drop_table_rows(txn, store::table::origins);
+  drop_rows_of(txn, [](store::table t) { return t == store::table::origins; });
   MDB_dbi meta;
   REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
   std::string fk = "format", fv = "6";
@@ -88,26 +91,10 @@ inline void make_format6(MDB_txn* txn) {
   REQUIRE(mdb_put(txn, meta, &mk, &mv, 0) == 0);
 }
 
-/// Deletes the rows of the creation-order indexes from `rows`: what a
-/// format-4 store holds.
+/// Deletes the rows of the tables format 3 did not have from `rows` (the
+/// creation-order indexes, origins and purge marks).
 inline void drop_created_indexes(MDB_txn* txn) {
-  MDB_dbi rows;
-  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
-  std::vector<std::string> doomed;
-  MDB_cursor* c = nullptr;
-  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
-  MDB_val k, v;
-  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-    REQUIRE(k.mv_size > 0);
-    if (!format3_table(static_cast<store::table>(*static_cast<const char*>(k.mv_data))))
-      doomed.emplace_back(static_cast<const char*>(k.mv_data), k.mv_size);
-  }
-  mdb_cursor_close(c);
-  for (auto& key : doomed) {
-    MDB_val mk{key.size(), key.data()};
-    REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
-  }
+  drop_rows_of(txn, [](store::table t) { return !format3_table(t); });
 }
 
 /// Makes the closed format-5 store in `dir` what format 3 wrote: values
