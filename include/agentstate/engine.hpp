@@ -102,6 +102,10 @@ public:
   result<session_page> list_sessions(list_request req);
 
   /// Removes a session and its events; a missing session is a no-op (X1).
+  /// One small write whatever the session's size: once acknowledged the
+  /// session is gone for every reader; the rows of a session of more than
+  /// 1,024 events are then purged in bounded steps by the store writer
+  /// (resumed at the next open after a crash).
   void delete_session(session_ref ref, callback<void> cb);
   result<void> delete_session(session_ref ref);
 
