@@ -160,13 +160,12 @@ watch_hub::~watch_hub() {
   close();
 }
 
-void watch_hub::published(std::uint64_t head, bool more) {
+void watch_hub::published(std::uint64_t head) {
   {
     std::lock_guard<std::mutex> lk(mtx_);
     if (head <= published_)
       return;
     published_ = head;
-    more_ = more;
   }
   cv_.notify_one();
 }
@@ -250,10 +249,6 @@ void watch_hub::run() {
     {
       std::unique_lock<std::mutex> lk(mtx_);
       cv_.wait(lk, [&] { return stopping_ || published_ > scanned_; });
-      // More commits are on their way: let them gather (bounded), so each
-      // woken watch reads them in one pass.
-      if (more_)
-        cv_.wait_for(lk, coalesce_window, [&] { return stopping_ || !more_; });
       if (stopping_)
         return;
       head = published_;

@@ -16,7 +16,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -42,17 +41,8 @@ public:
   /// Whether any watch exists (one relaxed load: the writer's test).
   bool active() const { return live_.load(std::memory_order_relaxed) > 0; }
 
-  /// The writer committed up to sequence `head`; `more` when writes are
-  /// streaming in (a group commit of several, or mail already waiting).
-  /// While more are coming the hub lets up to
-  /// coalesce_window of commits gather before it wakes watches (under load
-  /// a watch then reads several commits per wake instead of one); a commit
-  /// with nothing behind it is passed on at once. Never blocks for long.
-  void published(std::uint64_t head, bool more = false);
-
-  /// The longest the hub waits for the writer's next commit while more are
-  /// coming.
-  static constexpr std::chrono::microseconds coalesce_window{500};
+  /// The writer committed up to sequence `head`. Never blocks for long.
+  void published(std::uint64_t head);
 
   /// Starts a watch after sequence `after`; `head` is the newest committed
   /// sequence now. Errors: unavailable (closing).
@@ -75,7 +65,6 @@ private:
   std::mutex mtx_;
   std::condition_variable cv_;
   std::uint64_t published_ = 0; ///< newest head the writer told (under mtx_)
-  bool more_ = false; ///< the writer had more writes waiting at that head (under mtx_)
   std::uint64_t scanned_ = 0; ///< the hub has woken watches up to here (under mtx_)
   bool stopping_ = false;
   bool closed_ = false;

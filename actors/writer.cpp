@@ -76,7 +76,7 @@ void count(engine_core& core, const std::vector<store::batch_entry>& entries) {
 // of committed shared-scope writes and then answers each write set (FIFO
 // mailboxes give read-your-writes to scope reads).
 void commit_and_answer(engine_core& core, std::vector<item>& batch,
-                       std::vector<store::batch_entry>& entries, bool more_coming) {
+                       std::vector<store::batch_entry>& entries) {
   core.committing.store(true, std::memory_order_relaxed);
   entries.clear();
   for (auto& it : batch) {
@@ -94,7 +94,7 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
     for (auto& e : entries)
       head = std::max(head, e.seq);
     if (head)
-      core.hub->published(head, more_coming);
+      core.hub->published(head);
   }
   for (std::size_t i = 0; i < batch.size(); ++i)
     if (entries[i].code == errc::ok) {
@@ -167,10 +167,7 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
     while (running && batch.size() < max_count && bytes < max_bytes && !self->mailbox().empty())
       self->receive(on_write, on_flush, on_stop);
     if (!batch.empty()) {
-      // A full group commit or queued mail means a stream of writes: the
-      // watch hub may gather the next commits before it wakes watches.
-      const bool streaming = batch.size() >= 4 || has_mail();
-      commit_and_answer(*core, batch, entries, streaming);
+      commit_and_answer(*core, batch, entries);
       bytes = 0;
     }
     if (!flushes.empty()) {
@@ -193,7 +190,7 @@ writer_hdl::behavior_type scheduled_writer(writer_hdl::pointer self, engine_core
       std::vector<item> batch;
       std::vector<store::batch_entry> entries;
       batch.push_back(item{std::move(c.plan), self->make_response_promise()});
-      commit_and_answer(*core, batch, entries, false); // answers through the promise
+      commit_and_answer(*core, batch, entries); // answers through the promise
       while (core->purge_pending.load(std::memory_order_relaxed))
         purge_step(*core);
       return caf::delegated<write_reply>{};
