@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// test-tiers: tsan
+// test-tiers: tsan write_map
 // Deleting a large session (store/purge.hpp), on both stores: the session is
 // gone for every reader at once (get, list, the feed's delete change), its
 // rows are purged in bounded steps by the writer while other sessions keep

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// test-tiers: tsan
+// test-tiers: tsan write_map
 // A session's past (docs/semantics.md, H1-H6), on both stores: as-of reads
 // equal the state recorded after every append; a rewind restores the state
 // at its point (state from create included, app:/user: untouched, derived
