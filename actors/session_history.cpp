@@ -35,11 +35,12 @@ result<rewind_changes> effect_now(session_state& st, const rewind_request& req) 
   return store::plan_rewind(**txn, st.skey, (**rec).version, req);
 }
 
-/// Runs under the lease `inv`: once no write is in flight (later commands
-/// wait in the stash meanwhile), computes the rewind and appends it.
+/// Runs under the lease `inv`: once no write is in flight and a failed one
+/// has been resolved (the record re-read: later commands wait in the stash
+/// meanwhile), computes the rewind and appends it.
 void rewind_at_head(session_actor_t self, std::shared_ptr<rewind_cmd> c, std::string inv) {
   auto& st = self->state;
-  if (!st.queue.empty()) {
+  if (!st.queue.empty() || st.stale) {
     st.hold = true;
     st.stash.push_front([self, c, inv] { rewind_at_head(self, c, inv); });
     return;

@@ -18,6 +18,8 @@
 #include <set>
 #include <thread>
 
+#include "actors/engine_factory.hpp"
+#include "support/fault_kv.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -492,4 +494,66 @@ TEST_CASE_TEMPLATE("history H2: rewinds racing 64 appenders keep versions contig
       CHECK(state == json::object());
   }
   CHECK(own_keys(s.state) == state);
+}
+
+TEST_CASE_TEMPLATE("history H2: a rewind sent behind appends whose write fails is computed from "
+                   "the re-read record, or fails alone; nothing is left in part",
+                   S, test::memory_store, test::lmdb_store) {
+  std::uint64_t rewound = 0;
+  for (std::uint64_t n = 1; n <= 40; ++n) {
+    CAPTURE(n);
+    test::temp_dir dir;
+    auto plan = std::make_shared<store::fault_plan>();
+    plan->target = store::fault_target::writes;
+    plan->code = errc::io_error;
+    auto opened = detail::engine_factory::open(test::make_options(S::kind, dir.str()),
+                                               [plan](std::unique_ptr<store::kv_store> kv) {
+                                                 return store::make_faulty_kv(std::move(kv), plan);
+                                               });
+    REQUIRE(opened.ok());
+    auto& e = **opened;
+    auto ref = test::sref("app", "u", "s");
+    MUST(e.create_session(test::create_req(ref, json{{"k", "created"}})));
+    test::append_ok(e, ref, test::make_event(json{{"k", 0}}, {}, std::nullopt, "i0"));
+    plan->fail_at = plan->calls.load() + n; // the n-th write call from here fails
+    // Appends pipelined into the session actor, then a rewind behind them.
+    std::atomic<int> left{6};
+    for (int i = 1; i <= 5; ++i)
+      e.append_event(
+        test::append_req(ref, test::make_event(json{{"k", i}, {"x", i}}, {}, std::nullopt, "i1")),
+        [&](result<append_result>) { left.fetch_sub(1); });
+    std::optional<result<append_result>> rw;
+    e.rewind_session(rewind_to(ref, "i1"), [&](result<append_result> r) {
+      rw = std::move(r);
+      left.fetch_sub(1);
+    });
+    REQUIRE(test::eventually([&] { return left.load() == 0; }));
+    plan->disarmed = true;
+    auto s = test::get_existing(e, ref);
+    REQUIRE(s.events.size() == s.version);
+    // The stored state is the log replayed; a stored rewind left the state
+    // of before i1.
+    json state = json{{"k", "created"}};
+    for (auto& ev : s.events) {
+      for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
+        state[it.key()] = it.value();
+      for (auto& k : ev.actions.state_remove)
+        state.erase(k);
+      if (ev.actions.extra.contains("rewind_before_invocation_id"))
+        CHECK(state == json{{"k", 0}});
+    }
+    CHECK(s.state == state);
+    REQUIRE(rw.has_value());
+    // Computed after the failed write is resolved: it fails only when its
+    // own write does, never for an earlier append's failure.
+    if (!rw->ok())
+      CHECK(rw->err().code == errc::io_error);
+    if (rw->ok()) {
+      ++rewound;
+      // Nothing was sent after it: it is the last event.
+      CHECK(rw->value().version == s.version);
+      CHECK(rw->value().ev.id == s.events.back().id);
+    }
+  }
+  CHECK(rewound > 0);
 }
