@@ -108,45 +108,77 @@ result<std::optional<std::string>> read_origin(kv_read& txn, std::string_view sk
   }
 }
 
-result<past_state> state_at(kv_read& txn, std::string_view skey, std::uint64_t head,
-                            std::uint64_t version) {
-  try {
-    past_state out;
-    auto origin = read_origin(txn, skey);
-    if (!origin)
-      return std::move(origin).err();
-    if (*origin) {
-      auto o = parse_stored(**origin);
-      if (!o)
-        return std::move(o).err();
-      if (!o->is_object())
-        return damaged(table::origins, skey);
-      out.state = std::move(*o);
-      auto r = for_each_event(txn, skey, version, [&](std::uint64_t, json& ev) -> result<bool> {
-        replay(ev, out.state, nullptr);
-        return true;
-      });
-      if (!r)
-        return std::move(r).err();
-      return out;
-    }
-    // No origin row: a key no event ever touched was there from creation.
-    out.exact = false;
-    std::set<std::string> touched;
-    json scratch = json::object();
-    auto r = for_each_event(txn, skey, head, [&](std::uint64_t v, json& ev) -> result<bool> {
-      replay(ev, v <= version ? out.state : scratch, &touched);
+namespace {
+
+// What replay_until found: the own state before the point, and the version
+// of the event the point is before (0: the point is after event `upto`).
+struct replayed {
+  past_state past;
+  std::uint64_t stopped_at = 0;
+};
+
+// The own state of session `skey` (record version `head`) just before the
+// first event of 1..upto that `stop` accepts, or after event `upto` when
+// none does, in one pass over the events. Without an origin row the pass
+// goes on to the head, to find the keys no event touched.
+result<replayed> replay_until(kv_read& txn, std::string_view skey, std::uint64_t head,
+                              std::uint64_t upto,
+                              const std::function<bool(std::uint64_t, const json&)>& stop) {
+  replayed out;
+  auto& state = out.past.state;
+  auto origin = read_origin(txn, skey);
+  if (!origin)
+    return std::move(origin).err();
+  if (*origin) {
+    auto o = parse_stored(**origin);
+    if (!o)
+      return std::move(o).err();
+    if (!o->is_object())
+      return damaged(table::origins, skey);
+    state = std::move(*o);
+  }
+  const bool exact = origin->has_value();
+  out.past.exact = exact;
+  std::set<std::string> touched;
+  json scratch = json::object();
+  auto r =
+    for_each_event(txn, skey, exact ? upto : head, [&](std::uint64_t v, json& ev) -> result<bool> {
+      if (!out.stopped_at && v <= upto && stop(v, ev)) {
+        out.stopped_at = v;
+        if (exact)
+          return false;
+      }
+      const bool before = !out.stopped_at && v <= upto;
+      if (exact)
+        replay(ev, state, nullptr);
+      else
+        replay(ev, before ? state : scratch, &touched);
       return true;
     });
-    if (!r)
-      return std::move(r).err();
+  if (!r)
+    return std::move(r).err();
+  if (!exact) {
+    // No origin row: a key no event ever touched was there from creation.
     auto now = read_rows(txn, table::session_state, std::string(skey) + '\0');
     if (!now)
       return std::move(now).err();
     for (auto it = now->begin(); it != now->end(); ++it)
       if (!touched.count(it.key()))
-        out.state[it.key()] = std::move(it.value());
-    return out;
+        state[it.key()] = std::move(it.value());
+  }
+  return out;
+}
+
+} // namespace
+
+result<past_state> state_at(kv_read& txn, std::string_view skey, std::uint64_t head,
+                            std::uint64_t version) {
+  try {
+    auto r =
+      replay_until(txn, skey, head, version, [](std::uint64_t, const json&) { return false; });
+    if (!r)
+      return std::move(r).err();
+    return std::move(r->past);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
@@ -233,32 +265,30 @@ result<rewind_changes> plan_rewind(kv_read& txn, std::string_view skey, std::uin
       return error{errc::invalid_argument,
                    "a rewind names exactly one of before_invocation_id and before_version"};
     rewind_changes out;
-    if (by_id) {
-      std::uint64_t found = 0;
-      auto r = for_each_event(txn, skey, head, [&](std::uint64_t v, json& ev) -> result<bool> {
-        const json* inv = member(ev, "invocation_id");
-        if (inv && inv->is_string()
-            && inv->get_ref<const std::string&>() == target.before_invocation_id)
-          found = v;
-        return found == 0;
-      });
-      if (!r)
-        return std::move(r).err();
-      if (!found)
-        return error{errc::invalid_argument,
-                     "invocation '" + printable(target.before_invocation_id)
-                       + "' has no event in this session"};
-      out.before_version = found;
-    } else {
-      if (target.before_version > head)
-        return error{errc::invalid_argument,
-                     "before_version " + std::to_string(target.before_version)
-                       + " is past the session's version " + std::to_string(head)};
-      out.before_version = target.before_version;
-    }
-    auto past = state_at(txn, skey, head, out.before_version - 1);
-    if (!past)
-      return std::move(past).err();
+    if (!by_id && target.before_version > head)
+      return error{errc::invalid_argument,
+                   "before_version " + std::to_string(target.before_version)
+                     + " is past the session's version " + std::to_string(head)};
+    // One pass: the point is found (before an invocation's first event) as
+    // the state before it is replayed.
+    auto at_point = [&](std::uint64_t v, const json& ev) {
+      if (!by_id)
+        return v == target.before_version;
+      const json* inv = member(ev, "invocation_id");
+      return inv && inv->is_string()
+        && inv->get_ref<const std::string&>() == target.before_invocation_id;
+    };
+    auto found = replay_until(txn, skey, head, by_id ? head : target.before_version, at_point);
+    if (!found)
+      return std::move(found).err();
+    if (!found->stopped_at && !by_id) // events are contiguous up to the record's version
+      return damaged(table::events, event_key(skey, target.before_version));
+    if (!found->stopped_at)
+      return error{errc::invalid_argument,
+                   "invocation '" + printable(target.before_invocation_id)
+                     + "' has no event in this session"};
+    out.before_version = found->stopped_at;
+    auto* past = &found->past;
     out.exact = past->exact;
     auto now = read_rows(txn, table::session_state, std::string(skey) + '\0');
     if (!now)

@@ -319,14 +319,12 @@ result<std::optional<session>> read_past(kv_read& txn, const get_request& req,
     auto past = state_at(txn, h.skey, h.rec.version, upto);
     if (!past)
       return std::move(past).err();
-    auto user =
-      read_rows(txn, table::user_state, user_scope_key(req.ref.app_name, req.ref.user_id) + '\0');
-    if (!user)
-      return for_session(std::move(user).err(), req.ref);
-    auto app = read_rows(txn, table::app_state, req.ref.app_name + '\0');
-    if (!app)
-      return for_session(std::move(app).err(), req.ref);
-    s.state = merge_state(past->state, *user, *app);
+    // The past own keys, with the current app: and user: keys the head's
+    // merged state already holds.
+    for (auto it = s.state.begin(); it != s.state.end(); ++it)
+      if (scope_of(it.key()) != scope::session)
+        past->state[it.key()] = std::move(it.value());
+    s.state = std::move(past->state);
     s.version = upto;
     s.last_update_time = h.rec.created;
     if (upto > 0) {

@@ -308,6 +308,14 @@ TEST_CASE("format upgrade: a format 6 store opens as format 7 with its cursors v
   // A key no event touched is known from creation; one set at creation and
   // changed later is not.
   CHECK(past.state == json{{"made", 1}});
+  // A rewind of such a session is computed the same way, and says so.
+  rewind_request rw;
+  rw.ref = ref;
+  rw.before_version = 2;
+  auto plan = MUST(e->rewind_plan(rw));
+  CHECK_FALSE(plan.exact);
+  CHECK(plan.state_delta == json::object());
+  CHECK(plan.state_remove == std::vector<std::string>{"k"});
   auto ref2 = test::sref("app", "u", "new");
   MUST(e->create_session(test::create_req(ref2, json{{"a", 1}})));
   q.ref = ref2;
