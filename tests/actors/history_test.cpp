@@ -486,10 +486,7 @@ TEST_CASE_TEMPLATE("history H2: rewinds racing 64 appenders keep versions contig
   // written after it, none from before.
   json state = json::object();
   for (auto& ev : s.events) {
-    for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
-      state[it.key()] = it.value();
-    for (auto& k : ev.actions.state_remove)
-      state.erase(k);
+    test::apply_event(state, ev);
     if (ev.actions.extra.contains("rewind_before_invocation_id"))
       CHECK(state == json::object());
   }
@@ -535,10 +532,7 @@ TEST_CASE_TEMPLATE("history H2: a rewind sent behind appends whose write fails i
     // of before i1.
     json state = json{{"k", "created"}};
     for (auto& ev : s.events) {
-      for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
-        state[it.key()] = it.value();
-      for (auto& k : ev.actions.state_remove)
-        state.erase(k);
+      test::apply_event(state, ev);
       if (ev.actions.extra.contains("rewind_before_invocation_id"))
         CHECK(state == json{{"k", 0}});
     }

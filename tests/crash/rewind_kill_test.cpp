@@ -42,13 +42,8 @@ options store_options(const std::string& dir) {
 
 // The session's own state after replaying `evs[0..n)` over `state`.
 json replay(json state, const std::vector<event>& evs, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    auto& a = evs[i].actions;
-    for (auto it = a.state_delta.begin(); it != a.state_delta.end(); ++it)
-      state[it.key()] = it.value();
-    for (auto& k : a.state_remove)
-      state.erase(k);
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    test::apply_event(state, evs[i]);
   return state;
 }
 

@@ -270,6 +270,15 @@ inline list_request list_req(std::string app, std::optional<std::string> user = 
   return r;
 }
 
+/// Applies a stored event's state_delta and state_remove to `state` (a
+/// model of what an append does to the keys it names).
+inline void apply_event(json& state, const event& ev) {
+  for (auto it = ev.actions.state_delta.begin(); it != ev.actions.state_delta.end(); ++it)
+    state[it.key()] = it.value();
+  for (auto& k : ev.actions.state_remove)
+    state.erase(k);
+}
+
 // -- convenience calls ------------------------------------------------------------
 
 /// Polls `pred` every 5 ms until it holds; false if it still does not after
