@@ -42,6 +42,10 @@ struct engine_core {
   /// writer purges a step at a time between group commits and clears it
   /// once nothing is left. Written by the writer (and open) only.
   std::atomic<bool> purge_pending{false};
+  /// Counts committed delete_user / delete_app fences (store/scope_delete.hpp).
+  /// Session and scope actors compare it with the value they loaded under
+  /// and reload what they cache when it moved.
+  std::atomic<std::uint64_t> fence_epoch{0};
   std::unique_ptr<store::kv_store> kv;
   /// The change log's writer state (store writer thread only, after open).
   store::change_log log;
@@ -55,6 +59,7 @@ struct engine_core {
   registry<session_actor_hdl, evict_cmd> sessions; ///< live session actors
   registry<scope_actor_hdl, evict_cmd> scopes; ///< live user and app scope actors
   caf::actor heap_trimmer; ///< actors/heap_trimmer.hpp; null in deterministic mode
+  caf::actor reaper; ///< actors/reaper.hpp; null in deterministic mode
   counters stats;
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).

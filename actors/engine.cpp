@@ -234,7 +234,7 @@ void engine::list_invocations(session_ref ref, callback<std::vector<invocation_i
   if (!txn)
     return cb(std::move(txn).err());
   auto skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);
-  auto rec = store::read_record(**txn, skey);
+  auto rec = store::read_live_record(**txn, skey);
   if (!rec)
     return cb(std::move(rec).err());
   if (!*rec)
@@ -331,6 +331,57 @@ void engine::get_app_state_with_cursor(std::string app_name, callback<scope_snap
 void engine::get_user_state_with_cursor(std::string app_name, std::string user_id,
                                         callback<scope_snapshot> cb) {
   to_scope(*core_, std::move(app_name), &user_id, scope_get_cmd{{}, std::move(cb)});
+}
+
+namespace {
+
+// Sends `plan` to the store writer from outside any actor; `cb` gets its
+// verdict. The writer is a spawn argument (see flush).
+void write_direct(engine_core& core, write_plan plan, callback<void> cb) {
+  core.sys->spawn(
+    [cb](caf::event_based_actor* self, writer_hdl writer, std::shared_ptr<write_plan> p) {
+      self->request(writer, caf::infinite, write_cmd{std::move(*p)})
+        .then(
+          [self, cb](write_reply& r) {
+            if (r.code == errc::ok)
+              cb(result<void>{});
+            else
+              cb(error{r.code, std::move(r.message)});
+            self->quit();
+          },
+          [self, cb](caf::error& e) {
+            cb(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
+            self->quit();
+          });
+    },
+    core.writer, std::make_shared<write_plan>(std::move(plan)));
+}
+
+} // namespace
+
+void engine::delete_user(std::string app_name, std::string user_id, callback<void> cb) {
+  if (auto r = model::check_name(app_name, "app_name"); !r)
+    return cb(std::move(r).err());
+  if (auto r = model::check_name(user_id, "user_id"); !r)
+    return cb(std::move(r).err());
+  if (core_->closed.load())
+    return cb(closing_error());
+  write_plan plan;
+  plan.ws.op = store::write_set::kind::remove_user;
+  plan.ws.app = std::move(app_name);
+  plan.ws.user = std::move(user_id);
+  write_direct(*core_, std::move(plan), std::move(cb));
+}
+
+void engine::delete_app(std::string app_name, callback<void> cb) {
+  if (auto r = model::check_name(app_name, "app_name"); !r)
+    return cb(std::move(r).err());
+  if (core_->closed.load())
+    return cb(closing_error());
+  write_plan plan;
+  plan.ws.op = store::write_set::kind::remove_app;
+  plan.ws.app = std::move(app_name);
+  write_direct(*core_, std::move(plan), std::move(cb));
 }
 
 void engine::flush(callback<void> cb) {

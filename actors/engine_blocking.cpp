@@ -31,6 +31,13 @@ result<std::string> engine::get_session_json(get_request req) {
 result<void> engine::delete_session(session_ref ref) {
   return block_on<void>(*core_, [&](callback<void> cb) { delete_session(std::move(ref), cb); });
 }
+result<void> engine::delete_user(std::string app_name, std::string user_id) {
+  return block_on<void>(
+    *core_, [&](callback<void> cb) { delete_user(std::move(app_name), std::move(user_id), cb); });
+}
+result<void> engine::delete_app(std::string app_name) {
+  return block_on<void>(*core_, [&](callback<void> cb) { delete_app(std::move(app_name), cb); });
+}
 result<append_result> engine::append_event(append_request req) {
   return block_on<append_result>(
     *core_, [&](callback<append_result> cb) { append_event(std::move(req), cb); });

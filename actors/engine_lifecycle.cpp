@@ -23,6 +23,7 @@
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
 #include "actors/heap_trimmer.hpp"
+#include "actors/reaper.hpp"
 #include "actors/messages.hpp"
 #include "actors/polling_sharing.hpp"
 #include "actors/spin.hpp"
@@ -60,6 +61,10 @@ result<void> check_options(const options& o) {
     return bad("options.idle_timeout must be positive");
   if (o.spin_wait.count() < 0 || o.spin_wait > std::chrono::milliseconds(10))
     return bad("options.spin_wait must be 0..10 ms");
+  if (o.reap_interval < std::chrono::milliseconds(1))
+    return bad("options.reap_interval must be at least 1 ms");
+  if (o.default_session_ttl.count() < 0)
+    return bad("options.default_session_ttl must not be negative");
   if (o.scheduler != scheduler_policy::sharing && o.scheduler != scheduler_policy::stealing)
     return bad("options.scheduler must be sharing or stealing");
   if (o.write_map && o.mode != durability::nosync)
@@ -85,7 +90,7 @@ result<void> load_log(engine_core& core) {
   if (!txn)
     return std::move(txn).err();
   try {
-    core.purge_pending.store(store::any_doomed(**txn));
+    core.purge_pending.store(store::any_purge(**txn));
   } catch (const store::kv_failure& f) {
     return store::from_failure(f);
   }
@@ -220,8 +225,10 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   core->opts.max_live_sessions = capacity;
   core->sessions.set_capacity(capacity);
   core->scopes.set_capacity(capacity);
-  if (!deterministic)
+  if (!deterministic) {
     core->heap_trimmer = spawn_heap_trimmer(*core);
+    core->reaper = spawn_reaper(*core);
+  }
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 
@@ -256,9 +263,11 @@ result<void> engine::close() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     caf::anon_send(core_->writer, stop_writer_cmd{});
   }
-  if (core_->heap_trimmer)
-    caf::anon_send_exit(core_->heap_trimmer, caf::exit_reason::user_shutdown);
-  core_->heap_trimmer = nullptr;
+  for (auto* a : {&core_->heap_trimmer, &core_->reaper}) {
+    if (*a)
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    *a = nullptr;
+  }
   core_->writer = nullptr;
   core_->sys->await_all_actors_done();
   auto out = store::sync(*core_->kv);

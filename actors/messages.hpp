@@ -42,6 +42,9 @@ struct get_cmd {
 };
 struct delete_cmd {
   callback<void> cb;
+  /// The reaper's delete (T3): applies only if the session has expired by
+  /// the time the actor reaches it.
+  bool only_expired = false;
 };
 /// REQUIRES: invocation_id validated and non-empty.
 struct begin_invocation_cmd {

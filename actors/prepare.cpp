@@ -2,6 +2,8 @@
 #include "actors/prepare.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 
 #include "agentstate/scope.hpp"
 #include "model/checks.hpp"
@@ -110,6 +112,20 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
   ws.user = req.user_id;
   ws.id = req.session_id;
   ws.time = model::now_seconds();
+  // T1/T2: the expiry and the refresh the record keeps.
+  double ttl =
+    req.ttl_s ? *req.ttl_s : std::chrono::duration<double>(core.opts.default_session_ttl).count();
+  if (!std::isfinite(ttl) || ttl < 0 || ttl > max_ttl_s)
+    return error{errc::invalid_argument,
+                 "'ttl_s' must be a number of seconds from 0 (never expires) to "
+                   + std::to_string(static_cast<std::uint64_t>(max_ttl_s))};
+  const bool refresh = req.refresh_ttl.value_or(core.opts.refresh_ttl_on_append);
+  if (req.refresh_ttl.value_or(false) && ttl == 0)
+    return error{errc::invalid_argument, "'refresh_ttl' needs a 'ttl_s' above 0"};
+  if (ttl > 0) {
+    ws.expires = ws.time + ttl;
+    ws.refresh = refresh ? ttl : 0;
+  }
   auto parts = partition_delta(req.state);
   if (auto r = encode_rows(lim, parts, ws); !r)
     return std::move(r).err();

@@ -14,8 +14,12 @@
 
 namespace agentstate::detail {
 
-/// The plan of a create: session rows, shared rows and creation time;
-/// temp: keys dropped (C3); late-bound when it sets a derived key's input.
+/// The longest time to live a create may ask for (T1): 100 years.
+inline constexpr double max_ttl_s = 100.0 * 365 * 24 * 3600;
+
+/// The plan of a create: session rows, shared rows, creation time and
+/// expiry (T1: invalid_argument for a bad ttl_s); temp: keys dropped (C3);
+/// late-bound when it sets a derived key's input.
 result<write_plan> prepare_create(const engine_core& core, const create_request& req);
 
 struct prepared_append {

@@ -32,6 +32,9 @@ struct scope_state {
   /// greater sequence and is not in `values`.
   std::uint64_t seq = 0;
   json values = json::object();
+  /// engine_core::fence_epoch when `values` was loaded: a delete_user /
+  /// delete_app since then makes the next get reload (X2/X3).
+  std::uint64_t fence_epoch = 0;
   static inline const char* name = "agentstate.scope";
 };
 
@@ -39,6 +42,7 @@ using scope_actor_t = scope_actor_hdl::stateful_pointer<scope_state>;
 
 result<void> load(scope_actor_t self) {
   auto& st = self->state;
+  st.fence_epoch = st.core->fence_epoch.load();
   auto txn = store::begin_read(*st.core->kv);
   if (!txn)
     return std::move(txn).err();
@@ -76,6 +80,8 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
     [self](scope_get_cmd& c) {
       auto& st = self->state;
       ++st.handled;
+      if (st.loaded && st.fence_epoch != st.core->fence_epoch.load())
+        st.loaded = false;
       if (!st.loaded)
         if (auto r = load(self); !r) {
           c.fail(std::move(r).err());

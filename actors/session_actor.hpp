@@ -61,6 +61,12 @@ struct session_state {
   /// exists/version as of every accepted command (including in-flight).
   bool exists = false;
   std::uint64_t version = 0;
+  /// The record's expiry and refresh as of every accepted command (T1/T2;
+  /// 0: none). An existing session past `expires` is gone for every command.
+  double expires = 0;
+  double refresh = 0;
+  /// engine_core::fence_epoch when the record was loaded.
+  std::uint64_t fence_epoch = 0;
   /// Set when a write failed: in-flight followers are doomed; new commands
   /// wait in `stash` until the queue drains and the record is re-read.
   bool stale = false;
@@ -123,7 +129,13 @@ void submit(session_actor_t self, write_plan plan, write_done done);
 /// order) when the store cannot be read.
 template <class T>
 bool ensure_loaded(session_actor_t self, callback<T>& cb) {
-  if (self->state.loaded)
+  auto& st = self->state;
+  // A user or app deleted since the load (X2/X3): with nothing in flight,
+  // the record is read again (writes in flight fail under the fence and
+  // make the actor re-read it anyway).
+  if (st.loaded && st.queue.empty() && st.fence_epoch != st.core->fence_epoch.load())
+    st.loaded = false;
+  if (st.loaded)
     return true;
   auto r = load(self);
   if (r)
@@ -134,9 +146,13 @@ bool ensure_loaded(session_actor_t self, callback<T>& cb) {
 
 // -- commands (session_commands.cpp) ---------------------------------------------
 
+/// Whether the session exists but has expired by now (T1).
+bool has_expired(const session_state& st);
+
 /// Loads the record on first use; false (after answering `cb` in order with
 /// the load's error or already_exists) unless the session does not exist:
-/// what a create and a fork start with.
+/// what a create and a fork start with. A session that has expired is
+/// deleted first (its delete is queued before the caller's write, T4).
 bool ensure_absent(session_actor_t self, callback<session>& cb);
 
 void on_create(session_actor_t self, create_cmd& cmd);

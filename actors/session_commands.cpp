@@ -13,10 +13,46 @@
 
 namespace agentstate::detail {
 
+bool has_expired(const session_state& st) {
+  return st.exists && st.expires != 0 && st.expires <= model::now_seconds();
+}
+
+namespace {
+
+// Queues the delete of this session (what delete_session writes); `done`
+// gets the writer's verdict.
+void submit_delete(session_actor_t self, std::function<void(result<void>)> done) {
+  auto& st = self->state;
+  write_plan plan;
+  plan.ws.op = store::write_set::kind::remove;
+  plan.ws.app = st.ref.app_name;
+  plan.ws.user = st.ref.user_id;
+  plan.ws.id = st.ref.session_id;
+  st.exists = false;
+  st.version = 0;
+  st.expires = 0;
+  st.refresh = 0;
+  st.in_flight_ids.clear();
+  st.ids.reset();
+  submit(
+    self, std::move(plan),
+    [self, done = std::move(done)](result<void> r, std::shared_ptr<late_binding>, std::uint64_t) {
+      if (r) {
+        self->state.invocation.clear();
+        self->state.temp = json::object();
+      }
+      done(std::move(r));
+    });
+}
+
+} // namespace
+
 bool ensure_absent(session_actor_t self, callback<session>& cb) {
   auto& st = self->state;
   if (!ensure_loaded(self, cb))
     return false;
+  if (has_expired(st)) // T4: replaced; a failed delete fails the write after it
+    submit_delete(self, [](result<void>) {});
   if (st.exists) {
     answer(self, [cb = std::move(cb), id = st.ref.session_id] {
       cb(error{errc::already_exists, "session '" + id + "' already exists"});
@@ -37,13 +73,15 @@ void on_create(session_actor_t self, create_cmd& cmd) {
   }
   st.exists = true;
   st.version = 0;
+  st.expires = plan->ws.expires;
+  st.refresh = plan->ws.refresh;
   json own = json::object();
   for (auto& w : plan->ws.session_writes)
     own[w.key] = w.value;
-  double created = plan->ws.time;
+  double created = plan->ws.time, expires = plan->ws.expires;
   submit(self, std::move(*plan),
-         [self, cb = std::move(cmd.cb), own = std::move(own),
-          created](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
+         [self, cb = std::move(cmd.cb), own = std::move(own), created,
+          expires](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
            if (!r) {
              cb(std::move(r).err());
              return;
@@ -58,6 +96,8 @@ void on_create(session_actor_t self, create_cmd& cmd) {
            s.id = st.ref.session_id;
            s.last_update_time = created;
            s.version = 0;
+           if (expires != 0)
+             s.expires_at = expires;
            s.cursor = store::format_cursor(st.core->epoch, seq);
            // The session is created; when the shared scopes cannot be
            // read now, its merged view is completed by the next read.
@@ -94,9 +134,9 @@ void on_append(session_actor_t self, append_cmd& cmd) {
   auto& st = self->state;
   if (!ensure_loaded(self, cmd.cb))
     return;
-  if (!st.exists) {
-    answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id] {
-      cb(error{errc::not_found, "session '" + id + "' not found"});
+  if (!st.exists || has_expired(st)) {
+    answer(self, [cb = std::move(cmd.cb), id = st.ref.session_id, gone = st.exists] {
+      cb(error{errc::not_found, "session '" + id + (gone ? "' has expired" : "' not found")});
     });
     return;
   }
@@ -124,6 +164,10 @@ void on_append(session_actor_t self, append_cmd& cmd) {
     return;
   }
   st.version += 1;
+  if (st.refresh != 0) { // T2: from the moment it is accepted
+    st.expires = model::now_seconds() + st.refresh;
+    prepared->plan.ws.expires = st.expires;
+  }
   append_result stored{std::move(prepared->stored), st.version, {}};
   // A caller's id is in flight until the writer answers (A6). Keyed by the
   // stored event's id: `ev` is moved from.
@@ -197,28 +241,12 @@ void on_delete(session_actor_t self, delete_cmd& cmd) {
   auto& st = self->state;
   if (!ensure_loaded(self, cmd.cb))
     return;
-  if (!st.exists) {
+  // The reaper's delete (T3) leaves a session an accepted append refreshed.
+  if (!st.exists || (cmd.only_expired && !has_expired(st))) {
     answer(self, [cb = std::move(cmd.cb)] { cb(result<void>{}); });
     return;
   }
-  write_plan plan;
-  plan.ws.op = store::write_set::kind::remove;
-  plan.ws.app = st.ref.app_name;
-  plan.ws.user = st.ref.user_id;
-  plan.ws.id = st.ref.session_id;
-  st.exists = false;
-  st.version = 0;
-  st.in_flight_ids.clear();
-  st.ids.reset();
-  submit(
-    self, std::move(plan),
-    [self, cb = std::move(cmd.cb)](result<void> r, std::shared_ptr<late_binding>, std::uint64_t) {
-      if (r) {
-        self->state.invocation.clear();
-        self->state.temp = json::object();
-      }
-      cb(std::move(r));
-    });
+  submit_delete(self, std::move(cmd.cb));
 }
 
 } // namespace agentstate::detail

@@ -3,6 +3,8 @@
 // rewind_plan (H3) and fork (H4) (actors/session_actor.hpp).
 #include "actors/session_actor.hpp"
 
+#include <chrono>
+
 #include <caf/all.hpp>
 
 #include "agentstate/json.hpp"
@@ -27,7 +29,7 @@ result<rewind_changes> effect_now(session_state& st, const rewind_request& req) 
   auto txn = store::begin_read(*st.core->kv);
   if (!txn)
     return std::move(txn).err();
-  auto rec = store::read_record(**txn, st.skey);
+  auto rec = store::read_live_record(**txn, st.skey);
   if (!rec)
     return std::move(rec).err();
   if (!*rec)
@@ -133,7 +135,7 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
     auto txn = store::begin_read(*st.core->kv);
     if (!txn)
       return std::move(txn).err();
-    auto rec = store::read_record(**txn, skey);
+    auto rec = store::read_live_record(**txn, skey);
     if (!rec)
       return std::move(rec).err();
     if (!*rec)
@@ -159,6 +161,12 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
     ws.user = st.ref.user_id;
     ws.id = st.ref.session_id;
     ws.time = model::now_seconds();
+    // A fork is a new session: the engine's default lifetime (T1, T2).
+    if (auto ttl = std::chrono::duration<double>(st.core->opts.default_session_ttl).count();
+        ttl > 0) {
+      ws.expires = ws.time + ttl;
+      ws.refresh = st.core->opts.refresh_ttl_on_append ? ttl : 0;
+    }
     for (auto it = past->state.begin(); it != past->state.end(); ++it) {
       auto text = dump_json(it.value());
       if (!text)
@@ -193,6 +201,8 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
   }
   st.exists = true;
   st.version = cmd.req.at_version;
+  st.expires = plan->ws.expires;
+  st.refresh = plan->ws.refresh;
   st.ids.reset();
   submit(self, std::move(*plan),
          [self, cb = std::move(cmd.cb)](result<void> r, std::shared_ptr<late_binding>,

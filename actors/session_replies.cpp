@@ -6,21 +6,38 @@
 
 #include <caf/all.hpp>
 
+#include "store/errors.hpp"
 #include "store/reads.hpp"
+#include "store/scope_delete.hpp"
 
 namespace agentstate::detail {
 
 result<void> load(session_actor_t self) {
   auto& st = self->state;
-  auto rec = store::read_record(*st.core->kv, st.skey);
+  st.loaded = false;
+  // Read before the snapshot: a fence committed after it moves the epoch
+  // again, and the next command reloads.
+  st.fence_epoch = st.core->fence_epoch.load();
+  auto txn = store::begin_read(*st.core->kv);
+  auto rec = txn ? store::read_record(**txn, st.skey)
+                 : result<std::optional<store::session_record>>(txn.err());
+  if (rec && *rec) {
+    try { // X2/X3: under a deleted user or app, the session is gone
+      if (store::fenced(**txn, st.ref.app_name, st.ref.user_id))
+        *rec = std::nullopt;
+    } catch (const store::kv_failure& f) {
+      rec = store::from_failure(f);
+    }
+  }
   if (!rec) {
-    st.loaded = false;
     auto e = std::move(rec).err();
     e.message = "cannot read the session record: " + e.message;
     return e;
   }
   st.exists = rec->has_value();
   st.version = *rec ? (**rec).version : 0;
+  st.expires = *rec ? (**rec).expires : 0;
+  st.refresh = *rec ? (**rec).refresh : 0;
   st.loaded = true;
   return {};
 }

@@ -99,8 +99,15 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
   for (std::size_t i = 0; i < batch.size(); ++i)
     if (entries[i].code == errc::ok) {
       notify_scopes(core, batch[i].plan.ws, entries[i].txn_id, entries[i].seq);
-      if (batch[i].plan.ws.op == store::write_set::kind::remove)
+      auto op = batch[i].plan.ws.op;
+      if (op == store::write_set::kind::remove_user || op == store::write_set::kind::remove_app) {
+        // Cached session and scope state under the fence is stale now,
+        // before anyone hears of the delete.
+        core.fence_epoch.fetch_add(1);
         core.purge_pending.store(true, std::memory_order_relaxed);
+      } else if (op == store::write_set::kind::remove) {
+        core.purge_pending.store(true, std::memory_order_relaxed);
+      }
     }
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& it = batch[i];

@@ -129,12 +129,15 @@ result<event> event_from_json(json&& x) {
 }
 
 json to_json(const session_meta& x) {
-  return json{{"app_name", x.app_name},
-              {"user_id", x.user_id},
-              {"id", x.id},
-              {"state", x.state},
-              {"last_update_time", x.last_update_time},
-              {"version", x.version}};
+  json out{{"app_name", x.app_name},
+           {"user_id", x.user_id},
+           {"id", x.id},
+           {"state", x.state},
+           {"last_update_time", x.last_update_time},
+           {"version", x.version}};
+  if (x.expires_at)
+    out["expires_at"] = *x.expires_at;
+  return out;
 }
 
 json to_json(const session& x) {
@@ -189,6 +192,11 @@ result<session> session_from_json(const json& x) {
       return bad("'version' must be a non-negative integer");
     s.version = it->get<std::uint64_t>();
   }
+  if (auto it = x.find("expires_at"); it != x.end() && !it->is_null()) {
+    if (!it->is_number())
+      return bad("'expires_at' must be a number");
+    s.expires_at = it->get<double>();
+  }
   if (auto it = x.find("events"); it != x.end()) {
     if (!it->is_array())
       return bad("'events' must be an array");
@@ -207,6 +215,8 @@ const char* to_string(change_kind k) noexcept {
     case change_kind::create: return "create";
     case change_kind::append: return "append";
     case change_kind::remove: return "delete";
+    case change_kind::remove_user: return "delete_user";
+    case change_kind::remove_app: return "delete_app";
   }
   return "?";
 }

@@ -36,6 +36,8 @@ prepare_result prepare_create(const json& params) {
   r.user_id = p.required_string("user_id");
   r.session_id = p.optional_string("session_id").value_or("");
   r.state = p.optional_object("state");
+  r.ttl_s = p.optional_number("ttl_s");
+  r.refresh_ttl = p.optional_bool("refresh_ttl");
   prepared x;
   auto id = model::trim(r.session_id);
   if (!id.empty()) {
@@ -132,6 +134,32 @@ prepare_result prepare_delete(const json& params) {
   prepared x{{}, ordering::pipelined, session_key(ref)};
   x.op = [ref = std::move(ref)](engine& e, const reply_fn& reply) mutable {
     e.delete_session(std::move(ref), [reply](result<void> r) { reply(to_outcome(r)); });
+  };
+  return checked(p, std::move(x));
+}
+
+// X2/X3: a barrier, so it comes after every request sent before it on the
+// stream and before every one sent after it.
+prepare_result prepare_delete_user(const json& params) {
+  param_reader p(params);
+  auto app = p.required_string("app_name");
+  auto user = p.required_string("user_id");
+  prepared x;
+  x.order = ordering::barrier;
+  x.op = [app = std::move(app), user = std::move(user)](engine& e, const reply_fn& reply) mutable {
+    e.delete_user(std::move(app), std::move(user),
+                  [reply](result<void> r) { reply(to_outcome(r)); });
+  };
+  return checked(p, std::move(x));
+}
+
+prepare_result prepare_delete_app(const json& params) {
+  param_reader p(params);
+  auto app = p.required_string("app_name");
+  prepared x;
+  x.order = ordering::barrier;
+  x.op = [app = std::move(app)](engine& e, const reply_fn& reply) mutable {
+    e.delete_app(std::move(app), [reply](result<void> r) { reply(to_outcome(r)); });
   };
   return checked(p, std::move(x));
 }
@@ -438,6 +466,8 @@ constexpr method methods[] = {
   {"get_session", prepare_get, names::session},
   {"list_sessions", prepare_list, names::nothing},
   {"delete_session", prepare_delete, names::session},
+  {"delete_user", prepare_delete_user, names::nothing},
+  {"delete_app", prepare_delete_app, names::nothing},
   {"append_event", prepare_append, names::session},
   {"end_invocation", prepare_end_invocation, names::session},
   {"inject_state", prepare_inject_state, names::session},

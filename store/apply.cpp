@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "store/errors.hpp"
+#include "store/expiry.hpp"
 #include "store/history.hpp"
 #include "store/purge.hpp"
+#include "store/scope_delete.hpp"
 #include "store/keys.hpp"
 #include "store/records.hpp"
 
@@ -96,6 +98,13 @@ std::size_t write_set::bytes() const {
 }
 
 result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
+  if (ws.op == write_set::kind::remove_user || ws.op == write_set::kind::remove_app) {
+    // X2/X3: one fence; the rows under it go in bounded steps.
+    put_fence(txn, fence_key(ws.app, ws.op == write_set::kind::remove_user ? &ws.user : nullptr));
+    if (log)
+      log_change(txn, ws, 0, *log);
+    return true;
+  }
   auto skey = session_key(ws.app, ws.user, ws.id);
   std::optional<session_record> rec;
   if (auto raw = txn.get(table::sessions, skey)) {
@@ -106,13 +115,22 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
   scratch s;
   auto& k = s.k; // every other key, in turn
   k.reserve(2 * skey.size() + 48);
+  if (ws.op != write_set::kind::remove && fenced(txn, ws.app, ws.user)) {
+    if (ws.op == write_set::kind::append)
+      return error{errc::not_found,
+                   "session '" + ws.id + "' not found (its user or app was deleted)"};
+    return error{errc::unavailable,
+                 "user '" + ws.user + "' of app '" + ws.app
+                   + "' is being deleted; retry once the delete has finished"};
+  }
   switch (ws.op) {
     case write_set::kind::create: {
       if (rec)
         return error{errc::already_exists, "session '" + ws.id + "' already exists"};
       if (is_doomed(txn, skey)) // a large delete of the same id still being purged
         purge_now(txn, skey);
-      session_record r{ws.fork_events.size(), ws.time, ws.time};
+      session_record r{ws.fork_events.size(), ws.time, ws.time, ws.expires, ws.refresh};
+      put_expiry(txn, skey, r.expires);
       put_rows(txn, ws, skey, s);
       for (std::size_t i = 0; i < ws.fork_events.size(); ++i) {
         set_event_key(k, skey, i + 1);
@@ -150,6 +168,11 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       }
       rec->version = ws.version;
       rec->last_update_time = ws.time;
+      if (ws.expires != 0 && ws.expires != rec->expires) {
+        del_expiry(txn, skey, rec->expires);
+        rec->expires = ws.expires;
+        put_expiry(txn, skey, rec->expires);
+      }
       txn.put(table::sessions, skey, encode_record(skey, *rec));
       if (log)
         log_change(txn, ws, ws.version, *log);
@@ -168,12 +191,14 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       for (auto& [t, key] :
            list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
         txn.del(t, key);
+      del_expiry(txn, skey, rec->expires);
       txn.del(table::sessions, skey);
       txn.del(table::origins, skey);
       if (log)
         log_change(txn, ws, rec->version, *log);
       return true;
     }
+    default: break;
   }
   return error{errc::internal, "unknown write kind"};
 }

@@ -24,7 +24,9 @@ namespace agentstate::store {
 /// some of the write set's puts (the caller's savepoint takes them back).
 /// Cost: an append is ~10 puts/deletes; a delete O(rows of the session) up
 /// to inline_delete_events events, beyond that a few puts and deletes (the
-/// rest is purged in steps: store/purge.hpp).
+/// rest is purged in steps: store/purge.hpp). A remove_user / remove_app
+/// puts a fence (store/scope_delete.hpp); under a fence a create is
+/// unavailable and an append not_found.
 /// With a `log`, a write set that writes anything also writes its change
 /// row (log_change). Returns whether it wrote anything (false only for a
 /// delete of a session that does not exist).

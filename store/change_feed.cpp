@@ -29,12 +29,17 @@ std::string_view scope_prefix(const watch_request& req) {
 } // namespace
 
 bool names_row(const watch_request& req, const change_row& row) {
+  // A deleted app or user contains every scope inside it.
+  const bool whole_app = row.kind == change_kind::remove_app;
+  const bool whole_user = row.kind == change_kind::remove_user;
   switch (req.scope) {
     case watch_scope::all: return true;
     case watch_scope::app: return row.app == req.app_name;
-    case watch_scope::user: return row.app == req.app_name && row.user == req.user_id;
+    case watch_scope::user:
+      return row.app == req.app_name && (whole_app || row.user == req.user_id);
     case watch_scope::session:
-      return row.app == req.app_name && row.user == req.user_id && row.id == req.session_id;
+      return row.app == req.app_name
+        && (whole_app || (row.user == req.user_id && (whole_user || row.id == req.session_id)));
   }
   return false;
 }
@@ -95,7 +100,9 @@ result<std::optional<change>> change_for(const watch_request& req, const change_
     for (auto& k : *removed)
       if (k.is_string() && keep(k.get_ref<const std::string&>()))
         c.state_remove.push_back(k.get<std::string>());
-    if (c.state_delta.empty() && c.state_remove.empty())
+    const bool whole_scope =
+      row.kind == change_kind::remove_user || row.kind == change_kind::remove_app;
+    if (c.state_delta.empty() && c.state_remove.empty() && !whole_scope)
       return std::optional<change>{};
   } else {
     c.state_delta = std::move(*delta);

@@ -87,7 +87,7 @@ void log_change(kv_write& txn, const write_set& ws, std::uint64_t version, chang
   std::string body;
   body.reserve(fixed_bytes + 20 + ws.app.size() + ws.user.size() + ws.id.size() + delta.size()
                + removed.size() + event_text.size());
-  body += ws.op == write_set::kind::create ? '\0' : ws.op == write_set::kind::append ? '\1' : '\2';
+  body += static_cast<char>(ws.op); // 0 create, 1 append, 2 delete, 3 delete_user, 4 delete_app
   append_be64(body, version);
   append_be64(body, bits_of_time(log.now));
   append_section(body, ws.app);
@@ -240,11 +240,12 @@ result<change_row> decode_change(std::string_view key, std::string_view value) {
   change_row row;
   row.seq = read_be64(key);
   auto kind = static_cast<unsigned char>(b[0]);
-  if (kind > 2)
+  if (kind > 4)
     return corrupt();
-  row.kind = kind == 0 ? change_kind::create
-    : kind == 1        ? change_kind::append
-                       : change_kind::remove;
+  static constexpr change_kind kinds[] = {change_kind::create, change_kind::append,
+                                          change_kind::remove, change_kind::remove_user,
+                                          change_kind::remove_app};
+  row.kind = kinds[kind];
   row.version = read_be64(b.substr(1));
   auto tb = read_be64(b.substr(9));
   std::memcpy(&row.time, &tb, sizeof tb);

@@ -27,7 +27,8 @@ namespace agentstate::store {
 /// otherwise). Views point into the row they were decoded from.
 struct change_row {
   std::uint64_t seq = 0;
-  /// Stored as one byte: 0 create, 1 append, 2 delete.
+  /// Stored as one byte: 0 create, 1 append, 2 delete, 3 delete_user,
+  /// 4 delete_app.
   change_kind kind = change_kind::append;
   std::uint64_t version = 0;
   double time = 0; ///< when the writer committed it (epoch seconds)

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/exchange.hpp"
 
+#include <cmath>
+#include <utility>
+
 #include "agentstate/json.hpp"
 #include "agentstate/types.hpp"
+#include "model/ids.hpp"
 #include "store/apply.hpp"
+#include "store/expiry.hpp"
+#include "store/scope_delete.hpp"
 #include "store/format.hpp"
 #include "store/history.hpp"
 #include "store/keys.hpp"
@@ -68,7 +74,9 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
       emit();
       current = std::string(scope);
       state = json::object();
-      skip = false;
+      // X2/X3: a scope being deleted is not exported.
+      auto p = split_nul(scope.substr(0, scope.size() - 1));
+      skip = user ? p.size() > 1 && fenced(txn, p[0], p[1]) : app_fenced(txn, p[0]);
     }
     if (skip)
       return true;
@@ -112,6 +120,7 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
       prefix += *f.user + '\0';
     std::optional<error> err;
     const bool legacy = txn.legacy_values();
+    const double now = model::now_seconds();
     // One session's lines, emitted once all of them decode.
     std::vector<std::string> lines;
     // A damaged session: reported and skipped with on_damaged, else the end.
@@ -134,6 +143,9 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
         err = corrupt("session key '" + printable(skey) + "'");
         return false;
       }
+      // T1, X2/X3: deleted for every reader, not yet purged.
+      if (expired(*rec, now) || fenced(txn, parts[0], parts[1]))
+        return true;
       std::string sk(skey);
       auto own = read_rows(txn, table::session_state, sk + '\0');
       if (!own)
@@ -142,6 +154,11 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
                         {"user_id", parts[1]},     {"id", parts[2]},
                         {"created", rec->created}, {"last_update_time", rec->last_update_time},
                         {"version", rec->version}, {"state", std::move(*own)}};
+      if (rec->expires != 0) {
+        session_line["expires_at"] = rec->expires;
+        if (rec->refresh != 0)
+          session_line["refresh_ttl_s"] = rec->refresh;
+      }
       // The state the session was created with (store format 7); absent
       // for a session created before.
       auto origin = read_origin(txn, sk);
@@ -278,10 +295,20 @@ struct importer {
         return bad("session needs numeric created, last_update_time and version");
       session_record r{rec["version"].get<std::uint64_t>(), rec["last_update_time"].get<double>(),
                        rec["created"].get<double>()};
+      for (auto [name, field] :
+           {std::pair{"expires_at", &r.expires}, {"refresh_ttl_s", &r.refresh}})
+        if (auto it = rec.find(name); it != rec.end()) {
+          if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0)
+            return bad(std::string("'") + name + "' must be a positive number");
+          *field = it->get<double>();
+        }
+      if (r.refresh != 0 && r.expires == 0)
+        return bad("'refresh_ttl_s' needs 'expires_at'");
       auto skey = session_key(*app, *user, *id);
       if (txn->get(table::sessions, skey))
         return bad("session '" + *id + "' appears twice");
       txn->put(table::sessions, skey, encode_record(skey, r));
+      put_expiry(*txn, skey, r.expires);
       put_list_entries(*txn, *app, *user, *id, r.last_update_time, r.created);
       if (rec.contains("origin")) {
         auto origin = object(rec, "origin");

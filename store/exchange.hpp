@@ -8,7 +8,9 @@
 //   {"type":"header","format":1}
 //   per session (key order): {"type":"session","app_name","user_id","id",
 //     "created","last_update_time","version","state":{own keys only},
-//     "origin":{its own state as created; absent when the store has none}}
+//     "origin":{its own state as created; absent when the store has none},
+//     "expires_at", "refresh_ttl_s": only for a session that expires}
+//     (a session that has expired is not exported: it is deleted)
 //     then its events: {"type":"event","app_name","user_id","session_id",
 //     "version","event":{...}}
 //   {"type":"user_state","app_name","user_id","state":{...}} per user

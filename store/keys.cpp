@@ -88,6 +88,12 @@ void set_by_user_key(std::string& k, std::string_view app, std::string_view user
   k.append(id);
 }
 
+void set_expiry_key(std::string& k, double expires, std::string_view skey) {
+  k.clear();
+  append_ordered_double(k, expires);
+  k.append(skey);
+}
+
 std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts) {
   std::vector<std::string_view> parts;
   while (parts.size() + 1 < max_parts) {

@@ -58,6 +58,9 @@ void set_by_update_key(std::string& k, std::string_view app, std::string_view us
 void set_by_user_key(std::string& k, std::string_view app, std::string_view user,
                      std::string_view id, double t);
 
+/// ord64(expires) ‖ skey: a session that expires, in expiry order.
+void set_expiry_key(std::string& k, double expires, std::string_view skey);
+
 /// Splits a key at its NULs into at most `max_parts` parts (the last keeps
 /// the rest, NULs included). The views point into `k`.
 std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts);

@@ -37,8 +37,10 @@ enum class table : std::uint8_t {
   changes, ///< format 6: the change log, by commit sequence (store/change_log.hpp)
   origins, ///< format 7: a session's own state as created (as-of reads, rewinds)
   doomed, ///< format 7: deleted sessions whose rows are still being purged (store/purge.hpp)
+  expiry, ///< format 7: sessions that expire, in expiry order (store/expiry.hpp)
+  fences, ///< format 7: users and apps being deleted (store/scope_delete.hpp)
 };
-inline constexpr std::size_t table_count = 13;
+inline constexpr std::size_t table_count = 15;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;
@@ -81,6 +83,12 @@ public:
   /// opened read-only (open_lmdb_kv_readonly) whose meta["format"] is 1-3 as
   /// the snapshot begins. A store opened for writing is upgraded before use.
   virtual bool legacy_values() const { return false; }
+
+  /// Whether table `fences` may hold a row in this snapshot: false only when
+  /// it held none when the store was opened and no write transaction has
+  /// put one since (readers then skip the fence lookups of every session
+  /// read). Conservative: true when unknown.
+  virtual bool may_hold_fences() const { return true; }
 };
 
 /// The write transaction. Only one exists at a time per store (begin_write

@@ -7,8 +7,11 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
+#include "model/ids.hpp"
 #include "store/errors.hpp"
+#include "store/expiry.hpp"
 #include "store/keys.hpp"
+#include "store/scope_delete.hpp"
 #include "store/reads.hpp"
 
 namespace agentstate::store {
@@ -80,24 +83,22 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
     std::uint64_t skip = req.offset;
     std::optional<error> err;
     const bool legacy = txn.legacy_values();
-    auto visit = [&](std::string_view k, std::string_view v) {
-      if (!from.empty() && k == from)
-        return true;
-      if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + time_bytes + 1) {
-        err = damaged(index, k);
-        return false;
-      }
-      if (skip > 0) {
-        --skip;
-        return true;
-      }
-      if (hits.size() == page_size) {
-        more = true;
-        return false;
-      }
+    // T1: expired sessions not yet reaped are left out (their records are
+    // read only when some session under the prefix has expired).
+    const double now = model::now_seconds();
+    const std::uint64_t expired_here = count_expired(txn, now, prefix);
+    // X2/X3: nothing under a deleted app or user is listed; in an app's
+    // listing, sessions of deleted users are skipped one by one.
+    if (by_user ? fenced(txn, req.app_name, *req.user_id) : app_fenced(txn, req.app_name)) {
+      session_page empty;
+      if (req.include_total)
+        empty.total = 0;
+      return empty;
+    }
+    const bool user_fences = !by_user && any_user_fenced(txn, req.app_name);
+    // The user and id an index entry names (REQUIRES: an intact entry).
+    auto parse = [&](std::string_view k, hit& h) {
       auto rest = k.substr(prefix.size() + time_bytes);
-      hit h;
-      h.key = std::string(k);
       if (by_user) {
         h.user = *req.user_id;
         h.id = std::string(rest);
@@ -110,6 +111,43 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
         h.id = std::string(rest.substr(0, nul));
         h.user = nul == std::string_view::npos ? "" : std::string(rest.substr(nul + 1));
       }
+    };
+    // Whether the session an entry names is gone for readers (T1, X2).
+    auto gone = [&](const hit& h) {
+      if (user_fences && fenced(txn, req.app_name, h.user))
+        return true;
+      if (expired_here == 0)
+        return false;
+      auto skey = session_key(req.app_name, h.user, h.id);
+      auto raw = txn.get(table::sessions, skey);
+      auto rec = raw ? decode_record(skey, *raw, legacy) : std::nullopt;
+      return rec && expired(*rec, now);
+    };
+    auto visit = [&](std::string_view k, std::string_view v) {
+      if (!from.empty() && k == from)
+        return true;
+      if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + time_bytes + 1) {
+        err = damaged(index, k);
+        return false;
+      }
+      hit h;
+      const bool check = user_fences || expired_here > 0;
+      if (check) {
+        parse(k, h);
+        if (gone(h))
+          return true;
+      }
+      if (skip > 0) {
+        --skip;
+        return true;
+      }
+      if (hits.size() == page_size) {
+        more = true;
+        return false;
+      }
+      if (!check)
+        parse(k, h);
+      h.key = std::string(k);
       hits.push_back(std::move(h));
       return true;
     };
@@ -122,8 +160,12 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
     session_page page;
     if (req.include_total) {
       std::uint64_t n = 0;
-      txn.scan(index, prefix, {}, [&n](std::string_view, std::string_view) {
-        ++n;
+      const bool check = user_fences || expired_here > 0;
+      txn.scan(index, prefix, {}, [&](std::string_view k, std::string_view) {
+        hit h;
+        if (check && k.size() >= prefix.size() + time_bytes + 1)
+          parse(k, h);
+        n += !check || !gone(h);
         return true;
       });
       page.total = n;
@@ -171,6 +213,8 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       m.state = once ? std::move(*own) : merge_state(*own, u->second, *app_state);
       m.last_update_time = (*rec)->last_update_time;
       m.version = (*rec)->version;
+      if ((*rec)->expires != 0)
+        m.expires_at = (*rec)->expires;
       // The session's JSON: its state, ids and the fixed members, and in
       // the once form its user's state the first time the user is listed.
       auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size() + 128;

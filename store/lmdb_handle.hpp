@@ -164,6 +164,9 @@ struct env_handle {
   /// transaction is never touched again (aborting it walks state the fault
   /// may have left half-written) and every later begin_write is refused.
   std::atomic<bool> writes_refused{false};
+  /// kv_read::may_hold_fences: cleared at open when table `fences` is empty,
+  /// set by every put to it (before its transaction commits).
+  std::atomic<bool> fences{true};
   const char* map = nullptr; ///< the map's first byte (mdb_env_info, after open)
   std::size_t map_size = 0; ///< the map's reserved size
   std::size_t page_size = 0;

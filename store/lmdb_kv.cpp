@@ -184,6 +184,15 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync, std::u
     fail("mdb_dbi_open", rc);
   }
   check("mdb_txn_commit", ::mdb_txn_commit(txn));
+  {
+    lmdb_read r(*h);
+    bool any = false;
+    r.scan(table::fences, {}, {}, [&](std::string_view, std::string_view) {
+      any = true;
+      return false;
+    });
+    h->fences.store(any);
+  }
   return std::make_unique<lmdb_kv>(std::move(h), false, bound);
 }
 
@@ -209,7 +218,8 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
     int rc = ::mdb_dbi_open(txn, table_name(t), 0, &h->dbi[i]);
     if (rc == MDB_NOTFOUND
         && (t == table::by_created || t == table::by_user_created || t == table::changes
-            || t == table::origins || t == table::doomed)) {
+            || t == table::origins || t == table::doomed || t == table::expiry
+            || t == table::fences)) {
       h->tag[i] = env_handle::absent_table; // a store of a format before the table's
       continue;
     }

@@ -178,6 +178,7 @@ public:
   }
   std::uint64_t txn_id() const override { return ::mdb_txn_id(txn_); }
   bool legacy_values() const override { return legacy_; }
+  bool may_hold_fences() const override { return h_.fences.load(); }
   MDB_txn* handle() const { return txn_; }
 
 private:
@@ -219,7 +220,10 @@ public:
   }
   std::uint64_t txn_id() const override { return id_; }
 
+  bool may_hold_fences() const override { return h_.fences.load(); }
   void put(table t, std::string_view key, std::string_view value) override {
+    if (t == table::fences)
+      h_.fences.store(true);
     stored_key sk(tag(t), key);
     MDB_val k = sk.val(), v = as_val(value);
     check("mdb_put", guarding([&] {

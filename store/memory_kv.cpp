@@ -116,6 +116,9 @@ class memory_read : public memory_reader<kv_read> {
 public:
   explicit memory_read(memory_db& db) : memory_reader(db), lock_(db.mtx) {}
   std::uint64_t txn_id() const override { return db_.last_txn; }
+  bool may_hold_fences() const override {
+    return !db_.tables[static_cast<int>(table::fences)].empty();
+  }
 
 private:
   std::shared_lock<rw_lock> lock_;
@@ -229,6 +232,8 @@ const char* table_name(table t) noexcept {
     case table::changes: return "changes";
     case table::origins: return "origins";
     case table::doomed: return "doomed";
+    case table::expiry: return "expiry";
+    case table::fences: return "fences";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 
 #include "store/errors.hpp"
 #include "store/records.hpp"
+#include "store/scope_delete.hpp"
 
 namespace agentstate::store {
 
@@ -54,7 +55,7 @@ std::size_t purge_step(kv_write& txn, std::size_t max_rows) {
     return false;
   });
   if (skey.empty())
-    return 0;
+    return purge_fence_step(txn, max_rows);
   const std::string prefix = skey + '\0';
   std::size_t done = 0;
   for (auto t : {table::events, table::session_state}) {
@@ -76,6 +77,10 @@ bool any_doomed(kv_read& txn) {
     return false;
   });
   return any;
+}
+
+bool any_purge(kv_read& txn) {
+  return any_doomed(txn) || any_fence(txn);
 }
 
 result<std::size_t> purge_once(kv_store& kv) {

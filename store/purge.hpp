@@ -38,13 +38,17 @@ bool is_doomed(kv_read& txn, std::string_view skey);
 void purge_now(kv_write& txn, std::string_view skey);
 
 /// Deletes up to `max_rows` rows of the first marked session (events, then
-/// state rows), and its mark once nothing is left. Returns the rows and
-/// marks deleted: 0 when nothing is marked. Throws kv_failure.
+/// state rows), and its mark once nothing is left; with no marked session,
+/// a step under the first fence of a deleted user or app
+/// (store/scope_delete.hpp). Returns the rows and marks deleted: 0 when
+/// nothing is left to purge. Throws kv_failure.
 std::size_t purge_step(kv_write& txn, std::size_t max_rows = purge_step_rows);
 
-/// Whether any session is marked (a writer starting on a store resumes the
-/// purge). Throws kv_failure.
+/// Whether any session is marked. Throws kv_failure.
 bool any_doomed(kv_read& txn);
+/// Whether anything is left to purge: a marked session or a fence (a
+/// writer starting on a store resumes the purge). Throws kv_failure.
+bool any_purge(kv_read& txn);
 
 /// One purge_step in its own write transaction of `kv`, committed. Returns
 /// what it deleted (0: nothing left to purge). Errors: storage errors.

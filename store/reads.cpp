@@ -5,10 +5,12 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
+#include "model/ids.hpp"
 #include "store/change_log.hpp"
 #include "store/errors.hpp"
 #include "store/history.hpp"
 #include "store/purge.hpp"
+#include "store/scope_delete.hpp"
 #include "store/keys.hpp"
 
 namespace agentstate::store {
@@ -185,6 +187,9 @@ result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r
   auto rec = read_record(txn, skey);
   if (!rec)
     return std::move(rec).err();
+  // T1, X2/X3: gone for readers at once, rows still stored.
+  if (*rec && (expired(**rec, model::now_seconds()) || fenced(txn, r.app_name, r.user_id)))
+    return std::optional<session_head>{};
   if (!*rec) {
     if (has_rows(txn, skey) && !is_doomed(txn, skey))
       return error{errc::data_corrupt,
@@ -314,6 +319,8 @@ result<std::optional<session>> read_past(kv_read& txn, const get_request& req,
   s.id = req.ref.session_id;
   s.version = h.rec.version;
   s.last_update_time = h.rec.last_update_time;
+  if (h.rec.expires != 0)
+    s.expires_at = h.rec.expires;
   s.state = std::move(h.state);
   if (req.as_of_version) {
     auto past = state_at(txn, h.skey, h.rec.version, upto);
@@ -390,6 +397,20 @@ result<std::optional<session_record>> read_record(kv_read& txn, std::string_view
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
+}
+
+result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey) {
+  auto rec = read_record(txn, skey);
+  try {
+    if (rec && *rec) {
+      auto p = split_key(skey, 3);
+      if (expired(**rec, model::now_seconds()) || (p.size() == 3 && fenced(txn, p[0], p[1])))
+        return std::optional<session_record>{};
+    }
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+  return rec;
 }
 
 result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
@@ -478,6 +499,8 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
     s.state = std::move(head.state);
     s.last_update_time = head.rec.last_update_time;
     s.version = head.rec.version;
+    if (head.rec.expires != 0)
+      s.expires_at = head.rec.expires;
     s.events = std::move(*evs);
     return with_cursor(txn, std::move(s), epoch);
   } catch (const kv_failure& f) {
@@ -542,7 +565,12 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
         out += ',';
       out.append(event_body_text((*rows)[i]));
     }
-    out += "],\"id\":";
+    out += ']';
+    if (rec.expires != 0) {
+      out += ",\"expires_at\":";
+      out += json(rec.expires).dump();
+    }
+    out += ",\"id\":";
     out += json(r.session_id).dump();
     out += ",\"last_update_time\":";
     out += json(rec.last_update_time).dump();
@@ -591,6 +619,8 @@ result<std::optional<session_record>> read_record(kv_store& kv, std::string_view
 result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
                                              std::string_view user, std::string_view id,
                                              std::string_view key) try {
+  if (scope_of(key) == scope::app ? app_fenced(txn, app) : fenced(txn, app, user))
+    return std::optional<json>{}; // X2/X3: being deleted
   std::optional<std::string_view> raw;
   std::string k;
   table t = table::session_state;
@@ -622,6 +652,8 @@ result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
 
 result<json> read_scope(kv_read& txn, std::string_view app, const std::string* user) {
   try {
+    if (user ? fenced(txn, app, *user) : app_fenced(txn, app))
+      return json::object(); // X2/X3: being deleted
     if (user)
       return read_rows(txn, table::user_state, user_scope_key(app, *user) + '\0');
     return read_rows(txn, table::app_state, std::string(app) + '\0');

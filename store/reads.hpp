@@ -32,6 +32,9 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix);
 result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);
 /// The same in a fresh snapshot of `kv`.
 result<std::optional<session_record>> read_record(kv_store& kv, std::string_view skey);
+/// read_record, with a session that has expired by now (T1), or whose user
+/// or app is being deleted (X2/X3), read as none.
+result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey);
 
 /// The stored event of session `skey` at `version`, if any.
 result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
@@ -73,13 +76,13 @@ result<std::string> read_session_text(kv_store& kv, const get_request& req, cons
 
 /// The stored value of one state key of session (app, user, id), by the
 /// key's scope (S1; prefixed key), or nullopt when missing (temp: keys are
-/// never stored).
+/// never stored; the scope's user or app is being deleted, X2/X3).
 result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
                                              std::string_view user, std::string_view id,
                                              std::string_view key);
 
 /// One scope's state object: user scope when `user` is given, else app scope.
-/// Keys are unprefixed.
+/// Keys are unprefixed. Empty while the scope is being deleted (X2/X3).
 result<json> read_scope(kv_read& txn, std::string_view app, const std::string* user);
 
 } // namespace agentstate::store

@@ -16,6 +16,12 @@ namespace {
 
 constexpr char legacy_tag = 1; // records and event rows of formats 1-3
 constexpr std::size_t record_body = 8 + 8 + 8;
+// A record of a session that expires (session_record::expires) carries two
+// more doubles.
+constexpr std::size_t record_body_ttl = record_body + 8 + 8;
+constexpr bool record_size(std::size_t n) {
+  return n == record_body || n == record_body_ttl;
+}
 
 // Little-endian integers of N bytes (4 or 8) at p, whatever the host's order.
 template <class U>
@@ -117,7 +123,7 @@ std::optional<std::string_view> open_row(table t, std::string_view key, std::str
     auto body = value.substr(seal_bytes);
     if (read_le32(value.data() + 1) != checksum(key, body))
       return std::nullopt;
-    if ((t == table::sessions && body.size() != record_body)
+    if ((t == table::sessions && !record_size(body.size()))
         || (t == table::events && body.size() < 8))
       return std::nullopt; // a bug of the writer rather than damage
     return body;
@@ -175,7 +181,7 @@ std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
     for (std::size_t j = 0; j < m; ++j) {
       auto v = values[i + j];
       auto body = v.substr(seal_bytes);
-      if (read_le32(v.data() + 1) != crc[j] || (t == table::sessions && body.size() != record_body)
+      if (read_le32(v.data() + 1) != crc[j] || (t == table::sessions && !record_size(body.size()))
           || (t == table::events && body.size() < 8))
         return i + j;
       bodies[i + j] = body;
@@ -207,6 +213,17 @@ std::string row_name(table t, std::string_view key) {
     case table::sessions: return "session '" + joined(split_key(key, 3), 3) + "' record";
     case table::origins: return "session '" + joined(split_key(key, 3), 3) + "' origin";
     case table::doomed: return "deleted session '" + joined(split_key(key, 3), 3) + "' purge mark";
+    case table::fences: {
+      auto p = split_key(key, 3);
+      if (p.size() == 3)
+        return "user '" + joined(p, 2) + "' delete fence";
+      return "app '" + printable(p[0]) + "' delete fence";
+    }
+    case table::expiry: {
+      if (key.size() < 8)
+        return "expiry entry '" + printable(key) + "'";
+      return "session '" + joined(split_key(key.substr(8), 3), 3) + "' expiry entry";
+    }
     case table::events: {
       if (key.size() < 9 || key[key.size() - 9] != '\0')
         return "event row '" + printable(key) + "'";
@@ -284,6 +301,10 @@ std::string encode_record(std::string_view skey, const session_record& x) {
   append_le64(body, x.version);
   append_le64(body, bits_of(x.last_update_time));
   append_le64(body, bits_of(x.created));
+  if (x.expires != 0 || x.refresh != 0) {
+    append_le64(body, bits_of(x.expires));
+    append_le64(body, bits_of(x.refresh));
+  }
   return seal(skey, body);
 }
 
@@ -296,6 +317,10 @@ std::optional<session_record> decode_record(std::string_view skey, std::string_v
   r.version = read_le64(body->data());
   r.last_update_time = double_of(read_le64(body->data() + 8));
   r.created = double_of(read_le64(body->data() + 16));
+  if (body->size() == record_body_ttl) {
+    r.expires = double_of(read_le64(body->data() + 24));
+    r.refresh = double_of(read_le64(body->data() + 32));
+  }
   return r;
 }
 

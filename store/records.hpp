@@ -59,12 +59,24 @@ std::string printable(std::string_view x);
 error damaged(table t, std::string_view key);
 
 /// A session's record: u64 version, f64 last_update_time, f64 created
-/// (little-endian, 24 bytes of body).
+/// (little-endian, 24 bytes of body), and for a session that expires f64
+/// expires, f64 refresh (40 bytes).
 struct session_record {
   std::uint64_t version = 0;
   double last_update_time = 0;
   double created = 0;
+  /// Epoch seconds at which the session expires (T1); 0: never.
+  double expires = 0;
+  /// Seconds each append moves `expires` to past the append's acceptance
+  /// (T2); 0: appends leave it.
+  double refresh = 0;
 };
+
+/// Whether `r` has expired at `now` (epoch seconds): readers then see no
+/// session (T1) although its rows are still stored.
+inline bool expired(const session_record& r, double now) {
+  return r.expires != 0 && r.expires <= now;
+}
 
 /// The sealed record of session `skey`.
 std::string encode_record(std::string_view skey, const session_record& x);

@@ -11,6 +11,7 @@
 #include "store/listing.hpp"
 #include "store/reads.hpp"
 #include "store/records.hpp"
+#include "store/scope_delete.hpp"
 
 namespace agentstate::store {
 
@@ -102,6 +103,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     auto indexed = [created_index](table t) {
       return created_index || (t != table::by_created && t != table::by_user_created);
     };
+    std::uint64_t expiring = 0;
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
       std::string name = shown(skey);
@@ -126,6 +128,16 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         return true;
       }
       std::string prefix = skey + '\0';
+      if (fenced(txn, parts[0], parts[1])) {
+        // Its user or app is being deleted (X2/X3): its events go first, so
+        // they need not start at 1 or reach the record's version.
+        txn.scan(table::events, prefix, {}, [&](std::string_view, std::string_view) {
+          ++r.events;
+          return true;
+        });
+        expiring += rec->expires != 0;
+        return true;
+      }
       std::uint64_t expect = 1;
       std::unordered_map<std::string, std::uint64_t> ids; // A6: one event per id
       txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
@@ -164,8 +176,37 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
            list_entries(parts[0], parts[1], parts[2], rec->last_update_time, rec->created))
         if (indexed(t) && !txn.get(t, key))
           c.fault("session " + name + ": missing from the " + table_name(t) + " index");
+      if (rec->expires != 0) {
+        ++expiring;
+        std::string k;
+        set_expiry_key(k, rec->expires, skey);
+        if (!txn.get(table::expiry, k))
+          c.fault("session " + name + ": missing from the expiry index");
+      } else if (rec->refresh != 0) {
+        c.fault("session " + name + ": record has a refresh but no expiry");
+      }
       return true;
     });
+    // The expiry index (format 7): one intact entry per session that expires.
+    std::uint64_t expiry_entries = 0;
+    txn.scan(table::expiry, {}, {}, [&](std::string_view k, std::string_view v) {
+      ++expiry_entries;
+      if (!open_row(table::expiry, k, v, legacy) || k.size() < 8) {
+        c.fault(damaged(table::expiry, k).message);
+        return true;
+      }
+      auto skey = k.substr(8);
+      auto raw = txn.get(table::sessions, skey);
+      auto rec = raw ? decode_record(skey, *raw, legacy) : std::nullopt;
+      if (raw && rec && bits_of(rec->expires) != bits_of(read_ordered_double(k)))
+        c.fault(row_name(table::expiry, k) + " differs from the session's expiry");
+      else if (!raw)
+        c.fault(row_name(table::expiry, k) + " names a missing session");
+      return true;
+    });
+    if (expiry_entries != expiring)
+      c.fault("expiry: " + std::to_string(expiry_entries) + " entries for "
+              + std::to_string(expiring) + " sessions that expire");
     // Deleted sessions still being purged (format 7): a mark each, no record;
     // their rows are neither counted nor faults.
     std::uint64_t purging_events = 0;
@@ -179,6 +220,13 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         ++purging_events;
         return true;
       });
+      return true;
+    });
+    // Users and apps being deleted (format 7): a fence each.
+    txn.scan(table::fences, {}, {}, [&](std::string_view k, std::string_view v) {
+      ++r.purging;
+      if (!open_row(table::fences, k, v, legacy))
+        c.fault(damaged(table::fences, k).message);
       return true;
     });
     // Rows of missing sessions: every table's total must match the sums.

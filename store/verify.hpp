@@ -19,7 +19,8 @@ struct verify_report {
   std::uint64_t user_rows = 0;
   std::uint64_t app_rows = 0;
   std::uint64_t changes = 0; ///< rows of the change log (format 6)
-  /// Deleted sessions whose rows are still being purged (format 7).
+  /// Deleted sessions, users and apps whose rows are still being purged
+  /// (format 7: purge marks and delete fences).
   std::uint64_t purging = 0;
   std::uint64_t faults = 0; ///< every fault found
   std::vector<std::string> messages; ///< the first 100 faults, described
@@ -35,9 +36,11 @@ struct verify_report {
 /// indexes hold exactly one entry per session at its last_update_time; every
 /// state row's key is well-formed and its value decodes; no table holds rows
 /// of a missing session (the rows of a deleted session still being purged
-/// are counted in `purging`, not as faults); origins are JSON objects of
-/// existing sessions; the change log's rows decode and their sequence has
-/// no gap. Cost: one pass over every table.
+/// are counted in `purging`, not as faults; so are the sessions of a user or
+/// app being deleted, whose events are not checked); origins are JSON
+/// objects of existing sessions; each session that expires has its expiry
+/// entry and every entry its session; the change log's rows decode and
+/// their sequence has no gap. Cost: one pass over every table.
 /// `progress(sessions_done)` is called every 10,000 sessions. Never throws:
 /// a storage failure is reported as a fault.
 verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress = {});

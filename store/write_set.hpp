@@ -27,7 +27,15 @@ struct state_write {
 
 /// Moved, never copied, between threads.
 struct write_set {
-  enum class kind : std::uint8_t { create, append, remove } op = kind::append;
+  /// remove_user / remove_app: `app` (and `user`) name the scope to delete
+  /// (store/scope_delete.hpp); no other member is used.
+  enum class kind : std::uint8_t {
+    create,
+    append,
+    remove,
+    remove_user,
+    remove_app
+  } op = kind::append;
   std::string app, user, id;
   /// append: the version this event gets; the session must be at version-1.
   std::uint64_t version = 0;
@@ -48,6 +56,11 @@ struct write_set {
   /// (each sealed under its event_key in the new session). Its record is
   /// at `version`; `time` is its creation and last update time.
   std::vector<std::string> fork_events;
+  /// create: when the session expires (epoch seconds; 0: never) and the
+  /// refresh its record keeps (session_record::refresh). append: the new
+  /// expiry when the append refreshes it (0: unchanged).
+  double expires = 0;
+  double refresh = 0;
 
   /// Approximate bytes this write set puts (for the batch byte cap).
   std::size_t bytes() const;

@@ -131,6 +131,12 @@ const count_flag count_flags[] = {
      c.net.lim.max_server_watches = static_cast<std::size_t>(n);
    },
    "live watches of all connections together (default\n1024)"},
+  {"--session-ttl-s", 0, std::uint64_t{100} * 365 * 24 * 3600, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.engine_opts.default_session_ttl = std::chrono::seconds(n);
+   },
+   "sessions created without ttl_s expire this long after\n"
+   "creation (default 0: never)"},
   {"--change-retention-days", 1, 36500, false,
    [](serve_config& c, std::uint64_t n) {
      c.engine_opts.change_retention.max_age = std::chrono::hours(24 * n);

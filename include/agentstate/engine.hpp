@@ -109,6 +109,21 @@ public:
   void delete_session(session_ref ref, callback<void> cb);
   result<void> delete_session(session_ref ref);
 
+  /// X2: removes every session of user `user_id` of `app_name` and the
+  /// user's user: state, in one small write whatever their size: once
+  /// acknowledged, all of it is gone for every reader (a change of kind
+  /// remove_user in the feed), and the store writer deletes the rows in
+  /// bounded steps (resumed at the next open after a crash). Until it has,
+  /// a create under the user is refused with unavailable (retry) and an
+  /// append gets not_found. A user that has nothing is a no-op with the same
+  /// change. Errors: invalid_argument (names), storage errors.
+  void delete_user(std::string app_name, std::string user_id, callback<void> cb);
+  result<void> delete_user(std::string app_name, std::string user_id);
+  /// X3: the same for a whole app: every session of every user, every
+  /// user's user: state and the app: state (a change of kind remove_app).
+  void delete_app(std::string app_name, callback<void> cb);
+  result<void> delete_app(std::string app_name);
+
   /// Appends one event (A1-A7); acknowledged once durable per options::mode.
   /// Appends to one session are applied and acknowledged in call order (per
   /// calling thread). Re-appending a stored event id returns the original.

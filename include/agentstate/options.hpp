@@ -185,6 +185,16 @@ struct options {
   scheduler_policy scheduler = scheduler_policy::sharing;
   agentstate::limits limits;
   agentstate::change_retention change_retention;
+  /// T1: how long a session created without create_request::ttl_s lives
+  /// after its creation; 0 = it does not expire.
+  std::chrono::milliseconds default_session_ttl{0};
+  /// T2: whether appends refresh the expiry of a session created without
+  /// create_request::refresh_ttl.
+  bool refresh_ttl_on_append = false;
+  /// T3: how often the reaper deletes sessions that have expired (they are
+  /// invisible from the moment they expire; this bounds how long their rows
+  /// stay). At least 1 ms.
+  std::chrono::milliseconds reap_interval{std::chrono::seconds(1)};
   /// Derived keys (see derived_key); checked by engine::open.
   std::vector<derived_key> derived;
 };

@@ -50,6 +50,9 @@ struct session_meta {
   json state = json::object(); ///< merged: session + "app:"* + "user:"* (S2)
   double last_update_time = 0;
   std::uint64_t version = 0; ///< number of stored events (D2)
+  /// T1: when the session expires (epoch seconds; unset: never). On the
+  /// wire "expires_at", present only when set.
+  std::optional<double> expires_at = std::nullopt;
 };
 
 /// What an as-of read (get_request::as_of_version) shows. On the wire:
@@ -91,6 +94,12 @@ struct create_request {
   std::string user_id;
   std::string session_id; ///< trimmed; empty or blank -> generated (C1)
   json state = json::object(); ///< routed by scope; temp: keys dropped (C3)
+  /// T1: the session expires this many seconds after its creation (> 0;
+  /// 0: never). Unset: options::default_session_ttl.
+  std::optional<double> ttl_s = std::nullopt;
+  /// T2: each stored append moves the expiry to ttl_s past the moment the
+  /// append is accepted. Unset: options::refresh_ttl_on_append.
+  std::optional<bool> refresh_ttl = std::nullopt;
 };
 
 struct get_request {

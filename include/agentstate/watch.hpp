@@ -49,9 +49,13 @@ struct watch_request {
   std::optional<std::string> from;
 };
 
-enum class change_kind { create, append, remove };
+/// remove_user / remove_app: delete_user / delete_app removed every session
+/// of a user (user_id set, session_id empty) or of an app (both empty) and
+/// their user: / app: state; one change for all of it, delivered to every
+/// watch of a scope inside (whatever its key prefix).
+enum class change_kind { create, append, remove, remove_user, remove_app };
 
-/// "create", "append", "delete".
+/// "create", "append", "delete", "delete_user", "delete_app".
 const char* to_string(change_kind k) noexcept;
 
 /// One committed change, as a feed delivers it.

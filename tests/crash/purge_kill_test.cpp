@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// kill -9 during the purge of a large deleted session (store/purge.hpp): a
-// child process (this binary, run for its hidden child case) loads a
-// session of 8,000 events, deletes it, records the acknowledgement and keeps
-// running while its writer purges the rows; the parent kills it soon after,
-// 6 times. After each kill the deleted sessions stay deleted, a read-only
-// `verify` is clean (the rows left are counted as purging, not as faults),
-// and an engine opened on the store finishes every purge.
+// kill -9 during the purge of a large deleted session (store/purge.hpp), or
+// of a deleted user or app holding one (store/scope_delete.hpp): a child
+// process (this binary, run for its hidden child case) loads a session of
+// 8,000 events, deletes it (or its user, or its app), records the
+// acknowledgement and keeps running while its writer purges the rows; the
+// parent kills it soon after, 6 times, 2 of each. After each kill what was
+// deleted stays deleted, a read-only `verify` is clean (the rows left are
+// counted as purging, not as faults), and an engine opened on the store
+// finishes every purge.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -52,11 +54,14 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
   const char* dir = std::getenv("AGENTSTATE_PURGE_CHILD_DIR");
   const char* acks = std::getenv("AGENTSTATE_PURGE_CHILD_ACKS");
   const char* name = std::getenv("AGENTSTATE_PURGE_CHILD_SESSION");
+  const char* mode = std::getenv("AGENTSTATE_PURGE_CHILD_MODE");
   REQUIRE(dir);
   REQUIRE(acks);
   REQUIRE(name);
+  REQUIRE(mode);
   auto e = MUST(engine::open(store_options(dir)));
-  auto ref = test::sref("app", "u", name);
+  const std::string m = mode;
+  auto ref = test::sref(m == "app" ? name : "app", m == "user" ? name : "u", name);
   MUST(e->create_session(test::create_req(ref)));
   std::atomic<int> left{8000};
   for (int i = 0; i < 8000; ++i)
@@ -68,7 +73,12 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
                     });
   while (left.load() > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  MUST(e->delete_session(ref));
+  if (m == "user")
+    MUST(e->delete_user(ref.app_name, ref.user_id));
+  else if (m == "app")
+    MUST(e->delete_app(ref.app_name));
+  else
+    MUST(e->delete_session(ref));
   int fd = ::open(acks, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   REQUIRE(fd >= 0);
   std::string line = std::string(name) + "\n";
@@ -77,13 +87,14 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
-TEST_CASE("purge kill: 6 kills during purges; deleted sessions stay deleted and every purge "
-          "finishes") {
+TEST_CASE("purge kill: 6 kills during purges; deleted sessions, users and apps stay deleted "
+          "and every purge finishes") {
   test::temp_dir dir;
   auto store = (dir.path() / "store").string();
   auto acks = (dir.path() / "acks.txt").string();
   std::filesystem::create_directories(store);
   std::mt19937 rng(7);
+  const char* modes[] = {"session", "user", "app"};
   int caught_mid_purge = 0;
   for (int round = 0; round < 6; ++round) {
     INFO("round ", round);
@@ -92,7 +103,8 @@ TEST_CASE("purge kill: 6 kills during purges; deleted sessions stay deleted and 
     pid_t pid = test::spawn_self("purge kill: the child*",
                                  {"AGENTSTATE_PURGE_CHILD_DIR=" + store,
                                   "AGENTSTATE_PURGE_CHILD_ACKS=" + acks,
-                                  "AGENTSTATE_PURGE_CHILD_SESSION=" + session});
+                                  "AGENTSTATE_PURGE_CHILD_SESSION=" + session,
+                                  std::string("AGENTSTATE_PURGE_CHILD_MODE=") + modes[round % 3]});
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (lines_in(acks) == acked) {
       REQUIRE(std::chrono::steady_clock::now() < deadline);
@@ -112,11 +124,15 @@ TEST_CASE("purge kill: 6 kills during purges; deleted sessions stay deleted and 
       caught_mid_purge += report.purging > 0;
     }
     auto e = MUST(engine::open(store_options(store)));
-    for (int r = 0; r <= round; ++r)
-      CHECK(!test::get_maybe(*e, test::sref("app", "u", "big" + std::to_string(r))).has_value());
+    for (int r = 0; r <= round; ++r) {
+      auto name = "big" + std::to_string(r);
+      std::string m = modes[r % 3];
+      auto ref = test::sref(m == "app" ? name : "app", m == "user" ? name : "u", name);
+      CHECK(!test::get_maybe(*e, ref).has_value());
+    }
     CHECK(test::eventually([&] {
       auto txn = detail::engine_factory::store_of(*e).begin_read();
-      return !store::any_doomed(*txn);
+      return !store::any_purge(*txn);
     }));
     MUST(e->close());
     auto kv = store::open_lmdb_kv_readonly(store);

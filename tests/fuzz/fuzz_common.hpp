@@ -104,7 +104,8 @@ inline std::string check_notification(const json& n) {
     return "changes without a cursor";
   if (!p.contains("changes") || !p["changes"].is_array() || p["changes"].size() > 256)
     return "changes without an array of at most 256 changes";
-  static const std::set<std::string> change_kinds{"create", "append", "delete"};
+  static const std::set<std::string> change_kinds{"create", "append", "delete", "delete_user",
+                                                  "delete_app"};
   for (const auto& c : p["changes"]) {
     if (!c.is_object() || !cursor_seq(c.value("cursor", json())))
       return "a change without a cursor";

@@ -55,7 +55,8 @@ void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
 /// indexes, formats 1-6 no origins and no purge marks).
 inline bool format3_table(store::table t) {
   return t != store::table::by_created && t != store::table::by_user_created
-    && t != store::table::origins && t != store::table::doomed;
+    && t != store::table::origins && t != store::table::doomed && t != store::table::expiry
+    && t != store::table::fences;
 }
 
 /// Deletes every row of `rows` whose table `doomed(t)` names.

@@ -99,12 +99,17 @@ class ProtocolMethods(abc.ABC):
         blocking). Methods this class does not name yet can be called through it."""
 
     def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
-                       state: dict[str, Any] | None = None) -> Any:
+                       state: dict[str, Any] | None = None, *, ttl_s: float | None = None,
+                       refresh_ttl: bool | None = None) -> Any:
         """The new Session (no events, version 0). ``session_id`` None, empty or blank ->
-        a generated id; ``temp:`` keys of ``state`` are dropped.
+        a generated id; ``temp:`` keys of ``state`` are dropped. ``ttl_s``: the session
+        expires that many seconds after creation (0: never; None: the server's default);
+        its ``"expires_at"`` says when. ``refresh_ttl=True``: each append moves the expiry
+        to ``ttl_s`` past the append. An expired session reads as absent at once.
         Raises AlreadyExistsError, InvalidArgumentError, TooLargeError."""
         return self.call("create_session", _params(app_name=app_name, user_id=user_id,
-                                                   session_id=session_id, state=state))
+                                                   session_id=session_id, state=state,
+                                                   ttl_s=ttl_s, refresh_ttl=refresh_ttl))
 
     def get_session(self, app_name: str, user_id: str, session_id: str, *,
                     num_recent_events: int | None = None, after_timestamp: float | None = None,
@@ -184,6 +189,17 @@ class ProtocolMethods(abc.ABC):
         missing session is not an error."""
         return self.call("delete_session", _params(app_name=app_name, user_id=user_id,
                                                    session_id=session_id))
+
+    def delete_user(self, app_name: str, user_id: str) -> Any:
+        """Removes every session of the user and its ``user:`` state. None. Gone for every
+        reader at once; the server deletes the rows in the background, and until it has, a
+        create_session for the user raises UnavailableError (retry)."""
+        return self.call("delete_user", _params(app_name=app_name, user_id=user_id))
+
+    def delete_app(self, app_name: str) -> Any:
+        """Removes every session of every user of the app, their ``user:`` state and the
+        ``app:`` state. None. As delete_user, for the whole app."""
+        return self.call("delete_app", _params(app_name=app_name))
 
     def append_event(self, app_name: str, user_id: str, session_id: str, event: dict[str, Any], *,
                      expected_version: int | None = None,

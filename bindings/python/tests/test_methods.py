@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conftest import run
 
-from agentstate_client import AsyncClient, Client, InvalidArgumentError
+from agentstate_client import AsyncClient, Client, InvalidArgumentError, UnavailableError
 
 APP, USER = "chat", "alice"
 
@@ -215,3 +215,51 @@ def test_history_methods(agentstate_bin, store):
             raise AssertionError("both points were accepted")
         except InvalidArgumentError:
             pass
+
+
+def test_session_ttl(agentstate_bin, store):
+    """create_session's ttl_s and refresh_ttl against a real serve --store: the session
+    carries expires_at, reads as absent once it passes, and a bad ttl_s is refused."""
+    import time
+    with Client.spawn(store, binary=agentstate_bin) as c:
+        s = c.create_session(APP, USER, "brief", {"k": 1}, ttl_s=0.5)
+        assert abs(s["expires_at"] - (s["last_update_time"] + 0.5)) < 1e-6
+        sliding = c.create_session(APP, USER, "sliding", ttl_s=30, refresh_ttl=True)
+        c.append_event(APP, USER, "sliding", {"author": "a", "actions": {"state_delta": {}}})
+        assert c.get_session(APP, USER, "sliding")["expires_at"] >= sliding["expires_at"]
+        assert "expires_at" not in c.create_session(APP, USER, "forever")
+        while time.time() <= s["expires_at"]:
+            time.sleep(0.05)
+        assert c.get_session(APP, USER, "brief") is None
+        listed = [m["id"] for m in c.list_sessions(APP, USER)["sessions"]]
+        assert "brief" not in listed and "sliding" in listed
+        try:
+            c.create_session(APP, USER, "bad", ttl_s=-1)
+            raise AssertionError("a negative ttl_s was accepted")
+        except InvalidArgumentError:
+            pass
+
+
+def test_delete_user_and_app(agentstate_bin, store):
+    """delete_user and delete_app against a real serve --store: everything of the scope is
+    gone at once, other users and apps stay, and the scope can be used again."""
+    import time
+    with Client.spawn(store, binary=agentstate_bin) as c:
+        for user in ("u", "v"):
+            c.create_session(APP, user, "s", {"user:name": user, "app:k": 1})
+        c.create_session("other", "u", "s", {"app:k": 2})
+        assert c.delete_user(APP, "u") is None
+        assert c.get_session(APP, "u", "s") is None
+        assert c.get_user_state(APP, "u") == {}
+        assert [m["user_id"] for m in c.list_sessions(APP)["sessions"]] == ["v"]
+        assert c.delete_app(APP) is None
+        assert c.list_sessions(APP)["sessions"] == [] and c.get_app_state(APP) == {}
+        assert c.get_session("other", "u", "s")["state"] == {"app:k": 2}
+        deadline = time.time() + 30
+        while True:  # a create waits for the purge (UnavailableError) and then succeeds
+            try:
+                assert c.create_session(APP, "u", "s")["state"] == {}
+                break
+            except UnavailableError:
+                assert time.time() < deadline
+                time.sleep(0.01)

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "store/scope_delete.hpp"
+
+#include <optional>
+#include <vector>
+
+#include "store/apply.hpp"
+#include "store/expiry.hpp"
+#include "store/keys.hpp"
+#include "store/records.hpp"
+
+namespace agentstate::store {
+
+namespace {
+
+// Up to `max` keys of table `t` under `prefix`.
+std::vector<std::string> first_keys(kv_read& txn, table t, std::string_view prefix,
+                                    std::size_t max) {
+  std::vector<std::string> keys;
+  if (max == 0)
+    return keys;
+  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return keys.size() < max;
+  });
+  return keys;
+}
+
+std::size_t delete_keys(kv_write& txn, table t, const std::vector<std::string>& keys) {
+  for (auto& k : keys)
+    txn.del(t, k);
+  return keys.size();
+}
+
+// Deletes up to `max_rows` rows of session `skey`, and, once none is left,
+// the session itself. Returns what it deleted.
+std::size_t purge_session(kv_write& txn, const std::string& skey, std::size_t max_rows) {
+  const std::string prefix = skey + '\0';
+  std::size_t done = 0;
+  for (auto t : {table::events, table::session_state}) {
+    done += delete_keys(txn, t, first_keys(txn, t, prefix, max_rows - done));
+    if (done >= max_rows)
+      return done;
+  }
+  auto parts = split_key(skey, 3);
+  if (auto raw = txn.get(table::sessions, skey))
+    if (auto rec = decode_record(skey, *raw); rec && parts.size() == 3) {
+      for (auto& [t, key] :
+           list_entries(parts[0], parts[1], parts[2], rec->last_update_time, rec->created))
+        txn.del(t, key);
+      del_expiry(txn, skey, rec->expires);
+    }
+  txn.del(table::origins, skey);
+  txn.del(table::sessions, skey);
+  return done + 1;
+}
+
+} // namespace
+
+std::string fence_key(std::string_view app, const std::string* user) {
+  std::string k(app);
+  k.push_back('\0');
+  if (user) {
+    k.append(*user);
+    k.push_back('\0');
+  }
+  return k;
+}
+
+bool fenced(kv_read& txn, std::string_view app, std::string_view user) {
+  if (!txn.may_hold_fences())
+    return false;
+  std::string k(app);
+  k.push_back('\0');
+  if (txn.get(table::fences, k))
+    return true;
+  k.append(user);
+  k.push_back('\0');
+  return txn.get(table::fences, k).has_value();
+}
+
+bool app_fenced(kv_read& txn, std::string_view app) {
+  if (!txn.may_hold_fences())
+    return false;
+  std::string k(app);
+  k.push_back('\0');
+  return txn.get(table::fences, k).has_value();
+}
+
+bool any_user_fenced(kv_read& txn, std::string_view app) {
+  if (!txn.may_hold_fences())
+    return false;
+  std::string prefix(app);
+  prefix.push_back('\0');
+  bool any = false;
+  txn.scan(table::fences, prefix, {}, [&](std::string_view k, std::string_view) {
+    any = k.size() > prefix.size(); // not the app's own fence
+    return !any;
+  });
+  return any;
+}
+
+void put_fence(kv_write& txn, std::string_view key) {
+  txn.put(table::fences, key, seal(key, {}));
+}
+
+bool any_fence(kv_read& txn) {
+  bool any = false;
+  txn.scan(table::fences, {}, {}, [&](std::string_view, std::string_view) {
+    any = true;
+    return false;
+  });
+  return any;
+}
+
+std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows) {
+  std::string fence;
+  txn.scan(table::fences, {}, {}, [&](std::string_view k, std::string_view) {
+    fence = std::string(k);
+    return false;
+  });
+  if (fence.empty())
+    return 0;
+  // Whole sessions first, one at a time, in key order.
+  auto sessions = first_keys(txn, table::sessions, fence, 1);
+  if (!sessions.empty())
+    return purge_session(txn, sessions.front(), max_rows);
+  if (auto n =
+        delete_keys(txn, table::user_state, first_keys(txn, table::user_state, fence, max_rows)))
+    return n;
+  const bool app = fence.find('\0') + 1 == fence.size();
+  if (app)
+    if (auto n =
+          delete_keys(txn, table::app_state, first_keys(txn, table::app_state, fence, max_rows)))
+      return n;
+  txn.del(table::fences, fence);
+  return 1;
+}
+
+} // namespace agentstate::store
