@@ -21,7 +21,10 @@ namespace agentstate::store {
 /// - 6: the change log (`changes`, store/change_log.hpp) and the store's
 ///   epoch (meta["epoch"]), which cursors name.
 /// - 7: `origins`, each session's own state as created (store/history.hpp);
-///   a session created by an older format has none.
+///   a session created by an older format has none. Also `doomed`
+///   (store/purge.hpp), `expiry` with the 40-byte record of a session that
+///   expires (store/expiry.hpp) and `fences` (store/scope_delete.hpp); every
+///   reader takes records of 24 and 40 bytes.
 inline constexpr std::uint32_t format_version = 7;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
