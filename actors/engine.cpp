@@ -335,12 +335,16 @@ void engine::get_user_state_with_cursor(std::string app_name, std::string user_i
 
 namespace {
 
-// Sends `plan` to the store writer from outside any actor; `cb` gets its
-// verdict. The writer is a spawn argument (see flush).
-void write_direct(engine_core& core, write_plan plan, callback<void> cb) {
+// Sends `msg` (write_cmd or flush_cmd) to the store writer from outside any
+// actor; `cb` gets the writer's verdict. The writer is a spawn argument, not
+// a capture: CAF 0.17's init_fun_factory binds a null args tuple to a
+// reference when a function actor has none (UBSan: "reference binding to
+// null pointer"; docs/testing.md, Sanitizers).
+template <class Msg>
+void ask_writer(engine_core& core, Msg msg, callback<void> cb) {
   core.sys->spawn(
-    [cb](caf::event_based_actor* self, writer_hdl writer, std::shared_ptr<write_plan> p) {
-      self->request(writer, caf::infinite, write_cmd{std::move(*p)})
+    [cb](caf::event_based_actor* self, writer_hdl writer, std::shared_ptr<Msg> m) {
+      self->request(writer, caf::infinite, std::move(*m))
         .then(
           [self, cb](write_reply& r) {
             if (r.code == errc::ok)
@@ -354,7 +358,7 @@ void write_direct(engine_core& core, write_plan plan, callback<void> cb) {
             self->quit();
           });
     },
-    core.writer, std::make_shared<write_plan>(std::move(plan)));
+    core.writer, std::make_shared<Msg>(std::move(msg)));
 }
 
 } // namespace
@@ -370,7 +374,7 @@ void engine::delete_user(std::string app_name, std::string user_id, callback<voi
   plan.ws.op = store::write_set::kind::remove_user;
   plan.ws.app = std::move(app_name);
   plan.ws.user = std::move(user_id);
-  write_direct(*core_, std::move(plan), std::move(cb));
+  ask_writer(*core_, write_cmd{std::move(plan)}, std::move(cb));
 }
 
 void engine::delete_app(std::string app_name, callback<void> cb) {
@@ -381,32 +385,13 @@ void engine::delete_app(std::string app_name, callback<void> cb) {
   write_plan plan;
   plan.ws.op = store::write_set::kind::remove_app;
   plan.ws.app = std::move(app_name);
-  write_direct(*core_, std::move(plan), std::move(cb));
+  ask_writer(*core_, write_cmd{std::move(plan)}, std::move(cb));
 }
 
 void engine::flush(callback<void> cb) {
   if (core_->closed.load())
     return cb(closing_error());
-  // The writer is a spawn argument, not a capture: CAF 0.17's init_fun_factory
-  // binds a null args tuple to a reference when a function actor has none
-  // (UBSan: "reference binding to null pointer"; docs/testing.md, Sanitizers).
-  core_->sys->spawn(
-    [cb](caf::event_based_actor* self, writer_hdl writer) {
-      self->request(writer, caf::infinite, flush_cmd{})
-        .then(
-          [self, cb](write_reply& r) {
-            if (r.code == errc::ok)
-              cb(result<void>{});
-            else
-              cb(error{r.code, std::move(r.message)});
-            self->quit();
-          },
-          [self, cb](caf::error& e) {
-            cb(error{errc::unavailable, "store writer unreachable: " + to_string(e)});
-            self->quit();
-          });
-    },
-    core_->writer);
+  ask_writer(*core_, flush_cmd{}, std::move(cb));
 }
 
 } // namespace agentstate

@@ -10,10 +10,7 @@
 
 namespace agentstate::store {
 
-namespace {
-
-// Up to `max` keys of table `t` under `prefix`.
-std::vector<std::string> first_keys(kv_read& txn, table t, const std::string& prefix,
+std::vector<std::string> first_keys(kv_read& txn, table t, std::string_view prefix,
                                     std::size_t max) {
   std::vector<std::string> keys;
   if (max == 0)
@@ -25,7 +22,22 @@ std::vector<std::string> first_keys(kv_read& txn, table t, const std::string& pr
   return keys;
 }
 
-} // namespace
+std::size_t delete_keys(kv_write& txn, table t, const std::vector<std::string>& keys) {
+  for (auto& k : keys)
+    txn.del(t, k);
+  return keys.size();
+}
+
+std::size_t delete_session_rows(kv_write& txn, std::string_view skey, std::size_t max_rows) {
+  const std::string prefix = std::string(skey) + '\0';
+  std::size_t done = 0;
+  for (auto t : {table::events, table::session_state}) {
+    done += delete_keys(txn, t, first_keys(txn, t, prefix, max_rows - done));
+    if (done >= max_rows)
+      break;
+  }
+  return done;
+}
 
 void mark_doomed(kv_write& txn, std::string_view skey) {
   txn.put(table::doomed, skey, seal(skey, {}));
@@ -36,15 +48,8 @@ bool is_doomed(kv_read& txn, std::string_view skey) {
 }
 
 void purge_now(kv_write& txn, std::string_view skey) {
-  const std::string prefix = std::string(skey) + '\0';
-  for (auto t : {table::events, table::session_state})
-    for (;;) {
-      auto keys = first_keys(txn, t, prefix, purge_step_rows);
-      for (auto& k : keys)
-        txn.del(t, k);
-      if (keys.size() < purge_step_rows)
-        break;
-    }
+  while (delete_session_rows(txn, skey, purge_step_rows) == purge_step_rows) {
+  }
   txn.del(table::doomed, skey);
 }
 
@@ -56,16 +61,9 @@ std::size_t purge_step(kv_write& txn, std::size_t max_rows) {
   });
   if (skey.empty())
     return purge_fence_step(txn, max_rows);
-  const std::string prefix = skey + '\0';
-  std::size_t done = 0;
-  for (auto t : {table::events, table::session_state}) {
-    auto keys = first_keys(txn, t, prefix, max_rows - done);
-    for (auto& k : keys)
-      txn.del(t, k);
-    done += keys.size();
-    if (done >= max_rows)
-      return done;
-  }
+  auto done = delete_session_rows(txn, skey, max_rows);
+  if (done >= max_rows)
+    return done;
   txn.del(table::doomed, skey);
   return done + 1;
 }

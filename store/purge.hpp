@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "agentstate/error.hpp"
 #include "store/kv.hpp"
@@ -24,6 +26,17 @@ namespace agentstate::store {
 inline constexpr std::uint64_t inline_delete_events = 1024;
 /// Rows one purge_step deletes at most.
 inline constexpr std::size_t purge_step_rows = 64;
+
+/// Up to `max` keys of table `t` under `prefix`, in key order. Throws
+/// kv_failure.
+std::vector<std::string> first_keys(kv_read& txn, table t, std::string_view prefix,
+                                    std::size_t max);
+/// Deletes `keys` of table `t`; returns how many. Throws kv_failure.
+std::size_t delete_keys(kv_write& txn, table t, const std::vector<std::string>& keys);
+/// Deletes up to `max_rows` of session `skey`'s event rows, then its state
+/// rows; returns how many (fewer than `max_rows`: none is left). Throws
+/// kv_failure.
+std::size_t delete_session_rows(kv_write& txn, std::string_view skey, std::size_t max_rows);
 
 /// Marks session `skey` (whose record the caller deletes in `txn`) for
 /// purging. Throws kv_failure.

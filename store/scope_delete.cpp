@@ -7,41 +7,19 @@
 #include "store/apply.hpp"
 #include "store/expiry.hpp"
 #include "store/keys.hpp"
+#include "store/purge.hpp"
 #include "store/records.hpp"
 
 namespace agentstate::store {
 
 namespace {
 
-// Up to `max` keys of table `t` under `prefix`.
-std::vector<std::string> first_keys(kv_read& txn, table t, std::string_view prefix,
-                                    std::size_t max) {
-  std::vector<std::string> keys;
-  if (max == 0)
-    return keys;
-  txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view) {
-    keys.emplace_back(k);
-    return keys.size() < max;
-  });
-  return keys;
-}
-
-std::size_t delete_keys(kv_write& txn, table t, const std::vector<std::string>& keys) {
-  for (auto& k : keys)
-    txn.del(t, k);
-  return keys.size();
-}
-
 // Deletes up to `max_rows` rows of session `skey`, and, once none is left,
 // the session itself. Returns what it deleted.
 std::size_t purge_session(kv_write& txn, const std::string& skey, std::size_t max_rows) {
-  const std::string prefix = skey + '\0';
-  std::size_t done = 0;
-  for (auto t : {table::events, table::session_state}) {
-    done += delete_keys(txn, t, first_keys(txn, t, prefix, max_rows - done));
-    if (done >= max_rows)
-      return done;
-  }
+  auto done = delete_session_rows(txn, skey, max_rows);
+  if (done >= max_rows)
+    return done;
   auto parts = split_key(skey, 3);
   if (auto raw = txn.get(table::sessions, skey))
     if (auto rec = decode_record(skey, *raw); rec && parts.size() == 3) {

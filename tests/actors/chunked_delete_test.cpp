@@ -16,33 +16,12 @@
 #include "store/keys.hpp"
 #include "store/purge.hpp"
 #include "store/verify.hpp"
+#include "support/store_probe.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
 
 namespace {
-
-// Rows of table `t` under session `ref`'s prefix, in a fresh snapshot.
-std::size_t rows_of(engine& e, store::table t, const session_ref& ref) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  std::size_t n = 0;
-  txn->scan(t, store::session_key(ref.app_name, ref.user_id, ref.session_id) + '\0', {},
-            [&](std::string_view, std::string_view) {
-              ++n;
-              return true;
-            });
-  return n;
-}
-
-bool purging(engine& e) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  return store::any_doomed(*txn);
-}
-
-store::verify_report verify(engine& e) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  return store::verify_store(*txn);
-}
 
 // A session of `n` events, each setting a key of its own (so its state rows
 // are many too), loaded with async appends.
@@ -96,16 +75,16 @@ TEST_CASE_TEMPLATE("chunked delete: a large session vanishes at once and its row
   auto page = MUST(e.read_changes(w, 10));
   REQUIRE(page.changes.size() == 1);
   CHECK(page.changes.front().kind == change_kind::remove);
-  REQUIRE(test::eventually([&] { return !purging(e); }, std::chrono::seconds(30)));
+  REQUIRE(test::eventually([&] { return !test::purging(e); }, std::chrono::seconds(30)));
   // On a loaded machine the purge can end before the other thread appends.
   REQUIRE(test::eventually([&] { return appended.load() > 0; }));
   stop.store(true);
   writer.join();
-  CHECK(rows_of(e, store::table::events, big) == 0);
-  CHECK(rows_of(e, store::table::session_state, big) == 0);
+  CHECK(test::rows_under(e, store::table::events, test::rows_of(big)) == 0);
+  CHECK(test::rows_under(e, store::table::session_state, test::rows_of(big)) == 0);
   CHECK(appended.load() > 0);
   CHECK(test::get_existing(e, other).version == static_cast<std::uint64_t>(appended.load()));
-  auto report = verify(e);
+  auto report = test::verify_engine(e);
   INFO((report.messages.empty() ? std::string() : report.messages.front()));
   CHECK(report.ok());
   CHECK(report.purging == 0);
@@ -123,13 +102,13 @@ TEST_CASE_TEMPLATE("chunked delete: a create of the same id during the purge is 
   CHECK(fresh.version == 0);
   CHECK(fresh.state == json{{"new", true}});
   test::append_ok(e, big, test::make_event(json{{"k1", "again"}}));
-  REQUIRE(test::eventually([&] { return !purging(e); }, std::chrono::seconds(30)));
+  REQUIRE(test::eventually([&] { return !test::purging(e); }, std::chrono::seconds(30)));
   auto s = test::get_existing(e, big);
   CHECK(s.version == 1);
   CHECK(s.events.size() == 1);
   CHECK(s.state == json{{"new", true}, {"k1", "again"}});
-  CHECK(rows_of(e, store::table::events, big) == 1);
-  CHECK(verify(e).ok());
+  CHECK(test::rows_under(e, store::table::events, test::rows_of(big)) == 1);
+  test::check_verify(e);
   // The new session's past starts at its own creation.
   auto q = test::get_req(big);
   q.as_of_version = 0;
@@ -165,7 +144,7 @@ TEST_CASE("chunked delete: a purge left by a closed engine resumes at the next o
   }
   auto e = MUST(engine::open(opts));
   CHECK(!test::get_maybe(*e, big).has_value());
-  REQUIRE(test::eventually([&] { return !purging(*e); }, std::chrono::seconds(30)));
-  CHECK(rows_of(*e, store::table::events, big) == 0);
-  CHECK(verify(*e).ok());
+  REQUIRE(test::eventually([&] { return !test::purging(*e); }, std::chrono::seconds(30)));
+  CHECK(test::rows_under(*e, store::table::events, test::rows_of(big)) == 0);
+  test::check_verify(*e);
 }

@@ -18,33 +18,14 @@
 #include "store/keys.hpp"
 #include "store/scope_delete.hpp"
 #include "store/verify.hpp"
+#include "support/change_feed.hpp"
+#include "support/store_probe.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Rows of table `t` whose key starts with `prefix`, in a fresh snapshot.
-std::size_t rows_under(engine& e, store::table t, const std::string& prefix) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  std::size_t n = 0;
-  txn->scan(t, prefix, {}, [&](std::string_view, std::string_view) {
-    ++n;
-    return true;
-  });
-  return n;
-}
-
-bool fences_left(engine& e) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  return store::any_fence(*txn);
-}
-
-store::verify_report verify(engine& e) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  return store::verify_store(*txn);
-}
 
 // A session with `n` events, each setting a session key and a user: key.
 void load(engine& e, const session_ref& ref, std::size_t n) {
@@ -62,29 +43,15 @@ void load(engine& e, const session_ref& ref, std::size_t n) {
   REQUIRE(failed.load() == 0);
 }
 
-// The changes of `w` from its `from` to the head.
-std::vector<change> changes_of(engine& e, watch_request w) {
-  std::vector<change> out;
-  for (;;) {
-    auto page = MUST(e.read_changes(w, 1000));
-    for (auto& c : page.changes)
-      out.push_back(std::move(c));
-    if (page.at_head)
-      return out;
-    w.from = page.cursor;
-  }
-}
-
-watch_request watch_of(watch_scope scope, std::string from, std::string app, std::string user = {},
-                       std::string id = {}) {
-  watch_request w;
-  w.scope = scope;
-  w.app_name = std::move(app);
-  w.user_id = std::move(user);
-  w.session_id = std::move(id);
+// The changes of the watch of `scope` (app, user, session) after `from`.
+std::vector<change> changes_of(engine& e, watch_scope scope, const std::string& from,
+                               std::string app, std::string user = {}, std::string id = {},
+                               std::string prefix = {}) {
+  auto w = test::scope_req(scope, std::move(app), std::move(user), std::move(id), false,
+                           std::move(prefix));
   if (!from.empty()) // "": an empty store's head; read from the oldest change
-    w.from = std::move(from);
-  return w;
+    w.from = from;
+  return test::read_feed(e, w);
 }
 
 std::size_t count_kind(const std::vector<change>& cs, change_kind k) {
@@ -92,12 +59,6 @@ std::size_t count_kind(const std::vector<change>& cs, change_kind k) {
   for (auto& c : cs)
     n += c.kind == k;
   return n;
-}
-
-void check_verify(engine& e) {
-  auto report = verify(e);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
 }
 
 } // namespace
@@ -136,21 +97,21 @@ TEST_CASE_TEMPLATE("delete_user: every session and the user's state are gone at 
   auto app = e.append_event(test::append_req(small[0], test::make_event(json{{"n", 2}})));
   REQUIRE_FALSE(app.ok());
   CHECK(app.err().code == errc::not_found);
-  check_verify(e);
+  test::check_verify(e);
 
   // One change, for every watch inside the user, whatever it filters.
-  auto cs = changes_of(e, watch_of(watch_scope::session, from, "app", "u", "s1"));
+  auto cs = changes_of(e, watch_scope::session, from, "app", "u", "s1");
   REQUIRE(cs.size() == 1);
   CHECK(cs[0].kind == change_kind::remove_user);
   CHECK(cs[0].app_name == "app");
   CHECK(cs[0].user_id == "u");
   CHECK(cs[0].session_id.empty());
-  auto user_keys = watch_of(watch_scope::user, from, "app", "u");
-  CHECK(count_kind(changes_of(e, user_keys), change_kind::remove_user) == 1);
-  auto prefixed = watch_of(watch_scope::app, from, "app");
-  prefixed.key_prefix = "app:shared";
-  CHECK(count_kind(changes_of(e, prefixed), change_kind::remove_user) == 1);
-  CHECK(changes_of(e, watch_of(watch_scope::user, from, "app", "v")).empty());
+  CHECK(count_kind(changes_of(e, watch_scope::user, from, "app", "u"), change_kind::remove_user)
+        == 1);
+  CHECK(count_kind(changes_of(e, watch_scope::app, from, "app", {}, {}, "app:shared"),
+                   change_kind::remove_user)
+        == 1);
+  CHECK(changes_of(e, watch_scope::user, from, "app", "v").empty());
 
   // A create under the user waits for the purge (unavailable), then starts
   // a new, empty user.
@@ -163,18 +124,20 @@ TEST_CASE_TEMPLATE("delete_user: every session and the user's state are gone at 
     REQUIRE(r.err().code == errc::unavailable);
     std::this_thread::sleep_for(1ms);
   }
-  REQUIRE(test::eventually([&] { return !fences_left(e); }, 30s));
+  REQUIRE(test::eventually([&] { return !test::purging(e); }, 30s));
   auto s = test::get_existing(e, again);
   CHECK(s.events.empty());
   CHECK(s.state == json{{"fresh", true}, {"app:shared", 2}});
   CHECK(test::user_state(e, "app", "u").empty());
-  CHECK(rows_under(e, store::table::events, store::user_scope_key("app", "u") + '\0') == 0);
-  CHECK(rows_under(e, store::table::session_state, store::user_scope_key("app", "u") + '\0') == 1);
-  CHECK(rows_under(e, store::table::user_state, store::user_scope_key("app", "u") + '\0') == 0);
+  CHECK(test::rows_under(e, store::table::events, store::user_scope_key("app", "u") + '\0') == 0);
+  CHECK(test::rows_under(e, store::table::session_state, store::user_scope_key("app", "u") + '\0')
+        == 1);
+  CHECK(test::rows_under(e, store::table::user_state, store::user_scope_key("app", "u") + '\0')
+        == 0);
   CHECK(test::get_existing(e, other).version == 1);
   CHECK(test::user_state(e, "app", "v").at("name") == "bob");
   CHECK(test::app_state(e, "app").at("shared") == 2);
-  check_verify(e);
+  test::check_verify(e);
 }
 
 TEST_CASE_TEMPLATE("delete_app: every user's sessions and state and the app's state are gone at "
@@ -199,24 +162,24 @@ TEST_CASE_TEMPLATE("delete_app: every user's sessions and state and the app's st
   CHECK_FALSE(test::get_maybe(e, test::sref("app", "w", "s3")).has_value());
   CHECK(test::app_state(e, "app").empty());
   CHECK(test::user_state(e, "app", "v").empty());
-  auto cs = changes_of(e, watch_of(watch_scope::session, from, "app", "w", "s3"));
+  auto cs = changes_of(e, watch_scope::session, from, "app", "w", "s3");
   REQUIRE(cs.size() == 1);
   CHECK(cs[0].kind == change_kind::remove_app);
   CHECK(cs[0].user_id.empty());
-  CHECK(changes_of(e, watch_of(watch_scope::app, from, "other")).empty());
-  check_verify(e);
+  CHECK(changes_of(e, watch_scope::app, from, "other").empty());
+  test::check_verify(e);
 
-  REQUIRE(test::eventually([&] { return !fences_left(e); }, 30s));
+  REQUIRE(test::eventually([&] { return !test::purging(e); }, 30s));
   for (auto t2 : {store::table::sessions, store::table::events, store::table::session_state,
                   store::table::user_state, store::table::app_state, store::table::by_update,
                   store::table::by_user, store::table::by_created, store::table::by_user_created,
                   store::table::origins})
-    CHECK(rows_under(e, t2, std::string("app") + '\0') == 0);
+    CHECK(test::rows_under(e, t2, std::string("app") + '\0') == 0);
   CHECK(test::get_existing(e, elsewhere).state == json{{"app:a", "kept"}, {"user:u", "kept"}});
   // The app starts again empty.
   auto s = MUST(e.create_session(test::create_req(test::sref("app", "u", "s0"))));
   CHECK(s.state == json::object());
-  check_verify(e);
+  test::check_verify(e);
 }
 
 TEST_CASE_TEMPLATE("delete_user: appenders racing the delete get stored appends or not_found, "
@@ -261,10 +224,10 @@ TEST_CASE_TEMPLATE("delete_user: appenders racing the delete get stored appends 
   for (auto& ref : refs)
     CHECK_FALSE(test::get_maybe(e, ref).has_value());
   CHECK(test::get_existing(e, other).version == threads * 200u);
-  REQUIRE(test::eventually([&] { return !fences_left(e); }, 30s));
-  CHECK(rows_under(e, store::table::events, store::user_scope_key("app", "u") + '\0') == 0);
-  CHECK(rows_under(e, store::table::sessions, store::user_scope_key("app", "u") + '\0') == 0);
-  check_verify(e);
+  REQUIRE(test::eventually([&] { return !test::purging(e); }, 30s));
+  CHECK(test::rows_under(e, store::table::events, store::user_scope_key("app", "u") + '\0') == 0);
+  CHECK(test::rows_under(e, store::table::sessions, store::user_scope_key("app", "u") + '\0') == 0);
+  test::check_verify(e);
 }
 
 TEST_CASE_TEMPLATE("delete_user and delete_app: bad names are refused; a user with nothing is a "
@@ -278,10 +241,10 @@ TEST_CASE_TEMPLATE("delete_user and delete_app: bad names are refused; a user wi
   CHECK(e.delete_app(std::string(101, 'a')).err().code == errc::too_large);
   auto from = MUST(e.head_cursor());
   MUST(e.delete_user("app", "nobody"));
-  auto cs = changes_of(e, watch_of(watch_scope::all, from, ""));
+  auto cs = changes_of(e, watch_scope::all, from, "");
   REQUIRE(cs.size() == 1);
   CHECK(cs[0].kind == change_kind::remove_user);
-  REQUIRE(test::eventually([&] { return !fences_left(e); }, 30s));
+  REQUIRE(test::eventually([&] { return !test::purging(e); }, 30s));
   MUST(e.create_session(test::create_req(test::sref("app", "nobody", "s"))));
-  check_verify(e);
+  test::check_verify(e);
 }

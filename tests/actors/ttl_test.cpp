@@ -22,6 +22,8 @@
 #include "store/expiry.hpp"
 #include "store/keys.hpp"
 #include "store/verify.hpp"
+#include "support/change_feed.hpp"
+#include "support/store_probe.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -35,21 +37,6 @@ bool record_stored(engine& e, const session_ref& ref) {
   return txn
     ->get(store::table::sessions, store::session_key(ref.app_name, ref.user_id, ref.session_id))
     .has_value();
-}
-
-std::size_t rows(engine& e, store::table t) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  std::size_t n = 0;
-  txn->scan(t, {}, {}, [&](std::string_view, std::string_view) {
-    ++n;
-    return true;
-  });
-  return n;
-}
-
-store::verify_report verify(engine& e) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  return store::verify_store(*txn);
 }
 
 create_request with_ttl(const session_ref& ref, double ttl, std::optional<bool> refresh = {},
@@ -107,23 +94,17 @@ TEST_CASE_TEMPLATE("ttl: an expired session is gone for every reader and writer 
   // Nothing was deleted yet: the rows wait for the reaper, and verify is
   // clean (the session and its expiry entry agree).
   CHECK(record_stored(e, ref));
-  CHECK(rows(e, store::table::expiry) == 1);
-  auto report = verify(e);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
+  CHECK(test::rows_under(e, store::table::expiry) == 1);
+  test::check_verify(e);
   // A delete of an expired session deletes it (a change in the feed).
   MUST(e.delete_session(ref));
   CHECK_FALSE(record_stored(e, ref));
-  CHECK(rows(e, store::table::expiry) == 0);
-  watch_request w;
-  w.scope = watch_scope::session;
-  w.app_name = "app";
-  w.user_id = "u";
-  w.session_id = "brief";
+  CHECK(test::rows_under(e, store::table::expiry) == 0);
+  auto w = test::scope_req(watch_scope::session, "app", "u", "brief");
   w.from = from;
-  auto page = MUST(e.read_changes(w, 10));
-  REQUIRE(page.changes.size() == 1);
-  CHECK(page.changes.front().kind == change_kind::remove);
+  auto cs = test::read_feed(e, w);
+  REQUIRE(cs.size() == 1);
+  CHECK(cs.front().kind == change_kind::remove);
 }
 
 TEST_CASE_TEMPLATE("ttl: the reaper deletes expired sessions in batches, and each deletion is in "
@@ -144,27 +125,16 @@ TEST_CASE_TEMPLATE("ttl: the reaper deletes expired sessions in batches, and eac
   MUST(e.create_session(test::create_req(lasting)));
   test::append_ok(e, lasting, test::make_event(json{{"n", 1}}));
   sleep_past(last);
-  REQUIRE(test::eventually([&] { return rows(e, store::table::sessions) == 1; }, 30s));
-  CHECK(rows(e, store::table::expiry) == 0);
-  CHECK(rows(e, store::table::events) == 1);
+  REQUIRE(test::eventually([&] { return test::rows_under(e, store::table::sessions) == 1; }, 30s));
+  CHECK(test::rows_under(e, store::table::expiry) == 0);
+  CHECK(test::rows_under(e, store::table::events) == 1);
   CHECK(test::session_ids(test::list_all(e, "app")) == std::vector<std::string>{"lasting"});
-  auto report = verify(e);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
-  watch_request w;
-  w.scope = watch_scope::app;
-  w.app_name = "app";
-  w.include_sessions = true;
+  test::check_verify(e);
+  auto w = test::scope_req(watch_scope::app, "app", {}, {}, true);
   w.from = from;
   std::size_t removes = 0;
-  for (;;) {
-    auto page = MUST(e.read_changes(w, 1000));
-    for (auto& c : page.changes)
-      removes += c.kind == change_kind::remove;
-    if (page.changes.empty())
-      break;
-    w.from = page.changes.back().cursor;
-  }
+  for (auto& c : test::read_feed(e, w))
+    removes += c.kind == change_kind::remove;
   CHECK(removes == static_cast<std::size_t>(n));
 }
 
@@ -225,10 +195,8 @@ TEST_CASE_TEMPLATE("ttl: a create of an expired session's id replaces it; the en
   auto s = test::get_existing(e, ref);
   CHECK(s.events.empty());
   CHECK(s.state == json{{"new", 1}});
-  CHECK(rows(e, store::table::expiry) == 0);
-  auto report = verify(e);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
+  CHECK(test::rows_under(e, store::table::expiry) == 0);
+  test::check_verify(e);
   // A fork is a new session: the default applies to it too.
   fork_request f;
   f.ref = test::sref("app", "u", "forever");
@@ -288,13 +256,11 @@ TEST_CASE_TEMPLATE("ttl: the reaper never deletes a session an accepted append r
   CHECK(acked.load() > 0);
   MESSAGE("acked ", acked.load(), ", expired and re-created ", expired.load());
   // Everything expires and is reaped: nothing is left, verify is clean.
-  REQUIRE(test::eventually([&] { return rows(e, store::table::sessions) == 0; }, 30s));
-  CHECK(rows(e, store::table::events) == 0);
-  CHECK(rows(e, store::table::session_state) == 0);
-  CHECK(rows(e, store::table::expiry) == 0);
-  auto report = verify(e);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
+  REQUIRE(test::eventually([&] { return test::rows_under(e, store::table::sessions) == 0; }, 30s));
+  CHECK(test::rows_under(e, store::table::events) == 0);
+  CHECK(test::rows_under(e, store::table::session_state) == 0);
+  CHECK(test::rows_under(e, store::table::expiry) == 0);
+  test::check_verify(e);
 }
 
 TEST_CASE_TEMPLATE("ttl: export carries a session's expiry and import restores it; an expired "
@@ -325,9 +291,7 @@ TEST_CASE_TEMPLATE("ttl: export carries a session's expiry and import restores i
   // The imported refresh still applies.
   test::append_ok(*t2, sliding, test::make_event(json{{"k", 2}}));
   CHECK(*test::get_existing(*t2, sliding).expires_at > *s0.expires_at);
-  auto report = verify(*t2);
-  INFO((report.messages.empty() ? std::string() : report.messages.front()));
-  CHECK(report.ok());
+  test::check_verify(*t2);
   // A bad expiry in a record is refused with the line named.
   auto t3 = test::open_engine(S::kind);
   std::istringstream bad(
