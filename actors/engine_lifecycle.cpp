@@ -86,14 +86,10 @@ result<void> load_log(engine_core& core) {
   core.log.keep.max_entries = std::max<std::uint64_t>(1, core.opts.change_retention.max_entries);
   core.log.keep.max_age_seconds = double(core.opts.change_retention.max_age.count());
   // A purge a crash interrupted resumes.
-  auto txn = store::begin_read(*core.kv);
-  if (!txn)
-    return std::move(txn).err();
-  try {
-    core.purge_pending.store(store::any_purge(**txn));
-  } catch (const store::kv_failure& f) {
-    return store::from_failure(f);
-  }
+  auto left = store::purge_left(*core.kv);
+  if (!left)
+    return std::move(left).err();
+  core.purge_pending.store(*left);
   return {};
 }
 
@@ -178,8 +174,14 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
     auto rule = opts.create == create_policy::always ? store::create_rule::always
       : opts.create == create_policy::never          ? store::create_rule::never
                                                      : store::create_rule::if_new;
-    if (auto r = store::check_store_dir(dir, rule); !r)
+    if (auto r = store::check_store_dir(dir, rule); !r) {
+      // A store another engine owns answers unavailable, whatever its file
+      // looked like to a reader beside its writer.
+      if (r.code() == errc::data_corrupt)
+        if (auto owned = core->lock.acquire(dir); !owned && owned.code() == errc::unavailable)
+          return std::move(owned).err();
       return std::move(r).err();
+    }
     if (auto r = core->lock.acquire(dir); !r)
       return std::move(r).err();
     auto kv = store::open_lmdb(dir, opts.mode == durability::sync, opts.max_store_bytes,

@@ -6,9 +6,7 @@
 
 #include <caf/all.hpp>
 
-#include "store/errors.hpp"
 #include "store/reads.hpp"
-#include "store/scope_delete.hpp"
 
 namespace agentstate::detail {
 
@@ -18,17 +16,7 @@ result<void> load(session_actor_t self) {
   // Read before the snapshot: a fence committed after it moves the epoch
   // again, and the next command reloads.
   st.fence_epoch = st.core->fence_epoch.load();
-  auto txn = store::begin_read(*st.core->kv);
-  auto rec = txn ? store::read_record(**txn, st.skey)
-                 : result<std::optional<store::session_record>>(txn.err());
-  if (rec && *rec) {
-    try { // X2/X3: under a deleted user or app, the session is gone
-      if (store::fenced(**txn, st.ref.app_name, st.ref.user_id))
-        *rec = std::nullopt;
-    } catch (const store::kv_failure& f) {
-      rec = store::from_failure(f);
-    }
-  }
+  auto rec = store::read_record_unless_deleted(*st.core->kv, st.skey);
   if (!rec) {
     auto e = std::move(rec).err();
     e.message = "cannot read the session record: " + e.message;

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace agentstate::store {
 
@@ -86,8 +88,9 @@ bool exists(const std::string& path) {
 
 } // namespace
 
-result<data_file_state> check_data_file(const std::string& dir, data_file_meta* out,
-                                        bool allow_short) {
+namespace {
+
+result<data_file_state> check_once(const std::string& dir, data_file_meta* out, bool allow_short) {
   auto path = dir + "/data.mdb";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -133,6 +136,11 @@ result<data_file_state> check_data_file(const std::string& dir, data_file_meta* 
     return corrupt("the meta page of txn " + std::to_string(now.txn_id) + " claims last page "
                    + std::to_string(now.last_page));
   auto need = (now.last_page + 1) * psize;
+  // The size as of after the meta page was read: a writer grows the file
+  // before it commits a meta page claiming the new pages, so a size taken
+  // before the read may predate both.
+  if (size < need && ::fstat(fd, &st) == 0)
+    size = static_cast<std::uint64_t>(st.st_size);
   if (size < need && !allow_short)
     return corrupt("truncated: the meta page of txn " + std::to_string(now.txn_id) + " claims "
                    + std::to_string(now.last_page + 1) + " pages of " + std::to_string(psize)
@@ -145,6 +153,20 @@ result<data_file_state> check_data_file(const std::string& dir, data_file_meta* 
   if (out)
     *out = {now.page_size, now.last_page, now.txn_id, size, now.map_size};
   return data_file_state::present;
+}
+
+} // namespace
+
+result<data_file_state> check_data_file(const std::string& dir, data_file_meta* out,
+                                        bool allow_short) {
+  // Damage is checked three times, 10 ms apart: a meta page read while a
+  // writer rewrote it may be torn; damage on disk stays.
+  auto r = check_once(dir, out, allow_short);
+  for (int again = 0; again < 2 && !r && r.code() == errc::data_corrupt; ++again) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    r = check_once(dir, out, allow_short);
+  }
+  return r;
 }
 
 result<void> check_store_dir(const std::string& dir, create_rule rule) {

@@ -35,9 +35,11 @@ struct data_file_meta {
 /// LMDB uses): that the file holds every page it claims (size >= (last page
 /// + 1) * page size) and that both database roots lie within them.
 /// missing/empty as found; data_corrupt naming the path and the claim the
-/// file breaks; io_error when the file cannot be read. Cost: two preads.
-/// Safe beside a running engine (a writer grows the file before it commits a
-/// meta page that claims the new pages).
+/// file breaks; io_error when the file cannot be read. Cost: two preads and
+/// two fstats; damage is confirmed by two more reads 10 ms apart. Safe beside
+/// a running engine: the size is taken after the meta page is read (a writer
+/// grows the file before it commits a meta page that claims the new pages),
+/// and a meta page torn by a concurrent rewrite reads whole on a retry.
 /// `allow_short` (salvage): a file shorter than its pages passes as present.
 result<data_file_state> check_data_file(const std::string& dir, data_file_meta* meta = nullptr,
                                         bool allow_short = false);

@@ -81,6 +81,15 @@ bool any_purge(kv_read& txn) {
   return any_doomed(txn) || any_fence(txn);
 }
 
+result<bool> purge_left(kv_store& kv) {
+  try {
+    auto r = kv.begin_read();
+    return any_purge(*r);
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
 result<std::size_t> purge_once(kv_store& kv) {
   try {
     auto w = kv.begin_write();

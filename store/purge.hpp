@@ -63,6 +63,9 @@ bool any_doomed(kv_read& txn);
 /// writer starting on a store resumes the purge). Throws kv_failure.
 bool any_purge(kv_read& txn);
 
+/// any_purge in a fresh snapshot of `kv`. Errors: storage errors.
+result<bool> purge_left(kv_store& kv);
+
 /// One purge_step in its own write transaction of `kv`, committed. Returns
 /// what it deleted (0: nothing left to purge). Errors: storage errors.
 result<std::size_t> purge_once(kv_store& kv);

@@ -399,6 +399,22 @@ result<std::optional<session_record>> read_record(kv_read& txn, std::string_view
   }
 }
 
+result<std::optional<session_record>> read_record_unless_deleted(kv_store& kv,
+                                                                 std::string_view skey) {
+  try {
+    auto txn = kv.begin_read();
+    auto rec = read_record(*txn, skey);
+    if (rec && *rec) {
+      auto p = split_key(skey, 3);
+      if (p.size() == 3 && fenced(*txn, p[0], p[1]))
+        return std::optional<session_record>{};
+    }
+    return rec;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
 result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey) {
   auto rec = read_record(txn, skey);
   try {
@@ -607,13 +623,6 @@ result<std::optional<session>> read_session(kv_store& kv, const get_request& req
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
-}
-
-result<std::optional<session_record>> read_record(kv_store& kv, std::string_view skey) {
-  auto txn = begin_read(kv);
-  if (!txn)
-    return std::move(txn).err();
-  return read_record(**txn, skey);
 }
 
 result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,

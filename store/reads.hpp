@@ -30,8 +30,11 @@ result<std::unique_ptr<kv_read>> begin_read(kv_store& kv);
 result<json> read_rows(kv_read& txn, table t, const std::string& prefix);
 
 result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);
-/// The same in a fresh snapshot of `kv`.
-result<std::optional<session_record>> read_record(kv_store& kv, std::string_view skey);
+/// read_record in a fresh snapshot of `kv`, with a session whose user or app
+/// is being deleted (X2/X3) read as none; an expired session is returned
+/// (its actor tracks the expiry).
+result<std::optional<session_record>> read_record_unless_deleted(kv_store& kv,
+                                                                 std::string_view skey);
 /// read_record, with a session that has expired by now (T1), or whose user
 /// or app is being deleted (X2/X3), read as none.
 result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey);

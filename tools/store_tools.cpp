@@ -192,8 +192,8 @@ int run_verify(const store_and_json& p) {
                 static_cast<unsigned long long>(r.session_rows + r.user_rows + r.app_rows),
                 static_cast<unsigned long long>(r.faults));
     if (r.purging)
-      std::printf("%llu deleted sessions' rows are still being purged (the engine finishes them "
-                  "when it next runs on the store)\n",
+      std::printf("%llu deleted sessions, users or apps still have rows being purged (the engine "
+                  "finishes them when it next runs on the store)\n",
                   static_cast<unsigned long long>(r.purging));
   }
   return r.ok() ? 0 : 1;

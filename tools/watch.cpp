@@ -184,9 +184,10 @@ runner define_watch(command_line& cl) {
   auto o = std::make_shared<watch_options>();
   cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR] [--once]\n"
              "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]] [same filters]";
-  cl.description = "Prints the store's change feed as JSON lines, one committed create, append\n"
-                   "or delete per line, in commit order (the objects of read_changes in\n"
-                   "docs/protocol.md): every change of the store, or of one app's `app:` keys,\n"
+  cl.description = "Prints the store's change feed as JSON lines, one committed change (create,\n"
+                   "append, delete, delete_user, delete_app) per line, in commit order (the\n"
+                   "objects of read_changes in docs/protocol.md): every change of the store, or of "
+                   "one app's `app:` keys,\n"
                    "one user's `user:` keys or one session (--include-sessions: every change of\n"
                    "the app's or user's sessions). Starts after the newest change, or after\n"
                    "--from; then waits for new ones, like tail -f.\n"

@@ -46,6 +46,8 @@ std::vector<std::pair<std::string, json>> app_requests(const std::string& app) {
     {"rewind_plan", with(ref, "before_version", 1)},
     {"list_invocations", ref},
     {"fork_session", with(with(ref, "at_version", 0), "new_session_id", "f")},
+    {"delete_user", json{{"app_name", app}, {"user_id", "u"}}},
+    {"delete_app", json{{"app_name", app}}},
   };
 }
 
