@@ -24,7 +24,9 @@ enum class errc : std::uint8_t {
   too_large = 5, ///< a key, id, value or event exceeds its limit.
   storage_full = 6, ///< the store reached its maximum size.
   io_error = 7, ///< the disk failed; nothing acknowledged. Retryable.
-  unavailable = 8, ///< closing, overloaded or locked. Retryable.
+  /// Closing, overloaded, locked, or a create under a user or app still
+  /// being deleted. Retryable.
+  unavailable = 8,
   internal = 9, ///< a bug; the message says what.
   /// The store is damaged: a stored row failed its checksum (the message
   /// names the session, app/user/id, and the row; other sessions are still

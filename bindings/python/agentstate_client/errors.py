@@ -133,7 +133,8 @@ class IoError(AgentStateError):
 
 
 class UnavailableError(AgentStateError):
-    """The server is shutting down (or the connection to it is gone). Retryable."""
+    """The server cannot do it now: it is shutting down, the connection to it is gone, or
+    (create_session) the user or app is still being deleted. Retryable."""
 
     kind = "unavailable"
 
