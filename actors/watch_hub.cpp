@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "actors/core.hpp"
@@ -256,12 +258,33 @@ void watch_hub::run() {
       ws = watches_;
     }
     std::vector<char> hit(ws.size(), 0);
+    // Session watches by session id (a row names one session: one lookup
+    // instead of a comparison per watch); the others are tried in turn.
+    std::unordered_multimap<std::string_view, std::size_t> by_id;
+    std::vector<std::size_t> wide;
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      if (ws[i]->req.scope == watch_scope::session)
+        by_id.emplace(ws[i]->req.session_id, i);
+      else
+        wide.push_back(i);
+    }
+    auto try_watch = [&](std::size_t i, const store::change_row& row) {
+      if (!hit[i] && store::names_row(ws[i]->req, row))
+        hit[i] = 1;
+    };
     bool all = false;
     if (auto txn = store::begin_read(*core_.kv)) {
       auto r = store::scan_changes(**txn, from, [&](const store::change_row& row) {
-        for (std::size_t i = 0; i < ws.size(); ++i)
-          if (!hit[i] && store::names_row(ws[i]->req, row))
-            hit[i] = 1;
+        if (row.kind == change_kind::remove_user || row.kind == change_kind::remove_app) {
+          for (std::size_t i = 0; i < ws.size(); ++i) // names no one session
+            try_watch(i, row);
+        } else {
+          auto [b, e] = by_id.equal_range(row.id);
+          for (auto it = b; it != e; ++it)
+            try_watch(it->second, row);
+          for (auto i : wide)
+            try_watch(i, row);
+        }
         return row.seq < head;
       });
       all = !r; // a gap or damage: let every watch read and find out

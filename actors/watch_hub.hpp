@@ -5,8 +5,9 @@
 // writer tells the hub the newest committed sequence after each group
 // commit, and only while a watch exists (otherwise one atomic load per
 // commit). The hub's thread reads the new rows' headers once, wakes the
-// watches whose scope names them, and moves the others' cursors past the
-// rows (so a narrow watch reads only rows after its own last wake). Each watch has a thread of its own that
+// watches whose scope names them (session watches found by the row's
+// session id, the others tested in turn), and moves the others' cursors
+// past the rows (so a narrow watch reads only rows after its own last wake). Each watch has a thread of its own that
 // reads the log after its cursor in short read transactions (a page of at
 // most 256 changes), calls on_changes, and repeats until it reaches the
 // head: a watch that falls behind (a slow callback, a client that does not

@@ -126,42 +126,67 @@ ojson workload_h(const config& cfg) {
       ok = deliver.p50() - ack.p50() <= 50;
   }
   x.close();
-  // 2. Throughput: b with 0 watches, then 100, each on a fresh store.
-  std::uint64_t d0 = 0, d100 = 0;
-  double eps0 = 0, eps100 = 0;
-  if (x.errors.count == 0)
-    eps0 = b_with_watches(x, sessions, 0, d0);
-  // 3. Catch-up: the whole log of the run with 0 watches, read back.
-  if (x.errors.count == 0) {
-    std::size_t read = 0;
-    auto t0 = steady::now();
-    watch_request all;
-    for (;;) {
-      auto p = x.eng->read_changes(all, 10000);
-      if (!p) {
-        x.errors.add(p.err());
-        break;
+  // 2. Throughput: b with 0 and with 100 watches, alternated over `pairs`
+  // fresh stores (one phase is ~0.2 s of appends, so a single pair swings
+  // with the machine): each pair's ratio, and their median.
+  constexpr int pairs = 5;
+  std::vector<double> eps0, eps100, ratios;
+  std::uint64_t d100 = 0;
+  for (int i = 0; i < pairs && x.errors.count == 0; ++i) {
+    std::uint64_t d0 = 0;
+    double e0 = b_with_watches(x, sessions, 0, d0);
+    // 3. Catch-up (once): the whole log of the first run with 0 watches,
+    // read back.
+    if (i == 0 && x.errors.count == 0) {
+      std::size_t read = 0;
+      auto t0 = steady::now();
+      watch_request all;
+      for (;;) {
+        auto p = x.eng->read_changes(all, 10000);
+        if (!p) {
+          x.errors.add(p.err());
+          break;
+        }
+        read += p->changes.size();
+        all.from = p->cursor;
+        if (p->at_head && p->changes.empty())
+          break;
       }
-      read += p->changes.size();
-      all.from = p->cursor;
-      if (p->at_head && p->changes.empty())
-        break;
+      double secs = since(t0);
+      x.out["catch_up_changes"] = read;
+      x.out["catch_up_changes_per_s"] = round_to(double(read) / secs, 0);
     }
-    double secs = since(t0);
-    x.out["catch_up_changes"] = read;
-    x.out["catch_up_changes_per_s"] = round_to(double(read) / secs, 0);
+    x.close();
+    if (x.errors.count != 0)
+      break;
+    double e100 = b_with_watches(x, sessions, 100, d100);
+    if (i + 1 < pairs)
+      x.close();
+    if (e0 > 0 && e100 > 0) {
+      eps0.push_back(e0);
+      eps100.push_back(e100);
+      ratios.push_back(e100 / e0);
+    }
   }
-  x.close();
-  if (x.errors.count == 0)
-    eps100 = b_with_watches(x, sessions, 100, d100);
-  x.snapshot_engine();
-  x.out["events_per_s"] = round_to(eps100, 0);
-  x.out["b_events_per_s_0_watches"] = round_to(eps0, 0);
-  x.out["b_events_per_s_100_watches"] = round_to(eps100, 0);
+  if (x.eng)
+    x.snapshot_engine();
+  auto median = [](std::vector<double> v) {
+    if (v.empty())
+      return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  x.out["events_per_s"] = round_to(median(eps100), 0);
+  x.out["b_events_per_s_0_watches"] = round_to(median(eps0), 0);
+  x.out["b_events_per_s_100_watches"] = round_to(median(eps100), 0);
   x.out["b_changes_delivered_100_watches"] = d100;
-  if (eps0 > 0) {
-    x.out["b_ratio_100_watches"] = round_to(eps100 / eps0, 3);
-    ok = ok && eps100 / eps0 >= 0.85;
+  if (!ratios.empty()) {
+    ojson each = ojson::array();
+    for (double r : ratios)
+      each.push_back(round_to(r, 3));
+    x.out["b_ratios_100_watches"] = std::move(each);
+    x.out["b_ratio_100_watches"] = round_to(median(ratios), 3);
+    ok = ok && median(ratios) >= 0.85;
   }
   return x.finish(tdesc, ok && x.errors.count == 0);
 }
