@@ -113,12 +113,17 @@ TEST_CASE_TEMPLATE("ttl: the reaper deletes expired sessions in batches, and eac
   auto t = test::open_engine(S::kind, [](options& o) { o.reap_interval = 10ms; });
   engine& e = *t;
   auto from = MUST(e.head_cursor());
-  // More than one batch (64), with events and state rows of their own.
+  // More than one batch (64), with events and state rows of their own, all
+  // expiring together 3 s from now (time enough to append to each first,
+  // even under TSan).
   const int n = 150;
+  const double at = test::now_epoch() + 3.0;
   double last = 0;
   for (int i = 0; i < n; ++i) {
     auto ref = test::sref("app", "u" + std::to_string(i % 7), "s" + std::to_string(i));
-    last = *MUST(e.create_session(with_ttl(ref, 0.5, {}, json{{"k", i}}))).expires_at;
+    auto ttl = at - test::now_epoch();
+    REQUIRE(ttl > 0.5);
+    last = *MUST(e.create_session(with_ttl(ref, ttl, {}, json{{"k", i}}))).expires_at;
     test::append_ok(e, ref, test::make_event(json{{"n", i}}));
   }
   auto lasting = test::sref("app", "u0", "lasting");
