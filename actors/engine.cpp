@@ -363,29 +363,33 @@ void ask_writer(engine_core& core, Msg msg, callback<void> cb) {
 
 } // namespace
 
-void engine::delete_user(std::string app_name, std::string user_id, callback<void> cb) {
-  if (auto r = model::check_name(app_name, "app_name"); !r)
+namespace {
+
+// X2/X3: one fence write set for the user (`user` set) or the app.
+void delete_scope(engine_core& core, std::string app, std::optional<std::string> user,
+                  callback<void> cb) {
+  if (auto r = model::check_name(app, "app_name"); !r)
     return cb(std::move(r).err());
-  if (auto r = model::check_name(user_id, "user_id"); !r)
-    return cb(std::move(r).err());
-  if (core_->closed.load())
+  if (user)
+    if (auto r = model::check_name(*user, "user_id"); !r)
+      return cb(std::move(r).err());
+  if (core.closed.load())
     return cb(closing_error());
   write_plan plan;
-  plan.ws.op = store::write_set::kind::remove_user;
-  plan.ws.app = std::move(app_name);
-  plan.ws.user = std::move(user_id);
-  ask_writer(*core_, write_cmd{std::move(plan)}, std::move(cb));
+  plan.ws.op = user ? store::write_set::kind::remove_user : store::write_set::kind::remove_app;
+  plan.ws.app = std::move(app);
+  plan.ws.user = user.value_or("");
+  ask_writer(core, write_cmd{std::move(plan)}, std::move(cb));
+}
+
+} // namespace
+
+void engine::delete_user(std::string app_name, std::string user_id, callback<void> cb) {
+  delete_scope(*core_, std::move(app_name), std::move(user_id), std::move(cb));
 }
 
 void engine::delete_app(std::string app_name, callback<void> cb) {
-  if (auto r = model::check_name(app_name, "app_name"); !r)
-    return cb(std::move(r).err());
-  if (core_->closed.load())
-    return cb(closing_error());
-  write_plan plan;
-  plan.ws.op = store::write_set::kind::remove_app;
-  plan.ws.app = std::move(app_name);
-  ask_writer(*core_, write_cmd{std::move(plan)}, std::move(cb));
+  delete_scope(*core_, std::move(app_name), std::nullopt, std::move(cb));
 }
 
 void engine::flush(callback<void> cb) {

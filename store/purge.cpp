@@ -54,13 +54,10 @@ void purge_now(kv_write& txn, std::string_view skey) {
 }
 
 std::size_t purge_step(kv_write& txn, std::size_t max_rows) {
-  std::string skey;
-  txn.scan(table::doomed, {}, {}, [&](std::string_view k, std::string_view) {
-    skey = std::string(k);
-    return false;
-  });
-  if (skey.empty())
+  auto first = first_keys(txn, table::doomed, {}, 1);
+  if (first.empty())
     return purge_fence_step(txn, max_rows);
+  const std::string& skey = first.front();
   auto done = delete_session_rows(txn, skey, max_rows);
   if (done >= max_rows)
     return done;
@@ -69,12 +66,7 @@ std::size_t purge_step(kv_write& txn, std::size_t max_rows) {
 }
 
 bool any_doomed(kv_read& txn) {
-  bool any = false;
-  txn.scan(table::doomed, {}, {}, [&](std::string_view, std::string_view) {
-    any = true;
-    return false;
-  });
-  return any;
+  return !first_keys(txn, table::doomed, {}, 1).empty();
 }
 
 bool any_purge(kv_read& txn) {

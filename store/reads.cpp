@@ -188,7 +188,9 @@ result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r
   if (!rec)
     return std::move(rec).err();
   // T1, X2/X3: gone for readers at once, rows still stored.
-  if (*rec && (expired(**rec, model::now_seconds()) || fenced(txn, r.app_name, r.user_id)))
+  if (*rec
+      && (((**rec).expires != 0 && expired(**rec, model::now_seconds()))
+          || fenced(txn, r.app_name, r.user_id)))
     return std::optional<session_head>{};
   if (!*rec) {
     if (has_rows(txn, skey) && !is_doomed(txn, skey))
@@ -420,7 +422,8 @@ result<std::optional<session_record>> read_live_record(kv_read& txn, std::string
   try {
     if (rec && *rec) {
       auto p = split_key(skey, 3);
-      if (expired(**rec, model::now_seconds()) || (p.size() == 3 && fenced(txn, p[0], p[1])))
+      if (((**rec).expires != 0 && expired(**rec, model::now_seconds()))
+          || (p.size() == 3 && fenced(txn, p[0], p[1])))
         return std::optional<session_record>{};
     }
   } catch (const kv_failure& f) {

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/scope_delete.hpp"
 
-#include <optional>
-#include <vector>
-
 #include "store/apply.hpp"
 #include "store/expiry.hpp"
 #include "store/keys.hpp"
@@ -45,24 +42,15 @@ std::string fence_key(std::string_view app, const std::string* user) {
   return k;
 }
 
+bool app_fenced(kv_read& txn, std::string_view app) {
+  return txn.may_hold_fences() && txn.get(table::fences, fence_key(app, nullptr)).has_value();
+}
+
 bool fenced(kv_read& txn, std::string_view app, std::string_view user) {
   if (!txn.may_hold_fences())
     return false;
-  std::string k(app);
-  k.push_back('\0');
-  if (txn.get(table::fences, k))
-    return true;
-  k.append(user);
-  k.push_back('\0');
-  return txn.get(table::fences, k).has_value();
-}
-
-bool app_fenced(kv_read& txn, std::string_view app) {
-  if (!txn.may_hold_fences())
-    return false;
-  std::string k(app);
-  k.push_back('\0');
-  return txn.get(table::fences, k).has_value();
+  const std::string u(user);
+  return app_fenced(txn, app) || txn.get(table::fences, fence_key(app, &u)).has_value();
 }
 
 bool any_user_fenced(kv_read& txn, std::string_view app) {
@@ -83,22 +71,14 @@ void put_fence(kv_write& txn, std::string_view key) {
 }
 
 bool any_fence(kv_read& txn) {
-  bool any = false;
-  txn.scan(table::fences, {}, {}, [&](std::string_view, std::string_view) {
-    any = true;
-    return false;
-  });
-  return any;
+  return !first_keys(txn, table::fences, {}, 1).empty();
 }
 
 std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows) {
-  std::string fence;
-  txn.scan(table::fences, {}, {}, [&](std::string_view k, std::string_view) {
-    fence = std::string(k);
-    return false;
-  });
-  if (fence.empty())
+  auto first = first_keys(txn, table::fences, {}, 1);
+  if (first.empty())
     return 0;
+  const std::string& fence = first.front();
   // Whole sessions first, one at a time, in key order.
   auto sessions = first_keys(txn, table::sessions, fence, 1);
   if (!sessions.empty())
