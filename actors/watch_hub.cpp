@@ -2,7 +2,6 @@
 #include "actors/watch_hub.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -19,107 +18,127 @@ namespace {
 // text, from at most 65,536 rows examined in one read transaction (a narrow
 // filter over a long log).
 const store::page_bounds page_limits{256, 65536, std::size_t{4} << 20};
-// An idle watch checks the log this often, and delivers an empty batch when
-// its cursor moved past changes it does not take.
+// An idle watch is given a pass this often, and delivers an empty batch
+// when its cursor moved past changes it does not take.
 constexpr auto progress_period = std::chrono::seconds(1);
+// The hub looks for watches due a progress pass this often.
+constexpr auto sweep_period = std::chrono::milliseconds(250);
+// When no pass has started for this long while watches wait and every
+// delivery thread is in a pass, the hub adds a thread.
+constexpr auto stall_after = std::chrono::milliseconds(10);
+// A pass delivers at most this many batches, then queues its watch again
+// behind the others (a long catch-up does not hold them back).
+constexpr int batches_per_pass = 4;
+// A delivery thread beyond the base count ends after this long without work.
+constexpr auto linger = std::chrono::seconds(5);
 
 } // namespace
 
-struct watcher {
+struct watcher : std::enable_shared_from_this<watcher> {
   engine_core* core = nullptr;
   watch_hub* hub = nullptr;
   watch_request req;
   change_handler on_changes;
   end_handler on_end;
 
+  // Scheduling, under the hub's mutex.
+  enum class state { idle, queued, running, done } st = state::idle;
+  bool again = false; ///< woken during its pass: queue it again after
+  watch_hub::clock::time_point last_pass{};
+
+  // Delivery state, touched only by the pass that runs (one at a time; the
+  // hub's mutex orders consecutive passes).
+  std::uint64_t delivered = 0; ///< the cursor of the last batch delivered
+  watch_hub::clock::time_point last_delivery{};
+
   std::mutex mtx;
-  std::condition_variable cv;
-  /// Past every change delivered or skipped (under mtx). Only grows: the
-  /// watch's thread moves it past each page it read, and the hub past rows it
-  /// found hold nothing for this watch (then no thread reads them again).
+  std::condition_variable cv; ///< `finished`
+  /// Past every change delivered or skipped (under mtx). Only grows: a pass
+  /// moves it past each page it read, and the hub past rows it found hold
+  /// nothing for this watch (then no pass reads them again).
   std::uint64_t cursor = 0;
-  /// Where the watch started (set before its thread runs): progress is
-  /// measured from here, not from a cursor the hub may already have moved.
-  std::uint64_t start = 0;
-  std::uint64_t wake = 0; ///< the hub saw a row for this watch up to here (under mtx)
   bool stop = false; ///< under mtx
+  bool finished = false; ///< on_end has returned (under mtx)
   watch_end_reason reason = watch_end_reason::cancelled; ///< under mtx, once stop
-  std::thread thread;
-  std::mutex join_mtx; ///< one joiner at a time (a handle and close() may race)
+  std::thread::id runner; ///< the thread in this watch's pass (under mtx)
 
-  bool on_own_thread() const { return std::this_thread::get_id() == thread.get_id(); }
-
-  // Asks the thread to end with `why` (the first reason given wins).
+  // Asks the watch to end with `why` (the first reason given wins) and
+  // queues it so that a delivery thread calls on_end.
   void end(watch_end_reason why) {
     std::lock_guard<std::mutex> lk(mtx);
+    if (finished)
+      return; // the hub may be gone
     if (!stop) {
       stop = true;
       reason = why;
     }
-    cv.notify_one();
+    hub->wake(shared_from_this());
   }
 
-  // Joins the thread; from the thread itself (a callback that cancels its
-  // own watch), detaches it: its lambda owns the watcher until it returns.
+  // Waits until on_end has returned; from inside this watch's own pass (a
+  // callback that cancels its own watch), returns at once: the pass ends
+  // it when the callback returns.
   void join() {
-    std::lock_guard<std::mutex> lk(join_mtx);
-    if (!thread.joinable())
+    std::unique_lock<std::mutex> lk(mtx);
+    if (runner == std::this_thread::get_id())
       return;
-    if (on_own_thread())
-      thread.detach();
-    else
-      thread.join();
+    cv.wait(lk, [&] { return finished; });
   }
 
-  void run();
+  enum class outcome { at_head, more, ended };
+  // Reads and delivers pages up to the head or `batches_per_pass` batches;
+  // `ended` once on_end was called.
+  outcome pass();
 };
 
-void watcher::run() {
+watcher::outcome watcher::pass() {
   std::optional<error> failure;
-  auto last_delivery = std::chrono::steady_clock::now();
-  std::uint64_t delivered = start; // the cursor of the last batch delivered
-  bool first = true;
-  for (;;) {
-    std::uint64_t at;
-    {
-      std::unique_lock<std::mutex> lk(mtx);
-      if (!first) // woken by the hub, or a period passed (progress)
-        cv.wait_for(lk, progress_period, [&] { return stop || wake > cursor; });
-      first = false;
-      if (stop)
-        break;
-      at = cursor;
+  std::uint64_t at;
+  bool ended;
+  int batches = 0;
+  {
+    std::lock_guard<std::mutex> lk(mtx);
+    runner = std::this_thread::get_id();
+    at = cursor;
+    ended = stop;
+  }
+  while (!ended) {
+    std::uint64_t end_seq = at;
+    auto page = store::read_change_page(*core->kv, req, at, page_limits, core->epoch, &end_seq);
+    if (!page) {
+      failure = std::move(page).err();
+      std::lock_guard<std::mutex> lk(mtx);
+      if (!stop) {
+        stop = true;
+        reason = failure->code == errc::cursor_expired ? watch_end_reason::cursor_expired
+                                                       : watch_end_reason::failed;
+      }
+      ended = true;
+      break;
     }
-    // Read pages until the head (or a stop).
-    for (;;) {
-      std::uint64_t end_seq = at;
-      auto page = store::read_change_page(*core->kv, req, at, page_limits, core->epoch, &end_seq);
-      if (!page) {
-        failure = std::move(page).err();
-        end(failure->code == errc::cursor_expired ? watch_end_reason::cursor_expired
-                                                  : watch_end_reason::failed);
-        break;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      const bool progress =
-        page->changes.empty() && end_seq > delivered && now - last_delivery >= progress_period;
-      if (!page->changes.empty() || progress) {
-        {
-          std::lock_guard<std::mutex> lk(mtx);
-          if (stop)
-            break;
-        }
-        on_changes(std::move(*page));
-        delivered = end_seq;
-        last_delivery = now;
-      }
+    const auto now = watch_hub::clock::now();
+    const bool progress =
+      page->changes.empty() && end_seq > delivered && now - last_delivery >= progress_period;
+    if (!page->changes.empty() || progress) {
       {
         std::lock_guard<std::mutex> lk(mtx);
-        cursor = std::max(cursor, end_seq);
-        at = cursor; // the hub may have moved it past rows it found empty
-        if (stop || page->at_head)
+        if (stop) {
+          ended = true;
           break;
+        }
       }
+      on_changes(std::move(*page));
+      delivered = end_seq;
+      last_delivery = now;
+      ++batches;
+    }
+    std::lock_guard<std::mutex> lk(mtx);
+    cursor = std::max(cursor, end_seq);
+    at = cursor; // the hub may have moved it past rows it found empty
+    ended = stop;
+    if (!ended && (page->at_head || batches == batches_per_pass)) {
+      runner = {};
+      return page->at_head ? outcome::at_head : outcome::more;
     }
   }
   watch_end info;
@@ -132,7 +151,11 @@ void watcher::run() {
     info.err = std::move(*failure);
   if (on_end)
     on_end(info);
-  hub->forget(this);
+  std::lock_guard<std::mutex> lk(mtx);
+  finished = true;
+  runner = {};
+  cv.notify_all();
+  return outcome::ended;
 }
 
 namespace {
@@ -156,7 +179,9 @@ private:
 
 } // namespace
 
-watch_hub::watch_hub(engine_core& core) : core_(core) {}
+watch_hub::watch_hub(engine_core& core)
+  : core_(core), base_workers_(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 4)) {
+}
 
 watch_hub::~watch_hub() {
   close();
@@ -172,6 +197,43 @@ void watch_hub::published(std::uint64_t head) {
   cv_.notify_one();
 }
 
+void watch_hub::enqueue(const std::shared_ptr<watcher>& w) {
+  switch (w->st) {
+    case watcher::state::idle:
+      w->st = watcher::state::queued;
+      ready_.push_back(w);
+      if (idle_ > 0)
+        work_cv_.notify_one();
+      else if (workers_ < base_workers_)
+        add_worker();
+      // else every thread is in a pass: the hub looks for a stall
+      break;
+    case watcher::state::running: w->again = true; break;
+    case watcher::state::queued:
+    case watcher::state::done: break;
+  }
+}
+
+void watch_hub::wake(const std::shared_ptr<watcher>& w) {
+  std::lock_guard<std::mutex> lk(mtx_);
+  enqueue(w);
+}
+
+void watch_hub::add_worker() {
+  // Join the threads that already returned (each is past its last use of
+  // the hub's state, or just about to be).
+  for (auto id : exited_)
+    for (auto it = threads_.begin(); it != threads_.end(); ++it)
+      if (it->get_id() == id) {
+        it->join();
+        threads_.erase(it);
+        break;
+      }
+  exited_.clear();
+  ++workers_;
+  threads_.emplace_back([this] { work(); });
+}
+
 result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::uint64_t after,
                                                        std::uint64_t head,
                                                        change_handler on_changes,
@@ -183,7 +245,8 @@ result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::u
   w->on_changes = std::move(on_changes);
   w->on_end = std::move(on_end);
   w->cursor = after;
-  w->start = after;
+  w->delivered = after; // progress is measured from the start
+  w->last_delivery = clock::now();
   {
     std::lock_guard<std::mutex> lk(mtx_);
     if (closed_)
@@ -194,29 +257,17 @@ result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::u
       published_ = std::max(published_, head);
       scanned_ = std::max(scanned_, head);
     }
-    if (!thread_.joinable())
+    if (!thread_.joinable()) {
+      next_sweep_ = clock::now() + sweep_period;
       thread_ = std::thread([this] { run(); });
+    }
     watches_.push_back(w);
     live_.fetch_add(1, std::memory_order_relaxed);
-    // The thread's first pass reads the log after `after` unasked: a row
-    // the hub scanned before this watch was listed is not missed.
-    w->thread = std::thread([w] { w->run(); });
+    // The first pass reads the log after `after` unasked: a row the hub
+    // scanned before this watch was listed is not missed.
+    enqueue(w);
   }
   return std::unique_ptr<watch_handle>(std::make_unique<handle>(w));
-}
-
-void watch_hub::forget(const watcher* w) {
-  // Notified under the lock: close() may return (and the hub be destroyed)
-  // as soon as the lock is free, and a detached watch thread must not touch
-  // the condition variable after that.
-  std::lock_guard<std::mutex> lk(mtx_);
-  for (auto it = watches_.begin(); it != watches_.end(); ++it)
-    if (it->get() == w) {
-      watches_.erase(it);
-      live_.fetch_sub(1, std::memory_order_relaxed);
-      break;
-    }
-  gone_.notify_all();
 }
 
 void watch_hub::close() {
@@ -226,37 +277,95 @@ void watch_hub::close() {
     if (closed_)
       return;
     closed_ = true;
-    stopping_ = true;
     all = watches_;
   }
-  cv_.notify_one();
   for (auto& w : all)
     w->end(watch_end_reason::closing);
-  for (auto& w : all)
-    w->join();
-  // A watch whose own callback dropped its handle runs detached: wait until
-  // every watch thread is past its last use of the store.
+  std::vector<std::thread> threads;
   {
     std::unique_lock<std::mutex> lk(mtx_);
     gone_.wait(lk, [&] { return watches_.empty(); });
+    stopping_ = true;
+    threads.swap(threads_);
   }
+  cv_.notify_all();
+  work_cv_.notify_all();
+  for (auto& t : threads)
+    t.join();
   if (thread_.joinable())
     thread_.join();
 }
 
-void watch_hub::run() {
+void watch_hub::work() {
+  std::unique_lock<std::mutex> lk(mtx_);
   for (;;) {
-    std::uint64_t head, from;
-    std::vector<std::shared_ptr<watcher>> ws;
-    {
-      std::unique_lock<std::mutex> lk(mtx_);
-      cv_.wait(lk, [&] { return stopping_ || published_ > scanned_; });
-      if (stopping_)
-        return;
-      head = published_;
-      from = scanned_;
-      ws = watches_;
+    if (ready_.empty()) {
+      ++idle_;
+      const bool woken =
+        work_cv_.wait_for(lk, linger, [&] { return stopping_ || !ready_.empty(); });
+      --idle_;
+      if (ready_.empty()) {
+        if (stopping_ || (!woken && workers_ > base_workers_)) {
+          --workers_;
+          exited_.push_back(std::this_thread::get_id());
+          return;
+        }
+        continue;
+      }
     }
+    auto w = std::move(ready_.front());
+    ready_.pop_front();
+    w->st = watcher::state::running;
+    ++passes_;
+    lk.unlock();
+    const auto done = w->pass();
+    lk.lock();
+    w->last_pass = clock::now();
+    if (done == watcher::outcome::ended) {
+      w->st = watcher::state::done;
+      watches_.erase(std::find(watches_.begin(), watches_.end(), w));
+      live_.fetch_sub(1, std::memory_order_relaxed);
+      gone_.notify_all();
+    } else {
+      w->st = watcher::state::idle;
+      if (std::exchange(w->again, false) || done == watcher::outcome::more)
+        enqueue(w);
+    }
+  }
+}
+
+void watch_hub::run() {
+  std::unique_lock<std::mutex> lk(mtx_);
+  for (;;) {
+    // While a thread is in a pass, look for a stall every `stall_after`.
+    auto deadline = next_sweep_;
+    if (idle_ < workers_)
+      deadline = std::min(deadline, clock::now() + stall_after);
+    cv_.wait_until(lk, deadline, [&] { return stopping_ || published_ > scanned_; });
+    if (stopping_)
+      return;
+    auto now = clock::now();
+    // A stall: watches wait, every thread is in a pass, and none started a
+    // pass for `stall_after`.
+    if (ready_.empty() || idle_ > 0 || passes_ != seen_passes_) {
+      seen_passes_ = passes_;
+      seen_at_ = now;
+    } else if (now - seen_at_ >= stall_after && workers_ < watches_.size()) {
+      add_worker();
+      seen_at_ = now;
+    }
+    // Progress: idle watches not given a pass for a period get one.
+    if (now >= next_sweep_) {
+      for (auto& w : watches_)
+        if (w->st == watcher::state::idle && now - w->last_pass >= progress_period)
+          enqueue(w);
+      next_sweep_ = now + sweep_period;
+    }
+    if (published_ <= scanned_)
+      continue;
+    const std::uint64_t head = published_, from = scanned_;
+    std::vector<std::shared_ptr<watcher>> ws = watches_;
+    lk.unlock();
     std::vector<char> hit(ws.size(), 0);
     // Session watches by session id (a row names one session: one lookup
     // instead of a comparison per watch); the others are tried in turn.
@@ -291,26 +400,23 @@ void watch_hub::run() {
     } else {
       all = true;
     }
-    {
-      std::lock_guard<std::mutex> lk(mtx_);
-      scanned_ = std::max(scanned_, head);
-    }
     for (std::size_t i = 0; i < ws.size(); ++i) {
-      auto& w = *ws[i];
-      std::lock_guard<std::mutex> lk(w.mtx);
-      if (!all && !hit[i]) {
-        // Rows from+1..head hold nothing for this watch: one that has read
-        // up to `from` skips them instead of reading them again when it is
-        // next woken (else each wake of a narrow watch re-reads the log's
-        // every row since its last match).
-        if (w.cursor >= from && w.cursor < head)
-          w.cursor = head;
+      if (all || hit[i])
         continue;
-      }
-      if (head > w.wake)
-        w.wake = head;
-      w.cv.notify_one();
+      // Rows from+1..head hold nothing for this watch: one that has read
+      // up to `from` skips them instead of reading them again in its next
+      // pass (else each pass of a narrow watch re-reads the log's every row
+      // since its last match).
+      auto& w = *ws[i];
+      std::lock_guard<std::mutex> wl(w.mtx);
+      if (w.cursor >= from && w.cursor < head)
+        w.cursor = head;
     }
+    lk.lock();
+    scanned_ = std::max(scanned_, head);
+    for (std::size_t i = 0; i < ws.size(); ++i)
+      if (all || hit[i])
+        enqueue(ws[i]);
   }
 }
 

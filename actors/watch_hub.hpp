@@ -4,21 +4,32 @@
 // Delivery reads the change log; nothing is copied out of the writer. The
 // writer tells the hub the newest committed sequence after each group
 // commit, and only while a watch exists (otherwise one atomic load per
-// commit). The hub's thread reads the new rows' headers once, wakes the
+// commit). The hub's thread reads the new rows' headers once, queues the
 // watches whose scope names them (session watches found by the row's
 // session id, the others tested in turn), and moves the others' cursors
-// past the rows (so a narrow watch reads only rows after its own last wake). Each watch has a thread of its own that
-// reads the log after its cursor in short read transactions (a page of at
-// most 256 changes), calls on_changes, and repeats until it reaches the
-// head: a watch that falls behind (a slow callback, a client that does not
-// read) only reads older rows later, so nothing is dropped, no queue grows,
-// and no long read transaction pins pages. A slow callback delays its own
-// watch only.
+// past the rows (so a narrow watch reads only rows after its own last wake).
+//
+// Delivery threads, shared by all watches, take queued watches one at a
+// time. A pass over a watch reads the log after its cursor in short read
+// transactions (a page of at most 256 changes), calls on_changes, and
+// repeats until it reaches the head: a watch that falls behind (a slow
+// callback, a client that does not read) only reads older rows later, so
+// nothing is dropped, no queue grows, and no long read transaction pins
+// pages. A watch is queued at most once and in at most one pass at a time
+// (one batch at a time, in order); a pass delivers at most 4 batches, then
+// the watch queues again behind the others. There are as many delivery
+// threads as cores (1 to 4) while callbacks are quick; when watches wait,
+// every thread is in a pass and no pass has started for 10 ms, the hub
+// adds a thread (up to one per watch), so blocked callbacks hold back other
+// watches for about that long. Threads beyond the base count end after 5
+// idle seconds.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,6 +44,8 @@ struct watcher;
 
 class watch_hub {
 public:
+  using clock = std::chrono::steady_clock;
+
   explicit watch_hub(engine_core& core);
   /// REQUIRES: close() was called.
   ~watch_hub();
@@ -51,26 +64,42 @@ public:
                                               std::uint64_t head, change_handler on_changes,
                                               end_handler on_end);
 
-  /// Ends every watch (reason closing) and stops the hub's thread; joins
-  /// them all. REQUIRES: not called from a watch's callback.
+  /// Ends every watch (reason closing), waits until each has called its
+  /// on_end, and stops the hub's threads. REQUIRES: not called from a
+  /// watch's callback.
   void close();
 
-  /// A watch's thread is past its last use of the engine: forget it.
-  void forget(const watcher* w);
+  /// Queues `w` for a pass (or, while a pass runs, for another after it).
+  /// Locks the hub; the caller may hold w's own mutex (never the reverse).
+  void wake(const std::shared_ptr<watcher>& w);
 
 private:
   void run();
+  void work();
+  // Under mtx_.
+  void enqueue(const std::shared_ptr<watcher>& w);
+  void add_worker();
 
   engine_core& core_;
   std::atomic<std::size_t> live_{0};
   std::mutex mtx_;
-  std::condition_variable cv_;
+  std::condition_variable cv_; ///< the hub's thread: new head, a stall to check, stop
+  std::condition_variable work_cv_; ///< delivery threads: a queued watch, stop
+  std::condition_variable gone_; ///< a watch ended
   std::uint64_t published_ = 0; ///< newest head the writer told (under mtx_)
-  std::uint64_t scanned_ = 0; ///< the hub has woken watches up to here (under mtx_)
-  bool stopping_ = false;
-  bool closed_ = false;
-  std::vector<std::shared_ptr<watcher>> watches_; ///< whose thread runs (under mtx_)
-  std::condition_variable gone_; ///< a watch thread ended
+  std::uint64_t scanned_ = 0; ///< the hub has queued watches up to here (under mtx_)
+  bool stopping_ = false; ///< under mtx_
+  bool closed_ = false; ///< under mtx_
+  std::vector<std::shared_ptr<watcher>> watches_; ///< not yet ended (under mtx_)
+  std::deque<std::shared_ptr<watcher>> ready_; ///< watches waiting for a pass (under mtx_)
+  const std::size_t base_workers_; ///< delivery threads kept while idle: cores, 1 to 4
+  std::size_t workers_ = 0, idle_ = 0; ///< delivery threads, and those waiting (under mtx_)
+  std::vector<std::thread> threads_; ///< every delivery thread started (under mtx_)
+  std::vector<std::thread::id> exited_; ///< delivery threads that returned (under mtx_)
+  std::uint64_t passes_ = 0; ///< passes started (under mtx_)
+  std::uint64_t seen_passes_ = 0; ///< passes_ when the hub last saw it move
+  clock::time_point seen_at_{}; ///< ... and when
+  clock::time_point next_sweep_{}; ///< when idle watches are next queued for progress
   std::thread thread_;
 };
 

@@ -139,7 +139,7 @@ struct actor_link {
   }
 
   // Stops the link and cancels the watch (its on_end runs before this
-  // returns, unless it ended already). Blocks only while the watch's thread
+  // returns, unless it ended already). Blocks only while the watch's delivery thread
   // finishes a step: a callback waiting for an answer is released first.
   void cancel_watch() {
     std::shared_ptr<watch_handle> h;

@@ -48,7 +48,7 @@ struct counted_watch {
 };
 
 // The stream's watches. Shared with their callbacks, which run on the
-// watches' threads.
+// engine's delivery threads.
 struct rpc_session::watches {
   std::mutex mtx;
   std::map<std::string, counted_watch> live; ///< by watch_id
@@ -158,7 +158,7 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   auto ws = watches_;
   std::weak_ptr<detail::dispatcher> out = dispatch_;
   // The cursor of the last `changes` written (the start until then). Set
-  // before the latch opens; then used only on the watch's thread, by one
+  // before the latch opens; then used only by the watch's callbacks, one
   // callback at a time.
   auto sent = std::make_shared<std::string>();
   auto on_changes = [latch, ws, out, id, sent](change_page page) {

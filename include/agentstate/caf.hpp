@@ -112,8 +112,10 @@ engine_actor spawn_engine_actor(caf::actor_system& sys, engine& eng);
 /// cursor() is as watch_handle's: past every batch sent (once `dest` is
 /// gone, including batches it never handled).
 ///
-/// Threads and costs: engine::watch's thread per watch, which waits while
-/// a batch is unanswered (no queue grows: the log keeps what is not sent);
+/// Threads and costs: the watch's callback (engine::watch) waits on a
+/// delivery thread while a batch is unanswered (no queue grows: the log
+/// keeps what is not sent; an answer slower than about 10 ms makes the
+/// engine add a delivery thread);
 /// the relay, spawned in `dest`'s actor system (not hidden: that system's
 /// await_all_actors_done waits for it), lives until the watch has ended; per
 /// batch one message to the relay and one request/response with `dest`.

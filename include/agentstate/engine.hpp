@@ -237,9 +237,10 @@ public:
   /// Starts a watch: every change after req.from (none: after the newest
   /// committed now) that matches `req`, in commit order, passed to
   /// `on_changes` in batches (watch.hpp). A watch that falls behind re-reads
-  /// the log later: nothing is dropped and no writer waits for it. Costs a
-  /// thread per watch; the writer pays one atomic load per commit while no
-  /// watch exists. Errors: invalid_argument (as read_changes; a null
+  /// the log later: nothing is dropped and no writer waits for it. Watches
+  /// share the engine's delivery threads (as many as cores, up to 4, more
+  /// only while callbacks block); the writer pays one atomic load per commit
+  /// while no watch exists. Errors: invalid_argument (as read_changes; a null
   /// on_changes), cursor_expired (req.from older than the retention, with
   /// error::oldest_cursor), unavailable (closing), storage errors.
   result<std::unique_ptr<watch_handle>> watch(watch_request req, change_handler on_changes,

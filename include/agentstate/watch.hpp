@@ -112,16 +112,17 @@ struct watch_end {
   std::string resume_from;
 };
 
-/// Receives a watch's batches: in commit order, one at a time, on the
-/// watch's own engine thread. A batch holds 1 to 256 changes and at most
-/// 4 MiB of their stored text (beyond that, one change); an empty batch
-/// is progress (at most once a second, when the feed's cursor moved past
-/// changes the watch does not take). It may block (only its own watch
-/// waits: the log keeps what it has not read yet) and may cancel its own
-/// watch; it must not close the engine.
+/// Receives a watch's batches: in commit order, one at a time, on one of
+/// the engine's delivery threads (shared by all watches). A batch holds 1
+/// to 256 changes and at most 4 MiB of their stored text (beyond that, one
+/// change); an empty batch is progress (at most once a second, when the
+/// feed's cursor moved past changes the watch does not take). It may block:
+/// its own watch waits (the log keeps what it has not read yet), and other
+/// watches wait at most about 10 ms, after which the engine adds a delivery
+/// thread. It may cancel its own watch; it must not close the engine.
 using change_handler = std::function<void(change_page batch)>;
-/// Called once when the watch ends, on its thread (or on the thread that
-/// closes the engine's watches).
+/// Called once when the watch ends, on a delivery thread, after its last
+/// batch.
 using end_handler = std::function<void(const watch_end& end)>;
 
 /// A running watch; destroying it cancels it.
