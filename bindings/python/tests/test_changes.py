@@ -46,6 +46,23 @@ async def take(w, n):
     raise AssertionError(f"the watch ended ({w.reason}) after {len(got)} of {n} changes")
 
 
+def spawn_noting(store, binary, into):
+    """A client on a spawned ``serve`` on ``store`` whose notifications that no watch took
+    are appended to ``into`` as ``(method, params)``."""
+    return AsyncClient.spawn(store, binary=binary,
+                             on_notification=lambda method, params: into.append((method, params)))
+
+
+async def wait_for(condition):
+    """Bounded wait: polls ``condition()`` every 10 ms, at most 1000 times; returns its last
+    value (the caller asserts it)."""
+    for _ in range(1000):
+        if condition():
+            break
+        await asyncio.sleep(0.01)
+    return condition()
+
+
 def test_read_changes_pages_and_resumes_without_gap_or_duplicate(agentstate_bin, store):
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
@@ -173,9 +190,7 @@ def test_watch_from_an_old_cursor_loses_nothing_sent_right_after_its_answer(agen
 def test_a_watch_whose_caller_was_cancelled_is_unwatched(agentstate_bin, store):
     async def body():
         stray = []
-        async with await AsyncClient.spawn(
-                store, binary=agentstate_bin,
-                on_notification=lambda method, params: stray.append((method, params))) as c:
+        async with await spawn_noting(store, agentstate_bin, stray) as c:
             await c.create_session(APP, "u", "s")
             # Cancelled before the answer, and (by the later rounds' timing) after it was
             # read but before the caller took it: either way nobody holds the watch.
@@ -194,11 +209,7 @@ def test_a_watch_whose_caller_was_cancelled_is_unwatched(agentstate_bin, store):
                 else:
                     await w.aclose()  # the caller got it in time: its own to end
             await c.ping()  # every watch answer has been read
-            for _ in range(1000):  # bounded wait: their unwatch round trips
-                if not c._watches:
-                    break
-                await asyncio.sleep(0.01)
-            assert not c._watches
+            assert await wait_for(lambda: not c._watches)  # their unwatch round trips
             await c.append_event(APP, "u", "s", {"author": "a"})
             await c.flush()
             assert stray == []
@@ -243,11 +254,7 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
                                                          "actions": {"state_delta": {"n": i}}})
                 # Bounded wait for the overflow (a condition, polled): the reader stops
                 # taking this watch's batches once a second one would not fit.
-                for _ in range(1000):
-                    if w._stopped:
-                        break
-                    await asyncio.sleep(0.01)
-                assert w._stopped
+                assert await wait_for(lambda: w._stopped)
                 seen = []
                 with pytest.raises(ac.WatchOverflowError) as info:
                     async for batch in w:
@@ -335,15 +342,10 @@ def test_a_raw_watch_notifies_on_notification(agentstate_bin, store):
     # on_notification, in order, and its watch_ended comes before unwatch's answer.
     async def body():
         seen = []
-        async with await AsyncClient.spawn(
-                store, binary=agentstate_bin,
-                on_notification=lambda method, params: seen.append((method, params))) as c:
+        async with await spawn_noting(store, agentstate_bin, seen) as c:
             raw = await c.call("watch", {"scope": "all"})
             await c.create_session(APP, "u", "s")
-            for _ in range(1000):  # bounded wait for the notification
-                if seen:
-                    break
-                await asyncio.sleep(0.01)
+            assert await wait_for(lambda: seen)
             method, params = seen[0]
             assert method == "changes" and params["watch_id"] == raw["watch_id"]
             assert [ch["kind"] for ch in params["changes"]] == ["create"]
