@@ -15,6 +15,7 @@ from agentstate_client import AsyncClient, Client
 from conftest import run
 
 APP = "feed"
+SESSION = {"app_name": APP, "user_id": "u", "session_id": "s"}  # the tests' one session
 
 
 def described(changes):
@@ -72,10 +73,9 @@ def test_read_changes_pages_and_resumes_without_gap_or_duplicate(agentstate_bin,
                 r = await c.append_event(APP, "u", "s", {"id": f"e{i}", "author": "a",
                                                          "actions": {"state_delta": {"n": i}}})
                 cursors.append(r["cursor"])
-            names = {"app_name": APP, "user_id": "u", "session_id": "s"}
             pages, from_ = [], None
             while True:
-                page = await c.read_changes("session", from_=from_, limit=7, **names)
+                page = await c.read_changes("session", from_=from_, limit=7, **SESSION)
                 assert len(page["changes"]) <= 7
                 pages.append(page["changes"])
                 from_ = page["cursor"]
@@ -89,14 +89,14 @@ def test_read_changes_pages_and_resumes_without_gap_or_duplicate(agentstate_bin,
             assert [ch["state_delta"] for ch in changes[1:]] == [{"n": i} for i in range(25)]
             assert len({ch["cursor"] for ch in changes}) == 26
             # An append's cursor resumes right after it.
-            after_ten, _ = await read_all(c, "session", from_=cursors[9], **names)
+            after_ten, _ = await read_all(c, "session", from_=cursors[9], **SESSION)
             assert described(after_ten) == described(changes[11:])
             # At the head: nothing, then exactly what was appended since.
-            assert (await c.read_changes("session", from_=from_, **names))["changes"] == []
+            assert (await c.read_changes("session", from_=from_, **SESSION))["changes"] == []
             for i in range(25, 30):
                 await c.append_event(APP, "u", "s", {"author": "a",
                                                      "actions": {"state_delta": {"n": i}}})
-            more, _ = await read_all(c, "session", from_=from_, **names)
+            more, _ = await read_all(c, "session", from_=from_, **SESSION)
             assert [ch["version"] for ch in more] == list(range(26, 31))
             # The user scope keeps only user: keys unless sessions are included.
             user_only, _ = await read_all(c, "user", app_name=APP, user_id="u")
@@ -145,9 +145,8 @@ def test_unwatch_resume_from_continues_exactly(agentstate_bin, store):
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
             await c.create_session(APP, "u", "s")
-            names = {"app_name": APP, "user_id": "u", "session_id": "s"}
-            begin = (await c.read_changes("session", **names))["changes"][0]["cursor"]
-            w = await c.watch("session", **names)
+            begin = (await c.read_changes("session", **SESSION))["changes"][0]["cursor"]
+            w = await c.watch("session", **SESSION)
             for i in range(40):
                 await c.append_event(APP, "u", "s", {"author": "a",
                                                      "actions": {"state_delta": {"n": i}}})
@@ -160,10 +159,10 @@ def test_unwatch_resume_from_continues_exactly(agentstate_bin, store):
             for i in range(40, 45):
                 await c.append_event(APP, "u", "s", {"author": "a",
                                                      "actions": {"state_delta": {"n": i}}})
-            rest, _ = await read_all(c, "session", from_=resume, **names)
+            rest, _ = await read_all(c, "session", from_=resume, **SESSION)
             # What the watch yielded and what follows its resume_from: every append once.
             assert [ch["version"] for ch in seen + rest] == list(range(1, 46))
-            everything, _ = await read_all(c, "session", from_=begin, **names)
+            everything, _ = await read_all(c, "session", from_=begin, **SESSION)
             assert described(seen + rest) == described(everything)
             # The watch is gone on the server.
             with pytest.raises(ac.NotFoundError):
@@ -246,9 +245,8 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
             await c.create_session(APP, "u", "s")
-            names = {"app_name": APP, "user_id": "u", "session_id": "s"}
             # One batch fits; a second one waiting with it does not.
-            async with c.watch("session", max_buffer_bytes=1, **names) as w:
+            async with c.watch("session", max_buffer_bytes=1, **SESSION) as w:
                 for i in range(20):
                     await c.append_event(APP, "u", "s", {"author": "a",
                                                          "actions": {"state_delta": {"n": i}}})
@@ -262,7 +260,7 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
                 assert seen  # the batch held when it overflowed
                 assert w.reason == "overflow"
                 assert info.value.resume_from == w.resume_from == w.cursor
-            rest, _ = await read_all(c, "session", from_=w.resume_from, **names)
+            rest, _ = await read_all(c, "session", from_=w.resume_from, **SESSION)
             assert [ch["version"] for ch in seen + rest] == list(range(1, 21))
             # The client unwatched it on the server.
             with pytest.raises(ac.NotFoundError):
@@ -274,8 +272,7 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
 def test_blocking_watch_iterates_and_resumes(agentstate_bin, store):
     with Client.spawn(store, binary=agentstate_bin) as c:
         c.create_session(APP, "u", "s")
-        names = {"app_name": APP, "user_id": "u", "session_id": "s"}
-        with c.watch("session", **names) as w:
+        with c.watch("session", **SESSION) as w:
             with pytest.raises(TimeoutError):
                 w.next_batch(timeout=0.05)
 
@@ -294,7 +291,7 @@ def test_blocking_watch_iterates_and_resumes(agentstate_bin, store):
             t.join()
             assert [ch["version"] for ch in got] == list(range(1, 31))
         assert w.reason == "cancelled"
-        page = c.read_changes("session", from_=w.resume_from, **names)
+        page = c.read_changes("session", from_=w.resume_from, **SESSION)
         assert page["changes"] == [] and page["at_head"]
         assert w.next_batch() is None
         assert w.close() == w.resume_from
