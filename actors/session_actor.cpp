@@ -20,6 +20,16 @@ bool busy(const session_state& st) {
   return !st.queue.empty() || !st.stash.empty() || !st.lease.empty() || !st.waiters.empty();
 }
 
+// The handler of command `Cmd`: counts it as handled, then runs on(self, cmd)
+// through enter() (in arrival order; enter owns the command until then).
+template <class Cmd>
+auto command(session_actor_t self, void (*on)(session_actor_t, Cmd&)) {
+  return [self, on](Cmd& c) {
+    ++self->state.handled;
+    enter(self, [self, on, c = std::move(c)]() mutable { on(self, c); });
+  };
+}
+
 session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core* core,
                                                session_ref ref) {
   auto& st = self->state;
@@ -37,38 +47,14 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
   });
   self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
   return {
-    [self](create_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_create(self, c); });
-    },
-    [self](append_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_append(self, c); });
-    },
-    [self](get_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_get(self, c); });
-    },
-    [self](delete_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_delete(self, c); });
-    },
-    [self](begin_invocation_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_begin_invocation(self, c); });
-    },
-    [self](end_invocation_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_end_invocation(self, c); });
-    },
-    [self](rewind_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_rewind(self, c); });
-    },
-    [self](fork_cmd& c) {
-      ++self->state.handled;
-      enter(self, [self, c = std::move(c)]() mutable { on_fork(self, c); });
-    },
+    command(self, on_create),
+    command(self, on_append),
+    command(self, on_get),
+    command(self, on_delete),
+    command(self, on_begin_invocation),
+    command(self, on_end_invocation),
+    command(self, on_rewind),
+    command(self, on_fork),
     [self](shutdown_cmd&) {
       auto& st = self->state;
       ++st.handled;

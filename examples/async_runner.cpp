@@ -26,7 +26,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -229,11 +228,7 @@ private:
 
   // 5. Check what was collected, print it, stop.
   void finish() {
-    int failed = 0;
-    auto check = [&](bool ok, const std::string& what) {
-      std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-      failed += !ok;
-    };
+    examples::checklist check;
     for (auto& f : failures_)
       std::fprintf(stderr, "async_runner: %s\n", f.c_str());
     check(failures_.empty(),
@@ -282,7 +277,7 @@ private:
       bad_runs += runs != cfg_.per_session * ((cfg_.sessions - 1 - u) / cfg_.users + 1);
     }
     check(bad_runs == 0, "user:runs counts every invocation of each user (atomic modify)");
-    *failed_ = failed;
+    *failed_ = check.failed;
     send_exit(h_, caf::exit_reason::user_shutdown);
     quit();
   }
@@ -318,7 +313,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.users = std::min(cfg.users, cfg.sessions);
-  cfg.app = "runner-" + std::to_string(std::random_device{}() % 1000000);
+  cfg.app = examples::fresh_app_name("runner");
 
   examples::example_store store("async_runner", dir, memory);
   if (!store.ok())
@@ -343,8 +338,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "async_runner: close: %s\n", to_string(c.err()).c_str());
     failed = 1;
   }
-  std::printf("async_runner: app %s, store %s%s: %s\n", cfg.app.c_str(),
-              memory ? "in memory" : store.dir().c_str(), store.temporary() ? " (removed)" : "",
-              failed ? "FAILED" : "all checks passed");
-  return failed ? 1 : 0;
+  return examples::report("async_runner", cfg.app, store, failed);
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // examples/example_support.hpp: what the larger examples share around their
 // point, so each file shows only the engine use it is about: the --dir,
-// --memory and numeric arguments, and a temporary store removed at exit.
+// --memory and numeric arguments, a temporary store removed at exit, a fresh
+// app name, and the checked claims and the last line they print.
 #pragma once
 
 #include <stdlib.h> // mkdtemp
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -89,6 +91,9 @@ public:
   /// True for a temporary directory (removed by the destructor).
   bool temporary() const { return remove_; }
 
+  /// True for a store in memory (--memory).
+  bool memory() const { return memory_; }
+
   /// Options for engine::open: this store, durable (sync) unless memory.
   options opts() const {
     options o;
@@ -101,5 +106,32 @@ private:
   std::string dir_;
   bool memory_ = false, remove_ = false, ok_ = false;
 };
+
+/// `prefix`, '-' and a random number below 1,000,000: an app name a kept
+/// --dir has most likely not seen, so earlier runs' data stays apart.
+inline std::string fresh_app_name(const char* prefix) {
+  return std::string(prefix) + "-" + std::to_string(std::random_device{}() % 1000000);
+}
+
+/// The claims an example checks, each printed as it is checked ("  ok   WHAT"
+/// or "  FAIL WHAT"); `failed` counts the false ones.
+struct checklist {
+  int failed = 0;
+  void operator()(bool ok, const std::string& what) {
+    std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+    failed += !ok;
+  }
+};
+
+/// Prints an example's last line, "PROG: app APP, store WHERE: all checks
+/// passed" (FAILED when `failed`), and returns main's exit code (1 when
+/// `failed`).
+inline int report(const char* prog, const std::string& app, const example_store& store,
+                  bool failed) {
+  std::printf("%s: app %s, store %s%s: %s\n", prog, app.c_str(),
+              store.memory() ? "in memory" : store.dir().c_str(),
+              store.temporary() ? " (removed)" : "", failed ? "FAILED" : "all checks passed");
+  return failed ? 1 : 0;
+}
 
 } // namespace agentstate::examples

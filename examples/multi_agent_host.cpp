@@ -25,7 +25,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -144,7 +143,7 @@ int main(int argc, char** argv) {
   }
   engine& eng = **opened;
   // A fresh app name per run, so a kept --dir can be reused.
-  const std::string app = "newsroom-" + std::to_string(std::random_device{}() % 1000000);
+  const std::string app = examples::fresh_app_name("newsroom");
   const std::vector<std::string> names = {"Ada",   "Brian",  "Chen",  "Dana",
                                           "Emeka", "Fatima", "Goran", "Hana"};
   const std::vector<std::string> topics = {"solar power", "rail freight", "coral reefs",
@@ -207,11 +206,7 @@ int main(int argc, char** argv) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // -- check what the summary claims ------------------------------------------------
-  int failed = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-    failed += !ok;
-  };
+  examples::checklist check;
   for (auto& e : errors)
     std::fprintf(stderr, "multi_agent_host: %s\n", e.c_str());
   check(errors.empty(),
@@ -279,8 +274,5 @@ int main(int argc, char** argv) {
         "app:turns = " + std::to_string(sessions * rounds) + " (atomic modify, no lost update)");
   if (auto c = eng.close(); !c)
     check(false, "close: " + to_string(c.err()));
-  std::printf("multi_agent_host: app %s, store %s%s: %s\n", app.c_str(),
-              memory ? "in memory" : store.dir().c_str(), store.temporary() ? " (removed)" : "",
-              failed ? "FAILED" : "all checks passed");
-  return failed ? 1 : 0;
+  return examples::report("multi_agent_host", app, store, check.failed);
 }

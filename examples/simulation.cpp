@@ -31,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -316,7 +315,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   engine& eng = **opened;
-  const std::string app = "market-" + std::to_string(std::random_device{}() % 1000000);
+  const std::string app = examples::fresh_app_name("market");
   // The market's session seeds the app: state; each user's first trader seeds its wallet.
   session_ref market_ref{app, "market", "exchange"};
   json world = {
@@ -368,11 +367,7 @@ int main(int argc, char** argv) {
   }
 
   // -- the invariants ----------------------------------------------------------------
-  int failed = 0;
-  auto check = [&](bool ok, const std::string& what) {
-    std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-    failed += !ok;
-  };
+  examples::checklist check;
   out.failures.insert(out.failures.end(), out.board_failures.begin(), out.board_failures.end());
   for (auto& f : out.failures)
     std::fprintf(stderr, "simulation: %s\n", f.c_str());
@@ -463,8 +458,5 @@ int main(int argc, char** argv) {
           + " app: changes, in commit order, each once");
   if (auto c = eng.close(); !c)
     check(false, "close: " + to_string(c.err()));
-  std::printf("simulation: app %s, store %s%s: %s\n", app.c_str(),
-              memory ? "in memory" : store.dir().c_str(), store.temporary() ? " (removed)" : "",
-              failed ? "FAILED" : "all checks passed");
-  return failed ? 1 : 0;
+  return examples::report("simulation", app, store, check.failed);
 }

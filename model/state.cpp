@@ -89,6 +89,25 @@ const json* member(const json& o, const std::string& key) {
   return it == o.end() ? nullptr : &*it;
 }
 
+// The keys of `st` that start with `prefix`, without it, in st.keys() order.
+std::vector<std::string> keys_under(const state& st, std::string_view prefix) {
+  std::vector<std::string> out;
+  for (auto& k : st.keys())
+    if (starts_with(k, prefix))
+      out.push_back(k.substr(prefix.size()));
+  return out;
+}
+
+// The members of st.all() whose keys start with `prefix`, without it.
+json all_under(const state& st, std::string_view prefix) {
+  json out = json::object();
+  json merged = st.all();
+  for (auto it = merged.begin(); it != merged.end(); ++it)
+    if (starts_with(it.key(), prefix))
+      out[it.key().substr(prefix.size())] = it.value();
+  return out;
+}
+
 error internal_error(std::string_view what, const json::exception& e) {
   return error{errc::internal, std::string(what) + ": " + e.what()};
 }
@@ -346,20 +365,11 @@ result<void> scoped_state::remove(std::string_view name) {
 }
 
 std::vector<std::string> scoped_state::keys() const {
-  std::vector<std::string> out;
-  for (auto& k : st_->keys())
-    if (starts_with(k, prefix_))
-      out.push_back(k.substr(prefix_.size()));
-  return out;
+  return keys_under(*st_, prefix_);
 }
 
 json scoped_state::all() const {
-  json out = json::object();
-  json merged = st_->all();
-  for (auto it = merged.begin(); it != merged.end(); ++it)
-    if (starts_with(it.key(), prefix_))
-      out[it.key().substr(prefix_.size())] = it.value();
-  return out;
+  return all_under(*st_, prefix_);
 }
 
 // -- derived_view ---------------------------------------------------------------------
@@ -377,20 +387,11 @@ json derived_view::get(std::string_view name, json fallback) const {
 }
 
 std::vector<std::string> derived_view::keys() const {
-  std::vector<std::string> out;
-  for (auto& k : st_->keys())
-    if (starts_with(k, derived_prefix))
-      out.push_back(k.substr(derived_prefix.size()));
-  return out;
+  return keys_under(*st_, derived_prefix);
 }
 
 json derived_view::all() const {
-  json out = json::object();
-  json merged = st_->all();
-  for (auto it = merged.begin(); it != merged.end(); ++it)
-    if (starts_with(it.key(), derived_prefix))
-      out[it.key().substr(derived_prefix.size())] = it.value();
-  return out;
+  return all_under(*st_, derived_prefix);
 }
 
 // -- free functions -------------------------------------------------------------------

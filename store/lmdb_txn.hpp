@@ -256,8 +256,7 @@ public:
     // A fault inside the commit leaves the transaction ours (still on the
     // stack, aborted with the rest); any return of LMDB's has freed it.
     MDB_txn* child = stack_.back();
-    int rc = guarding(
-      [&] { return guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(child); }); });
+    int rc = guarded_commit(child);
     stack_.pop_back();
     check_write("mdb_txn_commit(nested)", rc, h_.dir);
   }
@@ -267,8 +266,7 @@ public:
   }
   void commit() override {
     MDB_txn* txn = stack_.front();
-    int rc = guarding(
-      [&] { return guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(txn); }); });
+    int rc = guarded_commit(txn);
     stack_.clear();
     check_write("mdb_txn_commit", rc, h_.dir);
   }
@@ -286,6 +284,11 @@ private:
       stack_.clear();
       throw;
     }
+  }
+  // mdb_txn_commit(t) under guarding(); LMDB's return code.
+  int guarded_commit(MDB_txn* t) {
+    return guarding(
+      [&] { return guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(t); }); });
   }
   std::vector<MDB_txn*> stack_;
   std::uint64_t id_ = 0;

@@ -135,6 +135,10 @@ CLI::Option* repeatable(CLI::Option* o) {
   return o->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+CLI::Option* add_store_dir(command_line& cl, std::string& dir) {
+  return cl.app.add_option("DIR", dir, "the store directory")->required();
+}
+
 int usage_error(const std::string& command, const std::string& problem) {
   const std::string who = command.empty() ? "agentstate" : "agentstate " + command;
   std::fprintf(stderr, "%s: %s; run '%s --help' for usage\n", who.c_str(),

@@ -41,6 +41,10 @@ struct command_line {
 /// value, every value kept in order (e.g. serve's --listen).
 CLI::Option* repeatable(CLI::Option* o);
 
+/// Declares the positional DIR, required, "the store directory": the store
+/// that inspect, verify, backup, dump, export, import and prune work on.
+CLI::Option* add_store_dir(command_line& cl, std::string& dir);
+
 /// Prints the one line of bad usage for `command` ("" for the tool itself)
 /// on stderr; returns 2.
 int usage_error(const std::string& command, const std::string& problem);

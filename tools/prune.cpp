@@ -197,7 +197,7 @@ runner define_prune(command_line& cl) {
     "--dry-run counts the sessions it would delete and deletes nothing. Progress goes to\n"
     "stderr when it is a terminal.";
   cl.footer = "Exit 0 done, 1 the store cannot be opened or a delete failed, 2 usage.";
-  cl.app.add_option("DIR", a->dir, "the store directory")->required();
+  add_store_dir(cl, a->dir);
   cl.app.add_option("--older-than", a->older_than, "delete sessions not updated for this long")
     ->required();
   cl.app.add_option("--app", a->app, "only this app's sessions");

@@ -55,7 +55,7 @@ int run_inspect(const store_and_json& p);
 int run_verify(const store_and_json& p);
 
 void declare_store_and_json(command_line& cl, store_and_json& o) {
-  cl.app.add_option("DIR", o.dir, "the store directory")->required();
+  add_store_dir(cl, o.dir);
   cl.app.add_flag("--json", o.json, "print one JSON object");
 }
 
@@ -265,7 +265,7 @@ runner define_backup(command_line& cl) {
                    "as data.mdb into an empty directory to open it. Progress on stderr when it\n"
                    "is a terminal.";
   cl.footer = "Exit 0, 1 (failed), 2 (usage).";
-  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  add_store_dir(cl, o->dir);
   cl.app.add_option("DEST", o->dest, "the directory to create, or - for standard output")
     ->required();
   cl.app.add_flag("--compact", o->compact, "leave out free pages");
@@ -384,7 +384,7 @@ runner define_dump(command_line& cl) {
                    "damaged row is left out and reported on stderr (data_corrupt), the others\n"
                    "printed; the exit is then 1.";
   cl.footer = "Exit 0, 1, 2 (usage).";
-  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  add_store_dir(cl, o->dir);
   auto* app = cl.app.add_option("--app", o->app, "only this app")->type_name("A");
   auto* user =
     cl.app.add_option("--user", o->user, "only this user of the app (needs --app)")->type_name("U");
@@ -409,7 +409,7 @@ runner define_export(command_line& cl) {
                    "row is left out and reported on stderr (data_corrupt), the others written;\n"
                    "the exit is then 1. Progress on stderr when it is a terminal.";
   cl.footer = std::string(adk::export_help);
-  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  add_store_dir(cl, o->dir);
   auto* to = cl.app
                .add_option("--to-adk-sqlite", o->adk.file,
                            "write a new SQLite file in ADK's session schema instead")
@@ -503,7 +503,7 @@ runner define_import(command_line& cl) {
                    "no engine may have it open. Progress on stderr when it is a terminal.\n"
                    "Exit 0, 1 (failed: the message names the line), 2 (usage).";
   cl.footer = std::string(adk::import_help);
-  cl.app.add_option("DIR", o->dir, "the store directory")->required();
+  add_store_dir(cl, o->dir);
   cl.app.add_flag("--json", o->json,
                   "print one JSON object: imported_records, store (the\n"
                   "--from-adk-sqlite summary is always JSON)");

@@ -92,4 +92,9 @@ void put_latency(ojson& out, const char* prefix, samples& s) {
   out[std::string(prefix) + "p99_us"] = round_to(s.p99(), 1);
 }
 
+void put_headline_latency(ojson& out, const char* of, samples& s) {
+  out["latency_of"] = of;
+  put_latency(out, "", s);
+}
+
 } // namespace agentstate::tools::bench

@@ -78,4 +78,8 @@ auto timed_call(samples& s, F&& call) {
 /// rounded to 0.1 µs.
 void put_latency(ojson& out, const char* prefix, samples& s);
 
+/// Sets `latency_of` of `out` to `of`, then the line's headline `p50_us` and
+/// `p99_us` to those of `s` (put_latency with no prefix).
+void put_headline_latency(ojson& out, const char* of, samples& s);
+
 } // namespace agentstate::tools::bench

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -21,6 +22,19 @@ const char* mode_name(durability d) {
 std::size_t scaled(const config& cfg, double base, std::size_t min) {
   auto n = static_cast<std::size_t>(std::llround(base * cfg.scale));
   return std::max(n, min);
+}
+
+ojson pick_stats(const ojson& all, std::initializer_list<const char*> keys) {
+  ojson out;
+  for (const char* k : keys) {
+    if (std::string_view(k) == "mean_batch") {
+      auto commits = all.value("commits", 0.0);
+      out[k] = commits > 0 ? round_to(all.value("batched_writes", 0.0) / commits, 2) : 0.0;
+    } else {
+      out[k] = all.value(k, std::uint64_t{0});
+    }
+  }
+  return out;
 }
 
 void error_log::add(const error& e) {
@@ -122,19 +136,10 @@ void run_ctx::snapshot_engine() {
   s["workers_poll"] = o.scheduler == scheduler_policy::sharing && o.spin_wait.count() > 0;
   s["write_map"] = o.write_map;
   settings = s;
-  auto st = eng->stats();
-  ojson x;
-  x["commits"] = st.commits;
-  x["batched_writes"] = st.batched_writes;
-  x["max_batch"] = st.max_batch;
-  x["mean_batch"] = st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
-  x["appends"] = st.appends;
-  x["activations"] = st.activations;
-  x["passivations"] = st.passivations;
-  x["sessions_live"] = st.sessions_live;
-  x["failed_writes"] = st.failed_writes;
-  x["resident_trims"] = st.resident_trims;
-  stats = x;
+  stats =
+    pick_stats(to_json(eng->stats()),
+               {"commits", "batched_writes", "max_batch", "mean_batch", "appends", "activations",
+                "passivations", "sessions_live", "failed_writes", "resident_trims"});
   auto m = read_mem();
   rss_growth_mb = m.rss_mb - base_.rss_mb;
   anon_growth_mb = m.anon_mb - base_.anon_mb;

@@ -47,6 +47,12 @@ const char* mode_name(durability d);
 /// `base` times --scale, rounded, and at least `min`.
 std::size_t scaled(const config& cfg, double base, std::size_t min);
 
+/// The engine counters `keys` of `all` (to_json(engine_stats), or serve's
+/// "stats" result), in that order; a counter `all` lacks is 0. The key
+/// "mean_batch" is batched_writes per commit, rounded to 0.01 (0 before the
+/// first commit).
+ojson pick_stats(const ojson& all, std::initializer_list<const char*> keys);
+
 /// Counts the errors of one workload and keeps the first message. add() may
 /// be called from any thread.
 struct error_log {

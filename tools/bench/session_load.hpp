@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/bench/session_load.hpp: the sessions and appends the workloads make:
-// names, deltas, requests, and the closed loops that issue them through the
-// engine's async API. The loops run on the calling thread and block until
-// done; their callbacks run on the engine's threads and log failures to
-// x.errors.
+// names, deltas, requests, the closed loops that issue them through the
+// engine's async API, and timed reads of one session. The loops run on the
+// calling thread and block until done; their callbacks run on the engine's
+// threads and log failures to x.errors.
 #pragma once
 
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "agentstate/engine.hpp"
 #include "tools/bench/closed_loop.hpp"
@@ -45,5 +46,22 @@ double append_loop(run_ctx& x, std::size_t jobs, std::size_t steps, std::size_t 
                    const std::function<session_ref(std::size_t)>& ref_of,
                    const std::function<json(std::size_t, std::size_t)>& delta_of, samples& lat,
                    const char* label);
+
+/// `times` reads of one session, one after another, until an error is logged
+/// on `x`: each takes a copy of `req` and times `read(copy)` alone into `s`
+/// (read: a blocking get_session or get_session_json). A failed result is
+/// logged; a value goes to `check(i, value)` for read i.
+template <class Read, class Check>
+void timed_reads(run_ctx& x, const get_request& req, std::size_t times, samples& s, Read&& read,
+                 Check&& check) {
+  for (std::size_t i = 0; i < times && x.errors.count == 0; ++i) {
+    get_request g = req;
+    auto r = timed_call(s, [&] { return read(std::move(g)); });
+    if (!r)
+      x.errors.add(r.err());
+    else
+      check(i, *r);
+  }
+}
 
 } // namespace agentstate::tools::bench

@@ -295,12 +295,9 @@ ojson serve_stats(served& s, error_log& errors) {
     errors.add("stats: " + excerpt(line));
     return out;
   }
-  auto& r = parsed["result"];
-  for (const char* k : {"appends", "commits", "batched_writes", "max_batch", "sessions_live"})
-    out[k] = r.value(k, 0);
-  auto commits = r.value("commits", 0.0);
-  out["mean_batch"] = commits > 0 ? round_to(r.value("batched_writes", 0.0) / commits, 2) : 0.0;
-  return out;
+  return pick_stats(
+    parsed["result"],
+    {"appends", "commits", "batched_writes", "max_batch", "sessions_live", "mean_batch"});
 }
 
 /// Closes the client's side and stops serve; its exit status must be 0.
@@ -359,27 +356,37 @@ double windowed_appends(run_ctx& x, const session_ref& ref, std::size_t n, std::
   return since(t0);
 }
 
-double mean_batch_now(run_ctx& x) {
-  auto st = x.eng->stats();
-  return st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
-}
-
 /// The in-process figure a via workload compares serve with: `events`
-/// appended in `secs` (timed between x.cpu_start and x.cpu_stop), described
-/// by `of`. Moves the CPU figures out of x.out (they describe the serve
-/// phase there) and snapshots the engine's stats.
-ojson in_process_figure(run_ctx& x, const char* of, double events, double secs, samples& lat) {
+/// appended by `appends(lat)` (returns its wall-clock seconds; timed between
+/// x.cpu_start and x.cpu_stop), described by `of`. Moves the CPU figures out
+/// of x.out (they describe the serve phase there) and snapshots the engine's
+/// stats.
+ojson in_process_figure(run_ctx& x, const char* of, double events,
+                        const std::function<double(samples& lat)>& appends) {
+  samples lat;
+  x.cpu_start();
+  double secs = appends(lat);
+  x.cpu_stop(events);
   ojson in;
   in["of"] = of;
   in["events_per_s"] = round_to(events / secs, 0);
   put_latency(in, "", lat);
   in["cpu_us_per_event"] = x.out["cpu_us_per_event"];
-  in["mean_batch"] = mean_batch_now(x);
+  in.update(pick_stats(to_json(x.eng->stats()), {"mean_batch"}));
   x.out.erase("cpu_s");
   x.out.erase("cpu_us_per_event");
   x.out.erase("written_kb_per_event");
   x.snapshot_engine();
   return in;
+}
+
+/// A check_fn for appends whose job is one session: its append `step` must
+/// answer version step+1.
+std::string check_append_version(std::size_t, std::size_t step, std::string_view line) {
+  auto v = last_version(line);
+  if (v != std::int64_t(step) + 1)
+    return "version " + std::to_string(v) + ", expected " + std::to_string(step + 1);
+  return "";
 }
 
 /// One session's n pipelined appends through serve (the a shape).
@@ -391,13 +398,7 @@ loop_result pipelined_appends(served& s, const session_ref& ref, std::size_t n, 
     [&](std::string& out, std::uint64_t id, std::size_t, std::size_t k) {
       put_append(out, id, ref, k);
     },
-    [](std::size_t, std::size_t k, std::string_view line) -> std::string {
-      auto v = last_version(line);
-      if (v != std::int64_t(k) + 1)
-        return "version " + std::to_string(v) + ", expected " + std::to_string(k + 1);
-      return "";
-    },
-    lat, errors);
+    check_append_version, lat, errors);
 }
 
 bool create_one(served& s, const session_ref& ref, error_log& errors) {
@@ -427,8 +428,7 @@ double report_appends(run_ctx& x, served& s, const loop_result& r, const char* l
                       samples& lat, const ojson& in) {
   double eps = double(r.answered) / r.seconds;
   x.out["events_per_s"] = round_to(eps, 0);
-  x.out["latency_of"] = latency_of;
-  put_latency(x.out, "", lat);
+  put_headline_latency(x.out, latency_of, lat);
   s.cpu_stop(x.out, double(r.answered), "event");
   x.out["in_process"] = in;
   if (in.contains("events_per_s"))
@@ -451,14 +451,10 @@ ojson via_a(const config& cfg) {
   ojson in;
   if (x.open()
       && create_sessions(
-        x, 1, 1, [&](std::size_t) { return ref; }, "a")) {
-    samples lat;
-    x.cpu_start();
-    double secs = windowed_appends(x, ref, n, window, lat);
-    x.cpu_stop(double(n));
+        x, 1, 1, [&](std::size_t) { return ref; }, "a"))
     in = in_process_figure(x, "the same appends on the async API, 256 in flight from one thread",
-                           double(n), secs, lat);
-  }
+                           double(n),
+                           [&](samples& lat) { return windowed_appends(x, ref, n, window, lat); });
   x.close();
   x.dir.reset();
   bool ok = false;
@@ -492,16 +488,13 @@ ojson via_b(const config& cfg) {
     return session_ref{"bench-b", sid("u", j % users), sid("s", j)};
   };
   ojson in;
-  if (x.open() && create_sessions(x, sessions, width, ref_of, "b")) {
-    samples lat;
-    x.cpu_start();
-    double secs = append_loop(
-      x, sessions, per, width, ref_of, [](std::size_t, std::size_t k) { return step_delta(k); },
-      lat, "b async");
-    x.cpu_stop(double(sessions * per));
-    in = in_process_figure(x, "workload b's async phase: 64 callback chains",
-                           double(sessions * per), secs, lat);
-  }
+  if (x.open() && create_sessions(x, sessions, width, ref_of, "b"))
+    in = in_process_figure(
+      x, "workload b's async phase: 64 callback chains", double(sessions * per), [&](samples& lat) {
+        return append_loop(
+          x, sessions, per, width, ref_of, [](std::size_t, std::size_t k) { return step_delta(k); },
+          lat, "b async");
+      });
   x.close();
   x.dir.reset();
   bool ok = false;
@@ -523,13 +516,7 @@ ojson via_b(const config& cfg) {
         [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t k) {
           put_append(out, id, ref_of(j), k);
         },
-        [](std::size_t, std::size_t k, std::string_view line) -> std::string {
-          auto v = last_version(line);
-          if (v != std::int64_t(k) + 1)
-            return "version " + std::to_string(v) + ", expected " + std::to_string(k + 1);
-          return "";
-        },
-        lat, x.errors);
+        check_append_version, lat, x.errors);
       double eps = report_appends(
         x, s, r, "append ack through serve (written to answered), 64 chains", lat, in);
       ok = in.contains("events_per_s") && eps / in["events_per_s"].get<double>() >= 0.7;
@@ -558,14 +545,12 @@ ojson via_c(const config& cfg) {
     windowed_appends(x, ref, n, std::min(pipeline_window, n), load);
     samples rec, full;
     auto read = [&](std::optional<std::int64_t> num, samples& s, std::size_t times) {
-      for (std::size_t i = 0; i < times && x.errors.count == 0; ++i) {
-        get_request g;
-        g.ref = ref;
-        g.num_recent_events = num;
-        auto r = timed_call(s, [&] { return x.eng->get_session_json(std::move(g)); });
-        if (!r)
-          x.errors.add(r.err());
-      }
+      get_request g;
+      g.ref = ref;
+      g.num_recent_events = num;
+      timed_reads(
+        x, g, times, s, [&](get_request r) { return x.eng->get_session_json(std::move(r)); },
+        [](std::size_t, const std::string&) {});
     };
     read(std::int64_t(recent), rec, recent_reads);
     read(std::nullopt, full, full_reads);
@@ -613,8 +598,7 @@ ojson via_c(const config& cfg) {
     samples rec, full;
     reads(recent, recent, recent_reads, rec);
     reads(std::nullopt, n, full_reads, full);
-    x.out["latency_of"] = "get_session num_recent_events=10 through serve (round trip)";
-    put_latency(x.out, "", rec);
+    put_headline_latency(x.out, "get_session num_recent_events=10 through serve (round trip)", rec);
     put_latency(x.out, "recent10_", rec);
     put_latency(x.out, "full_", full);
     x.out["in_process"] = in;
@@ -696,9 +680,10 @@ ojson via_h(const config& cfg) {
     if (!why.empty())
       x.errors.add("client: " + why);
     x.out["events_per_s"] = round_to(double(ack.us.size()) / secs, 0);
-    x.out["latency_of"] = "delivery: an append's request written to its change's notification "
-                          "read (ack_: to its answer read; one append at a time)";
-    put_latency(x.out, "", deliver);
+    put_headline_latency(x.out,
+                         "delivery: an append's request written to its change's notification read "
+                         "(ack_: to its answer read; one append at a time)",
+                         deliver);
     put_latency(x.out, "ack_", ack);
     s.cpu_stop(x.out, double(ack.us.size()), "event");
     x.out["serve_stats"] = serve_stats(s, x.errors);

@@ -75,8 +75,7 @@ ojson workload_a(const config& cfg) {
     x.cpu_stop(double(n));
     double eps = n / secs;
     x.out["events_per_s"] = round_to(eps, 0);
-    x.out["latency_of"] = "append ack (blocking call)";
-    put_latency(x.out, "", lat);
+    put_headline_latency(x.out, "append ack (blocking call)", lat);
     x.out["write_seconds"] = round_to(secs, 3);
     if (cfg.mode == durability::sync && x.commit_limit_ > 0) {
       // The target's own ratio: the ceiling probe put this pattern at 6.9k commits/s

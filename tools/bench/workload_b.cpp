@@ -42,8 +42,7 @@ ojson workload_b(const config& cfg) {
     x.cpu_stop(double(sessions * per));
     double eps = double(sessions * per) / secs;
     x.out["events_per_s"] = round_to(eps, 0);
-    x.out["latency_of"] = "append ack (async API, 64 callback chains)";
-    put_latency(x.out, "", lat);
+    put_headline_latency(x.out, "append ack (async API, 64 callback chains)", lat);
     x.out["api"] = "async";
     x.out["write_seconds"] = round_to(secs, 3);
     ok = eps >= target;
@@ -89,11 +88,7 @@ ojson workload_b(const config& cfg) {
     put_latency(b, "", lat);
     b["threads"] = width;
     b["cpu_us_per_event"] = round_to(cpu * 1e6 / double(sessions * per), 1);
-    auto st = x.eng->stats();
-    b["commits"] = st.commits;
-    b["mean_batch"] =
-      st.commits ? round_to(double(st.batched_writes) / double(st.commits), 2) : 0.0;
-    b["max_batch"] = st.max_batch;
+    b.update(pick_stats(to_json(x.eng->stats()), {"commits", "mean_batch", "max_batch"}));
     x.out["blocking"] = b;
   }
   return x.finish(tdesc, ok && x.errors.count == 0);

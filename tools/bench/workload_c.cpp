@@ -30,40 +30,38 @@ ojson workload_c(const config& cfg) {
     x.out["events_per_s"] = round_to(double(n) / secs, 0);
     x.out["events_per_s_of"] = "loading the session (sequential async appends)";
     samples full, recent;
+    auto request = [&](std::optional<std::int64_t> num) {
+      get_request g;
+      g.ref = ref;
+      g.num_recent_events = num;
+      return g;
+    };
     auto read = [&](std::optional<std::int64_t> num, samples& s, std::size_t times,
                     std::size_t want) {
-      for (std::size_t i = 0; i < times && x.errors.count == 0; ++i) {
-        get_request g;
-        g.ref = ref;
-        g.num_recent_events = num;
-        auto r = timed_call(s, [&] { return x.eng->get_session(std::move(g)); });
-        if (!r)
-          x.errors.add(r.err());
-        else if (!*r || (*r)->events.size() != want)
-          x.errors.add("get_session returned " + std::to_string(*r ? (*r)->events.size() : 0)
-                       + " events, expected " + std::to_string(want));
-      }
+      timed_reads(
+        x, request(num), times, s, [&](get_request g) { return x.eng->get_session(std::move(g)); },
+        [&](std::size_t, const std::optional<session>& got) {
+          if (!got || got->events.size() != want)
+            x.errors.add("get_session returned " + std::to_string(got ? got->events.size() : 0)
+                         + " events, expected " + std::to_string(want));
+        });
     };
     // The same reads as JSON text (get_session_json: stored events copied,
     // not parsed), what a server sends; the first read of each kind is
     // checked against the typed session.
     samples text_full, text_recent;
     auto read_text = [&](std::optional<std::int64_t> num, samples& s, std::size_t times) {
-      for (std::size_t i = 0; i < times && x.errors.count == 0; ++i) {
-        get_request g;
-        g.ref = ref;
-        g.num_recent_events = num;
-        auto check = g;
-        auto r = timed_call(s, [&] { return x.eng->get_session_json(std::move(g)); });
-        if (!r) {
-          x.errors.add(r.err());
-        } else if (i == 0) {
-          auto typed = x.eng->get_session(std::move(check));
+      timed_reads(
+        x, request(num), times, s,
+        [&](get_request g) { return x.eng->get_session_json(std::move(g)); },
+        [&](std::size_t i, const std::string& text) {
+          if (i > 0)
+            return;
+          auto typed = x.eng->get_session(request(num));
           auto want = typed && *typed ? dump_json(to_json(**typed)) : result<std::string>{""};
-          if (!want || *want != *r)
+          if (!want || *want != text)
             x.errors.add("get_session_json differs from the typed session");
-        }
-      }
+        });
     };
     samples warm;
     read(std::nullopt, warm, 3, n);
@@ -71,8 +69,7 @@ ojson workload_c(const config& cfg) {
     read(std::nullopt, full, full_reads, n);
     read_text(std::int64_t{10}, text_recent, recent_reads);
     read_text(std::nullopt, text_full, full_reads);
-    x.out["latency_of"] = "get_session num_recent_events=10";
-    put_latency(x.out, "", recent);
+    put_headline_latency(x.out, "get_session num_recent_events=10", recent);
     put_latency(x.out, "recent10_", recent);
     put_latency(x.out, "full_", full);
     put_latency(x.out, "text_recent10_", text_recent);

@@ -34,8 +34,7 @@ ojson workload_d(const config& cfg) {
       lat, "d");
     x.cpu_stop(events);
     x.out["events_per_s"] = round_to(events / secs, 0);
-    x.out["latency_of"] = "append ack (async API, 64 callback chains)";
-    put_latency(x.out, "", lat);
+    put_headline_latency(x.out, "append ack (async API, 64 callback chains)", lat);
     x.snapshot_engine();
     double per100k = x.rss_growth_mb * 100000.0 / events;
     x.out["rss_growth_mb_per_100k_events"] = round_to(per100k, 1);

@@ -75,8 +75,7 @@ ojson workload_e(const config& cfg) {
       else if (!*r || (*r)->events.size() != 1)
         x.errors.add("get_session of " + id + " did not return its one event");
     }
-    x.out["latency_of"] = "get_session (full) of a random session";
-    put_latency(x.out, "", rd);
+    put_headline_latency(x.out, "get_session (full) of a random session", rd);
     x.snapshot_engine();
     double peak = read_mem().hwm_mb;
     x.out["peak_rss_anon_mb"] = round_to(std::max(max_anon, read_mem().anon_mb), 1);

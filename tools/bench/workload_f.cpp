@@ -70,8 +70,7 @@ ojson workload_f(const config& cfg) {
     samples first, deepp;
     timed("", first);
     timed(deep, deepp);
-    x.out["latency_of"] = "list_sessions deep page (by token)";
-    put_latency(x.out, "", deepp);
+    put_headline_latency(x.out, "list_sessions deep page (by token)", deepp);
     put_latency(x.out, "first_", first);
     put_latency(x.out, "deep_", deepp);
     ok = first.p50() <= 5000 && deepp.p50() <= 5000;

@@ -80,8 +80,7 @@ ojson workload_g(const config& cfg) {
       lat, "g");
     x.cpu_stop(double(sessions * per));
     x.out["events_per_s"] = round_to(double(sessions * per) / secs, 0);
-    x.out["latency_of"] = "append ack (async API, one chain per session)";
-    put_latency(x.out, "", lat);
+    put_headline_latency(x.out, "append ack (async API, one chain per session)", lat);
     // 1. After the concurrent phase: a session's writes commit in its order, so
     // each final value must be the last write of one of the writing sessions.
     auto a = scope_value(std::nullopt);

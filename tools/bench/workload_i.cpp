@@ -71,17 +71,16 @@ ojson workload_i(const config& cfg) {
     };
     auto as_of = [&](const session_ref& ref, std::size_t n, std::optional<std::int64_t> num,
                      samples& s) {
-      for (std::size_t i = 0; i < reps && x.errors.count == 0; ++i) {
-        get_request g;
-        g.ref = ref;
-        g.as_of_version = n / 2;
-        g.num_recent_events = num;
-        auto r = timed_call(s, [&] { return x.eng->get_session(std::move(g)); });
-        if (!r)
-          x.errors.add(r.err());
-        else if (!*r || (**r).version != n / 2)
-          x.errors.add("get_session as_of_version returned another version");
-      }
+      get_request g;
+      g.ref = ref;
+      g.as_of_version = n / 2;
+      g.num_recent_events = num;
+      timed_reads(
+        x, g, reps, s, [&](get_request r) { return x.eng->get_session(std::move(r)); },
+        [&](std::size_t, const std::optional<session>& got) {
+          if (!got || got->version != n / 2)
+            x.errors.add("get_session as_of_version returned another version");
+        });
     };
     samples rw_small, plan_small, rw_large, plan_large, asof_small, asof_large, asof_large10;
     as_of(small_ref, small, std::nullopt, asof_small);
@@ -89,8 +88,7 @@ ojson workload_i(const config& cfg) {
     as_of(large_ref, large, std::int64_t{10}, asof_large10);
     rewinds(small_ref, small, rw_small, plan_small);
     rewinds(large_ref, large, rw_large, plan_large);
-    x.out["latency_of"] = "rewind_session of the session of N events";
-    put_latency(x.out, "", rw_small);
+    put_headline_latency(x.out, "rewind_session of the session of N events", rw_small);
     put_latency(x.out, "rewind_small_", rw_small);
     put_latency(x.out, "rewind_large_", rw_large);
     put_latency(x.out, "rewind_plan_small_", plan_small);

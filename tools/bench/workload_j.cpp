@@ -55,8 +55,8 @@ ojson workload_j(const config& cfg) {
     while (!deleted.load() && since(t0) < 60)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     x.out["events_per_s"] = round_to(double(sessions * per) / secs, 0);
-    x.out["latency_of"] = "append ack of the other sessions while the big session is purged";
-    put_latency(x.out, "", during);
+    put_headline_latency(x.out, "append ack of the other sessions while the big session is purged",
+                         during);
     put_latency(x.out, "without_", without);
     x.out["delete_ack_us"] = round_to(delete_us.load(), 1);
     x.out["big_session_events_loaded"] = (big / width) * width;

@@ -2,26 +2,16 @@
 // The event mapping, through a real `agentstate serve` (the walk over every member of
 // ADK-JS's Event type is in types.test.mjs).
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { createEvent } from '@google/adk';
-import { AgentStateError, AgentStateSessionService } from '../src/index.js';
-import { Connection } from '../src/connection.js';
+import { AgentStateError } from '../src/index.js';
 import { eventFromWire, eventToWire, msToSeconds, secondsToMs } from '../src/mapping.js';
 import { camelToSnake, FROM_WIRE, KNOWN, TO_WIRE } from '../src/names.js';
-import { agentstateBin, asJson } from './support/env.mjs';
+import { asJson } from './support/env.mjs';
+import { memoryServiceForFile, rawServer } from './support/memory_service.mjs';
 
 const APP = 'mapping';
-let service;
-before(() => {
-  service = new AgentStateSessionService({ memory: true, binary: agentstateBin() });
-});
-after(async () => {
-  await service.close();
-});
-
-function rawServer() {
-  return new Connection({ bin: agentstateBin(), args: ['serve', '--memory'] });
-}
+const shared = memoryServiceForFile();
 
 describe('the name table', () => {
   test('maps names one to one and back', () => {
@@ -40,34 +30,34 @@ describe('the name table', () => {
 
 describe('events through the server', () => {
   test('an event made by createEvent comes back as created', async () => {
-    const session = await service.createSession({ appName: APP, userId: 'u' });
+    const session = await shared.service.createSession({ appName: APP, userId: 'u' });
     const event = createEvent({ author: 'agent', invocationId: 'inv-1', content: { role: 'model', parts: [{ text: 'hi' }] } });
     const expected = asJson(event);
-    await service.appendEvent({ session, event });
-    const got = await service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
+    await shared.service.appendEvent({ session, event });
+    const got = await shared.service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
     assert.deepEqual(asJson(got.events), [expected]);
   });
 
   test('an event without author, id or timestamp gets the server\'s id and time; author stays absent', async () => {
-    const session = await service.createSession({ appName: APP, userId: 'u' });
+    const session = await shared.service.createSession({ appName: APP, userId: 'u' });
     const before = Date.now();
     const event = { invocationId: 'inv', actions: { stateDelta: {}, artifactDelta: {} } };
-    await service.appendEvent({ session, event });
+    await shared.service.appendEvent({ session, event });
     assert.equal(typeof event.id, 'string');
     assert.ok(event.id.length > 0);
     assert.ok(event.timestamp >= before - 1000 && event.timestamp <= Date.now() + 1000);
-    const got = await service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
+    const got = await shared.service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
     assert.deepEqual(asJson(got.events), [asJson(event)]);
     assert.ok(!('author' in got.events[0]));
   });
 
   test('milliseconds come back exactly, fractions included', async () => {
-    const session = await service.createSession({ appName: APP, userId: 'u' });
+    const session = await shared.service.createSession({ appName: APP, userId: 'u' });
     const stamps = [Date.now(), 1_700_000_000_123.456, 0.001, 1, 2 ** 52 + 0.5, 1_795_443_518_795, 1e-300];
     for (const [i, ts] of stamps.entries()) {
-      await service.appendEvent({ session, event: { id: `t${i}`, invocationId: 'i', author: 'a', timestamp: ts } });
+      await shared.service.appendEvent({ session, event: { id: `t${i}`, invocationId: 'i', author: 'a', timestamp: ts } });
     }
-    const got = await service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
+    const got = await shared.service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
     assert.deepEqual(got.events.map((e) => e.timestamp), stamps);
     for (let i = 0; i < 20000; i++) {
       const whole = Math.floor(Math.random() * 4e12);
@@ -82,7 +72,7 @@ describe('events through the server', () => {
   });
 
   test('a member that could not be read back as given is refused and nothing is stored', async () => {
-    const session = await service.createSession({ appName: APP, userId: 'u' });
+    const session = await shared.service.createSession({ appName: APP, userId: 'u' });
     const bad = [
       { invocation_id: 'x' },
       { actions: { state_delta: { a: 1 } } },
@@ -91,17 +81,17 @@ describe('events through the server', () => {
     ];
     for (const extra of bad) {
       const event = { id: 'bad', author: 'a', invocationId: 'i', ...extra };
-      await assert.rejects(service.appendEvent({ session, event }), (err) => {
+      await assert.rejects(shared.service.appendEvent({ session, event }), (err) => {
         assert.ok(err instanceof AgentStateError);
         assert.equal(err.kind, 'invalid_argument');
         assert.match(err.message, /could not be read back/);
         return true;
       });
     }
-    await assert.rejects(service.appendEvent({ session, event: { author: 'a', content: { parts: [{ text: 'x' }, { function_call: {} }] } } }),
+    await assert.rejects(shared.service.appendEvent({ session, event: { author: 'a', content: { parts: [{ text: 'x' }, { function_call: {} }] } } }),
       { kind: 'invalid_argument', message: /event\.content\.parts\[1\]\.function_call .*'functionCall'/ });
-    await assert.rejects(service.appendEvent({ session, event: { timestamp: NaN } }), { kind: 'invalid_argument' });
-    const got = await service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
+    await assert.rejects(shared.service.appendEvent({ session, event: { timestamp: NaN } }), { kind: 'invalid_argument' });
+    const got = await shared.service.getSession({ appName: APP, userId: 'u', sessionId: session.id });
     assert.deepEqual(got.events, []);
     assert.deepEqual(session.events, []);
   });

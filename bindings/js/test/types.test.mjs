@@ -5,26 +5,15 @@
 // src/index.d.ts compiles against @google/adk's types and rejects misuse.
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
-import { AgentStateSessionService } from '../src/index.js';
-import { Connection } from '../src/connection.js';
+import { describe, test } from 'node:test';
 import { eventToWire } from '../src/mapping.js';
 import { FROM_WIRE, KNOWN, MAP_OF_RECORDS, OPAQUE } from '../src/names.js';
 import { reachableEventMembers, sampleEvent, usageDiagnostics } from './support/adk_types.mjs';
-import { agentstateBin, asJson, PACKAGE_DIR } from './support/env.mjs';
+import { asJson, PACKAGE_DIR } from './support/env.mjs';
+import { memoryServiceForFile, rawServer } from './support/memory_service.mjs';
 
 const APP = 'types';
-let service;
-before(() => {
-  service = new AgentStateSessionService({ memory: true, binary: agentstateBin() });
-});
-after(async () => {
-  await service.close();
-});
-
-function rawServer() {
-  return new Connection({ bin: agentstateBin(), args: ['serve', '--memory'] });
-}
+const shared = memoryServiceForFile();
 
 // Every key of a stored (wire) event outside free-form values, with its path.
 function wireKeys(value, path = 'event', out = [], name = '') {
@@ -67,12 +56,12 @@ describe('ADK-JS\'s Event type', () => {
   });
 
   test('every field of ADK-JS\'s Event, and unknown ones, come back as given', async () => {
-    const session = await service.createSession({ appName: APP, userId: 'u', sessionId: 'full' });
+    const session = await shared.service.createSession({ appName: APP, userId: 'u', sessionId: 'full' });
     const event = fullEvent();
     const expected = asJson(event);
-    const returned = await service.appendEvent({ session, event });
+    const returned = await shared.service.appendEvent({ session, event });
     assert.equal(returned, event, 'appendEvent returns the caller\'s event');
-    const got = await service.getSession({ appName: APP, userId: 'u', sessionId: 'full' });
+    const got = await shared.service.getSession({ appName: APP, userId: 'u', sessionId: 'full' });
     assert.equal(got.events.length, 1);
     assert.deepEqual(asJson(got.events[0]), expected);
     assert.deepEqual(asJson(session.events[0]), expected);

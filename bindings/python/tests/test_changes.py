@@ -15,6 +15,7 @@ from agentstate_client import AsyncClient, Client
 from conftest import run
 
 APP = "feed"
+SESSION = {"app_name": APP, "user_id": "u", "session_id": "s"}  # the tests' one session
 
 
 def described(changes):
@@ -46,6 +47,23 @@ async def take(w, n):
     raise AssertionError(f"the watch ended ({w.reason}) after {len(got)} of {n} changes")
 
 
+def spawn_noting(store, binary, into):
+    """A client on a spawned ``serve`` on ``store`` whose notifications that no watch took
+    are appended to ``into`` as ``(method, params)``."""
+    return AsyncClient.spawn(store, binary=binary,
+                             on_notification=lambda method, params: into.append((method, params)))
+
+
+async def wait_for(condition):
+    """Bounded wait: polls ``condition()`` every 10 ms, at most 1000 times; returns its last
+    value (the caller asserts it)."""
+    for _ in range(1000):
+        if condition():
+            break
+        await asyncio.sleep(0.01)
+    return condition()
+
+
 def test_read_changes_pages_and_resumes_without_gap_or_duplicate(agentstate_bin, store):
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
@@ -55,10 +73,9 @@ def test_read_changes_pages_and_resumes_without_gap_or_duplicate(agentstate_bin,
                 r = await c.append_event(APP, "u", "s", {"id": f"e{i}", "author": "a",
                                                          "actions": {"state_delta": {"n": i}}})
                 cursors.append(r["cursor"])
-            names = {"app_name": APP, "user_id": "u", "session_id": "s"}
             pages, from_ = [], None
             while True:
-                page = await c.read_changes("session", from_=from_, limit=7, **names)
+                page = await c.read_changes("session", from_=from_, limit=7, **SESSION)
                 assert len(page["changes"]) <= 7
                 pages.append(page["changes"])
                 from_ = page["cursor"]
@@ -72,14 +89,14 @@ def test_read_changes_pages_and_resumes_without_gap_or_duplicate(agentstate_bin,
             assert [ch["state_delta"] for ch in changes[1:]] == [{"n": i} for i in range(25)]
             assert len({ch["cursor"] for ch in changes}) == 26
             # An append's cursor resumes right after it.
-            after_ten, _ = await read_all(c, "session", from_=cursors[9], **names)
+            after_ten, _ = await read_all(c, "session", from_=cursors[9], **SESSION)
             assert described(after_ten) == described(changes[11:])
             # At the head: nothing, then exactly what was appended since.
-            assert (await c.read_changes("session", from_=from_, **names))["changes"] == []
+            assert (await c.read_changes("session", from_=from_, **SESSION))["changes"] == []
             for i in range(25, 30):
                 await c.append_event(APP, "u", "s", {"author": "a",
                                                      "actions": {"state_delta": {"n": i}}})
-            more, _ = await read_all(c, "session", from_=from_, **names)
+            more, _ = await read_all(c, "session", from_=from_, **SESSION)
             assert [ch["version"] for ch in more] == list(range(26, 31))
             # The user scope keeps only user: keys unless sessions are included.
             user_only, _ = await read_all(c, "user", app_name=APP, user_id="u")
@@ -128,9 +145,8 @@ def test_unwatch_resume_from_continues_exactly(agentstate_bin, store):
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
             await c.create_session(APP, "u", "s")
-            names = {"app_name": APP, "user_id": "u", "session_id": "s"}
-            begin = (await c.read_changes("session", **names))["changes"][0]["cursor"]
-            w = await c.watch("session", **names)
+            begin = (await c.read_changes("session", **SESSION))["changes"][0]["cursor"]
+            w = await c.watch("session", **SESSION)
             for i in range(40):
                 await c.append_event(APP, "u", "s", {"author": "a",
                                                      "actions": {"state_delta": {"n": i}}})
@@ -143,10 +159,10 @@ def test_unwatch_resume_from_continues_exactly(agentstate_bin, store):
             for i in range(40, 45):
                 await c.append_event(APP, "u", "s", {"author": "a",
                                                      "actions": {"state_delta": {"n": i}}})
-            rest, _ = await read_all(c, "session", from_=resume, **names)
+            rest, _ = await read_all(c, "session", from_=resume, **SESSION)
             # What the watch yielded and what follows its resume_from: every append once.
             assert [ch["version"] for ch in seen + rest] == list(range(1, 46))
-            everything, _ = await read_all(c, "session", from_=begin, **names)
+            everything, _ = await read_all(c, "session", from_=begin, **SESSION)
             assert described(seen + rest) == described(everything)
             # The watch is gone on the server.
             with pytest.raises(ac.NotFoundError):
@@ -173,9 +189,7 @@ def test_watch_from_an_old_cursor_loses_nothing_sent_right_after_its_answer(agen
 def test_a_watch_whose_caller_was_cancelled_is_unwatched(agentstate_bin, store):
     async def body():
         stray = []
-        async with await AsyncClient.spawn(
-                store, binary=agentstate_bin,
-                on_notification=lambda method, params: stray.append((method, params))) as c:
+        async with await spawn_noting(store, agentstate_bin, stray) as c:
             await c.create_session(APP, "u", "s")
             # Cancelled before the answer, and (by the later rounds' timing) after it was
             # read but before the caller took it: either way nobody holds the watch.
@@ -194,11 +208,7 @@ def test_a_watch_whose_caller_was_cancelled_is_unwatched(agentstate_bin, store):
                 else:
                     await w.aclose()  # the caller got it in time: its own to end
             await c.ping()  # every watch answer has been read
-            for _ in range(1000):  # bounded wait: their unwatch round trips
-                if not c._watches:
-                    break
-                await asyncio.sleep(0.01)
-            assert not c._watches
+            assert await wait_for(lambda: not c._watches)  # their unwatch round trips
             await c.append_event(APP, "u", "s", {"author": "a"})
             await c.flush()
             assert stray == []
@@ -235,19 +245,14 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
     async def body():
         async with await AsyncClient.spawn(store, binary=agentstate_bin) as c:
             await c.create_session(APP, "u", "s")
-            names = {"app_name": APP, "user_id": "u", "session_id": "s"}
             # One batch fits; a second one waiting with it does not.
-            async with c.watch("session", max_buffer_bytes=1, **names) as w:
+            async with c.watch("session", max_buffer_bytes=1, **SESSION) as w:
                 for i in range(20):
                     await c.append_event(APP, "u", "s", {"author": "a",
                                                          "actions": {"state_delta": {"n": i}}})
                 # Bounded wait for the overflow (a condition, polled): the reader stops
                 # taking this watch's batches once a second one would not fit.
-                for _ in range(1000):
-                    if w._stopped:
-                        break
-                    await asyncio.sleep(0.01)
-                assert w._stopped
+                assert await wait_for(lambda: w._stopped)
                 seen = []
                 with pytest.raises(ac.WatchOverflowError) as info:
                     async for batch in w:
@@ -255,7 +260,7 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
                 assert seen  # the batch held when it overflowed
                 assert w.reason == "overflow"
                 assert info.value.resume_from == w.resume_from == w.cursor
-            rest, _ = await read_all(c, "session", from_=w.resume_from, **names)
+            rest, _ = await read_all(c, "session", from_=w.resume_from, **SESSION)
             assert [ch["version"] for ch in seen + rest] == list(range(1, 21))
             # The client unwatched it on the server.
             with pytest.raises(ac.NotFoundError):
@@ -267,8 +272,7 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
 def test_blocking_watch_iterates_and_resumes(agentstate_bin, store):
     with Client.spawn(store, binary=agentstate_bin) as c:
         c.create_session(APP, "u", "s")
-        names = {"app_name": APP, "user_id": "u", "session_id": "s"}
-        with c.watch("session", **names) as w:
+        with c.watch("session", **SESSION) as w:
             with pytest.raises(TimeoutError):
                 w.next_batch(timeout=0.05)
 
@@ -287,7 +291,7 @@ def test_blocking_watch_iterates_and_resumes(agentstate_bin, store):
             t.join()
             assert [ch["version"] for ch in got] == list(range(1, 31))
         assert w.reason == "cancelled"
-        page = c.read_changes("session", from_=w.resume_from, **names)
+        page = c.read_changes("session", from_=w.resume_from, **SESSION)
         assert page["changes"] == [] and page["at_head"]
         assert w.next_batch() is None
         assert w.close() == w.resume_from
@@ -335,15 +339,10 @@ def test_a_raw_watch_notifies_on_notification(agentstate_bin, store):
     # on_notification, in order, and its watch_ended comes before unwatch's answer.
     async def body():
         seen = []
-        async with await AsyncClient.spawn(
-                store, binary=agentstate_bin,
-                on_notification=lambda method, params: seen.append((method, params))) as c:
+        async with await spawn_noting(store, agentstate_bin, seen) as c:
             raw = await c.call("watch", {"scope": "all"})
             await c.create_session(APP, "u", "s")
-            for _ in range(1000):  # bounded wait for the notification
-                if seen:
-                    break
-                await asyncio.sleep(0.01)
+            assert await wait_for(lambda: seen)
             method, params = seen[0]
             assert method == "changes" and params["watch_id"] == raw["watch_id"]
             assert [ch["kind"] for ch in params["changes"]] == ["create"]
