@@ -45,6 +45,14 @@ struct watcher : std::enable_shared_from_this<watcher> {
   enum class state { idle, queued, running, done } st = state::idle;
   bool again = false; ///< woken during its pass: queue it again after
   watch_hub::clock::time_point last_pass{};
+  /// No pass yet, or the last one stopped before the head: the next reads
+  /// from the cursor. Otherwise the last pass read past every row the hub
+  /// had scanned when it began, and the hub finds every later row for this
+  /// watch: the next pass starts at `hit_from`, or at the hub's scanned
+  /// sequence when it found none (the rows between hold nothing for it).
+  bool behind = true;
+  bool hit = false; ///< the hub found rows for it since its last pass began
+  std::uint64_t hit_from = 0; ///< the first such range starts after this
 
   // Delivery state, touched only by the pass that runs (one at a time; the
   // hub's mutex orders consecutive passes).
@@ -86,12 +94,12 @@ struct watcher : std::enable_shared_from_this<watcher> {
   }
 
   enum class outcome { at_head, more, ended };
-  // Reads and delivers pages up to the head or `batches_per_pass` batches;
-  // `ended` once on_end was called.
-  outcome pass();
+  // Reads and delivers pages after max(cursor, skip) up to the head or
+  // `batches_per_pass` batches; `ended` once on_end was called.
+  outcome pass(std::uint64_t skip);
 };
 
-watcher::outcome watcher::pass() {
+watcher::outcome watcher::pass(std::uint64_t skip) {
   std::optional<error> failure;
   std::uint64_t at;
   bool ended;
@@ -99,6 +107,7 @@ watcher::outcome watcher::pass() {
   {
     std::lock_guard<std::mutex> lk(mtx);
     runner = std::this_thread::get_id();
+    cursor = std::max(cursor, skip);
     at = cursor;
     ended = stop;
   }
@@ -134,7 +143,7 @@ watcher::outcome watcher::pass() {
     }
     std::lock_guard<std::mutex> lk(mtx);
     cursor = std::max(cursor, end_seq);
-    at = cursor; // the hub may have moved it past rows it found empty
+    at = cursor;
     ended = stop;
     if (!ended && (page->at_head || batches == batches_per_pass)) {
       runner = {};
@@ -197,7 +206,11 @@ void watch_hub::published(std::uint64_t head) {
   cv_.notify_one();
 }
 
-void watch_hub::enqueue(const std::shared_ptr<watcher>& w) {
+void watch_hub::enqueue(const std::shared_ptr<watcher>& w, std::optional<std::uint64_t> hit_from) {
+  if (hit_from && !w->hit) {
+    w->hit = true;
+    w->hit_from = *hit_from;
+  }
   switch (w->st) {
     case watcher::state::idle:
       w->st = watcher::state::queued;
@@ -262,6 +275,7 @@ result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::u
       thread_ = std::thread([this] { run(); });
     }
     watches_.push_back(w);
+    ++generation_;
     live_.fetch_add(1, std::memory_order_relaxed);
     // The first pass reads the log after `after` unasked: a row the hub
     // scanned before this watch was listed is not missed.
@@ -317,13 +331,17 @@ void watch_hub::work() {
     ready_.pop_front();
     w->st = watcher::state::running;
     ++passes_;
+    const std::uint64_t skip = w->behind ? 0 : w->hit ? w->hit_from : scanned_;
+    w->hit = false;
     lk.unlock();
-    const auto done = w->pass();
+    const auto done = w->pass(skip);
     lk.lock();
     w->last_pass = clock::now();
+    w->behind = done != watcher::outcome::at_head;
     if (done == watcher::outcome::ended) {
       w->st = watcher::state::done;
       watches_.erase(std::find(watches_.begin(), watches_.end(), w));
+      ++generation_;
       live_.fetch_sub(1, std::memory_order_relaxed);
       gone_.notify_all();
     } else {
@@ -364,34 +382,39 @@ void watch_hub::run() {
     if (published_ <= scanned_)
       continue;
     const std::uint64_t head = published_, from = scanned_;
-    std::vector<std::shared_ptr<watcher>> ws = watches_;
-    lk.unlock();
-    std::vector<char> hit(ws.size(), 0);
-    // Session watches by session id (a row names one session: one lookup
-    // instead of a comparison per watch); the others are tried in turn.
-    std::unordered_multimap<std::string_view, std::size_t> by_id;
-    std::vector<std::size_t> wide;
-    for (std::size_t i = 0; i < ws.size(); ++i) {
-      if (ws[i]->req.scope == watch_scope::session)
-        by_id.emplace(ws[i]->req.session_id, i);
-      else
-        wide.push_back(i);
+    if (generation_ != index_generation_) {
+      // The watch list changed: index it again. Session watches by session
+      // id (a row names one session: one lookup instead of a comparison per
+      // watch); the others are tried in turn.
+      index_generation_ = generation_;
+      listed_ = watches_;
+      by_id_.clear();
+      wide_.clear();
+      for (std::size_t i = 0; i < listed_.size(); ++i) {
+        if (listed_[i]->req.scope == watch_scope::session)
+          by_id_.emplace(listed_[i]->req.session_id, i);
+        else
+          wide_.push_back(i);
+      }
     }
+    lk.unlock();
+    // listed_, by_id_ and wide_ are the hub thread's own.
+    hits_.assign(listed_.size(), 0);
     auto try_watch = [&](std::size_t i, const store::change_row& row) {
-      if (!hit[i] && store::names_row(ws[i]->req, row))
-        hit[i] = 1;
+      if (!hits_[i] && store::names_row(listed_[i]->req, row))
+        hits_[i] = 1;
     };
     bool all = false;
     if (auto txn = store::begin_read(*core_.kv)) {
       auto r = store::scan_changes(**txn, from, [&](const store::change_row& row) {
         if (row.kind == change_kind::remove_user || row.kind == change_kind::remove_app) {
-          for (std::size_t i = 0; i < ws.size(); ++i) // names no one session
+          for (std::size_t i = 0; i < listed_.size(); ++i) // names no one session
             try_watch(i, row);
         } else {
-          auto [b, e] = by_id.equal_range(row.id);
+          auto [b, e] = by_id_.equal_range(row.id);
           for (auto it = b; it != e; ++it)
             try_watch(it->second, row);
-          for (auto i : wide)
+          for (auto i : wide_)
             try_watch(i, row);
         }
         return row.seq < head;
@@ -400,23 +423,14 @@ void watch_hub::run() {
     } else {
       all = true;
     }
-    for (std::size_t i = 0; i < ws.size(); ++i) {
-      if (all || hit[i])
-        continue;
-      // Rows from+1..head hold nothing for this watch: one that has read
-      // up to `from` skips them instead of reading them again in its next
-      // pass (else each pass of a narrow watch re-reads the log's every row
-      // since its last match).
-      auto& w = *ws[i];
-      std::lock_guard<std::mutex> wl(w.mtx);
-      if (w.cursor >= from && w.cursor < head)
-        w.cursor = head;
-    }
+    // Taking a watch for a pass reads scanned_ and the hits under mtx_: the
+    // two move together, so a pass may skip to scanned_ only past rows the
+    // hub found nothing in for it.
     lk.lock();
     scanned_ = std::max(scanned_, head);
-    for (std::size_t i = 0; i < ws.size(); ++i)
-      if (all || hit[i])
-        enqueue(ws[i]);
+    for (std::size_t i = 0; i < listed_.size(); ++i)
+      if (all || hits_[i])
+        enqueue(listed_[i], from);
   }
 }
 

@@ -4,10 +4,11 @@
 // Delivery reads the change log; nothing is copied out of the writer. The
 // writer tells the hub the newest committed sequence after each group
 // commit, and only while a watch exists (otherwise one atomic load per
-// commit). The hub's thread reads the new rows' headers once, queues the
+// commit). The hub's thread reads the new rows' headers once and queues the
 // watches whose scope names them (session watches found by the row's
-// session id, the others tested in turn), and moves the others' cursors
-// past the rows (so a narrow watch reads only rows after its own last wake).
+// session id, the others tested in turn), noting where their rows begin: a
+// watch that had read to the head starts its next pass there, so a narrow
+// watch never reads the rows between its wakes.
 //
 // Delivery threads, shared by all watches, take queued watches one at a
 // time. A pass over a watch reads the log after its cursor in short read
@@ -32,7 +33,10 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "agentstate/watch.hpp"
@@ -77,7 +81,9 @@ private:
   void run();
   void work();
   // Under mtx_.
-  void enqueue(const std::shared_ptr<watcher>& w);
+  // `hit_from`: the hub found rows for `w` after this sequence.
+  void enqueue(const std::shared_ptr<watcher>& w,
+               std::optional<std::uint64_t> hit_from = std::nullopt);
   void add_worker();
 
   engine_core& core_;
@@ -91,6 +97,13 @@ private:
   bool stopping_ = false; ///< under mtx_
   bool closed_ = false; ///< under mtx_
   std::vector<std::shared_ptr<watcher>> watches_; ///< not yet ended (under mtx_)
+  std::uint64_t generation_ = 0; ///< moves when watches_ changes (under mtx_)
+  // The hub thread's index of watches_ as of index_generation_.
+  std::uint64_t index_generation_ = ~std::uint64_t{0};
+  std::vector<std::shared_ptr<watcher>> listed_;
+  std::unordered_multimap<std::string_view, std::size_t> by_id_; ///< views into listed_
+  std::vector<std::size_t> wide_;
+  std::vector<char> hits_;
   std::deque<std::shared_ptr<watcher>> ready_; ///< watches waiting for a pass (under mtx_)
   const std::size_t base_workers_; ///< delivery threads kept while idle: cores, 1 to 4
   std::size_t workers_ = 0, idle_ = 0; ///< delivery threads, and those waiting (under mtx_)

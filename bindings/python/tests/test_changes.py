@@ -250,6 +250,11 @@ def test_a_consumer_that_falls_behind_gets_overflow_with_an_exact_resume_point(a
                 for i in range(20):
                     await c.append_event(APP, "u", "s", {"author": "a",
                                                          "actions": {"state_delta": {"n": i}}})
+                    # The first change's batch is queued before the others are written, so
+                    # they come in a second batch (a loaded server could else send all 20 in
+                    # one, which fits).
+                    if i == 0:
+                        assert await wait_for(lambda: w._queued_bytes > 0)
                 # Bounded wait for the overflow (a condition, polled): the reader stops
                 # taking this watch's batches once a second one would not fit.
                 assert await wait_for(lambda: w._stopped)
