@@ -54,7 +54,7 @@ std::optional<std::uint64_t> parse_count(const std::string& s) {
 /// What the command line gave, as text; checked by check_args.
 struct serve_args {
   std::string store, durability, log_format, auth_file, tls_cert, tls_key, tls_ca;
-  bool memory = false, create = false, insecure = false;
+  bool memory = false, create = false, insecure = false, refresh_ttl = false;
   bool has_store = false, has_auth_file = false;
   std::vector<std::string> listen;
   /// The options that take a count, by name, with their text.
@@ -124,8 +124,8 @@ const count_flag count_flags[] = {
    "watch (default 1000000; none older than 7 days)"},
   {"--max-watches", 0, 1u << 20, false,
    [](serve_config& c, std::uint64_t n) { c.stream.rpc.max_watches = static_cast<std::size_t>(n); },
-   "live watches per connection (default 64; each costs\n"
-   "a thread); one more is refused with kind unavailable"},
+   "live watches per connection (default 64); one more is\n"
+   "refused with kind unavailable"},
   {"--max-server-watches", 0, 1u << 20, true,
    [](serve_config& c, std::uint64_t n) {
      c.net.lim.max_server_watches = static_cast<std::size_t>(n);
@@ -173,6 +173,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
     cfg.engine_opts.create = create_policy::always;
   if (a.insecure)
     cfg.net.insecure = true;
+  cfg.engine_opts.refresh_ttl_on_append = a.refresh_ttl;
   if (a.has_store) {
     if (a.store.empty())
       return serve_usage_error("--store needs a directory");
@@ -387,6 +388,10 @@ runner define_serve(command_line& cl) {
                "start an empty store even where a store's lock files\n"
                "remain without its data.mdb (refused otherwise: the\n"
                "data of a store that was there is gone)");
+  app.add_flag("--refresh-ttl", a->refresh_ttl,
+               "sessions created without refresh_ttl move their expiry\n"
+               "to ttl_s past each stored append (default: expire\n"
+               "ttl_s after creation)");
   add_count(count_flags[4]); // --max-store-mb
   repeatable(app.add_option("--listen", a->listen,
                             "a TCP listener ([HOST:]PORT; HOST defaults to 127.0.0.1,\n"
