@@ -62,8 +62,8 @@ struct watcher : std::enable_shared_from_this<watcher> {
   std::mutex mtx;
   std::condition_variable cv; ///< `finished`
   /// Past every change delivered or skipped (under mtx). Only grows: a pass
-  /// moves it past each page it read, and the hub past rows it found hold
-  /// nothing for this watch (then no pass reads them again).
+  /// first moves it past the rows the hub found hold nothing for this watch
+  /// (its skip), then past each page it reads.
   std::uint64_t cursor = 0;
   bool stop = false; ///< under mtx
   bool finished = false; ///< on_end has returned (under mtx)
