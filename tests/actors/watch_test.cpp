@@ -106,6 +106,18 @@ void expect_caught_up(sink& s, const std::vector<std::string>& want, const char*
   CHECK(!s.backwards);
 }
 
+// Sets a gate's promise once: by open(), or when it goes out of scope (a
+// test that fails early must not leave a callback blocked forever).
+struct gate_opener {
+  std::promise<void>& p;
+  bool opened = false;
+  void open() {
+    if (!std::exchange(opened, true))
+      p.set_value();
+  }
+  ~gate_opener() { open(); }
+};
+
 // Appends from `threads` threads, each to sessions of its own.
 // Session ids start with `tag`.
 void write_load(engine& e, int threads, int per_thread, int sessions_per_thread,
@@ -192,15 +204,7 @@ TEST_CASE_TEMPLATE("watch: a watch whose callback blocks, then sleeps, falls beh
   auto hf = MUST(e.watch(scope_req(watch_scope::all), fast.handler(), fast.ender()));
   // Opens the gate however the test leaves (before the handles, whose
   // cancel waits for the blocked batch).
-  struct gate_opener {
-    std::promise<void>& p;
-    bool opened = false;
-    void open() {
-      if (!std::exchange(opened, true))
-        p.set_value();
-    }
-    ~gate_opener() { open(); }
-  } opener{writers_done};
+  gate_opener opener{writers_done};
   auto t0 = std::chrono::steady_clock::now();
   write_load(e, 64, 40, 2);
   auto writing = std::chrono::steady_clock::now() - t0;
@@ -278,15 +282,7 @@ TEST_CASE_TEMPLATE("watch: 100 watches with quick callbacks share a few delivery
   auto gate = release.get_future().share();
   std::vector<std::unique_ptr<sink>> blocked;
   std::vector<std::unique_ptr<watch_handle>> hs;
-  struct opener {
-    std::promise<void>& p;
-    bool opened = false;
-    void open() {
-      if (!std::exchange(opened, true))
-        p.set_value();
-    }
-    ~opener() { open(); }
-  } open_gate{release};
+  gate_opener open_gate{release};
   auto from = MUST(e.head_cursor());
   for (int i = 0; i < 8; ++i) {
     blocked.push_back(std::make_unique<sink>());
