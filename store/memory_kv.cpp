@@ -11,6 +11,8 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace agentstate::store {
@@ -133,14 +135,18 @@ public:
   }
   std::uint64_t txn_id() const override { return db_.last_txn + 1; }
 
+  // One descent of the tree per put; the undo log keeps a pointer to the
+  // element (std::map keeps pointers valid through other inserts and
+  // erases, and through extract and re-insert), never a copy of the key.
   void put(table t, std::string_view key, std::string_view value) override {
     auto& m = db_.tables[static_cast<int>(t)];
-    auto it = m.find(key);
-    if (it == m.end()) {
-      undo_.push_back({t, std::string(key), std::nullopt});
-      m.emplace(std::string(key), std::string(value));
+    auto it = m.lower_bound(key);
+    if (it == m.end() || it->first != key) {
+      it = m.emplace_hint(it, std::piecewise_construct, std::forward_as_tuple(key),
+                          std::forward_as_tuple(value));
+      undo_.push_back({t, &*it, std::nullopt, {}});
     } else {
-      undo_.push_back({t, std::string(key), std::move(it->second)});
+      undo_.push_back({t, &*it, std::move(it->second), {}});
       it->second.assign(value.data(), value.size());
     }
   }
@@ -149,8 +155,7 @@ public:
     auto it = m.find(key);
     if (it == m.end())
       return false;
-    undo_.push_back({t, it->first, std::move(it->second)});
-    m.erase(it);
+    undo_.push_back({t, nullptr, std::nullopt, m.extract(it)});
     return true;
   }
   void drop_table(std::string_view) override {} // holds only `table`'s tables
@@ -169,19 +174,26 @@ public:
   }
 
 private:
+  // What one put or del changed: a put's element (with the value it
+  // replaced, or none when it inserted the key), or a del's removed node.
   struct undo_entry {
     table t;
-    std::string key;
+    table_map::value_type* element;
     std::optional<std::string> old;
+    table_map::node_type removed;
   };
+  // Undoes entries newest first, so each element an entry points at is in
+  // its map again when the entry is undone.
   void rollback_to(std::size_t mark) noexcept {
     while (undo_.size() > mark) {
       auto& u = undo_.back();
       auto& m = db_.tables[static_cast<int>(u.t)];
-      if (u.old)
-        m[u.key] = std::move(*u.old);
+      if (u.removed)
+        m.insert(std::move(u.removed));
+      else if (u.old)
+        u.element->second = std::move(*u.old);
       else
-        m.erase(u.key);
+        m.erase(m.find(u.element->first));
       undo_.pop_back();
     }
   }

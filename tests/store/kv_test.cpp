@@ -111,6 +111,41 @@ TEST_CASE("kv: a nested transaction's abort undoes only its own writes") {
   }
 }
 
+TEST_CASE("kv: an abort undoes a key inserted, overwritten, deleted and inserted again in one "
+          "transaction, and a deleted key overwritten in a nested one") {
+  for (auto& f : both()) {
+    {
+      auto w = f.kv->begin_write();
+      w->put(table::meta, "old", "1");
+      w->put(table::meta, "other", "o");
+      w->commit();
+    }
+    {
+      auto w = f.kv->begin_write();
+      w->put(table::meta, "k", "a"); // inserted
+      w->put(table::meta, "k", "b"); // overwritten
+      CHECK(w->del(table::meta, "k"));
+      w->put(table::meta, "k", "c"); // inserted again
+      w->begin_nested();
+      CHECK(w->del(table::meta, "old"));
+      w->put(table::meta, "old", "2");
+      CHECK(w->del(table::meta, "k"));
+      w->put(table::meta, "new", "n");
+      w->abort_nested();
+      CHECK(w->get(table::meta, "k").value() == "c");
+      CHECK(w->get(table::meta, "old").value() == "1");
+      CHECK_FALSE(w->get(table::meta, "new").has_value());
+      w->put(table::meta, "old", "3");
+      CHECK(w->del(table::meta, "other"));
+    } // destroyed without commit
+    auto r = f.kv->begin_read();
+    CHECK_FALSE(r->get(table::meta, "k").has_value());
+    CHECK(r->get(table::meta, "old").value() == "1");
+    CHECK(r->get(table::meta, "other").value() == "o");
+    CHECK(keys(*r, table::meta, "") == std::vector<std::string>{"old", "other"});
+  }
+}
+
 // Every table holds the same keys, so a scan that strayed into another table
 // (in LMDB six tables share one database, told apart by a key byte) would see
 // more than its own.
