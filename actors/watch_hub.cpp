@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 
@@ -232,7 +233,7 @@ void watch_hub::wake(const std::shared_ptr<watcher>& w) {
   enqueue(w);
 }
 
-void watch_hub::add_worker() {
+bool watch_hub::add_worker() {
   // Join the threads that already returned (each is past its last use of
   // the hub's state, or just about to be).
   for (auto id : exited_)
@@ -243,8 +244,13 @@ void watch_hub::add_worker() {
         break;
       }
   exited_.clear();
+  try {
+    threads_.emplace_back([this] { work(); });
+  } catch (const std::system_error&) {
+    return false; // out of threads: the hub tries again at its next check
+  }
   ++workers_;
-  threads_.emplace_back([this] { work(); });
+  return true;
 }
 
 result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::uint64_t after,
@@ -270,10 +276,17 @@ result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::u
       published_ = std::max(published_, head);
       scanned_ = std::max(scanned_, head);
     }
+    const auto no_thread = error{errc::unavailable, "no thread can be started for watches"};
     if (!thread_.joinable()) {
       next_sweep_ = clock::now() + sweep_period;
-      thread_ = std::thread([this] { run(); });
+      try {
+        thread_ = std::thread([this] { run(); });
+      } catch (const std::system_error&) {
+        return no_thread;
+      }
     }
+    if (workers_ == 0 && !add_worker())
+      return no_thread;
     watches_.push_back(w);
     ++generation_;
     live_.fetch_add(1, std::memory_order_relaxed);

@@ -63,7 +63,8 @@ public:
   void published(std::uint64_t head);
 
   /// Starts a watch after sequence `after`; `head` is the newest committed
-  /// sequence now. Errors: unavailable (closing).
+  /// sequence now. Errors: unavailable (closing, or no thread can be
+  /// started).
   result<std::unique_ptr<watch_handle>> start(watch_request req, std::uint64_t after,
                                               std::uint64_t head, change_handler on_changes,
                                               end_handler on_end);
@@ -84,7 +85,8 @@ private:
   // `hit_from`: the hub found rows for `w` after this sequence.
   void enqueue(const std::shared_ptr<watcher>& w,
                std::optional<std::uint64_t> hit_from = std::nullopt);
-  void add_worker();
+  // Starts a delivery thread; false when none can be started.
+  bool add_worker();
 
   engine_core& core_;
   std::atomic<std::size_t> live_{0};

@@ -356,3 +356,43 @@ TEST_CASE("limits: connections need no thread: a process that may not create thr
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit() == 0);
 }
+
+// Regression: a watch needs the engine's watch threads (the hub's and a
+// delivery thread); in a process that may not create them, std::thread's
+// std::system_error came out of engine::watch and `watch` was answered with
+// the kind internal (a bug of ours, by its contract). It is now unavailable,
+// and the server goes on serving.
+TEST_CASE("limits: a watch that cannot get a thread is refused with unavailable; the server "
+          "serves on") {
+  fixture f;
+  std::vector<std::string> as_user;
+  if (::geteuid() == 0)
+    as_user = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
+  std::vector<std::string> args{"--listen", "0", "--memory", "--threads", "2", "--io-threads", "2"};
+  long threads = 0;
+  {
+    server_process probe(args, f.log_path(), as_user);
+    client warm(probe.port());
+    REQUIRE(ok(warm.call("create_session", sref_params("app", "warm"))));
+    threads = probe.status("Threads");
+  }
+  REQUIRE(threads > 0);
+  auto wrapper = as_user;
+  wrapper.insert(
+    wrapper.end(),
+    {"prlimit", "--nproc=" + std::to_string(threads) + ":" + std::to_string(threads), "--"});
+  server_process srv(args, f.log_path(), wrapper);
+  srv.wait_serving();
+  client c(srv.port());
+  REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
+  auto w = c.call("watch", json{{"scope", "app"}, {"app_name", "app"}});
+  REQUIRE(w);
+  INFO("watch answered: " << w->dump());
+  REQUIRE(w->contains("error"));
+  CHECK((*w)["error"]["data"]["kind"] == "unavailable");
+  CHECK(ok(c.call("append_event", with(sref_params("app", "s"), "event", json{{"author", "a"}}))));
+  CHECK(ok(c.call("get_session", sref_params("app", "s"))));
+  CHECK(srv.alive());
+  srv.signal(SIGTERM);
+  CHECK(srv.wait_exit() == 0);
+}
