@@ -242,7 +242,7 @@ public:
   /// only while callbacks block); the writer pays one atomic load per commit
   /// while no watch exists. Errors: invalid_argument (as read_changes; a null
   /// on_changes), cursor_expired (req.from older than the retention, with
-  /// error::oldest_cursor), unavailable (closing), storage errors.
+  /// error::oldest_cursor), unavailable (closing; no thread), storage errors.
   result<std::unique_ptr<watch_handle>> watch(watch_request req, change_handler on_changes,
                                               end_handler on_end = {});
 
