@@ -94,8 +94,7 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
     const std::size_t head = legacy ? 1 : seal_bytes;
     if (row.size() < head + 8)
       return false; // damaged: reported below
-    double ts = event_body_timestamp(row.substr(head));
-    if (after && !(ts >= *after))
+    if (after && !(event_body_timestamp(row.substr(head)) >= *after))
       return true;
     ++taken;
     bytes += row.size();
