@@ -8,6 +8,7 @@
 #include "server/net_support.hpp"
 
 #include <map>
+#include <memory>
 
 using namespace agentstate;
 using namespace agentstate::test;
@@ -306,30 +307,42 @@ TEST_CASE("limits: under a 64-descriptor limit the cap follows the limit; client
 
 // Regression: a connection whose thread could not be created aborted the
 // whole server (std::system_error escaped; reproduced under prlimit --nproc).
-TEST_CASE("limits: connections need no thread: a process that may not create threads serves "
-          "them all") {
-  fixture f;
-  // RLIMIT_NPROC does not bind root: run the server as nobody when root.
+// A serve (TCP, memory, 2 engine and 2 I/O threads) allowed exactly the
+// threads the same server runs once it has answered a request: any thread it
+// tries to start later fails. RLIMIT_NPROC does not bind root, so when root
+// it runs as nobody. `threads` is that count.
+struct thread_capped {
+  long threads = 0;
+  std::unique_ptr<server_process> srv;
+};
+
+thread_capped start_thread_capped(fixture& f) {
   std::vector<std::string> as_user;
   if (::geteuid() == 0)
     as_user = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
   std::vector<std::string> args{"--listen", "0", "--memory", "--threads", "2", "--io-threads", "2"};
-  // How many threads the server runs once it serves.
-  long threads = 0;
+  thread_capped out;
   {
     server_process probe(args, f.log_path(), as_user);
     client warm(probe.port());
     REQUIRE(ok(warm.call("create_session", sref_params("app", "warm"))));
-    threads = probe.status("Threads");
+    out.threads = probe.status("Threads");
   }
-  REQUIRE(threads > 0);
-  // The same server, allowed exactly that many: a thread per connection
-  // would fail at the first connection.
+  REQUIRE(out.threads > 0);
   auto wrapper = as_user;
-  wrapper.insert(
-    wrapper.end(),
-    {"prlimit", "--nproc=" + std::to_string(threads) + ":" + std::to_string(threads), "--"});
-  server_process srv(args, f.log_path(), wrapper);
+  const auto cap = std::to_string(out.threads);
+  wrapper.insert(wrapper.end(), {"prlimit", "--nproc=" + cap + ":" + cap, "--"});
+  out.srv = std::make_unique<server_process>(args, f.log_path(), wrapper);
+  return out;
+}
+
+TEST_CASE("limits: connections need no thread: a process that may not create threads serves "
+          "them all") {
+  fixture f;
+  // A thread per connection would fail at the first connection.
+  auto capped = start_thread_capped(f);
+  auto& srv = *capped.srv;
+  const long threads = capped.threads;
   int port = srv.port();
   srv.wait_serving();
   {
@@ -365,23 +378,8 @@ TEST_CASE("limits: connections need no thread: a process that may not create thr
 TEST_CASE("limits: a watch that cannot get a thread is refused with unavailable; the server "
           "serves on") {
   fixture f;
-  std::vector<std::string> as_user;
-  if (::geteuid() == 0)
-    as_user = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
-  std::vector<std::string> args{"--listen", "0", "--memory", "--threads", "2", "--io-threads", "2"};
-  long threads = 0;
-  {
-    server_process probe(args, f.log_path(), as_user);
-    client warm(probe.port());
-    REQUIRE(ok(warm.call("create_session", sref_params("app", "warm"))));
-    threads = probe.status("Threads");
-  }
-  REQUIRE(threads > 0);
-  auto wrapper = as_user;
-  wrapper.insert(
-    wrapper.end(),
-    {"prlimit", "--nproc=" + std::to_string(threads) + ":" + std::to_string(threads), "--"});
-  server_process srv(args, f.log_path(), wrapper);
+  auto capped = start_thread_capped(f);
+  auto& srv = *capped.srv;
   srv.wait_serving();
   client c(srv.port());
   REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
