@@ -271,10 +271,11 @@ TEST_CASE_TEMPLATE("watch: 100 watches with quick callbacks share a few delivery
       CHECK(!sinks[i]->backwards);
     }
     // A thread per watch would be 100 more; the hub and its delivery
-    // threads are a few (more only when passes stall on a loaded machine).
+    // threads are a few (more when passes stall: on a loaded machine a pass
+    // descheduled for 10 ms counts as a stall, so the bound leaves room).
     const auto during = threads_now();
     INFO("threads before " << before << ", with 100 watches " << during);
-    CHECK(during <= before + 12);
+    CHECK(during <= before + 20);
   }
   // Eight watches of everything block in their first callback; a ninth
   // receives every change meanwhile, and the eight catch up once unblocked.
