@@ -20,11 +20,8 @@
 using namespace agentstate;
 
 TEST_CASE("regression: a store being written reads as damaged to a second open") {
-  test::temp_dir dir;
-  options o;
-  o.dir = dir.str();
-  o.mode = durability::nosync;
-  auto e = MUST(engine::open(o));
+  auto e = test::open_engine(test::store_kind::lmdb);
+  const options& o = e.opts;
   // Many sessions, so the file keeps growing while the checks run.
   std::atomic<bool> stop{false};
   std::atomic<int> appended{0};
@@ -57,7 +54,7 @@ TEST_CASE("regression: a store being written reads as damaged to a second open")
   } join_writer{stop, writer};
   int checks = 0, opens = 0;
   while (appended.load() < 60000) {
-    auto state = store::check_data_file(dir.str());
+    auto state = store::check_data_file(o.dir);
     INFO("check ", checks, ": ", (state ? "ok" : state.err().message));
     REQUIRE(state.ok());
     ++checks;
