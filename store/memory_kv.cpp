@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -138,8 +139,11 @@ public:
   // One descent of the tree per put; the undo log keeps a pointer to the
   // element (std::map keeps pointers valid through other inserts and
   // erases, and through extract and re-insert), never a copy of the key.
+  // The log's room is taken first, so a change is never made without its
+  // undo entry (an allocation failure leaves the map as it was).
   void put(table t, std::string_view key, std::string_view value) override {
     auto& m = db_.tables[static_cast<int>(t)];
+    room_for_undo();
     auto it = m.lower_bound(key);
     if (it == m.end() || it->first != key) {
       it = m.emplace_hint(it, std::piecewise_construct, std::forward_as_tuple(key),
@@ -155,6 +159,7 @@ public:
     auto it = m.find(key);
     if (it == m.end())
       return false;
+    room_for_undo();
     undo_.push_back({t, nullptr, std::nullopt, m.extract(it)});
     return true;
   }
@@ -182,6 +187,12 @@ private:
     std::optional<std::string> old;
     table_map::node_type removed;
   };
+  // Makes sure the next push_back of an undo entry does not allocate
+  // (capacity doubles, as push_back's own growth would).
+  void room_for_undo() {
+    if (undo_.size() == undo_.capacity())
+      undo_.reserve(std::max<std::size_t>(16, 2 * undo_.capacity()));
+  }
   // Undoes entries newest first, so each element an entry points at is in
   // its map again when the entry is undone.
   void rollback_to(std::size_t mark) noexcept {
