@@ -90,13 +90,36 @@ function recordToWire(record) {
   return out;
 }
 
+// The read side walks every event of a session read, so it has its own loop: READ_BY
+// as a null-prototype object (a property lookup), `for...in` over the parsed record
+// (JSON.parse gives plain objects with own members only), no per-member closures.
+const READ_BY = Object.create(null);
+for (const [wire, known] of READ) READ_BY[wire] = known;
+
+function fromWireValue(value, mode) {
+  if (typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) {
+    const out = new Array(value.length);
+    for (let i = 0; i < value.length; i++) out[i] = fromWireValue(value[i], RECURSE);
+    return out;
+  }
+  if (mode === RECURSE) return recordFromWire(value);
+  const out = {}; // RECORDS: keys are data
+  for (const key in value) {
+    const v = value[key];
+    put(out, key, isRecord(v) ? recordFromWire(v) : v);
+  }
+  return out;
+}
+
 function recordFromWire(record) {
   const out = {};
-  for (const key of Object.keys(record)) {
+  for (const key in record) {
     const value = record[key];
-    const known = READ.get(key);
-    if (known !== undefined) out[known.name] = convert(value, known.mode, recordFromWire);
-    else put(out, key, value);
+    const known = READ_BY[key];
+    if (known !== undefined) out[known.name] = known.mode === KEEP ? value : fromWireValue(value, known.mode);
+    else if (key === '__proto__') put(out, key, value);
+    else out[key] = value;
   }
   return out;
 }

@@ -235,13 +235,43 @@ export class AgentStateSessionService extends BaseSessionService {
     // Server fill-ins (a generated id, the current time) become the caller's too.
     if (!event.id) event.id = stored.id;
     if (event.timestamp === undefined) event.timestamp = secondsToMs(stored.timestamp);
-    await super.appendEvent({ session, event });
+    await this.#applyToSession(session, event);
     const removed = stored.actions && stored.actions.state_remove;
     if (Array.isArray(removed)) {
       for (const key of removed) delete session.state[key];
     }
     session.lastUpdateTime = event.timestamp;
     return event;
+  }
+
+  // ADK's own appendEvent (state delta, temp: trimming, then "replace the event with the
+  // same id, else push") on the caller's session. ADK finds the id by scanning
+  // session.events, which makes a session's appends quadratic; ids tells in O(1) whether
+  // the id is there, and when it is not, ADK works on a view of the session whose events
+  // list is empty and the event is pushed here. Cost: O(1) per append while the caller
+  // leaves session.events to this service; one O(n) rebuild of ids after any other change.
+  // The event reaches session.events before this returns to the event loop (as with
+  // ADK's own call), so appends resolved in one order are listed in that order.
+  async #applyToSession(session, event) {
+    const events = session.events;
+    const ids = Array.isArray(events) ? idsOf(events) : undefined;
+    if (ids === undefined || ids.has(event.id)) {
+      const done = super.appendEvent({ session, event });
+      if (ids !== undefined) noteIds(events, ids);
+      await done;
+      return;
+    }
+    const view = Object.create(session, {
+      events: { value: [], writable: true, enumerable: true, configurable: true },
+    });
+    const done = super.appendEvent({ session: view, event });
+    moveAll(view.events, events);
+    noteIds(events, ids);
+    await done;
+    if (view.events.length > 0) { // an ADK whose appendEvent pushes after an await
+      moveAll(view.events, events);
+      noteIds(events, idsOf(events));
+    }
   }
 
   /**
@@ -289,6 +319,32 @@ function isSameEvent(sent, stored) {
   if ((sent.invocation_id ?? '') !== stored.invocation_id) return false;
   if ((sent.author ?? '') !== stored.author) return false;
   return true;
+}
+
+// The ids in a session's events list as this service last left it. A list changed
+// since (length, or the last element's identity, differs) is read again.
+const knownIds = new WeakMap();
+
+function idsOf(events) {
+  const known = knownIds.get(events);
+  if (known !== undefined && known.length === events.length
+      && (events.length === 0 || known.last === events[events.length - 1])) {
+    return known.ids;
+  }
+  const ids = new Set();
+  for (const e of events) if (e !== null && typeof e === 'object') ids.add(e.id);
+  return ids;
+}
+
+function noteIds(events, ids) {
+  const last = events.length === 0 ? undefined : events[events.length - 1];
+  if (last !== null && typeof last === 'object') ids.add(last.id);
+  knownIds.set(events, { ids, length: events.length, last });
+}
+
+function moveAll(from, to) {
+  for (const e of from) to.push(e);
+  from.length = 0;
 }
 
 function replaceOrPush(events, event) {

@@ -191,6 +191,37 @@ describe('appendEvent', () => {
     assert.deepEqual(stored.state, { v: 1 });
   });
 
+  test('the caller\'s session.events stays ADK\'s after the caller changes it itself', async () => {
+    // The service keeps an index of the ids in session.events (ADK scans the list on
+    // every append); each change made by the caller below must be seen by the next append.
+    const live = [];
+    for (const svc of [new InMemorySessionService(), service]) {
+      const session = await svc.createSession({ appName: 'own', userId: 'u', sessionId: 'own' });
+      const seen = [];
+      const step = async (id, ts, delta) => {
+        await svc.appendEvent({ session, event: ev(id, ts, delta) });
+        seen.push(asJson(session.events));
+      };
+      await step('e1', 1000, { n: 1 });
+      await step('e2', 2000, { n: 2 });
+      session.events.push(ev('x', 2500)); // pushed by hand: the append of x replaces it
+      await step('x', 2500, { n: 3 });
+      session.events[1] = ev('y', 2600); // a middle element replaced by another id
+      session.events.pop(); // and the last removed: x is appended again below
+      await step('x', 2500, { n: 3 });
+      await step('y', 2600, { n: 4 }); // replaces the y put in by hand
+      session.events = [session.events[0]]; // a new list
+      await step('e3', 3000, { n: 5 });
+      await step('e3', 3000, { n: 5 }); // an exact retry
+      live.push({ seen, state: session.state });
+    }
+    const [want, got] = live;
+    assert.deepEqual(got.seen.map((events) => events.map((e) => e.id)),
+      [['e1'], ['e1', 'e2'], ['e1', 'e2', 'x'], ['e1', 'y', 'x'], ['e1', 'y', 'x'], ['e1', 'e3'], ['e1', 'e3']]);
+    assert.deepEqual(got.seen, want.seen);
+    assert.deepEqual(got.state, want.state);
+  });
+
   test('appending to a session that does not exist fails with not_found', async () => {
     const session = { id: 'nope', appName: 'ap', userId: 'u', state: {}, events: [], lastUpdateTime: 0 };
     await assert.rejects(service.appendEvent({ session, event: ev('x', 1) }), isKind('not_found'));
