@@ -439,6 +439,38 @@ double report_appends(run_ctx& x, served& s, const loop_result& r, const char* l
 
 // -- the workloads -------------------------------------------------------------------
 
+/// The sessions a via workload creates in-process before its figure: `count`
+/// named by `ref_of`, `width` creates in flight.
+struct in_process_sessions {
+  std::size_t count, width;
+  std::function<session_ref(std::size_t)> ref_of;
+};
+
+/// The two phases of via workloads a, b and c, in order. In-process: the
+/// engine opened on a fresh store, `sessions` created and `figure()` run; its
+/// result is what the serve phase compares with (null when open or a create
+/// failed). Then the engine is closed and its store dropped. Through serve,
+/// only when no error has been logged: serve started on a fresh store with
+/// `connections` streams and `through_serve(s, in)` run, `in` being the
+/// in-process result; serve is stopped in any case. Returns what
+/// through_serve returned (false when it did not run).
+bool in_process_then_serve(run_ctx& x, const config& cfg, const in_process_sessions& sessions,
+                           const std::function<ojson()>& figure, std::size_t connections,
+                           const std::function<bool(served& s, const ojson& in)>& through_serve) {
+  ojson in;
+  if (x.open()
+      && create_sessions(x, sessions.count, sessions.width, sessions.ref_of, x.name_.c_str()))
+    in = figure();
+  x.close();
+  x.dir.reset();
+  bool ok = false;
+  served s;
+  if (x.errors.count == 0 && start_serve(x, cfg, connections, s))
+    ok = through_serve(s, in);
+  stop_serve(x, s);
+  return ok;
+}
+
 ojson via_a(const config& cfg) {
   run_ctx x(cfg, "a");
   const std::size_t n = scaled(cfg, 20000, 10);
@@ -448,26 +480,24 @@ ojson via_a(const config& cfg) {
   double target = 0;
   auto tdesc = target_a(cfg, target);
   session_ref ref{"bench-a", "u0", "s0"};
-  ojson in;
-  if (x.open()
-      && create_sessions(
-        x, 1, 1, [&](std::size_t) { return ref; }, "a"))
-    in = in_process_figure(x, "the same appends on the async API, 256 in flight from one thread",
-                           double(n),
-                           [&](samples& lat) { return windowed_appends(x, ref, n, window, lat); });
-  x.close();
-  x.dir.reset();
-  bool ok = false;
-  served s;
-  if (x.errors.count == 0 && start_serve(x, cfg, 1, s) && create_one(s, ref, x.errors)) {
-    samples lat;
-    s.cpu_start();
-    auto r = pipelined_appends(s, ref, n, lat, x.errors);
-    double eps = report_appends(
-      x, s, r, "append ack through serve (written to answered), 256 in flight", lat, in);
-    ok = eps >= target;
-  }
-  stop_serve(x, s);
+  bool ok = in_process_then_serve(
+    x, cfg, {1, 1, [&](std::size_t) { return ref; }},
+    [&] {
+      return in_process_figure(
+        x, "the same appends on the async API, 256 in flight from one thread", double(n),
+        [&](samples& lat) { return windowed_appends(x, ref, n, window, lat); });
+    },
+    1,
+    [&](served& s, const ojson& in) {
+      if (!create_one(s, ref, x.errors))
+        return false;
+      samples lat;
+      s.cpu_start();
+      auto r = pipelined_appends(s, ref, n, lat, x.errors);
+      double eps = report_appends(
+        x, s, r, "append ack through serve (written to answered), 256 in flight", lat, in);
+      return eps >= target;
+    });
   return x.finish(tdesc, ok && x.errors.count == 0);
 }
 
@@ -487,29 +517,30 @@ ojson via_b(const config& cfg) {
   auto ref_of = [&](std::size_t j) {
     return session_ref{"bench-b", sid("u", j % users), sid("s", j)};
   };
-  ojson in;
-  if (x.open() && create_sessions(x, sessions, width, ref_of, "b"))
-    in = in_process_figure(
-      x, "workload b's async phase: 64 callback chains", double(sessions * per), [&](samples& lat) {
-        return append_loop(
-          x, sessions, per, width, ref_of, [](std::size_t, std::size_t k) { return step_delta(k); },
-          lat, "b async");
-      });
-  x.close();
-  x.dir.reset();
-  bool ok = false;
-  served s;
-  if (x.errors.count == 0 && start_serve(x, cfg, conns, s)) {
-    const std::size_t chains = std::max<std::size_t>(1, width / s.streams.size());
-    samples create_lat, lat;
-    run_loop(
-      s.streams, {sessions, 1, chains, 1},
-      [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t) {
-        put_create(out, id, ref_of(j));
-      },
-      [](std::size_t, std::size_t, std::string_view) { return std::string(); }, create_lat,
-      x.errors);
-    if (x.errors.count == 0) {
+  bool ok = in_process_then_serve(
+    x, cfg, {sessions, width, ref_of},
+    [&] {
+      return in_process_figure(x, "workload b's async phase: 64 callback chains",
+                               double(sessions * per), [&](samples& lat) {
+                                 return append_loop(
+                                   x, sessions, per, width, ref_of,
+                                   [](std::size_t, std::size_t k) { return step_delta(k); }, lat,
+                                   "b async");
+                               });
+    },
+    conns,
+    [&](served& s, const ojson& in) {
+      const std::size_t chains = std::max<std::size_t>(1, width / s.streams.size());
+      samples create_lat, lat;
+      run_loop(
+        s.streams, {sessions, 1, chains, 1},
+        [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t) {
+          put_create(out, id, ref_of(j));
+        },
+        [](std::size_t, std::size_t, std::string_view) { return std::string(); }, create_lat,
+        x.errors);
+      if (x.errors.count != 0)
+        return false;
       s.cpu_start();
       auto r = run_loop(
         s.streams, {sessions, per, chains, 1},
@@ -519,10 +550,8 @@ ojson via_b(const config& cfg) {
         check_append_version, lat, x.errors);
       double eps = report_appends(
         x, s, r, "append ack through serve (written to answered), 64 chains", lat, in);
-      ok = in.contains("events_per_s") && eps / in["events_per_s"].get<double>() >= 0.7;
-    }
-  }
-  stop_serve(x, s);
+      return in.contains("events_per_s") && eps / in["events_per_s"].get<double>() >= 0.7;
+    });
   return x.finish(tdesc, ok && x.errors.count == 0);
 }
 
@@ -537,10 +566,7 @@ ojson via_c(const config& cfg) {
               {"recent10_reads", recent_reads},
               {"connections", 1}});
   session_ref ref{"bench-c", "u0", "s0"};
-  ojson in;
-  if (x.open()
-      && create_sessions(
-        x, 1, 1, [&](std::size_t) { return ref; }, "c")) {
+  auto figure = [&] {
     samples load;
     windowed_appends(x, ref, n, std::min(pipeline_window, n), load);
     samples rec, full;
@@ -554,15 +580,16 @@ ojson via_c(const config& cfg) {
     };
     read(std::int64_t(recent), rec, recent_reads);
     read(std::nullopt, full, full_reads);
+    ojson in;
     in["of"] = "get_session_json on the engine, awaited one at a time";
     put_latency(in, "recent10_", rec);
     put_latency(in, "full_", full);
     x.snapshot_engine();
-  }
-  x.close();
-  x.dir.reset();
-  served s;
-  if (x.errors.count == 0 && start_serve(x, cfg, 1, s) && create_one(s, ref, x.errors)) {
+    return in;
+  };
+  auto through_serve = [&](served& s, const ojson& in) {
+    if (!create_one(s, ref, x.errors))
+      return false;
     samples load;
     auto r = pipelined_appends(s, ref, n, load, x.errors);
     x.out["events_per_s"] = round_to(double(r.answered) / r.seconds, 0);
@@ -608,8 +635,9 @@ ojson via_c(const config& cfg) {
     }
     x.out["ratio_of"] = "in-process p50 / through-serve p50 (1 = no protocol cost)";
     x.out["serve_stats"] = serve_stats(s, x.errors);
-  }
-  stop_serve(x, s);
+    return true;
+  };
+  in_process_then_serve(x, cfg, {1, 1, [&](std::size_t) { return ref; }}, figure, 1, through_serve);
   auto line = x.finish("none: reported next to the in-process reads", true);
   line["meets_target"] = nullptr;
   return line;
