@@ -139,6 +139,28 @@ CLI::Option* add_store_dir(command_line& cl, std::string& dir) {
   return cl.app.add_option("DIR", dir, "the store directory")->required();
 }
 
+CLI::Option* add_json_flag(command_line& cl, bool& json, const std::string& fields) {
+  return cl.app.add_flag("--json", json,
+                         "print one JSON object" + (fields.empty() ? "" : ": " + fields));
+}
+
+std::string scope_filter::problem() const {
+  if (has_user() && !has_app())
+    return "--user needs --app";
+  if (has_session() && !has_user())
+    return "--session needs --user";
+  return "";
+}
+
+void add_scope_filter(command_line& cl, scope_filter& f, const std::string& each) {
+  f.app_opt = cl.app.add_option("--app", f.app, each + " app")->type_name("A");
+  f.user_opt =
+    cl.app.add_option("--user", f.user, each + " user of the app (needs --app)")->type_name("U");
+  f.session_opt =
+    cl.app.add_option("--session", f.session, each + " session of the user (needs --user)")
+      ->type_name("S");
+}
+
 int usage_error(const std::string& command, const std::string& problem) {
   const std::string who = command.empty() ? "agentstate" : "agentstate " + command;
   std::fprintf(stderr, "%s: %s; run '%s --help' for usage\n", who.c_str(),

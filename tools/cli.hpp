@@ -45,6 +45,33 @@ CLI::Option* repeatable(CLI::Option* o);
 /// that inspect, verify, backup, dump, export, import and prune work on.
 CLI::Option* add_store_dir(command_line& cl, std::string& dir);
 
+/// `--json`, "print one JSON object" (then ": " and `fields` when given, the
+/// object's members): the one-object summary that inspect, verify, backup,
+/// import, prune and salvage print instead of their text.
+CLI::Option* add_json_flag(command_line& cl, bool& json, const std::string& fields = {});
+
+/// A part of a store named by --app A, --user U of that app and --session S
+/// of that user, as dump and watch take it. An option counts as given when it
+/// is on the command line, even with an empty value.
+struct scope_filter {
+  std::string app, user, session;
+  CLI::Option* app_opt = nullptr; ///< set by add_scope_filter, as the two below
+  CLI::Option* user_opt = nullptr;
+  CLI::Option* session_opt = nullptr;
+
+  bool has_app() const { return app_opt && app_opt->count() > 0; }
+  bool has_user() const { return user_opt && user_opt->count() > 0; }
+  bool has_session() const { return session_opt && session_opt->count() > 0; }
+  /// "" when the options given fit together, else the usage problem:
+  /// "--user needs --app" or "--session needs --user".
+  std::string problem() const;
+};
+
+/// Declares --app A, --user U (needs --app) and --session S (needs --user)
+/// into `f`; `each` begins each one's help: "only this" makes "only this app",
+/// "only this user of the app (needs --app)", ...
+void add_scope_filter(command_line& cl, scope_filter& f, const std::string& each);
+
 /// Prints the one line of bad usage for `command` ("" for the tool itself)
 /// on stderr; returns 2.
 int usage_error(const std::string& command, const std::string& problem);

@@ -202,7 +202,7 @@ runner define_prune(command_line& cl) {
     ->required();
   cl.app.add_option("--app", a->app, "only this app's sessions");
   cl.app.add_flag("--dry-run", a->dry_run, "count, delete nothing");
-  cl.app.add_flag("--json", a->json, "print one JSON object");
+  add_json_flag(cl, a->json);
   return [a] { return run_prune(*a); };
 }
 

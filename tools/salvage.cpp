@@ -54,10 +54,10 @@ runner define_salvage(command_line& cl) {
               "done (DIR unreadable, DEST unusable), 2 usage.";
   cl.app.add_option("DIR", o->dir, "the damaged store")->required();
   cl.app.add_option("DEST", o->dest, "the directory of the new store")->required();
-  cl.app.add_flag("--json", o->json,
-                  "one JSON object: source, dest, sessions_found, sessions_copied,\n"
-                  "lost [{app_name, user_id, session_id, kind, message}],\n"
-                  "problems [messages about the walk and the scope state]");
+  add_json_flag(cl, o->json,
+                "source, dest, sessions_found,\n"
+                "sessions_copied, lost [{app_name, user_id, session_id, kind,\n"
+                "message}], problems [messages about the walk and scope state]");
   return [o] { return run_salvage(*o); };
 }
 

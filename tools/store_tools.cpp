@@ -56,7 +56,7 @@ int run_verify(const store_and_json& p);
 
 void declare_store_and_json(command_line& cl, store_and_json& o) {
   add_store_dir(cl, o.dir);
-  cl.app.add_flag("--json", o.json, "print one JSON object");
+  add_json_flag(cl, o.json);
 }
 
 runner define_inspect(command_line& cl) {
@@ -269,9 +269,9 @@ runner define_backup(command_line& cl) {
   cl.app.add_option("DEST", o->dest, "the directory to create, or - for standard output")
     ->required();
   cl.app.add_flag("--compact", o->compact, "leave out free pages");
-  cl.app.add_flag("--json", o->json,
-                  "print one JSON object: backup (DEST), source, bytes, seconds,\n"
-                  "compact (not with DEST -)");
+  add_json_flag(cl, o->json,
+                "backup (DEST), source, bytes, seconds,\n"
+                "compact (not with DEST -)");
   return [o] { return run_backup(*o); };
 }
 
@@ -367,8 +367,7 @@ int run_backup(const backup_options& p) {
 
 struct export_options {
   std::string dir;
-  std::string app, user, session; ///< dump's filters, each "" when not given
-  bool has_app = false, has_user = false, has_session = false;
+  scope_filter scope; ///< dump's --app, --user, --session (none given for export)
   adk::export_args adk; ///< export --to-adk-sqlite
   bool to_adk = false, has_flavor = false;
 };
@@ -385,18 +384,8 @@ runner define_dump(command_line& cl) {
                    "printed; the exit is then 1.";
   cl.footer = "Exit 0, 1, 2 (usage).";
   add_store_dir(cl, o->dir);
-  auto* app = cl.app.add_option("--app", o->app, "only this app")->type_name("A");
-  auto* user =
-    cl.app.add_option("--user", o->user, "only this user of the app (needs --app)")->type_name("U");
-  auto* session =
-    cl.app.add_option("--session", o->session, "only this session of the user (needs --user)")
-      ->type_name("S");
-  return [o, app, user, session] {
-    o->has_app = app->count() > 0;
-    o->has_user = user->count() > 0;
-    o->has_session = session->count() > 0;
-    return export_common(*o, "dump");
-  };
+  add_scope_filter(cl, o->scope, "only this");
+  return [o] { return export_common(*o, "dump"); };
 }
 
 runner define_export(command_line& cl) {
@@ -435,17 +424,15 @@ runner define_export(command_line& cl) {
 }
 
 int export_common(const export_options& p, const char* command) {
+  if (auto problem = p.scope.problem(); !problem.empty())
+    return usage_error(command, problem);
   store::export_filter f;
-  if (p.has_app)
-    f.app = p.app;
-  if (p.has_user)
-    f.user = p.user;
-  if (p.has_session)
-    f.session = p.session;
-  if (f.user && !f.app)
-    return usage_error(command, "--user needs --app");
-  if (f.session && !f.user)
-    return usage_error(command, "--session needs --user");
+  if (p.scope.has_app())
+    f.app = p.scope.app;
+  if (p.scope.has_user())
+    f.user = p.scope.user;
+  if (p.scope.has_session())
+    f.session = p.scope.session;
   auto kv = open_readonly(p.dir);
   if (!kv)
     return 1;
@@ -504,9 +491,9 @@ runner define_import(command_line& cl) {
                    "Exit 0, 1 (failed: the message names the line), 2 (usage).";
   cl.footer = std::string(adk::import_help);
   add_store_dir(cl, o->dir);
-  cl.app.add_flag("--json", o->json,
-                  "print one JSON object: imported_records, store (the\n"
-                  "--from-adk-sqlite summary is always JSON)");
+  add_json_flag(cl, o->json,
+                "imported_records, store (the\n"
+                "--from-adk-sqlite summary is always JSON)");
   auto* from = cl.app
                  .add_option("--from-adk-sqlite", o->adk.file,
                              "read an ADK session store kept in SQLite instead of\n"

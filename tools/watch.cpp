@@ -24,7 +24,8 @@ namespace agentstate::tools {
 namespace {
 
 struct watch_options {
-  std::string dir, app, user, session, key_prefix, from;
+  std::string dir, key_prefix, from;
+  scope_filter scope;
   bool include_sessions = false;
   bool once = false;
   unsigned poll_ms = 200;
@@ -92,29 +93,27 @@ int run_remote(const watch_options& o, const server::listen_spec& at, const watc
 // The feed filter the flags name: the narrowest scope given.
 result<watch_request> request_of(const watch_options& o) {
   watch_request r;
-  r.app_name = o.app;
-  r.user_id = o.user;
-  r.session_id = o.session;
+  r.app_name = o.scope.app;
+  r.user_id = o.scope.user;
+  r.session_id = o.scope.session;
   r.include_sessions = o.include_sessions;
   r.key_prefix = o.key_prefix;
-  if (!o.session.empty())
+  if (!r.session_id.empty())
     r.scope = watch_scope::session;
-  else if (!o.user.empty())
+  else if (!r.user_id.empty())
     r.scope = watch_scope::user;
-  else if (!o.app.empty())
+  else if (!r.app_name.empty())
     r.scope = watch_scope::app;
   else
     r.scope = watch_scope::all;
-  if ((!o.user.empty() || !o.session.empty()) && o.app.empty())
-    return error{errc::invalid_argument, "--user and --session need --app"};
-  if (!o.session.empty() && o.user.empty())
-    return error{errc::invalid_argument, "--session needs --user"};
   if (auto ok = store::check_watch_request(r); !ok)
     return std::move(ok).err();
   return r;
 }
 
 int run_watch(const watch_options& o) {
+  if (auto problem = o.scope.problem(); !problem.empty())
+    return usage_error("watch", problem);
   auto req = request_of(o);
   if (!req) {
     std::fprintf(stderr, "watch: %s\n", req.err().message.c_str());
@@ -209,9 +208,7 @@ runner define_watch(command_line& cl) {
               "--from to resume with), 5 (the connection was lost: stderr names the\n"
               "cursor printed up to, to resume with --from).";
   cl.app.add_option("DIR|ADDR", o->dir, "the store directory, or a server's address")->required();
-  cl.app.add_option("--app", o->app, "one app");
-  cl.app.add_option("--user", o->user, "one user of the app (needs --app)");
-  cl.app.add_option("--session", o->session, "one session of the user (needs --user)");
+  add_scope_filter(cl, o->scope, "one");
   cl.app.add_flag("--include-sessions", o->include_sessions,
                   "with --app or --user: every change of their sessions too");
   cl.app.add_option("--key-prefix", o->key_prefix,

@@ -217,6 +217,8 @@ TEST_CASE("cli: bad usage is one line on stderr naming the problem and --help, e
     {{"demo", "--agents=0"}, "--agents takes a number 1..100000"},
     {{"demo", "--dir"}, "--dir"},
     {{"salvage", "a"}, "DEST is required"},
+    {{"watch", "d", "--user=u"}, "--user needs --app"},
+    {{"watch", "d", "--app", "a", "--session", "s", "--once"}, "--session needs --user"},
     {{"serve"}, "give exactly one of --store DIR and --memory"},
     {{"serve", "--memory", "--max-line-bytes=0"}, "--max-line-bytes must be an integer"},
     {{"serve", "--memory", "--durability", "maybe"}, "--durability must be sync or nosync"},
