@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -47,7 +49,11 @@ struct engine_core {
   /// and reload what they cache when it moved.
   std::atomic<std::uint64_t> fence_epoch{0};
   std::unique_ptr<store::kv_store> kv;
-  /// The change log's writer state (store writer thread only, after open).
+  /// Held by every commit (the writer's group commits, try_commit_inline) and
+  /// purge step, with its change-log state and scope notices, so commits
+  /// reach the store, the change feed and the scope actors in one order.
+  std::mutex commit_mtx;
+  /// The change log's writer state (under commit_mtx, after open).
   store::change_log log;
   /// The store's epoch (meta["epoch"]), which cursors name. Set at open.
   std::string epoch;
@@ -67,6 +73,16 @@ struct engine_core {
   store::store_lock lock; ///< held while open, in LMDB modes
   /// The actors run on CAF's test coordinator (engine_factory::open).
   bool deterministic = false;
+  /// Session actors commit their own write sets (try_commit_inline) when
+  /// no write set waits for the writer and commit_mtx comes free at once,
+  /// instead of sending them to the writer: durability::memory,
+  /// where no commit waits for a disk and the hop to the writer and back is
+  /// the cost. Set at open; not in deterministic mode.
+  bool inline_commits = false;
+  /// With inline_commits: write sets sent to the writer and not yet
+  /// committed. While any wait, session actors send theirs to the writer
+  /// too, so that under load they share its group commits.
+  std::atomic<std::size_t> writer_backlog{0};
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;
 };
@@ -83,6 +99,14 @@ scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
                                   std::optional<std::string> user);
 /// Spawns the detached store writer.
 writer_hdl spawn_writer(engine_core& core);
+
+/// Commits `plan` on the calling thread as the writer commits a group of
+/// one (same change-feed sequence, stats, and scope notices, queued before
+/// this returns) if it can take commit_mtx within 200 µs, polling and
+/// yielding the CPU (a commit holds it for microseconds); otherwise returns
+/// nullopt and leaves `plan` as it was, never sleeping. Wakes the writer to
+/// purge a deleted session's rows. For engine_core::inline_commits.
+std::optional<write_reply> try_commit_inline(engine_core& core, write_plan& plan);
 
 /// How long a waiter polls in all while the writer is committing
 /// (`engine_core::committing`): max(spin_wait, 1 ms) under durability::sync,

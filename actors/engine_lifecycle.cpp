@@ -200,6 +200,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
     core->kv = wrap(std::move(core->kv));
   core->cfg = std::make_unique<caf::actor_system_config>();
   core->deterministic = deterministic;
+  core->inline_commits = opts.mode == durability::memory && !deterministic;
   if (deterministic) {
     core->cfg->set("scheduler.policy", caf::atom("testing"));
   } else {

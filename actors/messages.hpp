@@ -116,6 +116,9 @@ struct write_cmd {
 };
 struct flush_cmd {};
 struct stop_writer_cmd {};
+/// Wakes the writer to purge what an inline commit deleted (core.hpp,
+/// commit_inline); no answer.
+struct purge_cmd {};
 /// The writer's answer to write_cmd and flush_cmd: ok, or the error. A
 /// late-bound write set's binding comes back resolved. `spent` is the write
 /// set itself, handed back so that its memory is freed by the session
@@ -144,9 +147,9 @@ using scope_actor_hdl = caf::typed_actor<caf::reacts_to<scope_get_cmd>,
                                          caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>>;
 
 /// The store writer (a detached blocking actor; its handle is typed).
-using writer_hdl =
-  caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
-                   caf::replies_to<flush_cmd>::with<write_reply>, caf::reacts_to<stop_writer_cmd>>;
+using writer_hdl = caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
+                                    caf::replies_to<flush_cmd>::with<write_reply>,
+                                    caf::reacts_to<stop_writer_cmd>, caf::reacts_to<purge_cmd>>;
 
 } // namespace agentstate::detail
 
@@ -166,4 +169,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::evict_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::flush_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::stop_writer_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::purge_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_reply)

@@ -21,12 +21,15 @@ bool busy(const session_state& st) {
 }
 
 // The handler of command `Cmd`: counts it as handled, then runs on(self, cmd)
-// through enter() (in arrival order; enter owns the command until then).
+// through enter() (in arrival order; enter owns the command until then),
+// then answers what an inline commit made ready.
 template <class Cmd>
 auto command(session_actor_t self, void (*on)(session_actor_t, Cmd&)) {
   return [self, on](Cmd& c) {
     ++self->state.handled;
     enter(self, [self, on, c = std::move(c)]() mutable { on(self, c); });
+    if (self->state.drain_due)
+      drain(self);
   };
 }
 

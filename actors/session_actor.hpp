@@ -77,6 +77,13 @@ struct session_state {
   /// commands wait in `stash` until it has answered, so the read sees every
   /// command before it and none after it.
   bool hold = false;
+  /// Set when an inline commit (engine_core::inline_commits) made a queued
+  /// write ready inside a handler: the handler's caller drains once the
+  /// handler returns, never the handler itself.
+  bool drain_due = false;
+  /// Write sets sent to the writer and not yet answered (an inline commit
+  /// may not overtake them).
+  std::size_t with_writer = 0;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();
@@ -105,7 +112,7 @@ result<void> load(session_actor_t self);
 
 /// Answers queued commands from the front while they are ready; once the
 /// queue is empty after a failed write, re-reads the record and replays the
-/// stash.
+/// stash. Repeats while drain_due is set by what it ran.
 void drain(session_actor_t self);
 
 /// Quits once a shutdown was asked and nothing is queued.
@@ -120,8 +127,9 @@ void enter(session_actor_t self, std::function<void()> fn);
 /// Queues an answer that is ready now (it still waits for earlier ones).
 void answer(session_actor_t self, std::function<void()> fn);
 
-/// Sends `plan` to the writer; `done` runs in order with the writer's
-/// verdict. The closures given to CAF hold only `self` and the pending
+/// Sends `plan` to the writer, or with inline_commits, when it may, commits
+/// it now and sets drain_due; `done` runs in order with the verdict, never inside
+/// submit. The closures given to CAF hold only `self` and the pending
 /// entry, so nothing large is copied per append.
 void submit(session_actor_t self, write_plan plan, write_done done);
 

@@ -32,25 +32,28 @@ result<void> load(session_actor_t self) {
 
 void drain(session_actor_t self) {
   auto& st = self->state;
-  while (!st.queue.empty() && st.queue.front()->ready) {
-    auto p = std::move(st.queue.front());
-    st.queue.pop_front();
-    p->run();
-  }
-  if (st.queue.empty() && (st.stale || st.hold)) {
-    if (st.stale) {
-      st.loaded = false; // re-read the record before the next command
-      st.ids.reset();
+  do {
+    st.drain_due = false;
+    while (!st.queue.empty() && st.queue.front()->ready) {
+      auto p = std::move(st.queue.front());
+      st.queue.pop_front();
+      p->run();
     }
-    st.stale = false;
-    st.hold = false;
-    // A replayed read may hold again; the rest then waits for the next drain.
-    while (!st.stash.empty() && !st.hold) {
-      auto f = std::move(st.stash.front());
-      st.stash.pop_front();
-      f();
+    if (st.queue.empty() && (st.stale || st.hold)) {
+      if (st.stale) {
+        st.loaded = false; // re-read the record before the next command
+        st.ids.reset();
+      }
+      st.stale = false;
+      st.hold = false;
+      // A replayed read may hold again; the rest then waits for the next drain.
+      while (!st.stash.empty() && !st.hold) {
+        auto f = std::move(st.stash.front());
+        st.stash.pop_front();
+        f();
+      }
     }
-  }
+  } while (st.drain_due); // a command replayed above committed inline
   maybe_finish(self);
 }
 
@@ -88,7 +91,28 @@ void submit(session_actor_t self, write_plan plan, write_done done) {
   auto p = std::make_shared<pending>();
   p->done = std::move(done);
   st.queue.push_back(p);
+  std::optional<write_reply> now;
+  if (st.core->inline_commits && st.with_writer == 0
+      && st.core->writer_backlog.load(std::memory_order_relaxed) == 0)
+    now = try_commit_inline(*st.core, plan);
+  if (now) {
+    if (now->code != errc::ok)
+      st.stale = true;
+    p->run = [q = p.get(), r = std::move(*now)]() mutable {
+      if (r.code == errc::ok)
+        q->done(result<void>{}, std::move(r.late), r.seq);
+      else
+        q->done(error{r.code, std::move(r.message)}, nullptr, 0);
+    };
+    p->ready = true;
+    st.drain_due = true;
+    return;
+  }
+  ++st.with_writer;
+  if (st.core->inline_commits)
+    st.core->writer_backlog.fetch_add(1, std::memory_order_relaxed);
   auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) {
+    --self->state.with_writer;
     if (!r)
       self->state.stale = true;
     // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).

@@ -8,6 +8,9 @@
 // options::spin_wait before it sleeps. Purges large deleted sessions' rows
 // in bounded steps between group commits (store/purge.hpp).
 #include <algorithm>
+#include <array>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -22,11 +25,6 @@
 namespace agentstate::detail {
 
 namespace {
-
-struct item {
-  write_plan plan;
-  caf::response_promise rp;
-};
 
 void update_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
   auto cur = x.load(std::memory_order_relaxed);
@@ -72,21 +70,23 @@ void count(engine_core& core, const std::vector<store::batch_entry>& entries) {
   core.stats.failed_writes.fetch_add(entries.size() - ok, std::memory_order_relaxed);
 }
 
-// Commits `batch` as one group commit, counts it, notifies the scope actors
-// of committed shared-scope writes and then answers each write set (FIFO
-// mailboxes give read-your-writes to scope reads).
-void commit_and_answer(engine_core& core, std::vector<item>& batch,
-                       std::vector<store::batch_entry>& entries) {
+// Commits `plans` as one group commit, counts it, notifies the scope actors
+// of committed shared-scope writes and then hands each write set's verdict
+// to answer(i, reply) (FIFO mailboxes give read-your-writes to scope reads:
+// the notice is queued before the answer). REQUIRES: core.commit_mtx held.
+template <class Plans, class Answer>
+void commit_group(engine_core& core, Plans& plans, std::vector<store::batch_entry>& entries,
+                  Answer&& answer) {
   core.committing.store(true, std::memory_order_relaxed);
   entries.clear();
-  for (auto& it : batch) {
+  for (write_plan& plan : plans) {
     auto& e = entries.emplace_back();
-    e.ws = &it.plan.ws;
-    e.late = it.plan.late != nullptr;
+    e.ws = &plan.ws;
+    e.late = plan.late != nullptr;
   }
   store::commit_batch(
     *core.kv, entries,
-    [&](store::kv_read& txn, std::size_t i) { return resolve_late(txn, core, batch[i].plan); },
+    [&](store::kv_read& txn, std::size_t i) { return resolve_late(txn, core, plans[i]); },
     &core.log);
   count(core, entries);
   if (core.hub->active()) {
@@ -96,10 +96,10 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
     if (head)
       core.hub->published(head);
   }
-  for (std::size_t i = 0; i < batch.size(); ++i)
+  for (std::size_t i = 0; i < plans.size(); ++i)
     if (entries[i].code == errc::ok) {
-      notify_scopes(core, batch[i].plan.ws, entries[i].txn_id, entries[i].seq);
-      auto op = batch[i].plan.ws.op;
+      notify_scopes(core, plans[i].ws, entries[i].txn_id, entries[i].seq);
+      auto op = plans[i].ws.op;
       if (op == store::write_set::kind::remove_user || op == store::write_set::kind::remove_app) {
         // Cached session and scope state under the fence is stale now,
         // before anyone hears of the delete.
@@ -109,25 +109,37 @@ void commit_and_answer(engine_core& core, std::vector<item>& batch,
         core.purge_pending.store(true, std::memory_order_relaxed);
       }
     }
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    auto& it = batch[i];
+  for (std::size_t i = 0; i < plans.size(); ++i) {
     write_reply reply;
     reply.code = entries[i].code;
     reply.message = std::move(entries[i].message);
     if (reply.code == errc::ok)
-      reply.late = std::move(it.plan.late);
-    reply.spent = std::move(it.plan.ws);
+      reply.late = std::move(plans[i].late);
+    reply.spent = std::move(plans[i].ws);
     reply.seq = entries[i].seq;
-    it.rp.deliver(std::move(reply));
+    answer(i, std::move(reply));
   }
   core.committing.store(false, std::memory_order_relaxed);
-  batch.clear();
+}
+
+// The writer's batch: write plans and, beside them, who gets each verdict.
+void commit_and_answer(engine_core& core, std::vector<write_plan>& plans,
+                       std::vector<caf::response_promise>& promises,
+                       std::vector<store::batch_entry>& entries) {
+  std::lock_guard<std::mutex> lk(core.commit_mtx);
+  commit_group(core, plans, entries,
+               [&](std::size_t i, write_reply&& r) { promises[i].deliver(std::move(r)); });
+  if (core.inline_commits)
+    core.writer_backlog.fetch_sub(plans.size(), std::memory_order_relaxed);
+  plans.clear();
+  promises.clear();
 }
 
 // One bounded step of the purge of deleted sessions' rows, in its own
 // transaction; clears purge_pending once nothing is left. A failure leaves
 // the marks for the next delete or the next open to resume.
 void purge_step(engine_core& core) {
+  std::lock_guard<std::mutex> lk(core.commit_mtx);
   auto r = store::purge_once(*core.kv);
   if (!r || *r == 0)
     core.purge_pending.store(false, std::memory_order_relaxed);
@@ -145,7 +157,8 @@ write_reply sync_reply(engine_core& core) {
 // The production writer: a detached thread that blocks for one message, then
 // drains whatever is queued (up to the caps) into one group commit.
 void writer_loop(caf::blocking_actor* self, engine_core* core) {
-  std::vector<item> batch;
+  std::vector<write_plan> batch;
+  std::vector<caf::response_promise> promises;
   std::vector<store::batch_entry> entries;
   std::vector<caf::response_promise> flushes;
   std::size_t bytes = 0;
@@ -154,10 +167,12 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
   const auto max_bytes = core->opts.max_batch_bytes;
   auto on_write = [&](write_cmd& c) {
     bytes += c.plan.ws.bytes();
-    batch.push_back(item{std::move(c.plan), self->make_response_promise()});
+    batch.push_back(std::move(c.plan));
+    promises.push_back(self->make_response_promise());
   };
   auto on_flush = [&](flush_cmd&) { flushes.push_back(self->make_response_promise()); };
   auto on_stop = [&](stop_writer_cmd&) { running = false; };
+  auto on_purge = [](purge_cmd&) {}; // the loop purges while purge_pending holds
   auto has_mail = [self] { return !self->mailbox().empty(); };
   while (running) {
     // While deleted sessions' rows are left, the writer never sleeps: it
@@ -170,11 +185,11 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
       purge_step(*core);
       continue;
     }
-    self->receive(on_write, on_flush, on_stop);
+    self->receive(on_write, on_flush, on_stop, on_purge);
     while (running && batch.size() < max_count && bytes < max_bytes && !self->mailbox().empty())
-      self->receive(on_write, on_flush, on_stop);
+      self->receive(on_write, on_flush, on_stop, on_purge);
     if (!batch.empty()) {
-      commit_and_answer(*core, batch, entries);
+      commit_and_answer(*core, batch, promises, entries);
       bytes = 0;
     }
     if (!flushes.empty()) {
@@ -194,20 +209,40 @@ void writer_loop(caf::blocking_actor* self, engine_core* core) {
 writer_hdl::behavior_type scheduled_writer(writer_hdl::pointer self, engine_core* core) {
   return {
     [self, core](write_cmd& c) -> caf::result<write_reply> {
-      std::vector<item> batch;
+      std::vector<write_plan> batch;
+      std::vector<caf::response_promise> promises;
       std::vector<store::batch_entry> entries;
-      batch.push_back(item{std::move(c.plan), self->make_response_promise()});
-      commit_and_answer(*core, batch, entries); // answers through the promise
+      batch.push_back(std::move(c.plan));
+      promises.push_back(self->make_response_promise());
+      commit_and_answer(*core, batch, promises, entries); // answers through the promise
       while (core->purge_pending.load(std::memory_order_relaxed))
         purge_step(*core);
       return caf::delegated<write_reply>{};
     },
     [core](flush_cmd&) -> write_reply { return sync_reply(*core); },
     [self](stop_writer_cmd&) { self->quit(); },
+    [core](purge_cmd&) {
+      while (core->purge_pending.load(std::memory_order_relaxed))
+        purge_step(*core);
+    },
   };
 }
 
 } // namespace
+
+std::optional<write_reply> try_commit_inline(engine_core& core, write_plan& plan) {
+  std::unique_lock<std::mutex> lk(core.commit_mtx, std::defer_lock);
+  if (!spin_until([&] { return lk.try_lock(); }, std::chrono::microseconds(200)))
+    return std::nullopt;
+  std::array<write_plan, 1> plans{std::move(plan)};
+  std::vector<store::batch_entry> entries;
+  write_reply out;
+  commit_group(core, plans, entries, [&](std::size_t, write_reply&& r) { out = std::move(r); });
+  lk.unlock();
+  if (out.code == errc::ok && out.spent.op == store::write_set::kind::remove)
+    caf::anon_send(core.writer, purge_cmd{});
+  return out;
+}
 
 writer_hdl spawn_writer(engine_core& core) {
   if (core.deterministic)

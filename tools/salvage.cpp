@@ -57,7 +57,7 @@ runner define_salvage(command_line& cl) {
   add_json_flag(cl, o->json,
                 "source, dest, sessions_found,\n"
                 "sessions_copied, lost [{app_name, user_id, session_id, kind,\n"
-                "message}], problems [messages about the walk and scope state]");
+                "message}], problems [messages about the walk and the scope state]");
   return [o] { return run_salvage(*o); };
 }
 
