@@ -92,7 +92,9 @@ void submit(session_actor_t self, write_plan plan, write_done done) {
   p->done = std::move(done);
   st.queue.push_back(p);
   std::optional<write_reply> now;
-  if (st.core->inline_commits && st.with_writer == 0
+  // Inline only for the last command in the mailbox: commands pipelined
+  // behind it are prepared here while the writer commits this one.
+  if (st.core->inline_commits && st.with_writer == 0 && self->mailbox().empty()
       && st.core->writer_backlog.load(std::memory_order_relaxed) == 0)
     now = try_commit_inline(*st.core, plan);
   if (now) {
