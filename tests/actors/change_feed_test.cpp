@@ -6,6 +6,7 @@
 // no gap and no duplicate, across a restart; retention answers
 // cursor_expired naming the oldest cursor; a cursor of another store is
 // refused; temp: never appears.
+// test-tiers: tsan
 #include <doctest/doctest.h>
 
 #include <atomic>
