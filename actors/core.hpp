@@ -34,8 +34,8 @@ struct counters {
 
 struct engine_core {
   options opts;
-  /// True while the store writer holds a batch: from its first write set
-  /// until its replies are delivered. Waiters keep polling past spin_wait
+  /// True while a commit runs (the writer's batch, or an inline commit):
+  /// from its first write set until its replies are delivered. Waiters keep polling past spin_wait
   /// while it holds (see commit_poll). Declared before `sys`, whose workers
   /// read it, so it outlives them.
   std::atomic<bool> committing{false};
@@ -73,11 +73,12 @@ struct engine_core {
   store::store_lock lock; ///< held while open, in LMDB modes
   /// The actors run on CAF's test coordinator (engine_factory::open).
   bool deterministic = false;
-  /// Session actors commit their own write sets (try_commit_inline) when
-  /// no write set waits for the writer and commit_mtx comes free at once,
-  /// instead of sending them to the writer: durability::memory,
-  /// where no commit waits for a disk and the hop to the writer and back is
-  /// the cost. Set at open; not in deterministic mode.
+  /// A session actor commits its own write set (try_commit_inline) instead
+  /// of sending it to the writer when the command is the last in its
+  /// mailbox, no write set waits for the writer and commit_mtx comes free
+  /// within a short poll: durability::memory, where no commit waits for a
+  /// disk and the hop to the writer and back is the cost. Set at open; not
+  /// in deterministic mode.
   bool inline_commits = false;
   /// With inline_commits: write sets sent to the writer and not yet
   /// committed. While any wait, session actors send theirs to the writer

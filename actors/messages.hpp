@@ -117,7 +117,7 @@ struct write_cmd {
 struct flush_cmd {};
 struct stop_writer_cmd {};
 /// Wakes the writer to purge what an inline commit deleted (core.hpp,
-/// commit_inline); no answer.
+/// try_commit_inline); no answer.
 struct purge_cmd {};
 /// The writer's answer to write_cmd and flush_cmd: ok, or the error. A
 /// late-bound write set's binding comes back resolved. `spent` is the write

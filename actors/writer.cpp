@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The store writer: the only code that opens write transactions. A detached
-// blocking actor that drains its mailbox into one group commit (capped in
-// count and bytes, no timer; store::commit_batch makes each write set fail
-// alone), notifies the user and app actors of committed shared-scope
-// writes, and only then answers the session actors (so FIFO mailboxes give
-// read-your-writes to scope reads). Polls its mailbox for up to
-// options::spin_wait before it sleeps. Purges large deleted sessions' rows
-// in bounded steps between group commits (store/purge.hpp).
+// The store writer: opens every write transaction but the inline commits of
+// durability memory (try_commit_inline, here too), which take the same
+// commit mutex and steps. A detached blocking actor that drains its mailbox
+// into one group commit (capped in count and bytes, no timer;
+// store::commit_batch makes each write set fail alone), notifies the user
+// and app actors of committed shared-scope writes, and only then answers the
+// session actors (so FIFO mailboxes give read-your-writes to scope reads).
+// Polls its mailbox for up to options::spin_wait before it sleeps. Purges
+// large deleted sessions' rows in bounded steps between group commits
+// (store/purge.hpp), and when an inline commit deleted a session.
 #include <algorithm>
 #include <array>
 #include <mutex>
