@@ -274,3 +274,68 @@ TEST_CASE("bench a in sync mode measures the disk's commit limit and reports the
   // The probes leave nothing behind.
   CHECK(std::filesystem::is_empty(dir.str()));
 }
+
+TEST_CASE("bench --peer runs the peer script after a and b and reports ratio_to_peer; a peer "
+          "that fails is reported and changes nothing else") {
+  agentstate::test::temp_dir dir;
+  auto write = [&](const char* name, const std::string& text) {
+    auto path = dir.path() / name;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return path.string();
+  };
+  // Echoes its arguments; noise before the result line, as real peers log.
+  auto good = write("good.mjs",
+                    "const a = process.argv.slice(2);\n"
+                    "const arg = (k) => a[a.indexOf(k) + 1];\n"
+                    "console.log('loading');\n"
+                    "console.error('a warning');\n"
+                    "console.log(JSON.stringify({peer: 'fake', workload: "
+                    "arg('--workload'), scale: Number(arg('--scale')), "
+                    "events_per_s: 1000}));\n");
+  auto bad = write("bad.mjs", "console.log('cannot load the framework');\nprocess.exit(3);\n");
+
+  auto r = run(std::string(AGENTSTATE_BIN)
+               + " bench --workload a,b,c --scale 0.002 --durability memory --peer " + good);
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 3);
+  for (auto& text : lines) {
+    auto j = agentstate::parse_json(text, 64);
+    REQUIRE(j.ok());
+    auto w = j->value("workload", "");
+    if (w == "c") { // the peers run a and b only
+      CHECK(!j->contains("peer"));
+      continue;
+    }
+    REQUIRE(j->contains("peer"));
+    auto& peer = (*j)["peer"];
+    CHECK(peer.value("peer", "") == "fake");
+    CHECK(peer.value("workload", "") == w);
+    CHECK(peer.value("scale", 0.0) == doctest::Approx(0.002));
+    REQUIRE(positive_number(*j, "events_per_s"));
+    CHECK(j->value("ratio_to_peer", 0.0)
+          == doctest::Approx((*j)["events_per_s"].get<double>() / 1000));
+  }
+
+  auto failed =
+    run_one_line(std::string(AGENTSTATE_BIN)
+                 + " bench --workload a --scale 0.002 --durability memory --peer " + bad);
+  CHECK(positive_number(failed, "events_per_s"));
+  CHECK(!failed.contains("ratio_to_peer"));
+  auto& peer = failed["peer"];
+  CHECK(peer.value("error", "").find("exited with 3") != std::string::npos);
+  CHECK(peer.value("output", "").find("cannot load the framework") != std::string::npos);
+
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --peer " + dir.str()
+            + "/missing.mjs 2>/dev/null")
+          .exit_code
+        == 2);
+  CHECK(run(std::string(AGENTSTATE_BIN) + " bench --workload a --via stdio --peer " + good
+            + " 2>/dev/null")
+          .exit_code
+        == 2);
+}

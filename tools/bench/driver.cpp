@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "tools/bench/peer.hpp"
 #include "tools/bench/temp_store.hpp"
 #include "tools/bench/via_workloads.hpp"
 #include "tools/bench/workloads.hpp"
@@ -83,6 +84,13 @@ const char* bench_footer =
   "  --spin-us, --write-map, --max-store-mb and --max-resident-mb do not apply\n"
   "  (serve runs with the engine's defaults).\n"
   "\n"
+  "With --peer SCRIPT, a and b (in process) also run on another framework's\n"
+  "in-memory session service, `node SCRIPT --workload a|b --scale F`\n"
+  "(tools/bench/peers/iqai_adk.mjs: @iqai/adk, after npm ci there), right\n"
+  "after the bench's own run; its JSON line goes under \"peer\" and\n"
+  "\"ratio_to_peer\" is events_per_s over the peer's. A peer that cannot run\n"
+  "gives \"peer\": {\"error\", \"output\"} and changes nothing else.\n"
+  "\n"
   "Each line has workload, durability, scale, events_per_s (null where no\n"
   "events are written), p50_us/p99_us (the latency named by latency_of),\n"
   "rss_growth_mb, peak_rss_mb, seconds, settings (scheduler, threads, batch\n"
@@ -142,12 +150,13 @@ int usage_error(const std::string& msg) {
 
 /// What the command line gave, as text; checked by run_bench.
 struct bench_args {
-  std::string workload, durability, scale, via, serve_bin, dir, scheduler;
+  std::string workload, durability, scale, via, serve_bin, dir, scheduler, peer;
   bool write_map = false;
   std::string numbers[std::size(number_flags)];
   CLI::Option* number_given[std::size(number_flags)] = {};
   CLI::Option *scale_opt = nullptr, *via_opt = nullptr, *serve_bin_opt = nullptr,
-              *dir_opt = nullptr, *scheduler_opt = nullptr, *durability_opt = nullptr;
+              *dir_opt = nullptr, *scheduler_opt = nullptr, *durability_opt = nullptr,
+              *peer_opt = nullptr;
 };
 
 int run_bench(bench_args& a);
@@ -158,6 +167,7 @@ runner define_bench(command_line& cl) {
              "                 [--scale F] [--dir DIR] [--threads N]\n"
              "                 [--scheduler sharing|stealing] [--max-store-mb N]\n"
              "                 [--max-resident-mb N] [--spin-us N] [--write-map]\n"
+             "                 [--peer SCRIPT]\n"
              "agentstate bench --workload a|b|c|LIST|all --via stdio|tcp\n"
              "                 [--durability D] [--scale F] [--dir DIR] [--threads N]\n"
              "                 [--serve-bin PATH]";
@@ -186,6 +196,11 @@ runner define_bench(command_line& cl) {
   app.add_flag("--write-map", a->write_map,
                "options.write_map: LMDB writes through a writable map\n"
                "(nosync only; see the option's costs in options.hpp)");
+  a->peer_opt = app
+                  .add_option("--peer", a->peer,
+                              "a node script that runs a and b on another framework\n"
+                              "(tools/bench/peers/iqai_adk.mjs)")
+                  ->type_name("SCRIPT");
   const std::string through = "through the protocol";
   a->via_opt = app.add_option("--via", a->via, "stdio or tcp")->type_name("M")->group(through);
   a->serve_bin_opt = app
@@ -245,6 +260,11 @@ int run_bench(bench_args& a) {
   }
   if (a.dir_opt->count())
     cfg.base_dir = a.dir;
+  if (a.peer_opt->count()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(a.peer, ec))
+      return usage_error("--peer '" + a.peer + "' is not a file");
+  }
   if (a.scheduler_opt->count()) {
     if (a.scheduler != "sharing" && a.scheduler != "stealing")
       return usage_error("--scheduler takes sharing or stealing");
@@ -257,6 +277,8 @@ int run_bench(bench_args& a) {
   const bool via = !cfg.via.empty();
   if (!via && !cfg.serve_bin.empty())
     return usage_error("--serve-bin needs --via");
+  if (via && a.peer_opt->count())
+    return usage_error("--peer compares the in-process figures: not with --via");
   if (via
       && (cfg.scheduler != "sharing" || cfg.spin_us || cfg.write_map || cfg.max_store_mb
           || cfg.max_resident_mb))
@@ -287,6 +309,8 @@ int run_bench(bench_args& a) {
   bool failed = false;
   for (char w : todo) {
     ojson line = via ? via_workload(w, cfg) : workloads_by_name[w - 'a'](cfg);
+    if (a.peer_opt->count() && (w == 'a' || w == 'b'))
+      attach_peer(line, run_peer(a.peer, w, cfg.scale));
     std::cout << line.dump() << std::endl;
     if (line.value("errors", 0) != 0 || (line.contains("correct") && !line["correct"]))
       failed = true;
