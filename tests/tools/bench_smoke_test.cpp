@@ -64,6 +64,23 @@ agentstate::json run_one_line(const std::string& cmd) {
   return std::move(*parsed);
 }
 
+// Runs a bench command that prints `n` workloads: checks it exits 0 with `n`
+// lines of JSON and returns them parsed.
+std::vector<agentstate::json> run_lines(const std::string& cmd, std::size_t n) {
+  auto r = run(cmd);
+  INFO("stdout:\n", r.out);
+  CHECK(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == n);
+  std::vector<agentstate::json> out;
+  for (auto& line : lines) {
+    auto parsed = agentstate::parse_json(line, 64);
+    REQUIRE(parsed.ok());
+    out.push_back(std::move(*parsed));
+  }
+  return out;
+}
+
 bool positive_number(const agentstate::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>())
     && j[key].get<double>() > 0;
@@ -199,22 +216,16 @@ TEST_CASE("bench --workload all at a tiny scale: one sane JSON line per workload
 }
 
 TEST_CASE("bench in memory mode runs a workload, with --spin-us passed to the engine") {
-  auto r = run(std::string(AGENTSTATE_BIN)
-               + " bench --workload a,g --scale 0.001 --durability memory --spin-us 0");
-  INFO("stdout:\n", r.out);
-  CHECK(r.exit_code == 0);
-  auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 2);
-  for (auto& line : lines) {
-    auto parsed = agentstate::parse_json(line, 64);
-    REQUIRE(parsed.ok());
-    CHECK(parsed->value("durability", "") == "memory");
-    CHECK(parsed->value("settings", agentstate::json::object()).value("spin_wait_us", -1) == 0);
-    CHECK(parsed->value("settings", agentstate::json::object()).value("workers_poll", true)
-          == false);
-    CHECK(positive_number(*parsed, "events_per_s"));
-    if (parsed->value("workload", "") == "a")
-      CHECK(positive_number(parsed->value("round_trip", agentstate::json::object()), "per_s"));
+  for (auto& line :
+       run_lines(std::string(AGENTSTATE_BIN)
+                   + " bench --workload a,g --scale 0.001 --durability memory --spin-us 0",
+                 2)) {
+    CHECK(line.value("durability", "") == "memory");
+    CHECK(line.value("settings", agentstate::json::object()).value("spin_wait_us", -1) == 0);
+    CHECK(line.value("settings", agentstate::json::object()).value("workers_poll", true) == false);
+    CHECK(positive_number(line, "events_per_s"));
+    if (line.value("workload", "") == "a")
+      CHECK(positive_number(line.value("round_trip", agentstate::json::object()), "per_s"));
   }
 }
 
@@ -297,28 +308,23 @@ TEST_CASE("bench --peer runs the peer script after a and b and reports ratio_to_
                     "events_per_s: 1000}));\n");
   auto bad = write("bad.mjs", "console.log('cannot load the framework');\nprocess.exit(3);\n");
 
-  auto r = run(std::string(AGENTSTATE_BIN)
-               + " bench --workload a,b,c --scale 0.002 --durability memory --peer " + good);
-  INFO("stdout:\n", r.out);
-  CHECK(r.exit_code == 0);
-  auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 3);
-  for (auto& text : lines) {
-    auto j = agentstate::parse_json(text, 64);
-    REQUIRE(j.ok());
-    auto w = j->value("workload", "");
+  for (auto& line :
+       run_lines(std::string(AGENTSTATE_BIN)
+                   + " bench --workload a,b,c --scale 0.002 --durability memory --peer " + good,
+                 3)) {
+    auto w = line.value("workload", "");
     if (w == "c") { // the peers run a and b only
-      CHECK(!j->contains("peer"));
+      CHECK(!line.contains("peer"));
       continue;
     }
-    REQUIRE(j->contains("peer"));
-    auto& peer = (*j)["peer"];
+    REQUIRE(line.contains("peer"));
+    auto& peer = line["peer"];
     CHECK(peer.value("peer", "") == "fake");
     CHECK(peer.value("workload", "") == w);
     CHECK(peer.value("scale", 0.0) == doctest::Approx(0.002));
-    REQUIRE(positive_number(*j, "events_per_s"));
-    CHECK(j->value("ratio_to_peer", 0.0)
-          == doctest::Approx((*j)["events_per_s"].get<double>() / 1000));
+    REQUIRE(positive_number(line, "events_per_s"));
+    CHECK(line.value("ratio_to_peer", 0.0)
+          == doctest::Approx(line["events_per_s"].get<double>() / 1000));
   }
 
   auto failed =
