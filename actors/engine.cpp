@@ -379,6 +379,7 @@ void delete_scope(engine_core& core, std::string app, std::optional<std::string>
   plan.ws.op = user ? store::write_set::kind::remove_user : store::write_set::kind::remove_app;
   plan.ws.app = std::move(app);
   plan.ws.user = user.value_or("");
+  sent_to_writer(core);
   ask_writer(core, write_cmd{std::move(plan)}, std::move(cb));
 }
 

@@ -243,6 +243,10 @@ caf::actor_system& engine_factory::system_of(engine& e) {
   return *e.core_->sys;
 }
 
+std::size_t engine_factory::writer_backlog_of(engine& e) {
+  return e.core_->writer_backlog.load();
+}
+
 result<void> engine::close() {
   if (!core_ || core_->closed.exchange(true))
     return {};

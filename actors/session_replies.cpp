@@ -111,8 +111,7 @@ void submit(session_actor_t self, write_plan plan, write_done done) {
     return;
   }
   ++st.with_writer;
-  if (st.core->inline_commits)
-    st.core->writer_backlog.fetch_add(1, std::memory_order_relaxed);
+  sent_to_writer(*st.core);
   auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) {
     --self->state.with_writer;
     if (!r)

@@ -129,10 +129,11 @@ void commit_and_answer(engine_core& core, std::vector<write_plan>& plans,
                        std::vector<caf::response_promise>& promises,
                        std::vector<store::batch_entry>& entries) {
   std::lock_guard<std::mutex> lk(core.commit_mtx);
-  commit_group(core, plans, entries,
-               [&](std::size_t i, write_reply&& r) { promises[i].deliver(std::move(r)); });
-  if (core.inline_commits)
-    core.writer_backlog.fetch_sub(plans.size(), std::memory_order_relaxed);
+  commit_group(core, plans, entries, [&](std::size_t i, write_reply&& r) {
+    if (core.inline_commits) // uncounted before its sender hears (sent_to_writer)
+      core.writer_backlog.fetch_sub(1, std::memory_order_relaxed);
+    promises[i].deliver(std::move(r));
+  });
   plans.clear();
   promises.clear();
 }
@@ -237,7 +238,7 @@ std::optional<write_reply> try_commit_inline(engine_core& core, write_plan& plan
   if (!spin_until([&] { return lk.try_lock(); }, std::chrono::microseconds(200)))
     return std::nullopt;
   std::array<write_plan, 1> plans{std::move(plan)};
-  std::vector<store::batch_entry> entries;
+  thread_local std::vector<store::batch_entry> entries; // no allocation per commit
   write_reply out;
   commit_group(core, plans, entries, [&](std::size_t, write_reply&& r) { out = std::move(r); });
   lk.unlock();
