@@ -80,11 +80,11 @@ int run_demo(const demo_options& o);
 runner define_demo(command_line& cl) {
   auto o = std::make_shared<demo_options>();
   cl.usage = "agentstate demo [--dir DIR] [--fresh] [--agents N] [--appends M]";
-  cl.description = "A short guided run of the engine on an LMDB store: scopes across two users\n"
-                   "and three sessions, temp: state that never reaches disk, a crowd of\n"
-                   "concurrent agents appending (with a measured events/s line), and all of it\n"
-                   "still there after the engine is closed and reopened. Every claim it prints\n"
-                   "is checked.";
+  cl.description = R"(A short guided run of the engine on an LMDB store: scopes across two users
+and three sessions, temp: state that never reaches disk, a crowd of
+concurrent agents appending (with a measured events/s line), and all of it
+still there after the engine is closed and reopened. Every claim it prints
+is checked.)";
   cl.footer = "Exit 0 every check held, 1 a check or an engine call failed, 2 usage.";
   cl.app
     .add_option("--dir", o->dir,

@@ -41,15 +41,15 @@ int run_salvage(const salvage_options& o);
 runner define_salvage(command_line& cl) {
   auto o = std::make_shared<salvage_options>();
   cl.usage = "agentstate salvage DIR DEST [--json]";
-  cl.description = "Copies every session of the store in DIR that reads clean - its record,\n"
-                   "state and every event decode, and no read of it faults - into a new store\n"
-                   "in DEST (created; must not exist or be empty), with the user and app state\n"
-                   "that reads clean, and lists every session it could not copy with the\n"
-                   "reason. For a store that verify reports damaged, or that the engine\n"
-                   "refuses with data_corrupt (a truncated data.mdb is read as far as it goes).\n"
-                   "Reads DIR without its lock: run it on a store no engine writes. DEST is\n"
-                   "written through `import` (one transaction per 10,000 records) and holds\n"
-                   "its lock while salvage runs. Progress on stderr when it is a terminal.";
+  cl.description = R"(Copies every session of the store in DIR that reads clean - its record,
+state and every event decode, and no read of it faults - into a new store
+in DEST (created; must not exist or be empty), with the user and app state
+that reads clean, and lists every session it could not copy with the
+reason. For a store that verify reports damaged, or that the engine
+refuses with data_corrupt (a truncated data.mdb is read as far as it goes).
+Reads DIR without its lock: run it on a store no engine writes. DEST is
+written through `import` (one transaction per 10,000 records) and holds
+its lock while salvage runs. Progress on stderr when it is a terminal.)";
   cl.footer = "Exit 0 every session copied, 3 some lost (listed), 1 nothing could be\n"
               "done (DIR unreadable, DEST unusable), 2 usage.";
   cl.app.add_option("DIR", o->dir, "the damaged store")->required();

@@ -348,10 +348,10 @@ int run_serve(serve_config& cfg);
 runner define_serve(command_line& cl) {
   auto a = std::make_shared<serve_args>();
   cl.usage = "agentstate serve (--store DIR | --memory) [options]";
-  cl.description = "Serves the engine over JSON-RPC 2.0, one JSON object per line (see\n"
-                   "docs/protocol.md): requests on standard input, responses on standard\n"
-                   "output, or the same over TCP, TLS or Unix sockets with --listen. Logs go\n"
-                   "to standard error, one line per event.";
+  cl.description = R"(Serves the engine over JSON-RPC 2.0, one JSON object per line (see
+docs/protocol.md): requests on standard input, responses on standard
+output, or the same over TCP, TLS or Unix sockets with --listen. Logs go
+to standard error, one line per event.)";
   cl.footer = "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, their\n"
               "responses are written, the store is flushed and closed, exit 0. A second\n"
               "signal exits at once (status 1). SIGHUP re-reads --auth-file.\n"

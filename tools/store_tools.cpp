@@ -62,11 +62,11 @@ void declare_store_and_json(command_line& cl, store_and_json& o) {
 runner define_inspect(command_line& cl) {
   auto o = std::make_shared<store_and_json>();
   cl.usage = "agentstate inspect DIR [--json]";
-  cl.description = "Prints the store's format version, counts of apps, users, sessions and\n"
-                   "events, map size and use, and reader slots. Read-only; safe while an engine\n"
-                   "runs; reads every store format (1 to 7) as it is. Each session record that\n"
-                   "fails its checksum is reported on stderr as data_corrupt (and counted in\n"
-                   "\"damaged_records\"); the counts go on.";
+  cl.description = R"(Prints the store's format version, counts of apps, users, sessions and
+events, map size and use, and reader slots. Read-only; safe while an engine
+runs; reads every store format (1 to 7) as it is. Each session record that
+fails its checksum is reported on stderr as data_corrupt (and counted in
+"damaged_records"); the counts go on.)";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
   declare_store_and_json(cl, *o);
   return [o] { return run_inspect(*o); };
@@ -136,12 +136,12 @@ int run_inspect(const store_and_json& p) {
 runner define_verify(command_line& cl) {
   auto o = std::make_shared<store_and_json>();
   cl.usage = "agentstate verify DIR [--json]";
-  cl.description = "Checks every row of the store: every checksum (format 4; each damaged row\n"
-                   "is named: session app/user/id and which row), versions contiguous, every\n"
-                   "event decodes, no event id twice in a session, every record decodes, list\n"
-                   "indexes and scope rows well-formed, no orphan rows, the change log's rows\n"
-                   "decode and its sequence has no gap. Read-only; safe while an engine runs\n"
-                   "(it checks one snapshot); reads every store format (1 to 7) as it is.";
+  cl.description = R"(Checks every row of the store: every checksum (format 4; each damaged row
+is named: session app/user/id and which row), versions contiguous, every
+event decodes, no event id twice in a session, every record decodes, list
+indexes and scope rows well-formed, no orphan rows, the change log's rows
+decode and its sequence has no gap. Read-only; safe while an engine runs
+(it checks one snapshot); reads every store format (1 to 7) as it is.)";
   cl.footer = "Exit 0 clean, 1 faults found (or unreadable), 2 usage.";
   declare_store_and_json(cl, *o);
   return [o] { return run_verify(*o); };
@@ -258,12 +258,12 @@ runner define_backup(command_line& cl) {
   auto o = std::make_shared<backup_options>();
   cl.usage = "agentstate backup DIR DEST [--compact] [--json]\n"
              "agentstate backup DIR - [--compact] > FILE";
-  cl.description = "Writes a consistent copy of the store in DIR, as of one moment, into DEST\n"
-                   "(created; must not exist or be empty), while an engine may go on writing.\n"
-                   "The copy opens as a normal store. With DEST '-', the copy's data.mdb goes\n"
-                   "to standard output instead (not a terminal), as mdb_copy writes it: put it\n"
-                   "as data.mdb into an empty directory to open it. Progress on stderr when it\n"
-                   "is a terminal.";
+  cl.description = R"(Writes a consistent copy of the store in DIR, as of one moment, into DEST
+(created; must not exist or be empty), while an engine may go on writing.
+The copy opens as a normal store. With DEST '-', the copy's data.mdb goes
+to standard output instead (not a terminal), as mdb_copy writes it: put it
+as data.mdb into an empty directory to open it. Progress on stderr when it
+is a terminal.)";
   cl.footer = "Exit 0, 1 (failed), 2 (usage).";
   add_store_dir(cl, o->dir);
   cl.app.add_option("DEST", o->dest, "the directory to create, or - for standard output")
@@ -377,11 +377,11 @@ int export_common(const export_options& p, const char* command);
 runner define_dump(command_line& cl) {
   auto o = std::make_shared<export_options>();
   cl.usage = "agentstate dump DIR [--app A [--user U [--session S]]]";
-  cl.description = "Prints the store (or one app, user or session of it) as JSON lines: a\n"
-                   "header, each session with its own state, its events, then user and app\n"
-                   "state. Read-only; safe while an engine runs. A session or scope with a\n"
-                   "damaged row is left out and reported on stderr (data_corrupt), the others\n"
-                   "printed; the exit is then 1.";
+  cl.description = R"(Prints the store (or one app, user or session of it) as JSON lines: a
+header, each session with its own state, its events, then user and app
+state. Read-only; safe while an engine runs. A session or scope with a
+damaged row is left out and reported on stderr (data_corrupt), the others
+printed; the exit is then 1.)";
   cl.footer = "Exit 0, 1, 2 (usage).";
   add_store_dir(cl, o->dir);
   add_scope_filter(cl, o->scope, "only this");
@@ -392,11 +392,11 @@ runner define_export(command_line& cl) {
   auto o = std::make_shared<export_options>();
   cl.usage = "agentstate export DIR > FILE\n"
              "agentstate export --to-adk-sqlite FILE DIR [--adk-flavor F]";
-  cl.description = "Writes the whole store as JSON lines that `agentstate import` turns back\n"
-                   "into the same store (export -> import -> export is byte-identical).\n"
-                   "Read-only; safe while an engine runs. A session or scope with a damaged\n"
-                   "row is left out and reported on stderr (data_corrupt), the others written;\n"
-                   "the exit is then 1. Progress on stderr when it is a terminal.";
+  cl.description = R"(Writes the whole store as JSON lines that `agentstate import` turns back
+into the same store (export -> import -> export is byte-identical).
+Read-only; safe while an engine runs. A session or scope with a damaged
+row is left out and reported on stderr (data_corrupt), the others written;
+the exit is then 1. Progress on stderr when it is a terminal.)";
   cl.footer = std::string(adk::export_help);
   add_store_dir(cl, o->dir);
   auto* to = cl.app
@@ -485,10 +485,10 @@ runner define_import(command_line& cl) {
   auto o = std::make_shared<import_options>();
   cl.usage = "agentstate import DIR [--json] < FILE\n"
              "agentstate import --from-adk-sqlite FILE DIR [--skip-oversized]";
-  cl.description = "Reads JSON lines written by `agentstate export` into the store in DIR,\n"
-                   "which is created if missing and must hold no data. Takes the store's lock:\n"
-                   "no engine may have it open. Progress on stderr when it is a terminal.\n"
-                   "Exit 0, 1 (failed: the message names the line), 2 (usage).";
+  cl.description = R"(Reads JSON lines written by `agentstate export` into the store in DIR,
+which is created if missing and must hold no data. Takes the store's lock:
+no engine may have it open. Progress on stderr when it is a terminal.
+Exit 0, 1 (failed: the message names the line), 2 (usage).)";
   cl.footer = std::string(adk::import_help);
   add_store_dir(cl, o->dir);
   add_json_flag(cl, o->json,

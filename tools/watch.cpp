@@ -183,22 +183,22 @@ runner define_watch(command_line& cl) {
   auto o = std::make_shared<watch_options>();
   cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR] [--once]\n"
              "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]] [same filters]";
-  cl.description = "Prints the store's change feed as JSON lines, one committed change (create,\n"
-                   "append, delete, delete_user, delete_app) per line, in commit order (the\n"
-                   "objects of read_changes in docs/protocol.md): every change of the store, or of "
-                   "one app's `app:` keys,\n"
-                   "one user's `user:` keys or one session (--include-sessions: every change of\n"
-                   "the app's or user's sessions). Starts after the newest change, or after\n"
-                   "--from; then waits for new ones, like tail -f.\n"
-                   "\n"
-                   "DIR: reads the store read-only, polling: safe beside the engine or `serve`\n"
-                   "that owns it. ADDR: a running `agentstate serve --listen`, as `unix:PATH`,\n"
-                   "`tcp://HOST:PORT` or `HOST:PORT` (a bare HOST:PORT names a server unless a\n"
-                   "file or directory of that name exists; write ./NAME for such a directory);\n"
-                   "the feed comes from its `watch` (--once: `read_changes` pages), the lines\n"
-                   "are the same as the DIR form's. The token comes from --token-file or the\n"
-                   "AGENTSTATE_TOKEN environment variable and is never printed. SIGINT or\n"
-                   "SIGTERM unwatches and exits 0, naming the last cursor on stderr.";
+  cl.description = R"(Prints the store's change feed as JSON lines, one committed change (create,
+append, delete, delete_user, delete_app) per line, in commit order (the
+objects of read_changes in docs/protocol.md): every change of the store, or of
+one app's `app:` keys, one user's `user:` keys or one session
+(--include-sessions: every change of the app's or user's sessions). Starts
+after the newest change, or after --from; then waits for new ones, like
+tail -f.
+
+DIR: reads the store read-only, polling: safe beside the engine or `serve`
+that owns it. ADDR: a running `agentstate serve --listen`, as `unix:PATH`,
+`tcp://HOST:PORT` or `HOST:PORT` (a bare HOST:PORT names a server unless a
+file or directory of that name exists; write ./NAME for such a directory);
+the feed comes from its `watch` (--once: `read_changes` pages), the lines
+are the same as the DIR form's. The token comes from --token-file or the
+AGENTSTATE_TOKEN environment variable and is never printed. SIGINT or
+SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
   cl.footer = "Exit 0 (--once at the head; or stopped by SIGINT/SIGTERM), 1 (cannot read\n"
               "the store, or a cursor of another store or older than its retention;\n"
               "cannot reach the server, TLS failed, the token file is unreadable), 2\n"

@@ -27,10 +27,10 @@ namespace agentstate::tools::bench {
 namespace {
 
 const char* bench_description =
-  "Runs a workload in-process against a fresh store in a temp directory under\n"
-  "DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)\n"
-  "and prints one JSON object per workload on one line of stdout. Progress of\n"
-  "long phases goes to stderr when it is a terminal.";
+  R"(Runs a workload in-process against a fresh store in a temp directory under
+DIR (default $TMPDIR or /tmp; removed afterwards, also on SIGINT/SIGTERM)
+and prints one JSON object per workload on one line of stdout. Progress of
+long phases goes to stderr when it is a terminal.)";
 
 const char* bench_footer =
   "Workloads (sizes at --scale 1; the scaled quantity is marked *):\n"
