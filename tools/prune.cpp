@@ -186,16 +186,17 @@ int run_prune(const prune_args& a) {
 
 runner define_prune(command_line& cl) {
   auto a = std::make_shared<prune_args>();
-  cl.usage = "agentstate prune DIR --older-than DURATION [--app APP] [--dry-run] [--json]";
+  cl.usage = "agentstate prune DIR --older-than DURATION [--app APP] [--dry-run]\n"
+             "  [--json]";
   cl.description =
-    R"(Deletes every session (of APP, or of every app) whose last update is older than
-DURATION (N or Ns seconds, Nm minutes, Nh hours, Nd days) before now. The deletes go
-through the engine, opened on DIR with durability sync: each is in the change feed,
-and a large session is gone at once and its rows purged in steps (the engine finishes
-a purge this run leaves when it next opens the store). App and user state stay. The
-store must not be open elsewhere (another process's engine or serve: exit 1).
---dry-run counts the sessions it would delete and deletes nothing. Progress goes to
-stderr when it is a terminal.)";
+    R"(Deletes every session (of APP, or of every app) whose last update is older
+than DURATION (N or Ns seconds, Nm minutes, Nh hours, Nd days) before now. The
+deletes go through the engine, opened on DIR with durability sync: each is in
+the change feed, and a large session is gone at once and its rows purged in
+steps (the engine finishes a purge this run leaves when it next opens the
+store). App and user state stay. The store must not be open elsewhere (another
+process's engine or serve: exit 1). --dry-run counts the sessions it would
+delete and deletes nothing. Progress goes to stderr when it is a terminal.)";
   cl.footer = "Exit 0 done, 1 the store cannot be opened or a delete failed, 2 usage.";
   add_store_dir(cl, a->dir);
   cl.app.add_option("--older-than", a->older_than, "delete sessions not updated for this long")
