@@ -3,6 +3,7 @@
 // form (model/event_text.hpp).
 #include "model/event_text.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -22,17 +23,33 @@ constexpr bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 
-// Equality with a member name: the length first, then the bytes.
-bool is(const std::string& key, std::string_view name) {
-  return key.size() == name.size() && std::memcmp(key.data(), name.data(), name.size()) == 0;
+// Equality with a member name (a string literal): the length first, then
+// the bytes, compared inline (the length is a constant).
+template <std::size_t N>
+bool is(const std::string& key, const char (&name)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), name, N - 1) == 0;
 }
 
-// a < b in std::map's order (bytes compared unsigned); most keys differ in
-// their first byte, which is compared without a call.
+// a < b in std::map's order (bytes compared unsigned), without a call:
+// member names are short.
 bool key_before(const std::string& a, const std::string& b) {
-  if (!a.empty() && !b.empty() && a[0] != b[0])
-    return static_cast<unsigned char>(a[0]) < static_cast<unsigned char>(b[0]);
-  return a < b;
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (a[i] != b[i])
+      return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[i]);
+  return a.size() < b.size();
+}
+
+// Whether any of the 8 bytes of `w` ends a plain run of a string (see
+// plain_bytes): '"', '\\', a control byte or a byte of 0x80 and above.
+// Exact for "any"; which byte is left to the caller.
+[[gnu::always_inline]] inline bool ends_plain_run(std::uint64_t w) {
+  constexpr std::uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+  const std::uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+  const std::uint64_t zero_quote = (quote - ones) & ~quote;
+  const std::uint64_t zero_backslash = (backslash - ones) & ~backslash;
+  const std::uint64_t control = (w - ones * 0x20) & ~w;
+  return ((zero_quote | zero_backslash | control) & highs) != 0 || (w & highs) != 0;
 }
 
 int hex_value(char c) {
@@ -55,11 +72,11 @@ public:
   bool at_end() const { return p_ == end_; }
   bool next_is(char c) const { return p_ != end_ && *p_ == c; }
 
-  bool literal(std::string_view word) {
-    if (static_cast<std::size_t>(end_ - p_) < word.size()
-        || std::string_view(p_, word.size()) != word)
+  template <std::size_t N>
+  bool literal(const char (&word)[N]) {
+    if (static_cast<std::size_t>(end_ - p_) < N - 1 || std::memcmp(p_, word, N - 1) != 0)
       return false;
-    p_ += word.size();
+    p_ += N - 1;
     return true;
   }
 
@@ -69,6 +86,11 @@ public:
       return false;
     const char* run = p_;
     for (;;) {
+      for (std::uint64_t w; end_ - p_ >= 8; p_ += 8) {
+        std::memcpy(&w, p_, 8);
+        if (ends_plain_run(w))
+          break;
+      }
       while (p_ != end_ && plain_bytes[static_cast<unsigned char>(*p_)])
         ++p_;
       if (p_ == end_)

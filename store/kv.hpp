@@ -84,6 +84,12 @@ public:
   /// the snapshot begins. A store opened for writing is upgraded before use.
   virtual bool legacy_values() const { return false; }
 
+  /// Whether a reader must check the checksums of this snapshot's sealed
+  /// values: false only for the in-memory store, whose values never leave
+  /// the memory of the process that sealed them (no disk, file or copy can
+  /// change them), so its readers check tags and sizes only.
+  virtual bool checksums_needed() const { return true; }
+
   /// Whether table `fences` may hold a row in this snapshot: false only when
   /// it held none when the store was opened and no write transaction has
   /// put one since (readers then skip the fence lookups of every session

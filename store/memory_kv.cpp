@@ -110,6 +110,7 @@ public:
                  const kv_visitor& fn) override {
     scan_map_back(db_.tables[static_cast<int>(t)], prefix, from, fn);
   }
+  bool checksums_needed() const override { return false; }
 
 protected:
   memory_db& db_;

@@ -43,10 +43,12 @@ std::optional<std::string_view> open_row(table t, std::string_view key, std::str
 /// checksums at a time (crc32c_extend3: ~1.5x faster for event rows than
 /// one by one). Sets bodies[i] for every row and returns n, or returns the
 /// index of the first damaged row (bodies then partly set). `bodies` may
-/// be `values` (each body replaces its row).
+/// be `values` (each body replaces its row). With `checksums` false
+/// (kv_read::checksums_needed) sealed values are checked for tag and size
+/// only.
 std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
-                      const std::string_view* values, bool legacy,
-                      std::string_view* bodies) noexcept;
+                      const std::string_view* values, bool legacy, std::string_view* bodies,
+                      bool checksums = true) noexcept;
 
 /// The row `key` of table `t` as a reader names it in errors: "session
 /// 'app/user/id' event v3", "user 'app/user' state row 'k'", ... Bytes that

@@ -483,3 +483,29 @@ TEST_CASE("checksums: the tools name damaged rows and go on with the other sessi
   CHECK(json::parse(iout)["damaged_records"] == 1);
   CHECK(json::parse(iout)["sessions"] == 3);
 }
+
+TEST_CASE("checksums: LMDB readers check every checksum; the in-memory store's readers check "
+          "tags and sizes only") {
+  test::temp_dir dir;
+  auto lmdb = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+  auto memory = make_memory_kv();
+  CHECK(lmdb->begin_read()->checksums_needed());
+  CHECK_FALSE(memory->begin_read()->checksums_needed());
+  CHECK_FALSE(memory->begin_write()->checksums_needed());
+  // Rows as select_event_rows opens them: a good one, one whose checksum is
+  // wrong, one whose tag is wrong.
+  std::string good = encode_event_row("k", 1.5, R"({"id":"e1"})");
+  std::string bad_sum = good;
+  bad_sum[1] = static_cast<char>(bad_sum[1] ^ 1);
+  std::string bad_tag = good;
+  bad_tag[0] = 9;
+  std::string_view keys[] = {"k", "k", "k"};
+  for (bool checksums : {true, false}) {
+    INFO("checksums: ", checksums);
+    std::string_view values[] = {good, bad_sum, good}, bodies[3];
+    CHECK(open_rows(table::events, 3, keys, values, false, bodies, checksums)
+          == (checksums ? 1u : 3u));
+    std::string_view tagged[] = {good, good, bad_tag};
+    CHECK(open_rows(table::events, 3, keys, tagged, false, bodies, checksums) == 2);
+  }
+}

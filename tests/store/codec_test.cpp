@@ -447,6 +447,28 @@ TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann rea
   }
 }
 
+TEST_CASE("decode_event_text: a string's special bytes are found at every offset") {
+  // The reader skips plain bytes eight at a time and the rest one by one: a
+  // byte that ends a plain run must be seen wherever it falls in a word,
+  // and wherever the string ends.
+  struct special {
+    std::string text; // as it appears inside the JSON string
+    bool fast;
+  };
+  const std::vector<special> specials = {
+    {"\\\"", true},  {"\\\\", true},     {"\\n", true},          {"\\u0001", true},
+    {"\x7f", true},  {"\xc3\xa9", true}, {"\xe4\xb8\xad", true}, {"\xf0\x9f\x98\x80", true},
+    {"\x01", false}, {"\x1f", false},    {"\xff", false},        {"\xc3", false},
+  };
+  for (std::size_t len = 0; len <= 24; ++len)
+    for (std::size_t at = 0; at <= len; ++at)
+      for (auto& sp : specials) {
+        std::string inside = std::string(at, 'a') + sp.text + std::string(len - at, 'b');
+        std::string text = "{\"id\":\"" + inside + "\",\"x\":\"" + std::string(len, 'c') + "\"}";
+        CHECK(check_decode(text) == sp.fast);
+      }
+}
+
 TEST_CASE("decode_event_text: the stored-text fuzzer's seeds and crashers agree with nlohmann") {
   std::size_t files = 0;
   for (auto& e : std::filesystem::directory_iterator(AGENTSTATE_STORED_TEXT_DIR)) {
