@@ -60,6 +60,13 @@ class AgentStateError(Exception):
 
     kind: str = ""
 
+    def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
+        """``class NotFoundError(AgentStateError, kind="not_found")`` sets the class's ``kind``;
+        a subclass without one keeps its base's."""
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            cls.kind = kind
+
     def __init__(self, kind: str, code: int | None, message: str, data: dict[str, Any] | None = None):
         super().__init__(message)
         self.kind = kind
@@ -84,29 +91,21 @@ class AgentStateError(Exception):
         return (type(self), (self.kind, self.code, self.message, self.data))
 
 
-class AlreadyExistsError(AgentStateError):
+class AlreadyExistsError(AgentStateError, kind="already_exists"):
     """``create_session`` with a session id already used in that (app, user)."""
 
-    kind = "already_exists"
 
-
-class NotFoundError(AgentStateError):
+class NotFoundError(AgentStateError, kind="not_found"):
     """The session (or, for ``inject_state``, a template key) does not exist."""
 
-    kind = "not_found"
 
-
-class InvalidArgumentError(AgentStateError):
+class InvalidArgumentError(AgentStateError, kind="invalid_argument"):
     """A value breaks a documented rule, or the request was malformed (codes -32700,
     -32600, -32601, -32602 carry this kind too)."""
 
-    kind = "invalid_argument"
 
-
-class VersionConflictError(AgentStateError):
+class VersionConflictError(AgentStateError, kind="version_conflict"):
     """``expected_version`` differed from the session's version."""
-
-    kind = "version_conflict"
 
     @property
     def current_version(self) -> int | None:
@@ -114,67 +113,47 @@ class VersionConflictError(AgentStateError):
         return self.data.get("current_version")
 
 
-class TooLargeError(AgentStateError):
+class TooLargeError(AgentStateError, kind="too_large"):
     """A name, id, key, value, event, line or nesting depth is over its limit."""
 
-    kind = "too_large"
 
-
-class StorageFullError(AgentStateError):
+class StorageFullError(AgentStateError, kind="storage_full"):
     """The store reached its maximum size."""
 
-    kind = "storage_full"
 
-
-class IoError(AgentStateError):
+class IoError(AgentStateError, kind="io_error"):
     """The server's disk failed; nothing was acknowledged. Retryable."""
 
-    kind = "io_error"
 
-
-class UnavailableError(AgentStateError):
+class UnavailableError(AgentStateError, kind="unavailable"):
     """The server cannot do it now: it is shutting down, the connection to it is gone, or
     (create_session) the user or app is still being deleted. Retryable."""
 
-    kind = "unavailable"
 
-
-class InternalError(AgentStateError):
+class InternalError(AgentStateError, kind="internal"):
     """A bug in the server (or a response the client cannot read)."""
 
-    kind = "internal"
 
-
-class DataCorruptError(AgentStateError):
+class DataCorruptError(AgentStateError, kind="data_corrupt"):
     """Stored data failed a consistency check."""
 
-    kind = "data_corrupt"
 
-
-class UnauthenticatedError(AgentStateError):
+class UnauthenticatedError(AgentStateError, kind="unauthenticated"):
     """The connection has not authenticated."""
 
-    kind = "unauthenticated"
 
-
-class PermissionDeniedError(AgentStateError):
+class PermissionDeniedError(AgentStateError, kind="permission_denied"):
     """The connection may not perform this operation."""
 
-    kind = "permission_denied"
 
-
-class ConditionFailedError(AgentStateError):
+class ConditionFailedError(AgentStateError, kind="condition_failed"):
     """A conditional state change (``compare_and_set``) found another value; nothing was
     appended."""
 
-    kind = "condition_failed"
 
-
-class CursorExpiredError(AgentStateError):
+class CursorExpiredError(AgentStateError, kind="cursor_expired"):
     """A change cursor is older than the change log keeps (``read_changes`` from it, or a
     watch that fell further behind than the server's ``--change-retention``)."""
-
-    kind = "cursor_expired"
 
     @property
     def oldest(self) -> str | None:
@@ -183,14 +162,12 @@ class CursorExpiredError(AgentStateError):
         return self.data.get("oldest")
 
 
-class WatchOverflowError(AgentStateError):
+class WatchOverflowError(AgentStateError, kind="watch_overflow"):
     """Raised by a watch's iterator (never by the server) when its consumer fell so far
     behind that the batches waiting in the client passed the watch's ``max_buffer_bytes``.
     The client then unwatched it; every batch received before that was yielded, and the
     watch's ``resume_from`` (also in ``data["resume_from"]``) continues after the last one,
     missing nothing. ``code`` is None."""
-
-    kind = "watch_overflow"
 
     @property
     def resume_from(self) -> str | None:

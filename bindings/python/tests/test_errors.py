@@ -35,6 +35,7 @@ KINDS = {
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_kind_has_its_class(kind):
+    assert KINDS[kind].kind == kind  # the class keyword: class NotFoundError(..., kind="not_found")
     e = ac.error_from_response({"code": -32000, "message": "m", "data": {"kind": kind}})
     assert type(e) is KINDS[kind]
     assert isinstance(e, ac.AgentStateError)
@@ -51,6 +52,12 @@ def test_package_exports_every_error():
     client_side = {ac.AgentStateError, ac.ConnectionClosedError, ac.WatchOverflowError}
     assert set(KINDS.values()) | client_side == {
         v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, ac.AgentStateError)}
+
+
+def test_a_subclass_without_a_kind_keeps_its_bases():
+    assert ac.ConnectionClosedError.kind == ac.UnavailableError.kind == "unavailable"
+    assert ac.ConnectionClosedError("gone").kind == "unavailable"
+    assert ac.WatchOverflowError.kind == "watch_overflow"
 
 
 def test_unknown_and_malformed_errors():
