@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -137,7 +138,7 @@ public:
   }
   std::uint64_t txn_id() const override { return db_.last_txn + 1; }
 
-  // One descent of the tree per put; the undo log keeps a pointer to the
+  // At most one descent of the tree per put; the undo log keeps a pointer to the
   // element (std::map keeps pointers valid through other inserts and
   // erases, and through extract and re-insert), never a copy of the key.
   // The log's room is taken first, so a change is never made without its
@@ -145,7 +146,9 @@ public:
   void put(table t, std::string_view key, std::string_view value) override {
     auto& m = db_.tables[static_cast<int>(t)];
     room_for_undo();
-    auto it = m.lower_bound(key);
+    // A key past the table's last (the change log's, a new table's) is
+    // placed at the end without a descent.
+    auto it = !m.empty() && std::prev(m.end())->first < key ? m.end() : m.lower_bound(key);
     if (it == m.end() || it->first != key) {
       it = m.emplace_hint(it, std::piecewise_construct, std::forward_as_tuple(key),
                           std::forward_as_tuple(value));
