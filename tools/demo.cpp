@@ -262,6 +262,6 @@ int run_demo(const demo_options& o) {
 }
 
 static const bool registered = register_command(
-  {"demo", "a guided run of the engine on an LMDB store (default ./agentstate-data)", define_demo});
+  {"demo", "a guided run of the engine on an LMDB store (./agentstate-data)", define_demo});
 
 } // namespace agentstate::tools

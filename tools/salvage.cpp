@@ -343,8 +343,7 @@ int run_salvage(const salvage_options& o) {
 }
 
 const bool registered = register_command(
-  {"salvage", "copy every session that reads clean from a damaged store into a new one",
-   define_salvage});
+  {"salvage", "copy every session that reads clean into a new store", define_salvage});
 
 } // namespace
 

@@ -509,7 +509,6 @@ int run_serve(serve_config& cfg) {
 } // namespace
 
 static const bool registered = register_command(
-  {"serve", "JSON-RPC over stdin/stdout, TCP, TLS or Unix sockets (docs/protocol.md)",
-   define_serve});
+  {"serve", "the JSON-RPC protocol over stdio, TCP, TLS or Unix sockets", define_serve});
 
 } // namespace agentstate::tools

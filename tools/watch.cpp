@@ -181,8 +181,10 @@ int run_watch(const watch_options& o) {
 
 runner define_watch(command_line& cl) {
   auto o = std::make_shared<watch_options>();
-  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR] [--once]\n"
-             "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]] [same filters]";
+  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR]\n"
+             "  [--once]\n"
+             "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]]\n"
+             "  [same filters]";
   cl.description = R"(Prints the store's change feed as JSON lines, one committed change (create,
 append, delete, delete_user, delete_app) per line, in commit order (the
 objects of read_changes in docs/protocol.md): every change of the store, or of
@@ -238,8 +240,7 @@ SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
 }
 
 const bool registered = register_command(
-  {"watch", "print a store's or a server's change feed as JSON lines (tail -f of commits)",
-   define_watch});
+  {"watch", "print a store's or a server's change feed as JSON lines", define_watch});
 
 } // namespace
 

@@ -321,10 +321,7 @@ int run_bench(bench_args& a) {
 }
 
 static const bool registered = register_command(
-  {"bench",
-   "run benchmark workloads a..h in-process (a, b, c, h through serve with --via); "
-   "one JSON line each",
-   define_bench});
+  {"bench", "run the benchmark workloads a..j (in process or via serve)", define_bench});
 
 } // namespace
 
