@@ -27,6 +27,9 @@ std::string option_label(const CLI::Option& o) {
   return out;
 }
 
+/// The width --help's lines keep to.
+constexpr std::size_t help_columns = 78;
+
 /// The --help of one command: its usage lines, description, positionals
 /// ("arguments:"), options by group ("options:" first, the help flag last),
 /// footer. Everything but the prose is read from the declarations.
@@ -59,23 +62,31 @@ public:
       width = std::max(width, option_label(*help).size());
     const std::size_t column = std::min<std::size_t>(std::max<std::size_t>(width, 10), 22) + 4;
 
+    // A description is flowed into lines that end by column 78 (a word
+    // longer than the room stands alone on its line).
     auto item = [&](const CLI::Option& o) {
       auto label = option_label(o);
       out << "  " << label;
-      std::istringstream desc(o.get_description());
-      std::string d;
       bool first = true;
       if (label.size() + 2 > column - 2) {
         out << "\n";
         first = false;
       }
-      while (std::getline(desc, d)) {
-        if (first)
-          out << std::string(column - 2 - label.size(), ' ') << d << "\n";
-        else
-          out << std::string(column, ' ') << d << "\n";
+      const std::size_t room = help_columns > column + 20 ? help_columns - column : 20;
+      std::istringstream words(o.get_description());
+      std::string word, line;
+      auto flush = [&] {
+        out << std::string(first ? column - 2 - label.size() : column, ' ') << line << "\n";
+        line.clear();
         first = false;
+      };
+      while (words >> word) {
+        if (!line.empty() && line.size() + 1 + word.size() > room)
+          flush();
+        line += (line.empty() ? "" : " ") + word;
       }
+      if (!line.empty())
+        flush();
       if (first)
         out << "\n";
     };

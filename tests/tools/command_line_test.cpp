@@ -196,6 +196,21 @@ TEST_CASE("cli: --help of the tool and of every command on stdout, exit 0; --ver
   }
 }
 
+TEST_CASE("cli: every --help keeps to 78 columns (option descriptions are flowed)") {
+  std::vector<std::vector<std::string>> calls = {{"--help"}};
+  for (auto c : all_commands)
+    calls.push_back({c, "--help"});
+  for (auto& call : calls) {
+    auto r = run_tool(call);
+    std::istringstream lines(r.out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      INFO(call.front(), " --help: ", line);
+      CHECK(line.size() <= 78);
+    }
+  }
+}
+
 TEST_CASE("cli: bad usage is one line on stderr naming the problem and --help, exit 2") {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
     {{}, "no command given"},
