@@ -72,7 +72,10 @@ struct derived_key {
 /// `max_age`; the newest change is always kept. A cursor older than what is
 /// kept gets errc::cursor_expired. Trimmed by the writer as it commits (at
 /// most two old entries per new one, so a lowered bound takes effect over
-/// the following commits).
+/// the following commits). Each kept change holds its event's stored text
+/// and state changes, so under durability::memory the log takes at least as
+/// much of the process's memory as the events it covers: a long in-memory
+/// run that reads no feed can lower max_entries.
 struct change_retention {
   std::uint64_t max_entries = 1'000'000;
   std::chrono::seconds max_age{7 * 24 * 3600};
