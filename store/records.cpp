@@ -162,19 +162,6 @@ std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
   }
   for (std::size_t i = 0; i < n; i += 3) {
     std::size_t m = std::min<std::size_t>(3, n - i);
-    if (!checksums) {
-      for (std::size_t j = 0; j < m; ++j) {
-        auto v = values[i + j];
-        if (v.size() < seal_bytes || v[0] != sealed_tag)
-          return i + j;
-        auto body = v.substr(seal_bytes);
-        if ((t == table::sessions && !record_size(body.size()))
-            || (t == table::events && body.size() < 8))
-          return i + j;
-        bodies[i + j] = body;
-      }
-      continue;
-    }
     std::uint32_t crc[3] = {0, 0, 0};
     const void* p[3] = {"", "", ""};
     std::size_t len[3] = {0, 0, 0};
@@ -185,16 +172,19 @@ std::size_t open_rows(table t, std::size_t n, const std::string_view* keys,
       p[j] = keys[i + j].data();
       len[j] = keys[i + j].size();
     }
-    crc32c_extend3(crc, p, len);
-    for (std::size_t j = 0; j < m; ++j) {
-      p[j] = values[i + j].data() + seal_bytes;
-      len[j] = values[i + j].size() - seal_bytes;
+    if (checksums) {
+      crc32c_extend3(crc, p, len);
+      for (std::size_t j = 0; j < m; ++j) {
+        p[j] = values[i + j].data() + seal_bytes;
+        len[j] = values[i + j].size() - seal_bytes;
+      }
+      crc32c_extend3(crc, p, len);
     }
-    crc32c_extend3(crc, p, len);
     for (std::size_t j = 0; j < m; ++j) {
       auto v = values[i + j];
       auto body = v.substr(seal_bytes);
-      if (read_le32(v.data() + 1) != crc[j] || (t == table::sessions && !record_size(body.size()))
+      if ((checksums && read_le32(v.data() + 1) != crc[j])
+          || (t == table::sessions && !record_size(body.size()))
           || (t == table::events && body.size() < 8))
         return i + j;
       bodies[i + j] = body;
