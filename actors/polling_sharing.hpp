@@ -8,7 +8,9 @@
 //   * enqueue signals the condition variable only when a parked worker is
 //     needed: more jobs queued than workers polling;
 //   * the queue is a deque, so an enqueue does not allocate (CAF's policy
-//     allocates a list node per job).
+//     allocates a list node per job);
+//   * before each job a worker runs the tasks callbacks deferred to it
+//     (actors/worker_idle.hpp) when the queue is empty or a bound is reached.
 // With spin_wait 0 the engine uses CAF's own work_sharing instead.
 // Only actors/engine.cpp includes this (it pulls in CAF's scheduler headers).
 #pragma once
@@ -25,6 +27,7 @@
 #include <caf/scheduler/coordinator.hpp>
 
 #include "actors/spin.hpp"
+#include "actors/worker_idle.hpp"
 
 namespace agentstate::detail {
 
@@ -93,6 +96,7 @@ public:
   template <class Worker>
   caf::resumable* dequeue(Worker* self) {
     auto& q = d(self->parent());
+    worker_idle_point(q.size.load(std::memory_order_acquire) == 0);
     std::size_t none = 0;
     if (q.size.load(std::memory_order_acquire) == 0
         && q.pollers.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) {

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "actors/worker_idle.hpp"
+
 namespace agentstate::protocol {
 
 namespace {
@@ -97,7 +99,8 @@ constexpr std::size_t max_direct_bytes = std::size_t{256} << 10;
 
 } // namespace
 
-line_writer::line_writer(int fd) : fd_(fd) {
+line_writer::line_writer(int fd) : fd_(fd), deferral_(std::make_shared<deferral>()) {
+  deferral_->writer = this;
   struct stat st;
   socket_ = ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
   thread_ = std::thread([this] { run(); });
@@ -105,6 +108,8 @@ line_writer::line_writer(int fd) : fd_(fd) {
 
 line_writer::~line_writer() {
   close();
+  std::lock_guard<std::mutex> guard(deferral_->mtx); // waits for a deferred write running now
+  deferral_->writer = nullptr;
 }
 
 line_writer::tried line_writer::write_nowait(const std::string& batch, std::size_t& off) {
@@ -159,6 +164,32 @@ void line_writer::push(std::string line) {
     work_cv_.notify_one();
     return;
   }
+  if (deferred_)
+    return; // the deferred write takes it along
+  if (agentstate::detail::defer_until_idle([d = deferral_] {
+        std::lock_guard<std::mutex> guard(d->mtx);
+        if (d->writer)
+          d->writer->write_deferred();
+      })) {
+    deferred_ = true;
+    return;
+  }
+  write_direct(lock);
+}
+
+void line_writer::write_deferred() {
+  std::unique_lock<std::mutex> lock(mtx_);
+  deferred_ = false;
+  if (busy_ || failed_ || closing_ || pending_.empty())
+    return; // a writer at work, or the thread (closing), takes pending_
+  if (handed_off_ || !direct_) {
+    work_cv_.notify_one();
+    return;
+  }
+  write_direct(lock);
+}
+
+void line_writer::write_direct(std::unique_lock<std::mutex>& lock) {
   busy_ = true;
   std::string batch;
   std::size_t written = 0;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -37,9 +38,13 @@ result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
 /// meanwhile; what the descriptor does not take at once goes to the
 /// writer's own thread, which writes with blocking calls until it has caught
 /// up. So a reader that keeps up costs no thread hand-off per response, and
-/// one that does not costs producers only a queue append. Each line is
-/// written whole: lines never interleave, and they go out in push order.
-/// Does not own the descriptor.
+/// one that does not costs producers only a queue append. A producer on an
+/// engine worker thread leaves that write to its thread
+/// (actors/worker_idle.hpp: after the producing job, when no other job is
+/// queued, else within 32 jobs or 1 ms), so the lines of jobs that run back
+/// to back leave in one write; close() writes what such a write left. Each
+/// line is written whole: lines never interleave, and they go out in push
+/// order. Does not own the descriptor.
 /// Thread safety: push() and wait_below() may be called from any thread.
 class line_writer {
 public:
@@ -52,7 +57,8 @@ public:
 
   /// Queues `line` followed by '\n', and writes it (with whatever else is
   /// queued) when nobody else is writing and the descriptor takes it without
-  /// blocking. Never blocks beyond that non-blocking write (at most a few
+  /// blocking: at once, or on an engine worker at the thread's next idle
+  /// point. Never blocks beyond that non-blocking write (at most a few
   /// batches, ~256 KiB, before the thread takes over) and a short lock. After
   /// a write has failed (the reader went away) lines are dropped.
   void push(std::string line);
@@ -77,6 +83,11 @@ private:
   /// How a non-blocking write ended.
   enum class tried { all, blocked, unsupported, failed };
   tried write_nowait(const std::string& batch, std::size_t& off);
+  /// Writes pending_ without blocking, as the producer that found nobody
+  /// writing; `lock` holds mtx_ on entry and on return.
+  void write_direct(std::unique_lock<std::mutex>& lock);
+  /// The write a producer on a worker deferred (runs on that worker).
+  void write_deferred();
   /// Puts `batch` from `off` back in front of what was queued meanwhile.
   void requeue(std::string& batch, std::size_t off);
   void notify_room();
@@ -94,6 +105,14 @@ private:
   std::size_t room_waiters_ = 0;
   bool closing_ = false;
   bool failed_ = false;
+  bool deferred_ = false; ///< a worker's idle point will write pending_
+  /// What a deferred write holds: it outlives the writer, and finds
+  /// `writer` null once the writer is destroyed.
+  struct deferral {
+    std::mutex mtx;
+    line_writer* writer;
+  };
+  std::shared_ptr<deferral> deferral_;
   std::thread thread_;
 };
 

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "actors/worker_idle.hpp"
+
+#include <utility>
+#include <vector>
+
+namespace agentstate::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// One per thread; what is still queued when the thread ends is dropped.
+struct idle_tasks {
+  bool worker = false;
+  std::size_t jobs = 0; ///< jobs started since the first queued task
+  clock::time_point first;
+  std::vector<std::function<void()>> queued;
+  std::vector<std::function<void()>> running; ///< reused between runs
+
+  void run() {
+    // A task that defers again lands in `queued` for the next run.
+    running.swap(queued);
+    jobs = 0;
+    for (auto& t : running) {
+      try {
+        t();
+      } catch (...) {
+      }
+    }
+    running.clear();
+  }
+};
+
+idle_tasks& tasks() {
+  thread_local idle_tasks t;
+  return t;
+}
+
+} // namespace
+
+bool defer_until_idle(std::function<void()> task) {
+  auto& t = tasks();
+  if (!t.worker)
+    return false;
+  if (t.queued.empty())
+    t.first = clock::now();
+  t.queued.push_back(std::move(task));
+  return true;
+}
+
+void worker_idle_point(bool queue_empty) {
+  auto& t = tasks();
+  t.worker = true;
+  if (t.queued.empty())
+    return;
+  if (queue_empty || ++t.jobs >= idle_task_max_jobs
+      || clock::now() - t.first >= idle_task_max_delay)
+    t.run();
+}
+
+} // namespace agentstate::detail

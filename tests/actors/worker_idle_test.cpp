@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// actors/worker_idle.hpp: work an engine callback defers to its worker
+// thread. The idle point's rules on a thread that plays a worker (calls
+// worker_idle_point as polling_sharing::dequeue does), then real engines on
+// both stores: their callbacks run on workers that take deferred tasks, and
+// on no worker when the engine does not poll (spin_wait 0).
+// test-tiers: tsan
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "actors/worker_idle.hpp"
+#include "support/test_support.hpp"
+
+using namespace agentstate;
+using namespace agentstate::detail;
+using namespace agentstate::test;
+using namespace std::chrono_literals;
+
+TEST_CASE("worker_idle: a thread that is no engine worker does the work itself") {
+  bool ran = false;
+  CHECK_FALSE(defer_until_idle([&] { ran = true; }));
+  CHECK_FALSE(ran); // dropped, not run later
+  std::thread other([&] { CHECK_FALSE(defer_until_idle([&] { ran = true; })); });
+  other.join();
+  CHECK_FALSE(ran);
+}
+
+TEST_CASE("worker_idle: deferred tasks run once, in order, at the worker's idle point") {
+  std::thread worker([] {
+    worker_idle_point(true); // what dequeue does first: marks the thread
+    std::vector<int> done;
+    CHECK(defer_until_idle([&] { done.push_back(1); }));
+    CHECK(defer_until_idle([&] { done.push_back(2); }));
+    CHECK(done.empty()); // not while the job that deferred them runs
+    worker_idle_point(true); // no job queued: the worker would wait
+    CHECK(done == std::vector<int>{1, 2});
+    worker_idle_point(true);
+    CHECK(done == std::vector<int>{1, 2}); // once each
+
+    // A task that defers again runs at the next idle point; a throwing task
+    // is dropped and the others run.
+    CHECK(defer_until_idle([&] {
+      done.push_back(3);
+      CHECK(defer_until_idle([&] { done.push_back(5); }));
+    }));
+    CHECK(defer_until_idle([] { throw std::runtime_error("dropped"); }));
+    CHECK(defer_until_idle([&] { done.push_back(4); }));
+    worker_idle_point(true);
+    CHECK(done == std::vector<int>{1, 2, 3, 4});
+    worker_idle_point(true);
+    CHECK(done == std::vector<int>{1, 2, 3, 4, 5});
+  });
+  worker.join();
+}
+
+TEST_CASE("worker_idle: a worker that keeps finding jobs runs the tasks within the bounds") {
+  std::thread worker([] {
+    worker_idle_point(false);
+    int runs = 0;
+    // The job bound: by the idle_task_max_jobs-th job at the latest.
+    CHECK(defer_until_idle([&] { ++runs; }));
+    for (std::size_t i = 0; i < idle_task_max_jobs && runs == 0; ++i)
+      worker_idle_point(false);
+    CHECK(runs == 1);
+    // The time bound: past idle_task_max_delay, before the next job.
+    CHECK(defer_until_idle([&] { ++runs; }));
+    std::this_thread::sleep_for(idle_task_max_delay + 1ms);
+    worker_idle_point(false);
+    CHECK(runs == 2);
+  });
+  worker.join();
+}
+
+TEST_CASE("worker_idle: tasks still queued when the worker thread ends are dropped") {
+  std::atomic<bool> ran{false};
+  std::thread worker([&] {
+    worker_idle_point(true);
+    CHECK(defer_until_idle([&] { ran = true; }));
+  });
+  worker.join();
+  CHECK_FALSE(ran.load());
+}
+
+TEST_CASE_TEMPLATE("worker_idle: engine callbacks run on workers that take deferred tasks", S,
+                   memory_store, lmdb_store) {
+  auto e = open_engine(S::kind); // scheduler sharing, spin_wait 50 us: polling workers
+  auto ref = sref("app", "u", "s");
+  std::promise<std::thread::id> callback_thread, task_thread;
+  std::atomic<bool> deferred{false};
+  e->create_session(create_req(ref), [&](result<session> r) {
+    CHECK(r.ok());
+    deferred = defer_until_idle([&] { task_thread.set_value(std::this_thread::get_id()); });
+    callback_thread.set_value(std::this_thread::get_id());
+  });
+  auto cb = callback_thread.get_future();
+  REQUIRE(cb.wait_for(10s) == std::future_status::ready);
+  auto cb_id = cb.get();
+  CHECK(deferred.load());
+  CHECK(cb_id != std::this_thread::get_id());
+  auto task = task_thread.get_future();
+  REQUIRE(task.wait_for(10s) == std::future_status::ready);
+  CHECK(task.get() == cb_id); // on the worker that ran the callback
+
+  // An append's callback too (on the LMDB store: after the writer's commit).
+  std::promise<bool> appended;
+  std::promise<void> ran;
+  e->append_event(append_req(ref, make_event(json{{"k", 1}})), [&](result<append_result> r) {
+    CHECK(r.ok());
+    appended.set_value(defer_until_idle([&] { ran.set_value(); }));
+  });
+  auto a = appended.get_future();
+  REQUIRE(a.wait_for(10s) == std::future_status::ready);
+  CHECK(a.get());
+  CHECK(ran.get_future().wait_for(10s) == std::future_status::ready);
+}
+
+TEST_CASE_TEMPLATE("worker_idle: an engine whose workers do not poll defers nothing", S,
+                   memory_store, lmdb_store) {
+  auto e = open_engine(S::kind, [](options& o) { o.spin_wait = 0us; }); // CAF's work_sharing
+  std::promise<bool> deferred;
+  e->create_session(create_req(sref("app", "u", "s")), [&](result<session> r) {
+    CHECK(r.ok());
+    deferred.set_value(defer_until_idle([] {}));
+  });
+  auto d = deferred.get_future();
+  REQUIRE(d.wait_for(10s) == std::future_status::ready);
+  CHECK_FALSE(d.get());
+}
