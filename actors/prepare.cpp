@@ -144,10 +144,13 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
   return plan;
 }
 
-result<prepared_append> prepare_append(const engine_core& core, const session_ref& r, event&& ev,
+result<prepared_append> prepare_append(const engine_core& core, const session_ref& r, event&& in,
                                        std::uint64_t version, std::vector<state_modify>&& modify) {
   const auto& lim = core.opts.limits;
-  prepared_append out;
+  // The event is taken apart in place: no default event is built and
+  // replaced (its four JSON objects are four heap blocks).
+  prepared_append out{{}, std::move(in), json(), {}};
+  event& ev = out.stored;
   auto& ws = out.plan.ws;
   // temp: keys leave the delta here (A3); the rest is encoded row by row.
   json& delta = ev.actions.state_delta;
@@ -218,14 +221,12 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
       if (auto c = model::check_modify(lim, m); !c)
         return std::move(c).err();
     auto& late = out.plan.late = std::make_shared<late_binding>();
-    late->ev = std::move(ev);
+    late->ev = ev; // out.stored stays, provisional: the writer's result replaces it
     late->modify = std::move(modify);
     late->derive = !core.derived_inputs.empty();
-    out.stored = late->ev; // provisional: the writer's result replaces it
     return out;
   }
-  out.stored = std::move(ev);
-  if (auto r = encode_event(lim, out.stored, ws); !r)
+  if (auto r = encode_event(lim, ev, ws); !r)
     return std::move(r).err();
   return out;
 }

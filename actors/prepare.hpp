@@ -27,14 +27,15 @@ struct prepared_append {
   /// The event as stored: temp: keys stripped. Provisional when plan.late is
   /// set (the writer adds modify and derived values).
   event stored;
-  json temp = json::object(); ///< the delta's temp: keys, for the live invocation
+  /// The delta's temp: keys, for the live invocation; null when it has none.
+  json temp;
   std::vector<std::string> temp_removed; ///< temp: keys the event removes
 };
 
 /// Takes `ev` apart into the plan of version `version`; `modify` (and
-/// derived keys whose inputs the event changes) make it late-bound. On error
-/// `ev` may have lost its temp: keys. REQUIRES: model::validate_event(ev)
-/// passed; ev.id and ev.timestamp set.
+/// derived keys whose inputs the event changes) make it late-bound. `ev` is
+/// moved from, also on error. REQUIRES: model::validate_event(ev) passed;
+/// ev.id and ev.timestamp set.
 result<prepared_append> prepare_append(const engine_core& core, const session_ref& r, event&& ev,
                                        std::uint64_t version, std::vector<state_modify>&& modify);
 

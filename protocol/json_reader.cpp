@@ -255,7 +255,10 @@ bool json_cursor::read_value(json& out, std::size_t depth) {
       if (!may_open(depth))
         return false;
       ++p_;
-      out = json::object();
+      if (out.is_object())
+        out.get_ref<json::object_t&>().clear(); // keeps the map: no allocation
+      else
+        out = json::object();
       auto& members = *out.get_ptr<json::object_t*>();
       return read_members(*this, [&](std::string_view name) {
         auto [it, fresh] = members.emplace(std::string(name), nullptr);
