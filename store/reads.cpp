@@ -62,10 +62,11 @@ error too_many_bytes(const get_request& req, std::size_t max_bytes) {
 // The bodies (event_body_text) of the rows of the events `req` selects
 // (G3/G4), oldest first, each checked against its checksum. The views are
 // valid while `txn` lives. too_large, without reading further, once the
-// selected rows pass `max_bytes`.
+// selected rows pass `max_bytes`. `stored`: the session's number of events
+// (its version), so the row vectors are sized once.
 result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std::string& skey,
                                                         const get_request& req,
-                                                        std::size_t max_bytes,
+                                                        std::size_t max_bytes, std::uint64_t stored,
                                                         std::uint64_t upto = UINT64_MAX) {
   std::vector<std::string_view> out;
   auto prefix = skey + '\0';
@@ -81,6 +82,16 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   // where to stop on timestamps not yet checked, and a damaged one is caught
   // below before anything is answered.
   std::vector<std::string_view> keys, rows;
+  {
+    // Without `after`, at most `limit` rows are visited (one more to find
+    // the end); the version bounds them either way.
+    std::uint64_t expect = std::min(stored, upto);
+    if (limit && !after)
+      expect = std::min<std::uint64_t>(expect, static_cast<std::uint64_t>(*limit) + 1);
+    expect = std::min<std::uint64_t>(expect, 1 << 16); // beyond: grown as visited
+    keys.reserve(expect);
+    rows.reserve(expect);
+  }
   std::size_t taken = 0; // rows `after` keeps
   std::size_t bytes = 0; // their size
   bool over = false;
@@ -230,7 +241,7 @@ result<std::optional<session_parts>> read_parts(kv_read& txn, const get_request&
     return std::move(head).err();
   if (!*head)
     return std::optional<session_parts>{};
-  auto rows = select_event_rows(txn, (*head)->skey, req, max_bytes);
+  auto rows = select_event_rows(txn, (*head)->skey, req, max_bytes, (*head)->rec.version);
   if (!rows)
     return std::move(rows).err();
   return std::optional<session_parts>{session_parts{std::move(**head), std::move(*rows)}};
@@ -317,7 +328,7 @@ result<std::optional<session>> read_past(kv_read& txn, const get_request& req,
       return std::move(r).err();
     rows = std::move(*r);
   } else {
-    auto r = select_event_rows(txn, h.skey, req, max_bytes, upto);
+    auto r = select_event_rows(txn, h.skey, req, max_bytes, h.rec.version, upto);
     if (!r)
       return std::move(r).err();
     rows = std::move(*r);
