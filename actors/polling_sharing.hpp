@@ -10,7 +10,8 @@
 //   * the queue is a deque, so an enqueue does not allocate (CAF's policy
 //     allocates a list node per job);
 //   * before each job a worker runs the tasks callbacks deferred to it
-//     (actors/worker_idle.hpp) when the queue is empty or a bound is reached.
+//     (actors/worker_idle.hpp) when the queue is empty or a bound is
+//     reached, and always before it polls or parks.
 // With spin_wait 0 the engine uses CAF's own work_sharing instead.
 // Only actors/engine.cpp includes this (it pulls in CAF's scheduler headers).
 #pragma once
@@ -100,13 +101,22 @@ public:
     std::size_t none = 0;
     if (q.size.load(std::memory_order_acquire) == 0
         && q.pollers.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) {
+      // The job seen queued above may have gone to another worker: what
+      // this one deferred runs before it polls.
+      worker_idle_point(true);
       spin_until([&q] { return q.size.load(std::memory_order_acquire) > 0; }, q.spin,
                  [&q] { return q.committing && q.committing->load(std::memory_order_relaxed); },
                  q.commit_poll);
       q.pollers.store(0, std::memory_order_release);
     }
     std::unique_lock<std::mutex> guard(q.lock);
-    if (q.queue.empty()) {
+    while (q.queue.empty()) {
+      if (has_deferred_tasks()) { // and before it parks
+        guard.unlock();
+        worker_idle_point(true);
+        guard.lock();
+        continue;
+      }
       ++q.parked;
       q.cv.wait(guard, [&q] { return !q.queue.empty(); });
       --q.parked;

@@ -49,6 +49,10 @@ bool defer_until_idle(std::function<void()> task) {
   return true;
 }
 
+bool has_deferred_tasks() {
+  return !tasks().queued.empty();
+}
+
 void worker_idle_point(bool queue_empty) {
   auto& t = tasks();
   t.worker = true;

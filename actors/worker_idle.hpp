@@ -39,6 +39,11 @@ bool defer_until_idle(std::function<void()> task);
 /// The worker's side, called by polling_sharing::dequeue before it takes a
 /// job: marks the calling thread as a worker, then runs the deferred tasks
 /// when `queue_empty` (the worker would wait) or a bound above is reached.
+/// dequeue calls it with `queue_empty` true again before it polls or parks,
+/// so no task waits through a wait for the next job.
 void worker_idle_point(bool queue_empty);
+
+/// True when the calling thread has deferred tasks waiting.
+bool has_deferred_tasks();
 
 } // namespace agentstate::detail
