@@ -160,19 +160,17 @@ void line_writer::push(std::string line) {
   pending_ += '\n';
   if (busy_)
     return; // whoever writes takes it along
-  if (handed_off_ || !direct_) {
-    work_cv_.notify_one();
-    return;
-  }
-  if (deferred_)
-    return; // the deferred write takes it along
-  if (agentstate::detail::defer_until_idle([d = deferral_] {
-        std::lock_guard<std::mutex> guard(d->mtx);
-        if (d->writer)
-          d->writer->write_deferred();
-      })) {
-    deferred_ = true;
-    return;
+  if (!handed_off_ && direct_) {
+    if (deferred_)
+      return; // the deferred write takes it along
+    if (agentstate::detail::defer_until_idle([d = deferral_] {
+          std::lock_guard<std::mutex> guard(d->mtx);
+          if (d->writer)
+            d->writer->write_deferred();
+        })) {
+      deferred_ = true;
+      return;
+    }
   }
   write_direct(lock);
 }
@@ -182,14 +180,14 @@ void line_writer::write_deferred() {
   deferred_ = false;
   if (busy_ || failed_ || closing_ || pending_.empty())
     return; // a writer at work, or the thread (closing), takes pending_
-  if (handed_off_ || !direct_) {
-    work_cv_.notify_one();
-    return;
-  }
   write_direct(lock);
 }
 
 void line_writer::write_direct(std::unique_lock<std::mutex>& lock) {
+  if (handed_off_ || !direct_) {
+    work_cv_.notify_one(); // the thread writes
+    return;
+  }
   busy_ = true;
   std::string batch;
   std::size_t written = 0;

@@ -84,7 +84,9 @@ private:
   enum class tried { all, blocked, unsupported, failed };
   tried write_nowait(const std::string& batch, std::size_t& off);
   /// Writes pending_ without blocking, as the producer that found nobody
-  /// writing; `lock` holds mtx_ on entry and on return.
+  /// writing, or wakes the thread when it has taken over (or the
+  /// descriptor has no non-blocking writes); `lock` holds mtx_ on entry and
+  /// on return.
   void write_direct(std::unique_lock<std::mutex>& lock);
   /// The write a producer on a worker deferred (runs on that worker).
   void write_deferred();
