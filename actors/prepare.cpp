@@ -88,7 +88,7 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
   return {};
 }
 
-result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws) {
+result<std::string> encode_event(const limits& lim, const event& ev, store::write_set& ws) {
   auto text = model::encode_event_text(ev);
   if (!text)
     return std::move(text).err();
@@ -98,7 +98,7 @@ result<void> encode_event(const limits& lim, const event& ev, store::write_set& 
                    + std::to_string(lim.max_event_bytes)};
   ws.event_row = store::encode_event_row(
     store::event_key(store::session_key(ws.app, ws.user, ws.id), ws.version), ws.time, *text);
-  return {};
+  return text;
 }
 
 result<write_plan> prepare_create(const engine_core& core, const create_request& req) {
@@ -149,7 +149,7 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
   const auto& lim = core.opts.limits;
   // The event is taken apart in place: no default event is built and
   // replaced (its four JSON objects are four heap blocks).
-  prepared_append out{{}, std::move(in), json(), {}};
+  prepared_append out{{}, std::move(in), json(), {}, {}};
   event& ev = out.stored;
   auto& ws = out.plan.ws;
   // temp: keys leave the delta here (A3); the rest is encoded row by row.
@@ -226,8 +226,10 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
     late->derive = !core.derived_inputs.empty();
     return out;
   }
-  if (auto r = encode_event(lim, ev, ws); !r)
-    return std::move(r).err();
+  auto text = encode_event(lim, ev, ws);
+  if (!text)
+    return std::move(text).err();
+  out.text = std::move(*text);
   return out;
 }
 

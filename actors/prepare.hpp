@@ -30,6 +30,9 @@ struct prepared_append {
   /// The delta's temp: keys, for the live invocation; null when it has none.
   json temp;
   std::vector<std::string> temp_removed; ///< temp: keys the event removes
+  /// `stored` as stored JSON text (append_result::text); empty when
+  /// plan.late is set.
+  std::string text;
 };
 
 /// Takes `ev` apart into the plan of version `version`; `modify` (and
@@ -48,7 +51,8 @@ result<void> add_resolved_row(const limits& lim, store::write_set& ws, const std
 
 /// Encodes `ev` as stored into ws.event_row (at ws.time, sealed under the
 /// key of ws.version: REQUIRES ws's app, user, id and version set), within
-/// max_event_bytes (of its text).
-result<void> encode_event(const limits& lim, const event& ev, store::write_set& ws);
+/// max_event_bytes (of its text). Returns the text (the row's body after its
+/// timestamp).
+result<std::string> encode_event(const limits& lim, const event& ev, store::write_set& ws);
 
 } // namespace agentstate::detail

@@ -125,7 +125,9 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_pl
     if (auto p = std::lower_bound(rm.begin(), rm.end(), it.key()); p != rm.end() && *p == it.key())
       rm.erase(p);
   }
-  return encode_event(lim, ev, ws);
+  if (auto text = encode_event(lim, ev, ws); !text)
+    return std::move(text).err();
+  return {};
 }
 
 } // namespace agentstate::detail

@@ -127,7 +127,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
       return;
     answer(self,
            [cb = std::move(cmd.cb), ev = std::move(cmd.req.ev), version = st0.version]() mutable {
-             cb(append_result{std::move(ev), version, {}});
+             cb(append_result{std::move(ev), version, {}, {}});
            });
     return;
   }
@@ -168,7 +168,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
     st.expires = model::now_seconds() + st.refresh;
     prepared->plan.ws.expires = st.expires;
   }
-  append_result stored{std::move(prepared->stored), st.version, {}};
+  append_result stored{std::move(prepared->stored), st.version, {}, std::move(prepared->text)};
   // A caller's id is in flight until the writer answers (A6). Keyed by the
   // stored event's id: `ev` is moved from.
   append_outcome outcome;

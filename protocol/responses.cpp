@@ -2,6 +2,7 @@
 #include "protocol/responses.hpp"
 
 #include <charconv>
+#include <string_view>
 #include <utility>
 
 #include "model/event_text.hpp"
@@ -127,16 +128,23 @@ outcome append_outcome(result<append_result>& r) {
   if (!r)
     return from_engine(r.err());
   try {
-    auto text = model::encode_event_text(r->ev);
-    if (!text) // a string that is not UTF-8: the general encoder replaces it
-      return outcome{
-        json{{"event", to_json(r->ev)}, {"version", r->version}, {"cursor", r->cursor}}};
+    // The engine's own encoding of the stored event, when it kept one.
+    std::string encoded;
+    std::string_view text = r->text;
+    if (text.empty()) {
+      auto e = model::encode_event_text(r->ev);
+      if (!e) // a string that is not UTF-8: the general encoder replaces it
+        return outcome{
+          json{{"event", to_json(r->ev)}, {"version", r->version}, {"cursor", r->cursor}}};
+      encoded = std::move(*e);
+      text = encoded;
+    }
     raw_result out;
-    out.text.reserve(text->size() + 64 + r->cursor.size());
+    out.text.reserve(text.size() + 64 + r->cursor.size());
     out.text += R"({"cursor":)";
     model::append_escaped(out.text, r->cursor);
     out.text += R"(,"event":)";
-    out.text += *text;
+    out.text += text;
     out.text += R"(,"version":)";
     append_int(out.text, r->version);
     out.text += '}';

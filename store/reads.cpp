@@ -466,7 +466,7 @@ result<std::optional<append_result>> read_event(kv_read& txn, std::string_view s
     auto ev = decode_event_body(*body);
     if (!ev)
       return std::move(ev).err();
-    return std::optional<append_result>{append_result{std::move(*ev), version, {}}};
+    return std::optional<append_result>{append_result{std::move(*ev), version, {}, {}}};
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

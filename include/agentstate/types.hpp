@@ -226,6 +226,11 @@ struct append_result {
   /// re-appended id, the newest cursor when the stored event was found;
   /// empty for a partial event (not stored).
   std::string cursor;
+  /// `ev` as stored JSON text, as get_session_json shows it (the protocol
+  /// answers with it instead of encoding `ev` again). Empty when the call
+  /// did not encode it: a partial event, a re-appended id, an append with
+  /// `modify` or a derived key, a rewind.
+  std::string text;
 };
 
 /// A rewind (H2): where the session's own state goes back to. Exactly one of

@@ -64,3 +64,39 @@ TEST_CASE_TEMPLATE("G1-G6: get_session_json equals the typed session, encoded", 
   CHECK_ERR(e.get_session_json(test::get_req(ref, -1)), errc::invalid_argument);
   CHECK_ERR(e.get_session_json(test::get_req(test::sref("", "u", "s"))), errc::invalid_argument);
 }
+
+TEST_CASE_TEMPLATE("append_result::text is the stored event's text, or empty when not encoded", S,
+                   test::memory_store, test::lmdb_store) {
+  test::test_engine t = test::open_engine(S::kind);
+  engine& e = *t;
+  auto ref = test::sref("app", "u", "s");
+  MUST(e.create_session(test::create_req(ref)));
+  auto stored_text = [&](std::size_t i) {
+    auto whole = json::parse(MUST(e.get_session_json(test::get_req(ref))));
+    return whole["events"].at(i).dump();
+  };
+
+  // An ordinary append: the text the row holds, temp: keys stripped.
+  auto ev = test::make_event(json{{"k", "caf\xc3\xa9\n"}, {"temp:t", 1}, {"user:n", 2.5}});
+  ev.content = json{{"parts", json::array({json{{"text", "hi \"there\""}}})}};
+  ev.extra["custom"] = json::array({1, nullptr, true});
+  auto r = MUST(e.append_event(test::append_req(ref, std::move(ev))));
+  REQUIRE_FALSE(r.text.empty());
+  CHECK(r.text == MUST(dump_json(to_json(r.ev))));
+  CHECK(json::parse(r.text) == json::parse(stored_text(0)));
+  CHECK(r.text.find("temp:t") == std::string::npos);
+
+  // Not encoded by the call: a re-appended id, a partial event, a modify.
+  auto again = MUST(e.append_event(test::append_req(ref, r.ev)));
+  CHECK(again.text.empty());
+  CHECK(again.ev.id == r.ev.id);
+  auto partial = test::make_event(json{{"p", 1}});
+  partial.partial = true;
+  CHECK(MUST(e.append_event(test::append_req(ref, std::move(partial)))).text.empty());
+  auto counted = test::append_req(ref, test::make_event());
+  counted.modify.push_back(modify_ops::increment("n", 1));
+  auto m = MUST(e.append_event(std::move(counted)));
+  CHECK(m.text.empty());
+  CHECK(m.ev.actions.state_delta["n"] == 1);
+  CHECK(MUST(e.get_session(test::get_req(ref)))->events.size() == 2);
+}
