@@ -109,6 +109,11 @@ void seal_into(std::string& out, std::string_view key, std::string_view body) {
     std::memcpy(&out[seal_bytes], body.data(), body.size());
 }
 
+void seal_in_place(std::string& row, std::string_view key) {
+  row[0] = sealed_tag;
+  put_le32(&row[1], checksum(key, std::string_view(row).substr(seal_bytes)));
+}
+
 std::string seal(std::string_view key, std::string_view body) {
   std::string out;
   seal_into(out, key, body);

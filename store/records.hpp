@@ -32,6 +32,10 @@ inline constexpr std::size_t seal_bytes = 5;
 /// Cost: one copy of `body` and a CRC over key and body.
 void seal_into(std::string& out, std::string_view key, std::string_view body);
 std::string seal(std::string_view key, std::string_view body);
+/// Seals `row` where it lies: its first seal_bytes bytes are room for the
+/// header and the rest is the body. Cost: a CRC over key and body, no copy.
+/// REQUIRES: row.size() >= seal_bytes.
+void seal_in_place(std::string& row, std::string_view key);
 /// The body of `value`, the value of row `key` of table `t` (not meta), or
 /// nullopt when the row is damaged: for a sealed value (legacy false) a
 /// wrong tag or checksum; for a legacy one (store formats 1-3) a wrong tag

@@ -509,3 +509,22 @@ TEST_CASE("checksums: LMDB readers check every checksum; the in-memory store's r
     CHECK(open_rows(table::events, 3, keys, tagged, false, bodies, checksums) == 2);
   }
 }
+
+TEST_CASE("checksums: a row sealed in place equals the row seal copies, and opens") {
+  for (int len : {0, 1, 7, 300, 70000}) {
+    const auto n = static_cast<std::size_t>(len);
+    std::string body(n, 'b');
+    for (std::size_t i = 0; i < n; ++i)
+      body[i] = static_cast<char>(i * 31);
+    std::string key = std::string("k\0", 2) + std::to_string(n);
+    std::string row(seal_bytes, 'x');
+    row += body;
+    seal_in_place(row, key);
+    CHECK(row == seal(key, body));
+    auto opened = open_row(table::changes, key, row, false);
+    REQUIRE(opened);
+    CHECK(*opened == body);
+    row.back() ^= 1; // the body's last byte, or the checksum's
+    CHECK_FALSE(open_row(table::changes, key, row, false));
+  }
+}
