@@ -19,8 +19,10 @@ std::string user_scope_key(std::string_view app, std::string_view user) {
 }
 
 void append_be64(std::string& out, std::uint64_t x) {
-  for (int i = 7; i >= 0; --i)
-    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+  char b[8];
+  for (int i = 0; i < 8; ++i)
+    b[i] = static_cast<char>((x >> (8 * (7 - i))) & 0xff);
+  out.append(b, 8); // one append: one capacity check, not eight
 }
 
 std::uint64_t read_be64(std::string_view x) {
