@@ -31,7 +31,7 @@ struct prepared_append {
   json temp;
   std::vector<std::string> temp_removed; ///< temp: keys the event removes
   /// `stored` as stored JSON text (append_result::text); empty when
-  /// plan.late is set.
+  /// plan.late is set (the writer encodes the event).
   std::string text;
 };
 

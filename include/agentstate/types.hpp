@@ -229,7 +229,7 @@ struct append_result {
   /// `ev` as stored JSON text, as get_session_json shows it (the protocol
   /// answers with it instead of encoding `ev` again). Empty when the call
   /// did not encode it: a partial event, a re-appended id, an append with
-  /// `modify` or a derived key, a rewind.
+  /// `modify` or one that sets or removes a derived key's input.
   std::string text;
 };
 

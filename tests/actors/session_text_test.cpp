@@ -2,7 +2,7 @@
 // engine::get_session_json: the Session as JSON text without parsing stored
 // events must equal dump_json(to_json(get_session)) for every window (G3/G4),
 // with and without the live invocation's temp: keys, and be "null" when the
-// session is missing.
+// session is missing. append_result::text is the text an append stored.
 #include <doctest/doctest.h>
 
 #include "support/test_support.hpp"
@@ -99,4 +99,13 @@ TEST_CASE_TEMPLATE("append_result::text is the stored event's text, or empty whe
   CHECK(m.text.empty());
   CHECK(m.ev.actions.state_delta["n"] == 1);
   CHECK(MUST(e.get_session(test::get_req(ref)))->events.size() == 2);
+
+  // A rewind appends its event through the same path: it carries the text.
+  rewind_request back;
+  back.ref = ref;
+  back.before_version = 1;
+  auto rw = MUST(e.rewind_session(std::move(back)));
+  REQUIRE_FALSE(rw.text.empty());
+  CHECK(rw.text == MUST(dump_json(to_json(rw.ev))));
+  CHECK(json::parse(rw.text) == json::parse(stored_text(2)));
 }
