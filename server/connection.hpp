@@ -200,7 +200,13 @@ public:
     std::weak_ptr<connection> weak = self();
     auto out = out_;
     auto floor = floor_estimate();
-    auto strand = strand_;
+    // Runs on_output on the strand (the outbox's one wake-up: wake_posted).
+    auto wake = [weak, strand = strand_] {
+      asio::post(strand, [weak] {
+        if (auto c = weak.lock())
+          c->on_output();
+      });
+    };
     // A completed request may let the reader take more lines.
     rc.queued_output_bytes = [out] {
       std::lock_guard<std::mutex> guard(out->mtx);
@@ -210,7 +216,7 @@ public:
     rc.max_watches = sh_->lim.max_watches;
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;
-    rc.on_complete = [weak, out, strand] {
+    rc.on_complete = [out, wake] {
       bool post = false;
       {
         std::lock_guard<std::mutex> guard(out->mtx);
@@ -220,14 +226,11 @@ public:
         }
       }
       if (post)
-        asio::post(strand, [weak] {
-          if (auto c = weak.lock())
-            c->on_output();
-        });
+        wake();
     };
     rpc_ = std::make_unique<protocol::rpc_session>(
       *sh_->eng,
-      [weak, out, sh, floor, strand](std::string line) {
+      [out, sh, floor, wake](std::string line) {
         auto n = line.size() + 1;
         bool post = false;
         {
@@ -247,15 +250,7 @@ public:
           }
         }
         sh->stats.add(sh->stats.queued_output_bytes, n);
-        if (!post)
-          return;
-        auto wake = [weak, strand] {
-          asio::post(strand, [weak] {
-            if (auto c = weak.lock())
-              c->on_output();
-          });
-        };
-        if (!agentstate::detail::defer_until_idle(wake))
+        if (post && !agentstate::detail::defer_until_idle(wake))
           wake();
       },
       rc);
