@@ -21,13 +21,16 @@ bool busy(const session_state& st) {
 }
 
 // The handler of command `Cmd`: counts it as handled, then runs on(self, cmd)
-// through enter() (in arrival order; enter owns the command until then),
-// then answers what an inline commit made ready.
+// now, or through enter() when it must wait (enter owns the command until
+// then), then answers what an inline commit made ready.
 template <class Cmd>
 auto command(session_actor_t self, void (*on)(session_actor_t, Cmd&)) {
   return [self, on](Cmd& c) {
     ++self->state.handled;
-    enter(self, [self, on, c = std::move(c)]() mutable { on(self, c); });
+    if (entry_waits(self->state))
+      enter(self, [self, on, c = std::move(c)]() mutable { on(self, c); });
+    else
+      on(self, c);
     if (self->state.drain_due)
       drain(self);
   };

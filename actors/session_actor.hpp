@@ -32,13 +32,26 @@ using append_outcome = std::shared_ptr<std::optional<result<append_result>>>;
 using write_done =
   std::function<void(result<void>, std::shared_ptr<late_binding>, std::uint64_t seq)>;
 
-/// One command awaiting its turn to answer. `run` answers it; it may run
-/// once `ready` (write commands become ready when the writer replies, which
-/// hands its verdict to `done`).
+/// One command awaiting its turn to answer; finish() answers it once
+/// `ready`. A write (`done` set) becomes ready when its commit's verdict
+/// (code, message, late, seq) is in; any other command is answered by `run`.
 struct pending {
   bool ready = false;
   std::function<void()> run;
   write_done done;
+  errc code = errc::ok;
+  std::string message; ///< why not, when code is not ok
+  std::shared_ptr<late_binding> late;
+  std::uint64_t seq = 0;
+
+  void finish() {
+    if (!done)
+      run();
+    else if (code == errc::ok)
+      done(result<void>{}, std::move(late), seq);
+    else
+      done(error{code, std::move(message)}, nullptr, 0);
+  }
 };
 
 /// A begin_invocation waiting for the lease, or a rewind (`then` set: run
@@ -118,10 +131,15 @@ void drain(session_actor_t self);
 /// Quits once a shutdown was asked and nothing is queued.
 void maybe_finish(session_actor_t self);
 
-/// Runs a command now, or, while a failed write is being resolved or a read
-/// waits behind writes (`stale`, `hold`), after the queue drains (so every
-/// command is still answered in arrival order and reads see exactly the
-/// commands before them).
+/// Whether a command arriving now must wait (in `stash`) instead of running:
+/// while a failed write is being resolved or a read waits behind writes
+/// (`stale`, `hold`), until the queue drains (so every command is still
+/// answered in arrival order and reads see exactly the commands before them).
+inline bool entry_waits(const session_state& st) {
+  return st.stale || st.hold;
+}
+
+/// Runs a command now, or stashes it while entry_waits.
 void enter(session_actor_t self, std::function<void()> fn);
 
 /// Queues an answer that is ready now (it still waits for earlier ones).

@@ -37,7 +37,7 @@ void drain(session_actor_t self) {
     while (!st.queue.empty() && st.queue.front()->ready) {
       auto p = std::move(st.queue.front());
       st.queue.pop_front();
-      p->run();
+      p->finish();
     }
     if (st.queue.empty() && (st.stale || st.hold)) {
       if (st.stale) {
@@ -67,7 +67,7 @@ void maybe_finish(session_actor_t self) {
 
 void enter(session_actor_t self, std::function<void()> fn) {
   auto& st = self->state;
-  if (st.stale || st.hold) {
+  if (entry_waits(st)) {
     st.stash.push_back(std::move(fn));
     return;
   }
@@ -97,43 +97,38 @@ void submit(session_actor_t self, write_plan plan, write_done done) {
   if (st.core->inline_commits && st.with_writer == 0 && self->mailbox().empty()
       && st.core->writer_backlog.load(std::memory_order_relaxed) == 0)
     now = try_commit_inline(*st.core, plan);
+  // The verdict waits in the entry (the spent write set is freed here).
+  auto settle = [](pending& q, write_reply& r) {
+    q.code = r.code;
+    q.message = std::move(r.message);
+    q.late = std::move(r.late);
+    q.seq = r.seq;
+    q.ready = true;
+  };
   if (now) {
     if (now->code != errc::ok)
       st.stale = true;
-    p->run = [q = p.get(), r = std::move(*now)]() mutable {
-      if (r.code == errc::ok)
-        q->done(result<void>{}, std::move(r.late), r.seq);
-      else
-        q->done(error{r.code, std::move(r.message)}, nullptr, 0);
-    };
-    p->ready = true;
+    settle(*p, *now);
     st.drain_due = true;
     return;
   }
   ++st.with_writer;
   sent_to_writer(*st.core);
-  auto finish = [self, p](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) {
+  auto finish = [self, p, settle](write_reply& r) {
     --self->state.with_writer;
-    if (!r)
+    if (r.code != errc::ok)
       self->state.stale = true;
-    // Raw pointer: drain() holds the entry while it runs (no shared_ptr cycle).
-    p->run = [q = p.get(), r = std::move(r), late = std::move(late), seq]() mutable {
-      q->done(std::move(r), std::move(late), seq);
-    };
-    p->ready = true;
+    settle(*p, r);
     drain(self);
   };
   self->request(st.core->writer, caf::infinite, write_cmd{std::move(plan)})
-    .then(
-      [finish](write_reply& r) {
-        if (r.code == errc::ok)
-          finish(result<void>{}, std::move(r.late), r.seq);
-        else
-          finish(error{r.code, std::move(r.message)}, nullptr, 0);
-      },
-      [finish](caf::error& e) {
-        finish(error{errc::unavailable, "store writer unreachable: " + to_string(e)}, nullptr, 0);
-      });
+    .then([finish](write_reply& r) { finish(r); },
+          [finish](caf::error& e) {
+            write_reply r;
+            r.code = errc::unavailable;
+            r.message = "store writer unreachable: " + to_string(e);
+            finish(r);
+          });
 }
 
 } // namespace agentstate::detail

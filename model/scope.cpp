@@ -1,24 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agentstate/scope.hpp"
 
+#include <cstring>
+
 namespace agentstate {
 
 namespace {
 
 bool starts_with(std::string_view s, std::string_view p) noexcept {
-  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+  return s.size() >= p.size() && std::memcmp(s.data(), p.data(), p.size()) == 0;
 }
 
 } // namespace
 
 scope scope_of(std::string_view key) noexcept {
-  if (starts_with(key, app_prefix))
-    return scope::app;
-  if (starts_with(key, user_prefix))
-    return scope::user;
-  if (starts_with(key, temp_prefix) || starts_with(key, turn_prefix))
-    return scope::temp;
-  return scope::session;
+  // Every prefix is 4 or 5 bytes; the first byte picks the candidates.
+  if (key.size() < app_prefix.size())
+    return scope::session;
+  switch (key[0]) {
+    case 'a': return starts_with(key, app_prefix) ? scope::app : scope::session;
+    case 'u': return starts_with(key, user_prefix) ? scope::user : scope::session;
+    case 't':
+      return starts_with(key, temp_prefix) || starts_with(key, turn_prefix) ? scope::temp
+                                                                            : scope::session;
+    default: return scope::session;
+  }
 }
 
 bool is_derived(std::string_view key) noexcept {

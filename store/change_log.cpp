@@ -2,6 +2,7 @@
 #include "store/change_log.hpp"
 
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "model/ids.hpp"
@@ -110,6 +111,11 @@ void trim_log(kv_write& txn, change_log& log, std::size_t max_deletes) {
     return;
   const std::uint64_t last = log.next - 1;
   const double cutoff = log.now - log.keep.max_age_seconds;
+  // The oldest row within the count and known to be young enough: the scan
+  // below would stop at it.
+  if (log.timed == log.oldest && last - log.oldest + 1 <= log.keep.max_entries
+      && !(log.timed_time < cutoff))
+    return;
   std::vector<std::uint64_t> drop;
   txn.scan(table::changes, {}, change_key(log.oldest), [&](std::string_view k, std::string_view v) {
     if (drop.size() >= max_deletes || k.size() != 8)
@@ -121,7 +127,10 @@ void trim_log(kv_write& txn, change_log& log, std::size_t max_deletes) {
     bool too_old = false;
     if (!over_count) {
       auto row = decode_change(k, v);
-      too_old = row && row->time < cutoff; // a damaged row stays for verify to name
+      log.timed = seq;
+      // A damaged row stays for verify to name.
+      log.timed_time = row ? row->time : std::numeric_limits<double>::infinity();
+      too_old = log.timed_time < cutoff;
     }
     if (!over_count && !too_old)
       return false;

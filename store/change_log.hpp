@@ -51,6 +51,12 @@ struct change_log {
   std::uint64_t oldest = 0;
   retention_bound keep;
   double now = 0; ///< the commit time written into rows (set per commit)
+  /// trim_log's memo: the time of the row at sequence `timed` (0: none),
+  /// read once rather than at every commit. A damaged row's time is +inf
+  /// (it is never too old: verify names it). Rows never change under a
+  /// sequence, so the memo stays true while that row is the oldest.
+  std::uint64_t timed = 0;
+  double timed_time = 0;
 };
 
 /// The log's key of sequence `seq` (8 bytes, big-endian).

@@ -23,6 +23,7 @@
 #include "support/test_support.hpp"
 
 using namespace agentstate;
+using namespace std::chrono_literals;
 using test::describe_change;
 using test::scope_req;
 using test::seq_of;
@@ -422,6 +423,29 @@ TEST_CASE_TEMPLATE("read_changes: a cursor older than the retention gets cursor_
   // Without a cursor, a read starts at the oldest kept change.
   auto from_oldest = test::read_feed(*t, scope_req(watch_scope::all));
   CHECK(described(from_oldest) == described(kept));
+}
+
+TEST_CASE_TEMPLATE("read_changes: changes older than max_age go at a later commit, after earlier "
+                   "commits found the oldest one young enough to keep",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind, [](options& o) { o.change_retention.max_age = 1s; });
+  auto ref = test::sref("app", "u", "s");
+  auto start = MUST(t->head_cursor());
+  MUST(t->create_session(test::create_req(ref)));
+  // Each of these commits finds the oldest change young and keeps it.
+  for (int i = 0; i < 5; ++i)
+    test::append_ok(*t, ref, test::make_event(json{{"n", i}}));
+  auto req = scope_req(watch_scope::all);
+  req.from = start;
+  REQUIRE(test::read_feed(*t, req).size() == 6);
+  std::this_thread::sleep_for(1500ms);
+  // Two old rows go per commit (and 16 more): one commit drops all six.
+  test::append_ok(*t, ref, test::make_event(json{{"n", 5}}));
+  auto r = t->read_changes(req, 10);
+  REQUIRE(r.code() == errc::cursor_expired);
+  auto kept = test::read_feed(*t, scope_req(watch_scope::all));
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].state_delta == json{{"n", 5}});
 }
 
 TEST_CASE_TEMPLATE("read_changes: a page ends before its changes pass half of max_response_bytes "
