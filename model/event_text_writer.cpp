@@ -107,43 +107,99 @@ private:
   serializer& ser_;
 };
 
+bool has_members(const json& extra) {
+  return extra.is_object() && !extra.empty();
+}
+
+// The event without unknown members, in key order with the names written as
+// they are (none needs escaping): what `writer` writes for it, without
+// gathering and sorting the members. False as for writer::object.
+bool known_only(json_encoder& enc, const event& ev) {
+  std::string& out = enc.buf;
+  auto& ser = enc.ser;
+  const auto& a = ev.actions;
+  out += R"({"actions":{"artifact_delta":)";
+  ser.dump(a.artifact_delta, false, false, 0);
+  out += R"(,"state_delta":)";
+  ser.dump(a.state_delta, false, false, 0);
+  if (!a.state_remove.empty()) {
+    out += R"(,"state_remove":[)";
+    for (std::size_t i = 0; i < a.state_remove.size(); ++i) {
+      if (i)
+        out += ',';
+      if (!append_escaped(out, a.state_remove[i]))
+        return false;
+    }
+    out += ']';
+  }
+  out += R"(},"author":)";
+  if (!append_escaped(out, ev.author))
+    return false;
+  if (ev.content) {
+    out += R"(,"content":)";
+    ser.dump(*ev.content, false, false, 0);
+  }
+  out += R"(,"id":)";
+  if (!append_escaped(out, ev.id))
+    return false;
+  out += R"(,"invocation_id":)";
+  if (!append_escaped(out, ev.invocation_id))
+    return false;
+  if (ev.partial)
+    out += *ev.partial ? R"(,"partial":true)" : R"(,"partial":false)";
+  if (ev.timestamp) {
+    out += R"(,"timestamp":)";
+    ser.dump(json(*ev.timestamp), false, false, 0);
+  }
+  out += '}';
+  return true;
+}
+
+// An event with unknown members: every member gathered, sorted and written
+// by `writer`. False as for writer::object.
+bool with_unknown(json_encoder& enc, const event& ev) {
+  writer w(enc);
+  // Top level: the known members, then unknown ones that do not collide
+  // with a known name (known members win, as in to_json(event)).
+  std::vector<member> m;
+  m.reserve(7 + (ev.extra.is_object() ? ev.extra.size() : 0));
+  m.push_back({"id", member::kind::text, nullptr, &ev.id});
+  m.push_back({"invocation_id", member::kind::text, nullptr, &ev.invocation_id});
+  m.push_back({"author", member::kind::text, nullptr, &ev.author});
+  json timestamp, partial;
+  if (ev.timestamp) {
+    timestamp = *ev.timestamp;
+    m.push_back({"timestamp", member::kind::value, &timestamp});
+  }
+  if (ev.partial) {
+    partial = *ev.partial;
+    m.push_back({"partial", member::kind::value, &partial});
+  }
+  if (ev.content)
+    m.push_back({"content", member::kind::value, &*ev.content});
+  m.push_back({"actions", member::kind::actions});
+  if (ev.extra.is_object()) {
+    const std::size_t known = m.size();
+    for (auto it = ev.extra.begin(); it != ev.extra.end(); ++it) {
+      bool taken = false;
+      for (std::size_t k = 0; k < known && !taken; ++k)
+        taken = m[k].key == it.key();
+      if (!taken)
+        m.push_back({it.key(), member::kind::value, &it.value()});
+    }
+  }
+  return w.object(m, ev);
+}
+
 } // namespace
 
 result<std::string> encode_event_text(const event& ev) {
   thread_local json_encoder enc;
   enc.buf.clear();
   try {
-    writer w(enc);
-    // Top level: the known members, then unknown ones that do not collide
-    // with a known name (known members win, as in to_json(event)).
-    std::vector<member> m;
-    m.reserve(7 + (ev.extra.is_object() ? ev.extra.size() : 0));
-    m.push_back({"id", member::kind::text, nullptr, &ev.id});
-    m.push_back({"invocation_id", member::kind::text, nullptr, &ev.invocation_id});
-    m.push_back({"author", member::kind::text, nullptr, &ev.author});
-    json timestamp, partial;
-    if (ev.timestamp) {
-      timestamp = *ev.timestamp;
-      m.push_back({"timestamp", member::kind::value, &timestamp});
-    }
-    if (ev.partial) {
-      partial = *ev.partial;
-      m.push_back({"partial", member::kind::value, &partial});
-    }
-    if (ev.content)
-      m.push_back({"content", member::kind::value, &*ev.content});
-    m.push_back({"actions", member::kind::actions});
-    if (ev.extra.is_object()) {
-      const std::size_t known = m.size();
-      for (auto it = ev.extra.begin(); it != ev.extra.end(); ++it) {
-        bool taken = false;
-        for (std::size_t k = 0; k < known && !taken; ++k)
-          taken = m[k].key == it.key();
-        if (!taken)
-          m.push_back({it.key(), member::kind::value, &it.value()});
-      }
-    }
-    if (!w.object(m, ev))
+    const bool ok = has_members(ev.extra) || has_members(ev.actions.extra) ? with_unknown(enc, ev)
+                                                                           : known_only(enc, ev);
+    if (!ok)
       return error{errc::invalid_argument,
                    "event: cannot encode value: a string is not valid UTF-8"};
   } catch (const json::exception& e) {

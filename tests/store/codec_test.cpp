@@ -175,6 +175,7 @@ TEST_CASE("encode_event_text: same bytes as dump_json(to_json(ev)) for every mem
                             {"", true}};
   ev.actions.state_remove = {"gone", "user:old"};
   ev.actions.artifact_delta = {{"f.txt", 2}};
+  check_same_text(ev); // every known member, no unknown one
   ev.actions.extra = {{"escalate", true}, {"Transfer", "x"}, {"_z", {}}, {"\xc3\xa9t\xc3\xa9", 1}};
   ev.extra = {
     {"branch", "a.b"}, {"Custom", {{"x", {1, 2, nullptr}}}}, {"zz", -0.0}, {"\xe4\xb8\xad", "mid"}};
