@@ -26,13 +26,13 @@ constexpr bool is_digit(char c) {
 // Equality with a member name (a string literal): the length first, then
 // the bytes, compared inline (the length is a constant).
 template <std::size_t N>
-bool is(const std::string& key, const char (&name)[N]) {
+bool is(std::string_view key, const char (&name)[N]) {
   return key.size() == N - 1 && std::memcmp(key.data(), name, N - 1) == 0;
 }
 
 // a < b in std::map's order (bytes compared unsigned), without a call:
 // member names are short.
-bool key_before(const std::string& a, const std::string& b) {
+bool key_before(std::string_view a, std::string_view b) {
   const std::size_t n = std::min(a.size(), b.size());
   for (std::size_t i = 0; i < n; ++i)
     if (a[i] != b[i])
@@ -40,16 +40,18 @@ bool key_before(const std::string& a, const std::string& b) {
   return a.size() < b.size();
 }
 
-// Whether any of the 8 bytes of `w` ends a plain run of a string (see
-// plain_bytes): '"', '\\', a control byte or a byte of 0x80 and above.
-// Exact for "any"; which byte is left to the caller.
-[[gnu::always_inline]] inline bool ends_plain_run(std::uint64_t w) {
+// The bytes of `w` (8 bytes of text in memory order) that end a plain run
+// of a string (see plain_bytes): '"', '\\', a control byte or a byte of 0x80
+// and above, each marked by its high bit. Zero exactly when there is none.
+// Loaded little-endian, the least significant marked byte is the first such
+// byte (a borrow may wrongly mark a more significant one).
+[[gnu::always_inline]] inline std::uint64_t run_enders(std::uint64_t w) {
   constexpr std::uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
   const std::uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
   const std::uint64_t zero_quote = (quote - ones) & ~quote;
   const std::uint64_t zero_backslash = (backslash - ones) & ~backslash;
   const std::uint64_t control = (w - ones * 0x20) & ~w;
-  return ((zero_quote | zero_backslash | control) & highs) != 0 || (w & highs) != 0;
+  return ((zero_quote | zero_backslash | control) & highs) | (w & highs);
 }
 
 int hex_value(char c) {
@@ -86,27 +88,13 @@ public:
       return false;
     const char* run = p_;
     for (;;) {
-      for (std::uint64_t w; end_ - p_ >= 8; p_ += 8) {
-        std::memcpy(&w, p_, 8);
-        if (ends_plain_run(w))
-          break;
-      }
-      while (p_ != end_ && plain_bytes[static_cast<unsigned char>(*p_)])
-        ++p_;
-      if (p_ == end_)
+      if (!skip_plain() || p_ == end_)
         return false;
       auto c = static_cast<unsigned char>(*p_);
       if (c == '"') {
         out.append(run, static_cast<std::size_t>(p_ - run));
         ++p_;
         return true;
-      }
-      if (c >= 0x80) {
-        auto len = utf8_sequence(std::string_view(p_, static_cast<std::size_t>(end_ - p_)), 0);
-        if (len == 0)
-          return false;
-        p_ += len;
-        continue;
       }
       if (c != '\\')
         return false; // a raw control character
@@ -148,6 +136,28 @@ public:
     }
   }
 
+  // A member name at the cursor: a view of its text when it has no escape
+  // (into the input, no copy), else of its unescaped form in `scratch`.
+  bool key(std::string_view& view, std::string& scratch) {
+    const char* open = p_;
+    if (!eat('"'))
+      return false;
+    const char* start = p_;
+    if (!skip_plain() || p_ == end_)
+      return false;
+    if (*p_ == '"') {
+      view = std::string_view(start, static_cast<std::size_t>(p_ - start));
+      ++p_;
+      return true;
+    }
+    p_ = open; // an escape (or a raw control byte, refused there)
+    scratch.clear();
+    if (!string(scratch))
+      return false;
+    view = scratch;
+    return true;
+  }
+
   // Any value, into `out` (null on entry).
   bool value(json& out, int depth) {
     if (p_ == end_ || depth >= max_depth)
@@ -169,7 +179,7 @@ public:
 
   // The members of the object at the cursor into `obj` (empty on entry).
   bool object(json::object_t& obj, int depth) {
-    return members([&](const std::string& key) {
+    return members([&](std::string_view key) {
       auto it = obj.emplace_hint(obj.end(), key, nullptr);
       return value(it->second, depth + 1);
     });
@@ -198,15 +208,15 @@ public:
       return false;
     if (eat('}'))
       return true;
-    std::string keys[2]; // this key and the one before, in turn
+    // This key and the one before, in turn; an escaped one in its scratch.
+    std::string_view keys[2];
+    std::string scratch[2];
     for (int i = 0, n = 0;; i ^= 1, ++n) {
-      std::string& key = keys[i];
-      key.clear();
-      if (!string(key) || !eat(':'))
+      if (!key(keys[i], scratch[i]) || !eat(':'))
         return false;
-      if (n > 0 && !key_before(keys[i ^ 1], key))
+      if (n > 0 && !key_before(keys[i ^ 1], keys[i]))
         return false;
-      if (!on_member(static_cast<const std::string&>(key)))
+      if (!on_member(keys[i]))
         return false;
       if (eat('}'))
         return true;
@@ -216,6 +226,31 @@ public:
   }
 
 private:
+  // Advances over plain bytes (plain_bytes) and valid UTF-8 sequences; stops
+  // at '"', '\\', a control byte or the end. False on invalid UTF-8.
+  bool skip_plain() {
+    constexpr bool little_endian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+    for (;;) {
+      std::uint64_t enders = 0;
+      for (std::uint64_t w; end_ - p_ >= 8; p_ += 8) {
+        std::memcpy(&w, p_, 8);
+        if ((enders = run_enders(w)) != 0)
+          break;
+      }
+      if (little_endian && enders != 0)
+        p_ += __builtin_ctzll(enders) / 8; // the first byte in memory is the lowest
+      else
+        while (p_ != end_ && plain_bytes[static_cast<unsigned char>(*p_)])
+          ++p_;
+      if (p_ == end_ || static_cast<unsigned char>(*p_) < 0x80)
+        return true;
+      auto len = utf8_sequence(std::string_view(p_, static_cast<std::size_t>(end_ - p_)), 0);
+      if (len == 0)
+        return false;
+      p_ += len;
+    }
+  }
+
   // The default options::limits.max_json_depth; each level costs ~300 bytes
   // of stack (the reader recurses), so ~20 KB at most.
   static constexpr int max_depth = 64;
@@ -242,7 +277,8 @@ private:
       while (p_ != end_ && is_digit(*p_))
         ++p_;
     const auto count = static_cast<std::size_t>(p_ - digits);
-    bool fraction = false;
+    bool fraction = false, exponent = false;
+    const char* point = p_;
     if (eat('.')) {
       if (p_ == end_ || !is_digit(*p_))
         return false;
@@ -258,8 +294,10 @@ private:
         return false;
       while (p_ != end_ && is_digit(*p_))
         ++p_;
-      fraction = true;
+      fraction = exponent = true;
     }
+    if (fraction && !exponent && decimal(negative, digits, point, out))
+      return true;
     if (!fraction) {
       if (count > 18)
         return false;
@@ -277,6 +315,29 @@ private:
     if (ec != std::errc() || ptr != p_ || !std::isfinite(d))
       return false;
     out = d;
+    return true;
+  }
+
+  // Digits, a point and digits (the cursor past them) as the double
+  // from_chars gives, when at most 16 digits make an integer m <= 2^53:
+  // then m and 10^k (k <= 16) are exact doubles and the one IEEE division
+  // m / 10^k rounds correctly (Clinger's fast path). False, with `out`
+  // untouched, for any other decimal.
+  bool decimal(bool negative, const char* digits, const char* point, json& out) const {
+    static constexpr double powers[] = {1e0, 1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7, 1e8,
+                                        1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16};
+    const auto places = static_cast<std::size_t>(p_ - point - 1);
+    if (static_cast<std::size_t>(point - digits) + places > 16)
+      return false;
+    std::uint64_t m = 0;
+    for (const char* d = digits; d != point; ++d)
+      m = m * 10 + static_cast<std::uint64_t>(*d - '0');
+    for (const char* d = point + 1; d != p_; ++d)
+      m = m * 10 + static_cast<std::uint64_t>(*d - '0');
+    if (m > (std::uint64_t{1} << 53))
+      return false;
+    const double v = static_cast<double>(m) / powers[places];
+    out = negative ? -v : v;
     return true;
   }
 
@@ -300,7 +361,7 @@ bool decode_event_text(std::string_view text, event& ev) {
   auto object_member = [&](json& out) {
     return r.literal("null") || r.object(out.get_ref<json::object_t&>(), 1);
   };
-  auto actions = [&](const std::string& key) {
+  auto actions = [&](std::string_view key) {
     if (is(key, "state_delta"))
       return object_member(ev.actions.state_delta);
     if (is(key, "artifact_delta"))
@@ -312,7 +373,7 @@ bool decode_event_text(std::string_view text, event& ev) {
     auto& extra = ev.actions.extra.get_ref<json::object_t&>();
     return r.value(extra.emplace_hint(extra.end(), key, nullptr)->second, 1);
   };
-  bool ok = r.members([&](const std::string& key) {
+  bool ok = r.members([&](std::string_view key) {
     if (is(key, "id"))
       return text_member(ev.id);
     if (is(key, "invocation_id"))

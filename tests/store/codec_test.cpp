@@ -409,6 +409,11 @@ TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann rea
     {R"({"x":1e400})", false}, // out of range
     {R"({"x":1e-400})", false},
     {"{\"x\":\"\\u00E9\"}", true}, // upper-case hex
+    // Escaped member names: ordered by their unescaped bytes.
+    {R"({"\u0061":1,"b":{"\n":2,"\u000b":3},"b\"":4})", true},
+    {R"({"actions":{"state_delta":{"\u0061\u0062":1,"ac":2}},"i\u0064":"x"})", true},
+    {R"({"b":1,"\u0061":2})", false}, // out of order once unescaped
+    {R"({"\u0061":1,"a":2})", false}, // the same name twice
     {deep, false},
     // Corrupt: nlohmann refuses them, or event_from_json does.
     {R"({"id":"\ud800"})", false},
@@ -445,6 +450,38 @@ TEST_CASE("decode_event_text: texts outside the stored form read as nlohmann rea
   for (auto& c : cases) {
     INFO("text: ", c.text);
     CHECK(check_decode(c.text) == c.fast);
+  }
+}
+
+TEST_CASE("parse_stored_text: decimals read bit for bit as nlohmann reads them") {
+  auto same = [](const std::string& number) {
+    INFO("number: ", number);
+    const std::string text = "{\"x\":" + number + "}";
+    json got;
+    REQUIRE(model::parse_stored_text(text, got));
+    const json want = json::parse(text);
+    REQUIRE(got["x"].is_number_float());
+    const double a = got["x"].get<double>(), b = want["x"].get<double>();
+    CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+  };
+  // Around the fast path's bounds: 16 digits, 2^53, 16 places, signs, zeros.
+  for (const char* n :
+       {"0.0", "-0.0", "0.1", "-0.5", "1764194321.123456", "9007199254740.992", "9007199254740.993",
+        "900719925474099.2", "9999999999999999.0", "0.0000000000000001", "0.00000000000000001",
+        "1.7976931348623157", "123456789012345.67", "5.0e-324", "2.5e-5", "1.0E22"})
+    same(n);
+  std::mt19937_64 rng(20261126);
+  auto digits = [&](int n, bool lead) {
+    std::string s;
+    for (int i = 0; i < n; ++i)
+      s += static_cast<char>('0' + (i == 0 && lead && n > 1 ? 1 + rng() % 9 : rng() % 10));
+    return s;
+  };
+  for (int i = 0; i < 100000; ++i) {
+    std::string n = rng() % 4 == 0 ? "-" : "";
+    n += digits(1 + static_cast<int>(rng() % 12), true) + "."
+      + digits(1 + static_cast<int>(rng() % 10), false);
+    same(n);
   }
 }
 
