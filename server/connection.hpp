@@ -243,13 +243,15 @@ public:
             out->pending += line;
           out->pending += '\n';
           out->bytes += n;
+          // Counted before the lock is released: from then on an I/O thread
+          // may write these bytes and subtract them from the count.
+          sh->stats.add(sh->stats.queued_output_bytes, n);
           out->estimate = std::max({n, out->estimate - out->estimate / 16, floor});
           if (!out->wake_posted) {
             out->wake_posted = true;
             post = true;
           }
         }
-        sh->stats.add(sh->stats.queued_output_bytes, n);
         if (post && !agentstate::detail::defer_until_idle(wake))
           wake();
       },
@@ -550,8 +552,8 @@ private:
       std::lock_guard<std::mutex> guard(out_->mtx);
       out_->pending += line;
       out_->bytes += line.size();
+      sh_->stats.add(sh_->stats.queued_output_bytes, line.size());
     }
-    sh_->stats.add(sh_->stats.queued_output_bytes, line.size());
     begin_close(event);
     start_write();
   }
