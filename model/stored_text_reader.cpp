@@ -228,7 +228,7 @@ public:
 private:
   // Advances over plain bytes (plain_bytes) and valid UTF-8 sequences; stops
   // at '"', '\\', a control byte or the end. False on invalid UTF-8.
-  bool skip_plain() {
+  [[gnu::always_inline]] bool skip_plain() {
     constexpr bool little_endian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
     for (;;) {
       std::uint64_t enders = 0;
