@@ -17,6 +17,20 @@ namespace {
 
 using serializer = nlohmann::detail::serializer<json>;
 
+// An event's state_remove as a JSON array. False when a key is not valid
+// UTF-8.
+bool append_removes(std::string& out, const std::vector<std::string>& removes) {
+  out += '[';
+  for (std::size_t i = 0; i < removes.size(); ++i) {
+    if (i)
+      out += ',';
+    if (!append_escaped(out, removes[i]))
+      return false;
+  }
+  out += ']';
+  return true;
+}
+
 // One member of an object being written, in the order keys sort.
 struct member {
   enum class kind { value, text, actions, removes };
@@ -66,14 +80,8 @@ public:
             return false;
           break;
         case member::kind::removes:
-          out_ += '[';
-          for (std::size_t i = 0; i < ev.actions.state_remove.size(); ++i) {
-            if (i)
-              out_ += ',';
-            if (!string(ev.actions.state_remove[i]))
-              return false;
-          }
-          out_ += ']';
+          if (!append_removes(out_, ev.actions.state_remove))
+            return false;
           break;
       }
     }
@@ -123,14 +131,9 @@ bool known_only(json_encoder& enc, const event& ev) {
   out += R"(,"state_delta":)";
   ser.dump(a.state_delta, false, false, 0);
   if (!a.state_remove.empty()) {
-    out += R"(,"state_remove":[)";
-    for (std::size_t i = 0; i < a.state_remove.size(); ++i) {
-      if (i)
-        out += ',';
-      if (!append_escaped(out, a.state_remove[i]))
-        return false;
-    }
-    out += ']';
+    out += R"(,"state_remove":)";
+    if (!append_removes(out, a.state_remove))
+      return false;
   }
   out += R"(},"author":)";
   if (!append_escaped(out, ev.author))

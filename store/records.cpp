@@ -101,17 +101,16 @@ std::string joined(const std::vector<std::string_view>& parts, std::size_t n) {
 
 } // namespace
 
-void seal_into(std::string& out, std::string_view key, std::string_view body) {
-  out.resize(seal_bytes + body.size());
-  out[0] = sealed_tag;
-  put_le32(&out[1], checksum(key, body));
-  if (!body.empty())
-    std::memcpy(&out[seal_bytes], body.data(), body.size());
-}
-
 void seal_in_place(std::string& row, std::string_view key) {
   row[0] = sealed_tag;
   put_le32(&row[1], checksum(key, std::string_view(row).substr(seal_bytes)));
+}
+
+void seal_into(std::string& out, std::string_view key, std::string_view body) {
+  out.resize(seal_bytes + body.size());
+  if (!body.empty())
+    std::memcpy(&out[seal_bytes], body.data(), body.size());
+  seal_in_place(out, key);
 }
 
 std::string seal(std::string_view key, std::string_view body) {
@@ -335,13 +334,12 @@ std::optional<session_record> decode_record(std::string_view skey, std::string_v
 std::string encode_event_row(std::string_view key, double timestamp, std::string_view json_text) {
   std::string out;
   out.resize(seal_bytes + 8 + json_text.size());
-  out[0] = sealed_tag;
   auto ts = bits_of(timestamp);
   for (int i = 0; i < 8; ++i)
     out[seal_bytes + i] = static_cast<char>((ts >> (8 * i)) & 0xff);
   if (!json_text.empty())
     std::memcpy(&out[seal_bytes + 8], json_text.data(), json_text.size());
-  put_le32(&out[1], checksum(key, std::string_view(out).substr(seal_bytes)));
+  seal_in_place(out, key);
   return out;
 }
 
