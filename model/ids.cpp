@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <random>
 
 #include <sys/random.h>
@@ -19,20 +20,25 @@ namespace {
 std::string format_uuid(std::uint64_t hi, std::uint64_t lo) {
   hi = (hi & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
   lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
-  // 8-4-4-4-12 lowercase hex digits, written directly (snprintf cost ~2.6k
-  // instructions per generated id, a visible share of an append).
+  // 8-4-4-4-12 lowercase hex digits: the 32 digits are written a byte at
+  // a time, then copied around the dashes (snprintf cost ~2.6k instructions
+  // per generated id, a visible share of an append).
   static constexpr char digits[] = "0123456789abcdef";
+  char hex[32];
+  for (int i = 0; i < 8; ++i) {
+    unsigned h = static_cast<unsigned>(hi >> (56 - 8 * i)) & 0xff;
+    unsigned l = static_cast<unsigned>(lo >> (56 - 8 * i)) & 0xff;
+    hex[2 * i] = digits[h >> 4];
+    hex[2 * i + 1] = digits[h & 0xf];
+    hex[16 + 2 * i] = digits[l >> 4];
+    hex[16 + 2 * i + 1] = digits[l & 0xf];
+  }
   std::string out(36, '-');
-  std::size_t pos = 0;
-  auto put = [&](std::uint64_t v, int nibbles) {
-    for (int k = nibbles - 1; k >= 0; --k) {
-      if (pos == 8 || pos == 13 || pos == 18 || pos == 23)
-        ++pos;
-      out[pos++] = digits[(v >> (4 * k)) & 0xf];
-    }
-  };
-  put(hi, 16);
-  put(lo, 16);
+  std::memcpy(&out[0], hex, 8);
+  std::memcpy(&out[9], hex + 8, 4);
+  std::memcpy(&out[14], hex + 12, 4);
+  std::memcpy(&out[19], hex + 16, 4);
+  std::memcpy(&out[24], hex + 20, 12);
   return out;
 }
 

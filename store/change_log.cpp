@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/change_log.hpp"
 
+#include <charconv>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -211,9 +212,11 @@ std::string new_epoch() {
 }
 
 std::string format_cursor(std::string_view epoch, std::uint64_t seq) {
-  std::string out(epoch);
-  out += '-';
-  out += std::to_string(seq);
+  char digits[20];
+  auto end = std::to_chars(digits, digits + sizeof digits, seq).ptr;
+  std::string out;
+  out.reserve(epoch.size() + 1 + static_cast<std::size_t>(end - digits));
+  out.append(epoch).append(1, '-').append(digits, end);
   return out;
 }
 

@@ -303,16 +303,18 @@ result<json> parse_stored(std::string_view text) {
 }
 
 std::string encode_record(std::string_view skey, const session_record& x) {
-  std::string body;
-  body.reserve(record_body);
-  append_le64(body, x.version);
-  append_le64(body, bits_of(x.last_update_time));
-  append_le64(body, bits_of(x.created));
+  std::string out;
+  out.reserve(seal_bytes + record_body_ttl);
+  out.resize(seal_bytes); // the seal, written last over the body
+  append_le64(out, x.version);
+  append_le64(out, bits_of(x.last_update_time));
+  append_le64(out, bits_of(x.created));
   if (x.expires != 0 || x.refresh != 0) {
-    append_le64(body, bits_of(x.expires));
-    append_le64(body, bits_of(x.refresh));
+    append_le64(out, bits_of(x.expires));
+    append_le64(out, bits_of(x.refresh));
   }
-  return seal(skey, body);
+  seal_in_place(out, skey);
+  return out;
 }
 
 std::optional<session_record> decode_record(std::string_view skey, std::string_view value,
