@@ -32,6 +32,8 @@ struct counters {
     apps_live{0}, heap_trims{0};
 };
 
+struct job_queue;
+
 struct engine_core {
   options opts;
   /// True while a commit runs (the writer's batch, or an inline commit):
@@ -70,6 +72,13 @@ struct engine_core {
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).
   std::atomic<int> spinners{0};
+  /// The polling scheduler's job queue (actors/polling_sharing.hpp), which
+  /// the polling thread of a blocking call helps to drain (help_until); null
+  /// under any other scheduler. Set while `sys` is built; valid until
+  /// close() resets `sys`, which it does only once `helping` is zero.
+  job_queue* jobs = nullptr;
+  /// Threads between begin_helping and end_helping (at most one).
+  std::atomic<int> helping{0};
   store::store_lock lock; ///< held while open, in LMDB modes
   /// The actors run on CAF's test coordinator (engine_factory::open).
   bool deterministic = false;
@@ -116,6 +125,25 @@ inline void sent_to_writer(engine_core& core) {
 /// nullopt and leaves `plan` as it was, never sleeping. Wakes the writer to
 /// purge a deleted session's rows. For engine_core::inline_commits.
 std::optional<write_reply> try_commit_inline(engine_core& core, write_plan& plan);
+
+/// Makes the calling thread, about to wait in a blocking call as the
+/// engine's polling waiter, its helper: until end_helping, an enqueue counts
+/// on it to take one queued job (so the job its call queues does not wake a
+/// parked worker). False, with nothing done, when the scheduler is not
+/// polling_sharing or the engine is closing. Call end_helping after a true.
+bool begin_helping(engine_core& core) noexcept;
+/// Ends begin_helping; wakes a parked worker for jobs left queued.
+void end_helping(engine_core& core) noexcept;
+/// For a helper (begin_helping): until `done` is set, runs queued actor
+/// jobs on this thread, as a worker would (each for up to 16 messages, then
+/// requeued; actors still run one message at a time); with
+/// no job queued, polls as spin_until does, for up to `budget`, or `cap`
+/// while a commit runs. Returns whether `done` was set. The answer a
+/// waiting call needs is then often computed on its own thread, with no
+/// hand-off to a worker and back. A job never blocks, so each check of
+/// `done` follows at most one job's run.
+bool help_until(engine_core& core, const std::atomic<bool>& done, std::chrono::microseconds budget,
+                std::chrono::microseconds cap);
 
 /// How long a waiter polls in all while the writer is committing
 /// (`engine_core::committing`): max(spin_wait, 1 ms) under durability::sync,

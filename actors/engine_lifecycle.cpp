@@ -219,6 +219,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
       c->data().spin = shared->opts.spin_wait;
       c->data().committing = &shared->committing;
       c->data().commit_poll = commit_poll(shared->opts);
+      shared->jobs = &c->data();
       return static_cast<caf::actor_system::module*>(c);
     });
   }
@@ -278,7 +279,12 @@ result<void> engine::close() {
   core_->writer = nullptr;
   core_->sys->await_all_actors_done();
   auto out = store::sync(*core_->kv);
+  // A blocking call's helper may still be inside the job queue; no new one
+  // starts once `closed` is set (begin_helping).
+  while (core_->helping.load(std::memory_order_seq_cst) != 0)
+    std::this_thread::yield();
   core_->sys.reset();
+  core_->jobs = nullptr;
   core_->kv.reset();
   core_->lock.release();
   return out;

@@ -8,7 +8,11 @@
 //     on an engine thread (or inline, for reads served without an actor hop).
 //     Callbacks must not block: they run on the engine's scheduler.
 //   * blocking: the same call without the callback; waits for the result.
-//     REQUIRES: not called from inside an engine callback.
+//     REQUIRES: not called from inside an engine callback. While it waits,
+//     the calling thread may run queued engine work itself (an actor's
+//     handling of this and other calls: options::spin_wait), so other
+//     calls' callbacks may run on it: a callback must not wait for a lock
+//     that a thread holds across a blocking call.
 // No call throws. Errors are agentstate::error values (error.hpp).
 #pragma once
 

@@ -177,6 +177,9 @@ struct options {
   /// How long a waiting thread polls before it sleeps: the store writer
   /// waiting for work, one thread per engine blocked in a blocking call,
   /// and (scheduler_policy::sharing) one idle worker. Others sleep at once.
+  /// Under scheduler_policy::sharing the blocked caller also runs queued
+  /// actor jobs while it polls (its own call's, usually), which spares an
+  /// awaited call the hand-off to a worker and back.
   /// Under durability::sync, while a commit runs, the caller and the worker
   /// poll on up to max(spin_wait, 1 ms). Costs up to this much CPU per wait;
   /// buys faster awaited calls (docs/performance.md, "Polling"). 0 = never

@@ -29,6 +29,13 @@ double round_to(double x, int digits) {
   return std::round(x * f) / f;
 }
 
+double round_sig(double x, int significant) {
+  if (!std::isfinite(x) || x == 0)
+    return x;
+  int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
+  return round_to(x, significant - 1 - magnitude);
+}
+
 mem_status read_mem() {
   mem_status m;
   std::ifstream in("/proc/self/status");

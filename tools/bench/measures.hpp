@@ -26,6 +26,11 @@ double us_between(steady::time_point a, steady::time_point b);
 /// `x` rounded to `digits` decimals; NaN and infinities unchanged.
 double round_to(double x, int digits);
 
+/// `x` rounded to `significant` significant digits (a ratio of 0.000213
+/// stays 0.000213 where round_to(x, 3) would make it 0); zero, NaN and
+/// infinities unchanged.
+double round_sig(double x, int significant);
+
 /// This process's memory from /proc/self/status, MiB: resident (VmRSS), its
 /// high-water mark (VmHWM), and the anonymous and file-backed parts of RSS.
 /// Zero where the kernel does not report a field.

@@ -12,13 +12,16 @@ namespace agentstate::tools::bench {
 
 namespace {
 
-/// The engine's own hand-off cost, measured on the running engine right after
-/// a's appends: `n` blocking get_app_state calls, each a host thread -> app
-/// scope actor (CAF worker) -> host thread round trip with no store work
-/// (the scope answers from memory once loaded). An awaited append makes two
-/// such pairs of hand-offs (host -> session actor -> store writer -> session
-/// actor -> host), so a's ceiling with no work at all is about half of this
-/// rate. Adds "round_trip" and "ratio_to_round_trip" (eps / its rate).
+/// The engine's bare round trip, measured on the running engine right after
+/// a's appends: `n` blocking get_app_state calls, each a message from the host
+/// thread to the app scope actor and its answer back, with no store work
+/// (the scope answers from memory once loaded). The waiting host thread
+/// usually runs the scope actor's job itself (help_until in actors/core.hpp);
+/// otherwise a CAF worker does, and the call costs a hand-off each way. An
+/// awaited append makes the same trip to its session actor (in sync and
+/// nosync also one to the store writer and back), so this rate bounds a's.
+/// Adds "round_trip" and "ratio_to_round_trip" (eps / its rate, to three
+/// significant digits).
 void round_trips(run_ctx& x, const std::string& app, std::size_t n, double eps) {
   if (auto r = x.eng->get_app_state(app); !r) { // loads the scope: not timed
     x.errors.add(r.err());
@@ -34,12 +37,13 @@ void round_trips(run_ctx& x, const std::string& app, std::size_t n, double eps) 
   }
   double rate = double(lat.us.size()) / since(t0);
   ojson rt;
-  rt["of"] = "blocking get_app_state: host -> app scope actor -> host, no store work";
+  rt["of"] =
+    "blocking get_app_state: a message to the app scope actor and its answer, no store work";
   rt["calls"] = lat.us.size();
   rt["per_s"] = round_to(rate, 0);
   put_latency(rt, "", lat);
   x.out["round_trip"] = rt;
-  x.out["ratio_to_round_trip"] = round_to(eps / rate, 3);
+  x.out["ratio_to_round_trip"] = round_sig(eps / rate, 3);
 }
 
 } // namespace

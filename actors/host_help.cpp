@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// actors/host_help.cpp: the polling waiter of a blocking call runs queued
+// actor jobs while it waits (actors/core.hpp, help_until).
+#include <algorithm>
+#include <cstddef>
+
+#include <sched.h>
+
+#include "actors/core.hpp"
+#include "actors/polling_sharing.hpp"
+
+namespace agentstate::detail {
+
+bool begin_helping(engine_core& core) noexcept {
+  // Paired with close(): it sets `closed`, then waits for `helping` to
+  // fall to zero before the queue goes with the actor system. Either this
+  // sees `closed`, or close() sees this thread counted.
+  core.helping.fetch_add(1, std::memory_order_seq_cst);
+  if (core.jobs == nullptr || core.closed.load(std::memory_order_seq_cst)) {
+    core.helping.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
+  }
+  core.jobs->helpers.fetch_add(1, std::memory_order_acq_rel);
+  return true;
+}
+
+void end_helping(engine_core& core) noexcept {
+  core.jobs->helpers.fetch_sub(1, std::memory_order_acq_rel);
+  core.jobs->wake_for_queued();
+  core.helping.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+namespace {
+
+// Messages a helper lets an actor handle per job: a worker's bound is
+// CAF's default, none, so without one a thread whose answer is in could
+// stay inside an actor that other threads keep busy.
+constexpr std::size_t helper_throughput = 16;
+
+// Runs `job` as a worker's loop would, then settles the reference the queue
+// held: requeued when it has more messages than one run takes, dropped
+// otherwise (an actor queues itself again on its next message).
+void run_job(job_queue& q, caf::resumable* job) {
+  auto budget = std::min(q.coordinator->max_throughput(), helper_throughput);
+  switch (job->resume(&q.unit, budget)) {
+    case caf::resumable::resume_later: q.push(job); break;
+    case caf::resumable::awaiting_message:
+    case caf::resumable::done:
+    case caf::resumable::shutdown_execution_unit: // not an actor's outcome
+      intrusive_ptr_release(job);
+      break;
+  }
+}
+
+} // namespace
+
+bool help_until(engine_core& core, const std::atomic<bool>& done, std::chrono::microseconds budget,
+                std::chrono::microseconds cap) {
+  auto ready = [&done] { return done.load(std::memory_order_acquire); };
+  if (ready())
+    return true;
+  if (budget.count() <= 0)
+    return false;
+  auto& q = *core.jobs;
+  const auto start = std::chrono::steady_clock::now();
+  const auto soft = start + budget;
+  const auto hard = start + std::max(budget, cap);
+  for (;;) {
+    if (auto* job = q.take_actor_job()) {
+      run_job(q, job);
+      if (ready())
+        return true;
+      continue;
+    }
+    sched_yield();
+    if (ready())
+      return true;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= hard || (now >= soft && !core.committing.load(std::memory_order_relaxed)))
+      return false;
+  }
+}
+
+} // namespace agentstate::detail
