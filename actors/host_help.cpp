@@ -16,7 +16,8 @@ bool begin_helping(engine_core& core) noexcept {
   // fall to zero before the queue goes with the actor system. Either this
   // sees `closed`, or close() sees this thread counted.
   core.helping.fetch_add(1, std::memory_order_seq_cst);
-  if (core.jobs == nullptr || core.closed.load(std::memory_order_seq_cst)) {
+  // `closed` first: past it, close() may be resetting `jobs`.
+  if (core.closed.load(std::memory_order_seq_cst) || core.jobs == nullptr) {
     core.helping.fetch_sub(1, std::memory_order_seq_cst);
     return false;
   }
