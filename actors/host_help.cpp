@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cstddef>
 
-#include <sched.h>
-
 #include "actors/core.hpp"
 #include "actors/polling_sharing.hpp"
+#include "actors/spin.hpp"
 
 namespace agentstate::detail {
 
@@ -57,29 +56,20 @@ void run_job(job_queue& q, caf::resumable* job) {
 
 bool help_until(engine_core& core, const std::atomic<bool>& done, std::chrono::microseconds budget,
                 std::chrono::microseconds cap) {
-  auto ready = [&done] { return done.load(std::memory_order_acquire); };
-  if (ready())
-    return true;
-  if (budget.count() <= 0)
-    return false;
   auto& q = *core.jobs;
-  const auto start = std::chrono::steady_clock::now();
-  const auto soft = start + budget;
-  const auto hard = start + std::max(budget, cap);
-  for (;;) {
-    if (auto* job = q.take_actor_job()) {
-      run_job(q, job);
-      if (ready())
-        return true;
-      continue;
-    }
-    sched_yield();
-    if (ready())
-      return true;
-    auto now = std::chrono::steady_clock::now();
-    if (now >= hard || (now >= soft && !core.committing.load(std::memory_order_relaxed)))
-      return false;
-  }
+  // spin_until's poll, with the queued jobs run first: the clock only runs
+  // down while there is nothing to run.
+  auto run_queued_then_check = [&q, &done] {
+    while (!done.load(std::memory_order_acquire))
+      if (auto* job = q.take_actor_job())
+        run_job(q, job);
+      else
+        return false;
+    return true;
+  };
+  return spin_until(
+    run_queued_then_check, budget,
+    [&core] { return core.committing.load(std::memory_order_relaxed); }, cap);
 }
 
 } // namespace agentstate::detail
