@@ -5,10 +5,19 @@
 //
 // Threads: everything a connection does runs on its strand, except the
 // rpc_session's write callback, which runs on engine threads (or inline on
-// the strand) and only appends to the outbox and posts a wake-up; on an
-// engine worker the post waits for the worker's next idle point
-// (actors/worker_idle.hpp), so the responses of jobs that run back to back
-// cost one wake-up and one write.
+// the strand), and the direct writes it leaves to engine workers.
+//
+// Writing: one writer at a time holds the outbox (outbox::busy): the strand
+// (an asynchronous write) or, on a plain TCP or Unix socket, an engine
+// worker. A response made on a worker is written by that worker at its
+// next idle point (actors/worker_idle.hpp) with a non-blocking send(2), so
+// the responses of jobs that run back to back leave in one write and no
+// I/O thread wakes for them. What the socket does not take at once (or
+// after 8 rounds or 256 KiB) goes back to the strand, which waits for the
+// socket to become writable. A response made on another thread, and every
+// response on TLS, posts a wake-up to the strand, which writes it. The
+// strand closes the socket only once no worker is writing to it
+// (stop_direct_writes).
 //
 // Flow control, never blocking an I/O thread:
 //  * A complete line is handed to the rpc_session only when it may be
@@ -38,6 +47,7 @@
 
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -45,6 +55,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -105,7 +116,8 @@ public:
   virtual std::size_t in_flight() const = 0;
 };
 
-/// Responses waiting to be written. Shared with the write callback.
+/// Responses waiting to be written. Shared with the write callback and the
+/// direct writes it defers; every member is guarded by `mtx`.
 struct outbox {
   std::mutex mtx;
   std::string pending; ///< lines not yet taken by a write
@@ -113,7 +125,75 @@ struct outbox {
   std::size_t estimate = 0; ///< expected size of a response (see above)
   bool wake_posted = false;
   bool closed = false; ///< the socket is gone: drop what comes
+  /// The socket for direct writes from engine workers; -1 for none (TLS,
+  /// or once the strand has begun to close the socket).
+  int fd = -1;
+  bool busy = false; ///< a writer (the strand or a worker) holds the output
+  bool direct = false; ///< with busy: the writer is a worker (fd in use)
+  bool deferred = false; ///< a worker's idle point will write pending
+  /// The strand waits for completed requests or written output (its reader
+  /// is paused, or it is closing): each one posts a wake-up.
+  bool strand_waits = false;
+  std::uint64_t direct_bytes = 0; ///< written by workers, not yet counted by the strand
+  clock::time_point direct_progress; ///< the last direct write that wrote bytes
 };
+
+/// A worker's direct write (see the head of this file): writes `out->pending`
+/// to `out->fd` without blocking, taking along what is queued meanwhile for
+/// up to 8 rounds or 256 KiB. `lock` holds out->mtx on entry and on return;
+/// REQUIRES: out->busy is false and out->fd is valid. Returns true when the
+/// strand must be woken: bytes are left (the socket is full or failed; the
+/// strand's own write then waits or reports the failure) or it waits.
+inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counters& stats) {
+  constexpr int max_rounds = 8;
+  constexpr std::size_t max_bytes = std::size_t{256} << 10;
+  const int fd = out.fd;
+  out.busy = true;
+  out.direct = true;
+  std::string batch;
+  std::size_t total = 0;
+  bool left = false;
+  for (int round = 1;; ++round) {
+    batch.clear();
+    batch.swap(out.pending);
+    lock.unlock();
+    std::size_t off = 0;
+    while (off < batch.size()) {
+      auto n = ::send(fd, batch.data() + off, batch.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR)
+          continue;
+        break; // full (EAGAIN), or failed: the strand's write finds out which
+      }
+      off += static_cast<std::size_t>(n);
+    }
+    lock.lock();
+    if (off > 0) {
+      out.bytes -= off;
+      out.direct_bytes += off;
+      out.direct_progress = clock::now();
+      stats.add(stats.bytes_out, off);
+      stats.sub(stats.queued_output_bytes, off);
+      total += off;
+    }
+    if (off < batch.size()) {
+      batch.erase(0, off);
+      batch += out.pending;
+      out.pending.swap(batch);
+      left = true;
+      break;
+    }
+    if (out.pending.empty())
+      break;
+    if (round >= max_rounds || total >= max_bytes) {
+      left = true;
+      break;
+    }
+  }
+  out.busy = false;
+  out.direct = false;
+  return left || out.strand_waits;
+}
 
 template <class Stream>
 class connection final : public connection_base {
@@ -197,6 +277,8 @@ public:
         sh->log->warn("auth_failed", "a token was refused", {{"conn", id}, {"peer", peer}});
       }
     };
+    if constexpr (!is_tls)
+      out_->fd = socket().native_handle(); // not yet shared: no lock needed
     std::weak_ptr<connection> weak = self();
     auto out = out_;
     auto floor = floor_estimate();
@@ -220,7 +302,7 @@ public:
       bool post = false;
       {
         std::lock_guard<std::mutex> guard(out->mtx);
-        if (!out->wake_posted) {
+        if (out->strand_waits && !out->wake_posted) {
           out->wake_posted = true;
           post = true;
         }
@@ -247,6 +329,30 @@ public:
           // may write these bytes and subtract them from the count.
           sh->stats.add(sh->stats.queued_output_bytes, n);
           out->estimate = std::max({n, out->estimate - out->estimate / 16, floor});
+          if (out->busy)
+            return; // the writer at work takes it along
+          if (out->fd >= 0) {
+            if (out->deferred)
+              return; // the deferred write takes it along
+            if (agentstate::detail::defer_until_idle([out, sh, wake] {
+                  bool post = false;
+                  {
+                    std::unique_lock<std::mutex> lock(out->mtx);
+                    out->deferred = false;
+                    if (out->busy || out->closed || out->fd < 0 || out->pending.empty())
+                      return; // a writer at work, or the strand, takes it
+                    if (write_direct(*out, lock, sh->stats) && !out->wake_posted) {
+                      out->wake_posted = true;
+                      post = true;
+                    }
+                  }
+                  if (post)
+                    wake();
+                })) {
+              out->deferred = true;
+              return;
+            }
+          }
           if (!out->wake_posted) {
             out->wake_posted = true;
             post = true;
@@ -468,9 +574,49 @@ private:
         sh_->stats.add(sh_->stats.paused_reads);
       }
     }
+    update_waits();
     if (closing_)
       return finish_if_idle();
     schedule();
+  }
+
+  // Tells completions and direct writers whether the strand waits for them
+  // (outbox::strand_waits). On starting to wait, checks again whether a
+  // request may be admitted: a completion between the strand's check and
+  // the flag did not wake it.
+  void update_waits() {
+    const bool waits = closing_ || paused_ || eof_ || !backlog_.empty();
+    bool started;
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      started = waits && !out_->strand_waits;
+      out_->strand_waits = waits;
+    }
+    if (started && !closing_ && !closed_ && may_admit())
+      asio::post(strand_, [self = self()] { self->pump(); });
+  }
+
+  // Stops direct writes (the strand is about to close the socket): no
+  // worker starts one from here on, and one under way is waited for. A
+  // direct write is one non-blocking send per round, so the wait is short.
+  void stop_direct_writes() {
+    std::unique_lock<std::mutex> lock(out_->mtx);
+    out_->fd = -1;
+    while (out_->direct) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+  }
+
+  // Takes the progress of direct writes into the strand's own counts.
+  void sync_direct_progress() {
+    std::lock_guard<std::mutex> guard(out_->mtx);
+    if (out_->direct_bytes == 0)
+      return;
+    bytes_out_ += out_->direct_bytes;
+    out_->direct_bytes = 0;
+    last_progress_ = std::max(last_progress_, out_->direct_progress);
   }
 
   void on_output() {
@@ -483,16 +629,25 @@ private:
     pump();
   }
 
+  // Writes what the outbox holds, unless a worker is writing it (that
+  // worker wakes the strand if it leaves bytes). The strand holds the outbox
+  // (owns_output_) from taking a batch until the outbox is empty.
   void start_write() {
     if (writing_ || closed_ || handshaking_)
       return;
     if (write_off_ >= write_buf_.size()) {
       std::lock_guard<std::mutex> guard(out_->mtx);
-      if (out_->pending.empty())
+      if (out_->busy && !owns_output_)
         return;
+      if (out_->pending.empty()) {
+        if (owns_output_)
+          out_->busy = owns_output_ = false;
+        return;
+      }
       write_buf_ = std::move(out_->pending);
       out_->pending = std::string();
       write_off_ = 0;
+      out_->busy = owns_output_ = true;
     }
     writing_ = true;
     stream_.async_write_some(
@@ -538,6 +693,7 @@ private:
     closing_since_ = clock::now();
     drop_partial();
     std::string().swap(backlog_);
+    update_waits(); // completions and direct writes wake the strand from here on
     rpc_->end_watches(); // each watch_ended (closing) is queued before the close
     finish_if_idle();
   }
@@ -566,10 +722,12 @@ private:
       close_reason_ = reason;
     closing_ = true;
     closed_ = true;
+    stop_direct_writes();
     std::size_t unwritten;
     {
       std::lock_guard<std::mutex> guard(out_->mtx);
       out_->closed = true;
+      out_->busy = owns_output_ = false;
       unwritten = out_->bytes;
       out_->bytes = 0;
       std::string().swap(out_->pending);
@@ -626,6 +784,7 @@ private:
           return;
         }
       }
+      stop_direct_writes();
       asio::error_code ignored;
       socket().shutdown(asio::socket_base::shutdown_both, ignored);
       socket().close(ignored);
@@ -638,6 +797,7 @@ private:
       return;
     }
     finished_ = true;
+    sync_direct_progress();
     asio::error_code ignored;
     timer_.cancel();
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - opened_);
@@ -697,6 +857,7 @@ private:
     timer_armed_ = false;
     if (finished_)
       return;
+    sync_direct_progress();
     auto now = clock::now();
     const auto& lim = sh_->lim;
     if (!closed_) {
@@ -776,6 +937,7 @@ private:
   // output (strand)
   std::string write_buf_;
   std::size_t write_off_ = 0;
+  bool owns_output_ = false; ///< the strand holds outbox::busy
 
   // state (strand)
   bool handshaking_ = false;

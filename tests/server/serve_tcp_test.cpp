@@ -5,7 +5,9 @@
 // clients at once, stopped with SIGTERM.
 #include "server/net_support.hpp"
 
+#include <atomic>
 #include <map>
+#include <mutex>
 
 namespace {
 
@@ -210,4 +212,129 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
   // server's, the log says why the connection was dropped (regression: when
   // the connection's check came first, its log line said only "shutdown").
   CHECK(read_text((dir.path() / "stderr.txt").string()).find("not reading") != std::string::npos);
+}
+
+// Responses made on engine workers are written by those workers while the
+// socket takes them, and by the I/O thread once it is full: a reader that
+// falls behind still gets every response whole, each session's in order,
+// across the hand-over and back (four sessions, so two workers answer at
+// once and one adds lines while the other writes).
+TEST_CASE("serve --listen: a reader slower than its responses gets every one, in order") {
+  temp_dir dir;
+  server_process srv({"--listen", "127.0.0.1:0", "--memory"}, (dir.path() / "stderr.txt").string());
+  int port = srv.port();
+  client c(port);
+  REQUIRE(c.connected());
+  const int sessions = 4;
+  for (int k = 0; k < sessions; ++k) {
+    auto create = session_params("wide-" + std::to_string(k));
+    create["state"] = json{{"blob", std::string(32 * 1024, 'y')}};
+    REQUIRE(c.send(request("create", "create_session", create).dump() + "\n"));
+    REQUIRE(c.next());
+  }
+  // About 48 MB of responses, several times what the socket buffers hold,
+  // sent in rounds with pauses so the writer changes hands more than once.
+  const int rounds = 3, per_round = 500;
+  int next_id = 0;
+  std::vector<int> last(sessions, -1);
+  for (int round = 0; round < rounds; ++round) {
+    std::string batch;
+    for (int i = 0; i < per_round; ++i, ++next_id)
+      batch += request(next_id, "get_session",
+                       session_params("wide-" + std::to_string(next_id % sessions)))
+                 .dump()
+        + "\n";
+    REQUIRE(c.send(batch));
+    std::this_thread::sleep_for(200ms); // the socket fills meanwhile
+    for (int i = 0; i < per_round; ++i) {
+      auto r = c.next();
+      REQUIRE(r);
+      INFO("response ", r->dump().substr(0, 200));
+      const int id = (*r)["id"].get<int>();
+      REQUIRE(id / per_round == round);
+      REQUIRE(id > last[id % sessions]);
+      last[id % sessions] = id;
+      REQUIRE((*r)["result"]["state"]["blob"].get<std::string>().size() == 32 * 1024);
+    }
+  }
+  for (int k = 0; k < sessions; ++k)
+    CHECK(last[k] == rounds * per_round - sessions + k);
+  srv.signal(SIGTERM);
+  CHECK(srv.wait_exit() == 0);
+}
+
+// The socket is closed while engine workers may be writing responses to it:
+// the close waits for them, so no response reaches another connection's
+// descriptor and the server keeps serving the rest.
+TEST_CASE("serve --listen: clients that reset while answered leave the others whole") {
+  temp_dir dir;
+  auto err = (dir.path() / "stderr.txt").string();
+  server_process srv({"--listen", "127.0.0.1:0", "--memory"}, err);
+  int port = srv.port();
+  std::atomic<bool> stop{false};
+  std::vector<std::string> problems;
+  std::mutex problems_mtx;
+  auto problem = [&](std::string p) {
+    std::lock_guard<std::mutex> guard(problems_mtx);
+    problems.push_back(std::move(p));
+  };
+  // A steady client: each of its calls gets its own answer, in order.
+  int steady_calls = 0;
+  std::thread steady([&] {
+    client c(port);
+    if (!c.connected())
+      return problem("steady: cannot connect");
+    if (!c.call("create_session", session_params("steady")))
+      return problem("steady: create");
+    for (int i = 0; !stop.load() || i < 200; ++i) {
+      auto r = c.call("append_event", append_params("steady"), i);
+      if (!r || (*r)["id"] != i || (*r)["result"]["version"] != i + 1)
+        return problem("steady: call " + std::to_string(i) + ": " + (r ? r->dump() : "none"));
+      steady_calls = i + 1;
+    }
+  });
+  std::vector<std::thread> resetters;
+  for (int k = 0; k < 3; ++k)
+    resetters.emplace_back([&, k] {
+      for (int round = 0; round < 15; ++round) {
+        client c(port);
+        if (!c.connected())
+          return problem("resetter: cannot connect");
+        auto own = "reset-" + std::to_string(k) + "-" + std::to_string(round);
+        std::string batch = request("create", "create_session", session_params(own)).dump() + "\n";
+        for (int i = 0; i < 300; ++i)
+          batch += request(i, "append_event", append_params(own)).dump() + "\n";
+        if (!c.send(batch))
+          return problem("resetter: send");
+        for (int i = 0; i < 5; ++i)
+          if (!c.next())
+            return problem("resetter: no answer");
+        linger l{1, 0}; // close with a reset, responses still coming
+        ::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      }
+    });
+  for (auto& t : resetters)
+    t.join();
+  stop = true;
+  steady.join();
+  for (auto& p : problems)
+    MESSAGE(p);
+  CHECK(problems.empty());
+  CHECK(steady_calls >= 200);
+  client after(port);
+  REQUIRE(after.connected());
+  // The reset connections finish once their requests in flight complete.
+  std::uint64_t open = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < deadline;) {
+    auto st = after.call("stats");
+    REQUIRE(st);
+    open = (*st)["result"]["server"].value("connections_open", std::uint64_t{0});
+    if (open == 1)
+      break;
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(open == 1);
+  srv.signal(SIGTERM);
+  CHECK(srv.wait_exit() == 0);
 }
