@@ -89,9 +89,10 @@ struct network_server::impl {
   };
 
   impl(server_config c, logger& l)
-    : cfg(std::move(c)), log(l), ctx(static_cast<int>(threads())),
-      srv_strand(asio::make_strand(ctx)), grace_timer(srv_strand),
-      sh(std::make_shared<shared_state>()) {
+    : cfg(std::move(c)), log(l), ctx(1), srv_strand(asio::make_strand(ctx)),
+      grace_timer(srv_strand), sh(std::make_shared<shared_state>()) {
+    for (std::size_t i = 1; i < threads(); ++i)
+      more_ctx.push_back(std::make_unique<asio::io_context>(1));
     sh->log = &log;
     sh->lim = cfg.lim;
     sh->max_line_depth = cfg.max_line_depth;
@@ -322,6 +323,9 @@ struct network_server::impl {
     sh->server_stats = [this] { return stats_json(); };
     sh->on_finished = [this](std::uint64_t id) { remove(id); };
     auto guard = asio::make_work_guard(ctx);
+    std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
+    for (auto& c : more_ctx)
+      guards.push_back(asio::make_work_guard(*c));
     asio::post(srv_strand, [this] {
       for (auto& l : listeners) {
         if (stopping)
@@ -335,17 +339,17 @@ struct network_server::impl {
     log.info("serving", "serving with " + std::to_string(threads()) + " I/O thread(s)",
              {{"io_threads", threads()}, {"max_connections", cap}});
     std::vector<std::thread> pool;
-    for (std::size_t i = 1; i < threads(); ++i)
-      pool.emplace_back([this] { run_loop(); });
-    run_loop();
+    for (auto& c : more_ctx)
+      pool.emplace_back([this, &c] { run_loop(*c); });
+    run_loop(ctx);
     for (auto& t : pool)
       t.join();
   }
 
-  void run_loop() {
+  void run_loop(asio::io_context& io) {
     for (;;) {
       try {
-        ctx.run();
+        io.run();
         return;
       } catch (const std::exception& e) {
         log.error("internal", std::string("an I/O handler failed: ") + e.what());
@@ -355,16 +359,24 @@ struct network_server::impl {
     }
   }
 
+  // The I/O context (so the thread) of the next connection: in turn. On
+  // srv_strand.
+  asio::io_context& next_context() {
+    auto i = next_ctx++ % (more_ctx.size() + 1);
+    return i == 0 ? ctx : *more_ctx[i - 1];
+  }
+
   template <class Acceptor>
   void accept_next(listener& l, Acceptor& a) {
-    a.async_accept(asio::make_strand(ctx), [this, &l, &a](const asio::error_code& ec, auto sock) {
-      if (stopping)
-        return;
-      if (ec)
-        return on_accept_error(l, a, ec);
-      on_accepted(l, std::move(sock));
-      accept_next(l, a);
-    });
+    a.async_accept(asio::make_strand(next_context()),
+                   [this, &l, &a](const asio::error_code& ec, auto sock) {
+                     if (stopping)
+                       return;
+                     if (ec)
+                       return on_accept_error(l, a, ec);
+                     on_accepted(l, std::move(sock));
+                     accept_next(l, a);
+                   });
   }
 
   template <class Acceptor>
@@ -541,6 +553,8 @@ struct network_server::impl {
     done = true;
     grace_timer.cancel();
     ctx.stop();
+    for (auto& c : more_ctx)
+      c->stop();
   }
 
   std::vector<std::shared_ptr<connection_base>> snapshot() {
@@ -583,7 +597,15 @@ struct network_server::impl {
 
   server_config cfg;
   logger& log;
+  /// One I/O context per I/O thread, each run by its thread alone: `ctx` (the
+  /// thread that calls run(); also the listeners' and the server's own
+  /// strand) and `more_ctx`. A connection lives on one of them for its
+  /// whole life, so its handlers never wake another I/O thread. `more_ctx`
+  /// is declared first so that it goes last: an accept still queued on `ctx`
+  /// at destruction holds a socket of one of them.
+  std::vector<std::unique_ptr<asio::io_context>> more_ctx;
   asio::io_context ctx;
+  std::size_t next_ctx = 0; ///< srv_strand only
   strand_t srv_strand;
   timer_t grace_timer;
   std::optional<asio::ssl::context> ssl;
