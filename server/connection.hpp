@@ -47,8 +47,8 @@
 
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -185,6 +185,10 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
     }
     if (out.pending.empty())
       break;
+    if (out.fd < 0) {
+      left = true; // the strand is closing the socket and waits for this write
+      break;
+    }
     if (round >= max_rounds || total >= max_bytes) {
       left = true;
       break;
