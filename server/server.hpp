@@ -6,11 +6,13 @@
 // others. No thread per connection: a connection costs its socket and a few
 // KiB while idle.
 //
-// Threads: run() drives the I/O pool; the engine's threads stay separate and
-// only queue responses into a connection's outbox and post a wake-up to its
-// strand, never blocking. An I/O thread never blocks on a client: a
-// connection that may not admit another request (in-flight cap, output cap)
-// is simply not read until it may.
+// Threads: run() drives the I/O pool, one event loop per I/O thread; a
+// connection stays on one loop. The engine's threads stay separate: they
+// queue responses into a connection's outbox and, on a plain socket, send
+// them with non-blocking writes (server/connection.hpp), never blocking;
+// what a socket does not take is left to the connection's I/O thread. An I/O
+// thread never blocks on a client: a connection that may not admit another
+// request (in-flight cap, output cap) is simply not read until it may.
 #pragma once
 
 #include <chrono>
