@@ -91,13 +91,36 @@ result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
 
 // -- line_writer ---------------------------------------------------------------------
 
-namespace {
+nowait_result write_nowait(int fd, bool socket, std::string_view data, std::size_t& off) {
+  while (off < data.size()) {
+    ssize_t n;
+    if (socket) {
+      n = ::send(fd, data.data() + off, data.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+      iovec v{const_cast<char*>(data.data() + off), data.size() - off};
+      n = ::pwritev2(fd, &v, 1, -1, RWF_NOWAIT);
+    }
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return nowait_result::blocked;
+      // A descriptor or kernel without non-blocking writes of this kind.
+      if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL || errno == ESPIPE
+          || errno == ENOTSOCK)
+        return nowait_result::unsupported;
+      return nowait_result::failed;
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  return nowait_result::all;
+}
 
-// Bounds the writing a producer does for others before the thread takes over.
-constexpr int max_direct_rounds = 8;
-constexpr std::size_t max_direct_bytes = std::size_t{256} << 10;
-
-} // namespace
+void put_back(std::string& pending, std::string& batch, std::size_t off) {
+  batch.erase(0, off);
+  batch += pending;
+  pending.swap(batch);
+}
 
 line_writer::line_writer(int fd) : fd_(fd), deferral_(std::make_shared<deferral>()) {
   deferral_->writer = this;
@@ -110,37 +133,6 @@ line_writer::~line_writer() {
   close();
   std::lock_guard<std::mutex> guard(deferral_->mtx); // waits for a deferred write running now
   deferral_->writer = nullptr;
-}
-
-line_writer::tried line_writer::write_nowait(const std::string& batch, std::size_t& off) {
-  while (off < batch.size()) {
-    ssize_t n;
-    if (socket_) {
-      n = ::send(fd_, batch.data() + off, batch.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } else {
-      iovec v{const_cast<char*>(batch.data() + off), batch.size() - off};
-      n = ::pwritev2(fd_, &v, 1, -1, RWF_NOWAIT);
-    }
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return tried::blocked;
-      // A descriptor or kernel without non-blocking writes of this kind.
-      if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL || errno == ESPIPE
-          || errno == ENOTSOCK)
-        return tried::unsupported;
-      return tried::failed; // EPIPE, ECONNRESET, ...: the reader is gone
-    }
-    off += static_cast<std::size_t>(n);
-  }
-  return tried::all;
-}
-
-void line_writer::requeue(std::string& batch, std::size_t off) {
-  batch.erase(0, off);
-  batch += pending_;
-  pending_.swap(batch);
 }
 
 void line_writer::notify_room() {
@@ -197,19 +189,19 @@ void line_writer::write_direct(std::unique_lock<std::mutex>& lock) {
     writing_ = batch.size();
     lock.unlock();
     std::size_t off = 0;
-    auto t = write_nowait(batch, off);
+    auto t = write_nowait(fd_, socket_, batch, off);
     lock.lock();
     writing_ = 0;
     written += off;
-    if (t == tried::failed) {
+    if (t == nowait_result::failed) {
       failed_ = true;
       std::string().swap(pending_);
       break;
     }
-    if (t != tried::all) {
-      if (t == tried::unsupported)
+    if (t != nowait_result::all) {
+      if (t == nowait_result::unsupported)
         direct_ = false;
-      requeue(batch, off);
+      put_back(pending_, batch, off);
       handed_off_ = true;
       break;
     }

@@ -31,6 +31,26 @@ result<void> read_lines(int fd, int stop_fd, std::uint64_t max_line_bytes,
                         const std::function<void(std::string_view)>& on_line,
                         const std::function<void(std::uint64_t)>& on_oversized);
 
+/// How a non-blocking write ended: everything written, the descriptor full
+/// (EAGAIN), no non-blocking writes of this kind on it, or failed (EPIPE,
+/// ECONNRESET, ...: the reader is gone).
+enum class nowait_result { all, blocked, unsupported, failed };
+
+/// Writes data[off..] to `fd` without blocking (send(MSG_DONTWAIT |
+/// MSG_NOSIGNAL) on a socket, pwritev2(RWF_NOWAIT) otherwise), retrying on
+/// EINTR; advances `off` past what was written.
+nowait_result write_nowait(int fd, bool socket, std::string_view data, std::size_t& off);
+
+/// Puts the unwritten part of `batch` (from `off`) back in front of
+/// `pending` (what was queued meanwhile). `batch` is left holding garbage.
+void put_back(std::string& pending, std::string& batch, std::size_t off);
+
+/// Bounds on the writing a producer (an engine thread) does for the others
+/// in one go before the stream's own writer takes over: rounds of taking
+/// what was queued, and bytes.
+inline constexpr int max_direct_rounds = 8;
+inline constexpr std::size_t max_direct_bytes = std::size_t{256} << 10;
+
 /// Writes lines to a file descriptor without making producers (engine
 /// callbacks) wait for a slow reader. A producer that finds nothing being
 /// written writes itself, without blocking (send(MSG_DONTWAIT) on a socket,
@@ -80,9 +100,6 @@ public:
 
 private:
   void run();
-  /// How a non-blocking write ended.
-  enum class tried { all, blocked, unsupported, failed };
-  tried write_nowait(const std::string& batch, std::size_t& off);
   /// Writes pending_ without blocking, as the producer that found nobody
   /// writing, or wakes the thread when it has taken over (or the
   /// descriptor has no non-blocking writes); `lock` holds mtx_ on entry and
@@ -90,8 +107,6 @@ private:
   void write_direct(std::unique_lock<std::mutex>& lock);
   /// The write a producer on a worker deferred (runs on that worker).
   void write_deferred();
-  /// Puts `batch` from `off` back in front of what was queued meanwhile.
-  void requeue(std::string& batch, std::size_t off);
   void notify_room();
 
   int fd_;

@@ -48,7 +48,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -61,6 +60,7 @@
 
 #include "actors/worker_idle.hpp"
 #include "agentstate/engine.hpp"
+#include "protocol/framing.hpp"
 #include "protocol/rpc_session.hpp"
 #include "server/counters.hpp"
 #include "server/log.hpp"
@@ -139,14 +139,14 @@ struct outbox {
 };
 
 /// A worker's direct write (see the head of this file): writes `out->pending`
-/// to `out->fd` without blocking, taking along what is queued meanwhile for
-/// up to 8 rounds or 256 KiB. `lock` holds out->mtx on entry and on return;
+/// to `out->fd` without blocking (protocol::write_nowait), taking along what
+/// is queued meanwhile within protocol::max_direct_rounds and
+/// max_direct_bytes, as the stdio line writer does. `lock` holds out->mtx on
+/// entry and on return;
 /// REQUIRES: out->busy is false and out->fd is valid. Returns true when the
 /// strand must be woken: bytes are left (the socket is full or failed; the
 /// strand's own write then waits or reports the failure) or it waits.
 inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counters& stats) {
-  constexpr int max_rounds = 8;
-  constexpr std::size_t max_bytes = std::size_t{256} << 10;
   const int fd = out.fd;
   out.busy = true;
   out.direct = true;
@@ -158,15 +158,9 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
     batch.swap(out.pending);
     lock.unlock();
     std::size_t off = 0;
-    while (off < batch.size()) {
-      auto n = ::send(fd, batch.data() + off, batch.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR)
-          continue;
-        break; // full (EAGAIN), or failed: the strand's write finds out which
-      }
-      off += static_cast<std::size_t>(n);
-    }
+    // Full or failed alike leave bytes: the strand's own write waits for
+    // room or reports the failure.
+    (void)protocol::write_nowait(fd, true, batch, off);
     lock.lock();
     if (off > 0) {
       out.bytes -= off;
@@ -177,9 +171,7 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
       total += off;
     }
     if (off < batch.size()) {
-      batch.erase(0, off);
-      batch += out.pending;
-      out.pending.swap(batch);
+      protocol::put_back(out.pending, batch, off);
       left = true;
       break;
     }
@@ -189,7 +181,7 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
       left = true; // the strand is closing the socket and waits for this write
       break;
     }
-    if (round >= max_rounds || total >= max_bytes) {
+    if (round >= protocol::max_direct_rounds || total >= protocol::max_direct_bytes) {
       left = true;
       break;
     }
@@ -588,15 +580,17 @@ private:
   // (outbox::strand_waits). On starting to wait, checks again whether a
   // request may be admitted: a completion between the strand's check and
   // the flag did not wake it.
+  // The strand alone writes the flag, so it locks only when it changes.
   void update_waits() {
     const bool waits = closing_ || paused_ || eof_ || !backlog_.empty();
-    bool started;
+    if (waits == waits_)
+      return;
+    waits_ = waits;
     {
       std::lock_guard<std::mutex> guard(out_->mtx);
-      started = waits && !out_->strand_waits;
       out_->strand_waits = waits;
     }
-    if (started && !closing_ && !closed_ && may_admit())
+    if (waits && !closing_ && !closed_ && may_admit())
       asio::post(strand_, [self = self()] { self->pump(); });
   }
 
@@ -942,6 +936,7 @@ private:
   std::string write_buf_;
   std::size_t write_off_ = 0;
   bool owns_output_ = false; ///< the strand holds outbox::busy
+  bool waits_ = false; ///< what it last stored in outbox::strand_waits
 
   // state (strand)
   bool handshaking_ = false;
