@@ -6,13 +6,17 @@
 
 namespace agentstate::protocol::detail {
 
-dispatcher::dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight)
-  : eng_(e), write_(std::move(write)), max_in_flight_(max_in_flight == 0 ? 1 : max_in_flight) {}
+dispatcher::dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight,
+                       hooks h)
+  : eng_(e), write_(std::move(write)), max_in_flight_(max_in_flight == 0 ? 1 : max_in_flight),
+    hooks_(std::move(h)) {
+  spare_.reserve(max_spare_lanes);
+}
 
 dispatcher::~dispatcher() = default;
 
+// REQUIRES: mtx_ held (so write_ runs one call at a time).
 void dispatcher::write_line(std::string line) {
-  std::lock_guard<std::mutex> guard(write_mtx_);
   try {
     write_(std::move(line));
   } catch (...) {
@@ -21,24 +25,30 @@ void dispatcher::write_line(std::string line) {
 }
 
 void dispatcher::notify(std::string line) {
+  std::lock_guard<std::mutex> guard(mtx_);
   write_line(std::move(line));
 }
 
 void dispatcher::answer(const json& id, const outcome& o) {
   try {
-    write_line(response_line(id, o));
+    auto line = response_line(id, o);
+    std::lock_guard<std::mutex> guard(mtx_);
+    write_line(std::move(line));
   } catch (...) {
     // Nothing sensible left to do: the client sees no answer for this id.
   }
 }
 
-// Forgets a lane with nothing admitted, started or being answered.
-// REQUIRES: mtx_ held. Every admitted request stays on the lane's answer list
-// until it is answered, and is settled while `answering` is set, so an empty
-// list and no thread at work mean nothing runs or waits.
+// Forgets a lane with nothing admitted or being started. REQUIRES: mtx_
+// held. Every admitted request stays on the lane's answer list until it is
+// answered and settled (under mtx_, together), so an empty list and no
+// thread starting its requests mean nothing runs or waits.
 void dispatcher::drop_if_idle(lane* l) {
-  if (!l->first && !l->starting && !l->answering)
-    lanes_.erase(lanes_.find(*l->key));
+  if (!l->first && !l->starting) {
+    auto node = lanes_.extract(lanes_.find(*l->key));
+    if (spare_.size() < max_spare_lanes)
+      spare_.push_back(std::move(node)); // reserved: never allocates
+  }
 }
 
 bool dispatcher::may_start(const lane& l, const record& r) {
@@ -50,10 +60,15 @@ void dispatcher::release(record* r) {
     delete r; // may release the last reference to the dispatcher
 }
 
+void dispatcher::reply_to(void* r, outcome o) {
+  auto* rec = static_cast<record*>(r);
+  rec->owner->on_reply(rec, std::move(o));
+}
+
 // Runs r->op. The reply is handled by on_reply (possibly before op returns);
 // the record goes once it is settled and op has returned.
 void dispatcher::start(record* r) {
-  reply_fn reply = [r](outcome o) { r->owner->on_reply(r, std::move(o)); };
+  reply_fn reply(&dispatcher::reply_to, r);
   try {
     r->op(eng_, reply);
   } catch (const std::exception& e) {
@@ -64,45 +79,63 @@ void dispatcher::start(record* r) {
   release(r); // may release the last reference to *this: nothing follows
 }
 
+// The response line answering r with o (empty for a notification), after
+// the hooks have seen it. Never throws: a line that cannot be built is left
+// empty (the client sees no answer for this id).
+std::string dispatcher::answer_line(record& r, outcome& o) {
+  if (r.notification)
+    return {};
+  try {
+    if (auto* f = std::get_if<rpc_failure>(&o)) {
+      if (hooks_.on_error)
+        hooks_.on_error(f->kind);
+    } else if (auto* j = std::get_if<json>(&o);
+               j && r.server_stats && hooks_.server_stats && j->is_object()) {
+      (*j)["server"] = hooks_.server_stats();
+    }
+  } catch (...) {
+    // A hook failed: the answer stands without it.
+  }
+  try {
+    return response_line(r.id, o);
+  } catch (...) {
+    return {};
+  }
+}
+
 void dispatcher::on_reply(record* r, outcome o) {
   if (r->replied.exchange(true, std::memory_order_acq_rel))
     return; // op threw after replying: the first reply stands
-  std::string line;
-  bool has_line = false;
-  if (!r->notification) {
-    try {
-      line = response_line(r->id, o);
-      has_line = true;
-    } catch (...) {
-      // The line cannot be built: the client sees no answer for this id.
-    }
-  }
+  std::string line = answer_line(*r, o);
+  const bool has_line = !line.empty();
+  record* done = nullptr; // settled, to release (via `later`)
   try {
-    if (lane* l = r->l) {
-      record* batch;
-      {
-        std::lock_guard<std::mutex> guard(mtx_);
-        r->line = std::move(line);
-        r->has_line = has_line;
-        r->ready = true;
-        // An earlier request of the session is unanswered (it writes this
-        // one after its own), or another thread is writing the session's
-        // answers (it takes this one along). `r` may be gone once unlocked.
-        if (l->answering || l->first != r)
-          return;
-        l->answering = true;
-        batch = take_ready(l);
-      }
-      answer_lane(l, batch);
-      return;
-    }
-    if (has_line)
-      write_line(std::move(line));
     lane* to_run = nullptr;
     std::vector<record*> barriers;
     {
       std::lock_guard<std::mutex> guard(mtx_);
-      settle(r, to_run, barriers);
+      if (lane* l = r->l) {
+        r->line = std::move(line);
+        r->has_line = has_line;
+        r->ready = true;
+        // An earlier request of the session is unanswered: its reply writes
+        // this one after its own. `r` may be gone once unlocked.
+        if (l->first != r)
+          return;
+        done = take_ready(l);
+        for (record* p = done; p; p = p->later) {
+          if (p->has_line)
+            write_line(std::move(p->line));
+          std::string().swap(p->line);
+          settle(p, to_run, barriers);
+        }
+        drop_if_idle(l); // kept while to_run is l (`starting`)
+      } else {
+        if (has_line)
+          write_line(std::move(line));
+        settle(r, to_run, barriers);
+        done = r;
+      }
     }
     after_settle(to_run, barriers);
   } catch (...) {
@@ -110,7 +143,16 @@ void dispatcher::on_reply(record* r, outcome o) {
     // reach zero and wait_idle() would hang: fail loudly instead.
     std::terminate();
   }
-  release(r); // may release the last reference to *this: nothing follows
+  if (hooks_.on_complete)
+    try {
+      hooks_.on_complete();
+    } catch (...) {
+    }
+  while (done) { // the last may release the last reference to *this
+    record* next = done->later;
+    release(done);
+    done = next;
+  }
 }
 
 // Detaches the ready requests at the front of l's answer list, as a chain
@@ -129,58 +171,6 @@ dispatcher::record* dispatcher::take_ready(lane* l) {
   return first;
 }
 
-// Writes `batch` (ready answers of l, in order), settles them, and goes on
-// with the answers that became ready meanwhile, until the front of l's list
-// is not ready. REQUIRES: the caller set l->answering and detached `batch`.
-// The records are released at the end, so *this lives until then.
-void dispatcher::answer_lane(lane* l, record* batch) {
-  record* done = nullptr; // settled, to release
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> guard(write_mtx_);
-      for (record* p = batch; p; p = p->later) {
-        if (!p->has_line)
-          continue;
-        try {
-          write_(std::move(p->line));
-        } catch (...) {
-          // The writer refused the line: the client sees no answer for it.
-        }
-        std::string().swap(p->line);
-      }
-    }
-    lane* to_run = nullptr;
-    std::vector<record*> barriers;
-    bool more;
-    {
-      std::lock_guard<std::mutex> guard(mtx_);
-      record* tail = batch;
-      for (record* p = batch; p; p = p->later) {
-        settle(p, to_run, barriers);
-        tail = p;
-      }
-      tail->later = done;
-      done = batch;
-      batch = take_ready(l);
-      more = batch != nullptr;
-      if (!more) {
-        // Later replies answer themselves from here on. (If to_run is l,
-        // `starting` keeps it.)
-        l->answering = false;
-        drop_if_idle(l);
-      }
-    }
-    after_settle(to_run, barriers);
-    if (!more)
-      break;
-  }
-  while (done) {
-    record* next = done->later;
-    release(done);
-    done = next;
-  }
-}
-
 // Barriers whose earlier requests have all completed, in order. Every epoch
 // but the newest is closed by a barrier. REQUIRES: mtx_ held.
 void dispatcher::ready_barriers(std::vector<record*>& out) {
@@ -192,9 +182,9 @@ void dispatcher::ready_barriers(std::vector<record*>& out) {
 }
 
 // Counts r completed: its epoch, its lane (whose waiting requests may now
-// start: to_run), the in-flight cap. Does not drop the lane (answer_lane
-// does, once its answers are written). REQUIRES: mtx_ held; r's response,
-// if any, has been written.
+// start: to_run), the in-flight cap. Does not drop the lane (on_reply does,
+// once its answers are written). REQUIRES: mtx_ held; r's response, if any,
+// has been written.
 void dispatcher::settle(record* r, lane*& to_run, std::vector<record*>& barriers) {
   if (r->order != ordering::barrier) {
     --epochs_[r->epoch - first_epoch_].pending;
@@ -255,6 +245,7 @@ void dispatcher::submit(json id, bool notification, prepared p) {
   bool run_now = false;
   std::vector<record*> barriers;
   try {
+    r->server_stats = p.server_stats;
     r->owner = shared_from_this();
     std::unique_lock<std::mutex> lock(mtx_);
     if (in_flight_ >= max_in_flight_) {
@@ -275,10 +266,20 @@ void dispatcher::submit(json id, bool notification, prepared p) {
       ++in_flight_;
       run_now = true;
     } else {
-      auto [it, fresh] = lanes_.try_emplace(std::move(p.key));
+      auto it = lanes_.find(p.key);
+      if (it == lanes_.end()) {
+        if (spare_.empty()) {
+          it = lanes_.emplace(std::move(p.key), lane{}).first;
+        } else {
+          auto node = std::move(spare_.back());
+          spare_.pop_back();
+          node.key().assign(p.key); // in the buffer a key of its size had
+          node.mapped() = lane{};
+          it = lanes_.insert(std::move(node)).position;
+        }
+        it->second.key = &it->first;
+      }
       lane& l = it->second;
-      if (fresh)
-        l.key = &it->first;
       r->l = &l;
       r->epoch = first_epoch_ + epochs_.size() - 1;
       ++epochs_.back().pending;

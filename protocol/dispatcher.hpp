@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -32,9 +33,10 @@ namespace agentstate::protocol::detail {
 /// session at once), so the engine's per-session order is the stream's.
 ///
 /// Responses: each answered request's response line goes to `write`, one
-/// call at a time. One session's responses go out in the order its requests
-/// were submitted: a reply that arrives before an earlier one of its session
-/// (an error the engine or a refusal answers at once) waits for it. A
+/// call at a time, under the dispatcher's lock. One session's responses go
+/// out in the order its requests were submitted: a reply that arrives before
+/// an earlier one of its session (an error the engine or a refusal answers at
+/// once) waits for it, and the earlier one's thread writes it along. A
 /// request counts as completed (for per_session, barriers, the in-flight cap
 /// and wait_idle) once its response has been passed to `write`.
 ///
@@ -43,17 +45,31 @@ namespace agentstate::protocol::detail {
 /// when a callback is still returning as wait_idle() wakes up. Borrows the
 /// engine.
 /// Thread safety: submit() from one thread (the stream's reader); answer(),
-/// wait_idle() and in_flight() from any; completions arrive on engine
-/// threads, and may start the requests they unblock there and write the
-/// responses they release.
+/// notify(), wait_idle() and in_flight() from any; completions arrive on
+/// engine threads, and may start the requests they unblock there and write
+/// the responses they release.
 /// Cost per request: one allocation for its record, one lock of the
-/// dispatcher's mutex to admit it and two to complete it (one more for a
-/// session's request); a session's entry lives while it has requests in
-/// flight.
+/// dispatcher's mutex to admit it and one to answer and complete it (the
+/// write included); a session's entry lives while it has requests in flight,
+/// and is reused for another session after.
 class dispatcher : public std::enable_shared_from_this<dispatcher> {
 public:
+  /// Observers of the answers (rpc_config's); each may be empty, none may
+  /// block or throw (what they throw is dropped).
+  struct hooks {
+    /// data.kind of each failure answered to a request (notifications are
+    /// not answered, so not counted).
+    std::function<void(std::string_view kind)> on_error;
+    /// After one or more requests completed; in_flight() no longer counts
+    /// them. Called outside the lock, on the thread that completed them.
+    std::function<void()> on_complete;
+    /// Members added to a `stats` result (prepared::server_stats) as "server".
+    std::function<json()> server_stats;
+  };
+
   /// `max_in_flight` 0 counts as 1. `write` as for rpc_session.
-  dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight);
+  dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight,
+             hooks h = {});
   ~dispatcher();
 
   /// Admits and starts (or queues) `p`; answers with `id` unless
@@ -84,6 +100,7 @@ private:
     std::shared_ptr<dispatcher> owner; ///< keeps the dispatcher while in flight
     json id; ///< null for notifications
     bool notification = false; ///< run, never answered
+    bool server_stats = false; ///< see prepared::server_stats
     ordering order = ordering::free;
     operation op;
     lane* l = nullptr; ///< its session's lane (pipelined, per_session)
@@ -103,7 +120,6 @@ private:
     std::size_t running = 0; ///< started, not completed
     bool exclusive = false; ///< a per_session request is running
     bool starting = false; ///< a thread is starting its waiting ones
-    bool answering = false; ///< a thread is writing its answers
     record* head = nullptr; ///< waiting to start (via `next`)
     record* tail = nullptr;
     record* first = nullptr; ///< admitted, unanswered (via `later`)
@@ -117,10 +133,11 @@ private:
   };
 
   void start(record* r);
+  static void reply_to(void* r, outcome o);
   void on_reply(record* r, outcome o);
+  std::string answer_line(record& r, outcome& o);
   void write_line(std::string line);
   static record* take_ready(lane* l);
-  void answer_lane(lane* l, record* batch);
   void settle(record* r, lane*& to_run, std::vector<record*>& barriers);
   void after_settle(lane* to_run, std::vector<record*>& barriers);
   static void release(record* r);
@@ -130,10 +147,9 @@ private:
   static bool may_start(const lane& l, const record& r);
 
   engine& eng_;
-  std::function<void(std::string)> write_;
+  std::function<void(std::string)> write_; ///< called under mtx_
   std::size_t max_in_flight_;
-
-  std::mutex write_mtx_;
+  hooks hooks_;
 
   mutable std::mutex mtx_;
   std::condition_variable cv_;
@@ -142,7 +158,13 @@ private:
   std::size_t in_flight_ = 0; ///< admitted, not yet completed (barriers too)
   std::uint64_t first_epoch_ = 0; ///< the number of epochs_.front()
   std::deque<epoch> epochs_{1};
-  std::unordered_map<std::string, lane> lanes_; ///< sessions with work
+  using lane_map = std::unordered_map<std::string, lane>;
+  lane_map lanes_; ///< sessions with work
+  /// Entries of lanes_ whose sessions went idle, kept (at most
+  /// max_spare_lanes) for the next sessions to have work, so that a
+  /// session's entry costs no allocation while the stream stays busy.
+  std::vector<lane_map::node_type> spare_;
+  static constexpr std::size_t max_spare_lanes = 64;
 };
 
 } // namespace agentstate::protocol::detail

@@ -311,6 +311,7 @@ prepare_result prepare_flush(const json&) {
 prepare_result prepare_stats(const json&) {
   prepared x;
   x.op = [](engine& e, const reply_fn& reply) { reply(outcome{to_json(e.stats())}); };
+  x.server_stats = true;
   return x;
 }
 

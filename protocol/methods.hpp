@@ -41,6 +41,9 @@ struct prepared {
   operation op;
   ordering order = ordering::free;
   std::string key; ///< the session's sequencing key (pipelined, per_session)
+  /// `stats`: the server's own counters (rpc_config::server_stats) join the
+  /// result object as "server".
+  bool server_stats = false;
 };
 
 /// A prepared request, or the invalid_params failure that refuses it.

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 
 #include "agentstate/error.hpp"
@@ -42,7 +43,19 @@ using outcome = std::variant<json, raw_result, rpc_failure>;
 
 /// Receives a request's outcome: called exactly once per request, on any
 /// thread, possibly before the call that started the request returns.
-using reply_fn = std::function<void(outcome)>;
+/// Two words, trivially copyable: a callback that captures it fits the small
+/// buffer of a std::function, so passing it on to the engine allocates
+/// nothing. Does not own `ctx`; whoever made it keeps `ctx` alive until the
+/// call.
+class reply_fn {
+public:
+  reply_fn(void (*fn)(void* ctx, outcome o), void* ctx) noexcept : fn_(fn), ctx_(ctx) {}
+  void operator()(outcome o) const { fn_(ctx_, std::move(o)); }
+
+private:
+  void (*fn_)(void*, outcome);
+  void* ctx_;
+};
 
 /// A failure of `code` whose data.kind is `kind`. Throws only bad_alloc.
 rpc_failure make_failure(int code, std::string message, errc kind);

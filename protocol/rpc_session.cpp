@@ -16,11 +16,11 @@
 
 namespace agentstate::protocol {
 
+// The observers of what the session answers itself (refusals, authenticate);
+// the dispatcher holds those of the requests it runs (dispatcher::hooks).
 struct rpc_session::observers {
-  std::function<json()> server_stats;
   std::function<void(std::string_view)> on_error;
   std::function<void(bool)> on_authenticate;
-  std::function<void()> on_complete;
 
   void error(std::string_view kind) const noexcept {
     if (on_error)
@@ -106,7 +106,10 @@ std::string notification_line(const char* method, json params) {
 } // namespace
 
 rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rpc_config cfg)
-  : dispatch_(std::make_shared<detail::dispatcher>(eng, std::move(write), cfg.max_in_flight)),
+  : dispatch_(std::make_shared<detail::dispatcher>(
+    eng, std::move(write), cfg.max_in_flight,
+    detail::dispatcher::hooks{cfg.on_error, std::move(cfg.on_complete),
+                              std::move(cfg.server_stats)})),
     max_line_depth_(cfg.max_line_depth),
     gate_(cfg.tokens ? access_gate(cfg.tokens) : access_gate()),
     watches_(std::make_shared<watches>()), eng_(eng) {
@@ -115,10 +118,9 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
   watches_->max_live = cfg.max_watches;
   watches_->server_count = std::move(cfg.server_watches);
   watches_->max_server = cfg.max_server_watches;
-  if (cfg.server_stats || cfg.on_error || cfg.on_authenticate || cfg.on_complete)
+  if (cfg.on_error || cfg.on_authenticate)
     observers_ = std::make_shared<const observers>(
-      observers{std::move(cfg.server_stats), std::move(cfg.on_error),
-                std::move(cfg.on_authenticate), std::move(cfg.on_complete)});
+      observers{std::move(cfg.on_error), std::move(cfg.on_authenticate)});
 }
 
 rpc_session::~rpc_session() {
@@ -298,31 +300,6 @@ void rpc_session::handle_line(std::string_view line) {
     if (d.unwatch)
       return stop_watch(d);
     if (d.run) {
-      if (observers_) {
-        // Watch the outcome: count errors, add the server's counters to
-        // stats' result, and tell the reader once the dispatcher (inside
-        // `reply`) has counted the request out.
-        bool stats = d.method == "stats" && observers_->server_stats;
-        bool note = d.notification;
-        d.run->op = [inner = std::move(d.run->op), obs = observers_, stats,
-                     note](engine& e, const detail::reply_fn& reply) {
-          inner(e, [reply, obs, stats, note](detail::outcome o) {
-            if (auto f = std::get_if<detail::rpc_failure>(&o); f && !note)
-              obs->error(f->kind);
-            else if (auto j = std::get_if<json>(&o); j && stats && j->is_object())
-              try {
-                (*j)["server"] = obs->server_stats();
-              } catch (...) {
-              }
-            reply(std::move(o));
-            if (obs->on_complete)
-              try {
-                obs->on_complete();
-              } catch (...) {
-              }
-          });
-        };
-      }
       dispatch_->submit(std::move(d.id), d.notification, std::move(*d.run));
     } else if (d.refusal) {
       if (observers_)

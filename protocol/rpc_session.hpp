@@ -60,9 +60,10 @@ struct rpc_config {
   std::function<void(std::string_view kind)> on_error;
   /// Called after each `authenticate`, with whether the token was accepted.
   std::function<void(bool accepted)> on_authenticate;
-  /// Called after each request handed in (notifications included) has
-  /// completed and been answered; in_flight() no longer counts it. A reader
-  /// that stopped taking lines at max_in_flight resumes from here.
+  /// Called after one or more requests handed in (notifications included)
+  /// have completed and been answered, once per group; in_flight() no longer
+  /// counts them. A reader that stopped taking lines at max_in_flight
+  /// resumes from here.
   std::function<void()> on_complete;
 
   /// Bytes written to the stream and not yet taken by the client. With it, a

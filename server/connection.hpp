@@ -48,6 +48,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -132,8 +133,13 @@ struct outbox {
   bool direct = false; ///< with busy: the writer is a worker (fd in use)
   bool deferred = false; ///< a worker's idle point will write pending
   /// The strand waits for completed requests or written output (its reader
-  /// is paused, or it is closing): each one posts a wake-up.
-  bool strand_waits = false;
+  /// is paused, or it is closing): each one posts a wake-up. Written by the
+  /// strand under `mtx`; a completion reads it without `mtx` first. That
+  /// read misses no wait: a completion is counted under the dispatcher's
+  /// lock before it is read, and the strand, once it has set the flag,
+  /// checks the counts under that same lock (may_admit, finish_if_idle), so
+  /// either the strand sees the completion or the completion sees the flag.
+  std::atomic<bool> strand_waits{false};
   std::uint64_t direct_bytes = 0; ///< written by workers, not yet counted by the strand
   clock::time_point direct_progress; ///< the last direct write that wrote bytes
 };
@@ -295,6 +301,8 @@ public:
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;
     rc.on_complete = [out, wake] {
+      if (!out->strand_waits.load(std::memory_order_acquire))
+        return; // the usual case: nothing to wake, no lock taken
       bool post = false;
       {
         std::lock_guard<std::mutex> guard(out->mtx);
@@ -588,7 +596,7 @@ private:
     waits_ = waits;
     {
       std::lock_guard<std::mutex> guard(out_->mtx);
-      out_->strand_waits = waits;
+      out_->strand_waits.store(waits, std::memory_order_release);
     }
     if (waits && !closing_ && !closed_ && may_admit())
       asio::post(strand_, [self = self()] { self->pump(); });

@@ -247,4 +247,58 @@ TEST_CASE("serve: interleaved sessions, each answered in its own order; reads se
   CHECK(s.wait_exit() == 0);
 }
 
+TEST_CASE("serve: sessions whose requests come and go, more of them than the dispatcher keeps "
+          "entries for, each answered in its own order") {
+  // Between rounds every session goes idle, so the dispatcher drops its
+  // entry (keeping up to 64 for reuse) and gives later sessions entries
+  // that other sessions had: a reused entry must order only its new session.
+  // A refused request (no event) is answered at once, so its answer shows
+  // whether it waited for the append before it in its session's order.
+  fixture f;
+  server s({"--memory"}, f.err());
+  const int sessions = 200, rounds = 4;
+  std::string batch;
+  for (int k = 0; k < sessions; ++k)
+    batch +=
+      line(rpc("c" + std::to_string(k), "create_session", session_params("s" + std::to_string(k))));
+  s.send(batch);
+  for (int k = 0; k < sessions; ++k)
+    REQUIRE(s.next(20s).contains("result"));
+  std::map<std::string, int> answered; // session -> its answers so far
+  for (int round = 0; round < rounds; ++round) {
+    batch.clear();
+    for (int i = 0; i < sessions; ++i) {
+      auto session = "s" + std::to_string((i * 7 + round * 13) % sessions); // a new order
+      auto id = [&](int step) { return session + "/" + std::to_string(3 * round + step); };
+      batch += line(
+        rpc(id(0), "append_event", append_params(session, event_numbered(2 * round + 1))));
+      batch += line(rpc(id(1), "append_event", session_params(session))); // refused
+      batch += line(
+        rpc(id(2), "append_event", append_params(session, event_numbered(2 * round + 2))));
+    }
+    s.send(batch);
+    for (int n = 0; n < 3 * sessions; ++n) {
+      auto r = s.next(20s);
+      INFO("response: ", r.dump());
+      auto id = r["id"].get<std::string>();
+      auto slash = id.find('/');
+      auto session = id.substr(0, slash);
+      int step = std::stoi(id.substr(slash + 1));
+      CHECK(step == answered[session]); // the session's answers in request order
+      answered[session] = step + 1;
+      if (step % 3 == 1) {
+        CHECK(kind_of(r) == "invalid_argument");
+      } else {
+        REQUIRE(r.contains("result"));
+        CHECK(r["result"]["version"] == 2 * round + (step % 3 == 0 ? 1 : 2));
+      }
+    }
+  }
+  CHECK(answered.size() == std::size_t(sessions));
+  for (auto& [session, n] : answered)
+    CHECK(n == 3 * rounds);
+  CHECK(s.quiet_for(50ms));
+  CHECK(s.wait_exit() == 0);
+}
+
 } // namespace
