@@ -53,6 +53,20 @@ void put_create(std::string& out, std::uint64_t id, const session_ref& r) {
   out += "}}\n";
 }
 
+// step_delta(k).dump(), written directly: the client's cost per request
+// stays a text append, as the in-process side's is one DOM (checked against
+// dump() by check_step_text before a run).
+void put_step_delta(std::string& out, std::size_t k) {
+  out += R"({"score":)";
+  out += std::to_string(k / 2);
+  out += k % 2 ? ".5" : ".0";
+  out += R"(,"status":"s)";
+  out += std::to_string(k % 7);
+  out += R"(","step":)";
+  out += std::to_string(k);
+  out += '}';
+}
+
 // make_append(ref, step_delta(k)) as a request line.
 void put_append(std::string& out, std::uint64_t id, const session_ref& r, std::size_t k) {
   put_head(out, id, "append_event");
@@ -60,8 +74,23 @@ void put_append(std::string& out, std::uint64_t id, const session_ref& r, std::s
   out += R"(,"event":{"author":"bench","invocation_id":"inv-)";
   out += r.session_id;
   out += R"(","actions":{"state_delta":)";
-  out += step_delta(k).dump();
+  put_step_delta(out, k);
   out += "}}}}\n";
+}
+
+// Whether put_step_delta writes step_delta(k).dump() for the first 1,000
+// and the last 100 steps below n; the first difference goes to `errors`.
+bool check_step_text(std::size_t n, error_log& errors) {
+  for (std::size_t k = 0; k < n; k = (k + 1 == 1000 && n > 1100) ? n - 100 : k + 1) {
+    std::string text;
+    put_step_delta(text, k);
+    if (auto want = step_delta(k).dump(); text != want) {
+      errors.add("bench client: step " + std::to_string(k) + " written as " + text + ", not "
+                 + want);
+      return false;
+    }
+  }
+  return true;
 }
 
 void put_get(std::string& out, std::uint64_t id, const session_ref& r,
@@ -479,6 +508,8 @@ ojson via_a(const config& cfg) {
              {{"via", cfg.via}, {"events", n}, {"in_flight", window}, {"connections", 1}});
   double target = 0;
   auto tdesc = target_a(cfg, target);
+  if (!check_step_text(n, x.errors))
+    return x.finish(tdesc, false);
   session_ref ref{"bench-a", "u0", "s0"};
   bool ok = in_process_then_serve(
     x, cfg, {1, 1, [&](std::size_t) { return ref; }},
@@ -514,6 +545,8 @@ ojson via_b(const config& cfg) {
               {"in_flight", std::min(width, sessions)},
               {"connections", conns}});
   const char* tdesc = "ratio_to_in_process >= 0.7";
+  if (!check_step_text(per, x.errors))
+    return x.finish(tdesc, false);
   auto ref_of = [&](std::size_t j) {
     return session_ref{"bench-b", sid("u", j % users), sid("s", j)};
   };
@@ -654,6 +687,8 @@ ojson via_h(const config& cfg) {
              {{"via", cfg.via}, {"events", n}, {"connections", 1}});
   const char* tdesc = "p50_us <= 1000 (an append's request written to its change's "
                       "notification read)";
+  if (!check_step_text(n, x.errors))
+    return x.finish(tdesc, false);
   bool ok = false;
   served s;
   const session_ref ref{"bench-h", "u0", "s0"};
