@@ -15,15 +15,19 @@
 namespace agentstate::server::detail {
 
 /// Thread safety: every member from any thread; relaxed atomics (the values
-/// are for monitoring, read without a common snapshot).
+/// are for monitoring, read without a common snapshot). The counters the I/O
+/// threads bump per read and those the writers bump per response sit on
+/// cache lines of their own, so neither side's updates evict the other's.
 struct counters {
-  std::atomic<std::uint64_t> connections_open{0};
+  // Bumped by the I/O threads as they read.
+  alignas(64) std::atomic<std::uint64_t> requests{0}; ///< lines handed to the protocol
+  std::atomic<std::uint64_t> bytes_in{0};
+  // Bumped by whoever queues or writes responses (engine workers, I/O threads).
+  alignas(64) std::atomic<std::uint64_t> bytes_out{0};
+  std::atomic<std::uint64_t> queued_output_bytes{0}; ///< responses not yet written (gauge)
+  alignas(64) std::atomic<std::uint64_t> connections_open{0};
   std::atomic<std::uint64_t> connections_total{0}; ///< accepted and served
   std::atomic<std::uint64_t> connections_refused{0}; ///< over --max-connections
-  std::atomic<std::uint64_t> requests{0}; ///< lines handed to the protocol
-  std::atomic<std::uint64_t> bytes_in{0};
-  std::atomic<std::uint64_t> bytes_out{0};
-  std::atomic<std::uint64_t> queued_output_bytes{0}; ///< responses not yet written (gauge)
   std::atomic<std::uint64_t> auth_failures{0};
   std::atomic<std::uint64_t> tls_handshake_failures{0};
   std::atomic<std::uint64_t> idle_timeouts{0};

@@ -270,11 +270,11 @@ TEST_CASE("serve: sessions whose requests come and go, more of them than the dis
     for (int i = 0; i < sessions; ++i) {
       auto session = "s" + std::to_string((i * 7 + round * 13) % sessions); // a new order
       auto id = [&](int step) { return session + "/" + std::to_string(3 * round + step); };
-      batch += line(
-        rpc(id(0), "append_event", append_params(session, event_numbered(2 * round + 1))));
+      batch +=
+        line(rpc(id(0), "append_event", append_params(session, event_numbered(2 * round + 1))));
       batch += line(rpc(id(1), "append_event", session_params(session))); // refused
-      batch += line(
-        rpc(id(2), "append_event", append_params(session, event_numbered(2 * round + 2))));
+      batch +=
+        line(rpc(id(2), "append_event", append_params(session, event_numbered(2 * round + 2))));
     }
     s.send(batch);
     for (int n = 0; n < 3 * sessions; ++n) {
