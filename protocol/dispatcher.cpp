@@ -97,7 +97,7 @@ std::string dispatcher::answer_line(record& r, outcome& o) {
     // A hook failed: the answer stands without it.
   }
   try {
-    return response_line(r.id, o);
+    return response_line(r.id, std::move(o));
   } catch (...) {
     return {};
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "protocol/responses.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 #include <utility>
@@ -118,6 +119,23 @@ std::string response_line(const json& id, const outcome& o) {
   return out;
 }
 
+std::string response_line(const json& id, outcome&& o) {
+  auto raw = std::get_if<raw_result>(&o);
+  if (!raw || !(id.is_number_unsigned() || id.is_number_integer()))
+    return response_line(id, static_cast<const outcome&>(o));
+  // The head goes in front of the result's own text: no second buffer.
+  static constexpr std::string_view open = R"({"jsonrpc":"2.0","id":)";
+  static constexpr std::string_view result = R"(,"result":)";
+  char head[open.size() + 24 + result.size()];
+  char* end = std::copy(open.begin(), open.end(), head);
+  end = id.is_number_unsigned() ? std::to_chars(end, end + 24, id.get<std::uint64_t>()).ptr
+                                : std::to_chars(end, end + 24, id.get<std::int64_t>()).ptr;
+  end = std::copy(result.begin(), result.end(), end);
+  raw->text.insert(0, head, static_cast<std::size_t>(end - head));
+  raw->text += '}';
+  return std::move(raw->text);
+}
+
 outcome to_outcome(result<void>& r) {
   if (!r)
     return from_engine(r.err());
@@ -140,7 +158,8 @@ outcome append_outcome(result<append_result>& r) {
       text = encoded;
     }
     raw_result out;
-    out.text.reserve(text.size() + 64 + r->cursor.size());
+    // Room for the response's head too (response_line(id, outcome&&)).
+    out.text.reserve(text.size() + 128 + r->cursor.size());
     out.text += R"({"cursor":)";
     model::append_escaped(out.text, r->cursor);
     out.text += R"(,"event":)";

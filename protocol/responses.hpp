@@ -72,6 +72,12 @@ rpc_failure internal_failure(const char* where, const char* what);
 /// valid JSON. Throws only bad_alloc.
 std::string response_line(const json& id, const outcome& o);
 
+/// The same line, built in a raw result's own buffer when `id` is an
+/// integer (the head is put in front of the text, so a large result is not
+/// copied into a second buffer); `o` is left unspecified. Throws only
+/// bad_alloc.
+std::string response_line(const json& id, outcome&& o);
+
 /// `r`'s value through `convert`, or the engine's error. An exception thrown
 /// by `convert` becomes an internal failure, so an outcome always results.
 template <class T, class F>

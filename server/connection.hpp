@@ -122,6 +122,12 @@ public:
 struct outbox {
   std::mutex mtx;
   std::string pending; ///< lines not yet taken by a write
+  /// An empty buffer that a direct write left, for `pending` to take when
+  /// it starts again: the lines of each batch go into memory that is already
+  /// there, instead of a buffer grown anew (and freed) per batch. At most
+  /// max_spare_bytes, so an idle connection keeps little.
+  std::string spare;
+  static constexpr std::size_t max_spare_bytes = std::size_t{8} << 10;
   std::size_t bytes = 0; ///< pending plus the write in progress
   std::size_t estimate = 0; ///< expected size of a response (see above)
   bool wake_posted = false;
@@ -156,7 +162,7 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
   const int fd = out.fd;
   out.busy = true;
   out.direct = true;
-  std::string batch;
+  std::string batch = std::move(out.spare);
   std::size_t total = 0;
   bool left = false;
   for (int round = 1;; ++round) {
@@ -194,6 +200,9 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
   }
   out.busy = false;
   out.direct = false;
+  batch.clear();
+  if (batch.capacity() <= outbox::max_spare_bytes)
+    out.spare.swap(batch);
   return left || out.strand_waits;
 }
 
@@ -323,8 +332,10 @@ public:
           std::lock_guard<std::mutex> guard(out->mtx);
           if (out->closed)
             return;
-          if (out->pending.empty() && line.capacity() > line.size())
-            out->pending = std::move(line);
+          if (out->pending.empty() && out->spare.capacity() >= n)
+            out->pending.swap(out->spare);
+          if (out->pending.empty() && out->pending.capacity() < n && line.capacity() > line.size())
+            out->pending = std::move(line); // no room of its own: take the line's buffer
           else
             out->pending += line;
           out->pending += '\n';
@@ -737,6 +748,7 @@ private:
       unwritten = out_->bytes;
       out_->bytes = 0;
       std::string().swap(out_->pending);
+      std::string().swap(out_->spare);
     }
     sh_->stats.sub(sh_->stats.queued_output_bytes, unwritten);
     std::string().swap(write_buf_);
