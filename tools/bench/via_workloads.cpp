@@ -53,9 +53,9 @@ void put_create(std::string& out, std::uint64_t id, const session_ref& r) {
   out += "}}\n";
 }
 
-// step_delta(k).dump(), written directly: the client's cost per request
-// stays a text append, as the in-process side's is one DOM (checked against
-// dump() by check_step_text before a run).
+// step_delta(k).dump(), written directly: the client pays a few string
+// appends per request, where the in-process side builds the value once
+// (check_step_text compares the two before each run).
 void put_step_delta(std::string& out, std::size_t k) {
   out += R"({"score":)";
   out += std::to_string(k / 2);
