@@ -122,6 +122,24 @@ void put_back(std::string& pending, std::string& batch, std::size_t off) {
   pending.swap(batch);
 }
 
+void queue_line(std::string& pending, std::string& spare, std::string&& line) {
+  const auto n = line.size() + 1;
+  if (pending.empty() && pending.capacity() < n) {
+    if (spare.capacity() >= n)
+      pending.swap(spare);
+    else if (line.capacity() >= n)
+      pending.swap(line); // `line` is left empty
+  }
+  pending += line;
+  pending += '\n';
+}
+
+void keep_spare(std::string& spare, std::string& batch) {
+  batch.clear();
+  if (batch.capacity() <= max_spare_bytes && batch.capacity() > spare.capacity())
+    spare.swap(batch);
+}
+
 line_writer::line_writer(int fd) : fd_(fd), deferral_(std::make_shared<deferral>()) {
   deferral_->writer = this;
   struct stat st;
@@ -144,12 +162,7 @@ void line_writer::push(std::string line) {
   std::unique_lock<std::mutex> lock(mtx_);
   if (failed_ || closing_)
     return;
-  if (pending_.empty() && line.capacity() > line.size()) {
-    pending_ = std::move(line);
-  } else {
-    pending_ += line;
-  }
-  pending_ += '\n';
+  queue_line(pending_, spare_, std::move(line));
   if (busy_)
     return; // whoever writes takes it along
   if (!handed_off_ && direct_) {
@@ -181,7 +194,7 @@ void line_writer::write_direct(std::unique_lock<std::mutex>& lock) {
     return;
   }
   busy_ = true;
-  std::string batch;
+  std::string batch = std::move(spare_);
   std::size_t written = 0;
   for (int round = 1;; ++round) {
     batch.clear();
@@ -213,6 +226,7 @@ void line_writer::write_direct(std::unique_lock<std::mutex>& lock) {
     }
   }
   busy_ = false;
+  keep_spare(spare_, batch);
   if (handed_off_ || closing_ || !direct_)
     work_cv_.notify_one();
   notify_room();

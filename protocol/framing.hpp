@@ -45,6 +45,18 @@ nowait_result write_nowait(int fd, bool socket, std::string_view data, std::size
 /// `pending` (what was queued meanwhile). `batch` is left holding garbage.
 void put_back(std::string& pending, std::string& batch, std::size_t off);
 
+/// Queues `line` and its '\n' at the end of `pending`. When `pending` is
+/// empty it starts in `spare`'s buffer (left by keep_spare) if that has room,
+/// else in the line's own buffer if that has room for the '\n', so a batch
+/// of lines costs no allocation once the writer runs steadily.
+void queue_line(std::string& pending, std::string& spare, std::string&& line);
+
+/// Keeps the buffer of a batch just written (`batch`, emptied) as `spare`
+/// for the next queue_line, when it is at most max_spare_bytes: a stream
+/// whose writer keeps up reuses two buffers, and an idle one keeps little.
+void keep_spare(std::string& spare, std::string& batch);
+inline constexpr std::size_t max_spare_bytes = std::size_t{8} << 10;
+
 /// Bounds on the writing a producer (an engine thread) does for the others
 /// in one go before the stream's own writer takes over: rounds of taking
 /// what was queued, and bytes.
@@ -115,6 +127,7 @@ private:
   std::condition_variable work_cv_; ///< the thread waits for work
   std::condition_variable room_cv_; ///< wait_below() and close() wait
   std::string pending_; ///< queued bytes, not yet taken by a writer
+  std::string spare_; ///< see keep_spare
   std::size_t writing_ = 0; ///< bytes a writer has taken and is writing
   bool busy_ = false; ///< a producer or the thread is writing
   bool handed_off_ = false; ///< the thread writes until the queue is empty

@@ -122,12 +122,7 @@ public:
 struct outbox {
   std::mutex mtx;
   std::string pending; ///< lines not yet taken by a write
-  /// An empty buffer that a direct write left, for `pending` to take when
-  /// it starts again: the lines of each batch go into memory that is already
-  /// there, instead of a buffer grown anew (and freed) per batch. At most
-  /// max_spare_bytes, so an idle connection keeps little.
-  std::string spare;
-  static constexpr std::size_t max_spare_bytes = std::size_t{8} << 10;
+  std::string spare; ///< see protocol::keep_spare
   std::size_t bytes = 0; ///< pending plus the write in progress
   std::size_t estimate = 0; ///< expected size of a response (see above)
   bool wake_posted = false;
@@ -200,9 +195,7 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
   }
   out.busy = false;
   out.direct = false;
-  batch.clear();
-  if (batch.capacity() <= outbox::max_spare_bytes)
-    out.spare.swap(batch);
+  protocol::keep_spare(out.spare, batch);
   return left || out.strand_waits;
 }
 
@@ -332,13 +325,7 @@ public:
           std::lock_guard<std::mutex> guard(out->mtx);
           if (out->closed)
             return;
-          if (out->pending.empty() && out->spare.capacity() >= n)
-            out->pending.swap(out->spare);
-          if (out->pending.empty() && out->pending.capacity() < n && line.capacity() > line.size())
-            out->pending = std::move(line); // no room of its own: take the line's buffer
-          else
-            out->pending += line;
-          out->pending += '\n';
+          protocol::queue_line(out->pending, out->spare, std::move(line));
           out->bytes += n;
           // Counted before the lock is released: from then on an I/O thread
           // may write these bytes and subtract them from the count.
