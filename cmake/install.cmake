@@ -79,7 +79,7 @@ if(AGENTSTATE_BUILD_TOOLS)
             FILES_MATCHING PATTERN "*.1.gz")
   else()
     message(WARNING "help2man not found: no man pages are built or installed "
-                    "(run tools/setup.sh; Debian package help2man)")
+                    "(run tools/setup.sh --all; Debian package help2man)")
   endif()
 endif()
 

@@ -2,26 +2,46 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages agentstate builds with, when any is missing.
 # Idempotent; needs root (or sudo) only when something must be installed.
+#
+#   tools/setup.sh          what the C++ build (library, tool, tests' executables) and
+#                           `agentstate demo` need: README command 1
+#   tools/setup.sh --all    also what the test suite and packaging need (README command 2):
+#                           the tests' helpers, the Python and JS bindings' runtimes, node
+#                           and `npm ci` in bindings/js, help2man, the style checker
 set -euo pipefail
-# libasio-dev and libssl-dev: the network server (server/: event loop, TLS); openssl:
-# the CLI the TLS tests make their certificates and connect with. help2man (man
-# pages), dpkg-dev (dpkg-shlibdeps), file and pkgconf: the install and .deb packaging
-# and their tests (cmake/install.cmake, tests/package). libcli11-dev: the tool's command
-# line (tools/cli.hpp; header-only). clang-format: the source style check
-# (tools/check_format.sh, run by .ci/run).
+all=0
+case "${1:-}" in
+  "") ;;
+  --all) all=1 ;;
+  -h|--help)
+    sed -n '5,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  *) echo "setup: unknown argument '$1' (use --all or nothing; --help)" >&2; exit 2 ;;
+esac
+
+# The build: compiler, CMake, the engine's libraries (CAF, LMDB and lmdbxx,
+# nlohmann_json), doctest (the test executables are configured by default), and the
+# tool's: SQLite (ADK stores), Asio and OpenSSL (serve's network layer, TLS), CLI11.
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
-          doctest-dev lmdb-utils libsqlite3-dev libasio-dev libssl-dev openssl python3
-          python3-pytest help2man dpkg-dev file pkgconf libcli11-dev clang-format)
+          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev)
+if [ "$all" -eq 1 ]; then
+  # The tests: lmdb-utils (mdb_stat/mdb_dump in the storage suites), openssl (the TLS
+  # tests' certificates and client), python3 and python3-pytest (bindings/python),
+  # help2man (man pages), dpkg-dev, file and pkgconf (install and .deb tests),
+  # clang-format (tools/check_format.sh).
+  packages+=(lmdb-utils openssl python3 python3-pytest help2man dpkg-dev file pkgconf
+             clang-format)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
     || missing+=("$p")
 done
-# bindings/js needs node and npm (any install; Debian's when there is none) and, for the
-# sqlite3 native module its benchmark uses, python3 besides g++ and make.
-command -v node >/dev/null 2>&1 || missing+=(nodejs libnode-dev)
-command -v npm >/dev/null 2>&1 || missing+=(npm)
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ "$all" -eq 1 ]; then
+  # bindings/js needs node and npm (any install; Debian's when there is none) and, for
+  # the sqlite3 native module its benchmark uses, python3 besides g++ and make.
+  command -v node >/dev/null 2>&1 || missing+=(nodejs libnode-dev)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
 else
@@ -32,6 +52,7 @@ else
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
 fi
+[ "$all" -eq 1 ] || exit 0
 
 # bindings/js: `npm ci` from the committed lock file, again only when the lock file
 # changed since the last install.

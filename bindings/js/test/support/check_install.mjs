@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const dir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const fix = 'run tools/setup.sh from the repository root (it runs `npm ci` in bindings/js)';
+const fix = 'run tools/setup.sh --all from the repository root (it runs `npm ci` in bindings/js)';
 const problems = [];
 const [major] = process.versions.node.split('.').map(Number);
 if (major < 20) problems.push(`node ${process.versions.node} is older than 20`);
