@@ -5,6 +5,7 @@ returning Any; usage.py runs against the real binary."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -106,11 +107,10 @@ def test_no_public_method_returns_any(mypy_cache, tmp_path):
 
 
 def test_typed_usage_runs(agentstate_bin, tmp_path):
-    sys.path.insert(0, str(USAGE.parent))
-    try:
-        import usage
-    finally:
-        sys.path.remove(str(USAGE.parent))
+    spec = importlib.util.spec_from_file_location("agentstate_typed_usage", USAGE)
+    assert spec is not None and spec.loader is not None
+    usage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(usage)
     ids, version, missing_kind = usage.run_all(agentstate_bin, str(tmp_path / "no-such-binary"))
     assert ids == ["e1"]
     assert version == 1
