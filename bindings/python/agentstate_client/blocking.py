@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 import ssl as _ssl
 import threading
@@ -28,11 +29,10 @@ def _blocking(method: Callable[Concatenate[ProtocolMethods, _P], Coroutine[Any, 
               ) -> Callable[Concatenate[Client, _P], _T]:
     """The blocking form of one of ProtocolMethods' coroutines: same parameters, same
     docstring, the coroutine's result."""
+    @functools.wraps(method)   # help() and inspect.signature show the coroutine's
     def blocking(self: Client, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         return self._run(method(self._inner, *args, **kwargs))
-    blocking.__name__ = method.__name__
     blocking.__qualname__ = f"Client.{method.__name__}"
-    blocking.__doc__ = method.__doc__
     return blocking
 
 
