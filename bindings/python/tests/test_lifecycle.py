@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import threading
 
@@ -161,6 +162,8 @@ def test_missing_or_unusable_binary_raises_spawn_error_not_file_not_found(store,
             assert err.data == {"binary": str(path)}, what
             assert str(path) in err.message and "binary=" in err.message, what
             assert isinstance(err.__cause__, OSError), what
+            copy = pickle.loads(pickle.dumps(err))
+            assert type(copy) is ac.SpawnError and copy.data == err.data, what
         # The path named by $AGENTSTATE_BIN: the message says where it came from.
         monkeypatch.setenv("AGENTSTATE_BIN", str(cases["missing"]))
         with pytest.raises(ac.SpawnError) as e:
