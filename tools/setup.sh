@@ -26,9 +26,12 @@ packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
 if [ "$all" -eq 1 ]; then
   # The tests: lmdb-utils (mdb_stat/mdb_dump in the storage suites), openssl (the TLS
   # tests' certificates and client), python3 and python3-pytest (bindings/python),
-  # help2man (man pages), dpkg-dev, file and pkgconf (install and .deb tests),
-  # clang-format (tools/check_format.sh).
-  packages+=(lmdb-utils openssl python3 python3-pytest help2man dpkg-dev file pkgconf
+  # mypy (bindings/python's type check), python3-venv, python3-pip and
+  # python3-setuptools (bindings/python's offline install test), python3-pydantic
+  # (bindings/python's ADK Session check), help2man (man pages), dpkg-dev, file and
+  # pkgconf (install and .deb tests), clang-format (tools/check_format.sh).
+  packages+=(lmdb-utils openssl python3 python3-pytest mypy python3-venv python3-pip
+             python3-setuptools python3-pydantic help2man dpkg-dev file pkgconf
              clang-format)
 fi
 missing=()

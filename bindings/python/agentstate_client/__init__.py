@@ -9,6 +9,7 @@ library only, Python >= 3.11.
 - Client: the same methods, blocking, safe to call from many threads at once.
 - AsyncWatch / Watch: a change-feed watch (``client.watch(...)``) as an iterator of batches.
 - errors: AgentStateError and one subclass per ``error.data.kind``.
+- results: the TypedDicts of the results (Session, Event, Change, ...).
 """
 
 from ._protocol import MAX_LINE_BYTES, MAX_LINE_DEPTH
@@ -31,6 +32,7 @@ from .errors import (
     IoError,
     NotFoundError,
     PermissionDeniedError,
+    SpawnError,
     StorageFullError,
     TooLargeError,
     UnauthenticatedError,
@@ -40,14 +42,39 @@ from .errors import (
     error_from_response,
     error_from_watch_end,
 )
-from .watch import AsyncWatch
+from .results import (
+    AppendResult,
+    AsOf,
+    AuthResult,
+    Change,
+    ChangeBatch,
+    ChangesPage,
+    Event,
+    EventActions,
+    Invocation,
+    JsonObject,
+    JsonValue,
+    RewindPlan,
+    ServerStats,
+    Session,
+    SessionMeta,
+    SessionPage,
+    StateWithCursor,
+    Stats,
+    UnwatchResult,
+)
+from .watch import AsyncWatch, WatchStart
 
 __all__ = [
     "AsyncClient", "Client", "AsyncWatch", "Watch", "find_binary", "parse_address", "MAX_LINE_BYTES", "MAX_LINE_DEPTH",
     "AgentStateError", "AlreadyExistsError", "NotFoundError", "InvalidArgumentError",
     "VersionConflictError", "TooLargeError", "StorageFullError", "IoError", "UnavailableError",
     "InternalError", "DataCorruptError", "UnauthenticatedError", "PermissionDeniedError",
-    "ConditionFailedError", "CursorExpiredError", "WatchOverflowError", "ConnectionClosedError", "error_from_response",
+    "ConditionFailedError", "CursorExpiredError", "WatchOverflowError", "SpawnError", "ConnectionClosedError", "error_from_response",
     "error_from_watch_end",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "ENGINE_ERROR",
+    "WatchStart", "JsonValue", "JsonObject", "EventActions", "Event", "AsOf", "SessionMeta",
+    "Session", "SessionPage", "AppendResult", "RewindPlan", "Invocation", "StateWithCursor",
+    "Change", "ChangesPage", "ChangeBatch", "UnwatchResult", "ServerStats", "Stats",
+    "AuthResult",
 ]

@@ -12,10 +12,11 @@ import os
 import shutil
 import ssl as _ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from ._protocol import MAX_LINE_BYTES, READ_LIMIT, ProtocolMethods, change_params, encode_request
-from .errors import AgentStateError, ConnectionClosedError, error_from_response
+from .errors import AgentStateError, ConnectionClosedError, SpawnError, error_from_response
+from .results import JsonValue, SessionMeta
 from .watch import DEFAULT_MAX_BUFFER_BYTES, AsyncWatch, WatchStart
 
 __all__ = ["AsyncClient", "find_binary", "parse_address"]
@@ -30,22 +31,30 @@ NotificationHandler = Callable[[str, Any], None]
 
 def find_binary(binary: str | os.PathLike[str] | None = None) -> str:
     """The agentstate executable: ``binary`` if given, else $AGENTSTATE_BIN, else
-    ``agentstate`` on PATH. Raises FileNotFoundError naming all three when none is set."""
+    ``agentstate`` on PATH. Raises SpawnError naming all three when none is set."""
+    return _locate_binary(binary)[0]
+
+
+def _locate_binary(binary: str | os.PathLike[str] | None) -> tuple[str, str]:
+    """find_binary, with where the path came from (for messages)."""
     if binary is not None:
-        return os.fspath(binary)
+        return os.fspath(binary), "binary="
     env = os.environ.get("AGENTSTATE_BIN")
     if env:
-        return env
+        return env, "$AGENTSTATE_BIN"
     found = shutil.which("agentstate")
     if found:
-        return found
-    raise FileNotFoundError("agentstate executable not found: pass binary=..., set "
-                            "AGENTSTATE_BIN, or put agentstate on PATH")
+        return found, "PATH"
+    raise SpawnError("spawn_failed", None,
+                     "agentstate executable not found: pass binary=..., set AGENTSTATE_BIN, "
+                     "or put agentstate on PATH")
 
 
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
     """``"HOST:PORT"``, ``"[V6]:PORT"`` or ``(host, port)`` -> ``(host, port)``. Raises
     ValueError for anything else, and for a port outside 1..65535."""
+    host: object
+    port: object
     if isinstance(address, tuple) and len(address) == 2:
         host, port = address
     elif isinstance(address, str):
@@ -63,7 +72,7 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
     if not isinstance(host, str) or not host:
         raise ValueError(f"address {address!r}: the host is empty")
     try:
-        port_number = int(port)
+        port_number = int(port)  # type: ignore[call-overload]  # checked: ValueError
     except (TypeError, ValueError):
         raise ValueError(f"address {address!r}: the port is not a number") from None
     if isinstance(port, bool) or not 1 <= port_number <= 65535:
@@ -135,23 +144,31 @@ class AsyncClient(ProtocolMethods):
         is open. The executable: ``binary``, else $AGENTSTATE_BIN, else PATH.
 
         Raises ValueError unless exactly one of ``store`` and ``memory=True`` is given;
-        FileNotFoundError when no executable is found; ConnectionClosedError (with the exit
+        SpawnError when no executable is found, or the one found does not exist, is not
+        executable or cannot be run; ConnectionClosedError (with the exit
         status and the server's stderr) when the server exits instead of answering, e.g.
         because another process owns the store. The server's stderr is kept (its last
         16 KiB, see ``server_stderr``), not forwarded."""
         if (store is None) == (not memory):
             raise ValueError("give exactly one of store=DIR and memory=True")
-        args = [find_binary(binary), "serve"]
-        args += ["--memory"] if memory else ["--store", os.fspath(store)]
+        path, source = _locate_binary(binary)
+        args = [path, "serve"]
+        args += ["--memory"] if memory or store is None else ["--store", os.fspath(store)]
         if durability is not None:
             args += ["--durability", durability]
         if threads is not None:
             args += ["--threads", str(threads)]
         if max_line_bytes is not None:
             args += ["--max-line-bytes", str(max_line_bytes)]
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, limit=READ_LIMIT)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, limit=READ_LIMIT)
+        except OSError as e:
+            raise SpawnError("spawn_failed", None,
+                             f"cannot run the agentstate executable {path!r} (from {source}): "
+                             f"{e.strerror or e}", {"binary": path}) from e
+        assert proc.stdout is not None and proc.stdin is not None  # both are PIPE
         client = cls(proc.stdout, proc.stdin,
                      max_line_bytes=max_line_bytes if max_line_bytes is not None else MAX_LINE_BYTES,
                      on_notification=on_notification, process=proc,
@@ -229,14 +246,14 @@ class AsyncClient(ProtocolMethods):
 
     # -- requests ------------------------------------------------------------------
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> JsonValue:
         """Sends ``method`` with ``params`` and returns the response's result. Raises the
         AgentStateError subclass of the response's ``data.kind``; InvalidArgumentError or
         TooLargeError (``code`` None) when the request cannot be encoded within the server's
         limits, before anything is sent; ConnectionClosedError when the client is closed or
         the connection ends before the response. Cancelling the caller leaves the request
         running on the server; its response is then discarded."""
-        return await self._request(method, params, None)
+        return cast(JsonValue, await self._request(method, params, None))
 
     async def _request(self, method: str, params: dict[str, Any] | None,
                        on_result: Callable[[Any, bool], Any] | None,
@@ -318,7 +335,7 @@ class AsyncClient(ProtocolMethods):
 
     async def iter_sessions(self, app_name: str, user_id: str | None = None, *,
                             page_size: int | None = None, order: str | None = None,
-                            order_by: str | None = None) -> AsyncIterator[dict[str, Any]]:
+                            order_by: str | None = None) -> AsyncIterator[SessionMeta]:
         """Every SessionMeta of ``list_sessions``, page after page (one request per page,
         ``page_size`` each), until ``next_page_token`` is null."""
         token = None
@@ -327,7 +344,7 @@ class AsyncClient(ProtocolMethods):
                                             page_token=token, order=order, order_by=order_by)
             for meta in page["sessions"]:
                 yield meta
-            token = page.get("next_page_token")
+            token = page["next_page_token"]
             if token is None:
                 return
 

@@ -6,23 +6,39 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 import ssl as _ssl
 import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
 
 from ._protocol import MAX_LINE_BYTES, ProtocolMethods
 from .aio import AsyncClient, NotificationHandler
 from .errors import ConnectionClosedError
+from .results import ChangeBatch, JsonObject, JsonValue, SessionMeta, StateWithCursor
 from .watch import DEFAULT_MAX_BUFFER_BYTES, AsyncWatch
 
 __all__ = ["Client", "Watch"]
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
-class Client(ProtocolMethods):
+
+def _blocking(method: Callable[Concatenate[ProtocolMethods, _P], Coroutine[Any, Any, _T]],
+              ) -> Callable[Concatenate[Client, _P], _T]:
+    """The blocking form of one of ProtocolMethods' coroutines: same parameters, same
+    docstring, the coroutine's result."""
+    @functools.wraps(method)   # help() and inspect.signature show the coroutine's
+    def blocking(self: Client, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return self._run(method(self._inner, *args, **kwargs))
+    blocking.__qualname__ = f"Client.{method.__name__}"
+    return blocking
+
+
+class Client:
     """A blocking connection to one ``agentstate serve``: the same methods as AsyncClient
-    (see ProtocolMethods), each returning its result.
+    (see ProtocolMethods), each blocking until it returns its result.
 
     Threads: every method may be called from any number of threads at once; calls from
     different threads are pipelined on the one connection (each blocks only its caller).
@@ -63,19 +79,21 @@ class Client(ProtocolMethods):
             max_line_bytes=max_line_bytes, on_notification=on_notification))
 
     @classmethod
-    def _start(cls, make: Any) -> Client:
+    def _start(cls, make: Callable[[], Awaitable[AsyncClient]]) -> Client:
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=_run_loop, args=(loop,), name="agentstate-client",
                                   daemon=True)
         thread.start()
         try:
-            inner = asyncio.run_coroutine_threadsafe(make(), loop).result()
+            async def made() -> AsyncClient:
+                return await make()
+            inner = asyncio.run_coroutine_threadsafe(made(), loop).result()
         except BaseException:
             _stop_loop(loop, thread)
             raise
         return cls(loop, thread, inner)
 
-    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         with self._lock:
             if self._closed:
                 coro.close()
@@ -86,9 +104,64 @@ class Client(ProtocolMethods):
         except concurrent.futures.CancelledError:
             raise ConnectionClosedError("the request was cancelled because the client closed") from None
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    def call(self, method: str, params: dict[str, Any] | None = None) -> JsonValue:
         """AsyncClient.call, blocking."""
         return self._run(self._inner.call(method, params))
+
+    create_session = _blocking(ProtocolMethods.create_session)
+    get_session = _blocking(ProtocolMethods.get_session)
+    rewind_session = _blocking(ProtocolMethods.rewind_session)
+    rewind_plan = _blocking(ProtocolMethods.rewind_plan)
+    list_invocations = _blocking(ProtocolMethods.list_invocations)
+    fork_session = _blocking(ProtocolMethods.fork_session)
+    list_sessions = _blocking(ProtocolMethods.list_sessions)
+    delete_session = _blocking(ProtocolMethods.delete_session)
+    delete_user = _blocking(ProtocolMethods.delete_user)
+    delete_app = _blocking(ProtocolMethods.delete_app)
+    append_event = _blocking(ProtocolMethods.append_event)
+    end_invocation = _blocking(ProtocolMethods.end_invocation)
+    inject_state = _blocking(ProtocolMethods.inject_state)
+    read_changes = _blocking(ProtocolMethods.read_changes)
+    unwatch = _blocking(ProtocolMethods.unwatch)
+    flush = _blocking(ProtocolMethods.flush)
+    stats = _blocking(ProtocolMethods.stats)
+    ping = _blocking(ProtocolMethods.ping)
+    authenticate = _blocking(ProtocolMethods.authenticate)
+
+    @overload
+    def get_app_state(self, app_name: str, *,
+                      with_cursor: Literal[False] | None = None) -> JsonObject: ...
+
+    @overload
+    def get_app_state(self, app_name: str, *, with_cursor: Literal[True]) -> StateWithCursor: ...
+
+    @overload
+    def get_app_state(self, app_name: str, *,
+                      with_cursor: bool | None = None) -> JsonObject | StateWithCursor: ...
+
+    def get_app_state(self, app_name: str, *,
+                      with_cursor: bool | None = None) -> JsonObject | StateWithCursor:
+        """AsyncClient.get_app_state, blocking."""
+        return self._run(ProtocolMethods.get_app_state(self._inner, app_name,
+                                                       with_cursor=with_cursor))
+
+    @overload
+    def get_user_state(self, app_name: str, user_id: str, *,
+                       with_cursor: Literal[False] | None = None) -> JsonObject: ...
+
+    @overload
+    def get_user_state(self, app_name: str, user_id: str, *,
+                       with_cursor: Literal[True]) -> StateWithCursor: ...
+
+    @overload
+    def get_user_state(self, app_name: str, user_id: str, *,
+                       with_cursor: bool | None = None) -> JsonObject | StateWithCursor: ...
+
+    def get_user_state(self, app_name: str, user_id: str, *,
+                       with_cursor: bool | None = None) -> JsonObject | StateWithCursor:
+        """AsyncClient.get_user_state, blocking."""
+        return self._run(ProtocolMethods.get_user_state(self._inner, app_name, user_id,
+                                                        with_cursor=with_cursor))
 
     def watch(self, scope: str, *, app_name: str | None = None, user_id: str | None = None,
               session_id: str | None = None, include_sessions: bool | None = None,
@@ -108,7 +181,7 @@ class Client(ProtocolMethods):
 
     def iter_sessions(self, app_name: str, user_id: str | None = None, *,
                       page_size: int | None = None, order: str | None = None,
-                      order_by: str | None = None) -> Iterator[dict[str, Any]]:
+                      order_by: str | None = None) -> Iterator[SessionMeta]:
         """Every SessionMeta of ``list_sessions``, page after page (one request per page,
         made when the previous page is used up), until ``next_page_token`` is null."""
         token = None
@@ -116,7 +189,7 @@ class Client(ProtocolMethods):
             page = self.list_sessions(app_name, user_id, page_size=page_size,
                                       page_token=token, order=order, order_by=order_by)
             yield from page["sessions"]
-            token = page.get("next_page_token")
+            token = page["next_page_token"]
             if token is None:
                 return
 
@@ -189,18 +262,18 @@ class Watch:
         """AsyncWatch.resume_from."""
         return self._inner.resume_from
 
-    def next_batch(self, timeout: float | None = None) -> dict[str, Any] | None:
+    def next_batch(self, timeout: float | None = None) -> ChangeBatch | None:
         """The next batch; None once the watch has ended quietly. Raises TimeoutError
         when none arrives within ``timeout`` seconds (nothing is lost: call again), and
         what AsyncWatch's iteration raises."""
-        async def step() -> dict[str, Any] | None:
+        async def step() -> ChangeBatch | None:
             try:
                 return await asyncio.wait_for(self._inner.__anext__(), timeout)
             except StopAsyncIteration:
                 return None
         return self._client._run(step())
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[ChangeBatch]:
         while (batch := self.next_batch()) is not None:
             yield batch
 

@@ -29,6 +29,7 @@ __all__ = [
     "ConditionFailedError",
     "CursorExpiredError",
     "WatchOverflowError",
+    "SpawnError",
     "ConnectionClosedError",
     "error_from_response",
     "error_from_watch_end",
@@ -87,7 +88,7 @@ class AgentStateError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kind={self.kind!r}, code={self.code!r}, message={self.message!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.kind, self.code, self.message, self.data))
 
 
@@ -175,6 +176,13 @@ class WatchOverflowError(AgentStateError, kind="watch_overflow"):
         return self.data.get("resume_from")
 
 
+class SpawnError(AgentStateError, kind="spawn_failed"):
+    """Raised by ``spawn`` (never by the server) when the agentstate executable cannot be
+    started: none was found (no ``binary=``, no $AGENTSTATE_BIN, none on PATH), or the
+    one named does not exist, is not executable or is not a program. ``code`` is None;
+    ``data["binary"]`` is the path tried, when there was one. Not retryable."""
+
+
 class ConnectionClosedError(UnavailableError):
     """The connection ended before this request was answered, or the client is closed.
 
@@ -188,7 +196,7 @@ class ConnectionClosedError(UnavailableError):
         self.returncode = returncode
         self.stderr = stderr
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_connection_closed, (self.message, self.returncode, self.stderr))
 
 

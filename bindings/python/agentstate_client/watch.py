@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Generator
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import (
     AgentStateError,
@@ -15,6 +16,7 @@ from .errors import (
     WatchOverflowError,
     error_from_watch_end,
 )
+from .results import Change, ChangeBatch
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
@@ -149,7 +151,7 @@ class AsyncWatch:
     def __aiter__(self) -> AsyncWatch:
         return self
 
-    async def __anext__(self) -> dict[str, Any]:
+    async def __anext__(self) -> ChangeBatch:
         """The next batch, waiting for one. Cancelling the wait loses nothing."""
         while True:
             if self._finished:
@@ -160,7 +162,8 @@ class AsyncWatch:
                     _, params, nbytes = item
                     self._queued_bytes -= nbytes
                     self._cursor = params["cursor"]
-                    return {"changes": params["changes"], "cursor": params["cursor"]}
+                    return {"changes": cast(list[Change], params["changes"]),
+                            "cursor": params["cursor"]}
                 _, reason, resume_from, error = item
                 self._finish(reason, resume_from if resume_from is not None else self._cursor)
                 if reason == "overflow":
@@ -224,16 +227,17 @@ class WatchStart:
     """What ``AsyncClient.watch(...)`` returns: ``await`` it for the AsyncWatch, or use
     it directly in ``async with`` (which awaits it, then closes the watch at the end)."""
 
-    def __init__(self, start: Any):
+    def __init__(self, start: Coroutine[Any, Any, AsyncWatch]):
         self._start = start        # a coroutine giving the AsyncWatch
         self._watch: AsyncWatch | None = None
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, AsyncWatch]:
         return self._start.__await__()
 
     async def __aenter__(self) -> AsyncWatch:
-        self._watch = await self._start
-        return self._watch
+        watch = await self._start
+        self._watch = watch
+        return watch
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._watch is not None

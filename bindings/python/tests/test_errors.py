@@ -49,7 +49,8 @@ def test_package_exports_every_error():
     import agentstate_client.errors as errors
     assert set(errors.__all__) <= set(ac.__all__)
     assert all(getattr(ac, name) is getattr(errors, name) for name in errors.__all__)
-    client_side = {ac.AgentStateError, ac.ConnectionClosedError, ac.WatchOverflowError}
+    client_side = {ac.AgentStateError, ac.ConnectionClosedError, ac.WatchOverflowError,
+                   ac.SpawnError}
     assert set(KINDS.values()) | client_side == {
         v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, ac.AgentStateError)}
 

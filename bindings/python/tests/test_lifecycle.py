@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
+import threading
 
 import pytest
 from conftest import run
@@ -61,13 +63,13 @@ def test_spawn_argument_errors(agentstate_bin, store, monkeypatch, tmp_path):
             await AsyncClient.spawn(binary=agentstate_bin)
         with pytest.raises(ValueError):
             await AsyncClient.spawn(store, memory=True, binary=agentstate_bin)
-        with pytest.raises(FileNotFoundError):
-            await AsyncClient.spawn(store, binary=tmp_path / "no-such-binary")
         monkeypatch.delenv("AGENTSTATE_BIN", raising=False)
         monkeypatch.setenv("PATH", str(tmp_path))
-        with pytest.raises(FileNotFoundError) as e:
+        with pytest.raises(ac.SpawnError) as e:
             await AsyncClient.spawn(store)
-        assert "AGENTSTATE_BIN" in str(e.value)
+        assert "AGENTSTATE_BIN" in str(e.value) and e.value.kind == "spawn_failed"
+        with pytest.raises(ac.SpawnError):
+            ac.find_binary()
         # Bad usage: the server exits 2 before answering; its message is in the error.
         with pytest.raises(ac.ConnectionClosedError) as e:
             await AsyncClient.spawn(store, binary=agentstate_bin, durability="sometimes")
@@ -136,3 +138,43 @@ def test_server_killed_with_requests_in_flight(agentstate_bin, store):
             got = await fresh.get_session(APP, USER, "s")
             assert got["version"] == 500 and len({e["id"] for e in got["events"]}) == 500
     run(body())
+
+
+def test_missing_or_unusable_binary_raises_spawn_error_not_file_not_found(store, tmp_path, monkeypatch):
+    # The README promises an AgentStateError for every failure; spawning a binary that is
+    # missing or cannot run used to raise FileNotFoundError / PermissionError.
+    not_executable = tmp_path / "agentstate-not-executable"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    not_executable.chmod(0o644)
+    directory = tmp_path / "agentstate-dir"
+    directory.mkdir()
+    cases = {"missing": tmp_path / "no-such-binary", "not executable": not_executable,
+             "a directory": directory}
+
+    async def body():
+        for what, path in cases.items():
+            with pytest.raises(ac.AgentStateError) as e:
+                await AsyncClient.spawn(store, binary=path)
+            err = e.value
+            assert type(err) is ac.SpawnError, what
+            assert not isinstance(err, OSError), what
+            assert err.kind == "spawn_failed" and err.code is None and not err.retryable, what
+            assert err.data == {"binary": str(path)}, what
+            assert str(path) in err.message and "binary=" in err.message, what
+            assert isinstance(err.__cause__, OSError), what
+            copy = pickle.loads(pickle.dumps(err))
+            assert type(copy) is ac.SpawnError and copy.data == err.data, what
+        # The path named by $AGENTSTATE_BIN: the message says where it came from.
+        monkeypatch.setenv("AGENTSTATE_BIN", str(cases["missing"]))
+        with pytest.raises(ac.SpawnError) as e:
+            await AsyncClient.spawn(memory=True)
+        assert "$AGENTSTATE_BIN" in e.value.message
+        assert not store.exists()  # nothing was started
+    run(body())
+    # The blocking client raises the same, and leaves no loop thread behind.
+    def loop_threads():
+        return [t for t in threading.enumerate() if t.name == "agentstate-client"]
+    before = loop_threads()
+    with pytest.raises(ac.SpawnError):
+        ac.Client.spawn(store, binary=cases["not executable"])
+    assert loop_threads() == before
