@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // model/checks.hpp: the checks of every client-supplied value against the
-// documented limits (README "Limits"): names, ids, state keys, nesting,
+// documented limits (docs/guide.md "Limits"): names, ids, state keys, nesting,
 // events, modifies and derived-key definitions. Pure functions; they never
 // throw; each error names the offending field.
 #pragma once

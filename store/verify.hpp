@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// store/verify.hpp: a full consistency check of a store's layout (README
-// "Storage format"). Used by `agentstate verify` and by the crash tests.
+// store/verify.hpp: a full consistency check of a store's layout
+// (docs/storage.md, "Tables and rows"). Used by `agentstate verify` and by the crash tests.
 #pragma once
 
 #include <cstdint>

@@ -4,16 +4,15 @@
 // owns it), a page at a time in short read transactions. ADDR: a client of a
 // running `serve` (tools/watch_remote.cpp). Either way each change is one JSON
 // line (docs/protocol.md, read_changes' Change) on stdout, the same bytes.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "agentstate/json.hpp"
 #include "agentstate/watch.hpp"
 #include "store/change_feed.hpp"
+#include "store/change_log.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/fault_guard.hpp"
@@ -154,7 +153,19 @@ int run_watch(const watch_options& o) {
       return fail(seq.err());
     after = *seq;
   }
+  // SIGINT/SIGTERM end the watch between pages: exit 0 naming the cursor printed up to.
+  if (!install_stop_handlers()) {
+    std::fprintf(stderr, "watch: cannot install the signal handlers\n");
+    return 1;
+  }
+  std::string cursor = store::format_cursor(epoch, after);
+  auto stopped = [&] {
+    std::fprintf(stderr, "watch: stopped at %s\n", cursor.c_str());
+    return 0;
+  };
   for (;;) {
+    if (wait_stop(0))
+      return stopped();
     result<change_page> page = error{errc::internal, "not read"};
     std::uint64_t end_seq = after;
     if (auto g = guarded(
@@ -169,12 +180,14 @@ int run_watch(const watch_options& o) {
     if (std::ferror(stdout))
       return 1;
     after = end_seq;
+    cursor = page->cursor;
     if (page->at_head) {
       if (o.once) {
         std::fprintf(stderr, "watch: at %s\n", page->cursor.c_str());
         return 0;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(o.poll_ms));
+      if (wait_stop(o.poll_ms))
+        return stopped();
     }
   }
 }

@@ -300,28 +300,6 @@ private:
   std::string buf_;
 };
 
-// SIGINT/SIGTERM: the handler writes a byte to the pipe the feed loop polls.
-int wake_pipe[2] = {-1, -1};
-
-extern "C" void on_stop_signal(int) {
-  if (wake_pipe[1] >= 0) {
-    char c = 1;
-    [[maybe_unused]] auto n = ::write(wake_pipe[1], &c, 1);
-  }
-}
-
-bool install_stop_handlers() {
-  if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    return false;
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  return true;
-}
-
 json rpc(const std::string& id, const std::string& method, json params) {
   return json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
 }
@@ -396,7 +374,7 @@ private:
       int wait = stopping ? remaining_ms(stop_deadline) : keepalive_ms;
       if (stopping && wait == 0)
         return stopped();
-      switch (c_.next_line(line, stopping ? -1 : wake_pipe[0], wait, why)) {
+      switch (c_.next_line(line, stopping ? -1 : stop_fd(), wait, why)) {
         case connection::got::timeout:
           if (stopping)
             return stopped();
@@ -587,6 +565,49 @@ int run_remote_watch(const remote_watch& w) {
   }
   feed f(*c, w);
   return f.run();
+}
+
+namespace {
+
+// SIGINT/SIGTERM: the handler writes a byte to the pipe the feed loops poll.
+int wake_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int) {
+  if (wake_pipe[1] >= 0) {
+    char c = 1;
+    [[maybe_unused]] auto n = ::write(wake_pipe[1], &c, 1);
+  }
+}
+
+} // namespace
+
+bool install_stop_handlers() {
+  if (wake_pipe[0] >= 0)
+    return true;
+  if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    return false;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  return true;
+}
+
+int stop_fd() {
+  return wake_pipe[0];
+}
+
+bool wait_stop(unsigned ms) {
+  if (wake_pipe[0] < 0)
+    return false;
+  pollfd p{wake_pipe[0], POLLIN, 0};
+  int n;
+  do
+    n = ::poll(&p, 1, static_cast<int>(ms));
+  while (n < 0 && errno == EINTR);
+  return n > 0 && (p.revents & POLLIN);
 }
 
 } // namespace agentstate::tools

@@ -42,6 +42,16 @@ struct remote_watch {
 /// empty nor a `#` comment. Errors name the file, never its content.
 result<std::string> read_token_file(const std::string& path);
 
+/// Installs the SIGINT/SIGTERM handlers of `agentstate watch` (both forms; once
+/// per process, later calls do nothing): a signal no longer ends the process but
+/// wakes stop_fd() and wait_stop. False when the wake-up pipe cannot be made.
+bool install_stop_handlers();
+/// The read end that a SIGINT/SIGTERM makes readable (-1 before
+/// install_stop_handlers); it stays readable once a signal came.
+int stop_fd();
+/// Waits up to `ms` milliseconds for SIGINT/SIGTERM; true once one has come.
+bool wait_stop(unsigned ms);
+
 /// Connects, authenticates when `w.token` is set, then prints the feed on
 /// stdout one change per line (to_json of the change, compact, as the DIR
 /// form prints it) and diagnostics on stderr; returns a watch_exit. Live

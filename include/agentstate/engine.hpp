@@ -95,7 +95,7 @@ public:
   /// get_session as the JSON text of the Session object (docs/protocol.md), equal
   /// to dump_json(to_json(*session)), or "null" when it does not exist.
   /// Stored events are copied as stored, never parsed: the fast path for
-  /// servers and long sessions (see README Performance). Errors: as
+  /// servers and long sessions (docs/performance.md, c). Errors: as
   /// get_session.
   void get_session_json(get_request req, callback<std::string> cb);
   result<std::string> get_session_json(get_request req);

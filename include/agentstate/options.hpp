@@ -128,7 +128,7 @@ struct options {
   /// durability::nosync only (refused otherwise): LMDB writes pages through
   /// a writable memory map (MDB_WRITEMAP) instead of write(2) at commit,
   /// which saves the kernel's per-page copy and takes ~20-40% more appends
-  /// per second when many sessions append at once (README, Performance).
+  /// per second when many sessions append at once (docs/performance.md, b).
   /// Costs, which is why it is off by default:
   ///  * a full disk ends the process with SIGBUS (the page write that needs
   ///    a new disk block faults inside LMDB) instead of failing appends with

@@ -221,7 +221,7 @@ TEST_CASE_TEMPLATE("watch: a watch whose callback blocks, then sleeps, falls beh
 }
 
 // Threads of this process now (Linux: one entry per thread in /proc).
-std::size_t threads_now() {
+static std::size_t threads_now() {
   std::size_t n = 0;
   for ([[maybe_unused]] auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
     ++n;

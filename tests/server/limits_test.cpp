@@ -311,6 +311,8 @@ TEST_CASE("limits: under a 64-descriptor limit the cap follows the limit; client
 // threads the same server runs once it has answered a request: any thread it
 // tries to start later fails. RLIMIT_NPROC does not bind root, so when root
 // it runs as nobody. `threads` is that count.
+namespace {
+
 struct thread_capped {
   long threads = 0;
   std::unique_ptr<server_process> srv;
@@ -335,6 +337,8 @@ thread_capped start_thread_capped(fixture& f) {
   out.srv = std::make_unique<server_process>(args, f.log_path(), wrapper);
   return out;
 }
+
+} // namespace
 
 TEST_CASE("limits: connections need no thread: a process that may not create threads serves "
           "them all") {

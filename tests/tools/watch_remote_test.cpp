@@ -229,6 +229,47 @@ TEST_CASE("watch ADDR --once: TCP and a Unix socket print the same lines as watc
   CHECK(srv.wait_exit() == 0);
 }
 
+// Regression: `watch DIR` (the store form) was ended by SIGTERM itself (status
+// 143) and never printed the cursor that its --help and docs/tools.md promise.
+TEST_CASE("watch DIR live: SIGTERM and SIGINT exit 0 naming the cursor printed up to (was ended "
+          "by the signal, status 143)") {
+  fixture f;
+  server_process srv({"--store", f.store, "--listen", "0"}, f.path("serve.log"));
+  int port = srv.port();
+  srv.wait_serving();
+  client c(port);
+  REQUIRE(c.connected());
+  auto start = head_of(c);
+
+  for (int sig : {SIGTERM, SIGINT}) {
+    INFO("signal ", sig);
+    const std::string tag = std::to_string(sig);
+    auto from = sig == SIGTERM ? start : head_of(c);
+    watch_child live(
+      {f.store, "--from", from, "--app", "app", "--include-sessions", "--poll-ms", "5"},
+      f.path("live" + tag));
+    write_content(c, 2, 5, sig == SIGTERM ? 0 : 30); // 12 changes
+    // Its first lines show that the feed loop (and its handlers) runs.
+    auto got = live.lines(12);
+    live.signal(sig);
+    CHECK(live.wait_exit() == 0);
+    INFO("stderr: ", live.err());
+    std::smatch m;
+    auto err = live.err();
+    REQUIRE(std::regex_search(err, m, std::regex("watch: stopped at ([0-9a-f]+-[0-9]+)")));
+    // The cursor is where it stopped: nothing after it yet, and the 12 lines up to it.
+    auto after =
+      watch_tool(quote(f.store) + " --once --from " + m[1].str() + " --app app --include-sessions",
+                 f.path("after" + tag));
+    CHECK(after.rc == 0);
+    CHECK(after.out.empty());
+    auto upto =
+      watch_tool(quote(f.store) + " --once --from " + from + " --app app --include-sessions",
+                 f.path("upto" + tag));
+    CHECK(split_lines(upto.out) == got);
+  }
+}
+
 TEST_CASE("watch ADDR live: lines arrive while another client appends; SIGTERM unwatches and "
           "exits 0 naming a cursor that --from resumes with no gap and no duplicate") {
   fixture f;

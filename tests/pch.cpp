@@ -1,0 +1,2 @@
+// SPDX-License-Identifier: Apache-2.0
+// The object library whose precompiled headers every test executable reuses.
