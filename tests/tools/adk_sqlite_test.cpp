@@ -7,6 +7,10 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -18,6 +22,8 @@
 #include <sstream>
 
 #include "support/test_support.hpp"
+
+extern char** environ;
 
 using namespace agentstate;
 namespace fs = std::filesystem;
@@ -755,4 +761,136 @@ TEST_CASE("adk export: refuses an existing file and bad usage; --help shows the 
   CHECK(r.out.find("--to-adk-sqlite FILE DIR") != std::string::npos);
   CHECK(r.out.find("adk-python-database") != std::string::npos);
   CHECK(run("import --from-adk-sqlite x --help").rc == 0);
+}
+
+// -- hostile files (#44) ------------------------------------------------------------------
+// A FIFO, an event_data cell far beyond the limits, an event id twice in one
+// session, NULs in ids: what a hostile probe gave the import.
+
+namespace {
+
+struct spawned {
+  int rc = -1;
+  std::string out, err;
+  long max_rss_kib = -1; ///< the child's peak resident set
+};
+
+// The tool with `args`, spawned directly (no shell) and reaped with wait4,
+// so the peak resident set is the tool's own. `timeout 60` bounds a run that
+// would block (exit 124): a FIFO opened for reading waits for a writer.
+spawned run_spawned(std::vector<std::string> args, const std::string& io_dir) {
+  auto out = io_dir + "/out", err = io_dir + "/err";
+  std::vector<std::string> argv_s{"timeout", "60", AGENTSTATE_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  int status = 0;
+  struct rusage ru {};
+  REQUIRE(::wait4(pid, &status, 0, &ru) == pid);
+  spawned r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  r.max_rss_kib = ru.ru_maxrss;
+  return r;
+}
+
+// Runs `sql` on the SQLite file `path`.
+void sql_exec(const std::string& path, const std::string& text) {
+  sqlite3* h = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+  char* msg = nullptr;
+  int rc = sqlite3_exec(h, text.c_str(), nullptr, nullptr, &msg);
+  INFO(text.substr(0, 200), " -> ", (msg ? msg : "ok"));
+  sqlite3_free(msg);
+  sqlite3_close_v2(h);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+// The single integer `query` gives on `path`.
+std::int64_t sql_int(const std::string& path, const std::string& query) {
+  sqlite3* h = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(h, query.c_str(), -1, &s, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+  auto v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close_v2(h);
+  return v;
+}
+
+json summary_of_spawned(const spawned& r) {
+  auto j = json::parse(r.out, nullptr, false);
+  INFO("stdout: ", r.out, " stderr: ", r.err);
+  REQUIRE(j.is_object());
+  return j;
+}
+
+// The ADK-Python SqliteSessionService fixture, its events table copied
+// without the primary key that would stop a repeated id.
+std::string unconstrained_copy(const std::string& dir) {
+  auto file = dir + "/adk.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  sql_exec(file,
+           "CREATE TABLE events_copy AS SELECT * FROM events; DROP TABLE events; "
+           "ALTER TABLE events_copy RENAME TO events;");
+  return file;
+}
+
+} // namespace
+
+TEST_CASE("adk import refuses duplicate event ids in one session, naming both rowids; "
+          "--skip-oversized keeps the first (#44)") {
+  test::temp_dir tmp;
+  auto file = unconstrained_copy(tmp.str());
+  sql_exec(file,
+           "INSERT INTO events SELECT id, app_name, user_id, session_id, invocation_id, "
+           "timestamp + 100, event_data FROM events WHERE id = 'ev-b1'");
+  auto first = sql_int(file, "SELECT min(rowid) FROM events WHERE id = 'ev-b1'");
+  auto repeat = sql_int(file, "SELECT max(rowid) FROM events WHERE id = 'ev-b1'");
+  REQUIRE(first != repeat);
+  auto dir = tmp.str() + "/store";
+  auto r = run_spawned({"import", "--from-adk-sqlite", file, dir}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1);
+  CHECK(!fs::exists(dir));
+  auto sum = summary_of_spawned(r);
+  REQUIRE(sum["skipped"].size() == 1);
+  CHECK(sum["skipped"][0]["table"] == "events");
+  CHECK(
+    sum["skipped"][0]["where"]
+    == json{
+      {"app_name", "weather_app"}, {"id", "ev-b1"}, {"session_id", "s-bob"}, {"user_id", "bob"}});
+  CHECK(sum["skipped"][0]["reason"]
+        == "event id 'ev-b1' appears twice in the session: row " + std::to_string(repeat)
+          + " repeats row " + std::to_string(first) + " (rowid), which is kept");
+  CHECK(r.err.find("nothing written") != std::string::npos);
+
+  r = run_spawned({"import", "--from-adk-sqlite", file, dir, "--skip-oversized"}, tmp.str());
+  REQUIRE(r.rc == 0);
+  CHECK(run_spawned({"verify", dir}, tmp.str()).rc == 0);
+  auto exported = run_spawned({"export", dir}, tmp.str());
+  REQUIRE(exported.rc == 0);
+  std::vector<std::string> bob_events;
+  std::istringstream lines(exported.out);
+  for (std::string l; std::getline(lines, l);) {
+    auto rec = json::parse(l);
+    if (rec["type"] == "event" && rec["session_id"] == "s-bob")
+      bob_events.push_back(rec["event"]["id"]);
+    if (rec["type"] == "session" && rec["id"] == "s-bob")
+      CHECK(rec["version"] == 2);
+  }
+  CHECK(bob_events == std::vector<std::string>{"ev-b1", "ev-b2"});
 }

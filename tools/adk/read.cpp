@@ -21,6 +21,7 @@
 #include <map>
 #include <set>
 #include <streambuf>
+#include <unordered_map>
 
 #include "agentstate/options.hpp"
 #include "agentstate/types.hpp"
@@ -32,6 +33,7 @@
 #include "store/lock.hpp"
 #include "store/open.hpp"
 #include "store/reads.hpp"
+#include "store/records.hpp"
 #include "tools/adk/checks.hpp"
 #include "tools/adk/sqlite.hpp"
 #include "tools/adk/times.hpp"
@@ -81,6 +83,8 @@ private:
   std::string cur_why_;
   json cur_record_;
   std::uint64_t cur_events_ = 0; // kept (cur_ok_) or seen (otherwise)
+  // The rowid of each event id kept in the session: a repeat is left out.
+  std::unordered_map<std::string, sqlite3_int64> cur_ids_;
 };
 
 // Session columns: 0-2 keys (blob), 3-5 typeof keys, 6 state, 7 create, 8 update.
@@ -89,11 +93,11 @@ constexpr const char* sessions_sql =
   "ifnull(CAST(id AS BLOB), X''), typeof(app_name), typeof(user_id), typeof(id), "
   "state, create_time, update_time FROM sessions ORDER BY 1, 2, 3";
 // Event columns: 0-2 keys, 3-5 typeof keys, 6 id, 7 invocation_id, 8 timestamp,
-// 9 event_data.
+// 9 event_data, 10 rowid.
 constexpr const char* events_sql =
   "SELECT ifnull(CAST(app_name AS BLOB), X''), ifnull(CAST(user_id AS BLOB), X''), "
   "ifnull(CAST(session_id AS BLOB), X''), typeof(app_name), typeof(user_id), "
-  "typeof(session_id), id, invocation_id, timestamp, event_data FROM events "
+  "typeof(session_id), id, invocation_id, timestamp, event_data, rowid FROM events "
   "ORDER BY 1, 2, 3, timestamp, rowid";
 constexpr const char* users_sql =
   "SELECT app_name, user_id, state FROM user_states "
@@ -208,6 +212,7 @@ result<void> sqlite_pass::open_session() {
   for (int i = 0; i < 3; ++i)
     cur_key_[i] = column_bytes(s, i);
   cur_events_ = 0;
+  cur_ids_.clear();
   cur_ok_ = true;
   cur_why_.clear();
   json where = {{"app_name", cur_key_[0]}, {"user_id", cur_key_[1]}, {"id", cur_key_[2]}};
@@ -328,6 +333,13 @@ void sqlite_pass::take_event() {
   }
   if (auto p = event_problem(e))
     return bad(*p);
+  // A session's events have distinct ids (ADK's primary key; the engine's
+  // rule): a repeat is left out, the first kept.
+  const auto rowid = sqlite3_column_int64(s, 10);
+  if (auto [at, added] = cur_ids_.emplace(e["id"].get<std::string>(), rowid); !added)
+    return bad("event id '" + store::printable(at->first) + "' appears twice in the session: row "
+               + std::to_string(rowid) + " repeats row " + std::to_string(at->second)
+               + " (rowid), which is kept");
   ++cur_events_;
   ++st_.events;
   emit(json{{"type", "event"},
