@@ -851,6 +851,76 @@ std::string unconstrained_copy(const std::string& dir) {
 
 } // namespace
 
+TEST_CASE("adk import of a FIFO is refused at once, not hung on (#44)") {
+  test::temp_dir tmp;
+  auto fifo = tmp.str() + "/adk.sqlite";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto r = run_spawned({"import", "--from-adk-sqlite", fifo, tmp.str() + "/store"}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1); // 124 when the open blocked until `timeout` ended it
+  CHECK(r.err.find("is a FIFO, not a regular file") != std::string::npos);
+  CHECK(!fs::exists(tmp.str() + "/store"));
+
+  // A FIFO where SQLite looks for the file's WAL is refused the same way.
+  auto file = tmp.str() + "/real.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  REQUIRE(::mkfifo((file + "-wal").c_str(), 0600) == 0);
+  r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store"}, tmp.str());
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("real.sqlite-wal' is a FIFO") != std::string::npos);
+}
+
+TEST_CASE("adk import refuses an oversized event_data row by its size, without reading it (#44)") {
+  test::temp_dir tmp;
+  auto file = tmp.str() + "/adk.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  // 80 MiB of JSON text in one cell (20 times the 4 MiB read cap), written
+  // by a forked child: a spawned process's peak resident set starts from its
+  // parent's at exec, so this process must never hold the cell itself.
+  const std::int64_t cell = std::int64_t{80} << 20;
+  pid_t maker = ::fork();
+  REQUIRE(maker >= 0);
+  if (maker == 0) {
+    sqlite3* h = nullptr;
+    bool ok = sqlite3_open_v2(file.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK;
+    std::string update = "UPDATE events SET event_data = '\"' || printf('%.*c', "
+      + std::to_string(cell - 2) + ", 'x') || '\"' WHERE id = 'ev-b2'";
+    ok = ok && sqlite3_exec(h, update.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
+    sqlite3_stmt* st = nullptr;
+    ok = ok
+      && sqlite3_prepare_v2(h, "SELECT length(event_data) FROM events WHERE id = 'ev-b2'", -1, &st,
+                            nullptr)
+        == SQLITE_OK
+      && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) == cell;
+    sqlite3_finalize(st);
+    sqlite3_close_v2(h);
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(maker, &status, 0) == maker);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  auto r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store"}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1);
+  CHECK(!fs::exists(tmp.str() + "/store"));
+  auto sum = summary_of_spawned(r);
+  REQUIRE(sum["skipped"].size() == 1);
+  CHECK(sum["skipped"][0]["where"]["id"] == "ev-b2");
+  CHECK(sum["skipped"][0]["reason"].get<std::string>().find(
+          "holds " + std::to_string(cell) + " bytes; more than 4194304 is refused unread")
+        != std::string::npos);
+  // Never read whole: the tool's peak resident set stays below the cell's
+  // size (reading it through a SELECT alone would put all of it in memory).
+  CHECK(r.max_rss_kib < cell / 1024);
+
+  // --skip-oversized: the rest of the file goes in.
+  r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store", "--skip-oversized"},
+                  tmp.str());
+  CHECK(r.rc == 0);
+  CHECK(r.max_rss_kib < cell / 1024);
+  CHECK(run_spawned({"verify", tmp.str() + "/store"}, tmp.str()).rc == 0);
+}
+
 TEST_CASE("adk import refuses duplicate event ids in one session, naming both rowids; "
           "--skip-oversized keeps the first (#44)") {
   test::temp_dir tmp;
