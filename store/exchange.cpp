@@ -7,6 +7,7 @@
 
 #include "agentstate/json.hpp"
 #include "agentstate/types.hpp"
+#include "model/checks.hpp"
 #include "model/ids.hpp"
 #include "store/apply.hpp"
 #include "store/expiry.hpp"
@@ -372,6 +373,8 @@ struct importer {
         return bad(ev.err().message);
       if (ev->id.empty() || !ev->timestamp)
         return bad("a stored event has an id and a timestamp");
+      if (auto r = model::check_event_ids(*ev); !r)
+        return bad(r.err().message);
       auto text = dump_json(*ev_json);
       if (!text)
         return bad(text.err().message);

@@ -62,7 +62,8 @@ result<std::uint64_t> export_scope_states(kv_read& txn,
 /// directory). The first commit gives the store a new epoch and an empty
 /// change log (the imported sessions are in no log; earlier cursors are
 /// refused). A session's events must be consecutive lines (as export_store
-/// writes them) with distinct ids and versions. Errors: invalid_argument
+/// writes them) with distinct ids and versions, and event ids, invocation
+/// ids and authors pass model::check_event_ids. Errors: invalid_argument
 /// naming the line (for a repeat: the session, the id or version, and the
 /// earlier line), storage errors. `progress(records)` is called after each
 /// commit.

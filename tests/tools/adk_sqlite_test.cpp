@@ -964,3 +964,27 @@ TEST_CASE("adk import refuses duplicate event ids in one session, naming both ro
   }
   CHECK(bob_events == std::vector<std::string>{"ev-b1", "ev-b2"});
 }
+
+TEST_CASE("adk import refuses a NUL invocation_id or author in event_data (#44)") {
+  test::temp_dir tmp;
+  auto file = tmp.str() + "/adk.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  // adk-python-sqlite serves event_data's invocation_id; the NUL is the JSON
+  // escape \u0000 in the text.
+  sql_exec(file,
+           "UPDATE events SET event_data = json_set(event_data, '$.invocation_id', "
+           "json('\"a\\u0000b\"')) WHERE id = 'ev-b1'; "
+           "UPDATE events SET event_data = json_set(event_data, '$.author', "
+           "json('\"a\\u0000b\"')) WHERE id = 'ev-b2';");
+  auto r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store"}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1);
+  auto sum = summary_of_spawned(r);
+  REQUIRE(sum["skipped"].size() == 2);
+  std::set<std::string> reasons;
+  for (auto& s : sum["skipped"])
+    reasons.insert(s["reason"].get<std::string>());
+  CHECK(reasons
+        == std::set<std::string>{"'event.invocation_id' contains a NUL byte",
+                                 "'event.author' contains a NUL byte"});
+}

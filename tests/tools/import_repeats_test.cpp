@@ -173,6 +173,32 @@ TEST_CASE("import refuses a repeated event version, and a session whose events a
   CHECK(exported(tmp.str() + "/b") == header());
 }
 
+TEST_CASE("import refuses a NUL invocation_id, event id or author with invalid_argument (#44)") {
+  test::temp_dir tmp;
+  auto file = tmp.str() + "/in.jsonl";
+  int n = 0;
+  for (auto member : {"invocation_id", "author", "id"}) {
+    CAPTURE(member);
+    auto ev = an_event("e1");
+    ev[member] = std::string("a\0b", 3);
+    write_file(file, header() + session_line("s", 1) + event_line("s", 1, ev));
+    auto dir = tmp.str() + "/s" + std::to_string(n++);
+    auto r = run("import " + dir + " < " + file);
+    CHECK(r.rc == 1);
+    INFO("stderr: ", r.err);
+    CHECK(r.err.find(std::string("'event.") + member + "' contains a NUL byte")
+          != std::string::npos);
+    CHECK(exported(dir) == header());
+  }
+  // Over 128 bytes: too long, whichever of the three.
+  auto ev = an_event("e1");
+  ev["author"] = std::string(129, 'a');
+  write_file(file, header() + session_line("s", 1) + event_line("s", 1, ev));
+  auto r = run("import " + tmp.str() + "/long < " + file);
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("'event.author' is 129 bytes; the limit is 128") != std::string::npos);
+}
+
 TEST_CASE("export of a store holding a repeated event id does not import (#44)") {
   test::temp_dir tmp;
   auto src = tmp.str() + "/src";
