@@ -5,6 +5,7 @@
 // session it belongs to, not the walk.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,9 +45,9 @@ runner define_salvage(command_line& cl) {
   cl.usage = "agentstate salvage DIR DEST [--json]";
   cl.description = R"(Copies every session of the store in DIR that reads clean - its record,
 state and every event decode, and no read of it faults - into a new store
-in DEST (created; must not exist or be empty), with the user and app state
-that reads clean, and lists every session it could not copy with the
-reason. An event whose id an earlier event of its
+in DEST (created; must not exist or be empty, and must not be inside DIR),
+with the user and app state that reads clean, and lists every session it
+could not copy with the reason. An event whose id an earlier event of its
 session has is left out (the first is kept, the later events renumbered)
 and listed as dropped. For a store that verify reports damaged, or that
 the engine refuses with data_corrupt (a truncated data.mdb is read as far
@@ -55,7 +56,8 @@ writes. DEST is written through `import` (one transaction per 10,000
 records) and holds its lock while salvage runs. Progress on stderr when
 it is a terminal.)";
   cl.footer = "Exit 0 every session copied whole, 3 some lost or events dropped (listed),\n"
-              "1 nothing could be done (DIR unreadable, DEST unusable), 2 usage.";
+              "1 nothing could be done (DIR unreadable, DEST unusable or inside DIR),\n"
+              "2 usage.";
   cl.app.add_option("DIR", o->dir, "the damaged store")->required();
   cl.app.add_option("DEST", o->dest, "the directory of the new store")->required();
   add_json_flag(cl, o->json,
@@ -241,6 +243,28 @@ int run_salvage(const salvage_options& o) {
   install_fault_guard();
   const auto& src = pos[0];
   std::error_code ec;
+  // DEST inside DIR (or DIR itself), by resolved paths: "DIR/./x", a
+  // symbolic link into DIR, "DIR/sub/../x" all count. Checked before
+  // anything is read or created, so a refusal leaves DIR as it was. A DIR
+  // that does not resolve is reported by the open below.
+  if (auto src_real = fs::canonical(src, ec); !ec) {
+    auto dest_real = fs::weakly_canonical(fs::absolute(pos[1], ec), ec);
+    if (ec) {
+      std::fprintf(stderr, "salvage: cannot resolve '%s': %s\n", pos[1].c_str(),
+                   ec.message().c_str());
+      return 1;
+    }
+    auto [s_end, d_at] =
+      std::mismatch(src_real.begin(), src_real.end(), dest_real.begin(), dest_real.end());
+    if (s_end == src_real.end()) {
+      std::fprintf(stderr,
+                   "salvage: DEST '%s' (%s) is %s DIR '%s': the new store must be written "
+                   "outside the store it copies\n",
+                   pos[1].c_str(), dest_real.c_str(),
+                   d_at == dest_real.end() ? "the same directory as" : "inside", src_real.c_str());
+      return 1;
+    }
+  }
   if (fs::exists(pos[1], ec) && !fs::is_empty(pos[1], ec)) {
     std::fprintf(stderr, "salvage: '%s' exists and is not empty\n", pos[1].c_str());
     return 1;
@@ -260,10 +284,6 @@ int run_salvage(const salvage_options& o) {
   auto dest = fs::canonical(pos[1], ec).string();
   if (ec) {
     std::fprintf(stderr, "salvage: cannot create '%s': %s\n", pos[1].c_str(), ec.message().c_str());
-    return 1;
-  }
-  if (fs::equivalent(dest, src, ec)) {
-    std::fprintf(stderr, "salvage: DEST is DIR\n");
     return 1;
   }
 

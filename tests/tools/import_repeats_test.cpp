@@ -245,3 +245,32 @@ TEST_CASE("salvage does not copy a duplicate event id: it keeps the first, renum
   CHECK(t.rc == 3);
   CHECK(t.out.find("DROPPED app/u/s v3: event id 'e1' repeats v1") != std::string::npos);
 }
+
+TEST_CASE("salvage refuses a destination inside its source (#44), resolved: ./, .. and "
+          "symbolic links") {
+  test::temp_dir tmp;
+  auto src = tmp.str() + "/src";
+  {
+    options o;
+    o.dir = src;
+    o.mode = durability::nosync;
+    auto eng = engine::open(o);
+    REQUIRE(eng.ok());
+    MUST((*eng)->create_session(test::create_req("app", "u", "s")));
+  }
+  fs::create_directory(tmp.str() + "/elsewhere");
+  fs::create_directory_symlink(src, tmp.str() + "/link");
+  auto before = std::distance(fs::directory_iterator(src), fs::directory_iterator());
+  for (auto dest : {src + "/x", src + "/./x", tmp.str() + "/elsewhere/../src/x",
+                    tmp.str() + "/link/x", tmp.str() + "/link", src + "/"}) {
+    CAPTURE(dest);
+    auto r = run("salvage " + src + " " + dest);
+    CHECK(r.rc == 1);
+    INFO("stderr: ", r.err);
+    CHECK(r.err.find("the new store must be written outside the store it copies")
+          != std::string::npos);
+    CHECK(std::distance(fs::directory_iterator(src), fs::directory_iterator()) == before);
+  }
+  // Beside the source is fine.
+  CHECK(run("salvage " + src + " " + tmp.str() + "/srcx").rc == 0);
+}
