@@ -265,10 +265,8 @@ int run_salvage(const salvage_options& o) {
       return 1;
     }
   }
-  if (fs::exists(pos[1], ec) && !fs::is_empty(pos[1], ec)) {
-    std::fprintf(stderr, "salvage: '%s' exists and is not empty\n", pos[1].c_str());
+  if (!dest_is_free("salvage", pos[1]))
     return 1;
-  }
   // Opening reads the main database's root page: under the guard too.
   result<std::unique_ptr<store::kv_store>> opened = error{errc::internal, "not opened"};
   if (auto g = guarded("opening " + src,

@@ -274,3 +274,30 @@ TEST_CASE("salvage refuses a destination inside its source (#44), resolved: ./, 
   // Beside the source is fine.
   CHECK(run("salvage " + src + " " + tmp.str() + "/srcx").rc == 0);
 }
+
+TEST_CASE("backup and salvage share one DEST check: not empty, or not a directory") {
+  test::temp_dir tmp;
+  auto src = tmp.str() + "/src";
+  {
+    options o;
+    o.dir = src;
+    o.mode = durability::nosync;
+    auto eng = engine::open(o);
+    REQUIRE(eng.ok());
+    MUST((*eng)->create_session(test::create_req("app", "u", "s")));
+  }
+  auto full = tmp.str() + "/full", file = tmp.str() + "/file";
+  fs::create_directory(full);
+  write_file(full + "/x", "x");
+  write_file(file, "");
+  for (auto command : {"backup", "salvage"}) {
+    CAPTURE(command);
+    auto r = run(std::string(command) + " " + src + " " + full);
+    CHECK(r.rc == 1);
+    CHECK(r.err == std::string(command) + ": '" + full + "' exists and is not empty\n");
+    r = run(std::string(command) + " " + src + " " + file);
+    CHECK(r.rc == 1);
+    CHECK(r.err == std::string(command) + ": '" + file + "' exists and is not a directory\n");
+    CHECK(run(std::string(command) + " " + src + " " + tmp.str() + "/new-" + command).rc == 0);
+  }
+}
