@@ -146,14 +146,20 @@ result<void> check_not_camel(const json& members,
 
 } // namespace
 
+result<void> check_event_ids(const event& ev) {
+  if (auto r = check_string(ev.id, "event.id", max_event_id_bytes); !r)
+    return r;
+  if (auto r = check_string(ev.invocation_id, "event.invocation_id", max_event_id_bytes); !r)
+    return r;
+  return check_string(ev.author, "event.author", max_event_id_bytes);
+}
+
 result<void> validate_event(const limits& lim, const event& ev) {
   if (auto r = check_not_camel(ev.extra, camel_event_members, ""); !r)
     return r;
   if (auto r = check_not_camel(ev.actions.extra, camel_action_members, "actions."); !r)
     return r;
-  if (auto r = check_string(ev.id, "event.id", max_event_id_bytes); !r)
-    return r;
-  if (auto r = check_string(ev.invocation_id, "event.invocation_id", max_event_id_bytes); !r)
+  if (auto r = check_event_ids(ev); !r)
     return r;
   if (ev.timestamp && !std::isfinite(*ev.timestamp))
     return error{errc::invalid_argument, "'event.timestamp' must be finite"};

@@ -40,6 +40,14 @@ result<void> check_depth(const limits& lim, const json& x, const std::string& wh
 /// to each value a client supplies, not to the objects that carry them).
 result<void> check_member_depths(const limits& lim, const json& obj, const char* what);
 
+/// The strings that identify an event: its id, invocation_id and author.
+/// One rule for all three (and for every path that stores an event: the
+/// protocol, `import`, `import --from-adk-sqlite`): at most
+/// max_event_id_bytes, no NUL byte, valid UTF-8; empty is allowed here (a
+/// stored event's id is given by the engine). Errors: invalid_argument
+/// (NUL, UTF-8), too_large; the message names the member.
+result<void> check_event_ids(const event& ev);
+
 /// Shape and size checks of an event that do not need the session: ids,
 /// state keys, nesting, members spelled in ADK-JS camelCase.
 result<void> validate_event(const limits& lim, const event& ev);

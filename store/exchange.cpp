@@ -2,10 +2,12 @@
 #include "store/exchange.hpp"
 
 #include <cmath>
+#include <unordered_map>
 #include <utility>
 
 #include "agentstate/json.hpp"
 #include "agentstate/types.hpp"
+#include "model/checks.hpp"
 #include "model/ids.hpp"
 #include "store/apply.hpp"
 #include "store/expiry.hpp"
@@ -241,6 +243,12 @@ namespace {
 struct importer {
   kv_write* txn = nullptr;
   std::uint64_t line = 0;
+  // The session whose events are being read, and the line of each of its
+  // event ids and versions so far: a session's events are consecutive lines
+  // (as export writes them), so a repeat is found with one session in memory.
+  std::string events_of;
+  std::unordered_map<std::string, std::uint64_t> id_lines;
+  std::unordered_map<std::uint64_t, std::uint64_t> version_lines;
 
   error bad(const std::string& what) const {
     return error{errc::invalid_argument, "line " + std::to_string(line) + ": " + what};
@@ -274,6 +282,35 @@ struct importer {
       auto key = prefix + it.key();
       txn->put(t, key, seal(key, *text));
     }
+    return {};
+  }
+
+  // Refuses the event `id` at `version` (its row key `key`) of the session
+  // `skey` when it repeats an id or a version of its session, or when its
+  // session had events before the lines of another session.
+  result<void> no_repeat(const std::string& skey, const std::string& key, const std::string& id,
+                         std::uint64_t version) {
+    const auto name = row_name(table::events, key);
+    if (skey != events_of) {
+      bool earlier = false;
+      txn->scan(table::events, skey + '\0', {}, [&](std::string_view, std::string_view) {
+        earlier = true;
+        return false;
+      });
+      if (earlier)
+        return bad(name
+                   + ": the session's events are not on consecutive lines (as export "
+                     "writes them)");
+      events_of = skey;
+      id_lines.clear();
+      version_lines.clear();
+    }
+    if (auto [at, added] = id_lines.emplace(id, line); !added)
+      return bad(name + ": event id '" + printable(id) + "' appears twice (lines "
+                 + std::to_string(at->second) + " and " + std::to_string(line) + ")");
+    if (auto [at, added] = version_lines.emplace(version, line); !added)
+      return bad(name + ": event version " + std::to_string(version) + " appears twice (lines "
+                 + std::to_string(at->second) + " and " + std::to_string(line) + ")");
     return {};
   }
 
@@ -336,12 +373,17 @@ struct importer {
         return bad(ev.err().message);
       if (ev->id.empty() || !ev->timestamp)
         return bad("a stored event has an id and a timestamp");
+      if (auto r = model::check_event_ids(*ev); !r)
+        return bad(r.err().message);
       auto text = dump_json(*ev_json);
       if (!text)
         return bad(text.err().message);
       auto skey = session_key(*app, *user, *id);
       std::string key = skey + '\0';
-      append_be64(key, rec["version"].get<std::uint64_t>());
+      const auto version = rec["version"].get<std::uint64_t>();
+      append_be64(key, version);
+      if (auto r = no_repeat(skey, key, ev->id, version); !r)
+        return r;
       txn->put(table::events, key, encode_event_row(key, *ev->timestamp, *text));
       return {};
     }

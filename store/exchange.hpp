@@ -61,8 +61,12 @@ result<std::uint64_t> export_scope_states(kv_read& txn,
 /// records; on error, what was committed stays (import into a fresh
 /// directory). The first commit gives the store a new epoch and an empty
 /// change log (the imported sessions are in no log; earlier cursors are
-/// refused). Errors: invalid_argument naming the line, storage errors.
-/// `progress(records)` is called after each commit.
+/// refused). A session's events must be consecutive lines (as export_store
+/// writes them) with distinct ids and versions, and event ids, invocation
+/// ids and authors pass model::check_event_ids. Errors: invalid_argument
+/// naming the line (for a repeat: the session, the id or version, and the
+/// earlier line), storage errors. `progress(records)` is called after each
+/// commit.
 result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
                                    const std::function<void(std::uint64_t)>& progress = {});
 

@@ -4,6 +4,8 @@
 #include "tools/cli.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 
@@ -177,6 +179,26 @@ int usage_error(const std::string& command, const std::string& problem) {
   std::fprintf(stderr, "%s: %s; run '%s --help' for usage\n", who.c_str(),
                one_line(problem).c_str(), who.c_str());
   return 2;
+}
+
+bool dest_is_free(const char* command, const std::string& dest) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto st = fs::status(dest, ec);
+  if (st.type() == fs::file_type::not_found)
+    return true;
+  const char* why = nullptr;
+  if (ec)
+    why = "cannot be read";
+  else if (!fs::is_directory(st))
+    why = "exists and is not a directory";
+  else if (!fs::is_empty(dest, ec) || ec)
+    why = ec ? "cannot be read" : "exists and is not empty";
+  if (!why)
+    return true;
+  std::fprintf(stderr, "%s: '%s' %s%s%s\n", command, dest.c_str(), why, ec ? ": " : "",
+               ec ? ec.message().c_str() : "");
+  return false;
 }
 
 int parse_and_run(const command& c, const args& xs) {

@@ -76,6 +76,11 @@ void add_scope_filter(command_line& cl, scope_filter& f, const std::string& each
 /// on stderr; returns 2.
 int usage_error(const std::string& command, const std::string& problem);
 
+/// Whether `dest` may take the new store `command` (backup, salvage) writes:
+/// it does not exist, or is an empty directory. When not, prints why on
+/// stderr ("<command>: 'DEST' exists and is not empty").
+bool dest_is_free(const char* command, const std::string& dest);
+
 /// Whether standard error is a terminal: progress lines (with \r) are
 /// written only then, never into a file or pipe.
 bool progress_wanted() noexcept;

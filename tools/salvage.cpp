@@ -5,9 +5,11 @@
 // session it belongs to, not the walk.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -43,27 +45,40 @@ runner define_salvage(command_line& cl) {
   cl.usage = "agentstate salvage DIR DEST [--json]";
   cl.description = R"(Copies every session of the store in DIR that reads clean - its record,
 state and every event decode, and no read of it faults - into a new store
-in DEST (created; must not exist or be empty), with the user and app state
-that reads clean, and lists every session it could not copy with the
-reason. For a store that verify reports damaged, or that the engine
-refuses with data_corrupt (a truncated data.mdb is read as far as it goes).
-Reads DIR without its lock: run it on a store no engine writes. DEST is
-written through `import` (one transaction per 10,000 records) and holds
-its lock while salvage runs. Progress on stderr when it is a terminal.)";
-  cl.footer = "Exit 0 every session copied, 3 some lost (listed), 1 nothing could be\n"
-              "done (DIR unreadable, DEST unusable), 2 usage.";
+in DEST (created; must not exist or be empty, and must not be inside DIR),
+with the user and app state that reads clean, and lists every session it
+could not copy with the reason. An event whose id an earlier event of its
+session has is left out (the first is kept, the later events renumbered)
+and listed as dropped. For a store that verify reports damaged, or that
+the engine refuses with data_corrupt (a truncated data.mdb is read as far
+as it goes). Reads DIR without its lock: run it on a store no engine
+writes. DEST is written through `import` (one transaction per 10,000
+records) and holds its lock while salvage runs. Progress on stderr when
+it is a terminal.)";
+  cl.footer = "Exit 0 every session copied whole, 3 some lost or events dropped (listed),\n"
+              "1 nothing could be done (DIR unreadable, DEST unusable or inside DIR),\n"
+              "2 usage.";
   cl.app.add_option("DIR", o->dir, "the damaged store")->required();
   cl.app.add_option("DEST", o->dest, "the directory of the new store")->required();
   add_json_flag(cl, o->json,
                 "source, dest, sessions_found,\n"
                 "sessions_copied, lost [{app_name, user_id, session_id, kind,\n"
-                "message}], problems [messages about the walk and the scope state]");
+                "message}], dropped [{app_name, user_id, session_id, version,\n"
+                "event_id, message}], problems [messages about the walk and the\n"
+                "scope state]");
   return [o] { return run_salvage(*o); };
 }
 
 struct lost_session {
   std::string app, user, session;
   error why;
+};
+
+/// An event left out of a copied session: its id repeats an earlier event's.
+struct dropped_event {
+  std::string app, user, session, id;
+  std::uint64_t version = 0; ///< in DIR
+  std::uint64_t kept = 0; ///< the version in DIR of the event kept
 };
 
 std::vector<std::string> split3(const std::string& key) {
@@ -132,6 +147,52 @@ result<void> versions_contiguous(const std::vector<std::string>& lines) {
   return {};
 }
 
+// Leaves out of a session's export lines (its record, then its events,
+// versions 1..n as versions_contiguous checked) every event whose id an
+// earlier event has, so the copy holds each id once, as import requires;
+// the later events and the record's version are renumbered to stay
+// contiguous. Lines are rewritten only when an event is left out. Returns
+// the events left out, with `app`, `user`, `session` set.
+std::vector<dropped_event> drop_repeated_ids(std::vector<std::string>& lines,
+                                             const std::vector<std::string>& key) {
+  std::vector<dropped_event> dropped;
+  std::map<std::string, std::uint64_t> first; // id -> version
+  std::vector<bool> keep(lines.size(), true);
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    auto rec = json::parse(lines[i], nullptr, false);
+    auto v = rec["version"].get<std::uint64_t>();
+    auto ev = rec.find("event");
+    if (ev == rec.end() || !ev->is_object() || !ev->contains("id") || !(*ev)["id"].is_string())
+      continue; // import refuses it: the session is lost with that reason
+    auto id = (*ev)["id"].get<std::string>();
+    if (auto [at, added] = first.emplace(id, v); !added) {
+      keep[i] = false;
+      dropped.push_back({key[0], key[1], key[2], id, v, at->second});
+    }
+  }
+  if (dropped.empty())
+    return dropped;
+  std::vector<std::string> out;
+  std::uint64_t version = 0;
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    if (!keep[i])
+      continue;
+    auto rec = json::parse(lines[i], nullptr, false);
+    rec["version"] = ++version;
+    out.push_back(rec.dump());
+  }
+  auto record = json::parse(lines[0], nullptr, false);
+  record["version"] = version;
+  out.insert(out.begin(), record.dump());
+  lines = std::move(out);
+  return dropped;
+}
+
+std::string dropped_message(const dropped_event& x) {
+  return "event id '" + printable(x.id) + "' repeats v" + std::to_string(x.kept)
+    + ", which is kept; the session's later events are renumbered";
+}
+
 // The session keys of the snapshot, walked forward and, when a fault stops
 // that walk, backward from the end down to where it stopped, so one damaged
 // page hides only the keys it holds. Each walk has its own transaction.
@@ -182,10 +243,30 @@ int run_salvage(const salvage_options& o) {
   install_fault_guard();
   const auto& src = pos[0];
   std::error_code ec;
-  if (fs::exists(pos[1], ec) && !fs::is_empty(pos[1], ec)) {
-    std::fprintf(stderr, "salvage: '%s' exists and is not empty\n", pos[1].c_str());
-    return 1;
+  // DEST inside DIR (or DIR itself), by resolved paths: "DIR/./x", a
+  // symbolic link into DIR, "DIR/sub/../x" all count. Checked before
+  // anything is read or created, so a refusal leaves DIR as it was. A DIR
+  // that does not resolve is reported by the open below.
+  if (auto src_real = fs::canonical(src, ec); !ec) {
+    auto dest_real = fs::weakly_canonical(fs::absolute(pos[1], ec), ec);
+    if (ec) {
+      std::fprintf(stderr, "salvage: cannot resolve '%s': %s\n", pos[1].c_str(),
+                   ec.message().c_str());
+      return 1;
+    }
+    auto [s_end, d_at] =
+      std::mismatch(src_real.begin(), src_real.end(), dest_real.begin(), dest_real.end());
+    if (s_end == src_real.end()) {
+      std::fprintf(stderr,
+                   "salvage: DEST '%s' (%s) is %s DIR '%s': the new store must be written "
+                   "outside the store it copies\n",
+                   pos[1].c_str(), dest_real.c_str(),
+                   d_at == dest_real.end() ? "the same directory as" : "inside", src_real.c_str());
+      return 1;
+    }
   }
+  if (!dest_is_free("salvage", pos[1]))
+    return 1;
   // Opening reads the main database's root page: under the guard too.
   result<std::unique_ptr<store::kv_store>> opened = error{errc::internal, "not opened"};
   if (auto g = guarded("opening " + src,
@@ -203,10 +284,6 @@ int run_salvage(const salvage_options& o) {
     std::fprintf(stderr, "salvage: cannot create '%s': %s\n", pos[1].c_str(), ec.message().c_str());
     return 1;
   }
-  if (fs::equivalent(dest, src, ec)) {
-    std::fprintf(stderr, "salvage: DEST is DIR\n");
-    return 1;
-  }
 
   std::vector<std::string> problems;
   auto keys = session_keys(kv, problems);
@@ -219,6 +296,7 @@ int run_salvage(const salvage_options& o) {
   tmp << json{{"type", "header"}, {"format", store::export_format_version}}.dump() << '\n';
 
   std::vector<lost_session> lost;
+  std::vector<dropped_event> dropped;
   std::uint64_t copied = 0, seen = 0;
   progress_line prog;
   for (auto& key : keys) {
@@ -247,12 +325,16 @@ int run_salvage(const salvage_options& o) {
       r = error{errc::data_corrupt, "the session's record does not read back"};
     if (r)
       r = versions_contiguous(lines);
+    std::vector<dropped_event> left_out;
+    if (r)
+      left_out = drop_repeated_ids(lines, p);
     if (r)
       r = imports_clean(lines);
     if (!r) {
       lost.push_back({p[0], p[1], p[2], std::move(r).err()});
       continue;
     }
+    dropped.insert(dropped.end(), left_out.begin(), left_out.end());
     for (auto& l : lines)
       tmp << l << '\n';
     ++copied;
@@ -322,11 +404,20 @@ int run_salvage(const salvage_options& o) {
                    {"session_id", x.session},
                    {"kind", to_string(x.why.code)},
                    {"message", x.why.message}});
+    json d = json::array();
+    for (auto& x : dropped)
+      d.push_back({{"app_name", x.app},
+                   {"user_id", x.user},
+                   {"session_id", x.session},
+                   {"version", x.version},
+                   {"event_id", x.id},
+                   {"message", dropped_message(x)}});
     std::puts(json{{"source", src},
                    {"dest", dest},
                    {"sessions_found", keys.size()},
                    {"sessions_copied", copied},
                    {"lost", std::move(l)},
+                   {"dropped", std::move(d)},
                    {"problems", problems}}
                 .dump(-1, ' ', false, json::error_handler_t::replace)
                 .c_str());
@@ -334,12 +425,16 @@ int run_salvage(const salvage_options& o) {
     for (auto& x : lost)
       std::printf("LOST %s/%s/%s: %s\n", x.app.c_str(), x.user.c_str(), x.session.c_str(),
                   to_string(x.why).c_str());
+    for (auto& x : dropped)
+      std::printf("DROPPED %s/%s/%s v%llu: %s\n", x.app.c_str(), x.user.c_str(), x.session.c_str(),
+                  static_cast<unsigned long long>(x.version), dropped_message(x).c_str());
     for (auto& m : problems)
       std::printf("PROBLEM %s\n", m.c_str());
-    std::printf("salvaged %llu of %zu sessions into %s; %zu lost\n",
-                static_cast<unsigned long long>(copied), keys.size(), dest.c_str(), lost.size());
+    std::printf("salvaged %llu of %zu sessions into %s; %zu lost; %zu events dropped\n",
+                static_cast<unsigned long long>(copied), keys.size(), dest.c_str(), lost.size(),
+                dropped.size());
   }
-  return lost.empty() && problems.empty() ? 0 : 3;
+  return lost.empty() && dropped.empty() && problems.empty() ? 0 : 3;
 }
 
 const bool registered = register_command(

@@ -288,10 +288,8 @@ int run_backup(const backup_options& p) {
   const auto& dest = p.dest;
   std::error_code ec;
   if (!to_stdout) {
-    if (fs::exists(dest, ec) && !fs::is_empty(dest, ec)) {
-      std::fprintf(stderr, "backup: '%s' exists and is not empty\n", dest.c_str());
+    if (!dest_is_free("backup", dest))
       return 1;
-    }
     fs::create_directories(dest, ec);
     if (ec) {
       std::fprintf(stderr, "backup: cannot create '%s': %s\n", dest.c_str(), ec.message().c_str());

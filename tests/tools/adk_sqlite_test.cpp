@@ -7,6 +7,10 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -18,6 +22,8 @@
 #include <sstream>
 
 #include "support/test_support.hpp"
+
+extern char** environ;
 
 using namespace agentstate;
 namespace fs = std::filesystem;
@@ -755,4 +761,230 @@ TEST_CASE("adk export: refuses an existing file and bad usage; --help shows the 
   CHECK(r.out.find("--to-adk-sqlite FILE DIR") != std::string::npos);
   CHECK(r.out.find("adk-python-database") != std::string::npos);
   CHECK(run("import --from-adk-sqlite x --help").rc == 0);
+}
+
+// -- hostile files (#44) ------------------------------------------------------------------
+// A FIFO, an event_data cell far beyond the limits, an event id twice in one
+// session, NULs in ids: what a hostile probe gave the import.
+
+namespace {
+
+struct spawned {
+  int rc = -1;
+  std::string out, err;
+  long max_rss_kib = -1; ///< the child's peak resident set
+};
+
+// The tool with `args`, spawned directly (no shell) and reaped with wait4,
+// so the peak resident set is the tool's own. `timeout 60` bounds a run that
+// would block (exit 124): a FIFO opened for reading waits for a writer.
+spawned run_spawned(std::vector<std::string> args, const std::string& io_dir) {
+  auto out = io_dir + "/out", err = io_dir + "/err";
+  std::vector<std::string> argv_s{"timeout", "60", AGENTSTATE_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  int status = 0;
+  struct rusage ru {};
+  REQUIRE(::wait4(pid, &status, 0, &ru) == pid);
+  spawned r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  r.max_rss_kib = ru.ru_maxrss;
+  return r;
+}
+
+// Runs `sql` on the SQLite file `path`.
+void sql_exec(const std::string& path, const std::string& text) {
+  sqlite3* h = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+  char* msg = nullptr;
+  int rc = sqlite3_exec(h, text.c_str(), nullptr, nullptr, &msg);
+  INFO(text.substr(0, 200), " -> ", (msg ? msg : "ok"));
+  sqlite3_free(msg);
+  sqlite3_close_v2(h);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+// The single integer `query` gives on `path`.
+std::int64_t sql_int(const std::string& path, const std::string& query) {
+  sqlite3* h = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(h, query.c_str(), -1, &s, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+  auto v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close_v2(h);
+  return v;
+}
+
+json summary_of_spawned(const spawned& r) {
+  auto j = json::parse(r.out, nullptr, false);
+  INFO("stdout: ", r.out, " stderr: ", r.err);
+  REQUIRE(j.is_object());
+  return j;
+}
+
+// The ADK-Python SqliteSessionService fixture, its events table copied
+// without the primary key that would stop a repeated id.
+std::string unconstrained_copy(const std::string& dir) {
+  auto file = dir + "/adk.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  sql_exec(file,
+           "CREATE TABLE events_copy AS SELECT * FROM events; DROP TABLE events; "
+           "ALTER TABLE events_copy RENAME TO events;");
+  return file;
+}
+
+} // namespace
+
+TEST_CASE("adk import of a FIFO is refused at once, not hung on (#44)") {
+  test::temp_dir tmp;
+  auto fifo = tmp.str() + "/adk.sqlite";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto r = run_spawned({"import", "--from-adk-sqlite", fifo, tmp.str() + "/store"}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1); // 124 when the open blocked until `timeout` ended it
+  CHECK(r.err.find("is a FIFO, not a regular file") != std::string::npos);
+  CHECK(!fs::exists(tmp.str() + "/store"));
+
+  // A FIFO where SQLite looks for the file's WAL is refused the same way.
+  auto file = tmp.str() + "/real.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  REQUIRE(::mkfifo((file + "-wal").c_str(), 0600) == 0);
+  r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store"}, tmp.str());
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("real.sqlite-wal' is a FIFO") != std::string::npos);
+}
+
+TEST_CASE("adk import refuses an oversized event_data row by its size, without reading it (#44)") {
+  test::temp_dir tmp;
+  auto file = tmp.str() + "/adk.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  // 80 MiB of JSON text in one cell (20 times the 4 MiB read cap), written
+  // by a forked child: a spawned process's peak resident set starts from its
+  // parent's at exec, so this process must never hold the cell itself.
+  const std::int64_t cell = std::int64_t{80} << 20;
+  pid_t maker = ::fork();
+  REQUIRE(maker >= 0);
+  if (maker == 0) {
+    sqlite3* h = nullptr;
+    bool ok = sqlite3_open_v2(file.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK;
+    std::string update = "UPDATE events SET event_data = '\"' || printf('%.*c', "
+      + std::to_string(cell - 2) + ", 'x') || '\"' WHERE id = 'ev-b2'";
+    ok = ok && sqlite3_exec(h, update.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
+    sqlite3_stmt* st = nullptr;
+    ok = ok
+      && sqlite3_prepare_v2(h, "SELECT length(event_data) FROM events WHERE id = 'ev-b2'", -1, &st,
+                            nullptr)
+        == SQLITE_OK
+      && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) == cell;
+    sqlite3_finalize(st);
+    sqlite3_close_v2(h);
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(maker, &status, 0) == maker);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  auto r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store"}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1);
+  CHECK(!fs::exists(tmp.str() + "/store"));
+  auto sum = summary_of_spawned(r);
+  REQUIRE(sum["skipped"].size() == 1);
+  CHECK(sum["skipped"][0]["where"]["id"] == "ev-b2");
+  CHECK(sum["skipped"][0]["reason"].get<std::string>().find(
+          "holds " + std::to_string(cell) + " bytes; more than 4194304 is refused unread")
+        != std::string::npos);
+  // Never read whole: the tool's peak resident set stays below the cell's
+  // size (reading it through a SELECT alone would put all of it in memory).
+  CHECK(r.max_rss_kib < cell / 1024);
+
+  // --skip-oversized: the rest of the file goes in.
+  r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store", "--skip-oversized"},
+                  tmp.str());
+  CHECK(r.rc == 0);
+  CHECK(r.max_rss_kib < cell / 1024);
+  CHECK(run_spawned({"verify", tmp.str() + "/store"}, tmp.str()).rc == 0);
+}
+
+TEST_CASE("adk import refuses duplicate event ids in one session, naming both rowids; "
+          "--skip-oversized keeps the first (#44)") {
+  test::temp_dir tmp;
+  auto file = unconstrained_copy(tmp.str());
+  sql_exec(file,
+           "INSERT INTO events SELECT id, app_name, user_id, session_id, invocation_id, "
+           "timestamp + 100, event_data FROM events WHERE id = 'ev-b1'");
+  auto first = sql_int(file, "SELECT min(rowid) FROM events WHERE id = 'ev-b1'");
+  auto repeat = sql_int(file, "SELECT max(rowid) FROM events WHERE id = 'ev-b1'");
+  REQUIRE(first != repeat);
+  auto dir = tmp.str() + "/store";
+  auto r = run_spawned({"import", "--from-adk-sqlite", file, dir}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1);
+  CHECK(!fs::exists(dir));
+  auto sum = summary_of_spawned(r);
+  REQUIRE(sum["skipped"].size() == 1);
+  CHECK(sum["skipped"][0]["table"] == "events");
+  CHECK(
+    sum["skipped"][0]["where"]
+    == json{
+      {"app_name", "weather_app"}, {"id", "ev-b1"}, {"session_id", "s-bob"}, {"user_id", "bob"}});
+  CHECK(sum["skipped"][0]["reason"]
+        == "event id 'ev-b1' appears twice in the session: row " + std::to_string(repeat)
+          + " repeats row " + std::to_string(first) + " (rowid), which is kept");
+  CHECK(r.err.find("nothing written") != std::string::npos);
+
+  r = run_spawned({"import", "--from-adk-sqlite", file, dir, "--skip-oversized"}, tmp.str());
+  REQUIRE(r.rc == 0);
+  CHECK(run_spawned({"verify", dir}, tmp.str()).rc == 0);
+  auto exported = run_spawned({"export", dir}, tmp.str());
+  REQUIRE(exported.rc == 0);
+  std::vector<std::string> bob_events;
+  std::istringstream lines(exported.out);
+  for (std::string l; std::getline(lines, l);) {
+    auto rec = json::parse(l);
+    if (rec["type"] == "event" && rec["session_id"] == "s-bob")
+      bob_events.push_back(rec["event"]["id"]);
+    if (rec["type"] == "session" && rec["id"] == "s-bob")
+      CHECK(rec["version"] == 2);
+  }
+  CHECK(bob_events == std::vector<std::string>{"ev-b1", "ev-b2"});
+}
+
+TEST_CASE("adk import refuses a NUL invocation_id or author in event_data (#44)") {
+  test::temp_dir tmp;
+  auto file = tmp.str() + "/adk.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", file);
+  // adk-python-sqlite serves event_data's invocation_id; the NUL is the JSON
+  // escape \u0000 in the text.
+  sql_exec(file,
+           "UPDATE events SET event_data = json_set(event_data, '$.invocation_id', "
+           "json('\"a\\u0000b\"')) WHERE id = 'ev-b1'; "
+           "UPDATE events SET event_data = json_set(event_data, '$.author', "
+           "json('\"a\\u0000b\"')) WHERE id = 'ev-b2';");
+  auto r = run_spawned({"import", "--from-adk-sqlite", file, tmp.str() + "/store"}, tmp.str());
+  INFO("stderr: ", r.err);
+  CHECK(r.rc == 1);
+  auto sum = summary_of_spawned(r);
+  REQUIRE(sum["skipped"].size() == 2);
+  std::set<std::string> reasons;
+  for (auto& s : sum["skipped"])
+    reasons.insert(s["reason"].get<std::string>());
+  CHECK(reasons
+        == std::set<std::string>{"'event.invocation_id' contains a NUL byte",
+                                 "'event.author' contains a NUL byte"});
 }

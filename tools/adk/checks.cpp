@@ -2,6 +2,7 @@
 #include "tools/adk/checks.hpp"
 
 #include "agentstate/types.hpp"
+#include "model/checks.hpp"
 #include "model/json_text.hpp"
 
 namespace agentstate::tools::adk {
@@ -64,8 +65,8 @@ std::optional<std::string> event_problem(const json& e) {
     return "the event has no id";
   if (auto p = string_problem(ev->id, "the event id", max_event_id_bytes))
     return p;
-  if (auto p = string_problem(ev->invocation_id, "invocation_id", max_event_id_bytes))
-    return p;
+  if (auto r = model::check_event_ids(*ev); !r) // the engine's one rule for ids
+    return r.err().message;
   if (!ev->timestamp)
     return "the event has no timestamp";
   for (auto it = ev->actions.state_delta.begin(); it != ev->actions.state_delta.end(); ++it)

@@ -17,6 +17,16 @@ namespace agentstate::tools::adk {
 /// The limits an import checks: the engine's defaults.
 inline const limits default_limits{};
 
+/// The most bytes of event_data an import reads: four times the event
+/// limit, room for the escapes and spaces ADK's JSON may hold beyond the
+/// stored form (Python's json.dumps writes "\ud83d\ude00" for a 4-byte
+/// character). A longer cell is refused by its size, unread.
+inline const std::size_t max_event_data_bytes = 4 * default_limits.max_event_bytes;
+/// The most bytes of a state column an import reads: the largest response
+/// (a session's state is served in one). A longer cell is refused by its
+/// size, unread.
+inline const std::size_t max_state_column_bytes = default_limits.max_response_bytes;
+
 /// Why `v` cannot be stored as `what` (over `max` bytes, a NUL, not UTF-8).
 std::optional<std::string> string_problem(std::string_view v, const char* what, std::size_t max);
 

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -21,6 +23,7 @@
 #include <map>
 #include <set>
 #include <streambuf>
+#include <unordered_map>
 
 #include "agentstate/options.hpp"
 #include "agentstate/types.hpp"
@@ -32,6 +35,7 @@
 #include "store/lock.hpp"
 #include "store/open.hpp"
 #include "store/reads.hpp"
+#include "store/records.hpp"
 #include "tools/adk/checks.hpp"
 #include "tools/adk/sqlite.hpp"
 #include "tools/adk/times.hpp"
@@ -63,14 +67,24 @@ private:
   void emit(const json& rec) { out_.push_back(rec.dump()); }
   std::optional<double> time_of(sqlite3_stmt* s, int col, bool event_column,
                                 std::string& why) const;
-  std::optional<json> state_of(sqlite3_stmt* s, int col, const char* table, const json& where,
-                               bool drop_temp, std::string& why);
+  std::optional<json> state_of(cell_reader& cells, sqlite3_stmt* s, int type_col, const char* table,
+                               const json& where, bool drop_temp, std::string& why);
+  // The text of the cell whose typeof() is column `type_col` of `s` and
+  // whose rowid is the next column, read through `cells`, when it holds at
+  // most `cap` bytes; else nullopt with `why` (and failure_ set when SQLite
+  // fails).
+  std::optional<std::string> cell_text(cell_reader& cells, sqlite3_stmt* s, int type_col,
+                                       std::size_t cap, std::string& why);
 
   sqlite3* db_;
   flavor f_;
   read_stats& st_;
   phase ph_ = phase::header;
   stmt_ptr sessions_, events_, users_, apps_;
+  // The large columns, read by rowid after their size is known.
+  std::unique_ptr<cell_reader> session_states_, event_data_, user_states_, app_states_;
+  // A read of one of them failed: the pass ends with it.
+  std::optional<error> failure_;
   std::deque<std::string> out_;
   // The event row loaded from events_, if any.
   bool ev_loaded_ = false;
@@ -81,25 +95,33 @@ private:
   std::string cur_why_;
   json cur_record_;
   std::uint64_t cur_events_ = 0; // kept (cur_ok_) or seen (otherwise)
+  // The rowid of each event id kept in the session: a repeat is left out.
+  std::unordered_map<std::string, sqlite3_int64> cur_ids_;
 };
 
-// Session columns: 0-2 keys (blob), 3-5 typeof keys, 6 state, 7 create, 8 update.
+// The state and event_data columns are selected as their typeof() and the
+// row's rowid (typeof() does not read a cell): cell_reader reads them once
+// their size is known.
+// Session columns: 0-2 keys (blob), 3-5 typeof keys, 6 typeof state, 7 rowid,
+// 8 create, 9 update.
 constexpr const char* sessions_sql =
   "SELECT ifnull(CAST(app_name AS BLOB), X''), ifnull(CAST(user_id AS BLOB), X''), "
   "ifnull(CAST(id AS BLOB), X''), typeof(app_name), typeof(user_id), typeof(id), "
-  "state, create_time, update_time FROM sessions ORDER BY 1, 2, 3";
+  "typeof(state), rowid, create_time, update_time FROM sessions ORDER BY 1, 2, 3";
 // Event columns: 0-2 keys, 3-5 typeof keys, 6 id, 7 invocation_id, 8 timestamp,
-// 9 event_data.
+// 9 typeof event_data, 10 rowid.
 constexpr const char* events_sql =
   "SELECT ifnull(CAST(app_name AS BLOB), X''), ifnull(CAST(user_id AS BLOB), X''), "
   "ifnull(CAST(session_id AS BLOB), X''), typeof(app_name), typeof(user_id), "
-  "typeof(session_id), id, invocation_id, timestamp, event_data FROM events "
+  "typeof(session_id), id, invocation_id, timestamp, typeof(event_data), rowid FROM events "
   "ORDER BY 1, 2, 3, timestamp, rowid";
+// User columns: 0 app_name, 1 user_id, 2 typeof state, 3 rowid.
 constexpr const char* users_sql =
-  "SELECT app_name, user_id, state FROM user_states "
+  "SELECT app_name, user_id, typeof(state), rowid FROM user_states "
   "ORDER BY ifnull(CAST(app_name AS BLOB), X''), ifnull(CAST(user_id AS BLOB), X'')";
-constexpr const char* apps_sql =
-  "SELECT app_name, state FROM app_states ORDER BY ifnull(CAST(app_name AS BLOB), X'')";
+// App columns: 0 app_name, 1 typeof state, 2 rowid.
+constexpr const char* apps_sql = "SELECT app_name, typeof(state), rowid FROM app_states "
+                                 "ORDER BY ifnull(CAST(app_name AS BLOB), X'')";
 
 result<bool> sqlite_pass::next(std::string& line) {
   while (out_.empty()) {
@@ -159,20 +181,42 @@ std::optional<double> sqlite_pass::time_of(sqlite3_stmt* s, int col, bool event_
   return std::nullopt;
 }
 
-// The JSON object in column `col` (null counts as {} where ADK-Python allows
-// it), its temp: keys dropped when `drop_temp`, keys and values beyond the
-// limits skipped (and listed under `table`/`where` + key). nullopt, with
-// `why`, when the column does not hold a JSON object.
-std::optional<json> sqlite_pass::state_of(sqlite3_stmt* s, int col, const char* table,
-                                          const json& where, bool drop_temp, std::string& why) {
-  int t = sqlite3_column_type(s, col);
+std::optional<std::string> sqlite_pass::cell_text(cell_reader& cells, sqlite3_stmt* s, int type_col,
+                                                  std::size_t cap, std::string& why) {
+  std::string text;
+  std::size_t size = 0;
+  auto got = cells.read(sqlite3_column_int64(s, type_col + 1), cap, text, size);
+  if (!got) {
+    failure_ = got.err();
+    why = got.err().message;
+    return std::nullopt;
+  }
+  if (!*got) {
+    why = cells.column() + " holds " + std::to_string(size) + " bytes; more than "
+      + std::to_string(cap) + " is refused unread";
+    return std::nullopt;
+  }
+  return text;
+}
+
+// The JSON object whose typeof() is column `type_col` (null counts as {}
+// where ADK-Python allows it), its temp: keys dropped when `drop_temp`, keys
+// and values beyond the limits skipped (and listed under `table`/`where` +
+// key). nullopt, with `why`, when the column does not hold a JSON object.
+std::optional<json> sqlite_pass::state_of(cell_reader& cells, sqlite3_stmt* s, int type_col,
+                                          const char* table, const json& where, bool drop_temp,
+                                          std::string& why) {
+  int t = storage_class(column_text(s, type_col));
   if (t == SQLITE_NULL)
     return json::object();
   if (t != SQLITE_TEXT) {
     why = std::string("state is ") + type_name(t) + ", not JSON text";
     return std::nullopt;
   }
-  auto parsed = parse_json(column_text(s, col), store::stored_json_depth);
+  auto text = cell_text(cells, s, type_col, max_state_column_bytes, why);
+  if (!text)
+    return std::nullopt;
+  auto parsed = parse_json(*text, store::stored_json_depth);
   if (!parsed) {
     why = "state is not JSON: " + parsed.err().message;
     return std::nullopt;
@@ -208,6 +252,7 @@ result<void> sqlite_pass::open_session() {
   for (int i = 0; i < 3; ++i)
     cur_key_[i] = column_bytes(s, i);
   cur_events_ = 0;
+  cur_ids_.clear();
   cur_ok_ = true;
   cur_why_.clear();
   json where = {{"app_name", cur_key_[0]}, {"user_id", cur_key_[1]}, {"id", cur_key_[2]}};
@@ -224,14 +269,16 @@ result<void> sqlite_pass::open_session() {
   }
   std::optional<double> created, updated;
   if (cur_ok_) {
-    created = time_of(s, 7, false, cur_why_);
+    created = time_of(s, 8, false, cur_why_);
     if (created)
-      updated = time_of(s, 8, false, cur_why_);
+      updated = time_of(s, 9, false, cur_why_);
     cur_ok_ = created && updated;
   }
   if (!cur_ok_)
     return {};
-  auto state = state_of(s, 6, "sessions", where, true, cur_why_);
+  auto state = state_of(*session_states_, s, 6, "sessions", where, true, cur_why_);
+  if (failure_)
+    return *failure_;
   if (!state) {
     cur_ok_ = false;
     return {};
@@ -274,11 +321,15 @@ void sqlite_pass::take_event() {
   int inv_type = sqlite3_column_type(s, 7);
   if (inv_type != SQLITE_TEXT && inv_type != SQLITE_NULL)
     return bad(std::string("invocation_id is ") + type_name(inv_type) + ", not text");
-  int data_type = sqlite3_column_type(s, 9);
+  int data_type = storage_class(column_text(s, 9));
   json e = json::object();
   std::string data_text;
   if (data_type == SQLITE_TEXT) {
-    data_text = column_text(s, 9);
+    std::string why;
+    auto text = cell_text(*event_data_, s, 9, max_event_data_bytes, why);
+    if (!text)
+      return failure_ ? void() : bad(why);
+    data_text = std::move(*text);
     auto parsed = parse_json(data_text, store::stored_json_depth);
     if (!parsed)
       return bad("event_data is not JSON: " + parsed.err().message);
@@ -328,6 +379,13 @@ void sqlite_pass::take_event() {
   }
   if (auto p = event_problem(e))
     return bad(*p);
+  // A session's events have distinct ids (ADK's primary key; the engine's
+  // rule): a repeat is left out, the first kept.
+  const auto rowid = sqlite3_column_int64(s, 10);
+  if (auto [at, added] = cur_ids_.emplace(e["id"].get<std::string>(), rowid); !added)
+    return bad("event id '" + store::printable(at->first) + "' appears twice in the session: row "
+               + std::to_string(rowid) + " repeats row " + std::to_string(at->second)
+               + " (rowid), which is kept");
   ++cur_events_;
   ++st_.events;
   emit(json{{"type", "event"},
@@ -364,7 +422,10 @@ result<void> sqlite_pass::scope_row(bool user) {
     }
   }
   std::string why;
-  auto state = state_of(s, user ? 2 : 1, table, where, false, why);
+  auto state =
+    state_of(*(user ? user_states_ : app_states_), s, user ? 2 : 1, table, where, false, why);
+  if (failure_)
+    return *failure_;
   if (!state) {
     skip(table, where, why);
     return {};
@@ -395,6 +456,10 @@ result<void> sqlite_pass::step() {
           return s.err();
         *ptr = std::move(*s);
       }
+      session_states_ = std::make_unique<cell_reader>(db_, "sessions", "state");
+      event_data_ = std::make_unique<cell_reader>(db_, "events", "event_data");
+      user_states_ = std::make_unique<cell_reader>(db_, "user_states", "state");
+      app_states_ = std::make_unique<cell_reader>(db_, "app_states", "state");
       if (auto r = load_event(); !r)
         return r;
       ph_ = phase::sessions;
@@ -436,7 +501,9 @@ result<void> sqlite_pass::step() {
       if (ev_loaded_ && ev_key_ == cur_key_) {
         if (cur_ok_)
           take_event();
-        else
+        if (failure_)
+          return *failure_;
+        if (!cur_ok_)
           ++cur_events_;
         return load_event();
       }
@@ -471,6 +538,20 @@ private:
   std::string version_;
 };
 
+const char* file_kind(mode_t m) {
+  if (S_ISFIFO(m))
+    return "a FIFO";
+  if (S_ISSOCK(m))
+    return "a socket";
+  if (S_ISCHR(m))
+    return "a character device";
+  if (S_ISBLK(m))
+    return "a block device";
+  if (S_ISDIR(m))
+    return "a directory";
+  return "a special file";
+}
+
 error refuse(const std::string& path, const std::string& why) {
   return error{errc::invalid_argument, "'" + path + "' " + why};
 }
@@ -485,6 +566,22 @@ result<std::unique_ptr<source>> source::open(const std::string& path) {
     return error{errc::not_found, "'" + path + "': no such file"};
   if (fs::is_directory(path, ec))
     return refuse(path, "is a directory, not an SQLite file");
+  // SQLite opens the file (and a journal or WAL beside it) with a plain
+  // open(), which blocks on a FIFO until a writer comes: only regular files
+  // reach it.
+  for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+    struct stat st;
+    auto name = path + suffix;
+    if (::stat(name.c_str(), &st) != 0) {
+      if (*suffix == '\0')
+        return error{errc::io_error, "cannot read '" + path + "': " + std::strerror(errno)};
+      continue;
+    }
+    if (!S_ISREG(st.st_mode))
+      return refuse(name,
+                    std::string("is ") + file_kind(st.st_mode)
+                      + ", not a regular file: an ADK store is an SQLite file");
+  }
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
   db_ptr db(raw);

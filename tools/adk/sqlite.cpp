@@ -41,6 +41,47 @@ std::string column_text(sqlite3_stmt* s, int i) {
            : std::string();
 }
 
+cell_reader::~cell_reader() {
+  if (blob_)
+    sqlite3_blob_close(blob_);
+}
+
+result<bool> cell_reader::read(sqlite3_int64 rowid, std::size_t cap, std::string& out,
+                               std::size_t& size) {
+  int rc = blob_
+    ? sqlite3_blob_reopen(blob_, rowid)
+    : sqlite3_blob_open(db_, "main", table_.c_str(), column_.c_str(), rowid, 0, &blob_);
+  if (rc != SQLITE_OK) {
+    auto e =
+      sql_error(db_, "reading " + table_ + "." + column_ + " of row " + std::to_string(rowid));
+    // A handle whose reopen failed is aborted: only closing it is left.
+    if (blob_)
+      sqlite3_blob_close(blob_);
+    blob_ = nullptr;
+    return e;
+  }
+  size = static_cast<std::size_t>(sqlite3_blob_bytes(blob_));
+  if (size > cap)
+    return false;
+  std::string bytes(size, '\0');
+  if (size > 0 && sqlite3_blob_read(blob_, bytes.data(), static_cast<int>(size), 0) != SQLITE_OK)
+    return sql_error(db_, "reading " + table_ + "." + column_ + " of row " + std::to_string(rowid));
+  out = std::move(bytes);
+  return true;
+}
+
+int storage_class(std::string_view name) {
+  if (name == "integer")
+    return SQLITE_INTEGER;
+  if (name == "real")
+    return SQLITE_FLOAT;
+  if (name == "text")
+    return SQLITE_TEXT;
+  if (name == "blob")
+    return SQLITE_BLOB;
+  return SQLITE_NULL;
+}
+
 const char* type_name(int t) {
   switch (t) {
     case SQLITE_INTEGER: return "an integer";

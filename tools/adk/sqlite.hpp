@@ -45,6 +45,35 @@ std::string column_bytes(sqlite3_stmt* s, int i);
 /// Column `i` of the current row as text, "" for NULL.
 std::string column_text(sqlite3_stmt* s, int i);
 
+/// Reads TEXT and BLOB cells of one column of a rowid table by rowid,
+/// through SQLite's incremental I/O: a cell's size is known before any of
+/// its bytes is read, so a cell over the caller's cap costs no memory (a
+/// SELECT of the column would materialise it whole). One open handle is
+/// moved from row to row. Must be destroyed before the database closes.
+class cell_reader {
+public:
+  cell_reader(sqlite3* db, std::string table, std::string column)
+    : db_(db), table_(std::move(table)), column_(std::move(column)) {}
+  ~cell_reader();
+  cell_reader(const cell_reader&) = delete;
+  cell_reader& operator=(const cell_reader&) = delete;
+
+  /// The bytes of the cell at `rowid` (which must hold TEXT or a BLOB) in
+  /// `out`; false, with `out` untouched and `size` set, when it holds more
+  /// than `cap` bytes. Errors: io_error / internal (SQLite's).
+  result<bool> read(sqlite3_int64 rowid, std::size_t cap, std::string& out, std::size_t& size);
+
+  const std::string& column() const noexcept { return column_; }
+
+private:
+  sqlite3* db_;
+  std::string table_, column_;
+  sqlite3_blob* blob_ = nullptr;
+};
+
+/// The storage class (SQLITE_TEXT, ...) that SQL's typeof() names as `name`.
+int storage_class(std::string_view name);
+
 /// SQLite's name of a storage class (SQLITE_INTEGER, ...), for messages.
 const char* type_name(int t);
 
