@@ -29,11 +29,12 @@ enum class utf8_policy {
                                utf8_policy policy = utf8_policy::strict);
 
 /// Appends `v` as json::dump() writes a double: null when not finite;
-/// otherwise the digits of nlohmann's Grisu2 (a round-trip form, usually but
-/// not always the shortest), laid out in plain notation with a trailing
-/// ".0" for an integral value when the decimal point falls at most 15
-/// digits in and more than 4 zeros after it, "d.ddde+NN" otherwise; -0.0
-/// is "-0.0".
+/// otherwise the digits nlohmann's Grisu2 gives (they read back as `v`;
+/// usually, not always, the shortest such), placed by the position p of the
+/// decimal point after the first digit: for -4 < p <= 15 in plain notation
+/// ("0.000ddd", "dd.ddd", or "ddd000.0" for an integral value), otherwise
+/// as "d.ddde+NN" / "de-NN" with at least two exponent digits; -0.0 is
+/// "-0.0".
 void append_double(std::string& out, double v);
 
 /// Appends `s` as a JSON string the way append_escaped does, writing U+FFFD

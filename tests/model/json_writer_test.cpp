@@ -320,3 +320,21 @@ TEST_CASE("json writer: an event's stored text is the dump() of its JSON") {
     CHECK(*text == to_json(ev).dump());
   }
 }
+
+TEST_CASE("json writer: dump_json and encode_event_text refuse invalid UTF-8 as invalid_argument") {
+  for (const char* bad : {"a\xff", "\xc3", "\xed\xa0\x80", "ok\xc3\x28"}) {
+    auto as_value = dump_json(json{{"k", {1, bad}}});
+    REQUIRE_FALSE(as_value);
+    CHECK(as_value.err().code == errc::invalid_argument);
+    auto as_key = dump_json(json{{bad, 1}});
+    REQUIRE_FALSE(as_key);
+    CHECK(as_key.err().code == errc::invalid_argument);
+    event ev;
+    ev.id = "e1";
+    ev.author = "a";
+    ev.content = json{{"text", bad}};
+    auto text = model::encode_event_text(ev);
+    REQUIRE_FALSE(text);
+    CHECK(text.err().code == errc::invalid_argument);
+  }
+}
