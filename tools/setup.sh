@@ -27,9 +27,9 @@ if [ "$all" -eq 1 ]; then
   # The tests: lmdb-utils (mdb_stat/mdb_dump in the storage suites), openssl (the TLS
   # tests' certificates and client), python3 and python3-pytest (bindings/python),
   # help2man (man pages), dpkg-dev, file and pkgconf (install and .deb tests),
-  # clang-format (tools/check_format.sh).
+  # clang-format (tools/check_format.sh), libsimdjson-dev (json_readers_bench).
   packages+=(lmdb-utils openssl python3 python3-pytest help2man dpkg-dev file pkgconf
-             clang-format)
+             clang-format libsimdjson-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do
