@@ -257,12 +257,14 @@ std::size_t keep(json&& j, json* built) {
   return n;
 }
 
-std::size_t keep(result<event>&& ev, json* built) {
-  if (!ev)
-    return 0;
+std::size_t keep(const event& ev, json* built) {
   if (built)
-    *built = to_json(*ev);
-  return ev->id.size() + 1;
+    *built = to_json(ev);
+  return ev.id.size() + 1;
+}
+
+std::size_t keep(const result<event>& ev, json* built) {
+  return ev ? keep(*ev, built) : 0;
 }
 
 std::vector<reader> make_readers() {
@@ -293,7 +295,7 @@ std::vector<reader> make_readers() {
   r.push_back({"hand-written: decode_event_text -> event", "stored",
                [](const std::string& s, const padded&, json* built) -> std::size_t {
                  event ev;
-                 return model::decode_event_text(s, ev) ? keep(std::move(ev), built) : 0;
+                 return model::decode_event_text(s, ev) ? keep(ev, built) : 0;
                }});
   r.push_back({"nlohmann DOM: json::parse -> json", "",
                [](const std::string& s, const padded&, json* built) -> std::size_t {
