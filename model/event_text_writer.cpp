@@ -10,12 +10,11 @@
 
 #include "model/json_encoder.hpp"
 #include "model/json_text.hpp"
+#include "model/json_writer.hpp"
 
 namespace agentstate::model {
 
 namespace {
-
-using serializer = nlohmann::detail::serializer<json>;
 
 // An event's state_remove as a JSON array. False when a key is not valid
 // UTF-8.
@@ -46,10 +45,9 @@ bool key_less(const member& a, const member& b) {
 
 class writer {
 public:
-  explicit writer(json_encoder& enc) : out_(enc.buf), ser_(enc.ser) {}
+  explicit writer(json_encoder& enc) : out_(enc.buf) {}
 
-  // False when a string is not valid UTF-8; nlohmann's own exceptions for a
-  // value propagate to encode_event_text.
+  // False when a string is not valid UTF-8.
   bool object(std::vector<member>& members, const event& ev) {
     // Insertion sort (stable) for the usual handful of members: stable_sort
     // allocates a buffer.
@@ -70,7 +68,10 @@ public:
         return false;
       out_ += ':';
       switch (m.how) {
-        case member::kind::value: ser_.dump(*m.value, false, false, 0); break;
+        case member::kind::value:
+          if (!append_json(out_, *m.value))
+            return false;
+          break;
         case member::kind::text:
           if (!string(*m.text))
             return false;
@@ -112,7 +113,6 @@ private:
   }
 
   std::string& out_;
-  serializer& ser_;
 };
 
 bool has_members(const json& extra) {
@@ -124,12 +124,13 @@ bool has_members(const json& extra) {
 // gathering and sorting the members. False as for writer::object.
 bool known_only(json_encoder& enc, const event& ev) {
   std::string& out = enc.buf;
-  auto& ser = enc.ser;
   const auto& a = ev.actions;
   out += R"({"actions":{"artifact_delta":)";
-  ser.dump(a.artifact_delta, false, false, 0);
+  if (!append_json(out, a.artifact_delta))
+    return false;
   out += R"(,"state_delta":)";
-  ser.dump(a.state_delta, false, false, 0);
+  if (!append_json(out, a.state_delta))
+    return false;
   if (!a.state_remove.empty()) {
     out += R"(,"state_remove":)";
     if (!append_removes(out, a.state_remove))
@@ -140,7 +141,8 @@ bool known_only(json_encoder& enc, const event& ev) {
     return false;
   if (ev.content) {
     out += R"(,"content":)";
-    ser.dump(*ev.content, false, false, 0);
+    if (!append_json(out, *ev.content))
+      return false;
   }
   out += R"(,"id":)";
   if (!append_escaped(out, ev.id))
@@ -152,7 +154,7 @@ bool known_only(json_encoder& enc, const event& ev) {
     out += *ev.partial ? R"(,"partial":true)" : R"(,"partial":false)";
   if (ev.timestamp) {
     out += R"(,"timestamp":)";
-    ser.dump(json(*ev.timestamp), false, false, 0);
+    append_double(out, *ev.timestamp);
   }
   out += '}';
   return true;
@@ -205,8 +207,6 @@ result<std::string> encode_event_text(const event& ev) {
     if (!ok)
       return error{errc::invalid_argument,
                    "event: cannot encode value: a string is not valid UTF-8"};
-  } catch (const json::exception& e) {
-    return error{errc::invalid_argument, std::string("event: cannot encode value: ") + e.what()};
   } catch (const std::exception& e) {
     return error{errc::internal, std::string("event: JSON encoder: ") + e.what()};
   }

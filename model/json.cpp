@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/json_encoder.hpp"
+#include "model/json_writer.hpp"
 
 namespace agentstate {
 
@@ -75,10 +76,9 @@ result<std::string> dump_json(const json& x) {
   thread_local model::json_encoder enc;
   enc.buf.clear();
   try {
-    enc.ser.dump(x, false, false, 0);
+    if (!model::append_json(enc.buf, x))
+      return error{errc::invalid_argument, "cannot encode value: a string is not valid UTF-8"};
     return enc.take();
-  } catch (const json::exception& e) {
-    return error{errc::invalid_argument, std::string("cannot encode value: ") + e.what()};
   } catch (const std::exception& e) {
     return error{errc::internal, std::string("JSON encoder: ") + e.what()};
   }

@@ -8,29 +8,17 @@
 
 #include "model/event_text.hpp"
 #include "model/json_text.hpp"
+#include "model/json_writer.hpp"
 
 namespace agentstate::protocol::detail {
 
 namespace {
 
-// nlohmann's serializer, once per thread: json::dump() builds one per call
-// (an indent string, an output adapter, a localeconv() call), which costs
-// more than a small value's text. Bytes that are not UTF-8 are replaced:
-// values came from the validating parser or the engine; `replace` only
-// guards against a message quoting bytes of a malformed line.
-struct lossy_encoder {
-  std::string buf;
-  nlohmann::detail::serializer<json> ser{nlohmann::detail::output_adapter<char, std::string>(buf),
-                                         ' ', json::error_handler_t::replace};
-};
-
+// Bytes that are not UTF-8 are replaced: values came from the validating
+// parser or the engine; `replace` only guards against a message quoting
+// bytes of a malformed line.
 void append_lossy(std::string& out, const json& x) {
-  thread_local lossy_encoder enc;
-  enc.buf.clear();
-  enc.ser.dump(x, false, false, 0);
-  out += enc.buf;
-  if (enc.buf.capacity() > (std::size_t{1} << 16))
-    std::string().swap(enc.buf);
+  (void)model::append_json(out, x, model::utf8_policy::replace);
 }
 
 template <class Int>
@@ -40,8 +28,8 @@ void append_int(std::string& out, Int v) {
   out.append(digits, end);
 }
 
-// An id as the serializer writes it: integers and strings of plain bytes
-// directly, anything else through the serializer.
+// An id as json::dump() writes it: integers and strings of plain bytes
+// directly, anything else through the writer.
 void append_id(std::string& out, const json& id) {
   if (id.is_number_unsigned())
     return append_int(out, id.get<std::uint64_t>());
