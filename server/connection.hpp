@@ -22,12 +22,15 @@
 // Flow control, never blocking an I/O thread:
 //  * A complete line is handed to the rpc_session only when it may be
 //    admitted: fewer than max_in_flight requests outstanding, and the output
-//    queued plus the estimated responses of the requests in flight (and of
-//    this one) within max_output_bytes. The estimate is the largest recent
-//    response on the connection (decaying by 1/16 per response, at least
-//    max_output_bytes / max_in_flight, 1 MiB before the first). One request
-//    is always admitted while the output is under the cap and nothing is in
-//    flight.
+//    queued (the bytes of the responses made and not yet written, counted
+//    as they are queued) plus a reservation for each request in flight (and
+//    for this one) within max_output_bytes. The reservation is the largest
+//    response the connection has been sent, at least 1 MiB and at least
+//    max_output_bytes / max_in_flight; small responses never lower it, so
+//    cheap requests cannot open the way for a burst of large ones. The
+//    queue passes the cap only by what responses larger than every earlier
+//    one add beyond their reservations. One request is always admitted
+//    while the output is under the cap and nothing is in flight.
 //  * Otherwise the connection is not read (at most one read's worth of lines
 //    waits in `backlog_`) until a response is written or arrives, or a
 //    request completes. Responses are never dropped while the client is
@@ -124,7 +127,7 @@ struct outbox {
   std::string pending; ///< lines not yet taken by a write
   std::string spare; ///< see protocol::keep_spare
   std::size_t bytes = 0; ///< pending plus the write in progress
-  std::size_t estimate = 0; ///< expected size of a response (see above)
+  std::size_t estimate = 0; ///< reservation per request in flight (see above)
   bool wake_posted = false;
   bool closed = false; ///< the socket is gone: drop what comes
   /// The socket for direct writes from engine workers; -1 for none (TLS,
@@ -212,7 +215,7 @@ public:
     : sh_(std::move(sh)), stream_(std::move(stream)), strand_(stream_.get_executor()),
       timer_(strand_), id_(id), peer_(std::move(peer)), out_(std::make_shared<outbox>()),
       opened_(clock::now()), last_progress_(opened_) {
-    out_->estimate = std::size_t{1} << 20;
+    out_->estimate = std::max(std::size_t{1} << 20, floor_estimate());
   }
 
   void start() override {
@@ -285,7 +288,6 @@ public:
       out_->fd = socket().native_handle(); // not yet shared: no lock needed
     std::weak_ptr<connection> weak = self();
     auto out = out_;
-    auto floor = floor_estimate();
     // Runs on_output on the strand (the outbox's one wake-up: wake_posted).
     auto wake = [weak, strand = strand_] {
       asio::post(strand, [weak] {
@@ -318,7 +320,7 @@ public:
     };
     rpc_ = std::make_unique<protocol::rpc_session>(
       *sh_->eng,
-      [out, sh, floor, wake](std::string line) {
+      [out, sh, wake](std::string line) {
         auto n = line.size() + 1;
         bool post = false;
         {
@@ -330,7 +332,7 @@ public:
           // Counted before the lock is released: from then on an I/O thread
           // may write these bytes and subtract them from the count.
           sh->stats.add(sh->stats.queued_output_bytes, n);
-          out->estimate = std::max({n, out->estimate - out->estimate / 16, floor});
+          out->estimate = std::max(out->estimate, n);
           if (out->busy)
             return; // the writer at work takes it along
           if (out->fd >= 0) {
