@@ -116,6 +116,8 @@ public:
   virtual void shutdown() = 0;
   /// Close the socket now (responses still owed are lost), then finish.
   virtual void drop() = 0;
+  /// The token table was replaced: end the watches it no longer allows.
+  virtual void access_changed() = 0;
   /// Requests in flight. Any thread.
   virtual std::size_t in_flight() const = 0;
 };
@@ -136,6 +138,10 @@ struct outbox {
   bool busy = false; ///< a writer (the strand or a worker) holds the output
   bool direct = false; ///< with busy: the writer is a worker (fd in use)
   bool deferred = false; ///< a worker's idle point will write pending
+  /// A watch waits for room (rpc_session::resume_watches): a writer that
+  /// takes `bytes` to `watch_room` or below wakes the strand.
+  bool watch_waits = false;
+  std::size_t watch_room = 0;
   /// The strand waits for completed requests or written output (its reader
   /// is paused, or it is closing): each one posts a wake-up. Written by the
   /// strand under `mtx`; a completion reads it without `mtx` first. That
@@ -199,7 +205,7 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
   out.busy = false;
   out.direct = false;
   protocol::keep_spare(out.spare, batch);
-  return left || out.strand_waits;
+  return left || out.strand_waits || (out.watch_waits && out.bytes <= out.watch_room);
 }
 
 template <class Stream>
@@ -228,6 +234,13 @@ public:
 
   void drop() override {
     asio::post(strand_, [self = self()] { self->close_now("dropped at shutdown"); });
+  }
+
+  void access_changed() override {
+    asio::post(strand_, [self = self()] {
+      if (!self->closed_)
+        self->rpc_->check_watch_access();
+    });
   }
 
   std::size_t in_flight() const override { return rpc_ ? rpc_->in_flight() : 0; }
@@ -301,6 +314,20 @@ public:
       return out->closed ? std::size_t{0} : out->bytes;
     };
     rc.max_watch_backlog = sh_->lim.max_output_bytes / 2;
+    out_->watch_room = rc.max_watch_backlog / 2;
+    rc.on_watch_paused = [out, wake] {
+      bool post = false;
+      {
+        std::lock_guard<std::mutex> guard(out->mtx);
+        out->watch_waits = true;
+        if (!out->closed && !out->wake_posted) {
+          out->wake_posted = true;
+          post = true;
+        }
+      }
+      if (post)
+        wake();
+    };
     rc.max_watches = sh_->lim.max_watches;
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;
@@ -632,7 +659,26 @@ private:
     }
     last_progress_ = clock::now();
     start_write();
+    resume_watches();
     pump();
+  }
+
+  // Restarts the watches paused for room once the output has drained to
+  // outbox::watch_room.
+  void resume_watches() {
+    if (closing_ || closed_ || !rpc_->watches_paused())
+      return;
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      if (out_->bytes > out_->watch_room) {
+        out_->watch_waits = true;
+        return;
+      }
+    }
+    rpc_->resume_watches();
+    // A watch that paused meanwhile set the flag itself (and posted a wake).
+    std::lock_guard<std::mutex> guard(out_->mtx);
+    out_->watch_waits = rpc_->watches_paused();
   }
 
   // Writes what the outbox holds, unless a worker is writing it (that
@@ -686,6 +732,7 @@ private:
         write_buf_.clear();
     }
     start_write();
+    resume_watches();
     pump();
   }
 
@@ -740,6 +787,7 @@ private:
       std::string().swap(out_->spare);
     }
     sh_->stats.sub(sh_->stats.queued_output_bytes, unwritten);
+    rpc_->end_watches(); // their lines are dropped; the engine watches end
     std::string().swap(write_buf_);
     write_off_ = 0;
     drop_partial();

@@ -576,6 +576,7 @@ struct network_server::impl {
     auto j = sh->stats.to_json(in_flight);
     j["max_connections"] = cap;
     j["io_threads"] = threads();
+    j["watches"] = sh->watches->load();
     return j;
   }
 
@@ -592,6 +593,8 @@ struct network_server::impl {
     }
     auto n = t->size();
     tokens->replace(std::move(*t));
+    for (auto& c : snapshot())
+      c->access_changed();
     log.info("tokens_reloaded", "", {{"file", cfg.auth_file}, {"tokens", n}});
   }
 

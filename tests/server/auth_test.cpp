@@ -315,6 +315,108 @@ TEST_CASE("serve --auth-file: SIGHUP reloads; a removed token stops working; a b
   CHECK(log.find("keeping the current tokens") != std::string::npos);
 }
 
+// Regression (#44): after SIGHUP removed a connection's token, or after a
+// refused re-authenticate, the connection's next request was refused but its
+// watch went on sending the app's changes, events included.
+TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused authenticate "
+          "ends the watches with permission_denied, and no later change is sent") {
+  auth_server s;
+  client writer(s.port);
+  REQUIRE(ok(writer.call("authenticate", json{{"token", tok_all}})));
+  for (const char* app : {"mail", "chat"})
+    REQUIRE(ok(writer.call("create_session", sref_params(app, "s1"))));
+  auto append = [&](const std::string& app, const std::string& text) {
+    auto ev = json{{"author", "a"}, {"content", {{"parts", json::array({{{"text", text}}})}}}};
+    REQUIRE(ok(writer.call("append_event", with(sref_params(app, "s1"), "event", ev))));
+  };
+  // Starts an app watch with sessions on `c`; returns its watch_id after
+  // the change carrying `marker` arrived on it.
+  auto watch_until = [&](client& c, const std::string& app, const std::string& marker) {
+    auto r = c.call("watch", json{{"scope", "app"}, {"app_name", app}, {"include_sessions", true}});
+    REQUIRE(ok(r));
+    auto id = (*r)["result"]["watch_id"].get<std::string>();
+    append(app, marker);
+    for (;;) {
+      auto line = c.next_raw();
+      REQUIRE(line);
+      if (line->find(marker) != std::string::npos)
+        return id;
+    }
+  };
+  // Reads `c` up to the answer of a ping (an open method: answered after a
+  // revocation too); returns the lines before it. The watch_ended came
+  // first, so a change would have had to come before the answer.
+  auto until_pong = [&](client& c) {
+    REQUIRE(c.send_line(rpc("barrier", "ping")));
+    std::vector<json> lines;
+    for (;;) {
+      auto line = c.next();
+      REQUIRE(line);
+      if (line->value("id", json()) == "barrier")
+        return lines;
+      lines.push_back(*line);
+    }
+  };
+  auto expect_denied_end = [](const std::vector<json>& lines, const std::string& id,
+                              const std::string& secret) {
+    int ended = 0;
+    for (auto& l : lines) {
+      CHECK(l.dump().find(secret) == std::string::npos);
+      if (l.value("method", "") == "watch_ended") {
+        ++ended;
+        CHECK(l["params"]["watch_id"] == id);
+        CHECK(l["params"]["reason"] == "permission_denied");
+        CHECK(l["params"]["resume_from"].is_string());
+      }
+    }
+    CHECK(ended == 1);
+  };
+
+  SUBCASE("SIGHUP removes the token") {
+    client w(s.port);
+    REQUIRE(ok(w.call("authenticate", json{{"token", tok_two}})));
+    auto id = watch_until(w, "mail", "before-revocation");
+    write_text(s.tokens, tok_all + " *\n" + tok_chat + " chat\n");
+    s.srv->signal(SIGHUP);
+    s.srv->wait_log("event=tokens_reloaded");
+    append("mail", "secret-after-revocation");
+    // The watch_ended arrives without a request from the client.
+    std::vector<json> lines;
+    for (;;) {
+      auto line = w.next();
+      REQUIRE(line);
+      lines.push_back(*line);
+      if (line->value("method", "") == "watch_ended")
+        break;
+    }
+    auto more = until_pong(w);
+    lines.insert(lines.end(), more.begin(), more.end());
+    expect_denied_end(lines, id, "secret-after-revocation");
+    CHECK(kind_of(w.call("get_app_state", json{{"app_name", "mail"}})) == "unauthenticated");
+  }
+  SUBCASE("a refused re-authenticate") {
+    client w(s.port);
+    REQUIRE(ok(w.call("authenticate", json{{"token", tok_chat}})));
+    auto id = watch_until(w, "chat", "before-reauth");
+    REQUIRE(
+      w.send_line(rpc("reauth", "authenticate", json{{"token", "not-a-valid-token-000000"}})));
+    std::vector<json> lines;
+    for (;;) {
+      auto line = w.next();
+      REQUIRE(line);
+      if (line->value("id", json()) == "reauth") {
+        CHECK(kind_of(line) == "unauthenticated");
+        break;
+      }
+      lines.push_back(*line);
+    }
+    append("chat", "secret-after-reauth");
+    auto more = until_pong(w);
+    lines.insert(lines.end(), more.begin(), more.end());
+    expect_denied_end(lines, id, "secret-after-reauth");
+  }
+}
+
 TEST_CASE("serve --listen beyond loopback: refused without authentication") {
   temp_dir dir;
   auto log = (dir.path() / "log.txt").string();
