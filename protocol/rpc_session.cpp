@@ -601,14 +601,21 @@ void rpc_session::handle_line(std::string_view line) {
 }
 
 void rpc_session::handle_oversized_line(std::uint64_t bytes, std::uint64_t limit) {
+  handle_oversized_line(bytes, limit, std::string());
+}
+
+void rpc_session::handle_oversized_line(std::uint64_t bytes, std::uint64_t limit,
+                                        const std::string& why) {
   if (observers_)
     observers_->error(to_string(errc::too_large));
-  dispatch_->answer(nullptr,
-                    detail::make_failure(rpc_code::parse_error,
-                                         "line of " + std::to_string(bytes)
-                                           + " bytes exceeds the limit of " + std::to_string(limit)
-                                           + " bytes; it was discarded unread",
-                                         errc::too_large));
+  std::string message = "line of " + std::to_string(bytes) + " bytes ";
+  if (why.empty() || why.rfind("before", 0) == 0)
+    message +=
+      "exceeds the limit of " + std::to_string(limit) + " bytes" + (why.empty() ? "" : " " + why);
+  else
+    message += "discarded: " + why;
+  message += "; it was discarded unread";
+  dispatch_->answer(nullptr, detail::make_failure(rpc_code::parse_error, message, errc::too_large));
 }
 
 void rpc_session::drain() {

@@ -130,6 +130,8 @@ public:
   /// Answers a line that was discarded because it had `bytes` bytes, more
   /// than `limit` (parse error, kind too_large, id null). Never throws.
   void handle_oversized_line(std::uint64_t bytes, std::uint64_t limit);
+  /// As above; `why` (non-empty) follows the message: which limit it was.
+  void handle_oversized_line(std::uint64_t bytes, std::uint64_t limit, const std::string& why);
 
   /// Ends every watch of the stream, each with a `watch_ended` notification
   /// (reason closing, resume_from after the last `changes` written) passed

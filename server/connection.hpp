@@ -37,8 +37,13 @@
 //    connected: a response that takes the queue over the cap is kept, and
 //    the cap stops further reading.
 //  * A partial line is kept as the pieces read (no doubling growth) up to
-//    max_line_bytes; a longer one is discarded as it arrives and answered
-//    too_large.
+//    max_line_bytes (max_unauthenticated_line_bytes while the connection is
+//    not authenticated), and while the partial lines of every connection
+//    stay within max_partial_bytes; otherwise it is discarded as it arrives
+//    and answered too_large.
+//  * With authentication, a connection not authenticated is closed after
+//    auth_timeout, and such connections hold at most their share of the
+//    slots (the server displaces the oldest at accept).
 //
 // Lifetime: held by shared_ptr (the server's registry and its pending
 // handlers). It leaves the registry only once nothing is in flight, so its
@@ -94,6 +99,14 @@ struct shared_state {
   std::function<json()> server_stats;
   /// Live watches of every connection (rpc_config::server_watches).
   std::shared_ptr<std::atomic<std::size_t>> watches = std::make_shared<std::atomic<std::size_t>>(0);
+  /// With authentication: called on a connection's strand when it becomes
+  /// unauthenticated (true: opened, or a token refused) or stops being so
+  /// (authenticated, or finished); and the share of the slots such
+  /// connections may hold (limits::max_unauthenticated, resolved).
+  std::function<void(std::uint64_t id, bool unauthenticated)> on_auth_state;
+  std::size_t max_unauthenticated = 1;
+  /// Bytes of unfinished request lines of every connection.
+  std::atomic<std::uint64_t> partial_bytes{0};
 };
 
 /// The connection-level error line (id null, kind unavailable).
@@ -118,6 +131,9 @@ public:
   virtual void drop() = 0;
   /// The token table was replaced: end the watches it no longer allows.
   virtual void access_changed() = 0;
+  /// Not authenticated and displaced by a newer connection: told and
+  /// closed, unless it authenticated meanwhile.
+  virtual void displace() = 0;
   /// Requests in flight. Any thread.
   virtual std::size_t in_flight() const = 0;
 };
@@ -224,6 +240,19 @@ public:
     out_->estimate = std::max(std::size_t{1} << 20, floor_estimate());
   }
 
+  ~connection() override { drop_partial(); }
+
+  void displace() override {
+    asio::post(strand_, [self = self()] {
+      if (!self->unauth_ || self->closing_ || self->closed_)
+        return; // authenticated meanwhile: it keeps its place
+      self->sh_->stats.add(self->sh_->stats.auth_timeouts);
+      self->fail("unauthenticated_displaced",
+                 "not authenticated, and displaced by a newer connection (the server's share for "
+                 "connections not authenticated is full); closing the connection");
+    });
+  }
+
   void start() override {
     asio::post(strand_, [self = self()] { self->begin(); });
   }
@@ -289,7 +318,15 @@ public:
     rc.server_stats = sh_->server_stats;
     auto sh = sh_;
     rc.on_error = [sh](std::string_view kind) { sh->stats.error(kind); };
-    rc.on_authenticate = [sh, id = id_, peer = peer_](bool ok) {
+    if (sh_->tokens) {
+      unauth_ = true;
+      unauth_since_ = opened_;
+      sh_->on_auth_state(id_, true);
+    }
+    // Runs on the strand, inside handle_line: the connection outlives its
+    // rpc_session.
+    rc.on_authenticate = [this, sh, id = id_, peer = peer_](bool ok) {
+      auth_changed(ok);
       if (ok) {
         sh->log->info("authenticated", "", {{"conn", id}, {"peer", peer}});
       } else {
@@ -409,6 +446,22 @@ private:
     pump();
   }
 
+  // A token was accepted (`ok`) or refused: the stream's access changed.
+  void auth_changed(bool ok) {
+    if (ok != unauth_)
+      return; // no change: already authenticated, or still not
+    unauth_ = !ok;
+    if (!ok)
+      unauth_since_ = clock::now();
+    sh_->on_auth_state(id_, unauth_);
+  }
+
+  std::uint64_t line_limit() const {
+    const auto& lim = sh_->lim;
+    return unauth_ ? std::min(lim.max_line_bytes, lim.max_unauthenticated_line_bytes)
+                   : lim.max_line_bytes;
+  }
+
   // -- reading -------------------------------------------------------------------
 
   bool may_admit() {
@@ -487,7 +540,7 @@ private:
   // Hands complete lines to the rpc_session while they may be admitted and
   // keeps a trailing partial line. Returns the bytes used; the rest waits.
   std::size_t process_input(std::string_view data) {
-    const auto max_line = sh_->lim.max_line_bytes;
+    auto max_line = line_limit();
     std::size_t pos = 0;
     while (pos < data.size()) {
       auto nl = static_cast<const char*>(std::memchr(data.data() + pos, '\n', data.size() - pos));
@@ -498,10 +551,11 @@ private:
       auto seg = static_cast<std::size_t>(nl - (data.data() + pos));
       if (discarding_ || partial_bytes_ + seg > max_line) {
         auto total = discarding_ ? discarded_ + seg : partial_bytes_ + seg;
+        const bool budget = over_budget_;
         drop_partial();
         ++requests_;
         sh_->stats.add(sh_->stats.requests);
-        rpc_->handle_oversized_line(total, max_line);
+        answer_discarded(total, max_line, budget);
         pos += seg + 1;
         continue;
       }
@@ -521,8 +575,23 @@ private:
         rpc_->handle_line(line);
       }
       pos += seg + 1;
+      max_line = line_limit(); // an authenticate may have changed it
     }
     return pos;
+  }
+
+  // Answers a discarded line of `total` bytes: over the connection's line
+  // limit, or (`budget`) over the server's budget for partial lines.
+  void answer_discarded(std::uint64_t total, std::uint64_t limit, bool budget) {
+    if (budget)
+      rpc_->handle_oversized_line(
+        total, limit,
+        "unfinished request lines of all connections reached --max-partial-bytes ("
+          + std::to_string(sh_->lim.max_partial_bytes) + " bytes)");
+    else if (unauth_ && limit < sh_->lim.max_line_bytes)
+      rpc_->handle_oversized_line(total, limit, "before authentication");
+    else
+      rpc_->handle_oversized_line(total, limit);
   }
 
   void add_partial(std::string_view piece) {
@@ -532,10 +601,16 @@ private:
       discarded_ += piece.size();
       return;
     }
-    if (partial_bytes_ + piece.size() > sh_->lim.max_line_bytes) {
+    const bool over_line = partial_bytes_ + piece.size() > line_limit();
+    const bool over_budget = !over_line
+      && sh_->partial_bytes.fetch_add(piece.size()) + piece.size() > sh_->lim.max_partial_bytes;
+    if (over_line || over_budget) {
+      if (over_budget)
+        sh_->partial_bytes.fetch_sub(piece.size());
       auto total = partial_bytes_ + piece.size();
       drop_partial();
       discarding_ = true;
+      over_budget_ = over_budget;
       discarded_ = total;
       return;
     }
@@ -550,6 +625,9 @@ private:
 
   void drop_partial() {
     std::vector<std::string>().swap(parts_);
+    if (partial_bytes_ > 0)
+      sh_->partial_bytes.fetch_sub(partial_bytes_);
+    over_budget_ = false;
     partial_bytes_ = 0;
     discarding_ = false;
     discarded_ = 0;
@@ -578,8 +656,9 @@ private:
         }
         if (discarding_) {
           auto total = discarded_;
+          const bool budget = over_budget_;
           drop_partial();
-          rpc_->handle_oversized_line(total, sh_->lim.max_line_bytes);
+          answer_discarded(total, line_limit(), budget);
         } else {
           std::string line;
           line.reserve(partial_bytes_);
@@ -852,6 +931,10 @@ private:
       return;
     }
     finished_ = true;
+    if (unauth_) {
+      unauth_ = false;
+      sh_->on_auth_state(id_, false);
+    }
     sync_direct_progress();
     asio::error_code ignored;
     timer_.cancel();
@@ -889,6 +972,8 @@ private:
         consider(line_started_ + lim.line_timeout);
       if (lim.idle_timeout.count() > 0 && !closing_)
         consider(last_progress_ + lim.idle_timeout);
+      if (unauth_ && lim.auth_timeout.count() > 0 && !closing_)
+        consider(unauth_since_ + lim.auth_timeout);
       if (closing_)
         consider(std::max(last_progress_, closing_since_)
                  + std::max(lim.shutdown_grace, std::chrono::seconds(1)));
@@ -931,6 +1016,13 @@ private:
         sh_->stats.add(sh_->stats.line_timeouts);
         return fail("line_timeout",
                     "request line not completed within " + std::to_string(lim.line_timeout.count())
+                      + " s; closing the connection");
+      }
+      if (!closing_ && unauth_ && lim.auth_timeout.count() > 0
+          && now >= unauth_since_ + lim.auth_timeout) {
+        sh_->stats.add(sh_->stats.auth_timeouts);
+        return fail("auth_timeout",
+                    "not authenticated within " + std::to_string(lim.auth_timeout.count())
                       + " s; closing the connection");
       }
       if (!closing_ && lim.idle_timeout.count() > 0 && now >= last_progress_ + lim.idle_timeout
@@ -985,6 +1077,7 @@ private:
   std::vector<std::string> parts_; ///< the partial line's pieces
   std::uint64_t partial_bytes_ = 0;
   bool discarding_ = false; ///< the current line is over the limit
+  bool over_budget_ = false; ///< ... over the server's partial-line budget
   std::uint64_t discarded_ = 0;
   clock::time_point line_started_;
   std::vector<char> tls_buf_;
@@ -1012,6 +1105,8 @@ private:
 
   clock::time_point opened_;
   clock::time_point last_progress_;
+  bool unauth_ = false; ///< authentication required and not (now) given
+  clock::time_point unauth_since_; ///< when it became so
   bool timer_armed_ = false;
   clock::time_point timer_at_;
   std::uint64_t timer_gen_ = 0;

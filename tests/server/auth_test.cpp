@@ -417,6 +417,126 @@ TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused au
   }
 }
 
+// Regression (#44): connections that never authenticated held every slot
+// (a client with a valid token was refused at --max-connections), and a
+// `ping` now and then kept them open past the idle timeout.
+TEST_CASE("regression: unauthenticated connections hold slots forever: they share a few slots, "
+          "newcomers displace the oldest") {
+  auth_server s({"--max-connections", "8", "--max-unauthenticated", "2"});
+  std::vector<std::unique_ptr<client>> squatters;
+  for (int i = 0; i < 8; ++i) {
+    squatters.push_back(std::make_unique<client>(s.port));
+    REQUIRE(ok(squatters.back()->call("ping")));
+  }
+  // Each newcomer displaced the oldest: six were told and closed.
+  for (int i = 0; i < 6; ++i) {
+    auto& c = *squatters[static_cast<std::size_t>(i)];
+    auto told = c.next();
+    REQUIRE(told);
+    CHECK(kind_of(told) == "unavailable");
+    CHECK((*told)["error"]["message"].get<std::string>().find("displaced") != std::string::npos);
+    CHECK(c.closed_within(5s));
+  }
+  // A client with a token gets in, and stays.
+  client good(s.port);
+  REQUIRE(ok(good.call("authenticate", json{{"token", tok_all}})));
+  CHECK(ok(good.call("get_app_state", json{{"app_name", "chat"}})));
+  client other(s.port);
+  REQUIRE(ok(other.call("authenticate", json{{"token", tok_chat}})));
+  CHECK(ok(good.call("ping")));
+  auto st = good.call("stats");
+  REQUIRE(ok(st));
+  CHECK((*st)["result"]["server"]["unauthenticated"].get<int>() <= 2);
+}
+
+TEST_CASE("regression: unauthenticated connections hold slots forever: pings do not keep one "
+          "past --auth-timeout-s") {
+  auth_server s({"--auth-timeout-s", "1"});
+  client good(s.port);
+  REQUIRE(ok(good.call("authenticate", json{{"token", tok_all}})));
+  client squatter(s.port);
+  // A ping every 100 ms (the wait for a line in between), up to 10 s: the
+  // connection is never idle, and its 1 s deadline passes.
+  std::optional<json> told;
+  for (int i = 0; i < 100 && !told; ++i) {
+    auto r = squatter.call("ping", nullptr, i, 1s);
+    if (r && kind_of(r) == "unavailable")
+      told = r;
+    else if (auto more = squatter.next(100ms); more && kind_of(more) == "unavailable")
+      told = more;
+  }
+  REQUIRE(told);
+  CHECK((*told)["error"]["message"].get<std::string>().find("not authenticated within 1 s")
+        != std::string::npos);
+  CHECK(squatter.closed_within(5s));
+  // The authenticated connection, older than the deadline, stays.
+  CHECK(ok(good.call("ping")));
+  auto st = good.call("stats");
+  REQUIRE(ok(st));
+  CHECK((*st)["result"]["server"]["auth_timeouts"].get<int>() >= 1);
+}
+
+// Regression (#44): 24 connections each holding a 15 MiB unfinished request
+// line grew the server by 361 MiB: the bound was per connection only.
+TEST_CASE("regression: unfinished request lines are bounded per connection only: a server-wide "
+          "budget, and a tighter line before authentication") {
+  auth_server s({"--max-partial-bytes", "4194304"});
+  client admin(s.port);
+  REQUIRE(ok(admin.call("authenticate", json{{"token", tok_all}})));
+  auto partial_bytes = [&] {
+    auto st = admin.call("stats");
+    REQUIRE(ok(st));
+    return (*st)["result"]["server"]["partial_line_bytes"].get<std::uint64_t>();
+  };
+  auto bytes_in = [&] {
+    auto st = admin.call("stats");
+    REQUIRE(ok(st));
+    return (*st)["result"]["server"]["bytes_in"].get<std::uint64_t>();
+  };
+  // Before authentication a line may not pass 64 KiB.
+  client anon(s.port);
+  const std::string head = R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":")";
+  REQUIRE(anon.send(head + std::string(200 * 1024, 'a')));
+  REQUIRE(anon.send("\"}}\n"));
+  auto r = anon.next();
+  REQUIRE(r);
+  CHECK(kind_of(r) == "too_large");
+  CHECK((*r)["error"]["message"].get<std::string>().find("before authentication")
+        != std::string::npos);
+  CHECK(ok(anon.call("ping")));
+
+  // Authenticated, three clients each start a 1.5 MiB line: the third
+  // passes the 4 MiB budget and is discarded as it arrives.
+  std::vector<std::unique_ptr<client>> big;
+  const std::size_t piece = 1536 * 1024;
+  for (int i = 0; i < 3; ++i) {
+    big.push_back(std::make_unique<client>(s.port));
+    REQUIRE(ok(big.back()->call("authenticate", json{{"token", tok_all}})));
+  }
+  auto before = bytes_in();
+  for (auto& c : big)
+    REQUIRE(c->send(head + std::string(piece, 'b')));
+  // Bounded poll: the server reads the pieces on its own I/O threads.
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (bytes_in() < before + 3 * piece && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  REQUIRE(bytes_in() >= before + 3 * piece);
+  CHECK(partial_bytes() <= std::uint64_t{4} << 20);
+  int discarded = 0;
+  for (auto& c : big) {
+    REQUIRE(c->send("\"}}\n"));
+    auto a = c->next();
+    REQUIRE(a);
+    if (kind_of(a) == "too_large") {
+      ++discarded;
+      CHECK((*a)["error"]["message"].get<std::string>().find("--max-partial-bytes")
+            != std::string::npos);
+    }
+  }
+  CHECK(discarded == 1);
+  CHECK(partial_bytes() == 0);
+}
+
 TEST_CASE("serve --listen beyond loopback: refused without authentication") {
   temp_dir dir;
   auto log = (dir.path() / "log.txt").string();
