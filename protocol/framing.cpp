@@ -337,11 +337,13 @@ result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
       cv.wait(lk, [&] { return paused || done; });
       if (done)
         return;
-      paused = false;
       lk.unlock();
       out.wait_below(backlog / 2 + 1);
       rpc.resume_watches();
       lk.lock();
+      // Output queued meanwhile may have left some paused: wait for room
+      // again (a watch pausing from here on sets the flag itself).
+      paused = rpc.watches_paused();
     }
   });
   auto r = read_lines(
