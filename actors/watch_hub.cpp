@@ -32,6 +32,8 @@ constexpr auto stall_after = std::chrono::milliseconds(10);
 constexpr int batches_per_pass = 4;
 // A delivery thread beyond the base count ends after this long without work.
 constexpr auto linger = std::chrono::seconds(5);
+// The most delivery threads the hub runs, however many callbacks block.
+constexpr std::size_t max_workers = 16;
 
 } // namespace
 
@@ -381,7 +383,8 @@ void watch_hub::run() {
     if (ready_.empty() || idle_ > 0 || passes_ != seen_passes_) {
       seen_passes_ = passes_;
       seen_at_ = now;
-    } else if (now - seen_at_ >= stall_after && workers_ < watches_.size()) {
+    } else if (now - seen_at_ >= stall_after && workers_ < watches_.size()
+               && workers_ < max_workers) {
       add_worker();
       seen_at_ = now;
     }

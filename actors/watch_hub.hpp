@@ -21,9 +21,12 @@
 // the watch queues again behind the others. There are as many delivery
 // threads as cores (1 to 4) while callbacks are quick; when watches wait,
 // every thread is in a pass and no pass has started for 10 ms, the hub
-// adds a thread (up to one per watch), so blocked callbacks hold back other
-// watches for about that long. Threads beyond the base count end after 5
-// idle seconds.
+// adds a thread (up to one per watch, and 16 in all), so blocked callbacks
+// hold back other watches for about that long while fewer than 16 block;
+// beyond that, callbacks that block share the 16 threads, and a client of
+// the hub that must not stall others never blocks in a callback (the
+// protocol ends a watch it cannot write and starts another later). Threads
+// beyond the base count end after 5 idle seconds.
 #pragma once
 
 #include <atomic>

@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -313,10 +314,38 @@ result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
                           const stream_config& cfg) {
   line_writer out(out_fd);
   auto rc = cfg.rpc;
+  const std::size_t backlog = std::max<std::size_t>(2, cfg.max_queued_bytes / 2);
   rc.queued_output_bytes = [&out] { return out.queued(); };
-  rc.max_watch_backlog = cfg.max_queued_bytes / 2;
+  rc.max_watch_backlog = backlog;
+  // Watches paused for room are restarted by `resumer` once the output has
+  // drained to half the backlog (rpc_session::resume_watches).
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool paused = false, done = false;
+  rc.on_watch_paused = [&] {
+    {
+      std::lock_guard<std::mutex> lk(mtx);
+      paused = true;
+    }
+    cv.notify_one();
+  };
   rpc_session rpc(
     eng, [&out](std::string line) { out.push(std::move(line)); }, rc);
+  std::thread resumer([&] {
+    std::unique_lock<std::mutex> lk(mtx);
+    for (;;) {
+      cv.wait(lk, [&] { return paused || done; });
+      if (done)
+        return;
+      lk.unlock();
+      out.wait_below(backlog / 2 + 1);
+      rpc.resume_watches();
+      lk.lock();
+      // Output queued meanwhile may have left some paused: wait for room
+      // again (a watch pausing from here on sets the flag itself).
+      paused = rpc.watches_paused();
+    }
+  });
   auto r = read_lines(
     in_fd, stop_fd, cfg.max_line_bytes,
     [&](std::string_view line) {
@@ -325,8 +354,14 @@ result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
     },
     [&](std::uint64_t bytes) { rpc.handle_oversized_line(bytes, cfg.max_line_bytes); });
   rpc.end_watches();
+  {
+    std::lock_guard<std::mutex> lk(mtx);
+    done = true;
+  }
+  cv.notify_one();
   rpc.drain();
-  out.close();
+  out.close(); // wakes the resumer's wait_below
+  resumer.join();
   return r;
 }
 

@@ -4,11 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
+#include <vector>
 #include <utility>
 
 #include "protocol/dispatcher.hpp"
@@ -31,71 +34,73 @@ struct rpc_session::observers {
   }
 };
 
-/// A live watch's handle and its place in the server's count (given back
-/// when the handle is gone).
-struct counted_watch {
-  std::unique_ptr<watch_handle> handle;
-  std::shared_ptr<std::atomic<std::size_t>> server_count;
-  counted_watch(std::unique_ptr<watch_handle> h, std::shared_ptr<std::atomic<std::size_t>> c)
-    : handle(std::move(h)), server_count(std::move(c)) {}
-  counted_watch(counted_watch&&) = default;
-  counted_watch& operator=(counted_watch&&) = delete;
-  ~counted_watch() {
-    handle.reset(); // cancels, waiting for a batch in progress
-    if (server_count)
-      server_count->fetch_sub(1);
-  }
-};
-
-// The stream's watches. Shared with their callbacks, which run on the
-// engine's delivery threads.
-struct rpc_session::watches {
-  std::mutex mtx;
-  std::map<std::string, counted_watch> live; ///< by watch_id
-  std::size_t max_live = 64;
-  std::shared_ptr<std::atomic<std::size_t>> server_count;
-  std::size_t max_server = 0;
-  std::uint64_t next = 1;
-  std::atomic<bool> closing{false}; ///< the stream is ending: send nothing more
-  /// end_watches() runs: batches not yet sent are dropped and each watch's
-  /// watch_ended says closing, resuming after the last batch sent.
-  std::atomic<bool> ending{false};
-  std::function<std::size_t()> queued_output_bytes;
-  std::size_t max_backlog = 0;
-
-  // Waits until the stream has room for `bytes` more, or is ending (false).
-  bool wait_for_room(std::size_t bytes) {
-    if (!queued_output_bytes)
-      return !closing && !ending;
-    while (!closing && !ending) {
-      auto queued = queued_output_bytes();
-      if (queued == 0 || queued + bytes <= max_backlog)
-        return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
-  }
-};
-
 namespace {
 
-// Opens once the `watch` response is written: a watch's first notification
-// never overtakes it.
-struct answered_latch {
-  std::mutex mtx;
-  std::condition_variable cv;
-  bool open = false;
-  void release() {
+// Destroys engine watch handles on its own thread, in order. A handle's
+// destruction waits until its watch's delivery thread has called on_end;
+// the stream's reader (an I/O thread) hands its handles here instead, so
+// ending watches never makes it wait for delivery threads. One thread per
+// process, started at first use and joined at exit (after the handles
+// queued by then are destroyed).
+class handle_reaper {
+public:
+  static void release(std::vector<std::unique_ptr<watch_handle>> hs) {
+    if (hs.empty())
+      return;
+    static handle_reaper r;
+    r.push(std::move(hs));
+  }
+
+  ~handle_reaper() {
     {
-      std::lock_guard<std::mutex> lk(mtx);
-      open = true;
+      std::lock_guard<std::mutex> lk(mtx_);
+      stop_ = true;
     }
-    cv.notify_all();
+    cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
   }
-  void wait() {
-    std::unique_lock<std::mutex> lk(mtx);
-    cv.wait(lk, [&] { return open; });
+
+private:
+  void push(std::vector<std::unique_ptr<watch_handle>> hs) {
+    {
+      std::lock_guard<std::mutex> lk(mtx_);
+      if (!thread_.joinable()) {
+        try {
+          thread_ = std::thread([this] { run(); });
+        } catch (const std::system_error&) {
+          // No thread: the caller's thread waits for the watches instead.
+        }
+      }
+      if (thread_.joinable()) {
+        for (auto& h : hs)
+          queue_.push_back(std::move(h));
+        hs.clear();
+      }
+    }
+    cv_.notify_one();
+    hs.clear();
   }
+
+  void run() {
+    std::unique_lock<std::mutex> lk(mtx_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty())
+        return;
+      auto h = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      h.reset();
+      lk.lock();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<watch_handle>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 std::string notification_line(const char* method, json params) {
@@ -103,7 +108,223 @@ std::string notification_line(const char* method, json params) {
     -1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string ended_line(const std::string& id, std::string_view reason,
+                       const std::string& resume_from, const std::optional<error>& err) {
+  json params{{"watch_id", id}, {"reason", reason}, {"resume_from", resume_from}};
+  if (err) {
+    params["error"] = {{"kind", to_string(err->code)}, {"message", err->message}};
+    if (err->oldest_cursor)
+      params["error"]["oldest"] = *err->oldest_cursor;
+  }
+  return notification_line("watch_ended", std::move(params));
+}
+
 } // namespace
+
+// One watch of the stream (a watch_id). Its notifications come from the
+// callbacks of one engine watch at a time: a watch whose stream has no room
+// for its next batch ends its engine watch from inside the callback
+// (`paused`: no thread waits, the batch in hand is dropped) and the stream
+// starts another from `sent` once its output has drained (resume_watches).
+// Shared by the stream and the callbacks of its engine watches.
+namespace {
+struct client_watch {
+  enum class state { running, paused, over };
+  std::string id;
+  watch_request req; ///< as asked; a restart reads from `sent`
+  /// The app its access needs; nullopt: every app (scope all).
+  std::optional<std::string> app;
+  std::shared_ptr<std::atomic<std::size_t>> server_count; ///< its slot, given back once
+  /// Orders the watch's lines and guards the members below. Held while its
+  /// engine watch starts and its answer is written, so no notification
+  /// overtakes the `watch` answer. Never held while a handle is destroyed.
+  std::mutex mtx;
+  state st = state::running;
+  std::uint64_t gen = 0; ///< the engine watch whose callbacks count
+  std::string sent; ///< past the last `changes` written (the start until then)
+  std::unique_ptr<watch_handle> handle; ///< the engine watch (null while paused)
+
+  /// Gives the server-wide slot back (once): when the watch leaves the
+  /// stream's list, or with the last reference.
+  void release_slot() {
+    if (auto c = std::exchange(server_count, nullptr))
+      c->fetch_sub(1);
+  }
+  ~client_watch() { release_slot(); }
+};
+} // namespace
+
+// The stream's watches and what their callbacks need of the stream. Shared
+// with the callbacks, which run on the engine's delivery threads.
+struct rpc_session::watches : std::enable_shared_from_this<rpc_session::watches> {
+  std::mutex mtx;
+  std::map<std::string, std::shared_ptr<client_watch>> live; ///< by watch_id
+  std::size_t max_live = 64;
+  std::shared_ptr<std::atomic<std::size_t>> server_count;
+  std::size_t max_server = 0;
+  std::uint64_t next = 1;
+  std::atomic<bool> closing{false}; ///< the stream is gone: send nothing more
+  std::atomic<std::size_t> paused{0}; ///< watches waiting for room
+  std::function<std::size_t()> queued_output_bytes;
+  std::size_t max_backlog = 0;
+  std::function<void()> on_watch_paused; ///< called under the watch's mutex
+  std::weak_ptr<detail::dispatcher> out;
+
+  // The stream's access, for delivery: a copy of the gate's token digest,
+  // looked up again when the token source's table is replaced.
+  std::shared_ptr<const token_source> tokens; ///< null: every app allowed
+  std::mutex access_mtx;
+  std::optional<token_table::digest> digest; ///< under access_mtx
+  std::optional<grant> current; ///< under access_mtx
+  std::uint64_t generation = 0; ///< under access_mtx
+
+  bool allowed(const std::optional<std::string>& app) {
+    if (!tokens)
+      return true;
+    std::lock_guard<std::mutex> lk(access_mtx);
+    if (!digest)
+      return false;
+    auto gen = tokens->generation();
+    if (gen != generation) {
+      current = tokens->current()->find_digest(*digest);
+      generation = gen;
+    }
+    if (!current)
+      return false;
+    return current->all_apps || (app && current->allows(*app));
+  }
+
+  bool has_room(std::size_t bytes) const {
+    if (!queued_output_bytes)
+      return true;
+    auto queued = queued_output_bytes();
+    return queued == 0 || queued + bytes <= max_backlog;
+  }
+
+  void write(std::string line) {
+    if (auto d = out.lock())
+      d->notify(std::move(line));
+  }
+
+  // Drops `w` from `live` (when it is still there).
+  void forget(const std::shared_ptr<client_watch>& w) {
+    std::lock_guard<std::mutex> lk(mtx);
+    auto it = live.find(w->id);
+    if (it != live.end() && it->second == w) {
+      live.erase(it);
+      w->release_slot();
+    }
+  }
+
+  void paused_one() {
+    if (on_watch_paused)
+      try {
+        on_watch_paused();
+      } catch (...) {
+      }
+  }
+
+  // Starts an engine watch for `w` from `w->sent` (or from req.from, the
+  // first time). REQUIRES: w->mtx held. On failure `w` is over and its
+  // watch_ended written; the error is returned.
+  std::optional<error> start_engine_watch(engine& eng, const std::shared_ptr<client_watch>& w,
+                                          bool first);
+  // The callbacks of `w`'s engine watch number `gen`.
+  static change_handler on_changes_of(std::weak_ptr<watches> wsw, std::shared_ptr<client_watch> w,
+                                      std::uint64_t gen);
+  static end_handler on_end_of(std::weak_ptr<watches> wsw, std::shared_ptr<client_watch> w,
+                               std::uint64_t gen);
+};
+
+std::optional<error>
+rpc_session::watches::start_engine_watch(engine& eng, const std::shared_ptr<client_watch>& w,
+                                         bool first) {
+  auto req = w->req;
+  if (!first)
+    req.from = w->sent;
+  const auto gen = ++w->gen;
+  auto h = eng.watch(std::move(req), on_changes_of(weak_from_this(), w, gen),
+                     on_end_of(weak_from_this(), w, gen));
+  if (!h) {
+    w->st = client_watch::state::over;
+    if (!first) {
+      auto code = h.code();
+      write(ended_line(w->id, code == errc::cursor_expired ? "cursor_expired" : "failed", w->sent,
+                       h.err()));
+    }
+    return std::move(h).err();
+  }
+  if (first)
+    w->sent = (*h)->cursor();
+  w->handle = std::move(*h);
+  w->st = client_watch::state::running;
+  return std::nullopt;
+}
+
+change_handler rpc_session::watches::on_changes_of(std::weak_ptr<watches> wsw,
+                                                   std::shared_ptr<client_watch> w,
+                                                   std::uint64_t gen) {
+  return [wsw, w, gen](change_page page) {
+    auto ws = wsw.lock();
+    if (!ws)
+      return;
+    std::unique_ptr<watch_handle> own; // destroyed after the lock: its own callback, no wait
+    bool forget = false;
+    {
+      std::lock_guard<std::mutex> lk(w->mtx);
+      if (w->gen != gen || w->st != client_watch::state::running || ws->closing)
+        return;
+      if (!ws->allowed(w->app)) {
+        // The stream's token was revoked or replaced: nothing more of the
+        // app goes out.
+        w->st = client_watch::state::over;
+        own = std::move(w->handle);
+        ws->write(ended_line(w->id, "permission_denied", w->sent, std::nullopt));
+        forget = true;
+      } else {
+        json changes = json::array();
+        for (auto& c : page.changes)
+          changes.push_back(to_json(c));
+        auto line = notification_line(
+          "changes",
+          json{{"watch_id", w->id}, {"changes", std::move(changes)}, {"cursor", page.cursor}});
+        if (ws->has_room(line.size())) {
+          ws->write(std::move(line));
+          w->sent = page.cursor;
+        } else {
+          w->st = client_watch::state::paused;
+          ++ws->paused;
+          own = std::move(w->handle);
+          // Under the lock: once the stream has ended its watches, no
+          // callback calls the stream's hooks.
+          ws->paused_one();
+        }
+      }
+    }
+    own.reset();
+    if (forget)
+      ws->forget(w);
+  };
+}
+
+end_handler rpc_session::watches::on_end_of(std::weak_ptr<watches> wsw,
+                                            std::shared_ptr<client_watch> w, std::uint64_t gen) {
+  return [wsw, w, gen](const watch_end& e) {
+    auto ws = wsw.lock();
+    if (!ws)
+      return;
+    std::lock_guard<std::mutex> lk(w->mtx);
+    // Paused, ended by the stream, or superseded: the stream said what it
+    // had to.
+    if (w->gen != gen || w->st != client_watch::state::running || ws->closing)
+      return;
+    // Ended by the engine (closing, cursor_expired, failed). It keeps its
+    // slot until unwatch.
+    w->st = client_watch::state::over;
+    w->sent = e.resume_from;
+    ws->write(ended_line(w->id, to_string(e.reason), e.resume_from, e.err));
+  };
+}
 
 rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rpc_config cfg)
   : dispatch_(std::make_shared<detail::dispatcher>(
@@ -115,9 +336,12 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
     watches_(std::make_shared<watches>()), eng_(eng) {
   watches_->queued_output_bytes = std::move(cfg.queued_output_bytes);
   watches_->max_backlog = std::max<std::size_t>(1, cfg.max_watch_backlog);
+  watches_->on_watch_paused = std::move(cfg.on_watch_paused);
   watches_->max_live = cfg.max_watches;
   watches_->server_count = std::move(cfg.server_watches);
   watches_->max_server = cfg.max_server_watches;
+  watches_->tokens = cfg.tokens;
+  watches_->out = dispatch_;
   if (cfg.on_error || cfg.on_authenticate)
     observers_ = std::make_shared<const observers>(
       observers{std::move(cfg.on_error), std::move(cfg.on_authenticate)});
@@ -125,17 +349,12 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
 
 rpc_session::~rpc_session() {
   watches_->closing = true;
-  std::map<std::string, counted_watch> live;
-  {
-    std::lock_guard<std::mutex> lk(watches_->mtx);
-    live.swap(watches_->live);
-  }
-  live.clear(); // cancels each, waiting for a batch in progress
+  end_all(nullptr);
   drain();
 }
 
 void rpc_session::start_watch(detail::decoded_request& d) {
-  std::string id;
+  auto w = std::make_shared<client_watch>();
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     if (watches_->live.size() >= watches_->max_live)
@@ -143,9 +362,8 @@ void rpc_session::start_watch(detail::decoded_request& d) {
                     "this connection has " + std::to_string(watches_->live.size())
                       + " live watches, the most it may have (--max-watches): unwatch one first",
                     to_string(errc::unavailable));
-    id = "w" + std::to_string(watches_->next++);
+    w->id = "w" + std::to_string(watches_->next++);
   }
-  std::shared_ptr<std::atomic<std::size_t>> counted;
   if (auto& all = watches_->server_count) {
     if (all->fetch_add(1) >= watches_->max_server) {
       all->fetch_sub(1);
@@ -154,69 +372,26 @@ void rpc_session::start_watch(detail::decoded_request& d) {
                       + " live watches, the most it may have (--max-server-watches); retry later",
                     to_string(errc::unavailable));
     }
-    counted = all;
+    w->server_count = all;
   }
-  auto latch = std::make_shared<answered_latch>();
-  auto ws = watches_;
-  std::weak_ptr<detail::dispatcher> out = dispatch_;
-  // The cursor of the last `changes` written (the start until then). Set
-  // before the latch opens; then used only by the watch's callbacks, one
-  // callback at a time.
-  auto sent = std::make_shared<std::string>();
-  auto on_changes = [latch, ws, out, id, sent](change_page page) {
-    latch->wait();
-    json changes = json::array();
-    for (auto& c : page.changes)
-      changes.push_back(to_json(c));
-    auto line = notification_line(
-      "changes", json{{"watch_id", id}, {"changes", std::move(changes)}, {"cursor", page.cursor}});
-    if (!ws->wait_for_room(line.size()))
-      return;
-    if (auto d = out.lock()) {
-      d->notify(std::move(line));
-      *sent = page.cursor;
-    }
-  };
-  auto on_end = [latch, ws, out, id, sent](const watch_end& e) {
-    latch->wait();
-    if (ws->closing)
-      return; // the stream is gone: nobody to tell
-    // While the stream ends, batches may have been dropped: resume after
-    // the last one written.
-    const bool ending = ws->ending;
-    json params{
-      {"watch_id", id},
-      {"reason",
-       ending && e.reason == watch_end_reason::cancelled ? "closing" : to_string(e.reason)},
-      {"resume_from", ending ? *sent : e.resume_from}};
-    if (e.err) {
-      params["error"] = {{"kind", to_string(e.err->code)}, {"message", e.err->message}};
-      if (e.err->oldest_cursor)
-        params["error"]["oldest"] = *e.err->oldest_cursor;
-    }
-    if (auto d = out.lock())
-      d->notify(notification_line("watch_ended", std::move(params)));
-  };
-  auto h = eng_.watch(std::move(*d.watch), on_changes, on_end);
-  if (!h) {
-    if (counted)
-      counted->fetch_sub(1);
-    latch->release();
+  w->req = std::move(*d.watch);
+  if (w->req.scope != watch_scope::all)
+    w->app = w->req.app_name;
+  // Held until the answer is written: the first notification waits for it.
+  std::lock_guard<std::mutex> lk(w->mtx);
+  if (auto failed = watches_->start_engine_watch(eng_, w, true)) {
     if (observers_)
-      observers_->error(to_string(h.code()));
+      observers_->error(to_string(failed->code));
     if (!d.notification)
-      dispatch_->answer(d.id, detail::from_engine(h.err()));
+      dispatch_->answer(d.id, detail::from_engine(*failed));
     return;
   }
-  auto cursor = (*h)->cursor();
-  *sent = cursor;
   {
-    std::lock_guard<std::mutex> lk(watches_->mtx);
-    watches_->live.emplace(id, counted_watch(std::move(*h), std::move(counted)));
+    std::lock_guard<std::mutex> guard(watches_->mtx);
+    watches_->live.emplace(w->id, w);
   }
   if (!d.notification)
-    dispatch_->answer(d.id, detail::outcome{json{{"watch_id", id}, {"cursor", cursor}}});
-  latch->release();
+    dispatch_->answer(d.id, detail::outcome{json{{"watch_id", w->id}, {"cursor", w->sent}}});
 }
 
 bool rpc_session::watching() const {
@@ -224,33 +399,125 @@ bool rpc_session::watching() const {
   return !watches_->live.empty();
 }
 
-void rpc_session::end_watches() {
-  watches_->ending = true;
-  std::map<std::string, counted_watch> live;
+bool rpc_session::watches_paused() const {
+  return watches_->paused.load() > 0;
+}
+
+void rpc_session::end_all(const char* reason) {
+  std::map<std::string, std::shared_ptr<client_watch>> live;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     live.swap(watches_->live);
   }
-  for (auto& w : live)
-    w.second.handle->cancel(); // its watch_ended (closing) is written first
+  std::vector<std::unique_ptr<watch_handle>> handles;
+  for (auto& [id, w] : live) {
+    std::lock_guard<std::mutex> lk(w->mtx);
+    if (w->st == client_watch::state::paused)
+      --watches_->paused;
+    if (w->st != client_watch::state::over && reason && !watches_->closing)
+      watches_->write(ended_line(w->id, reason, w->sent, std::nullopt));
+    w->st = client_watch::state::over;
+    w->release_slot();
+    if (w->handle)
+      handles.push_back(std::move(w->handle));
+  }
+  handle_reaper::release(std::move(handles));
+}
+
+void rpc_session::end_watches() {
+  end_all("closing");
+}
+
+void rpc_session::resume_watches() {
+  if (watches_->paused.load() == 0 || watches_->closing)
+    return;
+  std::vector<std::shared_ptr<client_watch>> paused;
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    for (auto& [id, w] : watches_->live)
+      paused.push_back(w);
+  }
+  for (auto& w : paused) {
+    bool forget = false;
+    {
+      std::lock_guard<std::mutex> lk(w->mtx);
+      if (w->st != client_watch::state::paused)
+        continue;
+      // Half the backlog free: a resumed watch has room for a few batches.
+      if (watches_->queued_output_bytes
+          && watches_->queued_output_bytes() > watches_->max_backlog / 2)
+        return;
+      --watches_->paused;
+      if (!watches_->allowed(w->app)) {
+        w->st = client_watch::state::over;
+        watches_->write(ended_line(w->id, "permission_denied", w->sent, std::nullopt));
+        forget = true;
+      } else {
+        (void)watches_->start_engine_watch(eng_, w, false);
+      }
+    }
+    if (forget)
+      watches_->forget(w);
+  }
+}
+
+void rpc_session::check_watch_access() {
+  if (!watches_->tokens)
+    return;
+  std::vector<std::shared_ptr<client_watch>> all;
+  {
+    std::lock_guard<std::mutex> lk(watches_->mtx);
+    for (auto& [id, w] : watches_->live)
+      all.push_back(w);
+  }
+  std::vector<std::unique_ptr<watch_handle>> handles;
+  for (auto& w : all) {
+    {
+      std::lock_guard<std::mutex> lk(w->mtx);
+      if (w->st == client_watch::state::over || watches_->allowed(w->app))
+        continue;
+      if (w->st == client_watch::state::paused)
+        --watches_->paused;
+      w->st = client_watch::state::over;
+      watches_->write(ended_line(w->id, "permission_denied", w->sent, std::nullopt));
+      if (w->handle)
+        handles.push_back(std::move(w->handle));
+    }
+    watches_->forget(w);
+  }
+  handle_reaper::release(std::move(handles));
 }
 
 void rpc_session::stop_watch(detail::decoded_request& d) {
-  std::optional<counted_watch> w;
+  std::shared_ptr<client_watch> w;
   {
     std::lock_guard<std::mutex> lk(watches_->mtx);
     auto it = watches_->live.find(*d.unwatch);
     if (it != watches_->live.end()) {
-      w.emplace(std::move(it->second));
+      w = std::move(it->second);
       watches_->live.erase(it);
     }
   }
   if (!w)
     return refuse(d, rpc_code::engine_error, "no watch '" + *d.unwatch + "' on this connection",
                   to_string(errc::not_found));
-  w->handle->cancel(); // its watch_ended (cancelled) goes out first
+  std::string resume;
+  std::vector<std::unique_ptr<watch_handle>> handles;
+  {
+    std::lock_guard<std::mutex> lk(w->mtx);
+    if (w->st == client_watch::state::paused)
+      --watches_->paused;
+    if (w->st != client_watch::state::over)
+      watches_->write(ended_line(w->id, "cancelled", w->sent, std::nullopt));
+    w->st = client_watch::state::over;
+    w->release_slot();
+    resume = w->sent;
+    if (w->handle)
+      handles.push_back(std::move(w->handle));
+  }
+  handle_reaper::release(std::move(handles));
   if (!d.notification)
-    dispatch_->answer(d.id, detail::outcome{json{{"resume_from", w->handle->cursor()}}});
+    dispatch_->answer(d.id, detail::outcome{json{{"resume_from", resume}}});
 }
 
 void rpc_session::refuse(const detail::decoded_request& d, int code, const std::string& message,
@@ -273,6 +540,22 @@ void rpc_session::authenticate(detail::decoded_request& d) {
       observers_->on_authenticate(r.ok());
     } catch (...) {
     }
+  if (watches_->tokens) {
+    // The watches' copy of the stream's access follows the gate's: a
+    // refused token leaves the stream unauthenticated, and its watches end.
+    {
+      std::lock_guard<std::mutex> lk(watches_->access_mtx);
+      if (r) {
+        watches_->digest = token_table::digest_of(*d.token);
+        watches_->generation = watches_->tokens->generation();
+        watches_->current = watches_->tokens->current()->find_digest(*watches_->digest);
+      } else {
+        watches_->digest.reset();
+        watches_->current.reset();
+      }
+    }
+    check_watch_access();
+  }
   if (!r)
     return refuse(d, rpc_code::access_error, r.err().message, to_string(r.err().code));
   if (d.notification)
@@ -318,14 +601,21 @@ void rpc_session::handle_line(std::string_view line) {
 }
 
 void rpc_session::handle_oversized_line(std::uint64_t bytes, std::uint64_t limit) {
+  handle_oversized_line(bytes, limit, std::string());
+}
+
+void rpc_session::handle_oversized_line(std::uint64_t bytes, std::uint64_t limit,
+                                        const std::string& why) {
   if (observers_)
     observers_->error(to_string(errc::too_large));
-  dispatch_->answer(nullptr,
-                    detail::make_failure(rpc_code::parse_error,
-                                         "line of " + std::to_string(bytes)
-                                           + " bytes exceeds the limit of " + std::to_string(limit)
-                                           + " bytes; it was discarded unread",
-                                         errc::too_large));
+  std::string message = "line of " + std::to_string(bytes) + " bytes ";
+  if (why.empty() || why.rfind("before", 0) == 0)
+    message +=
+      "exceeds the limit of " + std::to_string(limit) + " bytes" + (why.empty() ? "" : " " + why);
+  else
+    message += "discarded: " + why;
+  message += "; it was discarded unread";
+  dispatch_->answer(nullptr, detail::make_failure(rpc_code::parse_error, message, errc::too_large));
 }
 
 void rpc_session::drain() {

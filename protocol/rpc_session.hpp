@@ -67,15 +67,20 @@ struct rpc_config {
   std::function<void()> on_complete;
 
   /// Bytes written to the stream and not yet taken by the client. With it, a
-  /// watch whose notifications would pass max_watch_backlog waits (its own
-  /// thread; the change log keeps what it has not sent), so a client that
-  /// stops reading never grows the server's memory; without it, nothing
-  /// bounds them here.
+  /// watch whose next batch would take them past max_watch_backlog pauses:
+  /// its engine watch ends from inside the callback (no thread waits; the
+  /// change log keeps what it has not sent) and on_watch_paused is called;
+  /// the stream's owner calls resume_watches() once its output has drained.
+  /// Without it, nothing bounds the notifications here.
   std::function<std::size_t()> queued_output_bytes;
   std::size_t max_watch_backlog = std::size_t{32} << 20;
+  /// Called on a delivery thread when a watch pauses for room, never after
+  /// end_watches() or the destructor has returned; must not block, throw or
+  /// call back into the rpc_session.
+  std::function<void()> on_watch_paused;
 
-  /// Live watches of this stream (each costs the engine a thread); a
-  /// `watch` beyond it is refused with kind unavailable until one ends.
+  /// Live watches of this stream; a `watch` beyond it is refused with kind
+  /// unavailable until one ends.
   std::size_t max_watches = 64;
   /// Live watches of every stream that shares this counter (a server's
   /// connections), at most max_server_watches; null: no shared bound.
@@ -95,8 +100,8 @@ struct decoded_request;
 ///
 /// Thread safety: handle_line(), handle_oversized_line() and drain() are meant
 /// to be called from one thread (the reader of the stream); responses are
-/// written from engine threads too, and a watch's notifications from its own
-/// thread. Watches end with the rpc_session.
+/// written from engine threads too, and a watch's notifications from the
+/// engine's delivery threads. Watches end with the rpc_session.
 class rpc_session {
 public:
   /// `write` receives each response as one JSON text without the trailing
@@ -125,15 +130,32 @@ public:
   /// Answers a line that was discarded because it had `bytes` bytes, more
   /// than `limit` (parse error, kind too_large, id null). Never throws.
   void handle_oversized_line(std::uint64_t bytes, std::uint64_t limit);
+  /// As above; `why` (non-empty) follows the message: which limit it was.
+  void handle_oversized_line(std::uint64_t bytes, std::uint64_t limit, const std::string& why);
 
   /// Ends every watch of the stream, each with a `watch_ended` notification
   /// (reason closing, resume_from after the last `changes` written) passed
   /// to `write` before this returns; batches not yet written are dropped
-  /// (resuming reads them again), so a reader that stopped reading cannot
-  /// hold it up. Watches started later are not ended. Call when the stream
-  /// is closing gracefully, before drain(). Blocks while a watch's handler
-  /// finishes its batch.
+  /// (resuming reads them again). Watches started later are not ended. Call
+  /// when the stream is closing gracefully, before drain(). Waits only for a
+  /// batch being written now: the engine watches are released on a thread
+  /// of their own, never on the caller's.
   void end_watches();
+
+  /// Restarts the watches paused for room (rpc_config::queued_output_bytes)
+  /// while the queued output is at most half of max_watch_backlog. Any
+  /// thread but a watch's callback; call after output was written.
+  void resume_watches();
+
+  /// Ends, with watch_ended (reason permission_denied), every watch the
+  /// stream's access no longer allows: call after the token source's table
+  /// was replaced. (A refused `authenticate` does this itself, and a batch
+  /// is never delivered past a revocation.) Any thread but a watch's
+  /// callback.
+  void check_watch_access();
+
+  /// Whether a watch waits for resume_watches(). Thread-safe.
+  bool watches_paused() const;
 
   /// Blocks until every request handed in so far has completed and its
   /// response has been passed to `write`. REQUIRES: not called from an engine
@@ -155,6 +177,8 @@ private:
   void stop_watch(detail::decoded_request& d);
   void refuse(const detail::decoded_request& d, int code, const std::string& message,
               std::string_view kind);
+  /// Ends every watch; `reason` null: silently (the stream is gone).
+  void end_all(const char* reason);
 
   /// Shared with the engine callbacks still pending (see dispatcher).
   std::shared_ptr<detail::dispatcher> dispatch_;

@@ -22,20 +22,28 @@
 // Flow control, never blocking an I/O thread:
 //  * A complete line is handed to the rpc_session only when it may be
 //    admitted: fewer than max_in_flight requests outstanding, and the output
-//    queued plus the estimated responses of the requests in flight (and of
-//    this one) within max_output_bytes. The estimate is the largest recent
-//    response on the connection (decaying by 1/16 per response, at least
-//    max_output_bytes / max_in_flight, 1 MiB before the first). One request
-//    is always admitted while the output is under the cap and nothing is in
-//    flight.
+//    queued (the bytes of the responses made and not yet written, counted
+//    as they are queued) plus a reservation for each request in flight (and
+//    for this one) within max_output_bytes. The reservation is the largest
+//    response the connection has been sent, at least 1 MiB and at least
+//    max_output_bytes / max_in_flight; small responses never lower it, so
+//    cheap requests cannot open the way for a burst of large ones. The
+//    queue passes the cap only by what responses larger than every earlier
+//    one add beyond their reservations. One request is always admitted
+//    while the output is under the cap and nothing is in flight.
 //  * Otherwise the connection is not read (at most one read's worth of lines
 //    waits in `backlog_`) until a response is written or arrives, or a
 //    request completes. Responses are never dropped while the client is
 //    connected: a response that takes the queue over the cap is kept, and
 //    the cap stops further reading.
 //  * A partial line is kept as the pieces read (no doubling growth) up to
-//    max_line_bytes; a longer one is discarded as it arrives and answered
-//    too_large.
+//    max_line_bytes (max_unauthenticated_line_bytes while the connection is
+//    not authenticated), and while the partial lines of every connection
+//    stay within max_partial_bytes; otherwise it is discarded as it arrives
+//    and answered too_large.
+//  * With authentication, a connection not authenticated is closed after
+//    auth_timeout, and such connections hold at most their share of the
+//    slots (the server displaces the oldest at accept).
 //
 // Lifetime: held by shared_ptr (the server's registry and its pending
 // handlers). It leaves the registry only once nothing is in flight, so its
@@ -91,6 +99,14 @@ struct shared_state {
   std::function<json()> server_stats;
   /// Live watches of every connection (rpc_config::server_watches).
   std::shared_ptr<std::atomic<std::size_t>> watches = std::make_shared<std::atomic<std::size_t>>(0);
+  /// With authentication: called on a connection's strand when it becomes
+  /// unauthenticated (true: opened, or a token refused) or stops being so
+  /// (authenticated, or finished); and the share of the slots such
+  /// connections may hold (limits::max_unauthenticated, resolved).
+  std::function<void(std::uint64_t id, bool unauthenticated)> on_auth_state;
+  std::size_t max_unauthenticated = 1;
+  /// Bytes of unfinished request lines of every connection.
+  std::atomic<std::uint64_t> partial_bytes{0};
 };
 
 /// The connection-level error line (id null, kind unavailable).
@@ -113,6 +129,11 @@ public:
   virtual void shutdown() = 0;
   /// Close the socket now (responses still owed are lost), then finish.
   virtual void drop() = 0;
+  /// The token table was replaced: end the watches it no longer allows.
+  virtual void access_changed() = 0;
+  /// Not authenticated and displaced by a newer connection: told and
+  /// closed, unless it authenticated meanwhile.
+  virtual void displace() = 0;
   /// Requests in flight. Any thread.
   virtual std::size_t in_flight() const = 0;
 };
@@ -124,7 +145,7 @@ struct outbox {
   std::string pending; ///< lines not yet taken by a write
   std::string spare; ///< see protocol::keep_spare
   std::size_t bytes = 0; ///< pending plus the write in progress
-  std::size_t estimate = 0; ///< expected size of a response (see above)
+  std::size_t estimate = 0; ///< reservation per request in flight (see above)
   bool wake_posted = false;
   bool closed = false; ///< the socket is gone: drop what comes
   /// The socket for direct writes from engine workers; -1 for none (TLS,
@@ -133,6 +154,10 @@ struct outbox {
   bool busy = false; ///< a writer (the strand or a worker) holds the output
   bool direct = false; ///< with busy: the writer is a worker (fd in use)
   bool deferred = false; ///< a worker's idle point will write pending
+  /// A watch waits for room (rpc_session::resume_watches): a writer that
+  /// takes `bytes` to `watch_room` or below wakes the strand.
+  bool watch_waits = false;
+  std::size_t watch_room = 0;
   /// The strand waits for completed requests or written output (its reader
   /// is paused, or it is closing): each one posts a wake-up. Written by the
   /// strand under `mtx`; a completion reads it without `mtx` first. That
@@ -196,7 +221,7 @@ inline bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counte
   out.busy = false;
   out.direct = false;
   protocol::keep_spare(out.spare, batch);
-  return left || out.strand_waits;
+  return left || out.strand_waits || (out.watch_waits && out.bytes <= out.watch_room);
 }
 
 template <class Stream>
@@ -212,7 +237,20 @@ public:
     : sh_(std::move(sh)), stream_(std::move(stream)), strand_(stream_.get_executor()),
       timer_(strand_), id_(id), peer_(std::move(peer)), out_(std::make_shared<outbox>()),
       opened_(clock::now()), last_progress_(opened_) {
-    out_->estimate = std::size_t{1} << 20;
+    out_->estimate = std::max(std::size_t{1} << 20, floor_estimate());
+  }
+
+  ~connection() override { drop_partial(); }
+
+  void displace() override {
+    asio::post(strand_, [self = self()] {
+      if (!self->unauth_ || self->closing_ || self->closed_)
+        return; // authenticated meanwhile: it keeps its place
+      self->sh_->stats.add(self->sh_->stats.auth_timeouts);
+      self->fail("unauthenticated_displaced",
+                 "not authenticated, and displaced by a newer connection (the server's share for "
+                 "connections not authenticated is full); closing the connection");
+    });
   }
 
   void start() override {
@@ -225,6 +263,13 @@ public:
 
   void drop() override {
     asio::post(strand_, [self = self()] { self->close_now("dropped at shutdown"); });
+  }
+
+  void access_changed() override {
+    asio::post(strand_, [self = self()] {
+      if (!self->closed_)
+        self->rpc_->check_watch_access();
+    });
   }
 
   std::size_t in_flight() const override { return rpc_ ? rpc_->in_flight() : 0; }
@@ -273,7 +318,15 @@ public:
     rc.server_stats = sh_->server_stats;
     auto sh = sh_;
     rc.on_error = [sh](std::string_view kind) { sh->stats.error(kind); };
-    rc.on_authenticate = [sh, id = id_, peer = peer_](bool ok) {
+    if (sh_->tokens) {
+      unauth_ = true;
+      unauth_since_ = opened_;
+      sh_->on_auth_state(id_, true);
+    }
+    // Runs on the strand, inside handle_line: the connection outlives its
+    // rpc_session.
+    rc.on_authenticate = [this, sh, id = id_, peer = peer_](bool ok) {
+      auth_changed(ok);
       if (ok) {
         sh->log->info("authenticated", "", {{"conn", id}, {"peer", peer}});
       } else {
@@ -285,7 +338,6 @@ public:
       out_->fd = socket().native_handle(); // not yet shared: no lock needed
     std::weak_ptr<connection> weak = self();
     auto out = out_;
-    auto floor = floor_estimate();
     // Runs on_output on the strand (the outbox's one wake-up: wake_posted).
     auto wake = [weak, strand = strand_] {
       asio::post(strand, [weak] {
@@ -299,6 +351,20 @@ public:
       return out->closed ? std::size_t{0} : out->bytes;
     };
     rc.max_watch_backlog = sh_->lim.max_output_bytes / 2;
+    out_->watch_room = rc.max_watch_backlog / 2;
+    rc.on_watch_paused = [out, wake] {
+      bool post = false;
+      {
+        std::lock_guard<std::mutex> guard(out->mtx);
+        out->watch_waits = true;
+        if (!out->closed && !out->wake_posted) {
+          out->wake_posted = true;
+          post = true;
+        }
+      }
+      if (post)
+        wake();
+    };
     rc.max_watches = sh_->lim.max_watches;
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;
@@ -318,7 +384,7 @@ public:
     };
     rpc_ = std::make_unique<protocol::rpc_session>(
       *sh_->eng,
-      [out, sh, floor, wake](std::string line) {
+      [out, sh, wake](std::string line) {
         auto n = line.size() + 1;
         bool post = false;
         {
@@ -330,7 +396,7 @@ public:
           // Counted before the lock is released: from then on an I/O thread
           // may write these bytes and subtract them from the count.
           sh->stats.add(sh->stats.queued_output_bytes, n);
-          out->estimate = std::max({n, out->estimate - out->estimate / 16, floor});
+          out->estimate = std::max(out->estimate, n);
           if (out->busy)
             return; // the writer at work takes it along
           if (out->fd >= 0) {
@@ -378,6 +444,22 @@ private:
     }
     last_progress_ = clock::now();
     pump();
+  }
+
+  // A token was accepted (`ok`) or refused: the stream's access changed.
+  void auth_changed(bool ok) {
+    if (ok != unauth_)
+      return; // no change: already authenticated, or still not
+    unauth_ = !ok;
+    if (!ok)
+      unauth_since_ = clock::now();
+    sh_->on_auth_state(id_, unauth_);
+  }
+
+  std::uint64_t line_limit() const {
+    const auto& lim = sh_->lim;
+    return unauth_ ? std::min(lim.max_line_bytes, lim.max_unauthenticated_line_bytes)
+                   : lim.max_line_bytes;
   }
 
   // -- reading -------------------------------------------------------------------
@@ -458,7 +540,7 @@ private:
   // Hands complete lines to the rpc_session while they may be admitted and
   // keeps a trailing partial line. Returns the bytes used; the rest waits.
   std::size_t process_input(std::string_view data) {
-    const auto max_line = sh_->lim.max_line_bytes;
+    auto max_line = line_limit();
     std::size_t pos = 0;
     while (pos < data.size()) {
       auto nl = static_cast<const char*>(std::memchr(data.data() + pos, '\n', data.size() - pos));
@@ -469,10 +551,11 @@ private:
       auto seg = static_cast<std::size_t>(nl - (data.data() + pos));
       if (discarding_ || partial_bytes_ + seg > max_line) {
         auto total = discarding_ ? discarded_ + seg : partial_bytes_ + seg;
+        const bool budget = over_budget_;
         drop_partial();
         ++requests_;
         sh_->stats.add(sh_->stats.requests);
-        rpc_->handle_oversized_line(total, max_line);
+        answer_discarded(total, max_line, budget);
         pos += seg + 1;
         continue;
       }
@@ -492,8 +575,23 @@ private:
         rpc_->handle_line(line);
       }
       pos += seg + 1;
+      max_line = line_limit(); // an authenticate may have changed it
     }
     return pos;
+  }
+
+  // Answers a discarded line of `total` bytes: over the connection's line
+  // limit, or (`budget`) over the server's budget for partial lines.
+  void answer_discarded(std::uint64_t total, std::uint64_t limit, bool budget) {
+    if (budget)
+      rpc_->handle_oversized_line(
+        total, limit,
+        "unfinished request lines of all connections reached --max-partial-bytes ("
+          + std::to_string(sh_->lim.max_partial_bytes) + " bytes)");
+    else if (unauth_ && limit < sh_->lim.max_line_bytes)
+      rpc_->handle_oversized_line(total, limit, "before authentication");
+    else
+      rpc_->handle_oversized_line(total, limit);
   }
 
   void add_partial(std::string_view piece) {
@@ -503,10 +601,16 @@ private:
       discarded_ += piece.size();
       return;
     }
-    if (partial_bytes_ + piece.size() > sh_->lim.max_line_bytes) {
+    const bool over_line = partial_bytes_ + piece.size() > line_limit();
+    const bool over_budget = !over_line
+      && sh_->partial_bytes.fetch_add(piece.size()) + piece.size() > sh_->lim.max_partial_bytes;
+    if (over_line || over_budget) {
+      if (over_budget)
+        sh_->partial_bytes.fetch_sub(piece.size());
       auto total = partial_bytes_ + piece.size();
       drop_partial();
       discarding_ = true;
+      over_budget_ = over_budget;
       discarded_ = total;
       return;
     }
@@ -521,6 +625,9 @@ private:
 
   void drop_partial() {
     std::vector<std::string>().swap(parts_);
+    if (partial_bytes_ > 0)
+      sh_->partial_bytes.fetch_sub(partial_bytes_);
+    over_budget_ = false;
     partial_bytes_ = 0;
     discarding_ = false;
     discarded_ = 0;
@@ -549,8 +656,9 @@ private:
         }
         if (discarding_) {
           auto total = discarded_;
+          const bool budget = over_budget_;
           drop_partial();
-          rpc_->handle_oversized_line(total, sh_->lim.max_line_bytes);
+          answer_discarded(total, line_limit(), budget);
         } else {
           std::string line;
           line.reserve(partial_bytes_);
@@ -630,7 +738,26 @@ private:
     }
     last_progress_ = clock::now();
     start_write();
+    resume_watches();
     pump();
+  }
+
+  // Restarts the watches paused for room once the output has drained to
+  // outbox::watch_room.
+  void resume_watches() {
+    if (closing_ || closed_ || !rpc_->watches_paused())
+      return;
+    {
+      std::lock_guard<std::mutex> guard(out_->mtx);
+      if (out_->bytes > out_->watch_room) {
+        out_->watch_waits = true;
+        return;
+      }
+    }
+    rpc_->resume_watches();
+    // A watch that paused meanwhile set the flag itself (and posted a wake).
+    std::lock_guard<std::mutex> guard(out_->mtx);
+    out_->watch_waits = rpc_->watches_paused();
   }
 
   // Writes what the outbox holds, unless a worker is writing it (that
@@ -684,6 +811,7 @@ private:
         write_buf_.clear();
     }
     start_write();
+    resume_watches();
     pump();
   }
 
@@ -738,6 +866,7 @@ private:
       std::string().swap(out_->spare);
     }
     sh_->stats.sub(sh_->stats.queued_output_bytes, unwritten);
+    rpc_->end_watches(); // their lines are dropped; the engine watches end
     std::string().swap(write_buf_);
     write_off_ = 0;
     drop_partial();
@@ -802,6 +931,10 @@ private:
       return;
     }
     finished_ = true;
+    if (unauth_) {
+      unauth_ = false;
+      sh_->on_auth_state(id_, false);
+    }
     sync_direct_progress();
     asio::error_code ignored;
     timer_.cancel();
@@ -839,6 +972,8 @@ private:
         consider(line_started_ + lim.line_timeout);
       if (lim.idle_timeout.count() > 0 && !closing_)
         consider(last_progress_ + lim.idle_timeout);
+      if (unauth_ && lim.auth_timeout.count() > 0 && !closing_)
+        consider(unauth_since_ + lim.auth_timeout);
       if (closing_)
         consider(std::max(last_progress_, closing_since_)
                  + std::max(lim.shutdown_grace, std::chrono::seconds(1)));
@@ -881,6 +1016,13 @@ private:
         sh_->stats.add(sh_->stats.line_timeouts);
         return fail("line_timeout",
                     "request line not completed within " + std::to_string(lim.line_timeout.count())
+                      + " s; closing the connection");
+      }
+      if (!closing_ && unauth_ && lim.auth_timeout.count() > 0
+          && now >= unauth_since_ + lim.auth_timeout) {
+        sh_->stats.add(sh_->stats.auth_timeouts);
+        return fail("auth_timeout",
+                    "not authenticated within " + std::to_string(lim.auth_timeout.count())
                       + " s; closing the connection");
       }
       if (!closing_ && lim.idle_timeout.count() > 0 && now >= last_progress_ + lim.idle_timeout
@@ -935,6 +1077,7 @@ private:
   std::vector<std::string> parts_; ///< the partial line's pieces
   std::uint64_t partial_bytes_ = 0;
   bool discarding_ = false; ///< the current line is over the limit
+  bool over_budget_ = false; ///< ... over the server's partial-line budget
   std::uint64_t discarded_ = 0;
   clock::time_point line_started_;
   std::vector<char> tls_buf_;
@@ -962,6 +1105,8 @@ private:
 
   clock::time_point opened_;
   clock::time_point last_progress_;
+  bool unauth_ = false; ///< authentication required and not (now) given
+  clock::time_point unauth_since_; ///< when it became so
   bool timer_armed_ = false;
   clock::time_point timer_at_;
   std::uint64_t timer_gen_ = 0;

@@ -32,6 +32,7 @@ struct counters {
   std::atomic<std::uint64_t> tls_handshake_failures{0};
   std::atomic<std::uint64_t> idle_timeouts{0};
   std::atomic<std::uint64_t> line_timeouts{0};
+  std::atomic<std::uint64_t> auth_timeouts{0};
   std::atomic<std::uint64_t> paused_reads{0}; ///< times a connection stopped being read
 
   void add(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
@@ -74,6 +75,7 @@ struct counters {
                 {"tls_handshake_failures", get(tls_handshake_failures)},
                 {"idle_timeouts", get(idle_timeouts)},
                 {"line_timeouts", get(line_timeouts)},
+                {"auth_timeouts", get(auth_timeouts)},
                 {"paused_reads", get(paused_reads)}};
   }
 

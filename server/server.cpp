@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -210,6 +211,9 @@ struct network_server::impl {
         cap = room;
       }
     }
+    sh->max_unauthenticated = cfg.lim.max_unauthenticated > 0
+      ? std::min(cfg.lim.max_unauthenticated, cap)
+      : std::max<std::size_t>(1, cap / 4);
     return {};
   }
 
@@ -322,6 +326,13 @@ struct network_server::impl {
     sh->eng = &eng;
     sh->server_stats = [this] { return stats_json(); };
     sh->on_finished = [this](std::uint64_t id) { remove(id); };
+    sh->on_auth_state = [this](std::uint64_t id, bool unauthenticated_now) {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      if (unauthenticated_now)
+        unauthenticated.insert(id);
+      else
+        unauthenticated.erase(id);
+    };
     auto guard = asio::make_work_guard(ctx);
     std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
     for (auto& c : more_ctx)
@@ -453,6 +464,8 @@ struct network_server::impl {
       return;
     }
     auto id = ++next_id;
+    if (sh->tokens)
+      displace_unauthenticated();
     std::shared_ptr<connection_base> c;
     if constexpr (std::is_same_v<Socket, tcp_socket>) {
       asio::error_code ignored;
@@ -480,6 +493,23 @@ struct network_server::impl {
     sh->stats.add(sh->stats.connections_total);
     log.info("connection_opened", "", {{"conn", id}, {"peer", peer}, {"listener", l.address}});
     c->start();
+  }
+
+  // At their share (limits::max_unauthenticated), the oldest connections
+  // not authenticated make room for the one being accepted.
+  void displace_unauthenticated() {
+    std::vector<std::shared_ptr<connection_base>> out;
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      while (!unauthenticated.empty() && unauthenticated.size() >= sh->max_unauthenticated) {
+        auto oldest = *unauthenticated.begin();
+        unauthenticated.erase(unauthenticated.begin());
+        if (auto it = registry.find(oldest); it != registry.end())
+          out.push_back(it->second);
+      }
+    }
+    for (auto& c : out)
+      c->displace();
   }
 
   void remove(std::uint64_t id) {
@@ -576,6 +606,12 @@ struct network_server::impl {
     auto j = sh->stats.to_json(in_flight);
     j["max_connections"] = cap;
     j["io_threads"] = threads();
+    j["watches"] = sh->watches->load();
+    {
+      std::lock_guard<std::mutex> guard(registry_mtx);
+      j["unauthenticated"] = unauthenticated.size();
+    }
+    j["partial_line_bytes"] = sh->partial_bytes.load();
     return j;
   }
 
@@ -592,6 +628,8 @@ struct network_server::impl {
     }
     auto n = t->size();
     tokens->replace(std::move(*t));
+    for (auto& c : snapshot())
+      c->access_changed();
     log.info("tokens_reloaded", "", {{"file", cfg.auth_file}, {"tokens", n}});
   }
 
@@ -619,6 +657,9 @@ struct network_server::impl {
   std::atomic<std::uint64_t> next_id{0};
   std::mutex registry_mtx;
   std::unordered_map<std::uint64_t, std::shared_ptr<connection_base>> registry;
+  /// With authentication: the connections not authenticated now, oldest
+  /// (lowest id) first (under registry_mtx).
+  std::set<std::uint64_t> unauthenticated;
 };
 
 result<std::unique_ptr<network_server>> network_server::open(server_config cfg, logger& log) {

@@ -54,6 +54,22 @@ struct limits {
   /// (unavailable).
   std::size_t max_watches = 64;
   std::size_t max_server_watches = 1024;
+  /// With authentication: a connection not authenticated this long after it
+  /// opened (or after a refused token ended its access) is sent an error
+  /// line and closed, whatever it sends meanwhile (0: never).
+  std::chrono::seconds auth_timeout{10};
+  /// With authentication: connections not authenticated at once. One more
+  /// displaces the oldest of them (sent an error line and closed), so they
+  /// never hold more than this share of the slots and a newcomer always
+  /// gets its chance to authenticate. 0: a quarter of max_connections (at
+  /// least 1).
+  std::size_t max_unauthenticated = 0;
+  /// Longest request line of a connection not authenticated (its requests
+  /// are ping and authenticate, both short).
+  std::uint64_t max_unauthenticated_line_bytes = std::uint64_t{64} << 10;
+  /// Bytes of unfinished request lines of all connections together; a
+  /// piece that would pass it discards its line, answered too_large.
+  std::uint64_t max_partial_bytes = std::uint64_t{256} << 20;
 };
 
 struct tls_files {

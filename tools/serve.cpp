@@ -160,6 +160,23 @@ const count_flag count_flags[] = {
    "close a connection whose request line (or TLS\n"
    "handshake) is not complete this long after it\n"
    "began (default 30; 0: never)"},
+  {"--auth-timeout-s", 0, 1u << 24, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.auth_timeout = std::chrono::seconds(n); },
+   "with --auth-file: close a connection not authenticated\n"
+   "this long after it opened, whatever it sends (default\n"
+   "10; 0: never)"},
+  {"--max-unauthenticated", 0, 1u << 24, true,
+   [](serve_config& c, std::uint64_t n) {
+     c.net.lim.max_unauthenticated = static_cast<std::size_t>(n);
+   },
+   "with --auth-file: connections not yet authenticated at\n"
+   "once (default 0: a quarter of --max-connections); a\n"
+   "newer one displaces the oldest"},
+  {"--max-partial-bytes", 1024, std::uint64_t{1} << 40, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.max_partial_bytes = n; },
+   "unfinished request lines of all connections together\n"
+   "(default 268435456); a line that would pass it is\n"
+   "discarded and answered too_large"},
   {"--shutdown-grace-s", 0, 1u << 24, true,
    [](serve_config& c, std::uint64_t n) { c.net.lim.shutdown_grace = std::chrono::seconds(n); },
    "on SIGTERM, how long connections may take to finish\n"

@@ -315,6 +315,228 @@ TEST_CASE("serve --auth-file: SIGHUP reloads; a removed token stops working; a b
   CHECK(log.find("keeping the current tokens") != std::string::npos);
 }
 
+// Regression (#44): after SIGHUP removed a connection's token, or after a
+// refused re-authenticate, the connection's next request was refused but its
+// watch went on sending the app's changes, events included.
+TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused authenticate "
+          "ends the watches with permission_denied, and no later change is sent") {
+  auth_server s;
+  client writer(s.port);
+  REQUIRE(ok(writer.call("authenticate", json{{"token", tok_all}})));
+  for (const char* app : {"mail", "chat"})
+    REQUIRE(ok(writer.call("create_session", sref_params(app, "s1"))));
+  auto append = [&](const std::string& app, const std::string& text) {
+    auto ev = json{{"author", "a"}, {"content", {{"parts", json::array({{{"text", text}}})}}}};
+    REQUIRE(ok(writer.call("append_event", with(sref_params(app, "s1"), "event", ev))));
+  };
+  // Starts an app watch with sessions on `c`; returns its watch_id after
+  // the change carrying `marker` arrived on it.
+  auto watch_until = [&](client& c, const std::string& app, const std::string& marker) {
+    auto r = c.call("watch", json{{"scope", "app"}, {"app_name", app}, {"include_sessions", true}});
+    REQUIRE(ok(r));
+    auto id = (*r)["result"]["watch_id"].get<std::string>();
+    append(app, marker);
+    for (;;) {
+      auto line = c.next_raw();
+      REQUIRE(line);
+      if (line->find(marker) != std::string::npos)
+        return id;
+    }
+  };
+  // Reads `c` up to the answer of a ping (an open method: answered after a
+  // revocation too); returns the lines before it. The watch_ended came
+  // first, so a change would have had to come before the answer.
+  auto until_pong = [&](client& c) {
+    REQUIRE(c.send_line(rpc("barrier", "ping")));
+    std::vector<json> lines;
+    for (;;) {
+      auto line = c.next();
+      REQUIRE(line);
+      if (line->value("id", json()) == "barrier")
+        return lines;
+      lines.push_back(*line);
+    }
+  };
+  auto expect_denied_end = [](const std::vector<json>& lines, const std::string& id,
+                              const std::string& secret) {
+    int ended = 0;
+    for (auto& l : lines) {
+      CHECK(l.dump().find(secret) == std::string::npos);
+      if (l.value("method", "") == "watch_ended") {
+        ++ended;
+        CHECK(l["params"]["watch_id"] == id);
+        CHECK(l["params"]["reason"] == "permission_denied");
+        CHECK(l["params"]["resume_from"].is_string());
+      }
+    }
+    CHECK(ended == 1);
+  };
+
+  SUBCASE("SIGHUP removes the token") {
+    client w(s.port);
+    REQUIRE(ok(w.call("authenticate", json{{"token", tok_two}})));
+    auto id = watch_until(w, "mail", "before-revocation");
+    write_text(s.tokens, tok_all + " *\n" + tok_chat + " chat\n");
+    s.srv->signal(SIGHUP);
+    s.srv->wait_log("event=tokens_reloaded");
+    append("mail", "secret-after-revocation");
+    // The watch_ended arrives without a request from the client.
+    std::vector<json> lines;
+    for (;;) {
+      auto line = w.next();
+      REQUIRE(line);
+      lines.push_back(*line);
+      if (line->value("method", "") == "watch_ended")
+        break;
+    }
+    auto more = until_pong(w);
+    lines.insert(lines.end(), more.begin(), more.end());
+    expect_denied_end(lines, id, "secret-after-revocation");
+    CHECK(kind_of(w.call("get_app_state", json{{"app_name", "mail"}})) == "unauthenticated");
+  }
+  SUBCASE("a refused re-authenticate") {
+    client w(s.port);
+    REQUIRE(ok(w.call("authenticate", json{{"token", tok_chat}})));
+    auto id = watch_until(w, "chat", "before-reauth");
+    REQUIRE(
+      w.send_line(rpc("reauth", "authenticate", json{{"token", "not-a-valid-token-000000"}})));
+    std::vector<json> lines;
+    for (;;) {
+      auto line = w.next();
+      REQUIRE(line);
+      if (line->value("id", json()) == "reauth") {
+        CHECK(kind_of(line) == "unauthenticated");
+        break;
+      }
+      lines.push_back(*line);
+    }
+    append("chat", "secret-after-reauth");
+    auto more = until_pong(w);
+    lines.insert(lines.end(), more.begin(), more.end());
+    expect_denied_end(lines, id, "secret-after-reauth");
+  }
+}
+
+// Regression (#44): connections that never authenticated held every slot
+// (a client with a valid token was refused at --max-connections), and a
+// `ping` now and then kept them open past the idle timeout.
+TEST_CASE("regression: unauthenticated connections hold slots forever: they share a few slots, "
+          "newcomers displace the oldest") {
+  auth_server s({"--max-connections", "8", "--max-unauthenticated", "2"});
+  std::vector<std::unique_ptr<client>> squatters;
+  for (int i = 0; i < 8; ++i) {
+    squatters.push_back(std::make_unique<client>(s.port));
+    REQUIRE(ok(squatters.back()->call("ping")));
+  }
+  // Each newcomer displaced the oldest: six were told and closed.
+  for (int i = 0; i < 6; ++i) {
+    auto& c = *squatters[static_cast<std::size_t>(i)];
+    auto told = c.next();
+    REQUIRE(told);
+    CHECK(kind_of(told) == "unavailable");
+    CHECK((*told)["error"]["message"].get<std::string>().find("displaced") != std::string::npos);
+    CHECK(c.closed_within(5s));
+  }
+  // A client with a token gets in, and stays.
+  client good(s.port);
+  REQUIRE(ok(good.call("authenticate", json{{"token", tok_all}})));
+  CHECK(ok(good.call("get_app_state", json{{"app_name", "chat"}})));
+  client other(s.port);
+  REQUIRE(ok(other.call("authenticate", json{{"token", tok_chat}})));
+  CHECK(ok(good.call("ping")));
+  auto st = good.call("stats");
+  REQUIRE(ok(st));
+  CHECK((*st)["result"]["server"]["unauthenticated"].get<int>() <= 2);
+}
+
+TEST_CASE("regression: unauthenticated connections hold slots forever: pings do not keep one "
+          "past --auth-timeout-s") {
+  auth_server s({"--auth-timeout-s", "1"});
+  client good(s.port);
+  REQUIRE(ok(good.call("authenticate", json{{"token", tok_all}})));
+  client squatter(s.port);
+  // A ping every 100 ms (the wait for a line in between), up to 10 s: the
+  // connection is never idle, and its 1 s deadline passes.
+  std::optional<json> told;
+  for (int i = 0; i < 100 && !told; ++i) {
+    auto r = squatter.call("ping", nullptr, i, 1s);
+    if (r && kind_of(r) == "unavailable")
+      told = r;
+    else if (auto more = squatter.next(100ms); more && kind_of(more) == "unavailable")
+      told = more;
+  }
+  REQUIRE(told);
+  CHECK((*told)["error"]["message"].get<std::string>().find("not authenticated within 1 s")
+        != std::string::npos);
+  CHECK(squatter.closed_within(5s));
+  // The authenticated connection, older than the deadline, stays.
+  CHECK(ok(good.call("ping")));
+  auto st = good.call("stats");
+  REQUIRE(ok(st));
+  CHECK((*st)["result"]["server"]["auth_timeouts"].get<int>() >= 1);
+}
+
+// Regression (#44): 24 connections each holding a 15 MiB unfinished request
+// line grew the server by 361 MiB: the bound was per connection only.
+TEST_CASE("regression: unfinished request lines are bounded per connection only: a server-wide "
+          "budget, and a tighter line before authentication") {
+  auth_server s({"--max-partial-bytes", "4194304"});
+  client admin(s.port);
+  REQUIRE(ok(admin.call("authenticate", json{{"token", tok_all}})));
+  auto partial_bytes = [&] {
+    auto st = admin.call("stats");
+    REQUIRE(ok(st));
+    return (*st)["result"]["server"]["partial_line_bytes"].get<std::uint64_t>();
+  };
+  auto bytes_in = [&] {
+    auto st = admin.call("stats");
+    REQUIRE(ok(st));
+    return (*st)["result"]["server"]["bytes_in"].get<std::uint64_t>();
+  };
+  // Before authentication a line may not pass 64 KiB.
+  client anon(s.port);
+  const std::string head = R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":")";
+  REQUIRE(anon.send(head + std::string(200 * 1024, 'a')));
+  REQUIRE(anon.send("\"}}\n"));
+  auto r = anon.next();
+  REQUIRE(r);
+  CHECK(kind_of(r) == "too_large");
+  CHECK((*r)["error"]["message"].get<std::string>().find("before authentication")
+        != std::string::npos);
+  CHECK(ok(anon.call("ping")));
+
+  // Authenticated, three clients each start a 1.5 MiB line: the third
+  // passes the 4 MiB budget and is discarded as it arrives.
+  std::vector<std::unique_ptr<client>> big;
+  const std::size_t piece = 1536 * 1024;
+  for (int i = 0; i < 3; ++i) {
+    big.push_back(std::make_unique<client>(s.port));
+    REQUIRE(ok(big.back()->call("authenticate", json{{"token", tok_all}})));
+  }
+  auto before = bytes_in();
+  for (auto& c : big)
+    REQUIRE(c->send(head + std::string(piece, 'b')));
+  // Bounded poll: the server reads the pieces on its own I/O threads.
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (bytes_in() < before + 3 * piece && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  REQUIRE(bytes_in() >= before + 3 * piece);
+  CHECK(partial_bytes() <= std::uint64_t{4} << 20);
+  int discarded = 0;
+  for (auto& c : big) {
+    REQUIRE(c->send("\"}}\n"));
+    auto a = c->next();
+    REQUIRE(a);
+    if (kind_of(a) == "too_large") {
+      ++discarded;
+      CHECK((*a)["error"]["message"].get<std::string>().find("--max-partial-bytes")
+            != std::string::npos);
+    }
+  }
+  CHECK(discarded == 1);
+  CHECK(partial_bytes() == 0);
+}
+
 TEST_CASE("serve --listen beyond loopback: refused without authentication") {
   temp_dir dir;
   auto log = (dir.path() / "log.txt").string();

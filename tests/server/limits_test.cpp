@@ -191,6 +191,57 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
   CHECK(seen.size() == 300);
 }
 
+// Regression (#44): 200 pings lowered the server's estimate of a response's
+// size, after which 1,000 pipelined get_app_state calls queued 875 MiB
+// against the 64 MiB output cap.
+TEST_CASE("regression: the per-connection output cap can be bypassed: small answers do not "
+          "open the way for a burst of large ones") {
+  fixture f;
+  server_process srv({"--listen", "0", "--memory", "--io-threads", "2"}, f.log_path());
+  int port = srv.port();
+  client admin(port);
+  auto create = json{{"app_name", "big"},
+                     {"user_id", "u"},
+                     {"session_id", "s"},
+                     {"state", json{{"app:blob", std::string(900 * 1024, 'x')}}}};
+  REQUIRE(ok(admin.call("create_session", create)));
+
+  client hog(port);
+  REQUIRE(ok(hog.call("get_app_state", json{{"app_name", "big"}})));
+  for (int i = 0; i < 200; ++i)
+    REQUIRE(ok(hog.call("ping", nullptr, i)));
+  constexpr int n = 300; // 270 MB of answers, over four times the cap
+  std::string batch;
+  for (int i = 0; i < n; ++i)
+    batch += rpc(i, "get_app_state", json{{"app_name", "big"}}).dump() + "\n";
+  REQUIRE(hog.send(batch));
+  // Settled: nothing in flight but the admin's stats call, the queue past
+  // 48 MiB, and the hog's reading paused (or, were the cap not kept, every
+  // request of the hog read: 1 + 200 + n, and the admin's 1 + polls).
+  json st;
+  auto deadline = std::chrono::steady_clock::now() + 15s * slowdown;
+  for (int polls = 1;; ++polls) {
+    st = server_stats(admin);
+    if (st["in_flight"] == 1
+        && st["queued_output_bytes"].get<std::uint64_t>() > (std::uint64_t{48} << 20)
+        && (st["paused_reads"].get<int>() >= 1
+            || st["requests"].get<int>() >= 1 + 200 + n + 1 + polls))
+      break;
+    INFO("stats: ", st.dump());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(50ms);
+  }
+  MESSAGE("after 200 pings: queued ", st["queued_output_bytes"].get<std::uint64_t>() >> 20, " MiB");
+  // The cap (64 MiB) plus one answer at most.
+  CHECK(st["queued_output_bytes"].get<std::uint64_t>() <= (std::uint64_t{65} << 20));
+  // Reading resumes the hog: every answer arrives.
+  for (int i = 0; i < n; ++i) {
+    auto line = hog.next_raw(20s);
+    REQUIRE(line);
+    CHECK(line->find("\"result\":{") != std::string::npos);
+  }
+}
+
 // Regression: eight 15 MiB partial lines cost 244 MB (twice their bytes).
 TEST_CASE("limits: partial lines cost about their bytes, and the line timeout frees them") {
   fixture f;

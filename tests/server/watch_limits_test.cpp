@@ -93,3 +93,86 @@ TEST_CASE("serve over pipes: --max-watches bounds a stream's live watches") {
     CHECK(line["method"] == "watch_ended");
   CHECK(s.call("watch", watch_all()).contains("result"));
 }
+
+namespace {
+
+// The server's "server" stats, read through `admin`.
+json stall_stats(net::client& admin) {
+  auto r = admin.call("stats", nullptr, "stats");
+  REQUIRE(net::ok(r));
+  return (*r)["result"]["server"];
+}
+
+} // namespace
+
+// Regression (#44): 16 clients with 64 watches each that never read their
+// notifications, then closed their connections after ~1k appends, made an
+// unrelated append wait 19-30 s while the server went from 53 to ~930
+// threads: each watch without room held a delivery thread (the engine added
+// one per stalled watch), and closing a connection waited on the I/O thread
+// for every one of its watches to end.
+TEST_CASE("regression: watches can stall the server: watches nobody reads and their "
+          "connections' close cost a bounded number of threads, and appends go on") {
+  temp_dir dir;
+  // A small output cap: each connection stops taking notifications early.
+  net::server_process srv({"--listen", "127.0.0.1:0", "--memory", "--max-output-bytes", "1048576"},
+                          (dir.path() / "stderr.txt").string());
+  const int port = srv.port();
+  net::client admin(port);
+  REQUIRE(net::ok(admin.call("create_session", net::sref_params("busy", "s"))));
+  REQUIRE(net::ok(admin.call("create_session", net::sref_params("quiet", "s"))));
+  const long base = srv.status("Threads");
+  REQUIRE(base > 0);
+  // Delivery threads are bounded (16), plus the hub's and the one that
+  // releases ended watches; the rest is slack for the engine's own.
+  const long bound = base + 24;
+
+  constexpr int clients = 16, per_client = 64;
+  std::vector<std::unique_ptr<net::client>> silent;
+  for (int c = 0; c < clients; ++c) {
+    silent.push_back(std::make_unique<net::client>(port));
+    auto& cl = *silent.back();
+    REQUIRE(cl.connected());
+    std::string batch;
+    for (int i = 0; i < per_client; ++i)
+      batch += net::rpc(i, "watch", watch_all()).dump() + "\n";
+    REQUIRE(cl.send(batch));
+    // Only the answers are read (no change exists yet to notify); the
+    // notifications never are.
+    for (int i = 0; i < per_client; ++i)
+      REQUIRE(net::ok(cl.next()));
+  }
+  CHECK(stall_stats(admin)["watches"] == clients * per_client);
+
+  const auto text = std::string(300, 'n');
+  std::string appends;
+  constexpr int n_appends = 1000;
+  for (int i = 0; i < n_appends; ++i) {
+    auto ev = json{{"author", "a"}, {"content", {{"parts", json::array({{{"text", text}}})}}}};
+    appends +=
+      net::rpc(i, "append_event", net::with(net::sref_params("busy", "s"), "event", ev)).dump()
+      + "\n";
+  }
+  REQUIRE(admin.send(appends));
+  for (int i = 0; i < n_appends; ++i)
+    REQUIRE(net::ok(admin.next(60s)));
+  // The watches have filled their connections' output and wait for room.
+  const long loaded = srv.status("Threads");
+  CHECK(loaded <= bound);
+
+  silent.clear(); // every watching connection closes
+  auto ev = json{{"author", "a"}, {"content", "after the closes"}};
+  auto r =
+    admin.call("append_event", net::with(net::sref_params("quiet", "s"), "event", ev), 1, 120s);
+  CHECK(net::ok(r));
+  const long after = srv.status("Threads");
+  CHECK(after <= bound);
+  // The closed connections' watches are gone (bounded poll: the closes run
+  // on the server's I/O threads after the client's close).
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (stall_stats(admin)["watches"] != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  CHECK(stall_stats(admin)["watches"] == 0);
+  CHECK(srv.status("Threads") <= bound);
+  MESSAGE("threads: ", base, " at start, ", loaded, " loaded, ", after, " after the closes");
+}
