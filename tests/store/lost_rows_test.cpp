@@ -2,14 +2,23 @@
 // Rows lost from a real LMDB store (issue 44): a row that LMDB can no longer
 // reach has no checksum to fail, so a read that gathered fewer rows than the
 // session's record names must say data_corrupt instead of answering a
-// shorter success; verify agrees with every reader.
+// shorter success; a leaf page whose entry count was damaged is found by
+// the page's own layout; verify agrees with every reader.
 #include <doctest/doctest.h>
 
+#include <lmdb.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <string>
 
 #include "store/exchange.hpp"
 #include "store/keys.hpp"
 #include "store/kv.hpp"
+#include "store/lmdb_handle.hpp"
+#include "store/reads.hpp"
 #include "store/verify.hpp"
 #include "support/test_support.hpp"
 
@@ -159,5 +168,64 @@ TEST_CASE("export with a lost event row leaves the session out and says so, not 
   CHECK(names(reported[0], lossy));
   CHECK(out.find("\"s2\"") != std::string::npos);
   CHECK(out.find("\"s1\"") == std::string::npos);
+  CHECK(verify_store(*txn).faults > 0);
+}
+
+TEST_CASE("a leaf page that lost its last entry is data_corrupt for every read of it, not a row "
+          "short") {
+  test::temp_dir dir;
+  fill(dir.str());
+  std::string before;
+  {
+    auto e = open_engine(dir.str());
+    before = MUST(e->get_session_json(test::get_req(lossy)));
+    MUST(e->close());
+  }
+  // The leaf page holding the session's state row 'k0', found through
+  // LMDB itself (the page the value lies in), then its entry count lowered
+  // by one: LMDB's own walk would skip the page's last row.
+  std::uint64_t page = 0;
+  {
+    MDB_env* env = nullptr;
+    REQUIRE(::mdb_env_create(&env) == 0);
+    REQUIRE(::mdb_env_set_maxdbs(env, 16) == 0);
+    REQUIRE(::mdb_env_open(env, dir.str().c_str(), MDB_RDONLY | MDB_NOTLS, 0644) == 0);
+    MDB_txn* txn = nullptr;
+    REQUIRE(::mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
+    MDB_dbi rows;
+    REQUIRE(::mdb_dbi_open(txn, "rows", 0, &rows) == 0);
+    std::string key(1, static_cast<char>(table::session_state));
+    key += sub_key(session_key("app", "u", "s1"), "k0");
+    MDB_val k{key.size(), key.data()}, v;
+    REQUIRE(::mdb_get(txn, rows, &k, &v) == 0);
+    const char* base = lmdb_detail::find_mapping(dir.str() + "/data.mdb");
+    REQUIRE(base != nullptr);
+    page = static_cast<std::uint64_t>(static_cast<const char*>(v.mv_data) - base) / 4096;
+    ::mdb_txn_abort(txn);
+    ::mdb_env_close(env);
+  }
+  {
+    int fd = ::open((dir.str() + "/data.mdb").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    std::uint16_t lower = 0;
+    REQUIRE(::pread(fd, &lower, 2, static_cast<off_t>(page * 4096 + 12)) == 2);
+    REQUIRE(lower > 18);
+    lower = static_cast<std::uint16_t>(lower - 2);
+    REQUIRE(::pwrite(fd, &lower, 2, static_cast<off_t>(page * 4096 + 12)) == 2);
+    ::close(fd);
+  }
+  // The store is one leaf page of rows: the engine's own reads at open
+  // reach it, so it refuses to open rather than serve a row short.
+  options o;
+  o.dir = dir.str();
+  auto e = engine::open(o);
+  INFO(test::describe(e));
+  CHECK(e.code() == errc::data_corrupt);
+  // A read-only snapshot's session read says so too.
+  auto kv = open_lmdb_kv_readonly(dir.str());
+  auto txn = kv->begin_read();
+  auto r = read_session(*txn, test::get_req(lossy), std::size_t{1} << 30, {});
+  INFO(test::describe(r));
+  CHECK(r.code() == errc::data_corrupt);
   CHECK(verify_store(*txn).faults > 0);
 }
