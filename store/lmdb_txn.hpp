@@ -29,7 +29,11 @@ using map_guard::guarded_call;
 // for F_BIGDATA, the number of its overflow page (8 bytes); each node's
 // size is rounded up to even.
 constexpr std::size_t page_header_bytes = 16;
-constexpr std::uint16_t page_leaf = 0x02, page_kinds = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40;
+// P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2, P_SUBP: a page's kind (the
+// other flag bits say where a write transaction holds it). The store's
+// tables are not DUPSORT, so their keys lie on plain leaves only.
+constexpr std::uint16_t page_leaf = 0x02, page_overflow = 0x04,
+                        page_kinds = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40;
 constexpr std::uint16_t node_bigdata = 0x01;
 
 inline std::uint16_t read_u16(const char* p) {
@@ -104,7 +108,10 @@ protected:
     const std::size_t number = (at - base) / h_.page_size;
     const char* page = h_.map + number * h_.page_size;
     if ((read_u16(page + 10) & page_kinds) != page_leaf)
-      return; // an overflow page's value, or a page LMDB checks itself
+      throw kv_failure{errc::data_corrupt,
+                       "page " + std::to_string(number)
+                         + " of the store is damaged: a read reached a key on a page that is "
+                           "not a leaf"};
     if (page != checked_page_) {
       if (!leaf_intact(page, h_.page_size))
         throw kv_failure{errc::data_corrupt,
@@ -123,7 +130,25 @@ protected:
                        + " of the store is damaged: a read reached an entry "
                          "the page does not list"};
   }
-  void check_key(const MDB_val& k) { check_node(static_cast<const char*>(k.mv_data) - 8); }
+  void check_key(const MDB_val& k) {
+    if (k.mv_size == 0) // the store writes no empty key; LMDB reads one off a damaged page
+      throw kv_failure{errc::data_corrupt, "the store's B-tree is damaged: an empty key"};
+    check_node(static_cast<const char*>(k.mv_data) - 8);
+  }
+  // The node of value `v` of a key of `key_size` bytes, unless the value
+  // lies on an overflow page of its own (whose page LMDB checks).
+  void check_value(const MDB_val& v, std::size_t key_size) {
+    if (!h_.map || !h_.page_size)
+      return;
+    auto at = reinterpret_cast<std::uintptr_t>(v.mv_data),
+         base = reinterpret_cast<std::uintptr_t>(h_.map);
+    if (at < base || at - base >= backed_)
+      return;
+    const char* page = h_.map + (at - base) / h_.page_size * h_.page_size;
+    if ((read_u16(page + 10) & page_kinds) == page_overflow)
+      return;
+    check_node(static_cast<const char*>(v.mv_data) - key_size - 8);
+  }
 
   // After a cursor found no key where the tree should hold some (FIRST,
   // LAST, or a search past the last key): data_corrupt unless the
@@ -162,7 +187,7 @@ protected:
     }
     check("mdb_get", rc);
     auto out = view(v);
-    check_node(static_cast<const char*>(v.mv_data) - k.mv_size - 8);
+    check_value(v, k.mv_size);
     return out;
   }
 
@@ -205,6 +230,21 @@ protected:
       check_key(pk);
       if (view(pk) >= as_view(start))
         out_of_order(t, "a search landed past stored keys");
+      // The key before that, too: a damaged key that sorts below its
+      // neighbours misleads LMDB's binary search of its page into landing
+      // just after it, past the rows before it.
+      MDB_val qk, qv;
+      int before = get(c, qk, qv, MDB_PREV);
+      if (before == MDB_SUCCESS) {
+        check_key(qk);
+        if (view(qk) >= view(pk))
+          out_of_order(t, "keys out of order");
+        before = get(c, qk, qv, MDB_NEXT);
+      } else if (before == MDB_NOTFOUND) {
+        before = get(c, qk, qv, MDB_FIRST);
+      }
+      if (before != MDB_SUCCESS)
+        fail("mdb_cursor_get", before == MDB_NOTFOUND ? MDB_CORRUPTED : before);
       rc = get(c, pk, pv, MDB_NEXT);
     } else if (rc == MDB_NOTFOUND) {
       rc = get(c, pk, pv, MDB_FIRST);
@@ -242,7 +282,7 @@ protected:
     const int tg = tag(t);
     const std::size_t skip = tg < 0 ? 0 : 1;
     const bool forward = step == MDB_NEXT;
-    std::string_view prev; // the stored key visited before (none yet)
+    std::string_view prev; // the stored key visited before (none yet: empty)
     bool inside = true; // the key in k belongs to the walk's range
     while (rc == MDB_SUCCESS) {
       auto stored = view(k);

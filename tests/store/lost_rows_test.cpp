@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "store/exchange.hpp"
@@ -228,4 +230,43 @@ TEST_CASE("a leaf page that lost its last entry is data_corrupt for every read o
   INFO(test::describe(r));
   CHECK(r.code() == errc::data_corrupt);
   CHECK(verify_store(*txn).faults > 0);
+}
+
+TEST_CASE("a store whose rows table lost its name: the engine silently starts it empty") {
+  test::temp_dir dir;
+  fill(dir.str());
+  // The main database names each table; damage every copy of the name
+  // `rows` in the file (the live main page and any stale copy of it).
+  auto path = dir.str() + "/data.mdb";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    bytes = s.str();
+  }
+  std::size_t renamed = 0;
+  for (auto at = bytes.find("rows"); at != std::string::npos; at = bytes.find("rows", at + 4)) {
+    bytes[at + 3] = 'z';
+    ++renamed;
+  }
+  REQUIRE(renamed > 0);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  options o;
+  o.dir = dir.str();
+  auto e = engine::open(o);
+  INFO(test::describe(e));
+  REQUIRE(!e.ok());
+  CHECK(e.code() == errc::data_corrupt);
+  CHECK(e.err().message.find("rows") != std::string::npos);
+  // Nothing was created in its place: the read-only tools refuse it too.
+  try {
+    open_lmdb_kv_readonly(dir.str());
+    FAIL("a store without its rows table opened");
+  } catch (const kv_failure& f) {
+    CHECK(f.code == errc::data_corrupt);
+  }
 }
