@@ -175,12 +175,19 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
       lines.clear();
       lines.push_back(session_line.dump());
       std::optional<error> bad;
+      std::uint64_t next = 1; // events run 1..version without a gap (H4)
       txn.scan(table::events, sk + '\0', {}, [&](std::string_view k, std::string_view row) {
         auto body = open_row(table::events, k, row, legacy);
         if (!body || k.size() != sk.size() + 9) {
           bad = damaged(table::events, k);
           return false;
         }
+        if (auto v = read_be64(k.substr(sk.size() + 1)); v != next) {
+          bad = missing_rows(
+            sk, "event v" + std::to_string(next) + " (found v" + std::to_string(v) + ")");
+          return false;
+        }
+        ++next;
         auto ev = parse_json(event_body_text(*body), stored_json_depth);
         if (!ev) {
           bad = corrupt("event: " + ev.err().message);
@@ -195,6 +202,10 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
                           .dump());
         return true;
       });
+      if (!bad && next - 1 != rec->version)
+        bad = missing_rows(sk,
+                           "event v" + std::to_string(next) + " of the record's "
+                             + std::to_string(rec->version));
       if (bad)
         return give_up(std::move(*bad));
       for (auto& line : lines)

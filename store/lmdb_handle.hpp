@@ -39,6 +39,8 @@ namespace agentstate::store::lmdb_detail {
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID:
+    // A tree deeper than LMDB's cursor stack: a branch page pointing back up.
+    case MDB_CURSOR_FULL:
     case MDB_VERSION_MISMATCH: code = errc::data_corrupt; break;
     case MDB_READERS_FULL: code = errc::unavailable; break;
     case MDB_BAD_TXN:

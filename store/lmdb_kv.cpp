@@ -16,6 +16,7 @@
 #include <system_error>
 
 #include "store/file_check.hpp"
+#include "store/format.hpp"
 #include "store/lmdb_txn.hpp"
 #include "store/resident_trimmer.hpp"
 
@@ -155,7 +156,73 @@ std::unique_ptr<env_handle> open_env(const std::string& dir, unsigned flags,
   return h;
 }
 
+// Before an open for writing creates any table: data_corrupt when `h`'s
+// store exists (its main database names tables) but lacks a table its
+// format has - `meta`, `events`, from format 3 `rows`, from format 6
+// `changes` - so a table whose name or record was damaged is never
+// replaced by a new empty one. A new store (no tables) passes.
+void check_tables(env_handle& h, const std::string& dir) {
+  MDB_txn* txn = nullptr;
+  check("mdb_txn_begin", guarded_call("mdb_txn_begin", [&] {
+          return ::mdb_txn_begin(h.env, nullptr, MDB_RDONLY, &txn);
+        }));
+  struct aborter {
+    MDB_txn* t;
+    ~aborter() { ::mdb_txn_abort(t); }
+  } end{txn};
+  MDB_dbi main_db, dbi;
+  MDB_stat st;
+  check("mdb_dbi_open",
+        guarded_call("mdb_dbi_open", [&] { return ::mdb_dbi_open(txn, nullptr, 0, &main_db); }));
+  check("mdb_stat", guarded_call("mdb_stat", [&] { return ::mdb_stat(txn, main_db, &st); }));
+  if (st.ms_entries == 0)
+    return; // a new store
+  auto has = [&](const char* name) {
+    int rc = guarded_call("mdb_dbi_open", [&] { return ::mdb_dbi_open(txn, name, 0, &dbi); });
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+      fail("mdb_dbi_open", rc);
+    return rc == MDB_SUCCESS;
+  };
+  auto lacks = [&](const char* name) {
+    throw kv_failure{errc::data_corrupt,
+                     "store '" + dir + "' lacks its '" + name
+                       + "' table (the store is damaged; `agentstate "
+                         "salvage` copies what reads clean)"};
+  };
+  if (!has(table_name(table::meta)))
+    lacks(table_name(table::meta));
+  MDB_val k{6, const_cast<char*>("format")}, v;
+  int rc = guarded_call("mdb_get", [&] { return ::mdb_get(txn, dbi, &k, &v); });
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+    fail("mdb_get", rc);
+  std::uint32_t format = 0;
+  if (rc == MDB_SUCCESS) {
+    format = known_format(checked_view(v, h.map, h.map_size, h.backed_bytes()));
+  } else {
+    // No format: a store whose tables were made but whose meta was never
+    // written (a crash before its first commit) has an empty meta.
+    check("mdb_stat", guarded_call("mdb_stat", [&] { return ::mdb_stat(txn, dbi, &st); }));
+    if (st.ms_entries != 0)
+      throw kv_failure{errc::data_corrupt,
+                       "store '" + dir
+                         + "' has a meta table without its format (the "
+                           "store is damaged)"};
+  }
+  if (!has(table_name(table::events)))
+    lacks(table_name(table::events));
+  if (format >= 3 && !has(shared_db))
+    lacks(shared_db);
+  if (format >= 6 && !has(table_name(table::changes)))
+    lacks(table_name(table::changes));
+}
+
 } // namespace
+
+std::vector<tree_count> recorded_counts(kv_read& txn) {
+  if (auto* r = dynamic_cast<lmdb_read*>(&txn))
+    return r->recorded_counts();
+  return {};
+}
 
 std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync, std::uint64_t map_size,
                                        resident_bound bound, bool write_map) {
@@ -168,14 +235,21 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync, std::u
   h->locate_map();
   int dead = 0;
   check("mdb_reader_check", ::mdb_reader_check(h->env, &dead));
+  check_tables(*h, dir);
   MDB_txn* txn = nullptr;
-  check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, 0, &txn));
+  check("mdb_txn_begin",
+        guarded_call("mdb_txn_begin", [&] { return ::mdb_txn_begin(h->env, nullptr, 0, &txn); }));
   MDB_dbi rows;
-  int rc = ::mdb_dbi_open(txn, shared_db, MDB_CREATE, &rows);
+  // A fault in here leaves the transaction as it is (never aborted: aborting
+  // walks what the fault may have left half-written); the store is not
+  // opened.
+  int rc =
+    guarded_call("mdb_dbi_open", [&] { return ::mdb_dbi_open(txn, shared_db, MDB_CREATE, &rows); });
   for (std::size_t i = 0; i < table_count && rc == MDB_SUCCESS; ++i) {
     auto t = static_cast<table>(i);
     if (own_database(t))
-      rc = ::mdb_dbi_open(txn, table_name(t), MDB_CREATE, &h->dbi[i]);
+      rc = guarded_call("mdb_dbi_open",
+                        [&] { return ::mdb_dbi_open(txn, table_name(t), MDB_CREATE, &h->dbi[i]); });
     else
       h->share(i, rows);
   }
@@ -183,7 +257,7 @@ std::unique_ptr<kv_store> open_lmdb_kv(const std::string& dir, bool sync, std::u
     ::mdb_txn_abort(txn);
     fail("mdb_dbi_open", rc);
   }
-  check("mdb_txn_commit", ::mdb_txn_commit(txn));
+  check("mdb_txn_commit", guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(txn); }));
   {
     lmdb_read r(*h);
     bool any = false;
@@ -202,9 +276,12 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
   h->read_only = true;
   h->locate_map();
   MDB_txn* txn = nullptr;
-  check("mdb_txn_begin", ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn));
+  check("mdb_txn_begin", guarded_call("mdb_txn_begin", [&] {
+          return ::mdb_txn_begin(h->env, nullptr, MDB_RDONLY, &txn);
+        }));
   MDB_dbi rows;
-  int shared = ::mdb_dbi_open(txn, shared_db, 0, &rows);
+  int shared =
+    guarded_call("mdb_dbi_open", [&] { return ::mdb_dbi_open(txn, shared_db, 0, &rows); });
   if (shared != MDB_SUCCESS && shared != MDB_NOTFOUND) {
     ::mdb_txn_abort(txn);
     fail("mdb_dbi_open", shared);
@@ -215,7 +292,8 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
       h->share(i, rows);
       continue;
     }
-    int rc = ::mdb_dbi_open(txn, table_name(t), 0, &h->dbi[i]);
+    int rc = guarded_call("mdb_dbi_open",
+                          [&] { return ::mdb_dbi_open(txn, table_name(t), 0, &h->dbi[i]); });
     if (rc == MDB_NOTFOUND
         && (t == table::by_created || t == table::by_user_created || t == table::changes
             || t == table::origins || t == table::doomed || t == table::expiry
@@ -225,15 +303,15 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
     }
     if (rc != MDB_SUCCESS) {
       ::mdb_txn_abort(txn);
-      if (rc == MDB_NOTFOUND)
-        throw kv_failure{errc::internal,
+      if (rc == MDB_NOTFOUND) // a table its format has is gone: its name or record damaged
+        throw kv_failure{errc::data_corrupt,
                          std::string("store lacks table '") + table_name(static_cast<table>(i))
-                           + "'"};
+                           + "' (the store is damaged)"};
       fail("mdb_dbi_open", rc);
     }
   }
   // Committing a read-only transaction keeps its database handles open.
-  check("mdb_txn_commit", ::mdb_txn_commit(txn));
+  check("mdb_txn_commit", guarded_call("mdb_txn_commit", [&] { return ::mdb_txn_commit(txn); }));
   return std::make_unique<lmdb_kv>(std::move(h), true);
 }
 

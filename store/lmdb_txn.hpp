@@ -4,17 +4,75 @@
 // transaction move between threads). Internal to store/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include "store/lmdb_handle.hpp"
+#include "store/tree_counts.hpp"
 #include "store/map_guard.hpp"
 
 namespace agentstate::store::lmdb_detail {
 
 using map_guard::guarded_call;
+
+// LMDB 0.9's page and node layout (mdb.c: MDB_page, MDB_node), read by
+// leaf_intact. A page: pgno (8 bytes), pad (2), flags (2), lower (2), upper
+// (2), then one 2-byte offset per node; the nodes fill the page from
+// `upper` to its end, packed (mdb_node_add places each just below `upper`,
+// mdb_node_del moves the others over the gap). A leaf node: data size (lo,
+// hi: 2 bytes each), flags (2), key size (2), the key, then the data or,
+// for F_BIGDATA, the number of its overflow page (8 bytes); each node's
+// size is rounded up to even.
+constexpr std::size_t page_header_bytes = 16;
+// P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2, P_SUBP: a page's kind (the
+// other flag bits say where a write transaction holds it). The store's
+// tables are not DUPSORT, so their keys lie on plain leaves only.
+constexpr std::uint16_t page_leaf = 0x02, page_overflow = 0x04,
+                        page_kinds = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40;
+constexpr std::uint16_t node_bigdata = 0x01;
+
+inline std::uint16_t read_u16(const char* p) {
+  std::uint16_t x;
+  std::memcpy(&x, p, 2);
+  return x;
+}
+
+/// Whether the leaf page at `page` (`page_size` bytes, inside the map) is
+/// laid out as LMDB writes one: its node offsets inside it, its nodes
+/// exactly filling the space from `upper` to its end. A page whose node
+/// count (`lower`) lost or gained entries, or whose offsets were damaged,
+/// is not: LMDB itself would walk it and silently skip or repeat rows.
+/// Pages of any other kind pass (LMDB checks what it reads of them).
+inline bool leaf_intact(const char* page, std::size_t page_size) {
+  const std::uint16_t flags = read_u16(page + 10);
+  if ((flags & page_kinds) != page_leaf)
+    return true;
+  const std::size_t lower = read_u16(page + 12), upper = read_u16(page + 14);
+  if (lower < page_header_bytes || (lower - page_header_bytes) % 2 != 0 || upper < lower
+      || upper > page_size)
+    return false;
+  std::size_t filled = 0;
+  for (std::size_t at = page_header_bytes; at < lower; at += 2) {
+    const std::size_t node = read_u16(page + at);
+    if (node < upper || node + 8 > page_size)
+      return false;
+    const char* n = page + node;
+    std::size_t size = 8 + std::size_t{read_u16(n + 6)};
+    size += (read_u16(n + 4) & node_bigdata)
+      ? 8
+      : (std::size_t{read_u16(n)} | (std::size_t{read_u16(n + 2)} << 16));
+    size += size & 1;
+    if (node + size > page_size)
+      return false;
+    filled += size;
+  }
+  return filled == page_size - upper;
+}
 
 // Reads shared by read and write transactions, on the current MDB_txn. Every
 // LMDB call runs under a map_guard point and every key and value it returns
@@ -31,6 +89,87 @@ protected:
     return checked_view(v, h_.map, h_.map_size, backed_);
   }
 
+  // data_corrupt unless the leaf page holding `node` is intact
+  // (leaf_intact; checked again only when a read moves to another page);
+  // memory outside the map (a write transaction's own pages) is not
+  // checked.
+  //
+  // `node` is the node LMDB read the key from (the key's address less the
+  // node's 8-byte header): it must also be one the page lists, or LMDB's
+  // cursor stood on an index the page does not have (a page that lost its
+  // entries is stepped into at its "last" one).
+  void check_node(const char* node) {
+    if (!h_.map || !h_.page_size)
+      return;
+    auto at = reinterpret_cast<std::uintptr_t>(node),
+         base = reinterpret_cast<std::uintptr_t>(h_.map);
+    if (at < base || at - base >= backed_)
+      return;
+    const std::size_t number = (at - base) / h_.page_size;
+    const char* page = h_.map + number * h_.page_size;
+    if ((read_u16(page + 10) & page_kinds) != page_leaf)
+      throw kv_failure{errc::data_corrupt,
+                       "page " + std::to_string(number)
+                         + " of the store is damaged: a read reached a key on a page that is "
+                           "not a leaf"};
+    if (page != checked_page_) {
+      if (!leaf_intact(page, h_.page_size))
+        throw kv_failure{errc::data_corrupt,
+                         "page " + std::to_string(number)
+                           + " of the store is damaged: its entries do not fill it as LMDB "
+                             "writes them (rows on it may be missing)"};
+      checked_page_ = page;
+    }
+    const std::size_t offset = static_cast<std::size_t>(node - page);
+    const std::size_t lower = read_u16(page + 12);
+    for (std::size_t i = page_header_bytes; i < lower; i += 2)
+      if (read_u16(page + i) == offset)
+        return;
+    throw kv_failure{errc::data_corrupt,
+                     "page " + std::to_string(number)
+                       + " of the store is damaged: a read reached an entry "
+                         "the page does not list"};
+  }
+  void check_key(const MDB_val& k) {
+    if (k.mv_size == 0) // the store writes no empty key; LMDB reads one off a damaged page
+      throw kv_failure{errc::data_corrupt, "the store's B-tree is damaged: an empty key"};
+    check_node(static_cast<const char*>(k.mv_data) - 8);
+  }
+  // The node of value `v` of a key of `key_size` bytes, unless the value
+  // lies on an overflow page of its own (whose page LMDB checks).
+  void check_value(const MDB_val& v, std::size_t key_size) {
+    if (!h_.map || !h_.page_size)
+      return;
+    auto at = reinterpret_cast<std::uintptr_t>(v.mv_data),
+         base = reinterpret_cast<std::uintptr_t>(h_.map);
+    if (at < base || at - base >= backed_)
+      return;
+    const char* page = h_.map + (at - base) / h_.page_size * h_.page_size;
+    if ((read_u16(page + 10) & page_kinds) == page_overflow)
+      return;
+    check_node(static_cast<const char*>(v.mv_data) - key_size - 8);
+  }
+
+  // After a cursor found no key where the tree should hold some (FIRST,
+  // LAST, or a search past the last key): data_corrupt unless the
+  // database's own count agrees that it is empty (a leaf that lost every
+  // entry hides the rows before or after it).
+  void confirm_empty(cursor_guard& c, table t) {
+    MDB_stat st;
+    check("mdb_stat", guarded_call("mdb_stat", [&] {
+            return ::mdb_stat(::mdb_cursor_txn(c.get()), ::mdb_cursor_dbi(c.get()), &st);
+          }));
+    if (st.ms_entries != 0)
+      out_of_order(t,
+                   "a walk found no rows where the tree counts " + std::to_string(st.ms_entries));
+  }
+
+  [[noreturn]] static void out_of_order(table t, std::string_view what) {
+    throw kv_failure{errc::data_corrupt,
+                     std::string("the ") + table_name(t)
+                       + " B-tree is damaged: " + std::string(what)};
+  }
+
   int tag(table t) const { return h_.tag[static_cast<int>(t)]; }
   MDB_dbi dbi(table t) const { return h_.dbi[static_cast<int>(t)]; }
 
@@ -42,10 +181,78 @@ protected:
     stored_key sk(tag(t), key);
     MDB_val k = sk.val(), v;
     int rc = guarded_call("mdb_get", [&] { return ::mdb_get(txn, dbi(t), &k, &v); });
-    if (rc == MDB_NOTFOUND)
+    if (rc == MDB_NOTFOUND) {
+      confirm_missing(txn, t, k);
       return std::nullopt;
+    }
     check("mdb_get", rc);
-    return view(v);
+    auto out = view(v);
+    check_value(v, k.mv_size);
+    return out;
+  }
+
+  // After a get that found no row under `k`: data_corrupt unless the tree
+  // agrees, its first key at or after `k` being above it and the key before
+  // that below it. A damaged branch key sends LMDB's search into the wrong
+  // leaf, where it finds nothing, while the row is still stored.
+  void confirm_missing(MDB_txn* txn, table t, const MDB_val& want) {
+    cursor_guard c(txn, dbi(t));
+    MDB_val k = want, v;
+    int rc = get(c, k, v, MDB_SET_RANGE);
+    if (rc == MDB_SUCCESS) {
+      check_key(k);
+      if (view(k) == as_view(want))
+        out_of_order(t, "a lookup missed a stored key");
+      rc = get(c, k, v, MDB_PREV);
+    } else if (rc == MDB_NOTFOUND) {
+      rc = get(c, k, v, MDB_LAST);
+      if (rc == MDB_NOTFOUND)
+        confirm_empty(c, t);
+    }
+    if (rc == MDB_SUCCESS) {
+      check_key(k);
+      if (view(k) >= as_view(want))
+        out_of_order(t, "a lookup missed a stored key");
+    }
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+      fail("mdb_cursor_get", rc);
+  }
+
+  // After MDB_SET_RANGE put the cursor on `k`, the first key at or after
+  // `start` as LMDB's search found it: data_corrupt unless the key before it
+  // is below `start` (a damaged branch key makes the search land late,
+  // past rows of the range). Leaves the cursor on `k`.
+  void confirm_start(cursor_guard& c, table t, const MDB_val& start, const MDB_val& k) {
+    MDB_val pk, pv;
+    check_key(k);
+    int rc = get(c, pk, pv, MDB_PREV);
+    if (rc == MDB_SUCCESS) {
+      check_key(pk);
+      if (view(pk) >= as_view(start))
+        out_of_order(t, "a search landed past stored keys");
+      // The key before that, too: a damaged key that sorts below its
+      // neighbours misleads LMDB's binary search of its page into landing
+      // just after it, past the rows before it.
+      MDB_val qk, qv;
+      int before = get(c, qk, qv, MDB_PREV);
+      if (before == MDB_SUCCESS) {
+        check_key(qk);
+        if (view(qk) >= view(pk))
+          out_of_order(t, "keys out of order");
+        before = get(c, qk, qv, MDB_NEXT);
+      } else if (before == MDB_NOTFOUND) {
+        before = get(c, qk, qv, MDB_FIRST);
+      }
+      if (before != MDB_SUCCESS)
+        fail("mdb_cursor_get", before == MDB_NOTFOUND ? MDB_CORRUPTED : before);
+      rc = get(c, pk, pv, MDB_NEXT);
+    } else if (rc == MDB_NOTFOUND) {
+      rc = get(c, pk, pv, MDB_FIRST);
+    }
+    if (rc != MDB_SUCCESS)
+      fail("mdb_cursor_get", rc == MDB_NOTFOUND ? MDB_CORRUPTED : rc);
+    if (as_view(pk) != as_view(k))
+      out_of_order(t, "keys out of order");
   }
 
   // Visits the entries of t from the cursor's position (the entry in k, v
@@ -74,13 +281,32 @@ protected:
             MDB_val v, MDB_cursor_op step, table t, std::string_view prefix, const kv_visitor& fn) {
     const int tg = tag(t);
     const std::size_t skip = tg < 0 ? 0 : 1;
+    const bool forward = step == MDB_NEXT;
+    std::string_view prev; // the stored key visited before (none yet: empty)
+    bool inside = true; // the key in k belongs to the walk's range
     while (rc == MDB_SUCCESS) {
-      auto key = view(k);
-      if (key.size() < skip || (skip && key[0] != static_cast<char>(tg)))
+      auto stored = view(k);
+      check_key(k);
+      // Keys come in strict order in an intact tree: a key out of order is
+      // a damaged page (a repeated or misplaced node, a key changed).
+      if (!prev.empty() && (forward ? stored <= prev : stored >= prev))
+        out_of_order(t, "keys out of order");
+      if (!inside)
+        return; // the key after the one that ended the range: in order
+      auto key = stored;
+      bool in_range = !(key.size() < skip || (skip && key[0] != static_cast<char>(tg)));
+      if (in_range) {
+        key.remove_prefix(skip);
+        in_range = has_prefix(key, prefix);
+      }
+      if (in_range && !fn(key, view(v)))
         return;
-      key.remove_prefix(skip);
-      if (!has_prefix(key, prefix) || !fn(key, view(v)))
-        return;
+      // The first key past the range ends the walk once the key after it
+      // is seen in order too: a row of the range whose key was damaged
+      // into one sorting just above the range would otherwise end the walk
+      // early and hide the rows behind it.
+      inside = in_range;
+      prev = stored;
       map_guard::arm(&p);
       rc = ::mdb_cursor_get(c.get(), &k, &v, step);
       map_guard::arm(outer);
@@ -96,9 +322,16 @@ protected:
     cursor_guard c(txn, dbi(t));
     stored_key start(tag(t), !from.empty() && from > prefix ? from : prefix);
     MDB_val k = start.val(), v;
+    const MDB_val want = k;
     int rc = guarded_call("mdb_cursor_get", [&] {
       return ::mdb_cursor_get(c.get(), &k, &v, k.mv_size == 0 ? MDB_FIRST : MDB_SET_RANGE);
     });
+    if (rc == MDB_SUCCESS && want.mv_size != 0)
+      confirm_start(c, t, want, k);
+    else if (rc == MDB_NOTFOUND && want.mv_size != 0)
+      confirm_none_from(c, t, want);
+    else if (rc == MDB_NOTFOUND)
+      confirm_empty(c, t);
     visit(c, rc, k, v, MDB_NEXT, t, prefix, fn);
   }
 
@@ -117,23 +350,45 @@ protected:
       k = at.val();
       MDB_val want = k;
       rc = get(c, k, v, MDB_SET_RANGE);
-      if (rc == MDB_SUCCESS && as_view(k) != as_view(want))
+      if (rc == MDB_SUCCESS)
+        check_key(k);
+      if (rc == MDB_SUCCESS && as_view(k) != as_view(want)) {
         rc = get(c, k, v, MDB_PREV);
-      else if (rc == MDB_NOTFOUND)
+      } else if (rc == MDB_NOTFOUND) {
         rc = get(c, k, v, MDB_LAST);
+        if (rc == MDB_NOTFOUND)
+          confirm_empty(c, t);
+      }
+      if (rc == MDB_SUCCESS) {
+        check_key(k);
+        if (view(k) > as_view(want))
+          out_of_order(t, "a search landed past stored keys");
+      }
       visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
       return;
     }
     stored_key upper(tag(t), prefix);
     if (!upper.to_upper_bound()) {
       rc = get(c, k, v, MDB_LAST);
+      if (rc == MDB_NOTFOUND)
+        confirm_empty(c, t);
     } else {
       k = upper.val();
+      const MDB_val want = k;
       rc = get(c, k, v, MDB_SET_RANGE);
-      if (rc == MDB_SUCCESS)
+      if (rc == MDB_SUCCESS) {
+        check_key(k);
         rc = get(c, k, v, MDB_PREV);
-      else if (rc == MDB_NOTFOUND)
+      } else if (rc == MDB_NOTFOUND) {
         rc = get(c, k, v, MDB_LAST);
+        if (rc == MDB_NOTFOUND)
+          confirm_empty(c, t);
+      }
+      if (rc == MDB_SUCCESS) {
+        check_key(k);
+        if (view(k) >= as_view(want))
+          out_of_order(t, "a search landed past stored keys");
+      }
     }
     visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
   }
@@ -143,8 +398,47 @@ protected:
     return guarded_call("mdb_cursor_get", [&] { return ::mdb_cursor_get(c.get(), &k, &v, op); });
   }
 
+  // After MDB_SET_RANGE found no key at or after `start`: data_corrupt
+  // unless the last key is below it.
+  void confirm_none_from(cursor_guard& c, table t, const MDB_val& start) {
+    MDB_val k, v;
+    int rc = get(c, k, v, MDB_LAST);
+    if (rc == MDB_SUCCESS) {
+      check_key(k);
+      if (view(k) >= as_view(start))
+        out_of_order(t, "a search missed stored keys");
+    } else if (rc == MDB_NOTFOUND) {
+      confirm_empty(c, t);
+    }
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+      fail("mdb_cursor_get", rc);
+  }
+
+  // recorded_counts: mdb_stat's entry count of each database a
+  // table of `txn` lives in.
+  std::vector<tree_count> counts_of(MDB_txn* txn) {
+    std::vector<tree_count> out;
+    std::vector<MDB_dbi> seen;
+    for (std::size_t i = 0; i < table_count; ++i) {
+      auto t = static_cast<table>(i);
+      if (absent(t))
+        continue;
+      auto at = std::find(seen.begin(), seen.end(), dbi(t));
+      if (at != seen.end()) {
+        out[static_cast<std::size_t>(at - seen.begin())].tables.push_back(t);
+        continue;
+      }
+      MDB_stat st;
+      check("mdb_stat", guarded_call("mdb_stat", [&] { return ::mdb_stat(txn, dbi(t), &st); }));
+      seen.push_back(dbi(t));
+      out.push_back({{t}, st.ms_entries});
+    }
+    return out;
+  }
+
   env_handle& h_;
   std::size_t backed_ = 0; // the map's file-backed bytes once the transaction began
+  const char* checked_page_ = nullptr; // the leaf page check_node passed last
 };
 
 class lmdb_read : public kv_read, lmdb_reader {
@@ -179,6 +473,7 @@ public:
   std::uint64_t txn_id() const override { return ::mdb_txn_id(txn_); }
   bool legacy_values() const override { return legacy_; }
   bool may_hold_fences() const override { return h_.fences.load(); }
+  std::vector<tree_count> recorded_counts() { return counts_of(txn_); }
   MDB_txn* handle() const { return txn_; }
 
 private:

@@ -59,6 +59,29 @@ error too_many_bytes(const get_request& req, std::size_t max_bytes) {
                  + " bytes); ask for fewer (num_recent_events, after_timestamp)"};
 }
 
+// What is missing from the event rows of one session a read visited (their
+// keys, the session's prefix `prefix_size` bytes long), oldest first or,
+// with `backward`, newest first, when versions 1..`head` are stored; nullopt
+// when nothing is. A backward scan that was `stopped` at its limit need not
+// reach version 1. REQUIRES: every key passed its checksum.
+std::optional<std::string> missing_events(const std::vector<std::string_view>& keys,
+                                          std::size_t prefix_size, std::uint64_t head,
+                                          bool backward, bool stopped) {
+  const std::size_t n = keys.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t want = backward ? head - i : i + 1;
+    const std::uint64_t got =
+      keys[i].size() == prefix_size + 8 ? read_be64(keys[i].substr(prefix_size)) : 0;
+    if (want == 0 || got != want)
+      return "event v" + std::to_string(want == 0 ? got : want) + " where the record says version "
+        + std::to_string(head) + " (found v" + std::to_string(got) + ")";
+  }
+  if (backward ? !stopped && n < head : n < head)
+    return "event v" + std::to_string(backward ? head - n : n + 1) + " of the record's "
+      + std::to_string(head);
+  return std::nullopt;
+}
+
 // The bodies (event_body_text) of the rows of the events `req` selects
 // (G3/G4), oldest first, each checked against its checksum. The views are
 // valid while `txn` lives. too_large, without reading further, once the
@@ -95,6 +118,7 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
   std::size_t taken = 0; // rows `after` keeps
   std::size_t bytes = 0; // their size
   bool over = false;
+  bool enough = false; // the scan stopped at `limit` rows kept
   const bool legacy = txn.legacy_values();
   auto take = [&](std::string_view key, std::string_view row) {
     if (upto != UINT64_MAX && key.size() == prefix.size() + 8
@@ -113,7 +137,8 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
       over = true;
       return false;
     }
-    return !limit || taken < *limit;
+    enough = limit && taken >= *limit;
+    return !enough;
   };
   if (limit)
     txn.scan_back(table::events, prefix, upto == UINT64_MAX ? std::string() : event_key(skey, upto),
@@ -128,6 +153,13 @@ result<std::vector<std::string_view>> select_event_rows(kv_read& txn, const std:
                         txn.checksums_needed());
   if (good != rows.size())
     return damaged(table::events, keys[good]);
+  // The rows visited must be the run of versions the record names: from 1
+  // (or, scanning back, from the last) to the version read, every one.
+  // Event rows are never deleted from a live session (H4), so a gap or a
+  // short run is a row lost from the store's pages, never a shorter answer.
+  if (auto gap =
+        missing_events(keys, prefix.size(), std::min(stored, upto), limit.has_value(), enough))
+    return missing_rows(skey, *gap);
   if (after)
     rows.erase(std::remove_if(
                  rows.begin(), rows.end(),
@@ -195,6 +227,18 @@ bool has_rows(kv_read& txn, const std::string& skey) {
   return any;
 }
 
+// For a session `skey` whose record was not found: data_corrupt when its
+// event or state rows exist and no purge mark explains them (a damaged
+// record key hides the record from lookups, not its rows).
+std::optional<error> record_lost(kv_read& txn, const std::string& skey) {
+  if (has_rows(txn, skey) && !is_doomed(txn, skey))
+    return error{errc::data_corrupt,
+                 row_name(table::sessions, skey)
+                   + " is missing while the session's rows exist (the store is damaged; "
+                     "`agentstate verify` lists every damaged row)"};
+  return std::nullopt;
+}
+
 /// What every session read starts with: the key, the record and the merged
 /// state; nullopt when the session does not exist.
 struct session_head {
@@ -214,11 +258,8 @@ result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r
           || fenced(txn, r.app_name, r.user_id)))
     return std::optional<session_head>{};
   if (!*rec) {
-    if (has_rows(txn, skey) && !is_doomed(txn, skey))
-      return error{errc::data_corrupt,
-                   row_name(table::sessions, skey)
-                     + " is missing while the session's rows exist (the store is damaged; "
-                       "`agentstate verify` lists every damaged row)"};
+    if (auto e = record_lost(txn, skey))
+      return std::move(*e);
     return std::optional<session_head>{};
   }
   auto state = read_merged_state(txn, r, skey);
@@ -432,6 +473,9 @@ result<std::optional<session_record>> read_record_unless_deleted(kv_store& kv,
       if (p.size() == 3 && fenced(*txn, p[0], p[1]))
         return std::optional<session_record>{};
     }
+    if (rec && !*rec)
+      if (auto e = record_lost(*txn, std::string(skey)))
+        return std::move(*e);
     return rec;
   } catch (const kv_failure& f) {
     return from_failure(f);
@@ -447,6 +491,9 @@ result<std::optional<session_record>> read_live_record(kv_read& txn, std::string
           || (p.size() == 3 && fenced(txn, p[0], p[1])))
         return std::optional<session_record>{};
     }
+    if (rec && !*rec)
+      if (auto e = record_lost(txn, std::string(skey)))
+        return std::move(*e);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
@@ -482,6 +529,8 @@ scan_event_bodies(kv_read& txn, std::string_view skey, std::uint64_t upto,
     prefix += '\0';
     std::optional<error> err;
     const bool legacy = txn.legacy_values();
+    std::uint64_t next = 1; // the version the next row must hold
+    bool stopped = false; // by fn
     txn.scan(table::events, prefix, {}, [&](std::string_view k, std::string_view row) {
       auto body = open_row(table::events, k, row, legacy);
       if (!body || k.size() != prefix.size() + 8) {
@@ -491,7 +540,15 @@ scan_event_bodies(kv_read& txn, std::string_view skey, std::uint64_t upto,
       auto v = read_be64(k.substr(prefix.size()));
       if (v > upto)
         return false;
+      if (v != next) { // rows of a live session run from 1 without a gap (H4)
+        err = missing_rows(
+          skey, "event v" + std::to_string(next) + " (found v" + std::to_string(v) + ")");
+        return false;
+      }
+      ++next;
       auto more = fn(v, *body);
+      if (more && !*more)
+        stopped = true;
       if (!more) {
         err = std::move(more).err();
         return false;
@@ -500,6 +557,9 @@ scan_event_bodies(kv_read& txn, std::string_view skey, std::uint64_t upto,
     });
     if (err)
       return std::move(*err);
+    if (!stopped && upto != UINT64_MAX && next <= upto)
+      return missing_rows(
+        skey, "event v" + std::to_string(next) + " of the " + std::to_string(upto) + " read");
     return {};
   } catch (const kv_failure& f) {
     return from_failure(f);

@@ -32,11 +32,14 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix);
 result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);
 /// read_record in a fresh snapshot of `kv`, with a session whose user or app
 /// is being deleted (X2/X3) read as none; an expired session is returned
-/// (its actor tracks the expiry).
+/// (its actor tracks the expiry). No record while the session's event or
+/// state rows exist (and no purge mark) is data_corrupt, as for the reader
+/// below.
 result<std::optional<session_record>> read_record_unless_deleted(kv_store& kv,
                                                                  std::string_view skey);
 /// read_record, with a session that has expired by now (T1), or whose user
-/// or app is being deleted (X2/X3), read as none.
+/// or app is being deleted (X2/X3), read as none; data_corrupt when there is
+/// no record but the session's rows exist (a damaged record key).
 result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey);
 
 /// The stored event of session `skey` at `version`, if any.

@@ -290,6 +290,13 @@ error damaged(table t, std::string_view key) {
                    "`agentstate verify` lists every damaged row)"};
 }
 
+error missing_rows(std::string_view skey, const std::string& what) {
+  return error{errc::data_corrupt,
+               "session '" + joined(split_key(skey, 3), 3) + "' is missing rows: " + what
+                 + " (the store is damaged; `agentstate verify` lists every "
+                   "damaged row)"};
+}
+
 result<json> parse_stored(std::string_view text) {
   json fast;
   if (model::parse_stored_text(text, fast))

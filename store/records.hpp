@@ -63,6 +63,10 @@ std::string row_name(table t, std::string_view key);
 std::string printable(std::string_view x);
 /// data_corrupt: "<row_name> is damaged (...)".
 error damaged(table t, std::string_view key);
+/// data_corrupt for session `skey` whose rows disagree with its record (a
+/// row lost from the store's pages): "session 'app/user/id' is missing
+/// rows: <what> (...)".
+error missing_rows(std::string_view skey, const std::string& what);
 
 /// A session's record: u64 version, f64 last_update_time, f64 created
 /// (little-endian, 24 bytes of body), and for a session that expires f64

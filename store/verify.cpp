@@ -12,6 +12,7 @@
 #include "store/reads.hpp"
 #include "store/records.hpp"
 #include "store/scope_delete.hpp"
+#include "store/tree_counts.hpp"
 
 namespace agentstate::store {
 
@@ -86,6 +87,37 @@ void check_changes(kv_read& txn, checker& c, std::uint64_t& rows) {
 }
 
 } // namespace
+
+verify_report check_row_counts(kv_read& txn, bool seals) {
+  verify_report r;
+  checker c{r};
+  try {
+    const bool legacy = txn.legacy_values();
+    for (auto& tree : recorded_counts(txn)) {
+      std::uint64_t reached = 0;
+      std::string names;
+      for (auto t : tree.tables) {
+        names += names.empty() ? "" : ", ";
+        names += table_name(t);
+        txn.scan(t, {}, {}, [&](std::string_view k, std::string_view v) {
+          ++reached;
+          if (seals && t != table::meta && !open_row(t, k, v, legacy))
+            c.fault(damaged(t, k).message);
+          return true;
+        });
+      }
+      if (reached != tree.rows)
+        c.fault("the B-tree of " + names + " is damaged: the store records "
+                + std::to_string(tree.rows) + " rows, a walk reaches " + std::to_string(reached)
+                + " ("
+                + std::to_string(reached < tree.rows ? tree.rows - reached : reached - tree.rows)
+                + (reached < tree.rows ? " missing)" : " extra)"));
+    }
+  } catch (const kv_failure& f) {
+    c.fault(std::string("storage: ") + f.message);
+  }
+  return r;
+}
 
 verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress) {
   verify_report r;
@@ -271,6 +303,12 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
   } catch (const kv_failure& f) {
     c.fault(std::string("storage: ") + f.message);
   }
+  // Rows no walk reaches (a B-tree page that lost entries or a subtree).
+  auto counted = check_row_counts(txn, false);
+  r.faults += counted.faults;
+  for (auto& m : counted.messages)
+    if (r.messages.size() < 100)
+      r.messages.push_back(std::move(m));
   return r;
 }
 

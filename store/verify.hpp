@@ -45,4 +45,14 @@ struct verify_report {
 /// a storage failure is reported as a fault.
 verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress = {});
 
+/// What every whole-store reader (verify, export, dump, backup) checks, so
+/// that none answers 0 with part of the data: walks every table of the
+/// snapshot in full (keys in order, every leaf page's layout: kv_read's
+/// checks) and compares the rows reached in each B-tree with the count the
+/// store records for it (recorded_counts, store/tree_counts.hpp), naming the tables and
+/// the difference; with `seals`, also checks every row's seal (every table
+/// but meta). Cost: one pass over every row (with `seals`, a CRC each).
+/// Never throws: a storage failure is reported as a fault.
+verify_report check_row_counts(kv_read& txn, bool seals);
+
 } // namespace agentstate::store

@@ -199,6 +199,19 @@ int run_verify(const store_and_json& p) {
   return r.ok() ? 0 : 1;
 }
 
+// check_row_counts over the snapshot `txn`, each fault on stderr as
+// data_corrupt; whether there was none.
+bool reached_every_row(store::kv_read& txn, const char* command) {
+  store::verify_report r;
+  if (auto g = guarded("storage", [&] { r = store::check_row_counts(txn, true); }); !g) {
+    ++r.faults;
+    r.messages.push_back(g.err().message);
+  }
+  for (auto& m : r.messages)
+    std::fprintf(stderr, "%s: data_corrupt: %s\n", command, m.c_str());
+  return r.ok();
+}
+
 // -- backup ------------------------------------------------------------------------
 
 /// Bytes a file holds on disk: its size, or the blocks it has for a sparse
@@ -342,6 +355,21 @@ int run_backup(const backup_options& p) {
     std::fprintf(stderr, "backup: %s\n", r.err().message.c_str());
     return 1;
   }
+  // A copy of a store whose rows are not all reachable carries the damage
+  // (the copy is of the pages, or, compacted, of what the walk reached).
+  {
+    auto txn = store::begin_read(*kv);
+    if (!txn) {
+      std::fprintf(stderr, "backup: %s\n", txn.err().message.c_str());
+      return 1;
+    }
+    if (!reached_every_row(**txn, "backup")) {
+      std::fprintf(stderr,
+                   "backup: the store is damaged; the copy holds the damage (run "
+                   "`agentstate verify`, then `agentstate salvage`)\n");
+      return 1;
+    }
+  }
   if (to_stdout)
     return 0;
   auto size = fs::file_size(fs::path(dest) / "data.mdb", ec);
@@ -463,6 +491,11 @@ int export_common(const export_options& p, const char* command) {
     std::fprintf(stderr, "%s\n", to_string(n.err()).c_str());
     return 1;
   }
+  // The whole store: every row the store holds must have been reachable,
+  // or what was written is part of it (a row LMDB lost has no checksum to
+  // fail). A scoped dump reads only its scope's rows, each checked.
+  if (!f.app && !reached_every_row(**txn, command))
+    ++damaged;
   if (damaged)
     std::fprintf(stderr, "%llu sessions or scopes left out: damaged (run `agentstate verify`)\n",
                  static_cast<unsigned long long>(damaged));

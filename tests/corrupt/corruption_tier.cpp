@@ -23,7 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -362,6 +365,249 @@ TEST_CASE("random 4-byte flips (seeded): every tool and serve fail clean") {
     flip(c.store, seed, 4);
     INFO("seed ", seed, " (4 flips)");
     CHECK(check_everything(c.store, c.scratch, seed % 10 == 0) == "");
+  }
+}
+
+// -- the "no lie" oracle (issue 44) --------------------------------------------------
+//
+// A store of 12 sessions of 20 events, written through `serve` and compacted
+// (`backup --compact`: every B-tree page is live), is damaged by 4 flipped
+// bytes aimed at its branch and leaf pages: at a page's header and node
+// offsets (entry counts, the layout LMDB walks by) or at its nodes (keys,
+// child page numbers, sizes, values). Every read of every reader must then
+// either equal the undamaged store's answer or be data_corrupt (exit 1 for
+// the tools): get_session of every session, list_sessions of every app and
+// user, list_invocations of every session through `serve`; export and dump.
+// verify and export agree on whether the store is damaged.
+
+namespace {
+
+struct lie_session {
+  std::string app, user, id;
+};
+
+const std::vector<lie_session>& lie_sessions() {
+  static const std::vector<lie_session> all = [] {
+    std::vector<lie_session> v;
+    for (auto app : {"chat", "tools"})
+      for (auto user : {"alice", "bob", "carol"})
+        for (auto id : {"s1", "s2"})
+          v.push_back({app, user, id});
+    return v;
+  }();
+  return all;
+}
+
+json lie_ref(const lie_session& s) {
+  return {{"app_name", s.app}, {"user_id", s.user}, {"session_id", s.id}};
+}
+
+// The store, built through serve, then compacted into `out`.
+void build_lie_store(const fs::path& scratch, const fs::path& out) {
+  std::string in;
+  int id = 1;
+  for (auto& s : lie_sessions()) {
+    json c = lie_ref(s);
+    c["state"] = {{"topic", "t-" + s.id}, {"user:lang", "en-" + s.user}, {"app:model", s.app}};
+    in += rpc(id++, "create_session", c);
+    for (int i = 0; i < 20; ++i) {
+      json ap = lie_ref(s);
+      ap["event"] = {
+        {"id", s.id + "-" + s.user + "-" + std::to_string(i)},
+        {"author", "probe"},
+        {"invocation_id", "inv-" + std::to_string(i / 7)},
+        {"content",
+         {{"parts", {{{"text", std::string(40 + 13 * i, static_cast<char>('a' + i))}}}}}},
+        {"actions",
+         {{"state_delta",
+           {{"step", i}, {"k" + std::to_string(i % 5), i}, {"user:seen", i}, {"app:last", i}}}}}};
+      in += rpc(id++, "append_event", ap);
+    }
+  }
+  auto raw = scratch / "lie-raw";
+  fs::remove_all(raw);
+  auto o = run_tool({"serve", "--store", raw.string()}, scratch, in, std::chrono::seconds(60));
+  REQUIRE(o.code == 0);
+  std::istringstream lines(o.out);
+  std::string line;
+  while (std::getline(lines, line))
+    REQUIRE(json::parse(line).contains("result"));
+  fs::remove_all(out);
+  auto b = run_tool({"backup", raw.string(), out.string(), "--compact"}, scratch);
+  INFO(b.describe("backup --compact"));
+  REQUIRE(b.code == 0);
+}
+
+// Every read the oracle compares, by request id.
+std::string lie_requests() {
+  std::string in;
+  int id = 1;
+  for (auto app : {"chat", "tools"}) {
+    in += rpc(id++, "list_sessions", {{"app_name", app}});
+    for (auto user : {"alice", "bob", "carol"})
+      in += rpc(id++, "list_sessions", {{"app_name", app}, {"user_id", user}});
+  }
+  for (auto& s : lie_sessions()) {
+    in += rpc(id++, "get_session", lie_ref(s));
+    json recent = lie_ref(s);
+    recent["num_recent_events"] = 3;
+    in += rpc(id++, "get_session", recent);
+    in += rpc(id++, "list_invocations", lie_ref(s));
+  }
+  return in;
+}
+
+// Each response of serve by id: the result's text or "error <kind>".
+std::map<int, std::string> serve_answers(const std::string& out, std::string& bad) {
+  std::map<int, std::string> by_id;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!json::accept(line)) {
+      bad += "serve sent a line that is not JSON: " + line.substr(0, 200) + "\n";
+      continue;
+    }
+    auto r = json::parse(line);
+    if (!r.contains("id") || !r["id"].is_number_integer())
+      continue;
+    int id = r["id"].get<int>();
+    if (r.contains("result"))
+      by_id[id] = r["result"].dump();
+    else
+      by_id[id] = "error " + r["error"]["data"].value("kind", std::string("?")) + ": "
+        + r["error"].value("message", std::string());
+  }
+  return by_id;
+}
+
+struct lie_template {
+  temp_dir dir;
+  fs::path store = dir.path() / "store";
+  std::map<int, std::string> answers; // serve's answers of the undamaged store
+  std::string exported, dumped;
+  // The B-tree pages (branch or leaf) of the store, with each one's lower bound.
+  std::vector<std::pair<std::uint64_t, std::uint16_t>> pages;
+};
+
+const lie_template& lie_store() {
+  static lie_template t;
+  static const bool built = [] {
+    auto scratch = t.dir.path() / "scratch";
+    fs::create_directories(scratch);
+    build_lie_store(scratch, t.store);
+    auto o = run_tool({"serve", "--store", t.store.string()}, scratch, lie_requests());
+    REQUIRE(o.code == 0);
+    std::string bad;
+    t.answers = serve_answers(o.out, bad);
+    REQUIRE(bad.empty());
+    for (auto& [id, a] : t.answers)
+      REQUIRE(a.rfind("error", 0) != 0);
+    auto e = run_tool({"export", t.store.string()}, scratch);
+    REQUIRE(e.code == 0);
+    t.exported = e.out;
+    auto d = run_tool({"dump", t.store.string()}, scratch);
+    REQUIRE(d.code == 0);
+    t.dumped = d.out;
+    REQUIRE(std::count(t.exported.begin(), t.exported.end(), '\n') > 250);
+    auto bytes = slurp(t.store / "data.mdb");
+    for (std::uint64_t p = 2; p * 4096 < bytes.size(); ++p) {
+      const char* page = bytes.data() + p * 4096;
+      std::uint16_t flags, lower;
+      std::memcpy(&flags, page + 10, 2);
+      std::memcpy(&lower, page + 12, 2);
+      if (flags == 0x01 || flags == 0x02)
+        t.pages.emplace_back(p, lower);
+    }
+    REQUIRE(t.pages.size() > 8);
+    return true;
+  }();
+  (void)built;
+  return t;
+}
+
+// 4 bytes flipped (each XORed with a nonzero byte) in B-tree pages, from
+// `seed`: half in a page's header and node offsets, half among its nodes.
+void flip_btree(const fs::path& dir, std::uint32_t seed) {
+  auto& t = lie_store();
+  std::mt19937_64 rng(seed);
+  int fd = ::open((dir / "data.mdb").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  for (int i = 0; i < 4; ++i) {
+    auto [page, lower] = t.pages[rng() % t.pages.size()];
+    std::uint64_t at = rng() % 2 == 0 ? 10 + rng() % (std::max<std::uint16_t>(lower, 12) - 10)
+                                      : lower + rng() % (4096 - lower);
+    unsigned char b = 0;
+    REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(page * 4096 + at)) == 1);
+    b ^= static_cast<unsigned char>(1 + rng() % 255);
+    REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(page * 4096 + at)) == 1);
+  }
+  ::close(fd);
+}
+
+// What the oracle found wrong with one damaged copy: "" when nothing.
+std::string check_no_lie(const fs::path& store, const fs::path& scratch) {
+  auto& t = lie_store();
+  std::ostringstream bad;
+  auto o = run_tool({"serve", "--store", store.string()}, scratch, lie_requests());
+  if (o.signaled || o.timed_out || (o.code != 0 && o.code != 1))
+    bad << o.describe("serve") << "\n";
+  std::string lines_bad;
+  auto got = serve_answers(o.out, lines_bad);
+  bad << lines_bad;
+  for (auto& [id, answer] : got) {
+    auto want = t.answers.find(id);
+    if (want == t.answers.end())
+      continue;
+    if (answer == want->second || answer.rfind("error data_corrupt", 0) == 0)
+      continue;
+    bad << "request " << id
+        << " answered neither as undamaged nor data_corrupt: " << answer.substr(0, 300)
+        << "\n  undamaged: " << want->second.substr(0, 200) << "\n";
+  }
+  auto v = run_tool({"verify", store.string()}, scratch);
+  auto tool = [&](const char* cmd, const std::string& undamaged) {
+    auto r = run_tool({cmd, store.string()}, scratch);
+    if (r.signaled || r.timed_out || (r.code != 0 && r.code != 1))
+      bad << r.describe(cmd) << "\n";
+    else if (r.code == 0 && r.out != undamaged)
+      bad << cmd << " exited 0 with " << std::count(r.out.begin(), r.out.end(), '\n')
+          << " records where the undamaged store has "
+          << std::count(undamaged.begin(), undamaged.end(), '\n') << "\n";
+    else if ((r.code == 0) != (v.code == 0))
+      bad << cmd << " exit " << r.code << " but verify exit " << v.code << ": "
+          << (v.code ? v.out.substr(0, 300) : r.err.substr(0, 300)) << "\n";
+  };
+  tool("export", t.exported);
+  tool("dump", t.dumped);
+  return bad.str();
+}
+
+} // namespace
+
+TEST_CASE("no lie: the undamaged store answers every read (the oracle can pass)") {
+  auto& t = lie_store();
+  case_dir c;
+  fs::remove_all(c.store);
+  fs::copy(t.store, c.store);
+  CHECK(check_no_lie(c.store, c.scratch) == "");
+}
+
+TEST_CASE("no lie: 4 bytes flipped in B-tree pages: every read equals the undamaged answer or "
+          "is data_corrupt") {
+  auto& t = lie_store();
+  case_dir c;
+  std::uint32_t seeds = full_tier() ? 300 : 30;
+  for (std::uint32_t seed = 1; seed <= seeds; ++seed) {
+    fs::remove_all(c.store);
+    fs::copy(t.store, c.store);
+    flip_btree(c.store, seed);
+    INFO("seed ", seed);
+    auto pristine = c.scratch / "pristine.mdb";
+    fs::remove(pristine);
+    fs::copy_file(c.store / "data.mdb", pristine);
+    auto found = check_no_lie(c.store, c.scratch);
+    keep_if_failed(pristine, found);
+    CHECK(found == "");
   }
 }
 
