@@ -20,6 +20,7 @@
 #include "actors/watch_hub.hpp"
 #include "actors/messages.hpp"
 #include "agentstate/engine.hpp"
+#include "model/ids.hpp"
 #include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/lock.hpp"
@@ -97,6 +98,12 @@ struct engine_core {
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;
 };
+
+/// The engine's wall clock, epoch seconds: options::wall_clock, or the
+/// system clock when that is empty. Every timed rule of the engine reads it.
+inline double wall_now(const engine_core& core) {
+  return core.opts.wall_clock ? core.opts.wall_clock() : model::now_seconds();
+}
 
 /// Directory keys: a kind byte, then the store key of the identity.
 std::string session_registry_key(const session_ref& r);

@@ -191,7 +191,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
       return std::move(kv).err();
     core->kv = std::move(*kv);
   }
-  if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING); !r)
+  if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING, wall_now(*core)); !r)
     return std::move(r).err();
   if (auto r = load_log(*core); !r)
     return std::move(r).err();
