@@ -229,10 +229,9 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   core->opts.max_live_sessions = capacity;
   core->sessions.set_capacity(capacity);
   core->scopes.set_capacity(capacity);
-  if (!deterministic) {
+  if (!deterministic)
     core->heap_trimmer = spawn_heap_trimmer(*core);
-    core->reaper = spawn_reaper(*core);
-  }
+  core->reaper = spawn_reaper(*core);
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 
@@ -265,6 +264,8 @@ result<void> engine::close() {
       if (sched.run() == 0 && sched.trigger_timeouts() == 0)
         std::this_thread::yield(); // a reply from the store is on its way
     caf::anon_send(core_->writer, stop_writer_cmd{});
+    if (core_->reaper)
+      caf::anon_send_exit(core_->reaper, caf::exit_reason::user_shutdown);
     sched.run();
   } else {
     while (!actors_gone())
