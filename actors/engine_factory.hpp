@@ -39,6 +39,10 @@ struct engine_factory {
   /// Write sets sent to the store writer and not yet committed, as counted
   /// for inline commits (0 unless durability is memory). REQUIRES: open.
   static std::size_t writer_backlog_of(engine& e);
+  /// Scheduler workers blocked on their condition variable (parked, not
+  /// polling) now, under scheduler_policy::sharing with spin_wait above 0;
+  /// 0 under any other scheduler. REQUIRES: open.
+  static std::size_t parked_workers(engine& e);
 };
 
 } // namespace agentstate::detail

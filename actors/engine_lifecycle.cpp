@@ -247,6 +247,14 @@ std::size_t engine_factory::writer_backlog_of(engine& e) {
   return e.core_->writer_backlog.load();
 }
 
+std::size_t engine_factory::parked_workers(engine& e) {
+  auto* q = e.core_->jobs;
+  if (!q)
+    return 0;
+  std::lock_guard<std::mutex> guard(q->lock);
+  return q->parked;
+}
+
 result<void> engine::close() {
   if (!core_ || core_->closed.exchange(true))
     return {};
