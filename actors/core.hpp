@@ -20,6 +20,7 @@
 #include "actors/watch_hub.hpp"
 #include "actors/messages.hpp"
 #include "agentstate/engine.hpp"
+#include "model/ids.hpp"
 #include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/lock.hpp"
@@ -67,7 +68,7 @@ struct engine_core {
   registry<session_actor_hdl, evict_cmd> sessions; ///< live session actors
   registry<scope_actor_hdl, evict_cmd> scopes; ///< live user and app scope actors
   caf::actor heap_trimmer; ///< actors/heap_trimmer.hpp; null in deterministic mode
-  caf::actor reaper; ///< actors/reaper.hpp; null in deterministic mode
+  caf::actor reaper; ///< actors/reaper.hpp
   counters stats;
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).
@@ -97,6 +98,12 @@ struct engine_core {
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;
 };
+
+/// The engine's wall clock, epoch seconds: options::wall_clock, or the
+/// system clock when that is empty. Every timed rule of the engine reads it.
+inline double wall_now(const engine_core& core) {
+  return core.opts.wall_clock ? core.opts.wall_clock() : model::now_seconds();
+}
 
 /// Directory keys: a kind byte, then the store key of the identity.
 std::string session_registry_key(const session_ref& r);

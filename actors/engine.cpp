@@ -99,7 +99,7 @@ void engine::get_session_json(get_request req, callback<std::string> cb) {
   if (core_->closed.load())
     return cb(closing_error());
   cb(store::read_session_text(*core_->kv, req, nullptr, core_->opts.limits.max_response_bytes,
-                              core_->epoch));
+                              wall_now(*core_), core_->epoch));
 }
 
 void engine::get_session(get_request req, callback<std::optional<session>> cb) {
@@ -113,7 +113,8 @@ void engine::get_session(get_request req, callback<std::optional<session>> cb) {
   }
   if (core_->closed.load())
     return cb(closing_error());
-  cb(store::read_session(*core_->kv, req, core_->opts.limits.max_response_bytes, core_->epoch));
+  cb(store::read_session(*core_->kv, req, core_->opts.limits.max_response_bytes, wall_now(*core_),
+                         core_->epoch));
 }
 
 void engine::list_sessions(list_request req, callback<session_page> cb) {
@@ -131,7 +132,7 @@ void engine::list_sessions(list_request req, callback<session_page> cb) {
   if (!txn)
     return cb(std::move(txn).err());
   cb(store::list_sessions(**txn, req, static_cast<std::size_t>(size),
-                          core_->opts.limits.max_response_bytes));
+                          core_->opts.limits.max_response_bytes, wall_now(*core_)));
 }
 
 void engine::read_changes(watch_request req, std::size_t limit, callback<change_page> cb) {
@@ -234,7 +235,7 @@ void engine::list_invocations(session_ref ref, callback<std::vector<invocation_i
   if (!txn)
     return cb(std::move(txn).err());
   auto skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);
-  auto rec = store::read_live_record(**txn, skey);
+  auto rec = store::read_live_record(**txn, skey, wall_now(*core_));
   if (!rec)
     return cb(std::move(rec).err());
   if (!*rec)

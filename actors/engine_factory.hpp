@@ -26,9 +26,10 @@ struct engine_factory {
   /// before the engine uses it. With `deterministic`, the engine's actors
   /// run on CAF's test coordinator (scheduler policy "testing"): nothing
   /// runs until the test runs it (system_of(e).scheduler(), a
-  /// caf::scheduler::test_coordinator), timers fire when the test advances
-  /// the clock, and the store writer is a scheduled actor committing one
-  /// write set per message. Blocking calls must not be used then.
+  /// caf::scheduler::test_coordinator), timers (idle checks, the reaper's
+  /// ticks) fire when the test advances the clock, and the store writer is
+  /// a scheduled actor committing one write set per message. Blocking calls
+  /// must not be used then.
   static result<std::unique_ptr<engine>> open(const options& opts, const store_wrapper& wrap,
                                               bool deterministic = false);
   /// The engine's store (for tests that read it directly). REQUIRES: open.
@@ -38,6 +39,10 @@ struct engine_factory {
   /// Write sets sent to the store writer and not yet committed, as counted
   /// for inline commits (0 unless durability is memory). REQUIRES: open.
   static std::size_t writer_backlog_of(engine& e);
+  /// Scheduler workers blocked on their condition variable (parked, not
+  /// polling) now, under scheduler_policy::sharing with spin_wait above 0;
+  /// 0 under any other scheduler. REQUIRES: open.
+  static std::size_t parked_workers(engine& e);
 };
 
 } // namespace agentstate::detail

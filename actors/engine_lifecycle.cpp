@@ -191,7 +191,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
       return std::move(kv).err();
     core->kv = std::move(*kv);
   }
-  if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING); !r)
+  if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING, wall_now(*core)); !r)
     return std::move(r).err();
   if (auto r = load_log(*core); !r)
     return std::move(r).err();
@@ -229,10 +229,9 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   core->opts.max_live_sessions = capacity;
   core->sessions.set_capacity(capacity);
   core->scopes.set_capacity(capacity);
-  if (!deterministic) {
+  if (!deterministic)
     core->heap_trimmer = spawn_heap_trimmer(*core);
-    core->reaper = spawn_reaper(*core);
-  }
+  core->reaper = spawn_reaper(*core);
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 
@@ -246,6 +245,14 @@ caf::actor_system& engine_factory::system_of(engine& e) {
 
 std::size_t engine_factory::writer_backlog_of(engine& e) {
   return e.core_->writer_backlog.load();
+}
+
+std::size_t engine_factory::parked_workers(engine& e) {
+  auto* q = e.core_->jobs;
+  if (!q)
+    return 0;
+  std::lock_guard<std::mutex> guard(q->lock);
+  return q->parked;
 }
 
 result<void> engine::close() {
@@ -265,6 +272,8 @@ result<void> engine::close() {
       if (sched.run() == 0 && sched.trigger_timeouts() == 0)
         std::this_thread::yield(); // a reply from the store is on its way
     caf::anon_send(core_->writer, stop_writer_cmd{});
+    if (core_->reaper)
+      caf::anon_send_exit(core_->reaper, caf::exit_reason::user_shutdown);
     sched.run();
   } else {
     while (!actors_gone())

@@ -111,7 +111,7 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
   ws.app = req.app_name;
   ws.user = req.user_id;
   ws.id = req.session_id;
-  ws.time = model::now_seconds();
+  ws.time = wall_now(core);
   // T1/T2: the expiry and the refresh the record keeps.
   double ttl =
     req.ttl_s ? *req.ttl_s : std::chrono::duration<double>(core.opts.default_session_ttl).count();

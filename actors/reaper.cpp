@@ -10,7 +10,6 @@
 
 #include "actors/core.hpp"
 #include "actors/messages.hpp"
-#include "model/ids.hpp"
 #include "store/expiry.hpp"
 #include "store/reads.hpp"
 
@@ -54,7 +53,7 @@ bool send_batch(reaper_actor* self, bool repeat) {
   auto txn = store::begin_read(*core.kv);
   if (!txn)
     return false;
-  auto due = store::due_sessions(**txn, model::now_seconds(), reap_batch);
+  auto due = store::due_sessions(**txn, wall_now(core), reap_batch);
   txn->reset();
   if (!due || due->empty())
     return false;

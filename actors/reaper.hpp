@@ -8,7 +8,8 @@
 // for the whole batch to be answered before reading the next one, so at most
 // reap_batch deletes are in flight and each is its own small write set (a
 // large session is purged in steps, store/purge.hpp). Runs on a scheduler
-// thread; one per engine, not in deterministic mode.
+// thread; one per engine. In deterministic mode its ticks fire as the test
+// advances the scheduler's clock (tests/support/deterministic.hpp).
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,7 @@
 namespace agentstate::detail {
 
 bool has_expired(const session_state& st) {
-  return st.exists && st.expires != 0 && st.expires <= model::now_seconds();
+  return st.exists && st.expires != 0 && st.expires <= wall_now(*st.core);
 }
 
 namespace {
@@ -156,7 +156,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
     return;
   }
   if (!ev.timestamp)
-    ev.timestamp = model::now_seconds();
+    ev.timestamp = wall_now(*st.core);
   auto prepared =
     prepare_append(*st.core, st.ref, std::move(ev), st.version + 1, std::move(cmd.req.modify));
   if (!prepared) {
@@ -165,7 +165,7 @@ void on_append(session_actor_t self, append_cmd& cmd) {
   }
   st.version += 1;
   if (st.refresh != 0) { // T2: from the moment it is accepted
-    st.expires = model::now_seconds() + st.refresh;
+    st.expires = wall_now(*st.core) + st.refresh;
     prepared->plan.ws.expires = st.expires;
   }
   append_result stored{std::move(prepared->stored), st.version, {}, std::move(prepared->text)};
@@ -228,9 +228,9 @@ void on_get(session_actor_t self, get_cmd& cmd) {
   answer(self, [self, cmd = std::move(cmd)]() mutable {
     if (cmd.text_cb) {
       auto& st = self->state;
-      cmd.text_cb(
-        store::read_session_text(*st.core->kv, cmd.req, live_temp(st, cmd.req.invocation_id),
-                                 st.core->opts.limits.max_response_bytes, st.core->epoch));
+      cmd.text_cb(store::read_session_text(
+        *st.core->kv, cmd.req, live_temp(st, cmd.req.invocation_id),
+        st.core->opts.limits.max_response_bytes, wall_now(*st.core), st.core->epoch));
       return;
     }
     cmd.cb(read_live(self, cmd.req, self->state.core->opts.limits.max_response_bytes));

@@ -29,7 +29,7 @@ result<rewind_changes> effect_now(session_state& st, const rewind_request& req) 
   auto txn = store::begin_read(*st.core->kv);
   if (!txn)
     return std::move(txn).err();
-  auto rec = store::read_live_record(**txn, st.skey);
+  auto rec = store::read_live_record(**txn, st.skey, wall_now(*st.core));
   if (!rec)
     return std::move(rec).err();
   if (!*rec)
@@ -135,7 +135,7 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
     auto txn = store::begin_read(*st.core->kv);
     if (!txn)
       return std::move(txn).err();
-    auto rec = store::read_live_record(**txn, skey);
+    auto rec = store::read_live_record(**txn, skey, wall_now(*st.core));
     if (!rec)
       return std::move(rec).err();
     if (!*rec)
@@ -160,7 +160,7 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
     ws.app = st.ref.app_name;
     ws.user = st.ref.user_id;
     ws.id = st.ref.session_id;
-    ws.time = model::now_seconds();
+    ws.time = wall_now(*st.core);
     // A fork is a new session: the engine's default lifetime (T1, T2).
     if (auto ttl = std::chrono::duration<double>(st.core->opts.default_session_ttl).count();
         ttl > 0) {
@@ -213,7 +213,7 @@ void on_fork(session_actor_t self, fork_cmd& cmd) {
            get_request req;
            req.ref = st.ref;
            req.num_recent_events = 0;
-           auto s = store::read_session(*st.core->kv, req, SIZE_MAX);
+           auto s = store::read_session(*st.core->kv, req, SIZE_MAX, wall_now(*st.core));
            if (!s)
              return cb(std::move(s).err());
            if (!*s)

@@ -15,7 +15,7 @@ const json* live_temp(const session_state& st, const std::string& invocation_id)
 result<std::optional<session>> read_live(session_actor_t self, const get_request& req,
                                          std::size_t max_bytes) {
   auto& st = self->state;
-  auto r = store::read_session(*st.core->kv, req, max_bytes, st.core->epoch);
+  auto r = store::read_session(*st.core->kv, req, max_bytes, wall_now(*st.core), st.core->epoch);
   if (const json* temp = live_temp(st, req.invocation_id); temp && r && *r)
     for (auto t = temp->begin(); t != temp->end(); ++t)
       (**r).state[t.key()] = t.value();

@@ -89,7 +89,7 @@ void commit_group(engine_core& core, Plans& plans, std::vector<store::batch_entr
   store::commit_batch(
     *core.kv, entries,
     [&](store::kv_read& txn, std::size_t i) { return resolve_late(txn, core, plans[i]); },
-    &core.log);
+    &core.log, wall_now(core));
   count(core, entries);
   if (core.hub->active()) {
     std::uint64_t head = 0;

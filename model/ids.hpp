@@ -17,7 +17,9 @@ std::string make_uuid();
 /// the kernel has no getrandom.
 std::string make_secure_uuid();
 
-/// Wall-clock now, epoch seconds.
+/// The system clock now, epoch seconds: what tools that open a store
+/// without an engine read. An engine reads options::wall_clock instead
+/// (detail::wall_now), which falls back to this.
 double now_seconds();
 
 } // namespace agentstate::model

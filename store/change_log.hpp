@@ -50,7 +50,7 @@ struct change_log {
   std::uint64_t next = 1;
   std::uint64_t oldest = 0;
   retention_bound keep;
-  double now = 0; ///< the commit time written into rows (set per commit)
+  double now = 0; ///< the commit time written into rows (commit_batch's `now`)
   /// trim_log's memo: the time of the row at sequence `timed` (0: none),
   /// read once rather than at every commit. A damaged row's time is +inf
   /// (it is never too old: verify names it). Rows never change under a

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/commit.hpp"
 
-#include <chrono>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -192,10 +191,9 @@ void commit_each(kv_store& kv, std::vector<batch_entry>& entries, const resolve_
 } // namespace
 
 void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
-                  change_log* log) {
+                  change_log* log, double now) {
   if (log)
-    log->now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    log->now = now;
   if (!commit_direct(kv, entries, log)) {
     if (kv.nests())
       commit_isolated(kv, entries, resolve, log);

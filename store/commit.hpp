@@ -36,9 +36,10 @@ using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
 
 /// Commits `entries` (fills each one's outcome). With a `log`, each entry
 /// that changes the store takes the next commit sequence and writes its
-/// change row in its own (nested) transaction, and each transaction trims
-/// the log to its retention before it commits; `log` is left as the
-/// committed store has it. Entries without `late` go
+/// change row in its own (nested) transaction, stamped with `now` (epoch
+/// seconds: the engine's wall clock, options::wall_clock), and each
+/// transaction trims the log to its retention (max_age measured back from
+/// `now`) before it commits; `log` is left as the committed store has it. Entries without `late` go
 /// straight into one transaction; if one of them fails part-way, or any is
 /// late, the batch runs with a savepoint per entry (on a store that does not
 /// nest: a transaction per entry). A failed commit fails every entry of its
@@ -46,7 +47,7 @@ using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
 /// dirties once per (nested) transaction, so the straight path saves a page
 /// copy for every page two write sets share.
 void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
-                  change_log* log = nullptr);
+                  change_log* log, double now);
 
 /// One transaction that puts one row and commits: what a bare commit costs
 /// on the store's disk (the bench's reference). Storage errors as results.

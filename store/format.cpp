@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/format.hpp"
 
-#include <chrono>
 #include <optional>
 #include <string>
 
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "agentstate/json.hpp"
+#include "model/ids.hpp"
 #include "store/apply.hpp"
 #include "store/change_log.hpp"
 #include "store/errors.hpp"
@@ -107,7 +107,7 @@ std::uint32_t known_format(std::string_view text) {
   return 0;
 }
 
-result<void> init_meta(kv_store& kv, std::string_view engine_version) {
+result<void> init_meta(kv_store& kv, std::string_view engine_version, double now) {
   try {
     {
       auto r = kv.begin_read();
@@ -149,8 +149,6 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
       }
     }
     auto w = kv.begin_write();
-    auto now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     w->put(table::meta, "format", std::to_string(format_version));
     w->put(table::meta, "created", std::to_string(now));
     w->put(table::meta, "engine_version", engine_version);
@@ -160,6 +158,10 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version) {
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
+}
+
+result<void> init_meta(kv_store& kv, std::string_view engine_version) {
+  return init_meta(kv, engine_version, model::now_seconds());
 }
 
 } // namespace agentstate::store

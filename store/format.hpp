@@ -38,7 +38,8 @@ std::uint32_t known_format(std::string_view text);
 /// may not exceed it.
 inline constexpr std::size_t stored_json_depth = 512;
 
-/// Reads meta. A new store gets its meta written; a store of an older known
+/// Reads meta. A new store gets its meta written (meta["created"]: `now`,
+/// epoch seconds; the overload without it reads the system clock); a store of an older known
 /// format is upgraded to format_version in one transaction (1 -> 2 drops
 /// `event_ids`; 2 -> 3 moves the small tables into `rows`; 3 -> 4 rewrites
 /// every row with its value sealed, checking each: a row that does not
@@ -53,6 +54,7 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// (storage_full otherwise, the store left as it was). Errors:
 /// internal when the format is unknown (the store is left as it was),
 /// storage errors.
+result<void> init_meta(kv_store& kv, std::string_view engine_version, double now);
 result<void> init_meta(kv_store& kv, std::string_view engine_version);
 
 } // namespace agentstate::store

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
-#include "model/ids.hpp"
 #include "store/errors.hpp"
 #include "store/expiry.hpp"
 #include "store/keys.hpp"
@@ -53,7 +52,7 @@ std::optional<std::string> from_hex(std::string_view x) {
 } // namespace
 
 result<session_page> list_sessions(kv_read& txn, const list_request& req, std::size_t page_size,
-                                   std::size_t max_bytes) {
+                                   std::size_t max_bytes, double now) {
   try {
     const bool by_user = req.user_id.has_value();
     const bool by_id = req.order_by == list_order::id;
@@ -85,7 +84,6 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
     const bool legacy = txn.legacy_values();
     // T1: expired sessions not yet reaped are left out (their records are
     // read only when some session under the prefix has expired).
-    const double now = model::now_seconds();
     const std::uint64_t expired_here = count_expired(txn, now, prefix);
     // X2/X3: nothing under a deleted app or user is listed; in an app's
     // listing, sessions of deleted users are skipped one by one.

@@ -12,7 +12,8 @@
 namespace agentstate::store {
 
 /// One page in the snapshot `txn`, in update-time, creation-time or id
-/// order. Errors: invalid_argument (a page token of another listing),
+/// order, without the sessions that have expired at `now` (epoch seconds,
+/// T1). Errors: invalid_argument (a page token of another listing),
 /// storage errors, data_corrupt. Cost: O(offset + page) index reads and a
 /// record and state read per listed session (O(matching) more with
 /// include_total). The page ends early, with a next_page_token, once its
@@ -21,6 +22,6 @@ namespace agentstate::store {
 /// scopes' state is counted once per page, not once per session.
 /// REQUIRES: page_size in 1..1000.
 result<session_page> list_sessions(kv_read& txn, const list_request& req, std::size_t page_size,
-                                   std::size_t max_bytes);
+                                   std::size_t max_bytes, double now);
 
 } // namespace agentstate::store

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
-#include "model/ids.hpp"
 #include "store/change_log.hpp"
 #include "store/errors.hpp"
 #include "store/history.hpp"
@@ -247,15 +246,13 @@ struct session_head {
   json state;
 };
 
-result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r) {
+result<std::optional<session_head>> read_head(kv_read& txn, const session_ref& r, double now) {
   auto skey = session_key(r.app_name, r.user_id, r.session_id);
   auto rec = read_record(txn, skey);
   if (!rec)
     return std::move(rec).err();
   // T1, X2/X3: gone for readers at once, rows still stored.
-  if (*rec
-      && (((**rec).expires != 0 && expired(**rec, model::now_seconds()))
-          || fenced(txn, r.app_name, r.user_id)))
+  if (*rec && (((**rec).expires != 0 && expired(**rec, now)) || fenced(txn, r.app_name, r.user_id)))
     return std::optional<session_head>{};
   if (!*rec) {
     if (auto e = record_lost(txn, skey))
@@ -276,8 +273,8 @@ struct session_parts {
 };
 
 result<std::optional<session_parts>> read_parts(kv_read& txn, const get_request& req,
-                                                std::size_t max_bytes) {
-  auto head = read_head(txn, req.ref);
+                                                std::size_t max_bytes, double now) {
+  auto head = read_head(txn, req.ref, now);
   if (!head)
     return std::move(head).err();
   if (!*head)
@@ -339,8 +336,9 @@ result<std::vector<std::string_view>> select_versions(kv_read& txn, const std::s
 
 // get_session with as_of_version or apply_rewinds (H1, H5).
 result<std::optional<session>> read_past(kv_read& txn, const get_request& req,
-                                         std::size_t max_bytes, std::string_view epoch) {
-  auto head = read_head(txn, req.ref);
+                                         std::size_t max_bytes, double now,
+                                         std::string_view epoch) {
+  auto head = read_head(txn, req.ref, now);
   if (!head)
     return std::move(head).err();
   if (!*head)
@@ -482,12 +480,13 @@ result<std::optional<session_record>> read_record_unless_deleted(kv_store& kv,
   }
 }
 
-result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey) {
+result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey,
+                                                       double now) {
   auto rec = read_record(txn, skey);
   try {
     if (rec && *rec) {
       auto p = split_key(skey, 3);
-      if (((**rec).expires != 0 && expired(**rec, model::now_seconds()))
+      if (((**rec).expires != 0 && expired(**rec, now))
           || (p.size() == 3 && fenced(txn, p[0], p[1])))
         return std::optional<session_record>{};
     }
@@ -579,11 +578,12 @@ result<void> scan_event_ids(kv_read& txn, std::string_view skey,
 }
 
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
-                                            std::size_t max_bytes, std::string_view epoch) {
+                                            std::size_t max_bytes, double now,
+                                            std::string_view epoch) {
   try {
     if (req.as_of_version || req.apply_rewinds)
-      return read_past(txn, req, max_bytes, epoch);
-    auto parts = read_parts(txn, req, max_bytes);
+      return read_past(txn, req, max_bytes, now, epoch);
+    auto parts = read_parts(txn, req, max_bytes, now);
     if (!parts)
       return std::move(parts).err();
     if (!*parts)
@@ -609,10 +609,10 @@ result<std::optional<session>> read_session(kv_read& txn, const get_request& req
 }
 
 result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
-                                      std::size_t max_bytes, std::string_view epoch) {
+                                      std::size_t max_bytes, double now, std::string_view epoch) {
   try {
     if (req.as_of_version || req.apply_rewinds) {
-      auto past = read_past(txn, req, max_bytes, epoch);
+      auto past = read_past(txn, req, max_bytes, now, epoch);
       if (!past)
         return std::move(past).err();
       if (!*past)
@@ -626,7 +626,7 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
       return std::move(*text);
     }
     auto& r = req.ref;
-    auto parts = read_parts(txn, req, max_bytes);
+    auto parts = read_parts(txn, req, max_bytes, now);
     if (!parts)
       return std::move(parts).err();
     if (!*parts)
@@ -690,20 +690,21 @@ result<std::string> read_session_text(kv_read& txn, const get_request& req, cons
 }
 
 result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra,
-                                      std::size_t max_bytes, std::string_view epoch) {
+                                      std::size_t max_bytes, double now, std::string_view epoch) {
   try {
     auto txn = kv.begin_read();
-    return read_session_text(*txn, req, extra, max_bytes, epoch);
+    return read_session_text(*txn, req, extra, max_bytes, now, epoch);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
 }
 
 result<std::optional<session>> read_session(kv_store& kv, const get_request& req,
-                                            std::size_t max_bytes, std::string_view epoch) {
+                                            std::size_t max_bytes, double now,
+                                            std::string_view epoch) {
   try {
     auto txn = kv.begin_read();
-    return read_session(*txn, req, max_bytes, epoch);
+    return read_session(*txn, req, max_bytes, now, epoch);
   } catch (const kv_failure& f) {
     return from_failure(f);
   }

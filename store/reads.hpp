@@ -37,10 +37,12 @@ result<std::optional<session_record>> read_record(kv_read& txn, std::string_view
 /// below.
 result<std::optional<session_record>> read_record_unless_deleted(kv_store& kv,
                                                                  std::string_view skey);
-/// read_record, with a session that has expired by now (T1), or whose user
-/// or app is being deleted (X2/X3), read as none; data_corrupt when there is
-/// no record but the session's rows exist (a damaged record key).
-result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey);
+/// read_record, with a session that has expired at `now` (epoch seconds,
+/// T1), or whose user or app is being deleted (X2/X3), read as none;
+/// data_corrupt when there is no record but the session's rows exist (a
+/// damaged record key).
+result<std::optional<session_record>> read_live_record(kv_read& txn, std::string_view skey,
+                                                       double now);
 
 /// The stored event of session `skey` at `version`, if any.
 result<std::optional<append_result>> read_event(kv_read& txn, std::string_view skey,
@@ -60,15 +62,18 @@ scan_event_bodies(kv_read& txn, std::string_view skey, std::uint64_t upto,
 result<void> scan_event_ids(kv_read& txn, std::string_view skey,
                             const std::function<void(std::uint64_t, const std::string&)>& fn);
 
-/// The session per G1-G6, in one snapshot. Does not validate `req`.
+/// The session per G1-G6, in one snapshot; none when it has expired at
+/// `now` (epoch seconds, T1). Does not validate `req`.
 /// too_large when the selected events' stored JSON passes `max_bytes`
 /// (found before any is decoded or copied). With a store `epoch`, the
 /// session's cursor is the snapshot's newest change (one more seek);
 /// without, it is empty.
 result<std::optional<session>> read_session(kv_read& txn, const get_request& req,
-                                            std::size_t max_bytes, std::string_view epoch = {});
+                                            std::size_t max_bytes, double now,
+                                            std::string_view epoch = {});
 result<std::optional<session>> read_session(kv_store& kv, const get_request& req,
-                                            std::size_t max_bytes, std::string_view epoch = {});
+                                            std::size_t max_bytes, double now,
+                                            std::string_view epoch = {});
 
 /// read_session as JSON text, equal to dump_json(to_json(session)), or
 /// "null" when the session does not exist. Stored event texts are copied,
@@ -76,9 +81,11 @@ result<std::optional<session>> read_session(kv_store& kv, const get_request& req
 /// may be null) is merged into the state (the live invocation's temp: keys).
 /// too_large as read_session; the cursor as read_session's.
 result<std::string> read_session_text(kv_read& txn, const get_request& req, const json* extra,
-                                      std::size_t max_bytes, std::string_view epoch = {});
+                                      std::size_t max_bytes, double now,
+                                      std::string_view epoch = {});
 result<std::string> read_session_text(kv_store& kv, const get_request& req, const json* extra,
-                                      std::size_t max_bytes, std::string_view epoch = {});
+                                      std::size_t max_bytes, double now,
+                                      std::string_view epoch = {});
 
 /// The stored value of one state key of session (app, user, id), by the
 /// key's scope (S1; prefixed key), or nullopt when missing (temp: keys are

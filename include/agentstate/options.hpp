@@ -201,6 +201,20 @@ struct options {
   /// invisible from the moment they expire; this bounds how long their rows
   /// stay). At least 1 ms.
   std::chrono::milliseconds reap_interval{std::chrono::seconds(1)};
+  /// The wall clock, in seconds since the Unix epoch; empty = the system
+  /// clock. Every timed rule of the engine reads it, and nothing else does:
+  /// an event's timestamp when the caller gives none, a session's created
+  /// and last update times, its expiry at create and at each refreshing
+  /// append (T1, T2), whether it has expired for reads, listings, appends
+  /// and deletes, which sessions the reaper finds due (T3), the commit time
+  /// of each change-log row and the change_retention::max_age trim measured
+  /// against it, and the store's creation time. The timers stay on the
+  /// actor system's own clock: idle_timeout and reap_interval say when the
+  /// passivation check and the reaper run, this clock what they find.
+  /// Tools that open a store without an engine (export, prune, salvage) read
+  /// the system clock. Called from any of the engine's threads at once:
+  /// REQUIRES thread-safe, non-blocking, and never throwing.
+  std::function<double()> wall_clock;
   /// Derived keys (see derived_key); checked by engine::open.
   std::vector<derived_key> derived;
 };

@@ -19,6 +19,7 @@
 #include "agentstate/scope.hpp"
 #include "store/kv.hpp"
 #include "support/files.hpp"
+#include "support/manual_clock.hpp"
 #include "support/change_feed.hpp"
 #include "support/test_support.hpp"
 
@@ -428,7 +429,11 @@ TEST_CASE_TEMPLATE("read_changes: a cursor older than the retention gets cursor_
 TEST_CASE_TEMPLATE("read_changes: changes older than max_age go at a later commit, after earlier "
                    "commits found the oldest one young enough to keep",
                    S, test::memory_store, test::lmdb_store) {
-  auto t = test::open_engine(S::kind, [](options& o) { o.change_retention.max_age = 1s; });
+  test::manual_clock clock;
+  auto t = test::open_engine(S::kind, [&](options& o) {
+    o.change_retention.max_age = 1s;
+    clock.install(o);
+  });
   auto ref = test::sref("app", "u", "s");
   auto start = MUST(t->head_cursor());
   MUST(t->create_session(test::create_req(ref)));
@@ -438,7 +443,7 @@ TEST_CASE_TEMPLATE("read_changes: changes older than max_age go at a later commi
   auto req = scope_req(watch_scope::all);
   req.from = start;
   REQUIRE(test::read_feed(*t, req).size() == 6);
-  std::this_thread::sleep_for(1500ms);
+  clock.advance(1.5);
   // Two old rows go per commit (and 16 more): one commit drops all six.
   test::append_ok(*t, ref, test::make_event(json{{"n", 5}}));
   auto r = t->read_changes(req, 10);

@@ -10,13 +10,14 @@
 //
 // Worker threads never use doctest assertions: they record what went wrong
 // in a `failures` and the test thread checks it after join().
+#include "actors/engine_factory.hpp"
+#include "support/store_probe.hpp"
 #include "support/test_support.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <ctime>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -667,8 +668,13 @@ TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers park
       MUST(e.create_session(create_req(sref("app", "u", "b" + std::to_string(k)))));
     auto sh = std::make_shared<async_acks>(sessions * bursts);
     for (int b = 0; b < bursts; ++b) {
-      // Longer than the largest spin_wait, so every poller has given up.
-      std::this_thread::sleep_for(std::chrono::milliseconds(b % 2 ? 3 : 12));
+      // Every poller has given up and parked before the burst. CAF's own
+      // work_sharing (spin_wait 0) parks idle workers at once and counts
+      // none: there the pause is the input, not a wait for an outcome.
+      if (c.spin.count() > 0)
+        REQUIRE(eventually([&] { return detail::engine_factory::parked_workers(e) == c.threads; }));
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(b % 2 ? 3 : 12));
       for (int k = 0; k < sessions; ++k) {
         int i = b * sessions + k;
         e.append_event(append_req(sref("app", "u", "b" + std::to_string(k)),
@@ -700,24 +706,24 @@ TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers park
 }
 
 TEST_CASE("an idle engine stops polling: its threads sleep once spin_wait has passed") {
-  // Every poller gives up after spin_wait (10 ms here, the most allowed); an
-  // engine left idle must then cost next to no CPU. One thread polling
-  // without end would burn ~all of the 300 ms measured.
+  // Every poller gives up after spin_wait (10 ms here, the most allowed): an
+  // engine left idle must then have every scheduler worker parked on its
+  // condition variable, none polling. A worker that polled without end
+  // would never count as parked (the bounded poll below then fails).
+  constexpr std::size_t workers = 3;
   auto t = open_engine(store_kind::lmdb, [](options& o) {
     o.spin_wait = std::chrono::milliseconds(10);
     o.scheduler = scheduler_policy::sharing;
+    o.threads = workers;
   });
   auto& e = *t;
   auto ref = sref("app", "u", "idle");
   MUST(e.create_session(create_req(ref)));
   for (int i = 0; i < 20; ++i)
     MUST(e.append_event(append_req(ref, make_event(json{{"i", i}}, "i" + std::to_string(i)))));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50)); // past every budget
-  const std::clock_t cpu0 = std::clock();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const double cpu_ms = 1000.0 * double(std::clock() - cpu0) / CLOCKS_PER_SEC;
-  INFO("process CPU while idle for 300 ms: ", cpu_ms, " ms");
-  CHECK(cpu_ms < 60.0);
+  CHECK(eventually([&] { return detail::engine_factory::parked_workers(e) == workers; }));
+  // The store writer polls only while deleted rows wait to be purged; none do.
+  CHECK_FALSE(purging(e));
   CHECK(get_existing(e, ref).version == 20);
 }
 

@@ -434,9 +434,12 @@ TEST_CASE_TEMPLATE("history H2: a rewind waits while another invocation holds th
     got = std::move(r);
     done.store(true);
   });
-  // The live invocation goes on writing; the rewind has not run.
+  // The live invocation goes on writing; the rewind has not run. (A
+  // barrier: the session actor took the rewind before this append, sent
+  // after it from this thread, and has answered the append, and a read
+  // through the actor after that.)
   test::append_ok(e, ref, test::make_event(json{{"n", 2}}, {}, std::nullopt, "live"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(test::get_existing(e, test::get_req(ref, 0, std::nullopt, "live")).version == 2);
   CHECK(!done.load());
   MUST(e.end_invocation(ref, "live"));
   REQUIRE(test::eventually([&] { return done.load(); }));

@@ -114,6 +114,7 @@ TEST_CASE_TEMPLATE("host help: blocking and async calls from many threads are ea
   for (auto& th : pool)
     th.join();
   async_sender.join();
+  // A bounded poll for the async answers, which come on the engine's threads.
   for (auto deadline = std::chrono::steady_clock::now() + 30s;
        async_answers.load() < async_calls && std::chrono::steady_clock::now() < deadline;)
     std::this_thread::sleep_for(1ms);
@@ -157,8 +158,7 @@ TEST_CASE_TEMPLATE("host help: close() while threads wait in blocking calls", S,
         return;
       }
     });
-  while (started.load() < threads || stored.load() < 200)
-    std::this_thread::sleep_for(1ms);
+  REQUIRE(test::eventually([&] { return started.load() >= threads && stored.load() >= 200; }));
   CHECK(eng->close().ok());
   for (auto& th : pool)
     th.join(); // every thread's last call was answered

@@ -175,7 +175,9 @@ TEST_CASE_TEMPLATE("read cursors: a shared scope's state with its cursor equals 
     auto a = MUST(e.get_app_state_with_cursor("a"));
     apps.push_back({a.state, a.cursor});
     if (users.size() % 16 == 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(30)); // let the actors passivate
+      // A pause on the idle timers' real clock: reads must also cross the
+      // actors' passivations (the input, not a wait for an outcome).
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   for (auto& th : ts)
     th.join();

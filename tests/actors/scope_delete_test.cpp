@@ -122,7 +122,7 @@ TEST_CASE_TEMPLATE("delete_user: every session and the user's state are gone at 
     if (r)
       break;
     REQUIRE(r.err().code == errc::unavailable);
-    std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(1ms); // a bounded poll: the writer purges on its own thread
   }
   REQUIRE(test::eventually([&] { return !test::purging(e); }, 30s));
   auto s = test::get_existing(e, again);

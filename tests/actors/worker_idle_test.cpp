@@ -71,6 +71,7 @@ TEST_CASE("worker_idle: a worker that keeps finding jobs runs the tasks within t
     CHECK(runs == 1);
     // The time bound: past idle_task_max_delay, before the next job.
     CHECK(defer_until_idle([&] { ++runs; }));
+    // The bound under test is one of time on the steady clock: it must pass.
     std::this_thread::sleep_for(idle_task_max_delay + 1ms);
     worker_idle_point(false);
     CHECK(runs == 2);
