@@ -154,11 +154,23 @@ void clear_log(kv_write& txn) {
     txn.del(table::changes, k);
 }
 
+namespace {
+
+// The sequence of the change row at (k, v), checked against the row's seal,
+// which covers its key: a damaged key is data_corrupt, never a wrong cursor.
+result<std::uint64_t> sealed_seq(std::string_view k, std::string_view v) {
+  if (k.size() != 8 || !open_row(table::changes, k, v, false))
+    return damaged(table::changes, k);
+  return read_be64(k);
+}
+
+} // namespace
+
 result<std::uint64_t> read_log_last(kv_read& txn) {
   try {
-    std::uint64_t last = 0;
-    txn.scan_back(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
-      last = read_be64(k);
+    result<std::uint64_t> last = std::uint64_t{0};
+    txn.scan_back(table::changes, {}, {}, [&](std::string_view k, std::string_view v) {
+      last = sealed_seq(k, v);
       return false;
     });
     return last;
@@ -170,10 +182,14 @@ result<std::uint64_t> read_log_last(kv_read& txn) {
 result<log_bounds> read_log_bounds(kv_read& txn) {
   try {
     log_bounds b;
-    txn.scan(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
-      b.first = read_be64(k);
+    result<std::uint64_t> first = std::uint64_t{0};
+    txn.scan(table::changes, {}, {}, [&](std::string_view k, std::string_view v) {
+      first = sealed_seq(k, v);
       return false;
     });
+    if (!first)
+      return std::move(first).err();
+    b.first = *first;
     auto last = read_log_last(txn);
     if (!last)
       return std::move(last).err();

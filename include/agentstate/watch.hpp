@@ -118,8 +118,11 @@ struct watch_end {
 /// change); an empty batch is progress (at most once a second, when the
 /// feed's cursor moved past changes the watch does not take). It may block:
 /// its own watch waits (the log keeps what it has not read yet), and other
-/// watches wait at most about 10 ms, after which the engine adds a delivery
-/// thread. It may cancel its own watch; it must not close the engine.
+/// watches wait about 10 ms, after which the engine adds a delivery thread,
+/// up to 16 in all: beyond that, callbacks that block hold back the watches
+/// queued behind them, so a host that must not stall others returns at once
+/// and resumes later from the batch's cursor. It may cancel its own watch;
+/// it must not close the engine.
 using change_handler = std::function<void(change_page batch)>;
 /// Called once when the watch ends, on a delivery thread, after its last
 /// batch.

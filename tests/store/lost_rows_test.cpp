@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "store/change_log.hpp"
 #include "store/exchange.hpp"
 #include "store/keys.hpp"
 #include "store/kv.hpp"
@@ -268,5 +269,55 @@ TEST_CASE("a store whose rows table lost its name: the engine silently starts it
     FAIL("a store without its rows table opened");
   } catch (const kv_failure& f) {
     CHECK(f.code == errc::data_corrupt);
+  }
+}
+
+// Regression (the no-lie oracle, seed 243): a flipped byte in the change
+// log's last key gave every read the cursor of a sequence that was never
+// written (e.g. 343597383932), so a watch resumed from it would skip changes.
+TEST_CASE("a change row whose key was damaged is data_corrupt, not the cursor of a sequence "
+          "never written") {
+  test::temp_dir dir;
+  fill(dir.str());
+  std::uint64_t last = 0;
+  std::string last_value;
+  const auto moved = [&] { return change_key(last + (std::uint64_t{0x50} << 32)); };
+  {
+    auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+    auto head = MUST(read_log_head(*kv));
+    last = head.bounds.last;
+    REQUIRE(last > 1);
+    // The last row, under a key one of whose bytes changed: its seal (which
+    // covers the key) no longer matches.
+    auto w = kv->begin_write();
+    last_value = std::string(w->get(table::changes, change_key(last)).value());
+    REQUIRE(w->del(table::changes, change_key(last)));
+    w->put(table::changes, moved(), last_value);
+    w->commit();
+    auto damaged_head = read_log_head(*kv);
+    REQUIRE(!damaged_head.ok());
+    CHECK(damaged_head.code() == errc::data_corrupt);
+  }
+  // The first row likewise (the log's other end), with the last one put back.
+  {
+    auto kv = open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+    auto w = kv->begin_write();
+    REQUIRE(w->del(table::changes, moved()));
+    w->put(table::changes, change_key(last), last_value);
+    std::uint64_t first = 0;
+    w->scan(table::changes, {}, {}, [&](std::string_view k, std::string_view) {
+      first = read_be64(k);
+      return false;
+    });
+    REQUIRE(first == 1);
+    auto value = std::string(w->get(table::changes, change_key(first)).value());
+    REQUIRE(w->del(table::changes, change_key(first)));
+    // Still before every other row, so the scan lands on it first.
+    w->put(table::changes, std::string(7, '\0') + '\0', value);
+    w->commit();
+    auto txn = kv->begin_read();
+    auto bounds = read_log_bounds(*txn);
+    REQUIRE(!bounds.ok());
+    CHECK(bounds.code() == errc::data_corrupt);
   }
 }
