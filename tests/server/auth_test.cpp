@@ -505,8 +505,9 @@ TEST_CASE("regression: unfinished request lines are bounded per connection only:
         != std::string::npos);
   CHECK(ok(anon.call("ping")));
 
-  // Authenticated, three clients each start a 1.5 MiB line: the third
-  // passes the 4 MiB budget and is discarded as it arrives.
+  // Authenticated, three clients each start a 1.5 MiB line: together they
+  // pass the 4 MiB budget, so the line that passes it is discarded as it
+  // arrives.
   std::vector<std::unique_ptr<client>> big;
   const std::size_t piece = 1536 * 1024;
   for (int i = 0; i < 3; ++i) {
@@ -533,7 +534,11 @@ TEST_CASE("regression: unfinished request lines are bounded per connection only:
             != std::string::npos);
     }
   }
-  CHECK(discarded == 1);
+  // At least the line that passes the budget is discarded. Two I/O threads
+  // that add their pieces at once may each see the other's piece counted
+  // and both discard (the budget errs on the safe side, never passed), so
+  // a second discard is allowed.
+  CHECK(discarded >= 1);
   CHECK(partial_bytes() == 0);
 }
 
