@@ -197,13 +197,27 @@ protected:
   // leaf, where it finds nothing, while the row is still stored.
   void confirm_missing(MDB_txn* txn, table t, const MDB_val& want) {
     cursor_guard c(txn, dbi(t));
-    MDB_val k = want, v;
+    MDB_val k, v;
+    int rc = seek_last_before(c, t, want, true, k, v, "a lookup missed a stored key");
+    if (rc == MDB_SUCCESS && view(k) == as_view(want))
+      out_of_order(t, "a lookup missed a stored key");
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+      fail("mdb_cursor_get", rc);
+  }
+
+  // Puts the cursor on the last key below `want` (at or below it when
+  // `inclusive`) and confirms that it sorts there: a damaged branch key can
+  // make LMDB's search land late, past stored keys (data_corrupt, `what`).
+  // Returns the cursor's rc (MDB_NOTFOUND: no such key), with the key and
+  // value in `k` and `v`.
+  int seek_last_before(cursor_guard& c, table t, const MDB_val& want, bool inclusive, MDB_val& k,
+                       MDB_val& v, const char* what) {
+    k = want;
     int rc = get(c, k, v, MDB_SET_RANGE);
     if (rc == MDB_SUCCESS) {
       check_key(k);
-      if (view(k) == as_view(want))
-        out_of_order(t, "a lookup missed a stored key");
-      rc = get(c, k, v, MDB_PREV);
+      if (!inclusive || view(k) != as_view(want))
+        rc = get(c, k, v, MDB_PREV);
     } else if (rc == MDB_NOTFOUND) {
       rc = get(c, k, v, MDB_LAST);
       if (rc == MDB_NOTFOUND)
@@ -211,11 +225,10 @@ protected:
     }
     if (rc == MDB_SUCCESS) {
       check_key(k);
-      if (view(k) >= as_view(want))
-        out_of_order(t, "a lookup missed a stored key");
+      if (inclusive ? view(k) > as_view(want) : view(k) >= as_view(want))
+        out_of_order(t, what);
     }
-    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
-      fail("mdb_cursor_get", rc);
+    return rc;
   }
 
   // After MDB_SET_RANGE put the cursor on `k`, the first key at or after
@@ -347,23 +360,7 @@ protected:
     if (!from.empty() && has_prefix(from, prefix)) {
       // The last key <= from: from itself, or the one before the first above it.
       stored_key at(tag(t), from);
-      k = at.val();
-      MDB_val want = k;
-      rc = get(c, k, v, MDB_SET_RANGE);
-      if (rc == MDB_SUCCESS)
-        check_key(k);
-      if (rc == MDB_SUCCESS && as_view(k) != as_view(want)) {
-        rc = get(c, k, v, MDB_PREV);
-      } else if (rc == MDB_NOTFOUND) {
-        rc = get(c, k, v, MDB_LAST);
-        if (rc == MDB_NOTFOUND)
-          confirm_empty(c, t);
-      }
-      if (rc == MDB_SUCCESS) {
-        check_key(k);
-        if (view(k) > as_view(want))
-          out_of_order(t, "a search landed past stored keys");
-      }
+      rc = seek_last_before(c, t, at.val(), true, k, v, "a search landed past stored keys");
       visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
       return;
     }
@@ -373,22 +370,7 @@ protected:
       if (rc == MDB_NOTFOUND)
         confirm_empty(c, t);
     } else {
-      k = upper.val();
-      const MDB_val want = k;
-      rc = get(c, k, v, MDB_SET_RANGE);
-      if (rc == MDB_SUCCESS) {
-        check_key(k);
-        rc = get(c, k, v, MDB_PREV);
-      } else if (rc == MDB_NOTFOUND) {
-        rc = get(c, k, v, MDB_LAST);
-        if (rc == MDB_NOTFOUND)
-          confirm_empty(c, t);
-      }
-      if (rc == MDB_SUCCESS) {
-        check_key(k);
-        if (view(k) >= as_view(want))
-          out_of_order(t, "a search landed past stored keys");
-      }
+      rc = seek_last_before(c, t, upper.val(), false, k, v, "a search landed past stored keys");
     }
     visit(c, rc, k, v, MDB_PREV, t, prefix, fn);
   }

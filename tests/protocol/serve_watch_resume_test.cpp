@@ -26,6 +26,8 @@ using namespace agentstate::test;
 using namespace std::chrono_literals;
 
 // `agentstate serve ARGS` on two pipes; killed at destruction if running.
+// Not support/serve_process.hpp's server: that one drains stdout on a thread
+// of its own, and this test needs a reader that falls behind.
 class piped_serve {
 public:
   explicit piped_serve(std::vector<std::string> args) {
