@@ -39,6 +39,7 @@ bool eventually(Pred p, std::chrono::milliseconds within) {
   while (!p()) {
     if (std::chrono::steady_clock::now() > deadline)
       return false;
+    // bounded poll: passivation runs on the engine's own timer.
     std::this_thread::sleep_for(10ms);
   }
   return true;

@@ -109,6 +109,7 @@ outcome run_tool(const std::vector<std::string>& args, const fs::path& scratch,
       o.timed_out = true;
       break;
     }
+    // bounded poll of a child process (waitpid has no timeout).
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (!o.timed_out) {

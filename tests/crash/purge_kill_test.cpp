@@ -72,6 +72,7 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
                       left.fetch_sub(1);
                     });
   while (left.load() > 0)
+    // the child waits for its callbacks, which run on engine threads.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (m == "user")
     MUST(e->delete_user(ref.app_name, ref.user_id));
@@ -84,6 +85,7 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
   std::string line = std::string(name) + "\n";
   REQUIRE(::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
   for (;;)
+    // the child idles until the parent's kill -9.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
@@ -108,8 +110,10 @@ TEST_CASE("purge kill: 6 kills during purges; deleted sessions, users and apps s
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (lines_in(acks) == acked) {
       REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll of the child's acknowledgement file.
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    // the input: a random moment for the kill -9.
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;

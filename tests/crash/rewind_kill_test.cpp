@@ -99,6 +99,7 @@ TEST_CASE("rewind kill: 20 kills during rewinds leave each rewind whole or absen
     pid_t pid = test::spawn_self(
       "rewind kill: the child appends*",
       {"AGENTSTATE_REWIND_CHILD_DIR=" + store, "AGENTSTATE_REWIND_CHILD_ACKS=" + acks});
+    // the input: a random moment for the kill -9.
     std::this_thread::sleep_for(std::chrono::milliseconds(80 + rng() % 200));
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;

@@ -108,6 +108,7 @@ void replay_seed(const std::string& name, fuzzcheck::sink& out, Pred until) {
       }
       INFO("seed ", name, ": watches seen:", seen);
       REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll of the serve child's notifications.
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }

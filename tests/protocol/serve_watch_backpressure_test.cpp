@@ -180,6 +180,7 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
         queued_peak = std::max<std::uint64_t>(
           queued_peak, (*st)["result"]["server"]["queued_output_bytes"].get<std::uint64_t>());
       ++samples;
+      // a sampling period of the child's stats (a measurement).
       std::this_thread::sleep_for(5ms);
     }
   });

@@ -64,6 +64,8 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
       while (plan->writes_held.load() == 0 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(1ms);
       REQUIRE(plan->writes_held.load() == 1);
+      // More time for the other appends to queue behind the held commit: the
+      // window the bug needs (no outcome waits on it).
       std::this_thread::sleep_for(200ms);
       plan->hold_writes = false;
       for (auto& a : acks)

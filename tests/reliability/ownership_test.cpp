@@ -74,6 +74,7 @@ TEST_CASE("ownership: a second process cannot open a store that a server owns") 
           ++refused;
         else
           ++wrong;
+        // paces the attempts while the other process holds the store.
         std::this_thread::sleep_for(1ms);
       }
     });

@@ -57,6 +57,7 @@ TEST_CASE("limits: one connection over --max-connections gets one error line and
     auto p = c.call("ping", nullptr, "p", 2s);
     served = ok(p);
     if (!served)
+      // bounded retry against the serve child.
       std::this_thread::sleep_for(20ms);
   }
   CHECK(served);
@@ -75,6 +76,7 @@ TEST_CASE("limits: an idle connection is told and closed after --idle-timeout-s;
   REQUIRE(ok(idle.call("ping")));
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 8; ++i) {
+    // the input: the busy client talks across the child's idle timeout.
     std::this_thread::sleep_for(250ms);
     REQUIRE(ok(busy.call("ping")));
   }
@@ -151,8 +153,10 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
       break;
     INFO("stats: ", st.dump());
     REQUIRE(std::chrono::steady_clock::now() < deadline);
+    // bounded poll of the serve child's stats.
     std::this_thread::sleep_for(50ms);
   }
+  // lets the child's queued output settle before its RSS is read.
   std::this_thread::sleep_for(300ms);
   long grown_kib = srv.status("VmRSS") - base;
   long peak_kib = srv.status("VmHWM") - base;
@@ -229,6 +233,7 @@ TEST_CASE("regression: the per-connection output cap can be bypassed: small answ
       break;
     INFO("stats: ", st.dump());
     REQUIRE(std::chrono::steady_clock::now() < deadline);
+    // bounded poll of the serve child's stats.
     std::this_thread::sleep_for(50ms);
   }
   MESSAGE("after 200 pings: queued ", st["queued_output_bytes"].get<std::uint64_t>() >> 20, " MiB");
@@ -264,6 +269,7 @@ TEST_CASE("limits: partial lines cost about their bytes, and the line timeout fr
     if (st["bytes_in"].get<std::uint64_t>() >= 8 * each)
       break;
     REQUIRE(std::chrono::steady_clock::now() < deadline);
+    // bounded poll of the serve child's stats.
     std::this_thread::sleep_for(20ms);
   }
   long held_kib = srv.status("VmRSS") - base;

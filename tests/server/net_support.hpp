@@ -123,6 +123,7 @@ public:
       INFO("waiting for /", pattern, "/ in the log: ", text);
       REQUIRE(alive());
       REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll of the serve child's log file.
       std::this_thread::sleep_for(10ms);
     }
   }
@@ -141,6 +142,7 @@ public:
     while (::waitpid(pid_, &status, WNOHANG) != pid_) {
       INFO("log: ", log());
       REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll for the child's exit (waitpid has no timeout).
       std::this_thread::sleep_for(5ms);
     }
     pid_ = -1;

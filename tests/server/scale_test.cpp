@@ -42,6 +42,7 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
       break;
     INFO("stats: ", st.dump());
     REQUIRE(std::chrono::steady_clock::now() < deadline);
+    // bounded poll of the serve child's stats.
     std::this_thread::sleep_for(20ms);
   }
   auto took =

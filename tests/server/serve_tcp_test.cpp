@@ -201,6 +201,7 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
     holding =
       server.value("requests", 0) >= 201 + polls && server.value("queued_output_bytes", 0) > 0;
     if (!holding)
+      // bounded poll of the serve child's stats.
       std::this_thread::sleep_for(20ms);
   }
   REQUIRE(holding);
@@ -335,6 +336,7 @@ TEST_CASE("serve --listen: clients that reset while answered leave the others wh
     open = (*st)["result"]["server"].value("connections_open", std::uint64_t{0});
     if (open == 1)
       break;
+    // bounded poll of the serve child's stats.
     std::this_thread::sleep_for(20ms);
   }
   CHECK(open == 1);

@@ -381,6 +381,7 @@ TEST_CASE("kv: an LMDB store's mapped pages are dropped from RSS beyond the resi
     REQUIRE(read_all(*kv) == resident_rows);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (kv->resident_trims() == 0 && std::chrono::steady_clock::now() < deadline)
+    // bounded poll: the resident trimmer runs on its own thread.
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(kv->resident_trims() > 0);
   // Within a few periods of the last read, the pages are gone again.
@@ -388,6 +389,7 @@ TEST_CASE("kv: an LMDB store's mapped pages are dropped from RSS beyond the resi
   for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
        now >= at_open + 8 * mib + 16 * mib && std::chrono::steady_clock::now() < until;
        now = file_resident())
+    // bounded poll: the resident trimmer runs on its own thread.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   INFO("bounded: resident file-backed is ", (now - std::min(now, at_open)) / mib,
        " MiB over its value at open");
@@ -410,6 +412,7 @@ TEST_CASE("kv: a burst of transactions checks the resident bound before the peri
     REQUIRE(r->get(table::events, "k" + std::to_string(1000000 + reads)).value()
             == resident_value(reads));
     ++reads;
+    // paces the reads so that trimmer periods pass between them.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   INFO("read transactions before the first trim: ", reads);
@@ -507,6 +510,7 @@ TEST_CASE("kv: a large file the host maps after open causes no trims once it sto
     int n = 0;
     r->scan(table::events, "k", {}, [&](std::string_view, std::string_view) { return ++n, true; });
     CHECK(n == 1000);
+    // spreads the reads over the trimmer's periods.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(kv->resident_trims() <= settled + 1);

@@ -23,6 +23,7 @@ void fault_plan::wait_while_held() {
     return;
   writes_held.fetch_add(1);
   while (hold_writes.load())
+    // a test hook: the held write waits until the test releases it.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   writes_held.fetch_sub(1);
 }

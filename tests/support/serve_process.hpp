@@ -186,6 +186,7 @@ public:
       if (r == pid_)
         break;
       REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll for the child's exit (waitpid has no timeout).
       std::this_thread::sleep_for(5ms);
     }
     pid_ = -1;

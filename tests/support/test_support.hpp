@@ -289,6 +289,7 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
   while (std::chrono::steady_clock::now() < end) {
     if (pred())
       return true;
+    // eventually(): a bounded poll for what another thread or process does.
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return pred();

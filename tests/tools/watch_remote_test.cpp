@@ -93,6 +93,7 @@ public:
     while (::waitpid(pid_, &status, WNOHANG) != pid_) {
       INFO("watch's stderr: ", read_text(err_path_));
       REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll for the child's exit (waitpid has no timeout).
       std::this_thread::sleep_for(5ms);
     }
     pid_ = -1;
