@@ -6,8 +6,8 @@
 #   tools/setup.sh          what the C++ build (library, tool, tests' executables) and
 #                           `agentstate demo` need: README command 1
 #   tools/setup.sh --all    also what the test suite and packaging need (README command 2):
-#                           the tests' helpers, the Python and JS bindings' runtimes, node
-#                           and `npm ci` in bindings/js, help2man, the style checker
+#                           the tests' helpers, etcd, the Python and JS bindings' runtimes,
+#                           node and `npm ci` in bindings/js, help2man, the style checker
 set -euo pipefail
 all=0
 case "${1:-}" in
@@ -20,9 +20,10 @@ esac
 
 # The build: compiler, CMake, the engine's libraries (CAF, LMDB and lmdbxx,
 # nlohmann_json), doctest (the test executables are configured by default), and the
-# tool's: SQLite (ADK stores), Asio and OpenSSL (serve's network layer, TLS), CLI11.
+# tool's: SQLite (ADK stores), Asio and OpenSSL (serve's network layer, TLS), CLI11,
+# libcurl (the cluster's client of etcd).
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
-          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev)
+          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev libcurl4-openssl-dev)
 if [ "$all" -eq 1 ]; then
   # The tests: lmdb-utils (mdb_stat/mdb_dump in the storage suites), openssl (the TLS
   # tests' certificates and client), python3 and python3-pytest (bindings/python),
@@ -30,10 +31,11 @@ if [ "$all" -eq 1 ]; then
   # python3-setuptools (bindings/python's offline install test), python3-pydantic
   # (bindings/python's ADK Session check), help2man (man pages), dpkg-dev, file and
   # pkgconf (install and .deb tests), clang-format (tools/check_format.sh),
-  # libsimdjson-dev (json_readers_bench, the JSON readers' comparison).
+  # libsimdjson-dev (json_readers_bench, the JSON readers' comparison), etcd-server and
+  # etcd-client (the cluster tier starts its own etcd).
   packages+=(lmdb-utils openssl python3 python3-pytest mypy python3-venv python3-pip
              python3-setuptools python3-pydantic help2man dpkg-dev file pkgconf
-             clang-format libsimdjson-dev)
+             clang-format libsimdjson-dev etcd-server etcd-client)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const all_commands[] = {"backup", "bench",   "demo",    "dump",  "export",
+const char* const all_commands[] = {"backup", "bench",   "cluster", "demo",  "dump",  "export",
                                     "import", "inspect", "salvage", "serve", "verify"};
 
 struct ran {
@@ -238,6 +238,10 @@ TEST_CASE("cli: bad usage is one line on stderr naming the problem and --help, e
     {{"serve", "--memory", "--max-line-bytes=0"}, "--max-line-bytes must be an integer"},
     {{"serve", "--memory", "--durability", "maybe"}, "--durability must be sync or nosync"},
     {{"serve", "--memory", "--auth-file=/x"}, "--auth-file applies to --listen"},
+    {{"cluster", "status", "--cluster=c"}, "--etcd is required"},
+    {{"cluster", "frob", "--etcd=http://h", "--cluster=c"}, "ACTION is init or status"},
+    {{"cluster", "status", "--etcd=ftp://h", "--cluster=c"}, "not an http:// or https:// URL"},
+    {{"cluster", "init", "--etcd=http://h", "--cluster=a/b"}, "a cluster name is"},
     {{"bench"}, "--workload is required"},
     {{"bench", "--workload=a", "--scale=0"}, "--scale takes a number"},
     {{"bench", "--workload", "a", "--write-map"}, "--write-map needs --durability nosync"},

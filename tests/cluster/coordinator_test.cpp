@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+// The coordinator on a real etcd (tests/support/etcd_process.hpp): creating a
+// cluster, the shard map's compare-and-swap and epochs, the node registry
+// under leases, the controller role, the watch; and the shard function's
+// documented values.
+#include <doctest/doctest.h>
+
+#include "cluster/coordinator.hpp"
+#include "cluster/etcd.hpp"
+#include "model/shard.hpp"
+#include "support/etcd_process.hpp"
+
+#include <atomic>
+#include <thread>
+
+namespace {
+
+using namespace agentstate;
+using namespace std::chrono_literals;
+
+std::unique_ptr<cluster::coordinator> coordinator_of(const test::etcd_process& etcd,
+                                                     const std::string& name) {
+  auto c = cluster::make_etcd_coordinator(etcd.url(), name);
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+} // namespace
+
+TEST_CASE("shard_of and home_shard are FNV-1a 64 of the names, as docs/cluster.md gives them") {
+  // Values a client in another language checks its own implementation with.
+  CHECK(model::fnv1a64("") == 14695981039346656037ull);
+  CHECK(model::fnv1a64("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(model::shard_of("chat", "alice", 256) == 43);
+  CHECK(model::home_shard("chat", 256) == 139);
+  // The separator keeps ("ab", "c") and ("a", "bc") apart.
+  CHECK(model::fnv1a64(std::string("ab\0c", 4)) != model::fnv1a64(std::string("a\0bc", 4)));
+  for (std::uint32_t s : {1u, 7u, 256u, 65536u})
+    CHECK(model::shard_of("app", "user", s) < s);
+}
+
+TEST_CASE("cluster create is refused when the cluster exists, and load reads what it wrote") {
+  test::etcd_process etcd;
+  auto c = coordinator_of(etcd, "c1");
+  CHECK(c->load().code() == errc::not_found);
+  cluster::cluster_settings s;
+  s.shards = 16;
+  s.expect_nodes = 2;
+  REQUIRE(c->create(s).ok());
+  auto again = c->create(s);
+  CHECK(again.code() == errc::already_exists);
+  auto v = c->load();
+  REQUIRE(v.ok());
+  CHECK(v->settings.shards == 16);
+  CHECK(v->settings.expect_nodes == 2);
+  REQUIRE(v->shards.size() == 16);
+  for (auto& e : v->shards) {
+    CHECK(e.owner.empty());
+    CHECK(e.epoch == 0);
+    CHECK(e.revision == 0);
+  }
+  // Another cluster in the same etcd is separate.
+  auto other = coordinator_of(etcd, "c10");
+  CHECK(other->load().code() == errc::not_found);
+  cluster::cluster_settings bad;
+  bad.shards = 0;
+  CHECK(other->create(bad).code() == errc::invalid_argument);
+  bad.shards = 70000;
+  CHECK(other->create(bad).code() == errc::invalid_argument);
+  bad.shards = 4;
+  bad.expect_nodes = 5;
+  CHECK(other->create(bad).code() == errc::invalid_argument);
+}
+
+TEST_CASE("a shard changes only by compare-and-swap on its revision, with a higher epoch") {
+  test::etcd_process etcd;
+  auto c = coordinator_of(etcd, "cas");
+  cluster::cluster_settings s;
+  s.shards = 4;
+  REQUIRE(c->create(s).ok());
+  auto v = c->load();
+  REQUIRE(v.ok());
+  auto first = c->set_shard(v->shards[2], "n1", 1);
+  REQUIRE(first.ok());
+  CHECK(first->owner == "n1");
+  CHECK(first->epoch == 1);
+  CHECK(first->revision > 0);
+  // The stale entry (never owned) no longer matches.
+  CHECK(c->set_shard(v->shards[2], "n2", 1).code() == errc::version_conflict);
+  // The epoch must rise.
+  CHECK(c->set_shard(*first, "n2", 1).code() == errc::invalid_argument);
+  auto second = c->set_shard(*first, "n2", 2);
+  REQUIRE(second.ok());
+  CHECK(c->set_shard(*first, "n3", 3).code() == errc::version_conflict);
+  auto after = c->load();
+  REQUIRE(after.ok());
+  CHECK(after->shards[2].owner == "n2");
+  CHECK(after->shards[2].epoch == 2);
+  CHECK(after->shards[2].revision == second->revision);
+  // A batch is all or none: one stale entry refuses every change.
+  CHECK(c->set_shards({after->shards[0], v->shards[2]}, {"n1", "n1"}, {1, 1}).code()
+        == errc::version_conflict);
+  auto none = c->load();
+  REQUIRE(none.ok());
+  CHECK(none->shards[0].owner.empty());
+  REQUIRE(c->set_shards({after->shards[0], after->shards[1]}, {"n1", "n2"}, {1, 1}).ok());
+  CHECK(c->set_shard(after->shards[3], "bad/name", 1).code() == errc::invalid_argument);
+}
+
+TEST_CASE("a node is live while its lease is, and one id cannot be live twice") {
+  test::etcd_process etcd;
+  auto c = coordinator_of(etcd, "live");
+  CHECK(c->join("n1", "127.0.0.1:1", 5s).code() == errc::not_found); // no cluster yet
+  REQUIRE(c->create(cluster::cluster_settings{}).ok());
+  auto m1 = c->join("n1", "127.0.0.1:7001", 1s);
+  REQUIRE(m1.ok());
+  CHECK(c->join("n1", "127.0.0.1:7009", 5s).code() == errc::already_exists);
+  auto m2 = c->join("n2", "127.0.0.1:7002", 30s);
+  REQUIRE(m2.ok());
+  auto v = c->load();
+  REQUIRE(v.ok());
+  REQUIRE(v->nodes.size() == 2);
+  CHECK(v->node("n1")->alive);
+  CHECK(v->node("n1")->address == "127.0.0.1:7001");
+  CHECK(v->node("n2")->alive);
+  // The controller role: the first to ask holds it; it ends with the lease.
+  auto led = (*m2)->lead();
+  REQUIRE(led.ok());
+  CHECK(*led);
+  auto led1 = (*m1)->lead();
+  REQUIRE(led1.ok());
+  CHECK_FALSE(*led1);
+  CHECK(c->load()->controller == "n2");
+  REQUIRE((*m2)->leave().ok());
+  auto after = c->load();
+  REQUIRE(after.ok());
+  CHECK_FALSE(after->node("n2")->alive);
+  CHECK(after->node("n2")->address == "127.0.0.1:7002"); // the registry keeps it
+  CHECK(after->controller.empty());
+  // n1 stops renewing: its 1 s lease expires (etcd checks leases on its own
+  // clock; bounded poll of that other process, 10 s).
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (c->load()->node("n1")->alive && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(c->load()->node("n1")->alive);
+  CHECK((*m1)->keepalive().code() == errc::not_found);
+  // The id is free again.
+  CHECK(c->join("n1", "127.0.0.1:7001", 5s).ok());
+  CHECK(c->join("x y", "127.0.0.1:7001", 5s).code() == errc::invalid_argument);
+}
+
+TEST_CASE("the watch reports each change of the cluster's keys after a revision") {
+  test::etcd_process etcd;
+  auto c = coordinator_of(etcd, "w");
+  cluster::cluster_settings s;
+  s.shards = 2;
+  REQUIRE(c->create(s).ok());
+  auto v = c->load();
+  REQUIRE(v.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> seen{0};
+  std::thread t([&] {
+    auto r = c->watch(
+      v->revision,
+      [&](std::int64_t rev) {
+        seen.store(rev);
+        return true;
+      },
+      stop);
+    CHECK(r.ok());
+  });
+  auto changed = c->set_shard(v->shards[0], "n1", 1);
+  REQUIRE(changed.ok());
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (seen.load() < changed->revision && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms); // bounded poll of the watch thread
+  CHECK(seen.load() == changed->revision);
+  stop.store(true);
+  t.join();
+  // A key of another cluster is not this cluster's change.
+  auto other = coordinator_of(etcd, "w2");
+  REQUIRE(other->create(s).ok());
+  std::atomic<bool> stop2{false};
+  std::int64_t first = 0;
+  auto r = c->watch(
+    v->revision,
+    [&](std::int64_t rev) {
+      first = rev;
+      return false;
+    },
+    stop2);
+  CHECK(r.ok());
+  CHECK(first == changed->revision);
+}
+
+TEST_CASE(
+  "an unreachable etcd is unavailable, naming the endpoint; bad names and URLs are refused") {
+  auto port = test::free_loopback_port();
+  auto c = cluster::make_etcd_coordinator("http://127.0.0.1:" + std::to_string(port), "x");
+  REQUIRE(c.ok());
+  auto v = (*c)->load();
+  CHECK(v.code() == errc::unavailable);
+  CHECK(v.err().message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(cluster::make_etcd_coordinator("ftp://h", "x").code() == errc::invalid_argument);
+  CHECK(cluster::make_etcd_coordinator("http://h,", "x").code() == errc::invalid_argument);
+  CHECK(cluster::make_etcd_coordinator("http://h", "").code() == errc::invalid_argument);
+  CHECK(cluster::make_etcd_coordinator("http://h", "-x").code() == errc::invalid_argument);
+  CHECK(cluster::make_etcd_coordinator("http://h", std::string(65, 'a')).code()
+        == errc::invalid_argument);
+  CHECK(cluster::prefix_end("/a/") == "/a0");
+  CHECK(cluster::prefix_end(std::string("a\xff", 2)) == "b");
+}
+
+TEST_CASE("a second endpoint is used when the first cannot be reached") {
+  test::etcd_process etcd;
+  auto dead = "http://127.0.0.1:" + std::to_string(test::free_loopback_port());
+  auto c = cluster::make_etcd_coordinator(dead + "," + etcd.url(), "two");
+  REQUIRE(c.ok());
+  REQUIRE((*c)->create(cluster::cluster_settings{}).ok());
+  CHECK((*c)->load().ok());
+}
