@@ -82,26 +82,31 @@ class Malformed(Exception):
 
 
 def same(a, b):
-    """JSON equality: numbers by value, booleans distinct from numbers."""
-    ta = type(a)
-    tb = type(b)
-    if ta is not tb:
-        return ta in (int, float) and tb in (int, float) and a == b
-    if ta is dict:
-        if len(a) != len(b):
+    """JSON equality: numbers by value, booleans distinct from numbers. Iterative, so that
+    any value the parser accepted can be compared."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        tx = type(x)
+        ty = type(y)
+        if tx is not ty:
+            if tx in (int, float) and ty in (int, float) and x == y:
+                continue
             return False
-        for k, v in a.items():
-            if k not in b or not same(v, b[k]):
+        if tx is dict:
+            if len(x) != len(y):
                 return False
-        return True
-    if ta is list:
-        if len(a) != len(b):
+            for k, v in x.items():
+                if k not in y:
+                    return False
+                stack.append((v, y[k]))
+        elif tx is list:
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif x != y:
             return False
-        for x, y in zip(a, b):
-            if not same(x, y):
-                return False
-        return True
-    return a == b
+    return True
 
 
 def equal(a, b, strict):
@@ -402,6 +407,8 @@ def parse(stream):
             record, end = decode(text)
         except ValueError as e:
             raise Malformed(line, f"not JSON: {e}") from None
+        except RecursionError:
+            raise Malformed(line, "JSON nested too deeply") from None
         if end != len(text):
             raise Malformed(line, f"not JSON: extra data at column {end + 1}")
         # Without the words true or false anywhere in the line, no value parsed from it holds

@@ -592,6 +592,29 @@ def test_malformed_nan_is_not_json():
     malformed(h.text().replace('"version": 1', '"version": NaN'), "line 2: not JSON")
 
 
+def test_malformed_nested_too_deeply():
+    malformed('{"a":' * 100_000 + "1" + "}" * 100_000 + "\n", "line 1: JSON nested too deeply")
+
+
+def test_events_nested_as_deeply_as_the_parser_allows_are_compared():
+    def history(sent, stored):
+        return "".join(line + "\n" for line in (
+            '{"process":1,"type":"invoke","f":"append","session":["a","b","c"],'
+            '"value":{"event":{"id":"a","deep":%s}}}' % sent,
+            '{"process":1,"type":"ok","f":"append","session":["a","b","c"],'
+            '"value":{"version":1,"event":{"id":"a","deep":%s}}}' % stored,
+            '{"type":"final","session":["a","b","c"],'
+            '"value":{"version":1,"events":[{"id":"a","deep":%s}]}}' % stored))
+
+    def deep(leaf):
+        return "[" * 900 + leaf + "]" * 900
+
+    rc, out, err = run(history(deep("true"), deep("true")))
+    assert rc == 0, out + err
+    rc, out, err = run(history(deep("true"), deep("1")))
+    assert rc == 1 and ": lost: " in out, out + err
+
+
 def test_malformed_not_utf8():
     malformed(b'{"type": "\xff"}\n', "line 1: not UTF-8")
 
