@@ -142,12 +142,11 @@ class Attempt:
     """One append invoke and its outcome."""
 
     __slots__ = (
-        "process", "invoke_line", "event", "bools", "expected", "floor", "floor_line",
+        "invoke_line", "event", "bools", "expected", "floor", "floor_line",
         "outcome", "outcome_line", "version", "stored", "stored_bools", "error",
     )
 
-    def __init__(self, process, invoke_line, event, bools, expected, floor, floor_line):
-        self.process = process
+    def __init__(self, invoke_line, event, bools, expected, floor, floor_line):
         self.invoke_line = invoke_line
         self.event = event
         self.bools = bools  # whether the invoke's line may hold true or false
@@ -190,7 +189,7 @@ class Session:
         self.first_line = first_line
         self.attempts = {}  # event id -> [Attempt] in invoke order
         self.acks = []  # ok Attempts in the order of their ok lines
-        self.reads = []  # ok Reads in the order of their invoke lines
+        self.reads = []  # ok Reads in the order of their ok lines
         self.floor = 0  # highest version of any completed ok append or read so far
         self.floor_line = 0
         self.read_floor = 0  # highest number of events of any completed read so far
@@ -305,7 +304,7 @@ class History:
             expected = value.get("expected_version")
             if expected is not None and (not _is_int(expected) or expected < 0):
                 raise Malformed(line, "\"expected_version\" must be an integer >= 0")
-            op = Attempt(process, line, event, bools, expected, s.floor, s.floor_line)
+            op = Attempt(line, event, bools, expected, s.floor, s.floor_line)
             s.attempts.setdefault(event["id"], []).append(op)
         elif f == "read":
             op = Read(line, len(s.acks), s.read_floor, s.read_floor_line)
