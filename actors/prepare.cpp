@@ -101,6 +101,26 @@ result<std::string> encode_event(const limits& lim, const event& ev, store::writ
   return text;
 }
 
+namespace {
+
+/// invalid_argument when the engine refuses `app:` writes
+/// (options::app_scope_writes) and the plan or its modify ops hold one.
+result<void> check_app_writes(const engine_core& core, const store::write_set& ws,
+                              const std::vector<state_modify>& modify) {
+  if (core.opts.app_scope_writes)
+    return {};
+  bool any = !ws.app_writes.empty()
+    || std::any_of(modify.begin(), modify.end(),
+                   [](const state_modify& m) { return scope_of(m.key) == scope::app; });
+  if (!any)
+    return {};
+  return error{errc::invalid_argument,
+               "this engine does not take writes of app: keys (a cluster node: app: state is "
+               "not yet kept across shards)"};
+}
+
+} // namespace
+
 result<write_plan> prepare_create(const engine_core& core, const create_request& req) {
   const auto& lim = core.opts.limits;
   if (auto r = model::check_initial_state(lim, req.state); !r)
@@ -128,6 +148,8 @@ result<write_plan> prepare_create(const engine_core& core, const create_request&
   }
   auto parts = partition_delta(req.state);
   if (auto r = encode_rows(lim, parts, ws); !r)
+    return std::move(r).err();
+  if (auto r = check_app_writes(core, ws, {}); !r)
     return std::move(r).err();
   if (ws.bytes() > lim.max_state_bytes)
     return error{errc::too_large,
@@ -205,6 +227,8 @@ result<prepared_append> prepare_append(const engine_core& core, const session_re
         break;
     }
   }
+  if (auto c = check_app_writes(core, ws, modify); !c)
+    return std::move(c).err();
   ws.op = store::write_set::kind::append;
   ws.app = r.app_name;
   ws.user = r.user_id;

@@ -189,7 +189,8 @@ method_scope scope_of(std::string_view method) {
   };
   if (method == "ping" || method == "authenticate")
     return method_scope::open;
-  if (method == "flush" || method == "unwatch") // unwatch: the stream's own watches
+  // unwatch: the stream's own watches; cluster_map: the cluster's layout
+  if (method == "flush" || method == "unwatch" || method == "cluster_map")
     return method_scope::authenticated;
   for (auto m : app_methods)
     if (m == method)

@@ -193,6 +193,7 @@ bool decode_append(std::string_view line, std::size_t max_depth, decoded_request
   // The access check's inputs, as decode_request sets them for other lines.
   d.method = "append_event";
   d.app_name = r.ref.app_name;
+  d.user_id = r.ref.user_id;
   d.run = append_call(std::move(r));
   return true;
 }
@@ -242,7 +243,8 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   auto prepare = find_method(name);
   const bool authenticate = name == "authenticate";
   const bool watching = name == "watch" || name == "unwatch";
-  if (!prepare && !authenticate && !watching) {
+  const bool cluster_map = name == "cluster_map";
+  if (!prepare && !authenticate && !watching && !cluster_map) {
     if (d.notification)
       return d;
     d.refusal = make_failure(rpc_code::method_not_found, "unknown method '" + name + "'",
@@ -263,6 +265,15 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   }
   if (auto it = params.find("app_name"); it != params.end() && it->is_string())
     d.app_name = it->get<std::string>();
+  if (auto it = params.find("user_id"); it != params.end() && it->is_string())
+    d.user_id = it->get<std::string>();
+  if (auto it = params.find("scope"); it != params.end() && it->is_string())
+    d.scope = it->get<std::string>();
+  if (cluster_map) {
+    if (!d.notification)
+      d.cluster_map = std::move(params);
+    return d;
+  }
   if (authenticate) {
     param_reader reader(params);
     auto token = reader.required_string("token");

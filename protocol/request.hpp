@@ -28,6 +28,13 @@ struct decoded_request {
   /// line is no request), and params.app_name when it is a string.
   std::string method;
   std::optional<std::string> app_name;
+  /// A cluster's routing inputs (rpc_config::route): params.user_id and
+  /// params.scope when they are strings.
+  std::optional<std::string> user_id;
+  std::optional<std::string> scope;
+  /// `cluster_map`'s params: such a request has neither `run` nor `refusal`
+  /// and is answered by the session (rpc_config::cluster_map).
+  std::optional<json> cluster_map;
   /// `authenticate`'s token. Set only for an authenticate request with a
   /// string token; such a request has neither `run` nor `refusal` and is
   /// answered by the session, which holds the access state.

@@ -67,12 +67,12 @@ std::string bounded_message(const std::string& m) {
 } // namespace
 
 rpc_failure make_failure(int code, std::string message, errc kind) {
-  return rpc_failure{code, std::move(message), to_string(kind), std::nullopt, std::nullopt};
+  return rpc_failure{code, std::move(message), to_string(kind), std::nullopt, std::nullopt, json()};
 }
 
 rpc_failure from_engine(const error& e) {
-  return rpc_failure{rpc_code::engine_error, e.message, to_string(e.code), e.current_version,
-                     e.oldest_cursor};
+  return rpc_failure{rpc_code::engine_error, e.message,       to_string(e.code),
+                     e.current_version,      e.oldest_cursor, json()};
 }
 
 rpc_failure internal_failure(const char* where, const char* what) {
@@ -99,6 +99,9 @@ std::string response_line(const json& id, const outcome& o) {
       data["current_version"] = *f.current_version;
     if (f.oldest)
       data["oldest"] = *f.oldest;
+    if (f.data.is_object())
+      for (auto it = f.data.begin(); it != f.data.end(); ++it)
+        data[it.key()] = it.value();
     json err{{"code", f.code}, {"message", bounded_message(f.message)}, {"data", std::move(data)}};
     out += R"(,"error":)";
     append_lossy(out, err);

@@ -29,6 +29,9 @@ struct rpc_failure {
   std::string kind;
   std::optional<std::uint64_t> current_version;
   std::optional<std::string> oldest;
+  /// Further members of data (an object, or null for none): `moved`'s shard,
+  /// owner, address and epoch.
+  json data;
 };
 
 /// A result that is already JSON text, sent as is (get_session's stored

@@ -333,7 +333,8 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
                               std::move(cfg.server_stats)})),
     max_line_depth_(cfg.max_line_depth),
     gate_(cfg.tokens ? access_gate(cfg.tokens) : access_gate()),
-    watches_(std::make_shared<watches>()), eng_(eng) {
+    watches_(std::make_shared<watches>()), route_(std::move(cfg.route)),
+    cluster_map_(std::move(cfg.cluster_map)), eng_(eng) {
   watches_->queued_output_bytes = std::move(cfg.queued_output_bytes);
   watches_->max_backlog = std::max<std::size_t>(1, cfg.max_watch_backlog);
   watches_->on_watch_paused = std::move(cfg.on_watch_paused);
@@ -575,9 +576,13 @@ void rpc_session::handle_line(std::string_view line) {
     if (d.token)
       return authenticate(d);
     const bool watching = d.watch || d.unwatch;
-    if (!d.method.empty() && (d.run || d.refusal || watching))
-      if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching))
+    if (!d.method.empty() && (d.run || d.refusal || watching || d.cluster_map))
+      if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching && !d.cluster_map))
         return refuse(d, rpc_code::access_error, denied->message, to_string(denied->code));
+    if (d.cluster_map)
+      return answer_cluster_map(d);
+    if (route_ && (d.run || d.watch) && route_refused(d))
+      return;
     if (d.watch)
       return start_watch(d);
     if (d.unwatch)
@@ -598,6 +603,47 @@ void rpc_session::handle_line(std::string_view line) {
       observers_->error("internal");
     dispatch_->answer(nullptr, detail::internal_failure("request handling", "unknown exception"));
   }
+}
+
+void rpc_session::answer_cluster_map(detail::decoded_request& d) {
+  if (!cluster_map_)
+    return refuse(d, rpc_code::method_not_found,
+                  "unknown method 'cluster_map' (not a cluster node)",
+                  to_string(errc::invalid_argument));
+  auto r = cluster_map_(*d.cluster_map);
+  if (!r)
+    return refuse(
+      d, r.code() == errc::invalid_argument ? rpc_code::invalid_params : rpc_code::engine_error,
+      r.err().message, to_string(r.code()));
+  dispatch_->answer(d.id, std::move(*r));
+}
+
+bool rpc_session::route_refused(detail::decoded_request& d) {
+  route_query q;
+  q.method = d.method;
+  q.app_name = d.app_name ? &*d.app_name : nullptr;
+  q.user_id = d.user_id ? &*d.user_id : nullptr;
+  q.scope = d.scope ? &*d.scope : nullptr;
+  auto refusal = route_(q);
+  if (!refusal)
+    return false;
+  detail::rpc_failure f;
+  f.code = refusal->kind == "invalid_argument" ? rpc_code::invalid_params : rpc_code::engine_error;
+  f.message = std::move(refusal->message);
+  f.kind = std::move(refusal->kind);
+  f.data = std::move(refusal->data);
+  if (d.run && !d.run->key.empty()) {
+    // Answered in the session's order, after its earlier requests (the
+    // dispatcher reports its error kind).
+    dispatch_->submit(std::move(d.id), d.notification,
+                      detail::refusal_call(std::move(f), std::move(d.run->key)));
+    return true;
+  }
+  if (observers_)
+    observers_->error(f.kind);
+  if (!d.notification)
+    dispatch_->answer(d.id, std::move(f));
+  return true;
 }
 
 void rpc_session::handle_oversized_line(std::uint64_t bytes, std::uint64_t limit) {

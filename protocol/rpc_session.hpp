@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,25 @@ inline constexpr int engine_error = -32000; ///< data.kind is the errc name
 /// "permission_denied".
 inline constexpr int access_error = -32001;
 } // namespace rpc_code
+
+/// What a cluster's routing check sees of a request (rpc_config::route): its
+/// method and, when the params carry them as strings, app_name, user_id and
+/// scope (read_changes, watch). Null pointers: absent.
+struct route_query {
+  std::string_view method;
+  const std::string* app_name = nullptr;
+  const std::string* user_id = nullptr;
+  const std::string* scope = nullptr;
+};
+
+/// The answer to a request this node does not serve: data.kind `kind` (e.g.
+/// "moved", "unavailable", "invalid_argument"), the message, and further
+/// members of data (an object, or null).
+struct route_refusal {
+  std::string kind;
+  std::string message;
+  json data;
+};
 
 struct rpc_config {
   /// Nesting allowed in a request line. The engine's own limit
@@ -86,6 +106,17 @@ struct rpc_config {
   /// connections), at most max_server_watches; null: no shared bound.
   std::shared_ptr<std::atomic<std::size_t>> server_watches;
   std::size_t max_server_watches = 1024;
+
+  /// A cluster node's routing (docs/cluster.md); empty: every request runs
+  /// here. Called on the reader's thread for each request that is to run
+  /// (after the access check, before it runs, `watch` included); a refusal
+  /// answers the request instead (in its session's order when it names one).
+  /// Must not block or throw.
+  std::function<std::optional<route_refusal>(const route_query&)> route;
+  /// The result of `cluster_map` for its params (an object); empty: the
+  /// method is unknown here (method_not_found). An error answers with its
+  /// kind. Called on the reader's thread; must not block for long or throw.
+  std::function<result<json>(const json& params)> cluster_map;
 };
 
 namespace detail {
@@ -174,6 +205,9 @@ private:
   struct watches;
   void authenticate(detail::decoded_request& d);
   void start_watch(detail::decoded_request& d);
+  void answer_cluster_map(detail::decoded_request& d);
+  /// Applies route_ to `d`; true when it was refused (and answered).
+  bool route_refused(detail::decoded_request& d);
   void stop_watch(detail::decoded_request& d);
   void refuse(const detail::decoded_request& d, int code, const std::string& message,
               std::string_view kind);
@@ -189,6 +223,8 @@ private:
   std::shared_ptr<const observers> observers_;
   /// The stream's watches (`watch`, `unwatch`); ended before drain().
   std::shared_ptr<watches> watches_;
+  std::function<std::optional<route_refusal>(const route_query&)> route_;
+  std::function<result<json>(const json&)> cluster_map_;
   engine& eng_;
 };
 

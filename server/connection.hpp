@@ -107,6 +107,9 @@ struct shared_state {
   std::size_t max_unauthenticated = 1;
   /// Bytes of unfinished request lines of every connection.
   std::atomic<std::uint64_t> partial_bytes{0};
+  /// A cluster node's routing and cluster_map (rpc_config); empty: none.
+  std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route;
+  std::function<result<json>(const json&)> cluster_map;
 };
 
 /// The connection-level error line (id null, kind unavailable).
@@ -366,6 +369,8 @@ public:
         wake();
     };
     rc.max_watches = sh_->lim.max_watches;
+    rc.route = sh_->route;
+    rc.cluster_map = sh_->cluster_map;
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;
     rc.on_complete = [out, wake] {

@@ -687,6 +687,13 @@ void network_server::reload_tokens() {
   impl_->reload_tokens();
 }
 
+void network_server::set_routing(
+  std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route,
+  std::function<result<json>(const json&)> cluster_map) {
+  impl_->sh->route = std::move(route);
+  impl_->sh->cluster_map = std::move(cluster_map);
+}
+
 std::vector<std::string> network_server::addresses() const {
   std::vector<std::string> out;
   for (const auto& l : impl_->listeners)

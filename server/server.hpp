@@ -18,12 +18,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agentstate/engine.hpp"
+#include "protocol/rpc_session.hpp"
 #include "server/address.hpp"
 #include "server/log.hpp"
 
@@ -126,6 +128,12 @@ public:
 
   /// The bound addresses (TCP ports resolved), in --listen order.
   std::vector<std::string> addresses() const;
+
+  /// A cluster node's routing and `cluster_map` for every connection
+  /// (protocol::rpc_config::route, cluster_map). REQUIRES: before run().
+  void set_routing(
+    std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route,
+    std::function<result<json>(const json&)> cluster_map);
 
 private:
   struct impl;

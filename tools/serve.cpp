@@ -26,6 +26,7 @@
 #include "server/server.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/serve_cluster.hpp"
 
 namespace agentstate::tools {
 
@@ -40,6 +41,7 @@ struct serve_config {
   stream_config stream;
   server::server_config net;
   server::log_format log_format = server::log_format::text;
+  cluster_flags cluster;
 };
 
 int serve_usage_error(const std::string& message) {
@@ -62,6 +64,7 @@ struct serve_args {
   std::vector<std::pair<std::string, std::string>> counts;
   /// The network-only options given, in the order given.
   std::vector<std::string> network_only;
+  cluster_flags cluster;
 };
 
 /// A count option: its name, range, where it goes in the config, its help.
@@ -448,6 +451,7 @@ to standard error, one line per event.)";
       add_count(f);
       net_only.push_back(counts->back().first);
     }
+  add_cluster_flags(cl, a->cluster);
   CLI::App* parsed = &cl.app; // outlives the runner's call (parse_and_run)
   return [a, counts, net_only, store, auth, parsed] {
     a->has_store = store->count() > 0;
@@ -461,6 +465,13 @@ to standard error, one line per event.)";
     serve_config cfg;
     if (auto code = check_args(*a, cfg))
       return *code;
+    bool tcp = std::any_of(cfg.net.listen.begin(), cfg.net.listen.end(),
+                           [](const auto& l) { return l.type == server::listen_spec::kind::tcp; });
+    if (auto why = check_cluster_flags(*parsed, a->cluster, tcp); !why.empty())
+      return serve_usage_error(why);
+    cfg.cluster = a->cluster;
+    if (cfg.cluster.given)
+      cfg.engine_opts.app_scope_writes = false; // until app: writes reach the home shard
     return run_serve(cfg);
   };
 }
@@ -530,8 +541,28 @@ int run_serve(serve_config& cfg) {
     return 1;
   auto& eng = *opened;
   auto& net = **srv;
+  std::unique_ptr<cluster_member> member;
+  if (cfg.cluster.given) {
+    std::string address = cfg.cluster.advertise;
+    for (auto& a : net.addresses())
+      if (address.empty() && a.rfind("unix:", 0) != 0)
+        address = a;
+    auto joined = cluster_member::join(cfg.cluster, address);
+    if (!joined) {
+      log.error("startup_failed", "cannot join the cluster: " + joined.err().message);
+      return finish_engine(eng, log, 1);
+    }
+    member = std::move(*joined);
+    log.info("cluster",
+             "joined cluster '" + cfg.cluster.cluster + "' as node '" + cfg.cluster.node_id
+               + "' at " + address);
+    auto* m = member.get();
+    net.set_routing([m](const protocol::route_query& q) { return m->route(q); },
+                    [m](const json& params) { return m->cluster_map(params); });
+  }
   signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
   net.run(eng);
+  member.reset(); // leaves the cluster
   int code = finish_engine(eng, log, 0);
   signals.stop();
   log.info("stopped", "", {{"exit_code", code}});

@@ -197,6 +197,12 @@ struct options {
   /// T2: whether appends refresh the expiry of a session created without
   /// create_request::refresh_ttl.
   bool refresh_ttl_on_append = false;
+  /// Whether creates and appends may write `app:` keys (state, state_delta,
+  /// state_remove, modify). false: one that does is refused with
+  /// invalid_argument, storing nothing. `agentstate serve --cluster` sets it
+  /// false until the cluster applies `app:` writes at the app's home shard
+  /// (docs/cluster.md).
+  bool app_scope_writes = true;
   /// T3: how often the reaper deletes sessions that have expired (they are
   /// invisible from the moment they expire; this bounds how long their rows
   /// stay). At least 1 ms.

@@ -28,6 +28,7 @@ __all__ = [
     "PermissionDeniedError",
     "ConditionFailedError",
     "CursorExpiredError",
+    "MovedError",
     "WatchOverflowError",
     "SpawnError",
     "ConnectionClosedError",
@@ -78,8 +79,9 @@ class AgentStateError(Exception):
     @property
     def retryable(self) -> bool:
         """True when the same request may be sent again unchanged (an ``append_event`` with
-        the same event ``id`` is deduplicated by the server): ``io_error`` and ``unavailable``."""
-        return self.kind in ("io_error", "unavailable")
+        the same event ``id`` is deduplicated by the server): ``io_error``, ``unavailable`` and
+        ``moved`` (at the address it names)."""
+        return self.kind in ("io_error", "unavailable", "moved")
 
     def __str__(self) -> str:
         where = f" ({self.code})" if self.code is not None else ""
@@ -163,6 +165,29 @@ class CursorExpiredError(AgentStateError, kind="cursor_expired"):
         return self.data.get("oldest")
 
 
+class MovedError(AgentStateError, kind="moved"):
+    """A cluster node does not own the request's shard (``serve --cluster --no-forward``):
+    send the request again to the owner at ``address``. Retryable there."""
+
+    @property
+    def shard(self) -> int | None:
+        """The request's shard."""
+        v = self.data.get("shard")
+        return v if isinstance(v, int) else None
+
+    @property
+    def owner(self) -> str | None:
+        """The id of the node that owns the shard."""
+        v = self.data.get("owner")
+        return v if isinstance(v, str) else None
+
+    @property
+    def address(self) -> str | None:
+        """The owner's ``HOST:PORT``."""
+        v = self.data.get("address")
+        return v if isinstance(v, str) else None
+
+
 class WatchOverflowError(AgentStateError, kind="watch_overflow"):
     """Raised by a watch's iterator (never by the server) when its consumer fell so far
     behind that the batches waiting in the client passed the watch's ``max_buffer_bytes``.
@@ -221,6 +246,7 @@ _BY_KIND: dict[str, type[AgentStateError]] = {
         PermissionDeniedError,
         ConditionFailedError,
         CursorExpiredError,
+        MovedError,
     )
 }
 

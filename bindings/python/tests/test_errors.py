@@ -30,6 +30,7 @@ KINDS = {
     "permission_denied": ac.PermissionDeniedError,
     "condition_failed": ac.ConditionFailedError,
     "cursor_expired": ac.CursorExpiredError,
+    "moved": ac.MovedError,
 }
 
 
@@ -40,7 +41,7 @@ def test_every_kind_has_its_class(kind):
     assert type(e) is KINDS[kind]
     assert isinstance(e, ac.AgentStateError)
     assert (e.kind, e.code, e.message, e.data) == (kind, -32000, "m", {"kind": kind})
-    assert e.retryable == (kind in ("io_error", "unavailable"))
+    assert e.retryable == (kind in ("io_error", "unavailable", "moved"))
     copy = pickle.loads(pickle.dumps(e))
     assert type(copy) is type(e) and copy.data == e.data
 

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// `agentstate serve --cluster ... --no-forward` on a real etcd: nodes join and
+// share the shards, `cluster_map` answers the map and a pair's shard, a node
+// serves its own shards and answers `moved` (with the owner's address) for
+// the others, a client that follows `moved` reaches every session, requests
+// across shards and app: writes are refused, and a node killed with kill -9
+// turns its shards `unavailable` on the others while theirs keep serving.
+#include <doctest/doctest.h>
+
+#include "model/shard.hpp"
+#include "server/net_support.hpp"
+#include "support/etcd_process.hpp"
+
+#include <map>
+
+namespace {
+
+using namespace agentstate;
+using namespace agentstate::test::net;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t shard_count = 16;
+
+struct node_proc {
+  std::unique_ptr<server_process> proc;
+  int port = 0;
+};
+
+node_proc start_node(const test::etcd_process& etcd, const test::temp_dir& dir,
+                     const std::string& id, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"--memory", "--listen",     "127.0.0.1:0",   "--cluster",
+                                "c",        "--etcd",       etcd.url(),      "--node-id",
+                                id,         "--no-forward", "--lease-ttl-s", "2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  node_proc n;
+  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
+  n.port = n.proc->port();
+  n.proc->wait_serving();
+  return n;
+}
+
+/// The cluster_map a node answers (REQUIREs success).
+json map_of(int port, json params = json::object()) {
+  client c(port);
+  auto r = c.call("cluster_map", std::move(params));
+  REQUIRE(r);
+  INFO(r->dump());
+  REQUIRE(ok(r));
+  return (*r)["result"];
+}
+
+/// Waits (bounded: 15 s) until node `port` reports every shard owned.
+json settled_map(int port) {
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  for (;;) {
+    json m = map_of(port);
+    bool all = true;
+    for (auto& s : m["shards"])
+      all = all && !s["owner"].is_null();
+    if (all)
+      return m;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    // bounded poll of the nodes' controller (another process).
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+json create_params(const std::string& user, const std::string& id) {
+  return json{{"app_name", "app"}, {"user_id", user}, {"session_id", id}};
+}
+
+} // namespace
+
+TEST_CASE("serve --cluster: moved names the owner; following it reaches every session") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                           + " --cluster c --shards 16 --expect-nodes 2")
+            .first
+          == 0);
+  auto a = start_node(etcd, dir, "a");
+  auto b = start_node(etcd, dir, "b");
+  json m = settled_map(a.port);
+  CHECK(m["cluster"] == "c");
+  CHECK(m["node"] == "a");
+  CHECK(m["shard_count"] == shard_count);
+  REQUIRE(m["nodes"].size() == 2);
+  std::map<std::string, int> port_of{{"a", a.port}, {"b", b.port}};
+  std::map<std::string, std::string> address_of;
+  for (auto& n : m["nodes"]) {
+    CHECK(n["alive"] == true);
+    address_of[n["id"]] = n["address"];
+  }
+  CHECK(address_of["a"] == "127.0.0.1:" + std::to_string(a.port));
+  std::map<std::string, int> owned;
+  for (auto& s : m["shards"])
+    ++owned[s["owner"].get<std::string>()];
+  CHECK(owned["a"] == 8);
+  CHECK(owned["b"] == 8);
+  // The pair's shard, as model/shard.hpp (and docs/cluster.md) compute it.
+  json pm = map_of(b.port, {{"app_name", "app"}, {"user_id", "u1"}});
+  CHECK(pm["shard"] == model::shard_of("app", "u1", shard_count));
+  CHECK(pm["home_shard"] == model::home_shard("app", shard_count));
+  client bad(a.port);
+  CHECK(kind_of(bad.call("cluster_map", {{"app_name", 3}})) == "invalid_argument");
+
+  // 24 users: each session is created through node a, following moved.
+  for (int u = 0; u < 24; ++u) {
+    const std::string user = "u" + std::to_string(u);
+    const auto shard = model::shard_of("app", user, shard_count);
+    const std::string owner = m["shards"][shard]["owner"];
+    const std::string other = owner == "a" ? "b" : "a";
+    client wrong(port_of[other]);
+    auto r = wrong.call("create_session", create_params(user, "s"));
+    REQUIRE(r);
+    INFO(r->dump());
+    REQUIRE(kind_of(r) == "moved");
+    auto data = (*r)["error"]["data"];
+    CHECK(data["shard"] == shard);
+    CHECK(data["owner"] == owner);
+    CHECK(data["address"] == address_of[owner]);
+    CHECK(data["epoch"] == 1);
+    // Nothing was created on the wrong node: the owner creates it once.
+    client right(port_of[owner]);
+    CHECK(ok(right.call("create_session", create_params(user, "s"))));
+    auto ev = json{{"author", "t"}, {"id", "e1"}, {"actions", {{"state_delta", {{"k", u}}}}}};
+    CHECK(ok(right.call("append_event", with(create_params(user, "s"), "event", ev))));
+    // The direct reader of append_event lines routes too.
+    CHECK(kind_of(wrong.call("append_event", with(create_params(user, "s"), "event", ev)))
+          == "moved");
+    auto got = right.call("get_session", create_params(user, "s"));
+    REQUIRE(ok(got));
+    CHECK((*got)["result"]["version"] == 1);
+    CHECK((*got)["result"]["state"]["k"] == u);
+    CHECK(kind_of(wrong.call("get_session", create_params(user, "s"))) == "moved");
+  }
+  // A user's scope lives with its sessions; the app's scope on its home shard.
+  client ca(a.port);
+  const std::string home = m["shards"][model::home_shard("app", shard_count)]["owner"];
+  CHECK(ok(client(port_of[home]).call("get_app_state", {{"app_name", "app"}})));
+  CHECK(
+    kind_of(client(port_of[home == "a" ? "b" : "a"]).call("get_app_state", {{"app_name", "app"}}))
+    == "moved");
+  // Requests across the app's shards are refused here, not answered in part.
+  CHECK(kind_of(ca.call("list_sessions", {{"app_name", "app"}})) == "invalid_argument");
+  CHECK(kind_of(ca.call("read_changes", {{"scope", "all"}})) == "invalid_argument");
+  CHECK(kind_of(ca.call("delete_app", {{"app_name", "app"}})) == "invalid_argument");
+  // app: writes are refused until the cluster keeps app: state across shards.
+  const auto s0 = model::shard_of("app", "u0", shard_count);
+  client owner0(port_of[m["shards"][s0]["owner"].get<std::string>()]);
+  auto appw = json{{"author", "t"}, {"id", "e2"}, {"actions", {{"state_delta", {{"app:x", 1}}}}}};
+  auto refused = owner0.call("append_event", with(create_params("u0", "s"), "event", appw));
+  CHECK(kind_of(refused) == "invalid_argument");
+  auto after = owner0.call("get_session", create_params("u0", "s"));
+  REQUIRE(ok(after));
+  CHECK((*after)["result"]["version"] == 1);
+  // ping and stats are the node's own.
+  CHECK(ok(ca.call("ping")));
+}
+
+TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavailable, "
+          "the others serving") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                           + " --cluster c --shards 16 --expect-nodes 2")
+            .first
+          == 0);
+  auto a = start_node(etcd, dir, "a");
+  auto b = start_node(etcd, dir, "b");
+  json m = settled_map(a.port);
+  std::string on_a, on_b; // a user on each node's shards
+  for (int u = 0; u < 64 && (on_a.empty() || on_b.empty()); ++u) {
+    std::string user = "u" + std::to_string(u);
+    auto owner = m["shards"][model::shard_of("app", user, shard_count)]["owner"];
+    (owner == "a" ? on_a : on_b) = user;
+  }
+  REQUIRE(!on_a.empty());
+  REQUIRE(!on_b.empty());
+  b.proc->signal(SIGKILL);
+  // Bounded poll: b's lease (2 s) expires in etcd and a's view follows.
+  auto deadline = std::chrono::steady_clock::now() + 15s;
+  std::optional<json> r;
+  for (;;) {
+    client ca(a.port);
+    r = ca.call("create_session", create_params(on_b, "s"));
+    REQUIRE(r);
+    if (kind_of(r) == "unavailable")
+      break;
+    REQUIRE(kind_of(r) == "moved"); // to the dead address, until the lease expires
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(100ms);
+  }
+  INFO(r->dump());
+  CHECK((*r)["error"]["data"]["owner"] == "b");
+  // a's own shards never stopped.
+  client ca(a.port);
+  CHECK(ok(ca.call("create_session", create_params(on_a, "s"))));
+  // The map still names b the owner: a shard keeps its owner while it is down.
+  json after = map_of(a.port);
+  for (std::size_t i = 0; i < shard_count; ++i)
+    CHECK(after["shards"][i]["owner"] == m["shards"][i]["owner"]);
+}
+
+TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing cluster fails") {
+  test::temp_dir dir;
+  auto r = test::net::shell(std::string(AGENTSTATE_BIN)
+                            + " serve --memory --listen 127.0.0.1:0 --cluster c 2>&1");
+  CHECK(r.first == 2);
+  CHECK(r.second.find("needs --cluster, --etcd and --node-id") != std::string::npos);
+  r = test::net::shell(std::string(AGENTSTATE_BIN)
+                       + " serve --memory --cluster c --etcd http://127.0.0.1:1 --node-id n "
+                         "--no-forward 2>&1");
+  CHECK(r.first == 2);
+  CHECK(r.second.find("TCP --listen") != std::string::npos);
+  r = test::net::shell(std::string(AGENTSTATE_BIN)
+                       + " serve --memory --listen 127.0.0.1:0 --cluster c --etcd "
+                         "http://127.0.0.1:1 --node-id n 2>&1");
+  CHECK(r.first == 2);
+  CHECK(r.second.find("--no-forward") != std::string::npos);
+  test::etcd_process etcd;
+  r = test::net::shell(std::string(AGENTSTATE_BIN)
+                       + " serve --memory --listen 127.0.0.1:0 --cluster nope --etcd " + etcd.url()
+                       + " --node-id n --no-forward 2>&1");
+  CHECK(r.first == 1);
+  CHECK(r.second.find("does not exist") != std::string::npos);
+}

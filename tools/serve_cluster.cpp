@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/serve_cluster.cpp: serve's cluster options and the routing of
+// requests by the shard map.
+#include "tools/serve_cluster.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "cluster/node.hpp"
+#include "model/shard.hpp"
+#include "tools/cli.hpp"
+
+namespace agentstate::tools {
+
+namespace {
+
+/// Methods that read or write one session or one user: they name app_name
+/// and user_id and live on shard_of(app, user).
+bool per_user(std::string_view m) {
+  static constexpr std::string_view names[] = {
+    "create_session", "get_session",      "delete_session", "append_event",
+    "end_invocation", "inject_state",     "get_user_state", "rewind_session",
+    "rewind_plan",    "list_invocations", "fork_session",   "delete_user",
+  };
+  return std::find(std::begin(names), std::end(names), m) != std::end(names);
+}
+
+} // namespace
+
+void add_cluster_flags(command_line& cl, cluster_flags& f) {
+  const std::string group = "cluster (docs/cluster.md)";
+  cl.app.add_option("--cluster", f.cluster, "join this cluster as a node (with --etcd, --node-id)")
+    ->type_name("NAME")
+    ->group(group);
+  cl.app.add_option("--etcd", f.etcd, "etcd's client URLs, comma-separated")
+    ->type_name("URLS")
+    ->group(group);
+  cl.app.add_option("--node-id", f.node_id, "this node's id in the cluster, for good")
+    ->type_name("ID")
+    ->group(group);
+  cl.app
+    .add_option("--advertise", f.advertise,
+                "HOST:PORT others reach this node at (default: the\nfirst TCP --listen)")
+    ->type_name("HOST:PORT")
+    ->group(group);
+  cl.app
+    .add_flag("--no-forward", f.no_forward,
+              "answer a request for another node's shard with\n"
+              "`moved` (its owner's address) instead of forwarding it")
+    ->group(group);
+  cl.app
+    .add_option("--lease-ttl-s", f.lease_ttl_s,
+                "the node's lease in etcd, in seconds (default 5):\n"
+                "it stops serving this long after it last reached etcd")
+    ->type_name("N")
+    ->group(group);
+}
+
+std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_listener) {
+  for (const char* name :
+       {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward", "--lease-ttl-s"})
+    if (app.get_option(name)->count() > 0)
+      f.given = true;
+  if (!f.given)
+    return "";
+  if (f.cluster.empty() || f.etcd.empty() || f.node_id.empty())
+    return "a cluster node needs --cluster, --etcd and --node-id";
+  if (!tcp_listener)
+    return "a cluster node needs a TCP --listen that clients and other nodes reach";
+  if (!f.no_forward)
+    return "a cluster node does not forward requests yet: give --no-forward (requests for "
+           "another node's shard are answered `moved`)";
+  if (f.lease_ttl_s < 1 || f.lease_ttl_s > 3600)
+    return "--lease-ttl-s must be an integer 1..3600";
+  if (auto why = cluster::check_name("cluster name", f.cluster); !why.empty())
+    return why;
+  if (auto why = cluster::check_name("node id", f.node_id); !why.empty())
+    return why;
+  return "";
+}
+
+struct cluster_member::impl {
+  std::unique_ptr<cluster::node> node;
+  std::string id;
+
+  /// The refusal for shard `shard` of view `v`, or nullopt when it is ours.
+  std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
+                                                   std::uint32_t shard) const {
+    const auto& e = v.shards[shard];
+    if (e.owner == id)
+      return std::nullopt;
+    json data = {{"shard", shard}, {"epoch", e.epoch}};
+    if (e.owner.empty())
+      return protocol::route_refusal{
+        "unavailable", "shard " + std::to_string(shard) + " has no owner yet", std::move(data)};
+    data["owner"] = e.owner;
+    const auto* n = v.node(e.owner);
+    if (!n || !n->alive)
+      return protocol::route_refusal{"unavailable",
+                                     "shard " + std::to_string(shard) + "'s owner, node '" + e.owner
+                                       + "', is down",
+                                     std::move(data)};
+    data["address"] = n->address;
+    return protocol::route_refusal{
+      "moved", "shard " + std::to_string(shard) + " is on node '" + e.owner + "' at " + n->address,
+      std::move(data)};
+  }
+};
+
+cluster_member::cluster_member(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+cluster_member::~cluster_member() = default;
+
+result<std::unique_ptr<cluster_member>> cluster_member::join(const cluster_flags& f,
+                                                             const std::string& address) {
+  auto c = cluster::make_etcd_coordinator(f.etcd, f.cluster);
+  if (!c)
+    return std::move(c).err();
+  cluster::node::config cfg;
+  cfg.id = f.node_id;
+  cfg.address = address;
+  cfg.ttl = std::chrono::seconds(f.lease_ttl_s);
+  auto n = cluster::node::start(std::shared_ptr<cluster::coordinator>(std::move(*c)), cfg);
+  if (!n)
+    return std::move(n).err();
+  auto p = std::make_unique<impl>();
+  p->node = std::move(*n);
+  p->id = f.node_id;
+  return std::unique_ptr<cluster_member>(new cluster_member(std::move(p)));
+}
+
+std::optional<protocol::route_refusal> cluster_member::route(const protocol::route_query& q) const {
+  const bool feed = q.method == "read_changes" || q.method == "watch";
+  if (!q.app_name && !feed)
+    return std::nullopt; // ping, stats, flush: this node's own
+  if (!p_->node->serving())
+    return protocol::route_refusal{"unavailable",
+                                   "node '" + p_->id
+                                     + "' cannot reach the cluster's coordinator: it serves no "
+                                       "shard until it can",
+                                   nullptr};
+  auto v = p_->node->view();
+  const std::uint32_t shards = v->settings.shards;
+  bool one_user = false;
+  if (feed)
+    one_user = q.scope && (*q.scope == "session" || *q.scope == "user");
+  else
+    one_user = per_user(q.method) || (q.method == "list_sessions" && q.user_id);
+  if (one_user && q.app_name && q.user_id)
+    return p_->for_shard(*v, model::shard_of(*q.app_name, *q.user_id, shards));
+  if (one_user)
+    return std::nullopt; // params the method itself refuses
+  if (q.method == "get_app_state" && q.app_name)
+    return p_->for_shard(*v, model::home_shard(*q.app_name, shards));
+  // Spans the app's (or every app's) shards: served only by a node that owns
+  // them all.
+  std::size_t mine = static_cast<std::size_t>(std::count_if(
+    v->shards.begin(), v->shards.end(), [&](const auto& e) { return e.owner == p_->id; }));
+  if (mine == shards)
+    return std::nullopt;
+  return protocol::route_refusal{
+    "invalid_argument",
+    "'" + std::string(q.method) + "' here spans every shard, and node '" + p_->id + "' owns "
+      + std::to_string(mine) + " of " + std::to_string(shards)
+      + ": a cluster does not serve requests across nodes yet (docs/cluster.md)",
+    nullptr};
+}
+
+result<json> cluster_member::cluster_map(const json& params) const {
+  auto app = params.find("app_name");
+  auto user = params.find("user_id");
+  if (app != params.end() && !app->is_string())
+    return error{errc::invalid_argument, "'app_name' must be a string"};
+  if (user != params.end() && (!user->is_string() || app == params.end()))
+    return error{errc::invalid_argument, "'user_id' must be a string, with 'app_name'"};
+  auto v = p_->node->view();
+  json shards = json::array(), nodes = json::array();
+  for (auto& e : v->shards)
+    shards.push_back({{"shard", e.shard},
+                      {"owner", e.owner.empty() ? json(nullptr) : json(e.owner)},
+                      {"epoch", e.epoch}});
+  for (auto& n : v->nodes)
+    nodes.push_back({{"id", n.id}, {"address", n.address}, {"alive", n.alive}});
+  json out = {{"cluster", v->cluster},
+              {"revision", v->revision},
+              {"node", p_->id},
+              {"shard_count", v->settings.shards},
+              {"shards", std::move(shards)},
+              {"nodes", std::move(nodes)}};
+  if (app != params.end()) {
+    const auto& a = app->get_ref<const std::string&>();
+    out["home_shard"] = model::home_shard(a, v->settings.shards);
+    if (user != params.end())
+      out["shard"] = model::shard_of(a, user->get_ref<const std::string&>(), v->settings.shards);
+  }
+  return out;
+}
+
+} // namespace agentstate::tools

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/serve_cluster.hpp: `agentstate serve --cluster`: the node a serve
+// process is in a cluster (docs/cluster.md). It joins through the etcd
+// coordinator, follows the shard map, serves the requests of the shards it
+// owns, and answers the others `moved` (the owner's address) or `unavailable`
+// (the owner is down, the shard has no owner yet, or this node cannot reach
+// etcd); a request that spans shards it does not all own is refused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "protocol/rpc_session.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace agentstate::tools {
+
+struct command_line;
+
+/// serve's cluster options as given.
+struct cluster_flags {
+  std::string cluster, etcd, node_id, advertise;
+  bool no_forward = false;
+  std::uint64_t lease_ttl_s = 5;
+  bool given = false; ///< any of them was on the command line
+};
+
+/// Declares --cluster, --etcd, --node-id, --advertise, --no-forward and
+/// --lease-ttl-s under their own heading. `given` is set by check.
+void add_cluster_flags(command_line& cl, cluster_flags& f);
+
+/// "" when the cluster options fit together (none, or all that are needed),
+/// else the usage problem. `tcp_listener`: serve has a TCP --listen.
+std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_listener);
+
+/// A serve process's membership in its cluster. Thread-safe.
+class cluster_member {
+public:
+  /// Joins as `f.node_id`, reachable at `address` (HOST:PORT). Errors as
+  /// cluster::node::start.
+  static result<std::unique_ptr<cluster_member>> join(const cluster_flags& f,
+                                                      const std::string& address);
+  /// Leaves the cluster.
+  ~cluster_member();
+
+  /// rpc_config::route: nullopt when this node serves the request.
+  std::optional<protocol::route_refusal> route(const protocol::route_query& q) const;
+
+  /// rpc_config::cluster_map: {cluster, revision, shards, nodes} and, with
+  /// app_name (and user_id), that app's home_shard (and the pair's shard).
+  result<json> cluster_map(const json& params) const;
+
+  struct impl;
+
+private:
+  explicit cluster_member(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> p_;
+};
+
+} // namespace agentstate::tools
