@@ -190,9 +190,8 @@ public:
   /// Calls sent or queued and not yet ended.
   std::size_t outstanding() const;
 
-  struct impl;
-
 private:
+  struct impl;
   explicit rpc_client(std::shared_ptr<impl> p);
   std::shared_ptr<impl> p_;
 };

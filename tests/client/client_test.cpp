@@ -211,10 +211,23 @@ TEST_CASE("client: TLS with a test CA (and a client certificate); a client trust
   o.tls_cert = client_pair.cert;
   o.tls_key = client_pair.key;
   {
+    counter done;
+    std::vector<std::string> ids(300);
     auto c = connect_to(addr, o);
     auto r = c->call("create_session", sref_params("app", "tls"));
     REQUIRE(r.value.ok());
     CHECK((*r.value)["id"] == "tls");
+    // Pipelined over TLS: reads and writes of the one stream overlap.
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      c->call_async("create_session", sref_params("app", "t" + std::to_string(i)),
+                    [&, i](rpc_reply x) {
+                      if (x.value.ok())
+                        ids[i] = (*x.value)["id"].get<std::string>();
+                      done.add();
+                    });
+    REQUIRE(done.wait(ids.size()));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      CHECK(ids[i] == "t" + std::to_string(i));
   }
 
   o.address = addr;
