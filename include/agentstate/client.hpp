@@ -6,13 +6,19 @@
 //
 // Threads: each rpc_client owns one I/O thread, started by connect() and
 // joined by the destructor. Every handler (a call's reply_handler, a watch's
-// watch_handler) runs on that thread, one at a time, so a handler must not
+// watch_handler) runs on that thread, one at a time (except the reply of a
+// call refused before it was queued, see call_async), so a handler must not
 // block for long and must not wait on a blocking call of the same client
 // (call() and watch() from the I/O thread fail at once, see below). A
 // handler must not throw: an exception that escapes one is caught and
 // dropped so the I/O thread goes on. Every other member may be called from
 // any thread at any time. There is no reconnection: once the connection has
 // ended, connect a new client.
+//
+// Memory: request bytes waiting to be sent are capped (max_send_queue_bytes),
+// and so is a reply line being read (max_line_bytes). Calls in flight are
+// not counted: a server that stops reading (its --max-in-flight) makes the
+// send queue fill, and then calls are refused.
 #pragma once
 
 #include <chrono>
