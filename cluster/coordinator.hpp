@@ -114,9 +114,8 @@ public:
   /// Registers node `id` at `address` and makes it live for `ttl`.
   /// already_exists when a live node holds `id` (another process, or this one
   /// before a crash whose lease has not expired yet).
-  virtual result<std::unique_ptr<membership>> join(const std::string& id,
-                                                   const std::string& address,
-                                                   std::chrono::seconds ttl) = 0;
+  virtual result<std::unique_ptr<membership>>
+  join(const std::string& id, const std::string& address, std::chrono::seconds ttl) = 0;
 
   /// Calls `on` with the revision of every change of the cluster's keys after
   /// `after_revision`, until `on` returns false, `stop` is set (seen within a

@@ -24,9 +24,9 @@ constexpr std::size_t max_watch_line_bytes = 64u << 20;
 
 std::string b64(const std::string& s) {
   std::string out(4 * ((s.size() + 2) / 3), '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+    EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                    reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   out.resize(static_cast<std::size_t>(n));
   return out;
 }
@@ -35,9 +35,9 @@ bool unb64(const std::string& s, std::string& out) {
   if (s.size() % 4 != 0)
     return false;
   out.assign(3 * s.size() / 4, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+    EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                    reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   if (n < 0)
     return false;
   std::size_t pad = 0;
@@ -47,7 +47,9 @@ bool unb64(const std::string& s, std::string& out) {
   return true;
 }
 
-error unavailable(std::string what) { return error{errc::unavailable, "etcd: " + std::move(what)}; }
+error unavailable(std::string what) {
+  return error{errc::unavailable, "etcd: " + std::move(what)};
+}
 
 /// A gateway number: a JSON string of decimal digits, or absent (0).
 bool read_int(const json& o, const char* name, std::int64_t& out) {
@@ -83,8 +85,8 @@ bool read_kv(const json& o, etcd_kv& kv) {
     kv.value.clear();
   }
   return read_int(o, "create_revision", kv.create_revision)
-         && read_int(o, "mod_revision", kv.mod_revision) && read_int(o, "version", kv.version)
-         && read_int(o, "lease", kv.lease);
+    && read_int(o, "mod_revision", kv.mod_revision) && read_int(o, "version", kv.version)
+    && read_int(o, "lease", kv.lease);
 }
 
 bool read_range(const json& o, etcd_range& r) {
@@ -343,8 +345,9 @@ struct etcd_client::impl {
       curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
       give_back(h);
       if (rc != CURLE_OK) {
-        last = unavailable(ep + ": " + (b.too_large ? "an answer over 64 MiB"
-                                                     : std::string(curl_easy_strerror(rc))));
+        last = unavailable(
+          ep + ": "
+          + (b.too_large ? "an answer over 64 MiB" : std::string(curl_easy_strerror(rc))));
         continue;
       }
       json doc = json::parse(b.text, nullptr, false);
@@ -377,8 +380,8 @@ result<std::vector<std::string>> etcd_client::parse_endpoints(const std::string&
   std::size_t start = 0;
   for (;;) {
     auto comma = urls.find(',', start);
-    std::string item = urls.substr(start, comma == std::string::npos ? std::string::npos
-                                                                       : comma - start);
+    std::string item =
+      urls.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (item.empty())
       return error{errc::invalid_argument,
                    "--etcd takes comma-separated client URLs (http://HOST:PORT), not '" + urls
@@ -485,10 +488,11 @@ result<void> etcd_client::lease_revoke(std::int64_t id) {
   return {};
 }
 
-result<void> etcd_client::watch(const std::string& key, const std::string& range_end,
-                                std::int64_t start_revision,
-                                const std::function<bool(std::int64_t, std::vector<etcd_event>&)>& on,
-                                const std::atomic<bool>& stop, std::chrono::milliseconds poll) {
+result<void>
+etcd_client::watch(const std::string& key, const std::string& range_end,
+                   std::int64_t start_revision,
+                   const std::function<bool(std::int64_t, std::vector<etcd_event>&)>& on,
+                   const std::atomic<bool>& stop, std::chrono::milliseconds poll) {
   json create = {{"key", b64(key)}};
   if (!range_end.empty())
     create["range_end"] = b64(range_end);
@@ -551,9 +555,9 @@ result<void> etcd_client::watch(const std::string& key, const std::string& range
     return unavailable(ep + ": " + w.failure);
   if (w.canceled)
     return unavailable(ep + ": the watch was canceled");
-  return unavailable(ep + ": the watch stream ended"
-                     + (done_rc != CURLE_OK ? std::string(": ") + curl_easy_strerror(done_rc)
-                                            : std::string()));
+  return unavailable(
+    ep + ": the watch stream ended"
+    + (done_rc != CURLE_OK ? std::string(": ") + curl_easy_strerror(done_rc) : std::string()));
 }
 
 } // namespace agentstate::cluster

@@ -32,8 +32,8 @@ class etcd_membership final : public membership {
 public:
   etcd_membership(std::shared_ptr<etcd_client> etcd, std::string root, std::string id,
                   std::int64_t lease, std::chrono::seconds ttl)
-      : etcd_(std::move(etcd)), root_(std::move(root)), id_(std::move(id)), lease_(lease),
-        ttl_(ttl) {}
+    : etcd_(std::move(etcd)), root_(std::move(root)), id_(std::move(id)), lease_(lease), ttl_(ttl) {
+  }
 
   result<void> keepalive() override {
     auto r = etcd_->lease_keepalive(lease_);
@@ -71,13 +71,11 @@ private:
 class etcd_coordinator final : public coordinator {
 public:
   etcd_coordinator(std::shared_ptr<etcd_client> etcd, std::string urls, std::string name)
-      : etcd_(std::move(etcd)), urls_(std::move(urls)), name_(std::move(name)),
-        root_("/agentstate/" + name_ + "/") {}
+    : etcd_(std::move(etcd)), urls_(std::move(urls)), name_(std::move(name)),
+      root_("/agentstate/" + name_ + "/") {}
 
   const std::string& name() const override { return name_; }
-  std::string describe() const override {
-    return "cluster '" + name_ + "' in etcd at " + urls_;
-  }
+  std::string describe() const override { return "cluster '" + name_ + "' in etcd at " + urls_; }
 
   result<void> create(const cluster_settings& s) override {
     if (s.shards < 1 || s.shards > 65536)
@@ -155,9 +153,9 @@ public:
       v.shards[i].shard = i;
     for (auto& [i, e] : shards) {
       if (i >= v.settings.shards)
-        return error{errc::data_corrupt, describe() + ": shard " + std::to_string(i)
-                                           + " is beyond the cluster's "
-                                           + std::to_string(v.settings.shards)};
+        return error{errc::data_corrupt,
+                     describe() + ": shard " + std::to_string(i) + " is beyond the cluster's "
+                       + std::to_string(v.settings.shards)};
       v.shards[i] = std::move(e);
     }
     return v;
@@ -237,8 +235,7 @@ public:
                    "node '" + id + "' is live in " + describe()
                      + " (another process, or one that died less than its lease's TTL ago)"};
     }
-    return std::unique_ptr<membership>(
-      new etcd_membership(etcd_, root_, id, *lease, ttl));
+    return std::unique_ptr<membership>(new etcd_membership(etcd_, root_, id, *lease, ttl));
   }
 
   result<void> watch(std::int64_t after_revision, const std::function<bool(std::int64_t)>& on,
@@ -270,12 +267,12 @@ std::string check_name(const std::string& what, const std::string& name) {
   bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' && name[0] != '-';
   for (char c : name)
     ok = ok
-         && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-             || c == '.' || c == '_' || c == '-');
+      && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.'
+          || c == '_' || c == '-');
   if (ok)
     return "";
-  return "a " + what + " is 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . or -), not '"
-         + name + "'";
+  return "a " + what + " is 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . or -), not '" + name
+    + "'";
 }
 
 result<std::unique_ptr<coordinator>> make_etcd_coordinator(const std::string& urls,

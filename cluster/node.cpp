@@ -202,9 +202,7 @@ struct node::impl {
     }
   }
 
-  bool serving_now() const {
-    return clock::now().time_since_epoch().count() < valid_until.load();
-  }
+  bool serving_now() const { return clock::now().time_since_epoch().count() < valid_until.load(); }
 };
 
 node::node(std::unique_ptr<impl> p) : p_(std::move(p)) {}
@@ -215,9 +213,8 @@ result<std::unique_ptr<node>> node::start(std::shared_ptr<coordinator> c, config
   auto p = std::make_unique<impl>();
   p->coord = std::move(c);
   p->cfg = std::move(cfg);
-  auto wait = p->cfg.join_wait.count() > 0
-                ? clock::duration(p->cfg.join_wait)
-                : clock::duration(p->cfg.ttl + std::chrono::seconds(1));
+  auto wait = p->cfg.join_wait.count() > 0 ? clock::duration(p->cfg.join_wait)
+                                           : clock::duration(p->cfg.ttl + std::chrono::seconds(1));
   auto give_up = clock::now() + wait;
   for (;;) {
     auto sent = clock::now();
@@ -259,14 +256,18 @@ node::~node() {
   p_->member->leave();
 }
 
-const std::string& node::id() const { return p_->cfg.id; }
+const std::string& node::id() const {
+  return p_->cfg.id;
+}
 
 std::shared_ptr<const cluster_view> node::view() const {
   std::lock_guard<std::mutex> lock(p_->mtx);
   return p_->current;
 }
 
-bool node::serving() const { return p_->serving_now(); }
+bool node::serving() const {
+  return p_->serving_now();
+}
 
 bool node::wait_for(const std::function<bool(const cluster_view&)>& pred,
                     std::chrono::milliseconds limit) const {

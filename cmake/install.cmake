@@ -7,7 +7,7 @@
 #   lib/<multiarch>/cmake/agentstate/  agentstateConfig.cmake, ConfigVersion, Targets,
 #                                      FindCAF.cmake, FindLMDB.cmake
 #   lib/<multiarch>/pkgconfig/agentstate.pc
-#   include/agentstate/*.hpp (with the generated version.hpp)
+#   include/agentstate/*.hpp but client.hpp (with the generated version.hpp)
 #   bin/agentstate, share/man/man1/agentstate*.1.gz, share/doc/agentstate/
 include(CMakePackageConfigHelpers)
 # `cmake --install` and cpack install what is built and never start a build of
@@ -21,9 +21,10 @@ install(TARGETS agentstate_core agentstate_caf
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# client.hpp stays out: its library (agentstate_client) is internal for now.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/agentstate
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
-        FILES_MATCHING PATTERN "*.hpp")
+        FILES_MATCHING PATTERN "*.hpp" PATTERN "client.hpp" EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/include/agentstate/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentstate COMPONENT dev)
 

@@ -1,38 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/watch_remote.cpp: `agentstate watch ADDR` (tools/watch_remote.hpp): a
-// JSON-RPC client of `serve` over TCP, TLS or a Unix socket that prints the
-// `watch` notifications (or `read_changes` pages with --once) as JSON lines.
+// client of `serve` over TCP, TLS or a Unix socket (agentstate/client.hpp) that
+// prints the `watch` notifications (or `read_changes` pages with --once) as
+// JSON lines.
 #include "tools/watch_remote.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
+#include <mutex>
 
-#include "tools/bench/serve_client.hpp"
+#include "agentstate/client.hpp"
 
 namespace agentstate::tools {
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
-constexpr int handshake_ms = 10000;
+constexpr int connect_ms = 10000;
 constexpr int answer_ms = 30000;
 /// A ping after this long without a line keeps a quiet watch from the
 /// server's --idle-timeout-s (default 300 s).
@@ -40,268 +38,9 @@ constexpr int keepalive_ms = 30000;
 /// How long a stopping watch waits for the answer to its unwatch.
 constexpr int unwatch_ms = 5000;
 
-std::string ssl_errors() {
-  std::string out;
-  while (auto e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (!out.empty())
-      out += "; ";
-    out += buf;
-  }
-  return out.empty() ? std::string("unknown TLS error") : out;
-}
-
 int remaining_ms(clock_type::time_point deadline) {
-  auto left =
-    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()).count();
   return left < 0 ? 0 : static_cast<int>(left);
-}
-
-/// One client connection: a non-blocking socket, TLS on it when asked.
-/// Owns the socket and the OpenSSL objects. Single-threaded.
-class connection {
-public:
-  enum class got { line, woken, timeout, closed, failed };
-
-  ~connection() {
-    if (ssl_)
-      SSL_free(ssl_);
-    if (ctx_)
-      SSL_CTX_free(ctx_);
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
-  /// Connected (and past the TLS handshake), or null with `why`.
-  static std::unique_ptr<connection> open(const remote_watch& w, std::string& why) {
-    std::unique_ptr<connection> c(new connection);
-    if (w.at.type == server::listen_spec::kind::unix_socket)
-      c->fd_ = bench::connect_unix(w.at.path, why);
-    else
-      c->fd_ = bench::connect_tcp(server::describe(w.at), why);
-    if (c->fd_ < 0)
-      return nullptr;
-    if (::fcntl(c->fd_, F_SETFL, ::fcntl(c->fd_, F_GETFL) | O_NONBLOCK) != 0) {
-      why = std::string("fcntl: ") + std::strerror(errno);
-      return nullptr;
-    }
-    if (w.tls && !c->start_tls(w, why))
-      return nullptr;
-    return c;
-  }
-
-  /// Writes `line` and a newline, waiting for room up to answer_ms.
-  bool send_line(const std::string& line, std::string& why) {
-    std::string bytes = line + "\n";
-    std::size_t off = 0;
-    auto deadline = clock_type::now() + std::chrono::milliseconds(answer_ms);
-    while (off < bytes.size()) {
-      short events = POLLOUT;
-      if (ssl_) {
-        ERR_clear_error();
-        int n = SSL_write(ssl_, bytes.data() + off, static_cast<int>(bytes.size() - off));
-        if (n > 0) {
-          off += static_cast<std::size_t>(n);
-          continue;
-        }
-        int e = SSL_get_error(ssl_, n);
-        if (e == SSL_ERROR_WANT_READ)
-          events = POLLIN;
-        else if (e != SSL_ERROR_WANT_WRITE) {
-          why = "TLS write: " + ssl_errors();
-          return false;
-        }
-      } else {
-        auto n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-        if (n > 0) {
-          off += static_cast<std::size_t>(n);
-          continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          why = std::string("write: ") + std::strerror(errno);
-          return false;
-        }
-      }
-      pollfd p{fd_, events, 0};
-      int left = remaining_ms(deadline);
-      if (left == 0) {
-        why = "the server takes no input";
-        return false;
-      }
-      ::poll(&p, 1, left);
-    }
-    return true;
-  }
-
-  /// The next line (without its newline) into `line`; or `woken` when
-  /// `wake_fd` (may be -1) becomes readable, `timeout` after `timeout_ms`
-  /// (-1: none), `closed` at the end of the stream, `failed` with `why`.
-  got next_line(std::string& line, int wake_fd, int timeout_ms, std::string& why) {
-    auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        line.assign(buf_, 0, nl);
-        if (!line.empty() && line.back() == '\r')
-          line.pop_back();
-        buf_.erase(0, nl + 1);
-        return got::line;
-      }
-      short events = POLLIN;
-      char chunk[65536];
-      long n = read_some(chunk, sizeof chunk, events, why);
-      if (n > 0) {
-        buf_.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0)
-        return got::closed;
-      if (n == -2)
-        return got::failed;
-      pollfd p[2] = {{fd_, events, 0}, {wake_fd, POLLIN, 0}};
-      int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
-      if (timeout_ms >= 0 && wait == 0)
-        return got::timeout;
-      int r = ::poll(p, wake_fd >= 0 ? 2 : 1, wait);
-      if (r < 0 && errno != EINTR) {
-        why = std::string("poll: ") + std::strerror(errno);
-        return got::failed;
-      }
-      if (wake_fd >= 0 && (p[1].revents & POLLIN))
-        return got::woken;
-    }
-  }
-
-private:
-  connection() = default;
-
-  bool start_tls(const remote_watch& w, std::string& why) {
-    ctx_ = SSL_CTX_new(TLS_client_method());
-    if (!ctx_) {
-      why = "TLS: " + ssl_errors();
-      return false;
-    }
-    SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
-    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
-    if (!w.tls_ca.empty()) {
-      if (SSL_CTX_load_verify_locations(ctx_, w.tls_ca.c_str(), nullptr) != 1) {
-        why = "cannot load the CA file " + w.tls_ca + ": " + ssl_errors();
-        return false;
-      }
-    } else if (SSL_CTX_set_default_verify_paths(ctx_) != 1) {
-      why = "cannot load the system's CAs: " + ssl_errors();
-      return false;
-    }
-    if (!w.tls_cert.empty()) {
-      if (SSL_CTX_use_certificate_chain_file(ctx_, w.tls_cert.c_str()) != 1
-          || SSL_CTX_use_PrivateKey_file(ctx_, w.tls_key.c_str(), SSL_FILETYPE_PEM) != 1
-          || SSL_CTX_check_private_key(ctx_) != 1) {
-        why = "cannot use the client certificate " + w.tls_cert + " with key " + w.tls_key + ": "
-          + ssl_errors();
-        return false;
-      }
-    }
-    ssl_ = SSL_new(ctx_);
-    if (!ssl_ || SSL_set_fd(ssl_, fd_) != 1) {
-      why = "TLS: " + ssl_errors();
-      return false;
-    }
-    SSL_set_mode(ssl_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    // The server's certificate must name the host connected to: its IP
-    // address, or its DNS name (also sent as SNI).
-    const std::string& host = w.at.host;
-    unsigned char ip[16];
-    bool numeric =
-      ::inet_pton(AF_INET, host.c_str(), ip) == 1 || ::inet_pton(AF_INET6, host.c_str(), ip) == 1;
-    if (numeric) {
-      if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), host.c_str()) != 1) {
-        why = "TLS: " + ssl_errors();
-        return false;
-      }
-    } else if (SSL_set1_host(ssl_, host.c_str()) != 1
-               || SSL_set_tlsext_host_name(ssl_, host.c_str()) != 1) {
-      why = "TLS: " + ssl_errors();
-      return false;
-    }
-    auto deadline = clock_type::now() + std::chrono::milliseconds(handshake_ms);
-    for (;;) {
-      ERR_clear_error();
-      int r = SSL_connect(ssl_);
-      if (r == 1)
-        return true;
-      int e = SSL_get_error(ssl_, r);
-      short events = 0;
-      if (e == SSL_ERROR_WANT_READ)
-        events = POLLIN;
-      else if (e == SSL_ERROR_WANT_WRITE)
-        events = POLLOUT;
-      else {
-        auto verify = SSL_get_verify_result(ssl_);
-        why = "TLS handshake with " + server::describe(w.at) + " failed: "
-          + (verify != X509_V_OK
-               ? std::string("the server's certificate: ") + X509_verify_cert_error_string(verify)
-               : ssl_errors());
-        return false;
-      }
-      int left = remaining_ms(deadline);
-      if (left == 0) {
-        why = "TLS handshake with " + server::describe(w.at) + " timed out";
-        return false;
-      }
-      pollfd p{fd_, events, 0};
-      ::poll(&p, 1, left);
-    }
-  }
-
-  /// >0: bytes read; 0: end of stream; -1: nothing now (wait for `events`);
-  /// -2: failed (`why`).
-  long read_some(char* p, std::size_t n, short& events, std::string& why) {
-    if (ssl_) {
-      ERR_clear_error();
-      int r = SSL_read(ssl_, p, static_cast<int>(n));
-      if (r > 0)
-        return r;
-      int e = SSL_get_error(ssl_, r);
-      if (e == SSL_ERROR_WANT_READ) {
-        events = POLLIN;
-        return -1;
-      }
-      if (e == SSL_ERROR_WANT_WRITE) {
-        events = POLLOUT;
-        return -1;
-      }
-      if (e == SSL_ERROR_ZERO_RETURN)
-        return 0;
-      if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)
-        return 0; // closed without close_notify
-      why = "TLS read: " + ssl_errors();
-      return -2;
-    }
-    auto r = ::recv(fd_, p, n, 0);
-    if (r > 0)
-      return static_cast<long>(r);
-    if (r == 0)
-      return 0;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      events = POLLIN;
-      return -1;
-    }
-    if (errno == ECONNRESET) {
-      why = "connection reset";
-      return -2;
-    }
-    why = std::string("read: ") + std::strerror(errno);
-    return -2;
-  }
-
-  int fd_ = -1;
-  SSL_CTX* ctx_ = nullptr;
-  SSL* ssl_ = nullptr;
-  std::string buf_;
-};
-
-json rpc(const std::string& id, const std::string& method, json params) {
-  return json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
 }
 
 std::string text_of(const json& j, const char* key) {
@@ -309,11 +48,71 @@ std::string text_of(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+/// What the client's I/O thread hands to the feed's thread: the watch's
+/// events and the replies of unwatch and the keepalive pings, in arrival
+/// order, with a pipe that is readable while any wait.
+class inbox {
+public:
+  struct item {
+    std::optional<watch_event> event;
+    std::optional<rpc_reply> reply;
+    bool unwatch = false; ///< `reply` answers the unwatch (else a ping)
+  };
+
+  inbox() { ok_ = ::pipe2(fd_, O_CLOEXEC | O_NONBLOCK) == 0; }
+  ~inbox() {
+    for (int fd : fd_)
+      if (fd >= 0)
+        ::close(fd);
+  }
+  inbox(const inbox&) = delete;
+  inbox& operator=(const inbox&) = delete;
+
+  bool ok() const { return ok_; }
+  int fd() const { return fd_[0]; }
+
+  /// Any thread.
+  void push(item x) {
+    std::lock_guard<std::mutex> g(mtx_);
+    items_.push_back(std::move(x));
+    char c = 1;
+    [[maybe_unused]] auto n = ::write(fd_[1], &c, 1);
+  }
+
+  /// The oldest item, or nullopt when none waits (and the pipe is drained).
+  std::optional<item> pop() {
+    std::lock_guard<std::mutex> g(mtx_);
+    if (items_.empty()) {
+      char buf[256];
+      while (::read(fd_[0], buf, sizeof buf) > 0) {
+      }
+      return std::nullopt;
+    }
+    item x = std::move(items_.front());
+    items_.pop_front();
+    return x;
+  }
+
+private:
+  int fd_[2] = {-1, -1};
+  bool ok_ = false;
+  std::mutex mtx_;
+  std::deque<item> items_;
+};
+
+/// The error lines the server sent with a null id (a refusal of the whole
+/// connection, sent before it closes it).
+struct server_notes {
+  std::mutex mtx;
+  std::optional<json> last;
+};
+
 /// One feed over one connection: the requests, the lines printed and the
-/// cursor they reach. Single-threaded.
+/// cursor they reach. Runs on the calling thread.
 class feed {
 public:
-  feed(connection& c, const remote_watch& w) : c_(c), w_(w) {}
+  feed(rpc_client& c, const remote_watch& w, inbox& box, server_notes& notes)
+    : c_(c), w_(w), box_(box), notes_(notes) {}
 
   int run() {
     if (!w_.token.empty()) {
@@ -355,7 +154,7 @@ private:
 
   int run_live() {
     ::signal(SIGPIPE, SIG_IGN);
-    if (!install_stop_handlers()) {
+    if (!install_stop_handlers() || !box_.ok()) {
       std::fprintf(stderr, "watch: pipe: %s\n", std::strerror(errno));
       return watch_unreachable;
     }
@@ -363,46 +162,35 @@ private:
     if (!w_.from.empty())
       params["from"] = w_.from;
     json answer;
-    if (int rc = call("watch", params, answer); rc != watch_ok)
+    inbox& box = box_;
+    auto on_event = [&box](const watch_event& ev) { box.push(inbox::item{ev, std::nullopt}); };
+    if (int rc = finish("watch", c_.watch(params, on_event, milliseconds(answer_ms)), answer);
+        rc != watch_ok)
       return rc;
     const std::string watch_id = text_of(answer, "watch_id");
     last_ = text_of(answer, "cursor");
     bool stopping = false;
     auto stop_deadline = clock_type::now();
-    std::string line, why;
     for (;;) {
-      int wait = stopping ? remaining_ms(stop_deadline) : keepalive_ms;
-      if (stopping && wait == 0)
-        return stopped();
-      switch (c_.next_line(line, stopping ? -1 : stop_fd(), wait, why)) {
-        case connection::got::timeout:
-          if (stopping)
-            return stopped();
-          if (!c_.send_line(rpc("ping", "ping", nullptr).dump(), why))
-            return lost(why);
+      while (auto x = box_.pop()) {
+        if (x->reply) {
+          if (!x->unwatch)
+            continue; // the keepalive's pong
+          if (x->reply->value.ok())
+            if (auto c = text_of(*x->reply->value, "resume_from"); !c.empty())
+              last_ = c;
+          return stopped();
+        }
+        const watch_event& ev = *x->event;
+        if (ev.what == watch_event::kind::lost)
+          return stopping ? stopped() : lost(ev.why.message);
+        if (ev.what == watch_event::kind::changes) {
+          if (!print(ev.params["changes"]))
+            return watch_unreachable;
+          last_ = text_of(ev.params, "cursor");
           continue;
-        case connection::got::woken:
-          stopping = true;
-          stop_deadline = clock_type::now() + std::chrono::milliseconds(unwatch_ms);
-          if (!c_.send_line(rpc("unwatch", "unwatch", json{{"watch_id", watch_id}}).dump(), why))
-            return stopped();
-          continue;
-        case connection::got::closed:
-          return stopping ? stopped() : lost("the server closed the connection");
-        case connection::got::failed: return stopping ? stopped() : lost(why);
-        case connection::got::line: break;
-      }
-      auto msg = parse_json(line, 512);
-      if (!msg || !msg->is_object())
-        return lost("the server sent a line that is not a JSON object");
-      const std::string method = text_of(*msg, "method");
-      if (method == "changes") {
-        const json& p = (*msg)["params"];
-        if (!print(p["changes"]))
-          return watch_unreachable;
-        last_ = text_of(p, "cursor");
-      } else if (method == "watch_ended") {
-        const json& p = (*msg)["params"];
+        }
+        const json& p = ev.params;
         std::string reason = text_of(p, "reason");
         last_ = text_of(p, "resume_from");
         if (stopping && reason == "cancelled")
@@ -416,54 +204,58 @@ private:
         std::fprintf(stderr, "watch: the server ended the watch (%s%s); resume with --from %s\n",
                      reason.c_str(), detail.c_str(), last_.c_str());
         return watch_ended;
-      } else if (msg->contains("id")) {
-        const json& id = (*msg)["id"];
-        if (id == "unwatch") {
-          if (msg->contains("result"))
-            if (auto c = text_of((*msg)["result"], "resume_from"); !c.empty())
-              last_ = c;
+      }
+      int wait = stopping ? remaining_ms(stop_deadline) : keepalive_ms;
+      if (stopping && wait == 0)
+        return stopped();
+      pollfd p[2] = {{box_.fd(), POLLIN, 0}, {stopping ? -1 : stop_fd(), POLLIN, 0}};
+      int n = ::poll(p, 2, wait);
+      if (n < 0 && errno != EINTR) {
+        std::fprintf(stderr, "watch: poll: %s\n", std::strerror(errno));
+        return watch_unreachable;
+      }
+      if (n == 0) {
+        if (stopping)
           return stopped();
-        }
-        if (id.is_null() && msg->contains("error")) {
-          const json& e = (*msg)["error"];
-          return lost("the server closed the connection (" + text_of(e["data"], "kind") + ": "
-                      + text_of(e, "message") + ")");
-        }
-        // The keepalive's pong.
+        c_.call_async("ping", nullptr, [&box](rpc_reply r) {
+          box.push(inbox::item{std::nullopt, std::move(r)});
+        });
+        continue;
+      }
+      if (!stopping && (p[1].revents & POLLIN)) {
+        stopping = true;
+        stop_deadline = clock_type::now() + milliseconds(unwatch_ms);
+        c_.unwatch_async(watch_id, [&box](rpc_reply r) {
+          box.push(inbox::item{std::nullopt, std::move(r), true});
+        });
       }
     }
   }
 
-  /// Sends one request and waits for its answer (no notification comes
-  /// before the first watch's answer). watch_ok with its result in `out`, or
-  /// the exit status after reporting the failure.
+  /// Sends one request and waits for its answer. watch_ok with its result in
+  /// `out`, or the exit status after reporting the failure.
   int call(const std::string& method, json params, json& out) {
-    std::string why, line;
-    const std::string id = method;
-    if (!c_.send_line(rpc(id, method, std::move(params)).dump(), why))
-      return lost(why);
-    for (;;) {
-      switch (c_.next_line(line, -1, answer_ms, why)) {
-        case connection::got::timeout:
-          return lost("no answer to " + method + " within " + std::to_string(answer_ms / 1000)
-                      + " s");
-        case connection::got::closed: return lost("the server closed the connection");
-        case connection::got::failed: return lost(why);
-        default: break;
-      }
-      auto msg = parse_json(line, 512);
-      if (!msg || !msg->is_object())
-        return lost("the server sent a line that is not a JSON object");
-      if (!msg->contains("id"))
-        continue; // a notification
-      const json& rid = (*msg)["id"];
-      if (msg->contains("error") && (rid == id || rid.is_null()))
-        return refused(method, (*msg)["error"]);
-      if (rid != id)
-        continue;
-      out = (*msg)["result"];
+    return finish(method, c_.call(method, std::move(params), milliseconds(answer_ms)), out);
+  }
+
+  /// The exit status of `reply`, the reply of `method`: watch_ok with its
+  /// result in `out`, refused (the server answered an error, or refused the
+  /// connection), lost.
+  int finish(const std::string& method, rpc_reply reply, json& out) {
+    if (reply.answered) {
+      if (!reply.value)
+        return refused(method, reply.error_object);
+      out = std::move(*reply.value);
       return watch_ok;
     }
+    {
+      std::lock_guard<std::mutex> g(notes_.mtx);
+      if (notes_.last)
+        return refused(method, *notes_.last);
+    }
+    if (c_.connected())
+      return lost("no answer to " + method + " within " + std::to_string(answer_ms / 1000) + " s");
+    return lost(reply.value.err().message);
   }
 
   int refused(const std::string& method, const json& e) {
@@ -509,8 +301,10 @@ private:
     return true;
   }
 
-  connection& c_;
+  rpc_client& c_;
   const remote_watch& w_;
+  inbox& box_;
+  server_notes& notes_;
   std::string last_; ///< every change of the scope up to here is printed
 };
 
@@ -556,14 +350,27 @@ result<std::string> read_token_file(const std::string& path) {
 }
 
 int run_remote_watch(const remote_watch& w) {
-  std::string why;
-  auto c = connection::open(w, why);
+  // The inbox and the notes outlive the client, whose handlers use them.
+  inbox box;
+  server_notes notes;
+  client_options o;
+  o.address = server::describe(w.at);
+  o.tls = w.tls;
+  o.tls_ca = w.tls_ca;
+  o.tls_cert = w.tls_cert;
+  o.tls_key = w.tls_key;
+  o.connect_timeout = milliseconds(connect_ms);
+  o.on_server_error = [&notes](const json& e) {
+    std::lock_guard<std::mutex> g(notes.mtx);
+    notes.last = e;
+  };
+  auto c = rpc_client::connect(o);
   if (!c) {
     std::fprintf(stderr, "watch: cannot reach %s: %s\n", server::describe(w.at).c_str(),
-                 why.c_str());
+                 c.err().message.c_str());
     return watch_unreachable;
   }
-  feed f(*c, w);
+  feed f(**c, w, box, notes);
   return f.run();
 }
 

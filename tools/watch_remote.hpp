@@ -56,8 +56,9 @@ bool wait_stop(unsigned ms);
 /// stdout one change per line (to_json of the change, compact, as the DIR
 /// form prints it) and diagnostics on stderr; returns a watch_exit. Live
 /// (not `once`), SIGINT and SIGTERM end it with an unwatch and exit 0.
-/// Runs on the calling thread; installs SIGINT/SIGTERM handlers and ignores
-/// SIGPIPE for the rest of the process.
+/// Runs on the calling thread over an rpc_client (agentstate/client.hpp),
+/// whose I/O thread hands it the feed; installs SIGINT/SIGTERM handlers and
+/// ignores SIGPIPE for the rest of the process.
 int run_remote_watch(const remote_watch& w);
 
 } // namespace agentstate::tools
