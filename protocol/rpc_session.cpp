@@ -334,7 +334,7 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
     max_line_depth_(cfg.max_line_depth),
     gate_(cfg.tokens ? access_gate(cfg.tokens) : access_gate()),
     watches_(std::make_shared<watches>()), route_(std::move(cfg.route)),
-    cluster_map_(std::move(cfg.cluster_map)), eng_(eng) {
+    cluster_map_(std::move(cfg.cluster_map)), forward_(std::move(cfg.forward)), eng_(eng) {
   watches_->queued_output_bytes = std::move(cfg.queued_output_bytes);
   watches_->max_backlog = std::max<std::size_t>(1, cfg.max_watch_backlog);
   watches_->on_watch_paused = std::move(cfg.on_watch_paused);
@@ -581,7 +581,7 @@ void rpc_session::handle_line(std::string_view line) {
         return refuse(d, rpc_code::access_error, denied->message, to_string(denied->code));
     if (d.cluster_map)
       return answer_cluster_map(d);
-    if (route_ && (d.run || d.watch) && route_refused(d))
+    if (route_ && (d.run || d.watch) && route_refused(d, line))
       return;
     if (d.watch)
       return start_watch(d);
@@ -618,7 +618,36 @@ void rpc_session::answer_cluster_map(detail::decoded_request& d) {
   dispatch_->answer(d.id, std::move(*r));
 }
 
-bool rpc_session::route_refused(detail::decoded_request& d) {
+namespace {
+
+/// A peer's answer to a forwarded request as this stream's outcome: its
+/// result, its error carried over whole (code, message, data), or the
+/// forwarding's own failure when it never answered.
+detail::outcome forwarded_outcome(result<json> value, const json& error_object) {
+  if (value)
+    return std::move(*value);
+  detail::rpc_failure f;
+  f.code = rpc_code::engine_error;
+  f.message = value.err().message;
+  f.kind = to_string(value.code());
+  if (error_object.is_object()) {
+    if (auto c = error_object.find("code"); c != error_object.end() && c->is_number_integer())
+      f.code = c->get<int>();
+    if (auto m = error_object.find("message"); m != error_object.end() && m->is_string())
+      f.message = m->get<std::string>();
+    if (auto data = error_object.find("data"); data != error_object.end() && data->is_object()) {
+      f.data = *data;
+      if (auto k = data->find("kind"); k != data->end() && k->is_string())
+        f.kind = k->get<std::string>();
+      f.data.erase("kind");
+    }
+  }
+  return f;
+}
+
+} // namespace
+
+bool rpc_session::route_refused(detail::decoded_request& d, std::string_view line) {
   route_query q;
   q.method = d.method;
   q.app_name = d.app_name ? &*d.app_name : nullptr;
@@ -627,6 +656,22 @@ bool rpc_session::route_refused(detail::decoded_request& d) {
   auto refusal = route_(q);
   if (!refusal)
     return false;
+  if (!refusal->forward_to.empty() && forward_ && d.run) {
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    json req = json::parse(line, nullptr, false); // decoded once already: well-formed
+    json params = req.is_object() && req.contains("params") ? req["params"] : json(nullptr);
+    auto& run = *d.run;
+    run.op = [fwd = forward_, peer = std::move(refusal->forward_to), method = d.method,
+              params = std::move(params)](engine&, const detail::reply_fn& reply) {
+      fwd(peer, method, params, [reply](result<json> value, json error_object) {
+        reply(forwarded_outcome(std::move(value), error_object));
+      });
+    };
+    run.server_stats = false;
+    dispatch_->submit(std::move(d.id), d.notification, std::move(run));
+    return true;
+  }
   detail::rpc_failure f;
   f.code = refusal->kind == "invalid_argument" ? rpc_code::invalid_params : rpc_code::engine_error;
   f.message = std::move(refusal->message);

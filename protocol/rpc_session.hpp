@@ -50,12 +50,20 @@ struct route_query {
 
 /// The answer to a request this node does not serve: data.kind `kind` (e.g.
 /// "moved", "unavailable", "invalid_argument"), the message, and further
-/// members of data (an object, or null).
+/// members of data (an object, or null). With `forward_to` set (a peer's
+/// address) and rpc_config::forward given, a request other than `watch` is
+/// forwarded there instead, and the peer's answer is the request's.
 struct route_refusal {
   std::string kind;
   std::string message;
   json data;
+  std::string forward_to;
 };
+
+/// How a forwarded request's answer comes back: the peer's result, or an
+/// error with the peer's `error` object (null when the peer never answered:
+/// then the error's kind and message answer the request).
+using forward_done = std::function<void(result<json> value, json error_object)>;
 
 struct rpc_config {
   /// Nesting allowed in a request line. The engine's own limit
@@ -117,6 +125,13 @@ struct rpc_config {
   /// method is unknown here (method_not_found). An error answers with its
   /// kind. Called on the reader's thread; must not block for long or throw.
   std::function<result<json>(const json& params)> cluster_map;
+  /// Sends a request (method, params) to the peer at `peer` and calls `done`
+  /// exactly once with its answer, on any thread. Requests given here for
+  /// one peer must reach it in the order given (a session's order rides on
+  /// it). Must not block or throw.
+  std::function<void(const std::string& peer, const std::string& method, json params,
+                     forward_done done)>
+    forward;
 };
 
 namespace detail {
@@ -206,8 +221,9 @@ private:
   void authenticate(detail::decoded_request& d);
   void start_watch(detail::decoded_request& d);
   void answer_cluster_map(detail::decoded_request& d);
-  /// Applies route_ to `d`; true when it was refused (and answered).
-  bool route_refused(detail::decoded_request& d);
+  /// Applies route_ to `d` (read from `line`); true when it was refused
+  /// (and answered) or forwarded.
+  bool route_refused(detail::decoded_request& d, std::string_view line);
   void stop_watch(detail::decoded_request& d);
   void refuse(const detail::decoded_request& d, int code, const std::string& message,
               std::string_view kind);
@@ -225,6 +241,7 @@ private:
   std::shared_ptr<watches> watches_;
   std::function<std::optional<route_refusal>(const route_query&)> route_;
   std::function<result<json>(const json&)> cluster_map_;
+  std::function<void(const std::string&, const std::string&, json, forward_done)> forward_;
   engine& eng_;
 };
 

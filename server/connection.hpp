@@ -110,6 +110,7 @@ struct shared_state {
   /// A cluster node's routing and cluster_map (rpc_config); empty: none.
   std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route;
   std::function<result<json>(const json&)> cluster_map;
+  std::function<void(const std::string&, const std::string&, json, protocol::forward_done)> forward;
 };
 
 /// The connection-level error line (id null, kind unavailable).
@@ -371,6 +372,7 @@ public:
     rc.max_watches = sh_->lim.max_watches;
     rc.route = sh_->route;
     rc.cluster_map = sh_->cluster_map;
+    rc.forward = sh_->forward;
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;
     rc.on_complete = [out, wake] {

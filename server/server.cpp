@@ -689,9 +689,12 @@ void network_server::reload_tokens() {
 
 void network_server::set_routing(
   std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route,
-  std::function<result<json>(const json&)> cluster_map) {
+  std::function<result<json>(const json&)> cluster_map,
+  std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
+    forward) {
   impl_->sh->route = std::move(route);
   impl_->sh->cluster_map = std::move(cluster_map);
+  impl_->sh->forward = std::move(forward);
 }
 
 std::vector<std::string> network_server::addresses() const {

@@ -129,11 +129,14 @@ public:
   /// The bound addresses (TCP ports resolved), in --listen order.
   std::vector<std::string> addresses() const;
 
-  /// A cluster node's routing and `cluster_map` for every connection
-  /// (protocol::rpc_config::route, cluster_map). REQUIRES: before run().
+  /// A cluster node's routing, `cluster_map` and forwarding for every
+  /// connection (protocol::rpc_config::route, cluster_map, forward; each may
+  /// be empty). REQUIRES: before run().
   void set_routing(
     std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route,
-    std::function<result<json>(const json&)> cluster_map);
+    std::function<result<json>(const json&)> cluster_map,
+    std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
+      forward);
 
 private:
   struct impl;

@@ -467,6 +467,7 @@ to standard error, one line per event.)";
       return *code;
     bool tcp = std::any_of(cfg.net.listen.begin(), cfg.net.listen.end(),
                            [](const auto& l) { return l.type == server::listen_spec::kind::tcp; });
+    a->cluster.secured = !cfg.net.auth_file.empty() || cfg.net.tls.has_value();
     if (auto why = check_cluster_flags(*parsed, a->cluster, tcp); !why.empty())
       return serve_usage_error(why);
     cfg.cluster = a->cluster;
@@ -557,8 +558,15 @@ int run_serve(serve_config& cfg) {
              "joined cluster '" + cfg.cluster.cluster + "' as node '" + cfg.cluster.node_id
                + "' at " + address);
     auto* m = member.get();
+    std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
+      forward;
+    if (!cfg.cluster.no_forward)
+      forward = [m](const std::string& peer, const std::string& method, json params,
+                    protocol::forward_done done) {
+        m->forward(peer, method, std::move(params), std::move(done));
+      };
     net.set_routing([m](const protocol::route_query& q) { return m->route(q); },
-                    [m](const json& params) { return m->cluster_map(params); });
+                    [m](const json& params) { return m->cluster_map(params); }, std::move(forward));
   }
   signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
   net.run(eng);

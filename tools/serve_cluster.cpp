@@ -6,6 +6,13 @@
 #include <algorithm>
 #include <utility>
 
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agentstate/client.hpp"
 #include "cluster/node.hpp"
 #include "model/shard.hpp"
 #include "tools/cli.hpp"
@@ -67,9 +74,9 @@ std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_
     return "a cluster node needs --cluster, --etcd and --node-id";
   if (!tcp_listener)
     return "a cluster node needs a TCP --listen that clients and other nodes reach";
-  if (!f.no_forward)
-    return "a cluster node does not forward requests yet: give --no-forward (requests for "
-           "another node's shard are answered `moved`)";
+  if (!f.no_forward && f.secured)
+    return "a node with --auth-file or TLS does not forward requests yet: give --no-forward "
+           "(requests for another node's shard are answered `moved`)";
   if (f.lease_ttl_s < 1 || f.lease_ttl_s > 3600)
     return "--lease-ttl-s must be an integer 1..3600";
   if (auto why = cluster::check_name("cluster name", f.cluster); !why.empty())
@@ -82,6 +89,53 @@ std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_
 struct cluster_member::impl {
   std::unique_ptr<cluster::node> node;
   std::string id;
+  bool forwarding = false;
+  /// Peer connections by address. A lost one is replaced, and the old one
+  /// retired: destroyed by the reaper thread once nothing else holds it (a
+  /// client may not be destroyed on its own I/O thread, where the request
+  /// that finds it lost may run).
+  std::mutex peers_mtx;
+  std::condition_variable peers_cv;
+  std::map<std::string, std::shared_ptr<rpc_client>> peers;
+  std::vector<std::shared_ptr<rpc_client>> retired;
+  bool stopping = false;
+  std::thread reaper;
+
+  void reap() {
+    std::unique_lock<std::mutex> lock(peers_mtx);
+    for (;;) {
+      peers_cv.wait_for(lock, std::chrono::seconds(1));
+      std::vector<std::shared_ptr<rpc_client>> done;
+      for (auto it = retired.begin(); it != retired.end();) {
+        if (it->use_count() == 1 || stopping) {
+          done.push_back(std::move(*it));
+          it = retired.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (stopping) {
+        for (auto& [addr, c] : peers)
+          done.push_back(std::move(c));
+        peers.clear();
+      }
+      lock.unlock();
+      done.clear(); // destroyed here, on the reaper's thread
+      lock.lock();
+      if (stopping)
+        return;
+    }
+  }
+
+  ~impl() {
+    {
+      std::lock_guard<std::mutex> lock(peers_mtx);
+      stopping = true;
+      peers_cv.notify_all();
+    }
+    if (reaper.joinable())
+      reaper.join();
+  }
 
   /// The refusal for shard `shard` of view `v`, or nullopt when it is ours.
   std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
@@ -92,18 +146,19 @@ struct cluster_member::impl {
     json data = {{"shard", shard}, {"epoch", e.epoch}};
     if (e.owner.empty())
       return protocol::route_refusal{
-        "unavailable", "shard " + std::to_string(shard) + " has no owner yet", std::move(data)};
+        "unavailable", "shard " + std::to_string(shard) + " has no owner yet", std::move(data), {}};
     data["owner"] = e.owner;
     const auto* n = v.node(e.owner);
     if (!n || !n->alive)
       return protocol::route_refusal{"unavailable",
                                      "shard " + std::to_string(shard) + "'s owner, node '" + e.owner
                                        + "', is down",
-                                     std::move(data)};
+                                     std::move(data),
+                                     {}};
     data["address"] = n->address;
     return protocol::route_refusal{
       "moved", "shard " + std::to_string(shard) + " is on node '" + e.owner + "' at " + n->address,
-      std::move(data)};
+      std::move(data), forwarding ? n->address : std::string()};
   }
 };
 
@@ -125,6 +180,9 @@ result<std::unique_ptr<cluster_member>> cluster_member::join(const cluster_flags
   auto p = std::make_unique<impl>();
   p->node = std::move(*n);
   p->id = f.node_id;
+  p->forwarding = !f.no_forward;
+  auto* raw = p.get();
+  p->reaper = std::thread([raw] { raw->reap(); });
   return std::unique_ptr<cluster_member>(new cluster_member(std::move(p)));
 }
 
@@ -137,7 +195,8 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
                                    "node '" + p_->id
                                      + "' cannot reach the cluster's coordinator: it serves no "
                                        "shard until it can",
-                                   nullptr};
+                                   nullptr,
+                                   {}};
   auto v = p_->node->view();
   const std::uint32_t shards = v->settings.shards;
   bool one_user = false;
@@ -162,7 +221,50 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     "'" + std::string(q.method) + "' here spans every shard, and node '" + p_->id + "' owns "
       + std::to_string(mine) + " of " + std::to_string(shards)
       + ": a cluster does not serve requests across nodes yet (docs/cluster.md)",
-    nullptr};
+    nullptr,
+    {}};
+}
+
+void cluster_member::forward(const std::string& peer, const std::string& method, json params,
+                             protocol::forward_done done) const {
+  // One connection per peer; a lost one is replaced by the next request
+  // (connected under the lock: one connection per peer at a time). The call
+  // is made outside it (a refused call answers on this thread): a request
+  // started after another's call returned is behind it on the wire, which
+  // is the order the dispatcher starts a session's requests in.
+  std::shared_ptr<rpc_client> c;
+  std::string failed;
+  {
+    std::lock_guard<std::mutex> lock(p_->peers_mtx);
+    auto& slot = p_->peers[peer];
+    if (!slot || !slot->connected()) {
+      if (slot)
+        p_->retired.push_back(std::move(slot));
+      client_options o;
+      o.address = peer;
+      o.connect_timeout = std::chrono::milliseconds(2000);
+      auto made = rpc_client::connect(o);
+      if (made)
+        slot = std::shared_ptr<rpc_client>(std::move(*made));
+      else {
+        slot.reset();
+        failed = made.err().message;
+      }
+    }
+    c = slot;
+  }
+  if (!c) {
+    done(error{errc::unavailable,
+               "node '" + p_->id + "' cannot reach the shard's owner at " + peer + ": " + failed},
+         nullptr);
+    return;
+  }
+  c->call_async(
+    method, std::move(params),
+    [done = std::move(done)](rpc_reply r) mutable {
+      done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
+    },
+    std::chrono::milliseconds(30000));
 }
 
 result<json> cluster_member::cluster_map(const json& params) const {

@@ -27,6 +27,9 @@ struct command_line;
 /// serve's cluster options as given.
 struct cluster_flags {
   std::string cluster, etcd, node_id, advertise;
+  /// Forwarding needs plain TCP between nodes for now: set when serve has
+  /// --auth-file or TLS.
+  bool secured = false;
   bool no_forward = false;
   std::uint64_t lease_ttl_s = 5;
   bool given = false; ///< any of them was on the command line
@@ -56,6 +59,12 @@ public:
   /// rpc_config::cluster_map: {cluster, revision, shards, nodes} and, with
   /// app_name (and user_id), that app's home_shard (and the pair's shard).
   result<json> cluster_map(const json& params) const;
+
+  /// rpc_config::forward: one pipelined connection per peer (made on first
+  /// use, again after it was lost), requests in the order given, each with
+  /// a deadline of 30 s; a peer that cannot be reached answers unavailable.
+  void forward(const std::string& peer, const std::string& method, json params,
+               protocol::forward_done done) const;
 
   struct impl;
 

@@ -64,20 +64,14 @@ struct node_proc {
 };
 
 node_proc start_node(const test::etcd_process& etcd, const test::temp_dir& dir,
-                     const std::string& id, int port = 0) {
-  std::vector<std::string> args{"--store",
-                                dir.str() + "/" + id,
-                                "--listen",
-                                "127.0.0.1:" + std::to_string(port),
-                                "--cluster",
-                                "c",
-                                "--etcd",
-                                etcd.url(),
-                                "--node-id",
-                                id,
-                                "--no-forward",
-                                "--lease-ttl-s",
-                                "2"};
+                     const std::string& id, bool forward, int port = 0) {
+  std::vector<std::string> args{"--store", dir.str() + "/" + id};
+  for (const std::string& x :
+       std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(port), "--cluster", "c",
+                                "--etcd", etcd.url(), "--node-id", id, "--lease-ttl-s", "2"})
+    args.push_back(x);
+  if (!forward)
+    args.push_back("--no-forward");
   node_proc n;
   n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
   n.port = n.proc->port();
@@ -126,17 +120,17 @@ std::optional<json> call_routed(router& r, const std::string& user, const std::s
   return json{{"error", {{"data", {{"kind", "moved"}}}}}};
 }
 
-} // namespace
-
-TEST_CASE("cluster kill -9 of a node under load: the history checker finds nothing lost") {
+/// The run: with `forward`, every request goes to node a, which forwards
+/// b's; without, clients start at a and follow `moved`.
+void kill_history_run(bool forward) {
   test::etcd_process etcd;
   test::temp_dir dir;
   REQUIRE(shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
                 + " --cluster c --shards 16 --expect-nodes 2")
             .first
           == 0);
-  auto a = start_node(etcd, dir, "a");
-  auto b = start_node(etcd, dir, "b");
+  auto a = start_node(etcd, dir, "a", forward);
+  auto b = start_node(etcd, dir, "b", forward);
   // Settled map: every shard owned (bounded poll of the controller).
   json map;
   for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
@@ -248,7 +242,7 @@ TEST_CASE("cluster kill -9 of a node under load: the history checker finds nothi
   // Restart b on its store and port: it waits out its old lease, rejoins, serves.
   int b_port = b.port;
   b.proc.reset();
-  b = start_node(etcd, dir, "b", b_port);
+  b = start_node(etcd, dir, "b", forward, b_port);
   b_down.store(false);
   std::this_thread::sleep_for(500ms); // load after the restart (a measured period)
   stop.store(true);
@@ -275,4 +269,16 @@ TEST_CASE("cluster kill -9 of a node under load: the history checker finds nothi
   MESSAGE("history_check: ", checked.second);
   CHECK(checked.first == 0);
   CHECK(checked.second.find("\"ok\":true") != std::string::npos);
+}
+
+} // namespace
+
+TEST_CASE("cluster kill -9 of a node under load, clients following moved: the history checker "
+          "finds nothing lost") {
+  kill_history_run(false);
+}
+
+TEST_CASE("cluster kill -9 of a node under load, requests forwarded by the other: the history "
+          "checker finds nothing lost") {
+  kill_history_run(true);
 }

@@ -39,6 +39,19 @@ node_proc start_node(const test::etcd_process& etcd, const test::temp_dir& dir,
   return n;
 }
 
+/// A node that forwards requests for other nodes' shards.
+node_proc start_forwarding(const test::etcd_process& etcd, const test::temp_dir& dir,
+                           const std::string& id) {
+  std::vector<std::string> args{"--memory", "--listen", "127.0.0.1:0", "--cluster", "c",
+                                "--etcd",   etcd.url(), "--node-id",   id,          "--lease-ttl-s",
+                                "2"};
+  node_proc n;
+  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
+  n.port = n.proc->port();
+  n.proc->wait_serving();
+  return n;
+}
+
 /// The cluster_map a node answers (REQUIREs success).
 json map_of(int port, json params = json::object()) {
   client c(port);
@@ -202,6 +215,79 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
     CHECK(after["shards"][i]["owner"] == m["shards"][i]["owner"]);
 }
 
+TEST_CASE("serve --cluster: a node forwards another node's requests in order, and answers "
+          "unavailable when the owner is down") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                           + " --cluster c --shards 16 --expect-nodes 2")
+            .first
+          == 0);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map(fa.port);
+  std::vector<std::string> on_b;
+  for (int u = 0; u < 200 && on_b.size() < 4; ++u) {
+    std::string user = "u" + std::to_string(u);
+    if (m["shards"][model::shard_of("app", user, shard_count)]["owner"] == "b")
+      on_b.push_back(user);
+  }
+  REQUIRE(on_b.size() == 4);
+  client ca(fa.port);
+  for (auto& user : on_b)
+    REQUIRE(ok(ca.call("create_session", create_params(user, "s"))));
+  // 100 appends per session pipelined through a, without waiting: b stores
+  // them in the order a received them.
+  std::string batch;
+  int id = 0;
+  for (int k = 0; k < 100; ++k)
+    for (auto& user : on_b) {
+      json ev{{"author", "t"}, {"id", "e" + std::to_string(k)}};
+      batch += rpc(id++, "append_event", with(create_params(user, "s"), "event", ev)).dump() + "\n";
+    }
+  REQUIRE(ca.send(batch));
+  std::map<std::string, std::vector<int>> versions; // per session, in answer order
+  for (int i = 0; i < id; ++i) {
+    auto r = ca.next(30s);
+    REQUIRE(r);
+    INFO(r->dump());
+    REQUIRE(ok(r));
+    auto n = (*r)["id"].get<int>();
+    versions[on_b[static_cast<std::size_t>(n) % on_b.size()]].push_back(
+      (*r)["result"]["version"].get<int>());
+  }
+  for (auto& user : on_b) {
+    auto& v = versions[user];
+    REQUIRE(v.size() == 100);
+    for (int k = 0; k < 100; ++k)
+      CHECK(v[static_cast<std::size_t>(k)] == k + 1);
+    // The events are on b: read through a and on b itself alike.
+    auto via_a = ca.call("get_session", create_params(user, "s"));
+    REQUIRE(ok(via_a));
+    CHECK((*via_a)["result"]["version"] == 100);
+    CHECK((*via_a)["result"]["events"][99]["id"] == "e99");
+    auto direct = client(fb.port).call("get_session", create_params(user, "s"));
+    REQUIRE(ok(direct));
+    CHECK((*direct)["result"]["events"] == (*via_a)["result"]["events"]);
+  }
+  // A forwarded error keeps its kind and data.
+  CHECK(kind_of(ca.call("create_session", create_params(on_b[0], "s"))) == "already_exists");
+  auto conflict =
+    ca.call("append_event",
+            with(with(create_params(on_b[0], "s"), "event", json{{"author", "t"}, {"id", "x"}}),
+                 "expected_version", 3));
+  CHECK(kind_of(conflict) == "version_conflict");
+  CHECK((*conflict)["error"]["data"]["current_version"] == 100);
+  // The owner is down: a answers unavailable at once, and serves its own.
+  fb.proc->signal(SIGKILL);
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       fb.proc->alive() && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
+  auto down = ca.call("get_session", create_params(on_b[0], "s"), "d", 10s);
+  CHECK(kind_of(down) == "unavailable");
+  CHECK(ok(ca.call("ping")));
+}
+
 TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing cluster fails") {
   test::temp_dir dir;
   auto r = test::net::shell(std::string(AGENTSTATE_BIN)
@@ -214,8 +300,8 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
   CHECK(r.first == 2);
   CHECK(r.second.find("TCP --listen") != std::string::npos);
   r = test::net::shell(std::string(AGENTSTATE_BIN)
-                       + " serve --memory --listen 127.0.0.1:0 --cluster c --etcd "
-                         "http://127.0.0.1:1 --node-id n 2>&1");
+                       + " serve --memory --listen 127.0.0.1:0 --auth-file /nonexistent "
+                         "--cluster c --etcd http://127.0.0.1:1 --node-id n 2>&1");
   CHECK(r.first == 2);
   CHECK(r.second.find("--no-forward") != std::string::npos);
   test::etcd_process etcd;
