@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -475,22 +474,6 @@ std::unique_ptr<engine> open_engine(const serve_config& cfg, server::logger& log
   return std::move(*opened);
 }
 
-// The token file holds secrets: a warning naming it and its mode when its
-// group or others may read it (a file that does not stat is left to the
-// load, which fails the start).
-void warn_if_tokens_readable(const std::string& path, server::logger& log) {
-  struct stat st;
-  if (path.empty() || ::stat(path.c_str(), &st) != 0 || (st.st_mode & (S_IRGRP | S_IROTH)) == 0)
-    return;
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-  log.warn("auth_file_readable",
-           std::string("the token file is readable by ")
-             + ((st.st_mode & S_IROTH) ? "every user" : "its group") + " (mode " + mode
-             + "); make it readable by its owner only: chmod 600 " + path,
-           {{"file", path}, {"mode", std::string(mode)}});
-}
-
 int run_serve(serve_config& cfg) {
   server::logger log(cfg.log_format);
   signal_watch signals(log); // before any thread starts
@@ -517,7 +500,6 @@ int run_serve(serve_config& cfg) {
     return code;
   }
 
-  warn_if_tokens_readable(cfg.net.auth_file, log);
   // Listeners first: a taken port or a bad certificate fails before the store
   // is touched.
   auto srv = server::network_server::open(cfg.net, log);
