@@ -621,7 +621,7 @@ struct network_server::impl {
       for (auto& [id, c] : registry)
         in_flight += c->in_flight();
     }
-    auto j = sh->stats.to_json(in_flight);
+    auto j = sh->stats.to_json(in_flight, sh->in_flight_bytes->load());
     j["max_connections"] = cap;
     j["io_threads"] = threads();
     j["watches"] = sh->watches->load();

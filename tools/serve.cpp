@@ -91,6 +91,13 @@ const count_flag count_flags[] = {
      c.stream.rpc.max_in_flight = static_cast<std::size_t>(n);
    },
    "requests admitted and not yet answered, per\nconnection (default 4096)"},
+  {"--max-in-flight-bytes", 1024, std::uint64_t{1} << 40, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.stream.rpc.max_in_flight_bytes = static_cast<std::size_t>(n);
+   },
+   "bytes of the request lines admitted and not yet\n"
+   "answered, per connection (default 16777216); at it\n"
+   "the connection is not read until answers free room"},
   {"--max-output-bytes", 1024, std::uint64_t{1} << 40, false,
    [](serve_config& c, std::uint64_t n) {
      c.stream.max_queued_bytes = static_cast<std::size_t>(n);
@@ -171,6 +178,11 @@ const count_flag count_flags[] = {
    "with --auth-file: connections not yet authenticated at\n"
    "once (default 0: a quarter of --max-connections); a\n"
    "newer one displaces the oldest"},
+  {"--max-server-in-flight-bytes", 1024, std::uint64_t{1} << 40, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.max_server_in_flight_bytes = n; },
+   "the same of all connections together (default\n"
+   "268435456; a connection with nothing in flight is\n"
+   "still admitted one line)"},
   {"--max-partial-bytes", 1024, std::uint64_t{1} << 40, true,
    [](serve_config& c, std::uint64_t n) { c.net.lim.max_partial_bytes = n; },
    "unfinished request lines of all connections together\n"
@@ -249,6 +261,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
   cfg.net.max_line_depth = cfg.stream.rpc.max_line_depth;
   cfg.net.lim.max_line_bytes = cfg.stream.max_line_bytes;
   cfg.net.lim.max_in_flight = cfg.stream.rpc.max_in_flight;
+  cfg.net.lim.max_in_flight_bytes = cfg.stream.rpc.max_in_flight_bytes;
   cfg.net.lim.max_watches = cfg.stream.rpc.max_watches;
   cfg.net.lim.max_output_bytes = cfg.stream.max_queued_bytes;
   return std::nullopt;
@@ -409,7 +422,9 @@ to standard error, one line per event.)";
                "sessions created without refresh_ttl move their expiry\n"
                "to ttl_s past each stored append (default: expire\n"
                "ttl_s after creation)");
-  add_count(count_flags[4]); // --max-store-mb
+  for (auto& f : count_flags)
+    if (std::string(f.name) == "--max-store-mb")
+      add_count(f);
   repeatable(app.add_option("--listen", a->listen,
                             "a TCP listener ([HOST:]PORT; HOST defaults to 127.0.0.1,\n"
                             "PORT 0 picks a free port; each bound address is logged\n"
