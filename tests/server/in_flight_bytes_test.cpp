@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// test-tiers: tsan
 // `agentstate serve --max-in-flight-bytes` (#44): the requests a connection
 // has in flight were capped by count only, so pipelined large appends held
 // up to that many lines (and their parsed form) in the server. Now the bytes
