@@ -154,6 +154,10 @@ result<void> check_event_ids(const event& ev) {
   return check_string(ev.author, "event.author", max_event_id_bytes);
 }
 
+result<void> check_invocation_id(std::string_view value, const char* what) {
+  return check_string(value, what, max_event_id_bytes);
+}
+
 result<void> validate_event(const limits& lim, const event& ev) {
   if (auto r = check_not_camel(ev.extra, camel_event_members, ""); !r)
     return r;

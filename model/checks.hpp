@@ -48,6 +48,15 @@ result<void> check_member_depths(const limits& lim, const json& obj, const char*
 /// (NUL, UTF-8), too_large; the message names the member.
 result<void> check_event_ids(const event& ev);
 
+/// An invocation id (or event id) a request names outside an event:
+/// end_invocation's invocation_id, get_session's and inject_state's,
+/// a rewind's before_invocation_id and event_id. The rule of
+/// check_event_ids, so an id no event can carry is refused wherever it
+/// enters, not looked up; empty is allowed here (callers that require one
+/// say so). `what` names the parameter. Errors: invalid_argument (NUL,
+/// UTF-8), too_large.
+result<void> check_invocation_id(std::string_view value, const char* what);
+
 /// Shape and size checks of an event that do not need the session: ids,
 /// state keys, nesting, members spelled in ADK-JS camelCase.
 result<void> validate_event(const limits& lim, const event& ev);

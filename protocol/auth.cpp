@@ -4,10 +4,13 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
-#include <iterator>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
 
 namespace agentstate::protocol {
 
@@ -36,6 +39,19 @@ std::vector<std::string_view> fields_of(std::string_view line) {
       out.push_back(line.substr(start, i - start));
   }
   return out;
+}
+
+// What a file that is not a regular one is, for a message.
+std::string file_kind(mode_t m) {
+  if (S_ISFIFO(m))
+    return "a FIFO";
+  if (S_ISDIR(m))
+    return "a directory";
+  if (S_ISSOCK(m))
+    return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m))
+    return "a device";
+  return "another kind of file";
 }
 
 error bad_line(std::size_t n, const std::string& what) {
@@ -117,19 +133,41 @@ result<token_table> token_table::parse(std::string_view text) {
   return t;
 }
 
-result<token_table> token_table::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return error{errc::io_error, "cannot open the token file '" + path + "'"};
+result<token_table> token_table::load(const std::string& path, unsigned* mode) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return error{errc::io_error,
+                 "cannot open the token file '" + path + "': " + std::strerror(errno)};
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    return error{errc::io_error,
+                 "cannot read the token file '" + path + "': " + std::strerror(errno)};
+  if (!S_ISREG(st.st_mode))
+    return error{errc::invalid_argument,
+                 "the token file '" + path + "' is not a regular file (it is "
+                   + file_kind(st.st_mode) + ")"};
+  if (mode)
+    *mode = static_cast<unsigned>(st.st_mode & 07777);
   std::string text;
   char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
+  for (;;) {
+    auto n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return error{errc::io_error,
+                   "cannot read the token file '" + path + "': " + std::strerror(errno)};
+    if (n == 0)
+      break;
+    text.append(buf, static_cast<std::size_t>(n));
     if (text.size() > max_file_bytes)
       return error{errc::too_large, "the token file '" + path + "' is over 16 MiB"};
   }
-  if (in.bad())
-    return error{errc::io_error, "cannot read the token file '" + path + "'"};
   auto t = parse(text);
   if (!t)
     return error{t.err().code, path + ": " + t.err().message};

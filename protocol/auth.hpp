@@ -47,8 +47,12 @@ public:
   /// is valid (nobody gets in).
   static result<token_table> parse(std::string_view text);
 
-  /// Reads and parses the file at `path`. io_error when it cannot be read.
-  static result<token_table> load(const std::string& path);
+  /// Reads and parses the file at `path`. Only a regular file is read: a
+  /// FIFO, socket, device or directory is refused (invalid_argument) after
+  /// an open that does not wait for a writer, never read. io_error when it
+  /// cannot be opened or read; too_large past 16 MiB. `mode`, when not null,
+  /// receives the permission bits (st_mode & 07777) of the file read.
+  static result<token_table> load(const std::string& path, unsigned* mode = nullptr);
 
   /// The grant of `token`, or nullopt. Cost: one SHA-256 and a constant-time
   /// compare with every entry, whatever matches.

@@ -6,9 +6,9 @@
 
 namespace agentstate::protocol::detail {
 
-dispatcher::dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight,
-                       hooks h)
-  : eng_(e), write_(std::move(write)), max_in_flight_(max_in_flight == 0 ? 1 : max_in_flight),
+dispatcher::dispatcher(engine& e, std::function<void(std::string)> write, bounds b, hooks h)
+  : eng_(e), write_(std::move(write)), max_in_flight_(b.requests == 0 ? 1 : b.requests),
+    max_in_flight_bytes_(b.bytes == 0 ? 1 : b.bytes), shared_bytes_(std::move(b.shared_bytes)),
     hooks_(std::move(h)) {
   spare_.reserve(max_spare_lanes);
 }
@@ -200,6 +200,9 @@ void dispatcher::settle(record* r, lane*& to_run, std::vector<record*>& barriers
     ready_barriers(barriers);
   }
   --in_flight_;
+  in_flight_bytes_ -= r->bytes;
+  if (shared_bytes_)
+    shared_bytes_->fetch_sub(r->bytes, std::memory_order_relaxed);
   if (waiting_room_ || (idle_waiters_ > 0 && in_flight_ == 0))
     cv_.notify_all();
 }
@@ -235,9 +238,10 @@ void dispatcher::run_lane(lane* l) {
   }
 }
 
-void dispatcher::submit(json id, bool notification, prepared p) {
+void dispatcher::submit(json id, bool notification, prepared p, std::size_t bytes) {
   auto* r = new record;
   r->id = std::move(id);
+  r->bytes = bytes;
   r->notification = notification;
   r->order = p.order;
   r->op = std::move(p.op);
@@ -248,9 +252,13 @@ void dispatcher::submit(json id, bool notification, prepared p) {
     r->server_stats = p.server_stats;
     r->owner = shared_from_this();
     std::unique_lock<std::mutex> lock(mtx_);
-    if (in_flight_ >= max_in_flight_) {
+    auto room = [this, bytes] {
+      return in_flight_ == 0
+        || (in_flight_ < max_in_flight_ && in_flight_bytes_ + bytes <= max_in_flight_bytes_);
+    };
+    if (!room()) {
       waiting_room_ = true;
-      cv_.wait(lock, [this] { return in_flight_ < max_in_flight_; });
+      cv_.wait(lock, room);
       waiting_room_ = false;
     }
     // What can throw (allocation) comes before the request is counted.
@@ -303,6 +311,9 @@ void dispatcher::submit(json id, bool notification, prepared p) {
         l.head = l.tail = r;
       }
     }
+    in_flight_bytes_ += bytes;
+    if (shared_bytes_)
+      shared_bytes_->fetch_add(bytes, std::memory_order_relaxed);
   } catch (...) {
     delete r;
     throw;
@@ -323,6 +334,11 @@ void dispatcher::wait_idle() {
 std::size_t dispatcher::in_flight() const {
   std::lock_guard<std::mutex> guard(mtx_);
   return in_flight_;
+}
+
+std::size_t dispatcher::in_flight_bytes() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return in_flight_bytes_;
 }
 
 } // namespace agentstate::protocol::detail

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // protocol/dispatcher.hpp: the ordering of one stream's requests (per-session
-// pipelines and turns, flush barriers, the in-flight cap) and the writing of
+// pipelines and turns, flush barriers, the in-flight caps) and the writing of
 // their responses. Internal to agentstate_protocol.
 #pragma once
 
@@ -37,7 +37,7 @@ namespace agentstate::protocol::detail {
 /// out in the order its requests were submitted: a reply that arrives before
 /// an earlier one of its session (an error the engine or a refusal answers at
 /// once) waits for it, and the earlier one's thread writes it along. A
-/// request counts as completed (for per_session, barriers, the in-flight cap
+/// request counts as completed (for per_session, barriers, the in-flight caps
 /// and wait_idle) once its response has been passed to `write`.
 ///
 /// Ownership: always held by shared_ptr (create with std::make_shared); every
@@ -67,15 +67,27 @@ public:
     std::function<json()> server_stats;
   };
 
-  /// `max_in_flight` 0 counts as 1. `write` as for rpc_session.
-  dispatcher(engine& e, std::function<void(std::string)> write, std::size_t max_in_flight,
-             hooks h = {});
+  /// The bounds on what is admitted and not yet completed.
+  struct bounds {
+    std::size_t requests = 4096; ///< 0 counts as 1
+    std::size_t bytes = std::size_t{16} << 20; ///< of the requests' lines; 0 counts as 1
+    /// Bytes in flight of every dispatcher sharing it (a server's
+    /// connections): added to at admission, subtracted at completion. Null:
+    /// not shared. No bound is applied here (the owner checks it).
+    std::shared_ptr<std::atomic<std::uint64_t>> shared_bytes;
+  };
+
+  /// `write` as for rpc_session.
+  dispatcher(engine& e, std::function<void(std::string)> write, bounds b, hooks h = {});
   ~dispatcher();
 
-  /// Admits and starts (or queues) `p`; answers with `id` unless
-  /// `notification`. Blocks while max_in_flight requests are outstanding.
-  /// Throws only bad_alloc, before the request is admitted.
-  void submit(json id, bool notification, prepared p);
+  /// Admits and starts (or queues) `p`, whose request line had `bytes`
+  /// bytes; answers with `id` unless `notification`. Blocks while
+  /// bounds.requests requests are outstanding, or while admitting it would
+  /// take the bytes in flight past bounds.bytes (a request is always
+  /// admitted when nothing is in flight). Throws only bad_alloc, before the
+  /// request is admitted.
+  void submit(json id, bool notification, prepared p, std::size_t bytes);
 
   /// Writes the response line answering `id` with `o`. Never throws: a line
   /// that cannot be built or written is dropped.
@@ -91,6 +103,8 @@ public:
 
   /// Requests submitted and not yet completed.
   std::size_t in_flight() const;
+  /// The bytes of their request lines.
+  std::size_t in_flight_bytes() const;
 
 private:
   struct lane;
@@ -105,6 +119,7 @@ private:
     operation op;
     lane* l = nullptr; ///< its session's lane (pipelined, per_session)
     std::uint64_t epoch = 0; ///< the epoch it was admitted in (not barriers)
+    std::size_t bytes = 0; ///< its request line's
     record* next = nullptr; ///< the next waiting request of its lane
     record* later = nullptr; ///< the next unanswered request of its lane
     bool ready = false; ///< replied; `line` waits for earlier answers
@@ -149,6 +164,8 @@ private:
   engine& eng_;
   std::function<void(std::string)> write_; ///< called under mtx_
   std::size_t max_in_flight_;
+  std::size_t max_in_flight_bytes_;
+  std::shared_ptr<std::atomic<std::uint64_t>> shared_bytes_;
   hooks hooks_;
 
   mutable std::mutex mtx_;
@@ -156,6 +173,7 @@ private:
   bool waiting_room_ = false; ///< submit() waits for room (cv_)
   std::size_t idle_waiters_ = 0; ///< threads in wait_idle() (cv_)
   std::size_t in_flight_ = 0; ///< admitted, not yet completed (barriers too)
+  std::size_t in_flight_bytes_ = 0; ///< their request lines' bytes
   std::uint64_t first_epoch_ = 0; ///< the number of epochs_.front()
   std::deque<epoch> epochs_{1};
   using lane_map = std::unordered_map<std::string, lane>;

@@ -7,6 +7,7 @@
 
 #include "agentstate/template.hpp"
 #include "protocol/params.hpp"
+#include "model/checks.hpp"
 #include "model/text.hpp"
 #include "store/keys.hpp"
 
@@ -58,7 +59,7 @@ prepare_result prepare_get(const json& params) {
   r.ref = p.ref();
   r.num_recent_events = p.optional_int("num_recent_events");
   r.after_timestamp = p.optional_number("after_timestamp");
-  r.invocation_id = p.optional_string("invocation_id").value_or("");
+  r.invocation_id = p.invocation_id("invocation_id", false);
   r.as_of_version = p.optional_uint("as_of_version");
   r.apply_rewinds = p.optional_bool("apply_rewinds").value_or(false);
   prepared x{{}, ordering::per_session, session_key(r.ref)};
@@ -220,7 +221,7 @@ prepare_result prepare_append(const json& params) {
 prepare_result prepare_end_invocation(const json& params) {
   param_reader p(params);
   auto ref = p.ref();
-  auto inv = p.required_string("invocation_id");
+  auto inv = p.invocation_id("invocation_id", true);
   prepared x{{}, ordering::pipelined, session_key(ref)};
   x.op = [ref = std::move(ref), inv = std::move(inv)](engine& e, const reply_fn& reply) mutable {
     e.end_invocation(std::move(ref), std::move(inv),
@@ -237,7 +238,7 @@ prepare_result prepare_inject_state(const json& params) {
   get_request r;
   r.ref = p.ref();
   r.num_recent_events = 0;
-  r.invocation_id = p.optional_string("invocation_id").value_or("");
+  r.invocation_id = p.invocation_id("invocation_id", false);
   auto tmpl = p.required_string("template");
   prepared x{{}, ordering::per_session, session_key(r.ref)};
   x.op = [r = std::move(r), tmpl = std::move(tmpl)](engine& e, const reply_fn& reply) mutable {
@@ -372,9 +373,11 @@ rewind_request read_rewind(param_reader& p) {
     p.fail("parameter 'before_version' must be at least 1");
   if (!p.failure() && inv && inv->empty())
     p.fail("parameter 'before_invocation_id' must not be empty");
+  if (inv)
+    p.check(model::check_invocation_id(*inv, "before_invocation_id"));
   r.before_invocation_id = inv.value_or("");
   r.before_version = v.value_or(0);
-  r.event_id = p.optional_string("event_id").value_or("");
+  r.event_id = p.invocation_id("event_id", false);
   r.expected_version = p.optional_uint("expected_version");
   return r;
 }

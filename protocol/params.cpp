@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "model/checks.hpp"
+
 namespace agentstate::protocol::detail {
 
 namespace {
@@ -107,6 +109,19 @@ session_ref param_reader::ref() {
 void param_reader::fail(std::string message) {
   if (!failure_)
     failure_ = make_failure(rpc_code::invalid_params, std::move(message), errc::invalid_argument);
+}
+
+void param_reader::check(const result<void>& r) {
+  if (!r && !failure_)
+    failure_ = make_failure(rpc_code::invalid_params, "parameter " + r.err().message, r.err().code);
+}
+
+std::string param_reader::invocation_id(const char* name, bool required) {
+  auto v = required ? required_string(name) : optional_string(name).value_or("");
+  if (required && v.empty() && !failure_)
+    fail(std::string("parameter '") + name + "' must not be empty");
+  check(model::check_invocation_id(v, name));
+  return v;
 }
 
 const json* param_reader::find(const char* name) const {

@@ -43,6 +43,12 @@ public:
 
   /// Records `message` as the failure unless one is recorded already.
   void fail(std::string message);
+  /// Records a check's error (its kind kept: invalid_argument, too_large)
+  /// as the failure unless one is recorded already; nothing on success.
+  void check(const result<void>& r);
+  /// An optional invocation id (model::check_invocation_id); "" when
+  /// absent. With `required`, absent or "" is a failure.
+  std::string invocation_id(const char* name, bool required);
 
   /// The first problem met so far.
   const std::optional<rpc_failure>& failure() const { return failure_; }

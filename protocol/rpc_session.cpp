@@ -328,7 +328,9 @@ end_handler rpc_session::watches::on_end_of(std::weak_ptr<watches> wsw,
 
 rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rpc_config cfg)
   : dispatch_(std::make_shared<detail::dispatcher>(
-    eng, std::move(write), cfg.max_in_flight,
+    eng, std::move(write),
+    detail::dispatcher::bounds{cfg.max_in_flight, cfg.max_in_flight_bytes,
+                               std::move(cfg.server_in_flight_bytes)},
     detail::dispatcher::hooks{cfg.on_error, std::move(cfg.on_complete),
                               std::move(cfg.server_stats)})),
     max_line_depth_(cfg.max_line_depth),
@@ -588,7 +590,7 @@ void rpc_session::handle_line(std::string_view line) {
     if (d.unwatch)
       return stop_watch(d);
     if (d.run) {
-      dispatch_->submit(std::move(d.id), d.notification, std::move(*d.run));
+      dispatch_->submit(std::move(d.id), d.notification, std::move(*d.run), line.size());
     } else if (d.refusal) {
       if (observers_)
         observers_->error(d.refusal->kind);
@@ -715,6 +717,10 @@ void rpc_session::drain() {
 
 std::size_t rpc_session::in_flight() const {
   return dispatch_->in_flight();
+}
+
+std::size_t rpc_session::in_flight_bytes() const {
+  return dispatch_->in_flight_bytes();
 }
 
 } // namespace agentstate::protocol

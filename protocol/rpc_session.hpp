@@ -75,6 +75,17 @@ struct rpc_config {
   /// blocks while this many are outstanding, so a client that pipelines
   /// without bound cannot grow the server's memory without bound.
   std::size_t max_in_flight = 4096;
+  /// Bytes of the request lines of the requests admitted and not yet
+  /// answered (0 counts as 1). handle_line() also blocks while admitting a
+  /// line would take them past this, unless nothing is in flight (a single
+  /// line larger than the bound is admitted alone): a client pipelining
+  /// large requests holds at most this much of them (and what parsing them
+  /// made) in the server, plus one line.
+  std::size_t max_in_flight_bytes = std::size_t{16} << 20;
+  /// Bytes in flight of every stream sharing this counter (a server's
+  /// connections), kept here for the owner's own bound and counters; null:
+  /// not shared.
+  std::shared_ptr<std::atomic<std::uint64_t>> server_in_flight_bytes;
   /// Authentication (auth.hpp): null, every method is allowed (stdio, a
   /// server without a token file); set, the stream must `authenticate`
   /// first and its token decides which apps it reaches.
@@ -170,7 +181,8 @@ public:
   /// later, when the engine completes it; a notification (no "id") is run and
   /// never answered. With `tokens` set, a request the stream's access does
   /// not allow is answered with access_error and not run. Blocks only while
-  /// max_in_flight requests are outstanding. Never throws.
+  /// the in-flight bounds (max_in_flight, max_in_flight_bytes) leave no
+  /// room for it. Never throws.
   void handle_line(std::string_view line);
 
   /// Answers a line that was discarded because it had `bytes` bytes, more
@@ -214,6 +226,8 @@ public:
 
   /// Requests handed in and not yet completed.
   std::size_t in_flight() const;
+  /// The bytes of their request lines (rpc_config::max_in_flight_bytes).
+  std::size_t in_flight_bytes() const;
 
 private:
   struct observers;

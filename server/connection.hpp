@@ -21,7 +21,10 @@
 //
 // Flow control, never blocking an I/O thread:
 //  * A complete line is handed to the rpc_session only when it may be
-//    admitted: fewer than max_in_flight requests outstanding, and the output
+//    admitted: fewer than max_in_flight requests outstanding, the bytes of
+//    the request lines in flight plus its own within max_in_flight_bytes
+//    (this connection's) and max_server_in_flight_bytes (every
+//    connection's; both waived when nothing is in flight), and the output
 //    queued (the bytes of the responses made and not yet written, counted
 //    as they are queued) plus a reservation for each request in flight (and
 //    for this one) within max_output_bytes. The reservation is the largest
@@ -107,6 +110,10 @@ struct shared_state {
   std::size_t max_unauthenticated = 1;
   /// Bytes of unfinished request lines of every connection.
   std::atomic<std::uint64_t> partial_bytes{0};
+  /// Bytes of the request lines in flight, every connection
+  /// (rpc_config::server_in_flight_bytes).
+  std::shared_ptr<std::atomic<std::uint64_t>> in_flight_bytes =
+    std::make_shared<std::atomic<std::uint64_t>>(0);
   /// A cluster node's routing and cluster_map (rpc_config); empty: none.
   std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route;
   std::function<result<json>(const json&)> cluster_map;
@@ -318,6 +325,8 @@ public:
     protocol::rpc_config rc;
     rc.max_line_depth = sh_->max_line_depth;
     rc.max_in_flight = sh_->lim.max_in_flight;
+    rc.max_in_flight_bytes = sh_->lim.max_in_flight_bytes;
+    rc.server_in_flight_bytes = sh_->in_flight_bytes;
     rc.tokens = sh_->tokens;
     rc.server_stats = sh_->server_stats;
     auto sh = sh_;
@@ -471,12 +480,26 @@ private:
 
   // -- reading -------------------------------------------------------------------
 
-  bool may_admit() {
+  // Whether a line of `line_bytes` bytes (0: the next line, size not yet
+  // known) may be handed to the rpc_session now: the in-flight bounds (count,
+  // this connection's and the server's request bytes; one line is always
+  // admitted when nothing is in flight, as rpc_session admits it) and the
+  // output reservation. Admission is only ever checked by the strand, and
+  // what it reads can only fall meanwhile, so handle_line never blocks.
+  bool may_admit(std::uint64_t line_bytes = 0) {
     if (closing_ || closed_)
       return false;
     auto inflight = rpc_->in_flight();
     if (inflight >= sh_->lim.max_in_flight)
       return false;
+    if (inflight > 0) {
+      const auto need = std::max<std::uint64_t>(line_bytes, 1);
+      if (rpc_->in_flight_bytes() + need > sh_->lim.max_in_flight_bytes)
+        return false;
+      if (sh_->in_flight_bytes->load(std::memory_order_relaxed) + need
+          > sh_->lim.max_server_in_flight_bytes)
+        return false;
+    }
     std::size_t bytes, est;
     {
       std::lock_guard<std::mutex> guard(out_->mtx);
@@ -566,7 +589,7 @@ private:
         pos += seg + 1;
         continue;
       }
-      if (!may_admit())
+      if (!may_admit(partial_bytes_ + seg))
         break;
       ++requests_;
       sh_->stats.add(sh_->stats.requests);
@@ -581,10 +604,17 @@ private:
         drop_partial();
         rpc_->handle_line(line);
       }
+      note_in_flight_bytes();
       pos += seg + 1;
       max_line = line_limit(); // an authenticate may have changed it
     }
     return pos;
+  }
+
+  // Only admissions raise the bytes in flight: the peak is taken after each.
+  void note_in_flight_bytes() {
+    sh_->stats.raise(sh_->stats.in_flight_bytes_peak,
+                     sh_->in_flight_bytes->load(std::memory_order_relaxed));
   }
 
   // Answers a discarded line of `total` bytes: over the connection's line
@@ -657,7 +687,7 @@ private:
     if (!closing_ && eof_ && backlog_.empty()) {
       // End of input: a last line without '\n' counts.
       if (in_line()) {
-        if (!may_admit()) {
+        if (!may_admit(partial_bytes_)) {
           schedule();
           return;
         }
@@ -673,6 +703,7 @@ private:
             line += p;
           drop_partial();
           rpc_->handle_line(line);
+          note_in_flight_bytes();
         }
         ++requests_;
         sh_->stats.add(sh_->stats.requests);

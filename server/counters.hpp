@@ -34,12 +34,20 @@ struct counters {
   std::atomic<std::uint64_t> line_timeouts{0};
   std::atomic<std::uint64_t> auth_timeouts{0};
   std::atomic<std::uint64_t> paused_reads{0}; ///< times a connection stopped being read
+  /// The most bytes of request lines in flight at once, all connections.
+  std::atomic<std::uint64_t> in_flight_bytes_peak{0};
 
   void add(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
     c.fetch_add(n, std::memory_order_relaxed);
   }
   void sub(std::atomic<std::uint64_t>& c, std::uint64_t n) {
     c.fetch_sub(n, std::memory_order_relaxed);
+  }
+  /// c = max(c, v).
+  void raise(std::atomic<std::uint64_t>& c, std::uint64_t v) {
+    auto now = c.load(std::memory_order_relaxed);
+    while (now < v && !c.compare_exchange_weak(now, v, std::memory_order_relaxed)) {
+    }
   }
 
   void error(std::string_view kind) {
@@ -51,8 +59,9 @@ struct counters {
       ++it->second;
   }
 
-  /// Every counter; `in_flight` is summed by the caller over live connections.
-  json to_json(std::uint64_t in_flight) const {
+  /// Every counter; `in_flight` is summed by the caller over live
+  /// connections, `in_flight_bytes` is the bytes of their request lines.
+  json to_json(std::uint64_t in_flight, std::uint64_t in_flight_bytes) const {
     auto get = [](const std::atomic<std::uint64_t>& c) {
       return c.load(std::memory_order_relaxed);
     };
@@ -71,6 +80,8 @@ struct counters {
                 {"bytes_out", get(bytes_out)},
                 {"queued_output_bytes", get(queued_output_bytes)},
                 {"in_flight", in_flight},
+                {"in_flight_bytes", in_flight_bytes},
+                {"in_flight_bytes_peak", get(in_flight_bytes_peak)},
                 {"auth_failures", get(auth_failures)},
                 {"tls_handshake_failures", get(tls_handshake_failures)},
                 {"idle_timeouts", get(idle_timeouts)},

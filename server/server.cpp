@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -48,6 +49,21 @@ bool is_loopback(const asio::ip::address& a) {
   if (v6.is_v4_mapped())
     return asio::ip::make_address_v4(asio::ip::v4_mapped, v6).is_loopback();
   return v6.is_loopback();
+}
+
+// The token file holds secrets: a warning naming it and its mode (the bits
+// of the file just read) when its group or others may read it. Logged at
+// start and at each reload that reads such a file.
+void warn_if_tokens_readable(const std::string& path, unsigned mode, logger& log) {
+  if ((mode & (S_IRGRP | S_IROTH)) == 0)
+    return;
+  char octal[16];
+  std::snprintf(octal, sizeof octal, "%04o", mode & 07777u);
+  log.warn("auth_file_readable",
+           std::string("the token file is readable by ")
+             + ((mode & S_IROTH) ? "every user" : "its group") + " (mode " + octal
+             + "); make it readable by its owner only: chmod 600 " + path,
+           {{"file", path}, {"mode", std::string(octal)}});
 }
 
 std::size_t open_descriptors() {
@@ -132,9 +148,11 @@ struct network_server::impl {
     if (cfg.tls && !any_tcp)
       return invalid("--tls-cert applies to TCP listeners, and every --listen is a Unix socket");
     if (!cfg.auth_file.empty()) {
-      auto t = protocol::token_table::load(cfg.auth_file);
+      unsigned mode = 0;
+      auto t = protocol::token_table::load(cfg.auth_file, &mode);
       if (!t)
         return error{errc::invalid_argument, "--auth-file: " + t.err().message};
+      warn_if_tokens_readable(cfg.auth_file, mode, log);
       if (t->size() == 0)
         log.warn("tokens_loaded", "the token file holds no token: nobody can authenticate",
                  {{"file", cfg.auth_file}});
@@ -603,7 +621,7 @@ struct network_server::impl {
       for (auto& [id, c] : registry)
         in_flight += c->in_flight();
     }
-    auto j = sh->stats.to_json(in_flight);
+    auto j = sh->stats.to_json(in_flight, sh->in_flight_bytes->load());
     j["max_connections"] = cap;
     j["io_threads"] = threads();
     j["watches"] = sh->watches->load();
@@ -620,12 +638,14 @@ struct network_server::impl {
       log.info("tokens_reload_skipped", "SIGHUP: no --auth-file to reload");
       return;
     }
-    auto t = protocol::token_table::load(cfg.auth_file);
+    unsigned mode = 0;
+    auto t = protocol::token_table::load(cfg.auth_file, &mode);
     if (!t) {
       log.error("tokens_reload_failed", t.err().message + "; keeping the current tokens",
                 {{"file", cfg.auth_file}});
       return;
     }
+    warn_if_tokens_readable(cfg.auth_file, mode, log);
     auto n = t->size();
     tokens->replace(std::move(*t));
     for (auto& c : snapshot())

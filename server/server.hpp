@@ -45,6 +45,13 @@ struct limits {
   std::chrono::seconds line_timeout{30};
   /// Requests admitted and not yet answered, per connection.
   std::size_t max_in_flight = 4096;
+  /// Bytes of the request lines admitted and not yet answered, per
+  /// connection and of all connections together. A connection whose next
+  /// line would pass either is not read until answers free room (a
+  /// connection with nothing in flight is always admitted one line, so the
+  /// server-wide bound can be passed by at most one line per connection).
+  std::size_t max_in_flight_bytes = std::size_t{16} << 20;
+  std::uint64_t max_server_in_flight_bytes = std::uint64_t{256} << 20;
   /// Responses waiting for a slow reader, per connection (bytes).
   std::size_t max_output_bytes = std::size_t{64} << 20;
   /// Longest request line; longer ones are answered too_large and discarded.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
+#include "store/crc32c.hpp"
 #include "store/errors.hpp"
 #include "store/expiry.hpp"
 #include "store/keys.hpp"
@@ -49,6 +50,62 @@ std::optional<std::string> from_hex(std::string_view x) {
   return out;
 }
 
+constexpr char token_format = 1;
+
+// The listing a token is for: order_by (0 update time, 1 created, 2 id),
+// then the direction and whether it lists one user.
+char listing_shape(const list_request& req) {
+  int order = req.order_by == list_order::created ? 1 : req.order_by == list_order::id ? 2 : 0;
+  return static_cast<char>(order | (req.descending ? 4 : 0) | (req.user_id ? 8 : 0));
+}
+
+// The checksum of a token: over its format and shape bytes, the listing's
+// key prefix (its app, and its user when it lists one) and the position.
+std::uint32_t token_check(std::string_view head, std::string_view prefix,
+                          std::string_view position) {
+  auto crc = crc32c_extend(0, head);
+  crc = crc32c_extend(crc, prefix);
+  return crc32c_extend(crc, position);
+}
+
+// hex(format ‖ shape ‖ position ‖ CRC-32C, big-endian), where position is
+// the last listed index key without the listing's prefix.
+std::string make_token(const list_request& req, std::string_view prefix, std::string_view key) {
+  std::string raw{token_format, listing_shape(req)};
+  auto position = key.substr(prefix.size());
+  auto crc = token_check(raw, prefix, position);
+  raw.append(position);
+  for (int shift = 24; shift >= 0; shift -= 8)
+    raw.push_back(static_cast<char>((crc >> shift) & 0xff));
+  return to_hex(raw);
+}
+
+// The index key a token of this listing continues after; `min_position`:
+// the fewest bytes a position of this index holds.
+result<std::string> read_token(const list_request& req, const std::string& prefix,
+                               std::size_t min_position) {
+  const auto& text = req.page_token;
+  if (text.size() > max_page_token_bytes)
+    return error{errc::invalid_argument,
+                 "'page_token' is " + std::to_string(text.size()) + " bytes; the limit is "
+                   + std::to_string(max_page_token_bytes)};
+  auto raw = from_hex(text);
+  if (!raw || raw->size() < 2 + min_position + 4 || (*raw)[0] != token_format)
+    return error{errc::invalid_argument, "'page_token' is not a page token list_sessions issued"};
+  std::string_view body(*raw);
+  auto position = body.substr(2, body.size() - 6);
+  std::uint32_t crc = 0;
+  for (std::size_t i = body.size() - 4; i < body.size(); ++i)
+    crc = (crc << 8) | static_cast<unsigned char>(body[i]);
+  if (crc != token_check(body.substr(0, 2), prefix, position))
+    return error{errc::invalid_argument,
+                 "'page_token' is not a token of this listing (another app or user, or damaged)"};
+  if (body[1] != listing_shape(req))
+    return error{errc::invalid_argument,
+                 "'page_token' was issued for another order_by or order of this listing"};
+  return prefix + std::string(position);
+}
+
 } // namespace
 
 result<session_page> list_sessions(kv_read& txn, const list_request& req, std::size_t page_size,
@@ -68,10 +125,9 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       by_user ? user_scope_key(req.app_name, *req.user_id) + '\0' : req.app_name + '\0';
     std::string from;
     if (!req.page_token.empty()) {
-      auto tok = from_hex(req.page_token);
-      if (!tok || tok->size() < prefix.size() + time_bytes + (by_id ? 1 : 0)
-          || tok->compare(0, prefix.size(), prefix) != 0)
-        return error{errc::invalid_argument, "'page_token' is not a token of this listing"};
+      auto tok = read_token(req, prefix, time_bytes + 1);
+      if (!tok)
+        return std::move(tok).err();
       from = std::move(*tok);
     }
     struct hit {
@@ -236,7 +292,7 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       page.sessions.push_back(std::move(m));
     }
     if (more && !hits.empty())
-      page.next_page_token = to_hex(hits.back().key);
+      page.next_page_token = make_token(req, prefix, hits.back().key);
     return page;
   } catch (const kv_failure& f) {
     return from_failure(f);

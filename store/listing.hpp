@@ -11,10 +11,22 @@
 
 namespace agentstate::store {
 
+/// The longest page token list_sessions reads; a longer one is refused
+/// unread (invalid_argument). Every token it issues is shorter (at most 430
+/// characters: names are at most 100 bytes).
+inline constexpr std::size_t max_page_token_bytes = 1024;
+
 /// One page in the snapshot `txn`, in update-time, creation-time or id
 /// order, without the sessions that have expired at `now` (epoch seconds,
-/// T1). Errors: invalid_argument (a page token of another listing),
-/// storage errors, data_corrupt. Cost: O(offset + page) index reads and a
+/// T1). A page token names the listing it was issued for (app, user or
+/// none, order_by, direction) and the position in it, and carries a
+/// CRC-32C of both: it depends on nothing but the request and the store's
+/// keys, so it stays valid across restarts. The checksum detects damaged,
+/// made-up and other listings' tokens; it is not a secret (a client that
+/// forges one only starts its own listing at another position).
+/// Errors: invalid_argument (a page token over max_page_token_bytes, not
+/// one list_sessions issued, or one of another listing), storage errors,
+/// data_corrupt. Cost: O(offset + page) index reads and a
 /// record and state read per listed session (O(matching) more with
 /// include_total). The page ends early, with a next_page_token, once its
 /// JSON would pass `max_bytes` (it holds at least one session; too_large

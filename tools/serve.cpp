@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +94,13 @@ const count_flag count_flags[] = {
      c.stream.rpc.max_in_flight = static_cast<std::size_t>(n);
    },
    "requests admitted and not yet answered, per\nconnection (default 4096)"},
+  {"--max-in-flight-bytes", 1024, std::uint64_t{1} << 40, false,
+   [](serve_config& c, std::uint64_t n) {
+     c.stream.rpc.max_in_flight_bytes = static_cast<std::size_t>(n);
+   },
+   "bytes of the request lines admitted and not yet\n"
+   "answered, per connection (default 16777216); at it\n"
+   "the connection is not read until answers free room"},
   {"--max-output-bytes", 1024, std::uint64_t{1} << 40, false,
    [](serve_config& c, std::uint64_t n) {
      c.stream.max_queued_bytes = static_cast<std::size_t>(n);
@@ -175,6 +181,11 @@ const count_flag count_flags[] = {
    "with --auth-file: connections not yet authenticated at\n"
    "once (default 0: a quarter of --max-connections); a\n"
    "newer one displaces the oldest"},
+  {"--max-server-in-flight-bytes", 1024, std::uint64_t{1} << 40, true,
+   [](serve_config& c, std::uint64_t n) { c.net.lim.max_server_in_flight_bytes = n; },
+   "the same of all connections together (default\n"
+   "268435456; a connection with nothing in flight is\n"
+   "still admitted one line)"},
   {"--max-partial-bytes", 1024, std::uint64_t{1} << 40, true,
    [](serve_config& c, std::uint64_t n) { c.net.lim.max_partial_bytes = n; },
    "unfinished request lines of all connections together\n"
@@ -253,6 +264,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
   cfg.net.max_line_depth = cfg.stream.rpc.max_line_depth;
   cfg.net.lim.max_line_bytes = cfg.stream.max_line_bytes;
   cfg.net.lim.max_in_flight = cfg.stream.rpc.max_in_flight;
+  cfg.net.lim.max_in_flight_bytes = cfg.stream.rpc.max_in_flight_bytes;
   cfg.net.lim.max_watches = cfg.stream.rpc.max_watches;
   cfg.net.lim.max_output_bytes = cfg.stream.max_queued_bytes;
   return std::nullopt;
@@ -413,7 +425,9 @@ to standard error, one line per event.)";
                "sessions created without refresh_ttl move their expiry\n"
                "to ttl_s past each stored append (default: expire\n"
                "ttl_s after creation)");
-  add_count(count_flags[4]); // --max-store-mb
+  for (auto& f : count_flags)
+    if (std::string(f.name) == "--max-store-mb")
+      add_count(f);
   repeatable(app.add_option("--listen", a->listen,
                             "a TCP listener ([HOST:]PORT; HOST defaults to 127.0.0.1,\n"
                             "PORT 0 picks a free port; each bound address is logged\n"
@@ -487,22 +501,6 @@ std::unique_ptr<engine> open_engine(const serve_config& cfg, server::logger& log
   return std::move(*opened);
 }
 
-// The token file holds secrets: a warning naming it and its mode when its
-// group or others may read it (a file that does not stat is left to the
-// load, which fails the start).
-void warn_if_tokens_readable(const std::string& path, server::logger& log) {
-  struct stat st;
-  if (path.empty() || ::stat(path.c_str(), &st) != 0 || (st.st_mode & (S_IRGRP | S_IROTH)) == 0)
-    return;
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-  log.warn("auth_file_readable",
-           std::string("the token file is readable by ")
-             + ((st.st_mode & S_IROTH) ? "every user" : "its group") + " (mode " + mode
-             + "); make it readable by its owner only: chmod 600 " + path,
-           {{"file", path}, {"mode", std::string(mode)}});
-}
-
 int run_serve(serve_config& cfg) {
   server::logger log(cfg.log_format);
   signal_watch signals(log); // before any thread starts
@@ -529,7 +527,6 @@ int run_serve(serve_config& cfg) {
     return code;
   }
 
-  warn_if_tokens_readable(cfg.net.auth_file, log);
   // Listeners first: a taken port or a bad certificate fails before the store
   // is touched.
   auto srv = server::network_server::open(cfg.net, log);
