@@ -82,7 +82,7 @@ result<void> check_get(get_request& req) {
     return error{errc::invalid_argument, "'num_recent_events' must not be negative"};
   if (req.after_timestamp && !std::isfinite(*req.after_timestamp))
     return error{errc::invalid_argument, "'after_timestamp' must be finite"};
-  return {};
+  return model::check_invocation_id(req.invocation_id, "invocation_id");
 }
 
 } // namespace
@@ -205,7 +205,9 @@ result<void> check_rewind(rewind_request& req) {
   if (req.before_invocation_id.empty() == (req.before_version == 0))
     return error{errc::invalid_argument,
                  "a rewind names exactly one of before_invocation_id and before_version"};
-  return {};
+  if (auto r = model::check_invocation_id(req.before_invocation_id, "before_invocation_id"); !r)
+    return r;
+  return model::check_invocation_id(req.event_id, "event_id");
 }
 
 } // namespace
@@ -284,6 +286,8 @@ void engine::begin_invocation(session_ref ref, std::string invocation_id, callba
 
 void engine::end_invocation(session_ref ref, std::string invocation_id, callback<void> cb) {
   if (auto r = model::normalize_ref(ref); !r)
+    return cb(std::move(r).err());
+  if (auto r = model::check_invocation_id(invocation_id, "invocation_id"); !r)
     return cb(std::move(r).err());
   // Only a live actor can hold temp: state; a passivated session has none.
   end_invocation_cmd cmd{std::move(invocation_id), std::move(cb)};

@@ -671,7 +671,7 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
       });
     };
     run.server_stats = false;
-    dispatch_->submit(std::move(d.id), d.notification, std::move(run));
+    dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());
     return true;
   }
   detail::rpc_failure f;
@@ -683,7 +683,7 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
     // Answered in the session's order, after its earlier requests (the
     // dispatcher reports its error kind).
     dispatch_->submit(std::move(d.id), d.notification,
-                      detail::refusal_call(std::move(f), std::move(d.run->key)));
+                      detail::refusal_call(std::move(f), std::move(d.run->key)), line.size());
     return true;
   }
   if (observers_)
