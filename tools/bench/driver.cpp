@@ -61,6 +61,12 @@ const char* bench_footer =
   "  j  a session of 1,000,000* events, then 1,000 other sessions x 20 appends\n"
   "     (64 in flight) before and while it is deleted and purged: their ack\n"
   "     p99 in both\n"
+  "  k  a cluster's overhead (only when named; needs etcd on PATH): b's\n"
+  "     appends (1,000* sessions x 20, 64 chains) through the C++ client\n"
+  "     against one serve (one_node), three serve --cluster nodes with their\n"
+  "     own etcd, all through node 1 which forwards (forwarded), and each\n"
+  "     session sent to its shard's owner (smart); ratio_to_one_node and\n"
+  "     forward_hop_p50_us. Target: forwarded >= 0.6, smart >= 0.8, hop <= 200\n"
   "\n"
   "Through the protocol (--via): a, b, c and h run against `agentstate serve`, a\n"
   "child process (this binary, or --serve-bin PATH) on a fresh store with the\n"
@@ -102,11 +108,11 @@ const char* bench_footer =
   "Exit codes: 0 ran and every correctness check held; 1 an engine call or a\n"
   "correctness check failed; 2 bad usage.";
 
-/// The workloads, in the order of their names 'a'..'j'.
+/// The workloads, in the order of their names 'a'..'k'.
 using workload_fn = ojson (*)(const config&);
 constexpr workload_fn workloads_by_name[] = {workload_a, workload_b, workload_c, workload_d,
                                              workload_e, workload_f, workload_g, workload_h,
-                                             workload_i, workload_j};
+                                             workload_i, workload_j, workload_k};
 
 /// `v` as a whole decimal number in lo..hi; nullopt for anything else
 /// (empty, a sign, trailing characters, out of range).
@@ -174,7 +180,7 @@ runner define_bench(command_line& cl) {
   cl.description = bench_description;
   cl.footer = bench_footer;
   auto& app = cl.app;
-  app.add_option("--workload", a->workload, "a..j, a comma-separated list (a,c,f), or all")
+  app.add_option("--workload", a->workload, "a..k, a comma-separated list (a,c,f), or all")
     ->type_name("W");
   a->durability_opt = app
                         .add_option("--durability", a->durability,
@@ -284,10 +290,10 @@ int run_bench(bench_args& a) {
           || cfg.max_resident_mb))
     return usage_error("--via runs serve with the engine's defaults: --scheduler, --spin-us, "
                        "--write-map, --max-store-mb and --max-resident-mb do not apply");
-  const std::string known = via ? "abch" : "abcdefghij";
+  const std::string known = via ? "abch" : "abcdefghijk";
   std::string todo;
   if (cfg.workloads == "all") {
-    todo = known;
+    todo = via ? known : "abcdefghij"; // k (a cluster, etcd) only when named
   } else {
     for (std::size_t p = 0; p < cfg.workloads.size(); ++p) {
       char c = cfg.workloads[p];
@@ -296,7 +302,7 @@ int run_bench(bench_args& a) {
       bool alone = (p + 1 == cfg.workloads.size() || cfg.workloads[p + 1] == ',');
       if (known.find(c) == std::string::npos || !alone)
         return usage_error("unknown workload '" + cfg.workloads + "' ("
-                           + (via ? "a, b, c or h with --via" : "a..j") + ", a list, or all)");
+                           + (via ? "a, b, c or h with --via" : "a..k") + ", a list, or all)");
       todo += c;
     }
   }
@@ -321,7 +327,7 @@ int run_bench(bench_args& a) {
 }
 
 static const bool registered = register_command(
-  {"bench", "run the benchmark workloads a..j (in process or via serve)", define_bench});
+  {"bench", "run the benchmark workloads a..k (in process or via serve)", define_bench});
 
 } // namespace
 

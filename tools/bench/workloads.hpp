@@ -56,4 +56,9 @@ ojson workload_i(const config& cfg);
 /// during its purge beside the same appends before it.
 ojson workload_j(const config& cfg);
 
+/// A cluster's overhead (workload_k.cpp): b's appends through one serve, and
+/// through three `serve --cluster` nodes (forwarded by one node; routed to
+/// each shard's owner), in one run. Starts its own etcd (needs it on PATH).
+ojson workload_k(const config& cfg);
+
 } // namespace agentstate::tools::bench

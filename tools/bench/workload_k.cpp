@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/bench/workload_k.cpp: workload k, a cluster's overhead. Workload b's
+// shape (sessions over users, 20 appends each, 64 in flight as 64 chains)
+// through the C++ client (include/agentstate/client.hpp) against, in one run:
+//   one_node   one `serve` (no cluster), 8 connections;
+//   forwarded  three `serve --cluster` nodes and an etcd of the bench's own,
+//              every connection to node 1, which forwards the other nodes'
+//              shards;
+//   smart      the same three nodes, each session's requests sent to its
+//              shard's owner (from cluster_map), 3 connections per node.
+// On one machine the nodes share its cores: the ratios measure the cluster's
+// overhead, not its scaling. Needs `etcd` on PATH (Debian etcd-server).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agentstate/client.hpp"
+#include "cluster/coordinator.hpp"
+#include "model/shard.hpp"
+#include "tools/bench/serve_client.hpp"
+#include "tools/bench/session_load.hpp"
+#include "tools/bench/workloads.hpp"
+
+extern char** environ;
+
+namespace agentstate::tools::bench {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0
+      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+/// etcd as a child of the bench: one member on free loopback ports, its data
+/// in a directory of its own; killed and reaped by the destructor.
+class etcd_child {
+public:
+  /// Starts it and waits (up to 20 s) until it answers; null with `why`.
+  static std::unique_ptr<etcd_child> start(std::string& why) {
+    auto e = std::unique_ptr<etcd_child>(new etcd_child());
+    char tmpl[] = "/tmp/agentstate-bench-etcd-XXXXXX";
+    if (!::mkdtemp(tmpl)) {
+      why = "cannot make a directory for etcd";
+      return nullptr;
+    }
+    e->dir_ = tmpl;
+    int client = free_port(), peer = free_port();
+    e->url_ = "http://127.0.0.1:" + std::to_string(client);
+    std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
+    std::vector<std::string> args{"etcd",
+                                  "--name",
+                                  "k",
+                                  "--data-dir",
+                                  e->dir_ + "/d",
+                                  "--listen-client-urls",
+                                  e->url_,
+                                  "--advertise-client-urls",
+                                  e->url_,
+                                  "--listen-peer-urls",
+                                  peer_url,
+                                  "--initial-advertise-peer-urls",
+                                  peer_url,
+                                  "--initial-cluster",
+                                  "k=" + peer_url,
+                                  "--log-level",
+                                  "error"};
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    int rc = ::posix_spawnp(&e->pid_, "etcd", &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      e->pid_ = -1;
+      why = "cannot start etcd (Debian etcd-server; tools/setup.sh --all installs it)";
+      return nullptr;
+    }
+    auto c = cluster::make_etcd_coordinator(e->url_, "probe");
+    for (auto deadline = steady::now() + std::chrono::seconds(20); steady::now() < deadline;) {
+      if (c && (*c)->load().code() == errc::not_found)
+        return e; // answers: the probe cluster does not exist
+      // bounded poll of the child's start (etcd has no readiness signal)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    why = "etcd did not answer within 20 s at " + e->url_;
+    return nullptr;
+  }
+
+  ~etcd_child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (!dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+    }
+  }
+
+  const std::string& url() const { return url_; }
+
+private:
+  etcd_child() = default;
+  pid_t pid_ = -1;
+  std::string dir_, url_;
+};
+
+/// A `serve` child with its store (none in memory mode).
+struct node {
+  std::unique_ptr<temp_store> dir;
+  std::unique_ptr<serve_child> child;
+};
+
+std::string self_binary() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "/proc/self/exe";
+}
+
+bool start_node(run_ctx& x, const config& cfg, const std::vector<std::string>& extra, node& n) {
+  std::vector<std::string> args;
+  if (cfg.mode == durability::memory) {
+    args = {"--memory"};
+  } else {
+    n.dir = std::make_unique<temp_store>(cfg.base_dir);
+    if (!n.dir->ok()) {
+      x.errors.add("cannot create a temp dir under " + cfg.base_dir);
+      return false;
+    }
+    args = {"--store", n.dir->path(), "--durability", mode_name(cfg.mode)};
+  }
+  if (cfg.threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(cfg.threads));
+  }
+  args.push_back("--listen");
+  args.push_back("127.0.0.1:0");
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::string why;
+  n.child =
+    serve_child::start(cfg.serve_bin.empty() ? self_binary() : cfg.serve_bin, args, true, why);
+  if (!n.child)
+    x.errors.add(why);
+  return n.child != nullptr;
+}
+
+void stop_node(run_ctx& x, node& n) {
+  if (n.child) {
+    int code = n.child->stop();
+    if (code != 0)
+      x.errors.add("serve exited with status " + std::to_string(code)
+                   + "; stderr: " + n.child->stderr_text());
+  }
+  n.child.reset();
+  n.dir.reset();
+}
+
+std::unique_ptr<rpc_client> connect(run_ctx& x, const std::string& address) {
+  client_options o;
+  o.address = address;
+  auto c = rpc_client::connect(o);
+  if (!c) {
+    x.errors.add("connect to " + address + ": " + c.err().message);
+    return nullptr;
+  }
+  return std::move(*c);
+}
+
+json ref_params(const session_ref& r) {
+  return json{{"app_name", r.app_name}, {"user_id", r.user_id}, {"session_id", r.session_id}};
+}
+
+/// Runs `jobs` jobs as `width` chains: job j's `steps` requests go one after
+/// the other, each through client_of(j); returns the seconds from the first
+/// request to the last answer. Each answer's latency lands in
+/// lat[j * steps + step]; a failed request or a failed `check` is logged and
+/// ends its chain.
+double run_chains(run_ctx& x, std::size_t jobs, std::size_t steps, std::size_t width,
+                  const std::function<rpc_client&(std::size_t)>& client_of,
+                  const std::function<std::pair<std::string, json>(std::size_t, std::size_t)>& req,
+                  const std::function<std::string(std::size_t, const json&)>& check,
+                  std::vector<double>& lat) {
+  struct state {
+    std::atomic<std::size_t> next{0};
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::size_t active = 0;
+  };
+  auto st = std::make_shared<state>();
+  lat.assign(jobs * steps, 0);
+  std::function<void()> chain;
+  std::function<void(std::size_t, std::size_t)> step;
+  auto finish_chain = [st] {
+    std::lock_guard<std::mutex> lock(st->mtx);
+    if (--st->active == 0)
+      st->cv.notify_all();
+  };
+  chain = [&, st] {
+    std::size_t j = st->next.fetch_add(1);
+    if (j >= jobs)
+      return finish_chain();
+    step(j, 0);
+  };
+  step = [&, st](std::size_t j, std::size_t k) {
+    auto [method, params] = req(j, k);
+    auto t0 = steady::now();
+    client_of(j).call_async(method, std::move(params), [&, j, k, t0](rpc_reply r) {
+      lat[j * steps + k] = std::chrono::duration<double, std::micro>(steady::now() - t0).count();
+      std::string bad = r.value ? check(k, *r.value) : r.value.err().message;
+      if (!bad.empty()) {
+        x.errors.add("job " + std::to_string(j) + " step " + std::to_string(k) + ": " + bad);
+        return chain(); // the next job; this one stops
+      }
+      if (k + 1 < steps)
+        step(j, k + 1);
+      else
+        chain();
+    });
+  };
+  auto t0 = steady::now();
+  {
+    std::lock_guard<std::mutex> lock(st->mtx);
+    st->active = std::min(width, jobs);
+  }
+  for (std::size_t c = 0; c < std::min(width, jobs); ++c)
+    chain();
+  std::unique_lock<std::mutex> lock(st->mtx);
+  st->cv.wait(lock, [&] { return st->active == 0; });
+  return std::chrono::duration<double>(steady::now() - t0).count();
+}
+
+/// One phase's figures: the creates (not timed), then the timed appends.
+ojson phase(run_ctx& x, const std::vector<session_ref>& refs, std::size_t per, std::size_t width,
+            const std::function<rpc_client&(std::size_t)>& client_of) {
+  std::vector<double> lat;
+  run_chains(
+    x, refs.size(), 1, width, client_of,
+    [&](std::size_t j, std::size_t) {
+      return std::make_pair(std::string("create_session"), ref_params(refs[j]));
+    },
+    [](std::size_t, const json&) { return std::string(); }, lat);
+  ojson out;
+  if (x.errors.count != 0)
+    return out;
+  double secs = run_chains(
+    x, refs.size(), per, width, client_of,
+    [&](std::size_t j, std::size_t k) {
+      json p = ref_params(refs[j]);
+      p["event"] = json{{"author", "bench"},
+                        {"invocation_id", "inv-" + refs[j].session_id},
+                        {"actions", {{"state_delta", step_delta(k)}}}};
+      return std::make_pair(std::string("append_event"), std::move(p));
+    },
+    [](std::size_t k, const json& v) {
+      auto version = v.value("version", std::uint64_t{0});
+      return version == k + 1
+        ? std::string()
+        : "version " + std::to_string(version) + ", expected " + std::to_string(k + 1);
+    },
+    lat);
+  samples s;
+  s.us = std::move(lat);
+  out["events_per_s"] = round_to(double(refs.size() * per) / secs, 0);
+  out["p50_us"] = round_to(s.p50(), 1);
+  out["p99_us"] = round_to(s.p99(), 1);
+  return out;
+}
+
+} // namespace
+
+ojson workload_k(const config& cfg) {
+  run_ctx x(cfg, "k");
+  const std::size_t sessions = scaled(cfg, 1000, 8), per = 20, width = 64, conns = 8;
+  const std::size_t users = std::min<std::size_t>(100, sessions);
+  const std::uint32_t shards = 256;
+  x.describe("b's appends through one serve and through a 3-node cluster (forwarded; routed "
+             "by cluster_map), in one run",
+             {{"sessions", sessions},
+              {"users", users},
+              {"events", sessions * per},
+              {"in_flight", std::min(width, sessions)},
+              {"nodes", 3},
+              {"shards", shards}});
+  const char* target = "forwarded ratio_to_one_node >= 0.6, smart >= 0.8, "
+                       "forward_hop_p50_us <= 200";
+  std::vector<session_ref> refs;
+  for (std::size_t j = 0; j < sessions; ++j)
+    refs.push_back({"bench-k", "u" + std::to_string(j % users), "s" + std::to_string(j)});
+
+  // One node.
+  ojson one;
+  {
+    node n;
+    std::vector<std::unique_ptr<rpc_client>> clients;
+    if (start_node(x, cfg, {}, n))
+      for (std::size_t i = 0; i < conns && x.errors.count == 0; ++i)
+        clients.push_back(connect(x, n.child->address()));
+    if (x.errors.count == 0)
+      one = phase(x, refs, per, width,
+                  [&](std::size_t j) -> rpc_client& { return *clients[j % clients.size()]; });
+    clients.clear();
+    stop_node(x, n);
+  }
+  x.out["one_node"] = one;
+  if (x.errors.count != 0)
+    return x.finish(target, false);
+
+  // The cluster.
+  std::string why;
+  auto etcd = etcd_child::start(why);
+  if (!etcd) {
+    x.errors.add(why);
+    return x.finish(target, false);
+  }
+  auto coord = cluster::make_etcd_coordinator(etcd->url(), "bench");
+  cluster::cluster_settings settings;
+  settings.shards = shards;
+  settings.expect_nodes = 3;
+  if (!coord || !(*coord)->create(settings)) {
+    x.errors.add("cannot create the cluster in etcd at " + etcd->url());
+    return x.finish(target, false);
+  }
+  node nodes[3];
+  for (int i = 0; i < 3 && x.errors.count == 0; ++i)
+    start_node(x, cfg,
+               {"--cluster", "bench", "--etcd", etcd->url(), "--node-id", "n" + std::to_string(i)},
+               nodes[i]);
+  ojson forwarded, smart;
+  std::vector<int> owner_of(sessions, 0);
+  if (x.errors.count == 0) {
+    // Every shard owned (bounded poll of the nodes' controller, 20 s).
+    auto probe = connect(x, nodes[0].child->address());
+    bool settled = false;
+    for (auto deadline = steady::now() + std::chrono::seconds(20);
+         probe && !settled && steady::now() < deadline;) {
+      auto r = probe->call("cluster_map", json::object());
+      if (r.value && r.value->contains("shards")) {
+        settled = true;
+        for (auto& s : (*r.value)["shards"])
+          settled = settled && s["owner"].is_string();
+        if (settled)
+          for (std::size_t j = 0; j < sessions; ++j) {
+            auto shard = model::shard_of(refs[j].app_name, refs[j].user_id, shards);
+            owner_of[j] = (*r.value)["shards"][shard]["owner"].get<std::string>().back() - '0';
+          }
+      }
+      if (!settled)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!settled)
+      x.errors.add("the cluster's shards were not all owned within 20 s");
+  }
+  if (x.errors.count == 0) {
+    // Forwarded: every connection to node 0; each phase on sessions of its own.
+    std::vector<std::unique_ptr<rpc_client>> clients;
+    for (std::size_t i = 0; i < conns && x.errors.count == 0; ++i)
+      clients.push_back(connect(x, nodes[0].child->address()));
+    auto fwd_refs = refs;
+    for (auto& r : fwd_refs)
+      r.session_id = "f" + r.session_id;
+    if (x.errors.count == 0)
+      forwarded = phase(x, fwd_refs, per, width,
+                        [&](std::size_t j) -> rpc_client& { return *clients[j % clients.size()]; });
+  }
+  if (x.errors.count == 0) {
+    // Smart: 3 connections per node, each session to its owner.
+    std::vector<std::unique_ptr<rpc_client>> clients[3];
+    for (int i = 0; i < 3; ++i)
+      for (int c = 0; c < 3 && x.errors.count == 0; ++c)
+        clients[i].push_back(connect(x, nodes[i].child->address()));
+    auto smart_refs = refs;
+    for (auto& r : smart_refs)
+      r.session_id = "r" + r.session_id;
+    if (x.errors.count == 0)
+      smart = phase(x, smart_refs, per, width, [&](std::size_t j) -> rpc_client& {
+        auto& of = clients[owner_of[j]];
+        return *of[j % of.size()];
+      });
+  }
+  for (auto& n : nodes)
+    stop_node(x, n);
+  etcd.reset();
+  x.out["forwarded"] = forwarded;
+  x.out["smart"] = smart;
+  bool meets = false;
+  if (x.errors.count == 0 && one.contains("events_per_s") && forwarded.contains("events_per_s")
+      && smart.contains("events_per_s")) {
+    double base = one["events_per_s"].get<double>();
+    double f = forwarded["events_per_s"].get<double>() / base;
+    double s = smart["events_per_s"].get<double>() / base;
+    double hop = forwarded["p50_us"].get<double>() - one["p50_us"].get<double>();
+    x.out["forwarded"]["ratio_to_one_node"] = round_to(f, 3);
+    x.out["smart"]["ratio_to_one_node"] = round_to(s, 3);
+    x.out["forward_hop_p50_us"] = round_to(hop, 1);
+    meets = f >= 0.6 && s >= 0.8 && hop <= 200;
+  }
+  return x.finish(target, meets);
+}
+
+} // namespace agentstate::tools::bench
