@@ -481,7 +481,12 @@ to standard error, one line per event.)";
       return *code;
     bool tcp = std::any_of(cfg.net.listen.begin(), cfg.net.listen.end(),
                            [](const auto& l) { return l.type == server::listen_spec::kind::tcp; });
-    a->cluster.secured = !cfg.net.auth_file.empty() || cfg.net.tls.has_value();
+    a->cluster.peers_need_token = !cfg.net.auth_file.empty();
+    a->cluster.peers_use_tls = cfg.net.tls.has_value();
+    if (cfg.net.tls) {
+      a->cluster.tls_cert = cfg.net.tls->cert;
+      a->cluster.tls_key = cfg.net.tls->key;
+    }
     if (auto why = check_cluster_flags(*parsed, a->cluster, tcp); !why.empty())
       return serve_usage_error(why);
     cfg.cluster = a->cluster;

@@ -16,6 +16,7 @@
 #include "cluster/node.hpp"
 #include "model/shard.hpp"
 #include "tools/cli.hpp"
+#include "tools/watch_remote.hpp"
 
 namespace agentstate::tools {
 
@@ -56,6 +57,18 @@ void add_cluster_flags(command_line& cl, cluster_flags& f) {
               "`moved` (its owner's address) instead of forwarding it")
     ->group(group);
   cl.app
+    .add_option("--node-token-file", f.node_token_file,
+                "with --auth-file: the token this node presents to\n"
+                "the other nodes when it forwards (one granting '*')")
+    ->type_name("FILE")
+    ->group(group);
+  cl.app
+    .add_option("--peer-tls-ca", f.peer_tls_ca,
+                "with TLS: the CAs the other nodes' certificates are\n"
+                "checked against when this node forwards")
+    ->type_name("FILE")
+    ->group(group);
+  cl.app
     .add_option("--lease-ttl-s", f.lease_ttl_s,
                 "the node's lease in etcd, in seconds (default 5):\n"
                 "it stops serving this long after it last reached etcd")
@@ -64,8 +77,8 @@ void add_cluster_flags(command_line& cl, cluster_flags& f) {
 }
 
 std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_listener) {
-  for (const char* name :
-       {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward", "--lease-ttl-s"})
+  for (const char* name : {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward",
+                           "--lease-ttl-s", "--node-token-file", "--peer-tls-ca"})
     if (app.get_option(name)->count() > 0)
       f.given = true;
   if (!f.given)
@@ -74,9 +87,12 @@ std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_
     return "a cluster node needs --cluster, --etcd and --node-id";
   if (!tcp_listener)
     return "a cluster node needs a TCP --listen that clients and other nodes reach";
-  if (!f.no_forward && f.secured)
-    return "a node with --auth-file or TLS does not forward requests yet: give --no-forward "
-           "(requests for another node's shard are answered `moved`)";
+  if (!f.no_forward && f.peers_need_token && f.node_token_file.empty())
+    return "a node with --auth-file forwards with --node-token-file FILE (a token the other "
+           "nodes grant '*'), or answers `moved` with --no-forward";
+  if (!f.no_forward && f.peers_use_tls && f.peer_tls_ca.empty())
+    return "a node with TLS forwards with --peer-tls-ca FILE (the CAs of the other nodes' "
+           "certificates), or answers `moved` with --no-forward";
   if (f.lease_ttl_s < 1 || f.lease_ttl_s > 3600)
     return "--lease-ttl-s must be an integer 1..3600";
   if (auto why = cluster::check_name("cluster name", f.cluster); !why.empty())
@@ -90,6 +106,7 @@ struct cluster_member::impl {
   std::unique_ptr<cluster::node> node;
   std::string id;
   bool forwarding = false;
+  client_options peer_options; ///< token and TLS settings for every peer
   /// Peer connections by address. A lost one is replaced, and the old one
   /// retired: destroyed by the reaper thread once nothing else holds it (a
   /// client may not be destroyed on its own I/O thread, where the request
@@ -167,6 +184,21 @@ cluster_member::~cluster_member() = default;
 
 result<std::unique_ptr<cluster_member>> cluster_member::join(const cluster_flags& f,
                                                              const std::string& address) {
+  auto p = std::make_unique<impl>();
+  p->id = f.node_id;
+  p->forwarding = !f.no_forward;
+  if (p->forwarding && !f.node_token_file.empty()) {
+    auto token = read_token_file(f.node_token_file);
+    if (!token)
+      return std::move(token).err();
+    p->peer_options.token = std::move(*token);
+  }
+  if (p->forwarding && f.peers_use_tls) {
+    p->peer_options.tls = true;
+    p->peer_options.tls_ca = f.peer_tls_ca;
+    p->peer_options.tls_cert = f.tls_cert;
+    p->peer_options.tls_key = f.tls_key;
+  }
   auto c = cluster::make_etcd_coordinator(f.etcd, f.cluster);
   if (!c)
     return std::move(c).err();
@@ -177,10 +209,7 @@ result<std::unique_ptr<cluster_member>> cluster_member::join(const cluster_flags
   auto n = cluster::node::start(std::shared_ptr<cluster::coordinator>(std::move(*c)), cfg);
   if (!n)
     return std::move(n).err();
-  auto p = std::make_unique<impl>();
   p->node = std::move(*n);
-  p->id = f.node_id;
-  p->forwarding = !f.no_forward;
   auto* raw = p.get();
   p->reaper = std::thread([raw] { raw->reap(); });
   return std::unique_ptr<cluster_member>(new cluster_member(std::move(p)));
@@ -240,7 +269,7 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
     if (!slot || !slot->connected()) {
       if (slot)
         p_->retired.push_back(std::move(slot));
-      client_options o;
+      client_options o = p_->peer_options;
       o.address = peer;
       o.connect_timeout = std::chrono::milliseconds(2000);
       auto made = rpc_client::connect(o);

@@ -27,9 +27,15 @@ struct command_line;
 /// serve's cluster options as given.
 struct cluster_flags {
   std::string cluster, etcd, node_id, advertise;
-  /// Forwarding needs plain TCP between nodes for now: set when serve has
-  /// --auth-file or TLS.
-  bool secured = false;
+  /// --node-token-file: the token this node presents to its peers (one the
+  /// peers' --auth-file grants '*'); --peer-tls-ca: the CAs its peers'
+  /// certificates are checked against.
+  std::string node_token_file, peer_tls_ca;
+  /// Set by serve from its own options: peers require a token (--auth-file)
+  /// or TLS (--tls-cert; with --tls-client-ca, a client certificate: this
+  /// node's own).
+  bool peers_need_token = false, peers_use_tls = false;
+  std::string tls_cert, tls_key;
   bool no_forward = false;
   std::uint64_t lease_ttl_s = 5;
   bool given = false; ///< any of them was on the command line

@@ -41,10 +41,11 @@ node_proc start_node(const test::etcd_process& etcd, const test::temp_dir& dir,
 
 /// A node that forwards requests for other nodes' shards.
 node_proc start_forwarding(const test::etcd_process& etcd, const test::temp_dir& dir,
-                           const std::string& id) {
+                           const std::string& id, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args{"--memory", "--listen", "127.0.0.1:0", "--cluster", "c",
                                 "--etcd",   etcd.url(), "--node-id",   id,          "--lease-ttl-s",
                                 "2"};
+  args.insert(args.end(), extra.begin(), extra.end());
   node_proc n;
   n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
   n.port = n.proc->port();
@@ -288,6 +289,55 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
   CHECK(ok(ca.call("ping")));
 }
 
+TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token; a client's "
+          "token is checked by the node it reached") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                           + " --cluster c --shards 16 --expect-nodes 2")
+            .first
+          == 0);
+  const std::string node_token = "node-token-0123456789abcdef";
+  const std::string app_token = "app-token-0123456789abcdef";
+  write_text(dir.str() + "/tokens", node_token + " *\n" + app_token + " app\n");
+  ::chmod((dir.str() + "/tokens").c_str(), 0600);
+  write_text(dir.str() + "/node-token", node_token + "\n");
+  std::vector<std::string> secured{"--auth-file", dir.str() + "/tokens", "--node-token-file",
+                                   dir.str() + "/node-token"};
+  auto fa = start_forwarding(etcd, dir, "a", secured);
+  auto fb = start_forwarding(etcd, dir, "b", secured);
+  client ca(fa.port);
+  REQUIRE(ok(ca.call("authenticate", {{"token", node_token}})));
+  json m = ca.call("cluster_map", json::object()).value()["result"];
+  for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
+    bool all = true;
+    for (auto& s : m["shards"])
+      all = all && !s["owner"].is_null();
+    if (all)
+      break;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(50ms); // bounded poll of the nodes' controller
+    m = ca.call("cluster_map", json::object()).value()["result"];
+  }
+  std::string user;
+  for (int u = 0; u < 200 && user.empty(); ++u)
+    if (m["shards"][model::shard_of("app", "u" + std::to_string(u), shard_count)]["owner"] == "b")
+      user = "u" + std::to_string(u);
+  REQUIRE(!user.empty());
+  client app(fa.port);
+  REQUIRE(ok(app.call("authenticate", {{"token", app_token}})));
+  CHECK(ok(app.call("create_session", create_params(user, "s"))));
+  CHECK(ok(app.call("append_event",
+                    with(create_params(user, "s"), "event", json{{"author", "t"}, {"id", "e1"}}))));
+  auto got = app.call("get_session", create_params(user, "s"));
+  REQUIRE(ok(got));
+  CHECK((*got)["result"]["version"] == 1);
+  // The app token does not reach another app, forwarded or not.
+  CHECK(kind_of(app.call("get_session",
+                         json{{"app_name", "other"}, {"user_id", user}, {"session_id", "s"}}))
+        == "permission_denied");
+}
+
 TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing cluster fails") {
   test::temp_dir dir;
   auto r = test::net::shell(std::string(AGENTSTATE_BIN)
@@ -303,7 +353,7 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
                        + " serve --memory --listen 127.0.0.1:0 --auth-file /nonexistent "
                          "--cluster c --etcd http://127.0.0.1:1 --node-id n 2>&1");
   CHECK(r.first == 2);
-  CHECK(r.second.find("--no-forward") != std::string::npos);
+  CHECK(r.second.find("--node-token-file") != std::string::npos);
   test::etcd_process etcd;
   r = test::net::shell(std::string(AGENTSTATE_BIN)
                        + " serve --memory --listen 127.0.0.1:0 --cluster nope --etcd " + etcd.url()
