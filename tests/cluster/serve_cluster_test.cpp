@@ -338,6 +338,64 @@ TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token
         == "permission_denied");
 }
 
+TEST_CASE("serve --cluster with TLS: a node forwards to its peer over TLS, checking the peer's "
+          "certificate") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                           + " --cluster c --shards 16 --expect-nodes 2")
+            .first
+          == 0);
+  auto tls = make_tls_pair(dir.str(), "node");
+  std::vector<std::string> secured{"--tls-cert", tls.cert,        "--tls-key",
+                                   tls.key,      "--peer-tls-ca", tls.ca};
+  auto fa = start_forwarding(etcd, dir, "a", secured);
+  auto fb = start_forwarding(etcd, dir, "b", secured);
+  // The map, from etcd (bounded poll of the nodes' controller).
+  json status;
+  for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
+    auto r = test::net::shell(std::string(AGENTSTATE_BIN) + " cluster status --json --etcd "
+                                + etcd.url() + " --cluster c",
+                              false);
+    REQUIRE(r.first == 0);
+    status = json::parse(r.second);
+    if (status["unowned"].empty())
+      break;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(50ms);
+  }
+  std::string user;
+  for (int u = 0; u < 200 && user.empty(); ++u) {
+    auto shard = model::shard_of("app", "u" + std::to_string(u), shard_count);
+    for (auto& e : status["map"])
+      if (e["shard"] == shard && e["owner"] == "b")
+        user = "u" + std::to_string(u);
+  }
+  REQUIRE(!user.empty());
+  auto p = create_params(user, "s");
+  auto out = python_tls(
+    fa.port, tls.ca,
+    {rpc(1, "create_session", p).dump(),
+     rpc(2, "append_event", with(p, "event", json{{"author", "t"}, {"id", "e1"}})).dump(),
+     rpc(3, "get_session", p).dump()});
+  INFO(out.second);
+  REQUIRE(out.first == 0);
+  std::istringstream lines(out.second);
+  std::string line;
+  int answered = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("VERSION ", 0) == 0)
+      continue; // the script's report of the TLS version
+    auto r = json::parse(line, nullptr, false);
+    REQUIRE(r.is_object());
+    CHECK(r.contains("result"));
+    if (r["id"] == 3)
+      CHECK(r["result"]["version"] == 1);
+    ++answered;
+  }
+  CHECK(answered == 3);
+}
+
 TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing cluster fails") {
   test::temp_dir dir;
   auto r = test::net::shell(std::string(AGENTSTATE_BIN)
