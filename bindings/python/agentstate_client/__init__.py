@@ -15,6 +15,7 @@ library only, Python >= 3.11.
 from ._protocol import MAX_LINE_BYTES, MAX_LINE_DEPTH
 from .aio import AsyncClient, find_binary, parse_address
 from .blocking import Client, Watch
+from .cluster import ClusterClient
 from .errors import (
     ENGINE_ERROR,
     INVALID_PARAMS,
@@ -71,7 +72,7 @@ __all__ = [
     "AgentStateError", "AlreadyExistsError", "NotFoundError", "InvalidArgumentError",
     "VersionConflictError", "TooLargeError", "StorageFullError", "IoError", "UnavailableError",
     "InternalError", "DataCorruptError", "UnauthenticatedError", "PermissionDeniedError",
-    "ConditionFailedError", "CursorExpiredError", "MovedError", "WatchOverflowError", "SpawnError", "ConnectionClosedError", "error_from_response",
+    "ConditionFailedError", "CursorExpiredError", "MovedError", "ClusterClient", "WatchOverflowError", "SpawnError", "ConnectionClosedError", "error_from_response",
     "error_from_watch_end",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "ENGINE_ERROR",
     "WatchStart", "JsonValue", "JsonObject", "EventActions", "Event", "AsOf", "SessionMeta",
