@@ -53,6 +53,15 @@ node_proc start_forwarding(const test::etcd_process& etcd, const test::temp_dir&
   return n;
 }
 
+/// `agentstate cluster init` of cluster "c": 16 shards, given out once 2
+/// nodes are live.
+void init_cluster(const test::etcd_process& etcd) {
+  auto r = test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                            + " --cluster c --shards 16 --expect-nodes 2");
+  INFO(r.second);
+  REQUIRE(r.first == 0);
+}
+
 /// The cluster_map a node answers (REQUIREs success).
 json map_of(int port, json params = json::object()) {
   client c(port);
@@ -88,10 +97,7 @@ json create_params(const std::string& user, const std::string& id) {
 TEST_CASE("serve --cluster: moved names the owner; following it reaches every session") {
   test::etcd_process etcd;
   test::temp_dir dir;
-  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
-                           + " --cluster c --shards 16 --expect-nodes 2")
-            .first
-          == 0);
+  init_cluster(etcd);
   auto a = start_node(etcd, dir, "a");
   auto b = start_node(etcd, dir, "b");
   json m = settled_map(a.port);
@@ -176,10 +182,7 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
           "the others serving") {
   test::etcd_process etcd;
   test::temp_dir dir;
-  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
-                           + " --cluster c --shards 16 --expect-nodes 2")
-            .first
-          == 0);
+  init_cluster(etcd);
   auto a = start_node(etcd, dir, "a");
   auto b = start_node(etcd, dir, "b");
   json m = settled_map(a.port);
@@ -220,10 +223,7 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
           "unavailable when the owner is down") {
   test::etcd_process etcd;
   test::temp_dir dir;
-  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
-                           + " --cluster c --shards 16 --expect-nodes 2")
-            .first
-          == 0);
+  init_cluster(etcd);
   auto fa = start_forwarding(etcd, dir, "a");
   auto fb = start_forwarding(etcd, dir, "b");
   json m = settled_map(fa.port);
@@ -293,10 +293,7 @@ TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token
           "token is checked by the node it reached") {
   test::etcd_process etcd;
   test::temp_dir dir;
-  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
-                           + " --cluster c --shards 16 --expect-nodes 2")
-            .first
-          == 0);
+  init_cluster(etcd);
   const std::string node_token = "node-token-0123456789abcdef";
   const std::string app_token = "app-token-0123456789abcdef";
   write_text(dir.str() + "/tokens", node_token + " *\n" + app_token + " app\n");
@@ -342,10 +339,7 @@ TEST_CASE("serve --cluster with TLS: a node forwards to its peer over TLS, check
           "certificate") {
   test::etcd_process etcd;
   test::temp_dir dir;
-  REQUIRE(test::net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
-                           + " --cluster c --shards 16 --expect-nodes 2")
-            .first
-          == 0);
+  init_cluster(etcd);
   auto tls = make_tls_pair(dir.str(), "node");
   std::vector<std::string> secured{"--tls-cert", tls.cert,        "--tls-key",
                                    tls.key,      "--peer-tls-ca", tls.ca};
