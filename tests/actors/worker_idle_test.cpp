@@ -71,8 +71,12 @@ TEST_CASE("worker_idle: a worker that keeps finding jobs runs the tasks within t
     CHECK(runs == 1);
     // The time bound: past idle_task_max_delay, before the next job.
     CHECK(defer_until_idle([&] { ++runs; }));
-    // The bound under test is one of time on the steady clock: it must pass.
-    std::this_thread::sleep_for(idle_task_max_delay + 1ms);
+    // The input: the bound under test is one of time on the steady clock
+    // (worker_idle.cpp reads it; no engine clock reaches it), so the steady
+    // clock must pass it. `deferred_by` is no earlier than the task's own
+    // stamp, so sleeping until the bound past it passes the task's bound.
+    auto deferred_by = std::chrono::steady_clock::now();
+    std::this_thread::sleep_until(deferred_by + idle_task_max_delay);
     worker_idle_point(false);
     CHECK(runs == 2);
   });

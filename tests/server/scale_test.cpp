@@ -9,6 +9,17 @@ using namespace agentstate;
 using namespace agentstate::test;
 using namespace agentstate::test::net;
 
+namespace {
+
+// The server's "server" stats, read through `admin`.
+json server_stats(client& admin) {
+  auto r = admin.call("stats", nullptr, "stats");
+  REQUIRE(ok(r));
+  return (*r)["result"]["server"];
+}
+
+} // namespace
+
 TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 64 MB, a new "
           "client is served, one over the cap is refused") {
   const int idle_count = 2000;
@@ -57,11 +68,17 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
   if (!sanitized_build)
     CHECK(rss_after - rss_before <= 64 * 1024);
 
-  // A newcomer is served promptly.
+  // A newcomer is served while the idle ones stay connected: its answer
+  // comes, and the stats read after it still count every idle connection
+  // open (the newcomer and the admin client besides). The generous wait is
+  // a hang guard only; how quickly the answer comes is for `agentstate bench`.
   client fresh(port);
-  auto t1 = std::chrono::steady_clock::now();
-  REQUIRE(ok(fresh.call("create_session", sref_params("app", "fresh"))));
-  CHECK(std::chrono::steady_clock::now() - t1 < 2s * slowdown);
+  auto created = fresh.call("create_session", sref_params("app", "fresh"), "fresh", 60s);
+  INFO("create_session from a newcomer: ", created ? created->dump() : "no answer within 60 s");
+  REQUIRE(ok(created));
+  st = server_stats(admin);
+  INFO("stats: ", st.dump());
+  CHECK(st["connections_open"] == idle_count + 2);
   // One over the cap: an error line, then closed.
   client over(port);
   auto r = over.next(5s);
