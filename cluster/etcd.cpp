@@ -266,6 +266,20 @@ extern "C" size_t watch_data(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+/// Sets `h` up to POST `payload` (which must outlive the transfer) to `url`,
+/// handing the answer's bytes to `write` with `data`; http and https only.
+void setup_post(CURL* h, const std::string& url, const std::string& payload,
+                curl_write_callback write, void* data) {
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_POST, 1L);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload.c_str());
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, data);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+}
+
 } // namespace
 
 std::string prefix_end(const std::string& prefix) {
@@ -331,15 +345,8 @@ struct etcd_client::impl {
       body b;
       std::string url = ep + path;
       curl_easy_reset(h);
-      curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-      curl_easy_setopt(h, CURLOPT_POST, 1L);
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload.c_str());
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
-      curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
-      curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+      setup_post(h, url, payload, collect, &b);
       curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(cfg.timeout.count()));
-      curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
       CURLcode rc = curl_easy_perform(h);
       long status = 0;
       curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -516,15 +523,8 @@ etcd_client::watch(const std::string& key, const std::string& range_end,
       curl_multi_cleanup(m);
     return unavailable("cannot make a curl handle");
   }
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_POST, 1L);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload.c_str());
-  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, watch_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
+  setup_post(h, url, payload, watch_data, &w);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(p_->cfg.timeout.count()));
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_multi_add_handle(m, h);
   CURLcode done_rc = CURLE_OK;
