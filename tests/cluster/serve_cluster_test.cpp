@@ -406,6 +406,11 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
                          "--cluster c --etcd http://127.0.0.1:1 --node-id n 2>&1");
   CHECK(r.first == 2);
   CHECK(r.second.find("--node-token-file") != std::string::npos);
+  r = test::net::shell(std::string(AGENTSTATE_BIN)
+                       + " serve --memory --listen 0.0.0.0:0 --insecure --cluster c --etcd "
+                         "http://127.0.0.1:1 --node-id n 2>&1");
+  CHECK(r.first == 1);
+  CHECK(r.second.find("give --advertise") != std::string::npos);
   test::etcd_process etcd;
   r = test::net::shell(std::string(AGENTSTATE_BIN)
                        + " serve --memory --listen 127.0.0.1:0 --cluster nope --etcd " + etcd.url()
