@@ -551,9 +551,10 @@ int run_serve(serve_config& cfg) {
       if (address.empty() && a.rfind("unix:", 0) != 0)
         address = a;
     if (address.rfind("0.0.0.0:", 0) == 0 || address.rfind("[::]:", 0) == 0) {
-      log.error("startup_failed", "the listener " + address
-                                    + " is every interface, which other nodes cannot dial: "
-                                      "give --advertise HOST:PORT");
+      log.error("startup_failed",
+                "the listener " + address
+                  + " is every interface, which other nodes cannot dial: "
+                    "give --advertise HOST:PORT");
       return finish_engine(eng, log, 1);
     }
     auto joined = cluster_member::join(cfg.cluster, address);
