@@ -664,9 +664,10 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
     json req = json::parse(line, nullptr, false); // decoded once already: well-formed
     json params = req.is_object() && req.contains("params") ? req["params"] : json(nullptr);
     auto& run = *d.run;
+    // Run once: the params move on to the peer's request.
     run.op = [fwd = forward_, peer = std::move(refusal->forward_to), method = d.method,
-              params = std::move(params)](engine&, const detail::reply_fn& reply) {
-      fwd(peer, method, params, [reply](result<json> value, json error_object) {
+              params = std::move(params)](engine&, const detail::reply_fn& reply) mutable {
+      fwd(peer, method, std::move(params), [reply](result<json> value, json error_object) {
         reply(forwarded_outcome(std::move(value), error_object));
       });
     };

@@ -141,7 +141,7 @@ TEST_CASE("a node is live while its lease is, and one id cannot be live twice") 
   // clock; bounded poll of that other process, 10 s).
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (c->load()->node("n1")->alive && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms); // bounded poll of etcd expiring the lease (another process)
   CHECK_FALSE(c->load()->node("n1")->alive);
   CHECK((*m1)->keepalive().code() == errc::not_found);
   // The id is free again.

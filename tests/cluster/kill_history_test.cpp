@@ -143,7 +143,7 @@ void kill_history_run(bool forward) {
     if (all)
       break;
     REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms); // bounded poll of the nodes' controller (another process)
   }
   // Users whose sessions land on each node, half and half.
   std::vector<std::string> users;
@@ -218,7 +218,7 @@ void kill_history_run(bool forward) {
           done["type"] = !sent || kind == "moved" ? "fail" : "info";
           done["value"] = json{{"error", kind.empty() ? "connection" : kind}};
           // bounded pause before the next try: the node is down or moving
-          std::this_thread::sleep_for(20ms);
+          std::this_thread::sleep_for(20ms); // pause before the next try
         }
         h.add(done);
       }
@@ -229,7 +229,7 @@ void kill_history_run(bool forward) {
     auto deadline = std::chrono::steady_clock::now() + 20s;
     auto start = a_ok_while_b_down.load();
     while (a_ok_while_b_down.load() < start + n && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(20ms);
+      std::this_thread::sleep_for(20ms); // bounded poll of the worker threads' progress
   };
   std::this_thread::sleep_for(500ms); // load before the fault (a measured period)
   b.proc->signal(SIGKILL);

@@ -134,13 +134,13 @@ TEST_CASE("a node cut off from etcd stops serving within its lease's TTL, and re
   // Bounded poll of the node's own clock running out (TTL 2 s, 6 s bound).
   auto deadline = std::chrono::steady_clock::now() + 6s;
   while (n->serving() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms); // bounded poll of the node's own clock running out
   CHECK_FALSE(n->serving());
   etcd.resume();
   // The keeper renews (or joins again) within a few periods.
   deadline = std::chrono::steady_clock::now() + 15s;
   while (!n->serving() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms); // bounded poll of the keeper renewing (its own thread)
   CHECK(n->serving());
   REQUIRE(n->wait_for([](const cluster::cluster_view& v) { return v.node("n1")->alive; }, 10s));
 }

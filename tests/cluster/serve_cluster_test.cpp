@@ -84,7 +84,7 @@ json settled_map(int port) {
       return m;
     REQUIRE(std::chrono::steady_clock::now() < deadline);
     // bounded poll of the nodes' controller (another process).
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms); // see above
   }
 }
 
@@ -206,7 +206,7 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
       break;
     REQUIRE(kind_of(r) == "moved"); // to the dead address, until the lease expires
     REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms); // bounded poll of etcd expiring the dead node's lease
   }
   INFO(r->dump());
   CHECK((*r)["error"]["data"]["owner"] == "b");
@@ -356,7 +356,7 @@ TEST_CASE("serve --cluster with TLS: a node forwards to its peer over TLS, check
     if (status["unowned"].empty())
       break;
     REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(50ms); // bounded poll of the nodes' controller (another process)
   }
   std::string user;
   for (int u = 0; u < 200 && user.empty(); ++u) {

@@ -185,6 +185,12 @@ std::string serve_child::stderr_text() const {
   return err_buf_->text;
 }
 
+std::string self_binary() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "/proc/self/exe";
+}
+
 int connect_tcp(const std::string& address, std::string& why) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {

@@ -66,6 +66,10 @@ private:
   std::thread err_thread_;
 };
 
+/// This running binary's path (/proc/self/exe resolved), the `serve` the --via
+/// workloads and workload k start unless --serve-bin names another.
+std::string self_binary();
+
 /// A connected TCP socket to "HOST:PORT" or "[HOST]:PORT" (TCP_NODELAY), or
 /// -1 with `why`. HOST is a numeric address or a name (resolved, every
 /// address tried in turn); PORT is numeric. The socket is blocking.

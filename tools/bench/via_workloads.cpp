@@ -258,14 +258,6 @@ struct served {
   }
 };
 
-std::string self_binary() {
-  char buf[4096];
-  auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0)
-    return "/proc/self/exe";
-  return std::string(buf, static_cast<std::size_t>(n));
-}
-
 /// Starts serve on a fresh store (x.dir) with the run's durability, and
 /// connects `connections` streams (tcp; stdio has one).
 bool start_serve(run_ctx& x, const config& cfg, std::size_t connections, served& s) {

@@ -147,12 +147,6 @@ struct node {
   std::unique_ptr<serve_child> child;
 };
 
-std::string self_binary() {
-  char buf[4096];
-  auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "/proc/self/exe";
-}
-
 bool start_node(run_ctx& x, const config& cfg, const std::vector<std::string>& extra, node& n) {
   std::vector<std::string> args;
   if (cfg.mode == durability::memory) {

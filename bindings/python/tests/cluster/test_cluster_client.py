@@ -46,7 +46,7 @@ def etcd(tmp_path: Path):
                     break
             except OSError:
                 assert time.monotonic() < deadline, "etcd did not start"
-                time.sleep(0.05)
+                time.sleep(0.05)  # bounded poll of etcd starting (another process)
         yield url
     finally:
         proc.kill()
@@ -68,7 +68,7 @@ def start_cluster(binary: str, etcd_url: str, tmp_path: Path, *extra: str) -> li
         if b'"unowned":[]' in out:
             return nodes
         assert time.monotonic() < deadline, out
-        time.sleep(0.05)
+        time.sleep(0.05)  # bounded poll of the nodes' controller
 
 
 @pytest.mark.parametrize("forward", [True, False])
