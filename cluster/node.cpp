@@ -54,10 +54,18 @@ struct node::impl {
   }
 
   void publish(cluster_view v) {
-    std::lock_guard<std::mutex> lock(mtx);
-    if (!current || v.revision >= current->revision)
-      current = std::make_shared<const cluster_view>(std::move(v));
-    cv.notify_all();
+    std::shared_ptr<const cluster_view> newer;
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      const bool higher = !current || v.revision > current->revision;
+      if (higher || v.revision == current->revision)
+        current = std::make_shared<const cluster_view>(std::move(v));
+      if (higher)
+        newer = current;
+      cv.notify_all();
+    }
+    if (newer && cfg.on_view)
+      cfg.on_view(*newer);
   }
 
   void keep() {
@@ -236,6 +244,8 @@ result<std::unique_ptr<node>> node::start(std::shared_ptr<coordinator> c, config
     return std::move(v).err();
   }
   p->current = std::make_shared<const cluster_view>(std::move(*v));
+  if (p->cfg.on_view)
+    p->cfg.on_view(*p->current);
   auto* raw = p.get();
   raw->keeper = std::thread([raw] { raw->keep(); });
   raw->watcher = std::thread([raw] { raw->watch(); });

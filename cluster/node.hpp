@@ -38,6 +38,10 @@ public:
     /// How long start() retries a join refused because the id is live (a
     /// restart within the old lease's TTL).
     std::chrono::milliseconds join_wait{0}; ///< 0 : ttl + 1 s
+    /// Called with the first view and then with every view of a higher
+    /// revision, one call at a time, on the node's own threads (start()'s
+    /// caller, then the control thread). Must not block or throw.
+    std::function<void(const cluster_view&)> on_view;
   };
 
   /// Joins the cluster and starts following it (two threads of its own).

@@ -557,7 +557,7 @@ int run_serve(serve_config& cfg) {
                     "give --advertise HOST:PORT");
       return finish_engine(eng, log, 1);
     }
-    auto joined = cluster_member::join(cfg.cluster, address);
+    auto joined = cluster_member::join(cfg.cluster, address, log);
     if (!joined) {
       log.error("startup_failed", "cannot join the cluster: " + joined.err().message);
       return finish_engine(eng, log, 1);

@@ -182,8 +182,8 @@ struct cluster_member::impl {
 cluster_member::cluster_member(std::unique_ptr<impl> p) : p_(std::move(p)) {}
 cluster_member::~cluster_member() = default;
 
-result<std::unique_ptr<cluster_member>> cluster_member::join(const cluster_flags& f,
-                                                             const std::string& address) {
+result<std::unique_ptr<cluster_member>>
+cluster_member::join(const cluster_flags& f, const std::string& address, server::logger& log) {
   auto p = std::make_unique<impl>();
   p->id = f.node_id;
   p->forwarding = !f.no_forward;
@@ -206,6 +206,19 @@ result<std::unique_ptr<cluster_member>> cluster_member::join(const cluster_flags
   cfg.id = f.node_id;
   cfg.address = address;
   cfg.ttl = std::chrono::seconds(f.lease_ttl_s);
+  cfg.on_view = [&log, id = f.node_id,
+                 last = std::optional<std::size_t>()](const cluster::cluster_view& v) mutable {
+    auto owned = static_cast<std::size_t>(std::count_if(
+      v.shards.begin(), v.shards.end(), [&](const auto& e) { return e.owner == id; }));
+    if (last == owned)
+      return;
+    last = owned;
+    log.info("shards",
+             "node '" + id + "' owns " + std::to_string(owned) + " of "
+               + std::to_string(v.shards.size()) + " shards (map revision "
+               + std::to_string(v.revision) + ")",
+             {{"owned", owned}, {"shards", v.shards.size()}, {"revision", v.revision}});
+  };
   auto n = cluster::node::start(std::shared_ptr<cluster::coordinator>(std::move(*c)), cfg);
   if (!n)
     return std::move(n).err();

@@ -15,6 +15,7 @@
 #include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
 #include "protocol/rpc_session.hpp"
+#include "server/log.hpp"
 
 namespace CLI {
 class App;
@@ -53,9 +54,11 @@ std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_
 class cluster_member {
 public:
   /// Joins as `f.node_id`, reachable at `address` (HOST:PORT). Errors as
-  /// cluster::node::start.
-  static result<std::unique_ptr<cluster_member>> join(const cluster_flags& f,
-                                                      const std::string& address);
+  /// cluster::node::start. Logs event `shards` (owned, shards, revision)
+  /// with the first view and whenever the number of shards it owns changes;
+  /// `log` must outlive the member.
+  static result<std::unique_ptr<cluster_member>>
+  join(const cluster_flags& f, const std::string& address, server::logger& log);
   /// Leaves the cluster.
   ~cluster_member();
 

@@ -131,15 +131,19 @@ void kill_history_run(bool forward) {
           == 0);
   auto a = start_node(etcd, dir, "a", forward);
   auto b = start_node(etcd, dir, "b", forward);
-  // Settled map: every shard owned (bounded poll of the controller).
+  // Settled map: every shard owned in both nodes' views (bounded poll of the
+  // controller and of each node's watch: a node answers `unavailable` for a
+  // shard until its own view names the owner).
   json map;
   for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
-    auto r = client(a.port).call("cluster_map", json::object());
-    REQUIRE(ok(r));
-    map = (*r)["result"];
     bool all = true;
-    for (auto& s : map["shards"])
-      all = all && !s["owner"].is_null();
+    for (int port : {b.port, a.port}) {
+      auto r = client(port).call("cluster_map", json::object());
+      REQUIRE(ok(r));
+      map = (*r)["result"];
+      for (auto& s : map["shards"])
+        all = all && !s["owner"].is_null();
+    }
     if (all)
       break;
     REQUIRE(std::chrono::steady_clock::now() < deadline);

@@ -72,18 +72,31 @@ json map_of(int port, json params = json::object()) {
   return (*r)["result"];
 }
 
-/// Waits (bounded: 15 s) until node `port` reports every shard owned.
-json settled_map(int port) {
+/// The map once every shard has an owner in the view of each node at
+/// `ports` (each node follows etcd on its own, and answers `unavailable` for
+/// a shard until its view names the owner), as the first node answers it.
+/// With `token`, each poll authenticates first.
+json settled_map(const std::vector<int>& ports, const std::string& token = "") {
   auto deadline = std::chrono::steady_clock::now() + 15s;
   for (;;) {
-    json m = map_of(port);
+    std::optional<json> first;
     bool all = true;
-    for (auto& s : m["shards"])
-      all = all && !s["owner"].is_null();
+    for (int port : ports) {
+      client c(port);
+      if (!token.empty())
+        REQUIRE(ok(c.call("authenticate", {{"token", token}})));
+      auto r = c.call("cluster_map", json::object());
+      REQUIRE(ok(r));
+      json m = (*r)["result"];
+      for (auto& s : m["shards"])
+        all = all && !s["owner"].is_null();
+      if (!first)
+        first = std::move(m);
+    }
     if (all)
-      return m;
+      return *first;
     REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the nodes' controller (another process).
+    // bounded poll of the nodes' controller and watches (other processes).
     std::this_thread::sleep_for(50ms); // see above
   }
 }
@@ -100,7 +113,7 @@ TEST_CASE("serve --cluster: moved names the owner; following it reaches every se
   init_cluster(etcd);
   auto a = start_node(etcd, dir, "a");
   auto b = start_node(etcd, dir, "b");
-  json m = settled_map(a.port);
+  json m = settled_map({a.port, b.port});
   CHECK(m["cluster"] == "c");
   CHECK(m["node"] == "a");
   CHECK(m["shard_count"] == shard_count);
@@ -185,7 +198,7 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
   init_cluster(etcd);
   auto a = start_node(etcd, dir, "a");
   auto b = start_node(etcd, dir, "b");
-  json m = settled_map(a.port);
+  json m = settled_map({a.port, b.port});
   std::string on_a, on_b; // a user on each node's shards
   for (int u = 0; u < 64 && (on_a.empty() || on_b.empty()); ++u) {
     std::string user = "u" + std::to_string(u);
@@ -226,7 +239,7 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
   init_cluster(etcd);
   auto fa = start_forwarding(etcd, dir, "a");
   auto fb = start_forwarding(etcd, dir, "b");
-  json m = settled_map(fa.port);
+  json m = settled_map({fa.port, fb.port});
   std::vector<std::string> on_b;
   for (int u = 0; u < 200 && on_b.size() < 4; ++u) {
     std::string user = "u" + std::to_string(u);
@@ -305,17 +318,7 @@ TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token
   auto fb = start_forwarding(etcd, dir, "b", secured);
   client ca(fa.port);
   REQUIRE(ok(ca.call("authenticate", {{"token", node_token}})));
-  json m = ca.call("cluster_map", json::object()).value()["result"];
-  for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
-    bool all = true;
-    for (auto& s : m["shards"])
-      all = all && !s["owner"].is_null();
-    if (all)
-      break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(50ms); // bounded poll of the nodes' controller
-    m = ca.call("cluster_map", json::object()).value()["result"];
-  }
+  json m = settled_map({fa.port, fb.port}, node_token);
   std::string user;
   for (int u = 0; u < 200 && user.empty(); ++u)
     if (m["shards"][model::shard_of("app", "u" + std::to_string(u), shard_count)]["owner"] == "b")
@@ -345,19 +348,15 @@ TEST_CASE("serve --cluster with TLS: a node forwards to its peer over TLS, check
                                    tls.key,      "--peer-tls-ca", tls.ca};
   auto fa = start_forwarding(etcd, dir, "a", secured);
   auto fb = start_forwarding(etcd, dir, "b", secured);
-  // The map, from etcd (bounded poll of the nodes' controller).
-  json status;
-  for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
-    auto r = test::net::shell(std::string(AGENTSTATE_BIN) + " cluster status --json --etcd "
-                                + etcd.url() + " --cluster c",
-                              false);
-    REQUIRE(r.first == 0);
-    status = json::parse(r.second);
-    if (status["unowned"].empty())
-      break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(50ms); // bounded poll of the nodes' controller (another process)
-  }
+  // Each node logs its half once its view has the map; then the map, from etcd.
+  for (auto* n : {&fa, &fb})
+    n->proc->wait_log("event=shards .*owned=8 shards=16", 15s);
+  auto r = test::net::shell(std::string(AGENTSTATE_BIN) + " cluster status --json --etcd "
+                              + etcd.url() + " --cluster c",
+                            false);
+  REQUIRE(r.first == 0);
+  json status = json::parse(r.second);
+  REQUIRE(status["unowned"].empty());
   std::string user;
   for (int u = 0; u < 200 && user.empty(); ++u) {
     auto shard = model::shard_of("app", "u" + std::to_string(u), shard_count);

@@ -358,24 +358,34 @@ ojson workload_k(const config& cfg) {
   ojson forwarded, smart;
   std::vector<int> owner_of(sessions, 0);
   if (x.errors.count == 0) {
-    // Every shard owned (bounded poll of the nodes' controller, 20 s).
-    auto probe = connect(x, nodes[0].child->address());
+    // Every shard owned in every node's view (bounded poll of the nodes'
+    // controller and watches, 20 s): a node answers `unavailable` for a
+    // shard until its own view names the owner.
+    std::vector<std::unique_ptr<rpc_client>> probes;
+    for (auto& n : nodes)
+      if (auto c = connect(x, n.child->address()))
+        probes.push_back(std::move(c));
     bool settled = false;
     for (auto deadline = steady::now() + std::chrono::seconds(20);
-         probe && !settled && steady::now() < deadline;) {
-      auto r = probe->call("cluster_map", json::object());
-      if (r.value && r.value->contains("shards")) {
-        settled = true;
-        for (auto& s : (*r.value)["shards"])
-          settled = settled && s["owner"].is_string();
-        if (settled)
-          for (std::size_t j = 0; j < sessions; ++j) {
-            auto shard = model::shard_of(refs[j].app_name, refs[j].user_id, shards);
-            owner_of[j] = (*r.value)["shards"][shard]["owner"].get<std::string>().back() - '0';
-          }
+         probes.size() == std::size(nodes) && !settled && steady::now() < deadline;) {
+      json map;
+      settled = true;
+      for (auto& probe : probes) {
+        auto r = probe->call("cluster_map", json::object());
+        settled = settled && r.value && r.value->contains("shards");
+        if (settled) {
+          map = std::move(*r.value);
+          for (auto& s : map["shards"])
+            settled = settled && s["owner"].is_string();
+        }
       }
-      if (!settled)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (settled)
+        for (std::size_t j = 0; j < sessions; ++j) {
+          auto shard = model::shard_of(refs[j].app_name, refs[j].user_id, shards);
+          owner_of[j] = map["shards"][shard]["owner"].get<std::string>().back() - '0';
+        }
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50)); // bounded poll, see above
     }
     if (!settled)
       x.errors.add("the cluster's shards were not all owned within 20 s");

@@ -7,6 +7,7 @@ cluster; it needs etcd, which ``tools/setup.sh --all`` installs.)"""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -62,13 +63,13 @@ def start_cluster(binary: str, etcd_url: str, tmp_path: Path, *extra: str) -> li
                                                      *extra])
              for i in range(2)]
     deadline = time.monotonic() + 15
-    while True:  # bounded poll of the nodes' controller: every shard owned
-        out = subprocess.run([binary, "cluster", "status", "--json", "--etcd", etcd_url,
-                              "--cluster", "c"], capture_output=True, check=True).stdout
-        if b'"unowned":[]' in out:
-            return nodes
-        assert time.monotonic() < deadline, out
-        time.sleep(0.05)  # bounded poll of the nodes' controller
+    # Bounded poll of each node's log: it logs its 8 of the 16 shards once its own view has
+    # the map (until then it answers `unavailable` for them, also when a call is forwarded).
+    while not all(any(re.search(r"event=shards .*owned=8 shards=16", line) for line in list(n.log))
+                  for n in nodes):
+        assert time.monotonic() < deadline, [n.log for n in nodes]
+        time.sleep(0.05)  # bounded poll of the nodes' logs (other processes)
+    return nodes
 
 
 @pytest.mark.parametrize("forward", [True, False])
