@@ -187,6 +187,11 @@ export class Connection {
     for (const h of held) h.reject(error);
   }
 
+  /** Whether the connection has failed: every call from now on rejects with its error. */
+  get failed() {
+    return this.#failure !== null;
+  }
+
   /** The spawned server's process id; undefined for a socket. */
   get pid() {
     return this.#child ? this.#child.pid : undefined;

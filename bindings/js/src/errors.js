@@ -34,7 +34,7 @@ export class AgentStateError extends Error {
 export const ERROR_KINDS = Object.freeze([
   'already_exists', 'not_found', 'invalid_argument', 'version_conflict', 'too_large',
   'storage_full', 'io_error', 'unavailable', 'internal', 'data_corrupt',
-  'unauthenticated', 'permission_denied', 'condition_failed', 'cursor_expired',
+  'unauthenticated', 'permission_denied', 'condition_failed', 'cursor_expired', 'moved',
 ]);
 
 export function invalid(message) {

@@ -20,7 +20,8 @@ export type AgentStateErrorKind =
   | 'unauthenticated'
   | 'permission_denied'
   | 'condition_failed'
-  | 'cursor_expired';
+  | 'cursor_expired'
+  | 'moved';
 
 export declare const ERROR_KINDS: readonly AgentStateErrorKind[];
 
@@ -30,7 +31,11 @@ export declare const ERROR_KINDS: readonly AgentStateErrorKind[];
  * - `invalid_argument`: a bad option or parameter, or an event member that could not be
  *   read back as given (see the README, "How events are stored").
  * - `unavailable`: the server is not running (not started, exited, closed) or the
- *   service was closed.
+ *   service was closed; with `addresses`, no node served the call within `retryForMs`
+ *   (its shard's owner is down, say).
+ * - `moved`: a cluster node started with `--no-forward` does not own the call's shard
+ *   (`data`: `shard`, `owner`, `address`, `epoch`). With `address` it reaches the caller;
+ *   with `addresses` the call follows it to the owner.
  * - `unauthenticated`: the server requires a token and none was given, or it refused it.
  * - `permission_denied`: the token does not grant the app a call names.
  */
@@ -71,11 +76,33 @@ interface SpawnOptions {
   /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the server, not of the OS. */
   durability?: 'sync' | 'nosync';
   address?: never;
+  addresses?: never;
+  retryForMs?: never;
   token?: never;
   tls?: never;
 }
 
-/** Exactly one of `store`, `memory` and `address`. */
+/** What a running server (`address`) or cluster (`addresses`) takes. */
+interface ConnectOptions {
+  /**
+   * Sent in `authenticate` as each connection's first request (a server started with
+   * `--auth-file`); calls wait for its answer. A refused token rejects every call
+   * with kind 'unauthenticated'.
+   */
+  token?: string;
+  /**
+   * TLS on TCP addresses (`serve --tls-cert`): true, or node's tls.connect options
+   * (`ca`, `cert` and `key` for mutual TLS, `servername`, ...); host and port come
+   * from the address.
+   */
+  tls?: boolean | AgentStateTlsOptions;
+  store?: never;
+  memory?: never;
+  binary?: never;
+  durability?: never;
+}
+
+/** Exactly one of `store`, `memory`, `address` and `addresses`. */
 export type AgentStateSessionServiceOptions =
   | (SpawnOptions & {
       /** Spawn `agentstate serve --store DIR` (created if missing). */
@@ -87,36 +114,41 @@ export type AgentStateSessionServiceOptions =
       memory: true;
       store?: never;
     })
-  | {
+  | (ConnectOptions & {
       /**
        * Connect to `agentstate serve --listen`: 'HOST:PORT' ('[::1]:7400' for IPv6) over
        * TCP, or 'unix:PATH' for a Unix socket.
        */
       address: string;
+      addresses?: never;
+      retryForMs?: never;
+    })
+  | (ConnectOptions & {
       /**
-       * Sent in `authenticate` as the connection's first request (a server started with
-       * `--auth-file`); calls wait for its answer. A refused token rejects every call
-       * with kind 'unauthenticated'.
+       * Nodes of one cluster (`serve --cluster`), 'HOST:PORT' each; one is enough. A call
+       * goes to the node that answered last, follows a `moved` answer to the owner's
+       * address, and after `unavailable` (or a lost connection) tries the next node after
+       * a jittered exponential backoff (50 ms doubling up to 1 s). One connection per
+       * address. An appended event without an id gets one before the first try, so a
+       * retried append is not applied twice.
        */
-      token?: string;
+      addresses: string[];
       /**
-       * TLS on a TCP address (`serve --tls-cert`): true, or node's tls.connect options
-       * (`ca`, `cert` and `key` for mutual TLS, `servername`, ...); host and port come
-       * from `address`.
+       * How long a call is tried again after `unavailable` or `moved` answers, in
+       * milliseconds from its start (default 10000; 0: one try); then it rejects with the
+       * last error.
        */
-      tls?: boolean | AgentStateTlsOptions;
-      store?: never;
-      memory?: never;
-      binary?: never;
-      durability?: never;
-    };
+      retryForMs?: number;
+      address?: never;
+    });
 
 type ServiceMethods = Pick<BaseSessionService,
   'createSession' | 'getSession' | 'listSessions' | 'deleteSession' | 'appendEvent' | 'getOrCreateSession'>;
 
 /**
  * ADK-JS's BaseSessionService stored in agentstate. All methods may be called
- * concurrently; they share one pipelined connection. Methods reject with AgentStateError.
+ * concurrently; they share one pipelined connection (one per node with `addresses`).
+ * Methods reject with AgentStateError.
  */
 export declare class AgentStateSessionService extends BaseSessionService {
   constructor(options: AgentStateSessionServiceOptions);
@@ -126,7 +158,7 @@ export declare class AgentStateSessionService extends BaseSessionService {
   deleteSession(request: Parameters<ServiceMethods['deleteSession']>[0]): Promise<void>;
   appendEvent(request: { session: Session; event: Event }): Promise<Event>;
   getOrCreateSession(request: Parameters<ServiceMethods['getOrCreateSession']>[0]): Promise<Session>;
-  /** The spawned server's process id; undefined when connected to an address. */
+  /** The spawned server's process id; undefined when connected to an address or addresses. */
   readonly serverPid: number | undefined;
   /**
    * Ends the connection after the answers already owed; a spawned server flushes and

@@ -5,11 +5,12 @@
 // InMemorySessionService is the reference), with the stored data in agentstate; the
 // differences are deliberate and listed in README.md ("Where it differs from ADK-JS").
 // Many concurrent calls from one process are the normal case: they share one pipelined
-// connection. Methods never block the event loop; each costs one round trip, except
+// connection (with `addresses`, one per cluster node: src/cluster.js, which also retries). Methods never block the event loop; each costs one round trip, except
 // listSessions (one per 1,000 sessions listed), getOrCreateSession (up to three) and
 // close().
 import path from 'node:path';
 import { BaseSessionService } from '@google/adk';
+import { ClusterConnection } from './cluster.js';
 import { Connection, parseAddress } from './connection.js';
 import { AgentStateError, invalid } from './errors.js';
 import { eventFromWire, eventToWire, msToSeconds, secondsToMs, sessionFromWire } from './mapping.js';
@@ -31,22 +32,51 @@ function optionalCount(what, value, { min = 0 } = {}) {
   return value;
 }
 
+// The checked `token` and `tls` options of a server at an address (or addresses).
+function connectOptions(options, unix) {
+  const out = {};
+  if (options.token !== undefined) {
+    if (typeof options.token !== 'string' || options.token === '') throw invalid('token must be a non-empty string');
+    out.token = options.token;
+  }
+  if (options.tls !== undefined && options.tls !== false) {
+    if (unix) throw invalid('tls applies to a TCP address; a Unix socket is not encrypted');
+    if (options.tls !== true && (options.tls === null || typeof options.tls !== 'object' || Array.isArray(options.tls))) {
+      throw invalid("tls must be true or an object of node's tls.connect options");
+    }
+    out.tls = options.tls === true ? {} : options.tls;
+  }
+  return out;
+}
+
 function resolveTarget(options) {
   if (options === null || typeof options !== 'object') {
-    throw invalid("options must be an object: { store: DIR } | { memory: true } | { address: 'HOST:PORT' | 'unix:PATH' }");
+    throw invalid("options must be an object: { store: DIR } | { memory: true } | { address: 'HOST:PORT' | 'unix:PATH' } | { addresses: ['HOST:PORT', ...] }");
   }
-  const known = new Set(['store', 'memory', 'address', 'binary', 'durability', 'token', 'tls']);
+  const known = new Set(['store', 'memory', 'address', 'addresses', 'retryForMs', 'binary', 'durability', 'token', 'tls']);
   for (const key of Object.keys(options)) {
     if (!known.has(key)) throw invalid(`unknown option '${key}' (known: ${[...known].join(', ')})`);
   }
-  const { store, memory, address, binary, durability, token } = options;
+  const { store, memory, address, addresses, binary, durability, token } = options;
   const given = [store !== undefined && 'store', memory !== undefined && 'memory',
-    address !== undefined && 'address'].filter(Boolean);
+    address !== undefined && 'address', addresses !== undefined && 'addresses'].filter(Boolean);
   if (given.length !== 1) {
-    throw invalid(`give exactly one of store, memory and address (given: ${given.join(', ') || 'none'})`);
+    throw invalid(`give exactly one of store, memory, address and addresses (given: ${given.join(', ') || 'none'})`);
   }
   if (durability !== undefined && durability !== 'sync' && durability !== 'nosync') {
     throw invalid(`durability must be 'sync' or 'nosync', not ${JSON.stringify(durability)}`);
+  }
+  if (options.retryForMs !== undefined && addresses === undefined) {
+    throw invalid('retryForMs applies to addresses (the nodes of a cluster)');
+  }
+  if (addresses !== undefined) {
+    if (durability !== undefined) {
+      throw invalid('durability applies to a server this service starts; a cluster\'s nodes have their own');
+    }
+    if (binary !== undefined) throw invalid('binary applies to a server this service starts, not to addresses');
+    if (!Array.isArray(addresses)) throw invalid("addresses must be an array of node addresses ['HOST:PORT', ...]");
+    const unix = addresses.some((a) => typeof a === 'string' && a.startsWith('unix:'));
+    return { cluster: { addresses, retryForMs: options.retryForMs, ...connectOptions(options, unix) } };
   }
   if (address !== undefined) {
     if (durability !== undefined) {
@@ -54,18 +84,7 @@ function resolveTarget(options) {
     }
     if (binary !== undefined) throw invalid('binary applies to a server this service starts, not to address');
     const target = parseAddress(address);
-    if (token !== undefined) {
-      if (typeof token !== 'string' || token === '') throw invalid('token must be a non-empty string');
-      target.token = token;
-    }
-    if (options.tls !== undefined && options.tls !== false) {
-      if (target.path !== undefined) throw invalid('tls applies to a TCP address; a Unix socket is not encrypted');
-      if (options.tls !== true && (options.tls === null || typeof options.tls !== 'object' || Array.isArray(options.tls))) {
-        throw invalid("tls must be true or an object of node's tls.connect options");
-      }
-      target.tls = options.tls === true ? {} : options.tls;
-    }
-    return target;
+    return { ...target, ...connectOptions(options, target.path !== undefined) };
   }
   if (token !== undefined) {
     throw invalid('token applies to a server at an address; a spawned server needs none (its pipe is private)');
@@ -91,12 +110,14 @@ export class AgentStateSessionService extends BaseSessionService {
   #conn;
 
   /**
-   * @param {{store?: string, memory?: true, address?: string, binary?: string,
-   *          durability?: 'sync'|'nosync', token?: string, tls?: true|object}} options
+   * @param {{store?: string, memory?: true, address?: string, addresses?: string[],
+   *          retryForMs?: number, binary?: string, durability?: 'sync'|'nosync',
+   *          token?: string, tls?: true|object}} options
    */
   constructor(options) {
     super();
-    this.#conn = new Connection(resolveTarget(options));
+    const target = resolveTarget(options);
+    this.#conn = target.cluster !== undefined ? new ClusterConnection(target.cluster) : new Connection(target);
   }
 
   /** The spawned server's process id; undefined when connected to an address. */

@@ -23,10 +23,16 @@ export function startServer(bin, args, { listeners = 1 } = {}) {
           addresses,
           address: addresses[0],
           log: () => log,
+          pid: child.pid,
           /** SIGTERM; resolves with the exit code (0 after a clean shutdown). */
           async stop() {
             if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
             return (await exited).code;
+          },
+          /** SIGKILL (a crash); resolves once the process is gone. */
+          async kill() {
+            if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+            await exited;
           },
         });
       }
