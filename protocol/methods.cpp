@@ -97,6 +97,7 @@ prepare_result prepare_list(const json& params) {
   }
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
+  r.session_tokens = p.optional_bool("session_tokens").value_or(false);
   if (auto form = p.optional_string("shared_state")) {
     if (*form == "once")
       r.shared_state = list_state::once;
@@ -109,8 +110,11 @@ prepare_result prepare_list(const json& params) {
     e.list_sessions(std::move(r), [reply, once](result<session_page> page) {
       reply(to_outcome(page, [once](const session_page& v) {
         json xs = json::array();
-        for (const auto& m : v.sessions)
-          xs.push_back(to_json(m));
+        for (std::size_t i = 0; i < v.sessions.size(); ++i) {
+          xs.push_back(to_json(v.sessions[i]));
+          if (i < v.session_tokens.size())
+            xs.back()["page_token"] = v.session_tokens[i];
+        }
         json out{{"sessions", std::move(xs)},
                  {"next_page_token", v.next_page_token ? json(*v.next_page_token) : json(nullptr)}};
         if (v.total)

@@ -269,6 +269,8 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
     d.user_id = it->get<std::string>();
   if (auto it = params.find("scope"); it != params.end() && it->is_string())
     d.scope = it->get<std::string>();
+  if (auto it = params.find("this_node"); it != params.end() && it->is_boolean())
+    d.this_node = it->get<bool>();
   if (cluster_map) {
     if (!d.notification)
       d.cluster_map = std::move(params);

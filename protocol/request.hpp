@@ -32,6 +32,9 @@ struct decoded_request {
   /// params.scope when they are strings.
   std::optional<std::string> user_id;
   std::optional<std::string> scope;
+  /// params.this_node is true: a cluster node's own part of a request that
+  /// spans nodes (route_query::this_node).
+  bool this_node = false;
   /// `cluster_map`'s params: such a request has neither `run` nor `refusal`
   /// and is answered by the session (rpc_config::cluster_map).
   std::optional<json> cluster_map;

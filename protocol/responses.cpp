@@ -93,21 +93,23 @@ std::string response_line(const json& id, const outcome& o) {
     out += R"(,"result":)";
     out += raw->text;
   } else {
-    const auto& f = std::get<rpc_failure>(o);
-    json data{{"kind", f.kind}};
-    if (f.current_version)
-      data["current_version"] = *f.current_version;
-    if (f.oldest)
-      data["oldest"] = *f.oldest;
-    if (f.data.is_object())
-      for (auto it = f.data.begin(); it != f.data.end(); ++it)
-        data[it.key()] = it.value();
-    json err{{"code", f.code}, {"message", bounded_message(f.message)}, {"data", std::move(data)}};
     out += R"(,"error":)";
-    append_lossy(out, err);
+    append_lossy(out, error_object(std::get<rpc_failure>(o)));
   }
   out += '}';
   return out;
+}
+
+json error_object(const rpc_failure& f) {
+  json data{{"kind", f.kind}};
+  if (f.current_version)
+    data["current_version"] = *f.current_version;
+  if (f.oldest)
+    data["oldest"] = *f.oldest;
+  if (f.data.is_object())
+    for (auto it = f.data.begin(); it != f.data.end(); ++it)
+      data[it.key()] = it.value();
+  return json{{"code", f.code}, {"message", bounded_message(f.message)}, {"data", std::move(data)}};
 }
 
 std::string response_line(const json& id, outcome&& o) {

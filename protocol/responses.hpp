@@ -70,6 +70,10 @@ rpc_failure from_engine(const error& e);
 /// A server bug or exhaustion at `where`: engine_error, kind "internal".
 rpc_failure internal_failure(const char* where, const char* what);
 
+/// The JSON-RPC error object of `f`: {code, message, data: {kind, ...}}.
+/// Throws only bad_alloc.
+json error_object(const rpc_failure& f);
+
 /// The response line (no trailing newline) answering request `id` with `o`.
 /// Bytes in messages that are not UTF-8 are replaced, so the line is always
 /// valid JSON. Throws only bad_alloc.

@@ -647,6 +647,64 @@ detail::outcome forwarded_outcome(result<json> value, const json& error_object) 
   return f;
 }
 
+/// A request's outcome as a part's answer to a spanning request.
+span_answer as_span_answer(detail::outcome o) {
+  span_answer a;
+  if (auto* j = std::get_if<json>(&o)) {
+    a.result = std::move(*j);
+  } else if (auto* raw = std::get_if<detail::raw_result>(&o)) {
+    a.result = json::parse(raw->text, nullptr, false);
+    if (a.result.is_discarded()) {
+      a.result = nullptr;
+      a.error = detail::error_object(
+        detail::internal_failure("a spanning request", "a part's result is not JSON"));
+    }
+  } else {
+    a.error = detail::error_object(std::get<detail::rpc_failure>(o));
+  }
+  return a;
+}
+
+/// The parts of one spanning request in flight: collects their answers and
+/// replies once the last has come; keeps itself alive until then.
+struct span_run {
+  span_run(std::size_t n, detail::reply_fn r, json p,
+           std::function<span_answer(const json&, std::vector<span_answer>)> f)
+    : parts(n), left(n), reply(r), params(std::move(p)), span(std::move(f)) {}
+
+  std::mutex mtx;
+  std::vector<span_answer> parts; ///< guarded by mtx until left is 0
+  std::size_t left; ///< guarded by mtx
+  detail::reply_fn reply;
+  json params;
+  std::function<span_answer(const json&, std::vector<span_answer>)> span;
+  std::shared_ptr<span_run> self;
+
+  void done(std::size_t i, span_answer a) {
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      parts[i] = std::move(a);
+      if (--left > 0)
+        return;
+    }
+    auto keep = std::move(self);
+    detail::outcome out;
+    try {
+      auto answer = span(params, std::move(parts));
+      out = answer.error.is_null()
+        ? detail::outcome(std::move(answer.result))
+        : forwarded_outcome(error{errc::internal, "a part of the request failed"}, answer.error);
+    } catch (const std::exception& e) {
+      out = detail::internal_failure("a spanning request", e.what());
+    }
+    reply(std::move(out));
+  }
+
+  static void local_done(void* ctx, detail::outcome o) {
+    static_cast<span_run*>(ctx)->done(0, as_span_answer(std::move(o)));
+  }
+};
+
 } // namespace
 
 bool rpc_session::route_refused(detail::decoded_request& d, std::string_view line) {
@@ -655,6 +713,7 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
   q.app_name = d.app_name ? &*d.app_name : nullptr;
   q.user_id = d.user_id ? &*d.user_id : nullptr;
   q.scope = d.scope ? &*d.scope : nullptr;
+  q.this_node = d.this_node;
   auto refusal = route_(q);
   if (!refusal)
     return false;
@@ -670,6 +729,57 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
       fwd(peer, method, std::move(params), [reply](result<json> value, json error_object) {
         reply(forwarded_outcome(std::move(value), error_object));
       });
+    };
+    run.server_stats = false;
+    dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());
+    return true;
+  }
+  if (refusal->span && refusal->forward_to.empty() && forward_ && d.run) {
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    json req = json::parse(line, nullptr, false); // decoded once already: well-formed
+    json params = req.is_object() && req.contains("params") ? req["params"] : json::object();
+    // Each part's params: [0] this node's, [i] span_peers[i - 1]'s.
+    std::vector<json> part_params;
+    for (std::size_t i = 0; i <= refusal->span_peers.size(); ++i)
+      part_params.push_back(refusal->span_params ? refusal->span_params(params, i) : params);
+    auto prepare = detail::find_method(d.method);
+    auto local = prepare ? prepare(part_params[0])
+                         : detail::prepare_result(detail::internal_failure(
+                           "a spanning request", "the method has no local part"));
+    if (auto* f = std::get_if<detail::rpc_failure>(&local)) {
+      if (observers_)
+        observers_->error(f->kind);
+      if (!d.notification)
+        dispatch_->answer(d.id, std::move(*f));
+      return true;
+    }
+    auto& run = *d.run;
+    run.op = [fwd = forward_, peers = std::move(refusal->span_peers),
+              span = std::move(refusal->span), method = d.method, params = std::move(params),
+              part_params = std::move(part_params),
+              local_op = std::move(std::get<detail::prepared>(local).op)](
+               engine& e, const detail::reply_fn& reply) mutable {
+      auto st =
+        std::make_shared<span_run>(peers.size() + 1, reply, std::move(params), std::move(span));
+      st->self = st;
+      for (std::size_t i = 0; i < peers.size(); ++i)
+        fwd(peers[i], method, std::move(part_params[i + 1]),
+            [st, i](result<json> value, json error_object) {
+              span_answer a;
+              if (value)
+                a.result = std::move(*value);
+              else
+                a.error = error_object.is_object()
+                  ? std::move(error_object)
+                  : detail::error_object(detail::from_engine(value.err()));
+              st->done(i + 1, std::move(a));
+            });
+      try {
+        local_op(e, detail::reply_fn(&span_run::local_done, st.get()));
+      } catch (const std::exception& x) {
+        st->done(0, as_span_answer(detail::internal_failure("a spanning request", x.what())));
+      }
     };
     run.server_stats = false;
     dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "agentstate/engine.hpp"
 #include "protocol/auth.hpp"
@@ -46,6 +47,10 @@ struct route_query {
   const std::string* app_name = nullptr;
   const std::string* user_id = nullptr;
   const std::string* scope = nullptr;
+  /// params.this_node is true (list_sessions, delete_app): only this node's
+  /// own shards, as a node asks of the others when it runs a request across
+  /// them (route_refusal::span).
+  bool this_node = false;
 };
 
 /// The answer to a request this node does not serve: data.kind `kind` (e.g.
@@ -53,11 +58,31 @@ struct route_query {
 /// members of data (an object, or null). With `forward_to` set (a peer's
 /// address) and rpc_config::forward given, a request other than `watch` is
 /// forwarded there instead, and the peer's answer is the request's.
+/// One part's answer to a request that spans nodes (route_refusal::span):
+/// its `result`, or `error`, the JSON-RPC error object ({code, message,
+/// data}) when it failed (then `result` is null).
+struct span_answer {
+  json result;
+  json error;
+};
+
 struct route_refusal {
   std::string kind;
   std::string message;
   json data;
   std::string forward_to;
+  /// With `span` set, `forward_to` empty and rpc_config::forward given: the
+  /// request spans shards of this node and of `span_peers` (addresses).
+  /// It runs here and is forwarded to each peer, each with the params
+  /// `span_params` makes of the request's for that part (0: this node, i:
+  /// span_peers[i - 1]; the request's own when empty), and
+  /// `span` makes its answer of the parts' answers (this node's first,
+  /// then span_peers' in order), given the request's own params. `span`
+  /// runs once, on the thread of the last answer; it may throw (the request
+  /// then fails with kind internal). kind, message and data are unused.
+  std::vector<std::string> span_peers;
+  std::function<json(const json& params, std::size_t part)> span_params;
+  std::function<span_answer(const json& params, std::vector<span_answer> parts)> span;
 };
 
 /// How a forwarded request's answer comes back: the peer's result, or an

@@ -272,6 +272,8 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       // The session's JSON: its state, ids and the fixed members, and in
       // the once form its user's state the first time the user is listed.
       auto size = m.state.dump().size() + m.app_name.size() + m.user_id.size() + m.id.size() + 128;
+      if (req.session_tokens)
+        size += 2 * (h.key.size() - prefix.size() + 6) + 16; // its page_token member
       json user_state;
       if (once && page.user_states.count(h.user) == 0) {
         user_state = merge_state(json::object(), u->second, json::object());
@@ -290,6 +292,8 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       if (!user_state.is_null())
         page.user_states.emplace(h.user, std::move(user_state));
       page.sessions.push_back(std::move(m));
+      if (req.session_tokens)
+        page.session_tokens.push_back(make_token(req, prefix, h.key));
     }
     if (more && !hits.empty())
       page.next_page_token = make_token(req, prefix, hits.back().key);

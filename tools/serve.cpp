@@ -490,6 +490,7 @@ to standard error, one line per event.)";
     if (auto why = check_cluster_flags(*parsed, a->cluster, tcp); !why.empty())
       return serve_usage_error(why);
     cfg.cluster = a->cluster;
+    cfg.cluster.max_response_bytes = cfg.engine_opts.limits.max_response_bytes;
     if (cfg.cluster.given)
       cfg.engine_opts.app_scope_writes = false; // until app: writes reach the home shard
     return run_serve(cfg);

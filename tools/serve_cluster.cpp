@@ -14,6 +14,7 @@
 
 #include "agentstate/client.hpp"
 #include "cluster/node.hpp"
+#include "cluster/span.hpp"
 #include "model/shard.hpp"
 #include "tools/cli.hpp"
 #include "tools/watch_remote.hpp"
@@ -31,6 +32,17 @@ bool per_user(std::string_view m) {
     "rewind_plan",    "list_invocations", "fork_session",   "delete_user",
   };
   return std::find(std::begin(names), std::end(names), m) != std::end(names);
+}
+
+/// A refusal of kind `kind` (with forward_to: a request to forward there).
+protocol::route_refusal refusal(std::string kind, std::string message, json data,
+                                std::string forward_to = {}) {
+  protocol::route_refusal r;
+  r.kind = std::move(kind);
+  r.message = std::move(message);
+  r.data = std::move(data);
+  r.forward_to = std::move(forward_to);
+  return r;
 }
 
 } // namespace
@@ -106,6 +118,7 @@ struct cluster_member::impl {
   std::unique_ptr<cluster::node> node;
   std::string id;
   bool forwarding = false;
+  std::size_t max_response_bytes = 0; ///< cluster_flags::max_response_bytes
   client_options peer_options; ///< token and TLS settings for every peer
   /// Peer connections by address. A lost one is replaced, and the old one
   /// retired: destroyed by the reaper thread once nothing else holds it (a
@@ -162,20 +175,18 @@ struct cluster_member::impl {
       return std::nullopt;
     json data = {{"shard", shard}, {"epoch", e.epoch}};
     if (e.owner.empty())
-      return protocol::route_refusal{
-        "unavailable", "shard " + std::to_string(shard) + " has no owner yet", std::move(data), {}};
+      return refusal("unavailable", "shard " + std::to_string(shard) + " has no owner yet",
+                     std::move(data));
     data["owner"] = e.owner;
     const auto* n = v.node(e.owner);
     if (!n || !n->alive)
-      return protocol::route_refusal{"unavailable",
-                                     "shard " + std::to_string(shard) + "'s owner, node '" + e.owner
-                                       + "', is down",
-                                     std::move(data),
-                                     {}};
+      return refusal("unavailable",
+                     "shard " + std::to_string(shard) + "'s owner, node '" + e.owner + "', is down",
+                     std::move(data));
     data["address"] = n->address;
-    return protocol::route_refusal{
+    return refusal(
       "moved", "shard " + std::to_string(shard) + " is on node '" + e.owner + "' at " + n->address,
-      std::move(data), forwarding ? n->address : std::string()};
+      std::move(data), forwarding ? n->address : std::string());
   }
 };
 
@@ -187,6 +198,7 @@ cluster_member::join(const cluster_flags& f, const std::string& address, server:
   auto p = std::make_unique<impl>();
   p->id = f.node_id;
   p->forwarding = !f.no_forward;
+  p->max_response_bytes = f.max_response_bytes;
   if (p->forwarding && !f.node_token_file.empty()) {
     auto token = read_token_file(f.node_token_file);
     if (!token)
@@ -233,12 +245,11 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
   if (!q.app_name && !feed)
     return std::nullopt; // ping, stats, flush: this node's own
   if (!p_->node->serving())
-    return protocol::route_refusal{"unavailable",
-                                   "node '" + p_->id
-                                     + "' cannot reach the cluster's coordinator: it serves no "
-                                       "shard until it can",
-                                   nullptr,
-                                   {}};
+    return refusal("unavailable",
+                   "node '" + p_->id
+                     + "' cannot reach the cluster's coordinator: it serves no "
+                       "shard until it can",
+                   nullptr);
   auto v = p_->node->view();
   const std::uint32_t shards = v->settings.shards;
   bool one_user = false;
@@ -252,19 +263,81 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     return std::nullopt; // params the method itself refuses
   if (q.method == "get_app_state" && q.app_name)
     return p_->for_shard(*v, model::home_shard(*q.app_name, shards));
-  // Spans the app's (or every app's) shards: served only by a node that owns
-  // them all.
+  // Spans the app's (or every app's) shards.
   std::size_t mine = static_cast<std::size_t>(std::count_if(
     v->shards.begin(), v->shards.end(), [&](const auto& e) { return e.owner == p_->id; }));
   if (mine == shards)
     return std::nullopt;
-  return protocol::route_refusal{
-    "invalid_argument",
-    "'" + std::string(q.method) + "' here spans every shard, and node '" + p_->id + "' owns "
-      + std::to_string(mine) + " of " + std::to_string(shards)
-      + ": a cluster does not serve requests across nodes yet (docs/cluster.md)",
-    nullptr,
-    {}};
+  const bool spannable =
+    q.method == "list_sessions" || q.method == "delete_app" || q.method == "read_changes";
+  if (spannable && q.this_node)
+    return std::nullopt; // a part of a request another node runs across nodes
+  if (!spannable || !p_->forwarding || (!q.app_name && q.method != "read_changes"))
+    return refusal("invalid_argument",
+                   "'" + std::string(q.method) + "' here spans every shard, and node '" + p_->id
+                     + "' owns " + std::to_string(mine) + " of " + std::to_string(shards)
+                     + (p_->forwarding
+                          ? ": across nodes a cluster serves list_sessions, read_changes and "
+                            "delete_app, not watch"
+                          : ": a node with --no-forward serves it only when it owns them all")
+                     + " (docs/cluster.md)",
+                   nullptr);
+  // Runs here and at every other owner: each shard's owner must be live.
+  protocol::route_refusal r;
+  std::vector<std::string> ids{p_->id}; // each part's node: this one, then span_peers'
+  for (std::uint32_t s = 0; s < shards; ++s) {
+    auto refused = p_->for_shard(*v, s);
+    if (!refused)
+      continue;
+    if (refused->kind != "moved")
+      return refused;
+    auto& address = refused->data["address"].get_ref<const std::string&>();
+    if (std::find(r.span_peers.begin(), r.span_peers.end(), address) == r.span_peers.end()) {
+      r.span_peers.push_back(address);
+      ids.push_back(refused->data["owner"].get<std::string>());
+    }
+  }
+  if (q.method == "read_changes") {
+    r.span_params = [ids](const json& params, std::size_t part) {
+      json p = params;
+      p["this_node"] = true;
+      p.erase("from");
+      if (auto from = params.find("from"); from != params.end() && from->is_string())
+        if (auto at = cluster::parse_merged_cursor(from->get_ref<const std::string&>()))
+          if (auto mine = at->find(ids[part]); mine != at->end())
+            p["from"] = mine->second;
+      return p;
+    };
+    r.span = [ids](const json& params, std::vector<protocol::span_answer> parts) {
+      return cluster::merge_changes(params, std::move(parts), ids);
+    };
+    return r;
+  }
+  if (q.method == "delete_app") {
+    r.span_params = [](const json& params, std::size_t) {
+      json p = params;
+      p["this_node"] = true;
+      return p;
+    };
+    r.span = [](const json&, std::vector<protocol::span_answer> parts) {
+      if (auto e = cluster::first_error(parts))
+        return *e;
+      return protocol::span_answer{nullptr, nullptr};
+    };
+  } else {
+    r.span_params = [](const json& params, std::size_t) {
+      json p = params;
+      p["session_tokens"] = true;
+      p["this_node"] = true;
+      p.erase("offset"); // refused by the merge: no part skips anything
+      return p;
+    };
+    r.span = [max = p_->max_response_bytes](const json& params,
+                                            std::vector<protocol::span_answer> parts) {
+      return cluster::merge_pages(params, std::move(parts), max);
+    };
+  }
+  return r;
 }
 
 void cluster_member::forward(const std::string& peer, const std::string& method, json params,

@@ -4,7 +4,9 @@
 // coordinator, follows the shard map, serves the requests of the shards it
 // owns, and answers the others `moved` (the owner's address) or `unavailable`
 // (the owner is down, the shard has no owner yet, or this node cannot reach
-// etcd); a request that spans shards it does not all own is refused.
+// etcd). list_sessions of an app and delete_app run on every owner and are
+// answered once all have (the listing merged in order); the other requests
+// that span shards it does not all own are refused.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,9 @@ struct cluster_flags {
   std::string tls_cert, tls_key;
   bool no_forward = false;
   std::uint64_t lease_ttl_s = 5;
+  /// Set by serve: the engine's response limit, which a listing merged
+  /// from several nodes keeps to as well.
+  std::size_t max_response_bytes = std::size_t{64} << 20;
   bool given = false; ///< any of them was on the command line
 };
 
@@ -62,7 +67,7 @@ public:
   /// Leaves the cluster.
   ~cluster_member();
 
-  /// rpc_config::route: nullopt when this node serves the request.
+  /// rpc_config::route: nullopt when this node serves the request alone.
   std::optional<protocol::route_refusal> route(const protocol::route_query& q) const;
 
   /// rpc_config::cluster_map: {cluster, revision, shards, nodes} and, with

@@ -158,6 +158,9 @@ struct list_request {
   /// O(matching sessions) index reads.
   bool include_total = false;
   list_state shared_state = list_state::merged;
+  /// Fill session_page::session_tokens: for each listed session, the page
+  /// token that continues this listing after it.
+  bool session_tokens = false;
 };
 
 struct session_page {
@@ -169,6 +172,9 @@ struct session_page {
   /// user id. Empty otherwise.
   json app_state = json::object();
   std::map<std::string, json> user_states;
+  /// With list_request::session_tokens: one per listed session, in order,
+  /// the token that continues the listing after it. Empty otherwise.
+  std::vector<std::string> session_tokens;
 };
 
 /// An atomic read-modify-write of one state key, carried by an append. The

@@ -11,7 +11,9 @@
 #include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 namespace {
 
@@ -174,9 +176,11 @@ TEST_CASE("serve --cluster: moved names the owner; following it reaches every se
   CHECK(
     kind_of(client(port_of[home == "a" ? "b" : "a"]).call("get_app_state", {{"app_name", "app"}}))
     == "moved");
-  // Requests across the app's shards are refused here, not answered in part.
+  // Without forwarding, requests across the nodes' shards are refused, not
+  // answered in part.
   CHECK(kind_of(ca.call("list_sessions", {{"app_name", "app"}})) == "invalid_argument");
   CHECK(kind_of(ca.call("read_changes", {{"scope", "all"}})) == "invalid_argument");
+  CHECK(kind_of(ca.call("watch", {{"scope", "all"}})) == "invalid_argument");
   CHECK(kind_of(ca.call("delete_app", {{"app_name", "app"}})) == "invalid_argument");
   // app: writes are refused until the cluster keeps app: state across shards.
   const auto s0 = model::shard_of("app", "u0", shard_count);
@@ -300,6 +304,167 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
   auto down = ca.call("get_session", create_params(on_b[0], "s"), "d", 10s);
   CHECK(kind_of(down) == "unavailable");
   CHECK(ok(ca.call("ping")));
+}
+
+TEST_CASE("serve --cluster: list_sessions of an app pages across the nodes, each session once in "
+          "order; read_changes merges the nodes' feeds; delete_app removes the app from every "
+          "node") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map({fa.port, fb.port});
+  client ca(fa.port), cb(fb.port);
+  using id_pair = std::pair<std::string, std::string>;
+  std::set<id_pair> made;
+  std::map<std::string, int> per_owner;
+  for (int u = 0; u < 10; ++u)
+    for (int k = 0; k < 3; ++k) {
+      std::string user = "u" + std::to_string(u), id = "s" + std::to_string(k);
+      REQUIRE(ok(ca.call("create_session", create_params(user, id))));
+      made.insert({user, id});
+      ++per_owner[m["shards"][model::shard_of("app", user, shard_count)]["owner"]];
+    }
+  REQUIRE(per_owner["a"] > 0);
+  REQUIRE(per_owner["b"] > 0);
+  REQUIRE(
+    ok(ca.call("create_session", {{"app_name", "other"}, {"user_id", "u0"}, {"session_id", "x"}})));
+  for (std::string order_by : {"id", "created", "update_time"})
+    for (std::string order : {"asc", "desc"}) {
+      INFO(order_by, " ", order);
+      std::vector<id_pair> listed;
+      std::vector<double> times;
+      json token = nullptr;
+      // Pages of 7 from the two nodes in turn: a token made by one serves on the other.
+      for (int page = 0; page < 20; ++page) {
+        json p{{"app_name", "app"},
+               {"page_size", 7},
+               {"order_by", order_by},
+               {"order", order},
+               {"include_total", true}};
+        if (!token.is_null())
+          p["page_token"] = token;
+        auto r = (page % 2 ? cb : ca).call("list_sessions", p);
+        REQUIRE(r);
+        INFO(r->dump());
+        REQUIRE(ok(r));
+        auto& res = (*r)["result"];
+        CHECK(res["sessions"].size() <= 7);
+        CHECK(res["total"] == 30);
+        for (auto& s : res["sessions"]) {
+          CHECK(!s.contains("page_token"));
+          listed.emplace_back(s["user_id"], s["id"]);
+          times.push_back(s["last_update_time"]);
+        }
+        token = res["next_page_token"];
+        if (token.is_null())
+          break;
+      }
+      CHECK(token.is_null());
+      CHECK(listed.size() == 30);
+      CHECK(std::set<id_pair>(listed.begin(), listed.end()) == made);
+      if (order_by == "id") {
+        auto sorted = listed;
+        std::sort(sorted.begin(), sorted.end());
+        if (order == "desc")
+          std::reverse(sorted.begin(), sorted.end());
+        CHECK(listed == sorted);
+      }
+      if (order_by == "update_time") {
+        auto sorted = times;
+        std::sort(sorted.begin(), sorted.end());
+        if (order == "desc")
+          std::reverse(sorted.begin(), sorted.end());
+        CHECK(times == sorted);
+      }
+    }
+  // A session's own token (session_tokens) continues after it, on any node.
+  json p{{"app_name", "app"}, {"order_by", "id"}, {"session_tokens", true}};
+  auto all = ca.call("list_sessions", p);
+  REQUIRE(ok(all));
+  auto& sessions = (*all)["result"]["sessions"];
+  REQUIRE(sessions.size() == 30);
+  auto rest =
+    cb.call("list_sessions",
+            {{"app_name", "app"}, {"order_by", "id"}, {"page_token", sessions[11]["page_token"]}});
+  REQUIRE(ok(rest));
+  REQUIRE((*rest)["result"]["sessions"].size() == 18);
+  CHECK((*rest)["result"]["sessions"][0]["id"] == sessions[12]["id"]);
+  CHECK((*rest)["result"]["sessions"][0]["user_id"] == sessions[12]["user_id"]);
+  CHECK(kind_of(ca.call("list_sessions", {{"app_name", "app"}, {"offset", 2}}))
+        == "invalid_argument");
+  // The app's change feed across nodes, in pages of 7 from the two nodes in
+  // turn: every create once, then at_head.
+  std::vector<json> feed;
+  json cursor = nullptr;
+  for (int page = 0; page < 20; ++page) {
+    json p{{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}, {"limit", 7}};
+    if (!cursor.is_null())
+      p["from"] = cursor;
+    auto r = (page % 2 ? cb : ca).call("read_changes", p);
+    REQUIRE(r);
+    INFO(r->dump());
+    REQUIRE(ok(r));
+    auto& res = (*r)["result"];
+    CHECK(res["changes"].size() <= 7);
+    for (auto& c : res["changes"])
+      feed.push_back(c);
+    cursor = res["cursor"];
+    CHECK(cursor.get<std::string>().rfind("nodes:", 0) == 0);
+    if (res["at_head"] == true)
+      break;
+  }
+  std::multiset<id_pair> created;
+  for (auto& c : feed) {
+    CHECK(c["kind"] == "create");
+    created.emplace(c["user_id"], c["session_id"]);
+  }
+  CHECK(created.size() == 30);
+  CHECK(std::set<id_pair>(created.begin(), created.end()) == made);
+  // A change's own cursor resumes right after it.
+  REQUIRE(feed.size() == 30);
+  auto after = cb.call("read_changes",
+                       {{"scope", "app"},
+                        {"app_name", "app"},
+                        {"include_sessions", true},
+                        {"from", feed[9]["cursor"]}});
+  REQUIRE(ok(after));
+  std::set<id_pair> resumed, expected;
+  for (auto& c : (*after)["result"]["changes"])
+    resumed.emplace(c["user_id"], c["session_id"]);
+  for (std::size_t i = 10; i < feed.size(); ++i)
+    expected.emplace(feed[i]["user_id"], feed[i]["session_id"]);
+  CHECK((*after)["result"]["changes"].size() == 20);
+  CHECK(resumed == expected);
+  // Every app: the other app's create too. One node's own cursor is refused.
+  auto everything = ca.call("read_changes", {{"scope", "all"}, {"limit", 1000}});
+  REQUIRE(ok(everything));
+  CHECK((*everything)["result"]["changes"].size() == 31);
+  auto own = ca.call("read_changes", {{"scope", "all"}, {"this_node", true}, {"limit", 1}});
+  REQUIRE(ok(own));
+  CHECK(kind_of(ca.call("read_changes", {{"scope", "all"}, {"from", (*own)["result"]["cursor"]}}))
+        == "invalid_argument");
+  // delete_app through one node: gone from both.
+  REQUIRE(ok(cb.call("delete_app", {{"app_name", "app"}})));
+  auto empty = ca.call("list_sessions", {{"app_name", "app"}, {"include_total", true}});
+  REQUIRE(ok(empty));
+  CHECK((*empty)["result"]["sessions"].empty());
+  CHECK((*empty)["result"]["total"] == 0);
+  for (int u = 0; u < 10; ++u) {
+    auto got = ca.call("get_session", create_params("u" + std::to_string(u), "s0"));
+    REQUIRE(ok(got));
+    CHECK((*got)["result"].is_null());
+  }
+  auto other = cb.call("list_sessions", {{"app_name", "other"}});
+  REQUIRE(ok(other));
+  CHECK((*other)["result"]["sessions"].size() == 1);
+  // A node down: the request spanning it is unavailable, not answered in part.
+  fb.proc->signal(SIGKILL);
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       fb.proc->alive() && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
+  CHECK(kind_of(ca.call("list_sessions", {{"app_name", "other"}}, "d", 10s)) == "unavailable");
 }
 
 TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token; a client's "

@@ -109,3 +109,41 @@ TEST_CASE("serve: list_sessions accepted 1 MB, crafted and other listings' page 
   CHECK(ids_of(s.ok("list_sessions", listing(token))) == second_page);
   CHECK(s.wait_exit() == 0);
 }
+
+TEST_CASE("serve: list_sessions with session_tokens gives each session the token that continues "
+          "the listing after it") {
+  temp_dir dir;
+  server s({"--store", (dir.path() / "store").string()}, (dir.path() / "stderr.txt").string());
+  for (int i = 0; i < 6; ++i)
+    s.ok("create_session", session_params("s" + std::to_string(i), i % 2 ? "u1" : "u2"));
+  for (std::string order_by : {"id", "created", "update_time"})
+    for (std::string order : {"asc", "desc"}) {
+      INFO(order_by, " ", order);
+      json base{{"app_name", "app"}, {"order_by", order_by}, {"order", order}};
+      auto all = s.ok("list_sessions", base);
+      auto plain = ids_of(all);
+      REQUIRE(plain.size() == 6);
+      for (const auto& m : all["sessions"])
+        CHECK(!m.contains("page_token")); // only when asked for
+      auto with = base;
+      with["session_tokens"] = true;
+      auto page = s.ok("list_sessions", with);
+      CHECK(ids_of(page) == plain);
+      REQUIRE(page["sessions"].size() == 6);
+      for (std::size_t i = 0; i < 6; ++i) {
+        auto rest = base;
+        rest["page_token"] = page["sessions"][i]["page_token"];
+        auto after = ids_of(s.ok("list_sessions", rest));
+        CHECK(after
+              == std::vector<std::string>(plain.begin() + static_cast<long>(i) + 1, plain.end()));
+      }
+      // The last session's token is the one a page ending there would carry.
+      auto two = base;
+      two["page_size"] = 2;
+      two["session_tokens"] = true;
+      auto first_two = s.ok("list_sessions", two);
+      CHECK(first_two["next_page_token"] == first_two["sessions"][1]["page_token"]);
+    }
+  auto bad = s.call("list_sessions", json{{"app_name", "app"}, {"session_tokens", "yes"}});
+  CHECK(bad["error"]["data"]["kind"] == "invalid_argument");
+}

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// cluster/span.hpp: the answer of a request that a node runs across the
+// cluster's nodes (protocol::route_refusal::span), made of the nodes' own
+// answers: a listing's pages merged in order, change feeds merged under a
+// cursor of their own (docs/cluster.md, "Across nodes").
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agentstate/json.hpp"
+#include "protocol/rpc_session.hpp"
+
+namespace agentstate::cluster {
+
+/// An error answer of kind `kind` (code invalid_params for invalid_argument,
+/// else engine_error).
+protocol::span_answer span_error(const std::string& kind, const std::string& message);
+
+/// The first part's error (parts in order), or nullopt when every part
+/// succeeded.
+std::optional<protocol::span_answer> first_error(std::vector<protocol::span_answer>& parts);
+
+/// list_sessions of an app across nodes, `params` the request's: the parts'
+/// pages (each listed with session_tokens, so every session carries the
+/// token that continues after it) merged in the listing's order. A part with
+/// more sessions than it sent bounds the page at its last one (nothing after
+/// it is known), so every session of every part is listed exactly once
+/// across the pages; the next page token is the last listed session's own.
+/// The page holds at most page_size sessions and ends early (with a token)
+/// before its sessions' JSON passes `max_bytes` (one session at least).
+/// `offset` is invalid_argument; include_total adds the parts' totals; with
+/// shared_state "once" the parts' app_state and the listed users'
+/// user_states are joined. The first part's error, if any, is the answer.
+protocol::span_answer merge_pages(const json& params, std::vector<protocol::span_answer> parts,
+                                  std::size_t max_bytes);
+
+/// A read across nodes answers cursors of their own: "nodes:" then
+/// NODE=CURSOR for each node read so far (that node's own feed cursor),
+/// comma-separated, in node id order. nullopt when `text` is not one.
+std::optional<std::map<std::string, std::string>> parse_merged_cursor(std::string_view text);
+std::string merged_cursor(const std::map<std::string, std::string>& at);
+
+/// read_changes across nodes, `params` the request's: parts[i] read node
+/// ids[i]'s own feed after its entry of the request's merged cursor `from`
+/// (from its oldest change without one). Changes are taken one from each
+/// part in turn up to `limit`, so a busy node does not hold back the
+/// others; each change's cursor, and the answer's, is the merged cursor as
+/// of that change (a node's entry moves past what was taken from it, to its
+/// part's cursor once all of it was), so resuming from any of them misses
+/// and repeats nothing. at_head: every part at its head and all taken. A
+/// `from` that is not a merged cursor is invalid_argument; a part's
+/// cursor_expired answers with data.oldest as the merged cursor that
+/// resumes at that node's oldest change.
+protocol::span_answer merge_changes(const json& params, std::vector<protocol::span_answer> parts,
+                                    const std::vector<std::string>& ids);
+
+} // namespace agentstate::cluster
