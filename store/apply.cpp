@@ -31,26 +31,59 @@ struct scratch {
   std::string k, v;
 };
 
-void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w, scratch& s) {
+// The tallies of the scopes a write set writes (store format 8), read
+// before its first write so a damaged one fails the write set untouched.
+struct tallies {
+  state_tally session, user, app;
+};
+
+void put_row(kv_write& txn, table t, std::string_view parent, const state_write& w, scratch& s,
+             state_tally& tally) {
   set_sub_key(s.k, parent, w.key);
-  if (w.erase) {
-    txn.del(t, s.k);
-  } else {
-    seal_into(s.v, s.k, w.text);
-    txn.put(t, s.k, s.v);
-  }
+  put_state_row(txn, t, s.k, w.erase ? nullptr : &w.text, s.v, tally);
 }
 
-void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, scratch& s) {
-  for (auto& w : ws.session_writes)
-    put_row(txn, table::session_state, skey, w, s);
+result<tallies> read_tallies(kv_read& txn, const write_set& ws, const std::string& skey,
+                             bool fresh_session) {
+  tallies out;
+  if (!fresh_session && !ws.session_writes.empty()) {
+    auto t = read_tally(txn, table::session_state, skey);
+    if (!t)
+      return std::move(t).err();
+    out.session = *t;
+  }
+  if (!ws.user_writes.empty()) {
+    auto t = read_tally(txn, table::user_state, user_scope_key(ws.app, ws.user));
+    if (!t)
+      return std::move(t).err();
+    out.user = *t;
+  }
+  if (!ws.app_writes.empty()) {
+    auto t = read_tally(txn, table::app_state, ws.app);
+    if (!t)
+      return std::move(t).err();
+    out.app = *t;
+  }
+  return out;
+}
+
+void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, scratch& s, tallies& n) {
+  if (!ws.session_writes.empty()) {
+    for (auto& w : ws.session_writes)
+      put_row(txn, table::session_state, skey, w, s, n.session);
+    put_tally(txn, table::session_state, skey, n.session);
+  }
   if (!ws.user_writes.empty()) {
     auto ukey = user_scope_key(ws.app, ws.user);
     for (auto& w : ws.user_writes)
-      put_row(txn, table::user_state, ukey, w, s);
+      put_row(txn, table::user_state, ukey, w, s, n.user);
+    put_tally(txn, table::user_state, ukey, n.user);
   }
-  for (auto& w : ws.app_writes)
-    put_row(txn, table::app_state, ws.app, w, s);
+  if (!ws.app_writes.empty()) {
+    for (auto& w : ws.app_writes)
+      put_row(txn, table::app_state, ws.app, w, s, n.app);
+    put_tally(txn, table::app_state, ws.app, n.app);
+  }
 }
 
 // A list index entry: its value seals the key (an empty body).
@@ -60,6 +93,39 @@ void put_index(kv_write& txn, table t, scratch& s) {
 }
 
 } // namespace
+
+result<state_tally> read_tally(kv_read& txn, table t, std::string_view key) {
+  auto raw = txn.get(t, key);
+  if (!raw)
+    return state_tally{};
+  auto x = decode_tally(key, *raw);
+  if (!x)
+    return damaged(t, key);
+  return *x;
+}
+
+void put_tally(kv_write& txn, table t, std::string_view key, const state_tally& x) {
+  if (x.rows == 0 && x.sum == 0)
+    txn.del(t, key);
+  else
+    txn.put(t, key, encode_tally(key, x));
+}
+
+void put_state_row(kv_write& txn, table t, std::string_view key, const std::string* text,
+                   std::string& buf, state_tally& tally) {
+  if (auto old = txn.get(t, key)) {
+    tally_out(tally, *old);
+    if (!text) {
+      txn.del(t, key);
+      return;
+    }
+  } else if (!text) {
+    return;
+  }
+  seal_into(buf, key, *text);
+  txn.put(t, key, buf);
+  tally_in(tally, buf);
+}
 
 std::array<std::pair<table, std::string>, 4> list_entries(std::string_view app,
                                                           std::string_view user,
@@ -127,11 +193,14 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
     case write_set::kind::create: {
       if (rec)
         return error{errc::already_exists, "session '" + ws.id + "' already exists"};
+      auto n = read_tallies(txn, ws, skey, true);
+      if (!n)
+        return std::move(n).err();
       if (is_doomed(txn, skey)) // a large delete of the same id still being purged
         purge_now(txn, skey);
       session_record r{ws.fork_events.size(), ws.time, ws.time, ws.expires, ws.refresh};
       put_expiry(txn, skey, r.expires);
-      put_rows(txn, ws, skey, s);
+      put_rows(txn, ws, skey, s, *n);
       for (std::size_t i = 0; i < ws.fork_events.size(); ++i) {
         set_event_key(k, skey, i + 1);
         txn.put(table::events, k, ws.fork_events[i]);
@@ -153,9 +222,12 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
         return error{errc::unavailable,
                      "an earlier append to session '" + ws.id
                        + "' failed; retry with the same event id"};
+      auto n = read_tallies(txn, ws, skey, false);
+      if (!n)
+        return std::move(n).err();
       set_event_key(k, skey, ws.version);
       txn.put(table::events, k, ws.event_row);
-      put_rows(txn, ws, skey, s);
+      put_rows(txn, ws, skey, s, *n);
       if (rec->last_update_time != ws.time || bits_of(rec->last_update_time) != bits_of(ws.time)) {
         set_by_update_key(k, ws.app, ws.user, ws.id, rec->last_update_time);
         txn.del(table::by_update, k);
@@ -186,6 +258,7 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       } else {
         auto prefix = skey + '\0';
         delete_prefix(txn, table::session_state, prefix);
+        txn.del(table::session_state, skey); // its tally
         delete_prefix(txn, table::events, prefix);
       }
       for (auto& [t, key] :

@@ -10,6 +10,7 @@
 #include "agentstate/error.hpp"
 #include "store/change_log.hpp"
 #include "store/kv.hpp"
+#include "store/records.hpp"
 #include "store/write_set.hpp"
 
 namespace agentstate::store {
@@ -22,7 +23,11 @@ namespace agentstate::store {
 /// longer follows) only before the first write: an error return leaves
 /// `txn` as it was. Throws kv_failure on storage failure, possibly after
 /// some of the write set's puts (the caller's savepoint takes them back).
-/// Cost: an append is ~10 puts/deletes; a delete O(rows of the session) up
+/// Every state row written keeps its scope's tally (store::state_tally):
+/// the tallies of the scopes the write set writes are read before its first
+/// write (a damaged one: data_corrupt, nothing written).
+/// Cost: an append is ~10 puts/deletes, plus a get per state row and a
+/// put per scope it writes; a delete O(rows of the session) up
 /// to inline_delete_events events, beyond that a few puts and deletes (the
 /// rest is purged in steps: store/purge.hpp). A remove_user / remove_app
 /// puts a fence (store/scope_delete.hpp); under a fence a create is
@@ -31,6 +36,21 @@ namespace agentstate::store {
 /// row (log_change). Returns whether it wrote anything (false only for a
 /// delete of a session that does not exist).
 result<bool> apply(kv_write& txn, const write_set& ws, change_log* log = nullptr);
+
+/// The tally of scope `key` (store::state_tally) of state table `t`; zero
+/// when it has none. Errors: data_corrupt when its row is damaged; storage
+/// errors.
+result<state_tally> read_tally(kv_read& txn, table t, std::string_view key);
+/// Stores `x` as the tally of scope `key` of state table `t` (deletes the
+/// row when it counts nothing). Throws kv_failure.
+void put_tally(kv_write& txn, table t, std::string_view key, const state_tally& x);
+/// Writes the state row `key` of state table `t`: `text` sealed (`buf` is
+/// scratch space), or with `text` null deletes the row; `tally` (its
+/// scope's, put back by the caller with put_tally) counts the old row out
+/// and the new one in. Cost: a get before the put or delete. Throws
+/// kv_failure.
+void put_state_row(kv_write& txn, table t, std::string_view key, const std::string* text,
+                   std::string& buf, state_tally& tally);
 
 /// A session's list-index entries: by_update and by_user at its last update
 /// time `updated`, by_created and by_user_created at its creation time.

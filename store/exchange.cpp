@@ -41,8 +41,10 @@ error corrupt(const std::string& what) {
 }
 
 // Emits one line per scope (user or app) from a state table whose keys are
-// scope ‖ 0 ‖ key, grouping consecutive rows of the same scope. A scope with
-// a damaged row goes to `on_damaged` (when set) instead of the output.
+// scope ‖ 0 ‖ key, grouping consecutive rows of the same scope, each scope
+// preceded by its tally row (key: scope; format 8). A scope with a damaged
+// row, or whose rows disagree with its tally, goes to `on_damaged` (when
+// set) instead of the output.
 result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, bool user,
                            const std::function<void(const std::string&)>& sink,
                            const std::function<void(const error&)>& on_damaged, std::uint64_t& n) {
@@ -50,10 +52,25 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
   std::string current; // scope part of the key, with its trailing NUL
   json state;
   bool skip = false; // the current scope has a damaged row (reported)
+  bool fenced_scope = false; // the current scope is being deleted (X2/X3)
+  state_tally stored, found; // the current scope's tally and its rows'
   const bool legacy = txn.legacy_values();
+  const bool tallied = txn.state_tallies();
+  auto report = [&](error e) {
+    if (!on_damaged) {
+      err = std::move(e);
+      return false;
+    }
+    on_damaged(e);
+    skip = true;
+    return true;
+  };
   auto emit = [&] {
-    if (current.empty() || skip)
-      return;
+    if (current.empty() || skip || fenced_scope)
+      return true;
+    if (tallied && stored != found)
+      return report(
+        tally_mismatch(t, std::string_view(current).substr(0, current.size() - 1), stored, found));
     auto parts = split_nul(std::string_view(current).substr(0, current.size() - 1));
     json rec = {{"type", user ? "user_state" : "app_state"}, {"app_name", parts[0]}};
     if (user)
@@ -61,8 +78,34 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
     rec["state"] = std::move(state);
     sink(rec.dump());
     ++n;
+    return true;
+  };
+  auto begin_scope = [&](std::string_view scope) {
+    if (!emit())
+      return false;
+    current = std::string(scope);
+    state = json::object();
+    stored = found = {};
+    skip = false;
+    // X2/X3: a scope being deleted is not exported.
+    auto p = split_nul(scope.substr(0, scope.size() - 1));
+    fenced_scope = user ? p.size() > 1 && fenced(txn, p[0], p[1]) : app_fenced(txn, p[0]);
+    if (fenced_scope || !tallied)
+      return true;
+    // The tally row precedes the rows, but a scan under one user or app
+    // starts after it.
+    const auto key = scope.substr(0, scope.size() - 1);
+    if (auto raw = txn.get(t, key)) {
+      auto x = decode_tally(key, *raw);
+      if (!x)
+        return report(damaged(t, key));
+      stored = *x;
+    }
+    return true;
   };
   txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
+    if (tallied && is_tally_key(t, k))
+      return begin_scope(std::string(k) + '\0');
     // The scope part ends at the 1st (app) or 2nd (user) NUL.
     auto cut = k.find('\0');
     if (user && cut != std::string_view::npos)
@@ -72,37 +115,26 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
       return false;
     }
     auto scope = k.substr(0, cut + 1);
-    if (scope != current) {
-      emit();
-      current = std::string(scope);
-      state = json::object();
-      // X2/X3: a scope being deleted is not exported.
-      auto p = split_nul(scope.substr(0, scope.size() - 1));
-      skip = user ? p.size() > 1 && fenced(txn, p[0], p[1]) : app_fenced(txn, p[0]);
-    }
-    if (skip)
+    if (scope != current && !begin_scope(scope))
+      return false;
+    if (skip || fenced_scope)
       return true;
     auto body = open_row(t, k, v, legacy);
-    if (!body) {
-      if (!on_damaged) {
-        err = damaged(t, k);
-        return false;
-      }
-      on_damaged(damaged(t, k));
-      skip = true;
-      return true;
-    }
+    if (!body)
+      return report(damaged(t, k));
     auto val = parse_json(*body, stored_json_depth);
     if (!val) {
       err = corrupt("state row: " + val.err().message);
       return false;
     }
+    tally_in(found, v);
     state[std::string(k.substr(cut + 1))] = std::move(*val);
     return true;
   });
   if (err)
     return *err;
-  emit();
+  if (!emit())
+    return *err;
   return {};
 }
 
@@ -282,7 +314,14 @@ struct importer {
     return *it;
   }
 
+  // Writes the rows of `state` under the scope `prefix` (its key and a
+  // NUL) of state table `t`, and the scope's tally.
   result<void> put_rows(table t, const std::string& prefix, const json& state) {
+    const std::string scope = prefix.substr(0, prefix.size() - 1);
+    auto tally = read_tally(*txn, t, scope);
+    if (!tally)
+      return tally.err();
+    std::string buf;
     for (auto it = state.begin(); it != state.end(); ++it) {
       if (it.key().find('\0') != std::string::npos || it.key().size() > 200)
         return bad("state key '" + it.key().substr(0, 40)
@@ -290,9 +329,9 @@ struct importer {
       auto text = dump_json(it.value());
       if (!text)
         return bad(text.err().message);
-      auto key = prefix + it.key();
-      txn->put(t, key, seal(key, *text));
+      put_state_row(*txn, t, prefix + it.key(), &*text, buf, *tally);
     }
+    put_tally(*txn, t, scope, *tally);
     return {};
   }
 

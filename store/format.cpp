@@ -13,6 +13,7 @@
 #include "store/change_log.hpp"
 #include "store/errors.hpp"
 #include "store/keys.hpp"
+#include "store/purge.hpp"
 #include "store/records.hpp"
 
 namespace agentstate::store {
@@ -98,6 +99,54 @@ void index_created(kv_write& w) {
   }
 }
 
+// 7 -> 8: the tally of every scope of state table `t` (its rows are
+// contiguous in key order), put in batches of 8,192 scopes (a cursor is not
+// kept across puts; each tally's key sorts before the rows left to read). A
+// damaged row counts with the checksum it carries, so it still reads as
+// damaged, not as a row the tally lacks. A key of a tally's form already
+// there (format 7 has none) is replaced, or deleted when its scope has no
+// rows.
+void tally_scopes(kv_write& w, table t) {
+  std::string from, scope;
+  state_tally tally;
+  for (;;) {
+    std::vector<std::pair<std::string, state_tally>> done;
+    std::vector<std::string> stale;
+    bool more = false;
+    w.scan(t, {}, from, [&](std::string_view k, std::string_view v) {
+      if (!from.empty() && k == from)
+        return true;
+      if (is_tally_key(t, k)) {
+        stale.emplace_back(k);
+        return true;
+      }
+      auto sc = scope_of_row(t, k);
+      if (sc != scope) {
+        if (done.size() >= 8192) {
+          more = true;
+          return false;
+        }
+        if (tally.rows != 0)
+          done.emplace_back(std::move(scope), tally);
+        scope = std::string(sc);
+        tally = {};
+      }
+      tally_in(tally, v);
+      from = std::string(k);
+      return true;
+    });
+    if (!more && tally.rows != 0) {
+      done.emplace_back(std::move(scope), tally);
+      tally = {};
+    }
+    delete_keys(w, t, stale);
+    for (auto& [key, x] : done)
+      w.put(t, key, encode_tally(key, x));
+    if (!more)
+      return;
+  }
+}
+
 } // namespace
 
 std::uint32_t known_format(std::string_view text) {
@@ -143,6 +192,9 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version, double now
         }
         // 6 -> 7: nothing to rewrite. Sessions created before have no
         // origin row: their as-of reads are marked inexact.
+        // 7 -> 8: every state scope's tally.
+        for (auto t : {table::session_state, table::user_state, table::app_state})
+          tally_scopes(*w, t);
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

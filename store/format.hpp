@@ -25,10 +25,12 @@ namespace agentstate::store {
 ///   (store/purge.hpp), `expiry` with the 40-byte record of a session that
 ///   expires (store/expiry.hpp) and `fences` (store/scope_delete.hpp); every
 ///   reader takes records of 24 and 40 bytes.
-inline constexpr std::uint32_t format_version = 7;
+/// - 8: each state scope's tally row (store::state_tally: its rows' count
+///   and checksum sum), which every read of the scope checks.
+inline constexpr std::uint32_t format_version = 8;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 7, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 8, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -47,9 +49,11 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// row damaged later would); 4 -> 5 adds two creation-order list entries
 /// per session (a session whose record is damaged gets none); 5 -> 6 gives
 /// the store an epoch and an empty change log (its sequence starts at 1);
-/// 6 -> 7 writes nothing (the log and the epoch stay, so cursors stay valid).
-/// Cost of
+/// 6 -> 7 writes nothing (the log and the epoch stay, so cursors stay valid);
+/// 7 -> 8 puts each state scope's tally (a damaged row counts with the
+/// checksum it carries, so it still reads as damaged). Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
+/// of 7 -> 8: a pass over the state rows and a put per scope;
 /// the transaction needs free map space for the pages it writes
 /// (storage_full otherwise, the store left as it was). Errors:
 /// internal when the format is unknown (the store is left as it was),

@@ -84,6 +84,12 @@ public:
   /// the snapshot begins. A store opened for writing is upgraded before use.
   virtual bool legacy_values() const { return false; }
 
+  /// Whether this snapshot's state scopes carry tallies (store format 8,
+  /// store::state_tally), which readers then check their rows against:
+  /// false only in a store opened read-only whose meta["format"] is 1-7 as
+  /// the snapshot begins. A store opened for writing is upgraded before use.
+  virtual bool state_tallies() const { return true; }
+
   /// Whether a reader must check the checksums of this snapshot's sealed
   /// values: false only for the in-memory store, whose values never leave
   /// the memory of the process that sealed them (no disk, file or copy can

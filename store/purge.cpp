@@ -34,8 +34,11 @@ std::size_t delete_session_rows(kv_write& txn, std::string_view skey, std::size_
   for (auto t : {table::events, table::session_state}) {
     done += delete_keys(txn, t, first_keys(txn, t, prefix, max_rows - done));
     if (done >= max_rows)
-      break;
+      return done;
   }
+  // The session's state tally (format 8) goes with its last state row.
+  if (txn.del(table::session_state, skey))
+    ++done;
   return done;
 }
 

@@ -34,7 +34,8 @@ std::vector<std::string> first_keys(kv_read& txn, table t, std::string_view pref
 /// Deletes `keys` of table `t`; returns how many. Throws kv_failure.
 std::size_t delete_keys(kv_write& txn, table t, const std::vector<std::string>& keys);
 /// Deletes up to `max_rows` of session `skey`'s event rows, then its state
-/// rows; returns how many (fewer than `max_rows`: none is left). Throws
+/// rows, then its state tally; returns how many (fewer than `max_rows`:
+/// none is left). Throws
 /// kv_failure.
 std::size_t delete_session_rows(kv_write& txn, std::string_view skey, std::size_t max_rows);
 

@@ -425,7 +425,44 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix) {
     json out = json::object();
     std::optional<error> err;
     const bool legacy = txn.legacy_values();
-    txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
+    const bool tallied = txn.state_tallies() && !prefix.empty() && prefix.back() == '\0'
+      && (t == table::session_state || t == table::user_state || t == table::app_state);
+    if (!tallied) {
+      txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
+        auto body = open_row(t, k, v, legacy);
+        if (!body) {
+          err = damaged(t, k);
+          return false;
+        }
+        auto val = parse_stored(*body);
+        if (!val) {
+          err = std::move(val).err();
+          return false;
+        }
+        out[std::string(k.substr(prefix.size()))] = std::move(*val);
+        return true;
+      });
+      if (err)
+        return std::move(*err);
+      return out;
+    }
+    // The scope's tally row (its key: the prefix without its NUL) sorts
+    // just before its rows, and every key after them differs from the
+    // prefix at that NUL, so one scan from the tally key reads both.
+    const std::string_view scope(prefix.data(), prefix.size() - 1);
+    state_tally stored, found;
+    txn.scan(t, scope, {}, [&](std::string_view k, std::string_view v) {
+      if (k.size() == scope.size()) {
+        auto tally = decode_tally(k, v);
+        if (!tally) {
+          err = damaged(t, k);
+          return false;
+        }
+        stored = *tally;
+        return true;
+      }
+      if (k[scope.size()] != '\0')
+        return false; // another scope whose name this one's begins
       auto body = open_row(t, k, v, legacy);
       if (!body) {
         err = damaged(t, k);
@@ -436,11 +473,14 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix) {
         err = std::move(val).err();
         return false;
       }
+      tally_in(found, v);
       out[std::string(k.substr(prefix.size()))] = std::move(*val);
       return true;
     });
     if (err)
       return std::move(*err);
+    if (stored != found)
+      return tally_mismatch(t, scope, stored, found);
     return out;
   } catch (const kv_failure& f) {
     return from_failure(f);

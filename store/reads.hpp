@@ -26,7 +26,11 @@ namespace agentstate::store {
 result<std::unique_ptr<kv_read>> begin_read(kv_store& kv);
 
 /// The rows of table `t` under `prefix` as an object keyed by the rest of
-/// each row's key (one scope's state).
+/// each row's key (one scope's state). For a state table and a prefix
+/// ending in NUL (a scope), in a snapshot with state tallies (format 8),
+/// the rows are checked against the scope's tally: data_corrupt naming the
+/// scope when they differ (a row lost from, or swapped in, the store's
+/// pages), never the state without a key.
 result<json> read_rows(kv_read& txn, table t, const std::string& prefix);
 
 result<std::optional<session_record>> read_record(kv_read& txn, std::string_view skey);

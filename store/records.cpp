@@ -216,6 +216,9 @@ std::string printable(std::string_view x) {
 }
 
 std::string row_name(table t, std::string_view key) {
+  if ((t == table::session_state || t == table::user_state || t == table::app_state)
+      && is_tally_key(t, key))
+    return scope_name(t, key) + " tally";
   switch (t) {
     case table::sessions: return "session '" + joined(split_key(key, 3), 3) + "' record";
     case table::origins: return "session '" + joined(split_key(key, 3), 3) + "' origin";
@@ -295,6 +298,63 @@ error missing_rows(std::string_view skey, const std::string& what) {
                "session '" + joined(split_key(skey, 3), 3) + "' is missing rows: " + what
                  + " (the store is damaged; `agentstate verify` lists every "
                    "damaged row)"};
+}
+
+std::uint32_t sealed_crc(std::string_view value) noexcept {
+  return value.size() < seal_bytes ? 0 : read_le32(value.data() + 1);
+}
+
+bool is_tally_key(table t, std::string_view key) noexcept {
+  const auto nuls = static_cast<std::size_t>(std::count(key.begin(), key.end(), '\0'));
+  switch (t) {
+    case table::session_state: return nuls == 2;
+    case table::user_state: return nuls == 1;
+    case table::app_state: return nuls == 0;
+    default: return false;
+  }
+}
+
+std::string_view scope_of_row(table t, std::string_view key) noexcept {
+  int nuls = t == table::session_state ? 3 : t == table::user_state ? 2 : 1;
+  for (std::size_t i = 0; i < key.size(); ++i)
+    if (key[i] == '\0' && --nuls == 0)
+      return key.substr(0, i);
+  return key;
+}
+
+std::string encode_tally(std::string_view key, const state_tally& x) {
+  std::string out(seal_bytes, '\0');
+  append_le64(out, x.rows);
+  append_le64(out, x.sum);
+  seal_in_place(out, key);
+  return out;
+}
+
+std::optional<state_tally> decode_tally(std::string_view key, std::string_view value) noexcept {
+  if (value.size() != seal_bytes + 16 || value[0] != sealed_tag
+      || read_le32(value.data() + 1) != checksum(key, value.substr(seal_bytes)))
+    return std::nullopt;
+  return state_tally{read_le64(value.data() + seal_bytes),
+                     read_le64(value.data() + seal_bytes + 8)};
+}
+
+std::string scope_name(table t, std::string_view key) {
+  switch (t) {
+    case table::session_state: return "session '" + joined(split_key(key, 3), 3) + "' state";
+    case table::user_state: return "user '" + joined(split_key(key, 2), 2) + "' state";
+    default: return "app '" + printable(key) + "' state";
+  }
+}
+
+error tally_mismatch(table t, std::string_view key, const state_tally& stored,
+                     const state_tally& found) {
+  std::string what = stored.rows == found.rows
+    ? "its rows are not the ones its tally sums (" + std::to_string(found.rows) + " rows)"
+    : "its tally counts " + std::to_string(stored.rows) + " rows, a read found "
+      + std::to_string(found.rows);
+  return error{errc::data_corrupt,
+               scope_name(t, key) + " is missing rows: " + what
+                 + " (the store is damaged; `agentstate verify` lists every damaged row)"};
 }
 
 result<json> parse_stored(std::string_view text) {

@@ -68,6 +68,54 @@ error damaged(table t, std::string_view key);
 /// rows: <what> (...)".
 error missing_rows(std::string_view skey, const std::string& what);
 
+/// A scope's state tally (store format 8): how many state rows the scope
+/// (a session's own state, a user's, an app's) holds, and the sum, modulo
+/// 2^64, of the checksums their seals carry. It is stored as a row of the
+/// scope's state table whose key is the scope's prefix without its trailing
+/// NUL (`skey`, `app ‖ 0 ‖ user`, `app`): it sorts just before the scope's
+/// rows, usually on their leaf page, and is absent while the scope has no
+/// rows. Every write of a state row keeps it (store/apply.hpp,
+/// put_state_row); every read that gathers a scope's rows compares them
+/// with it, so a row lost from the store's pages, or one replaced by
+/// another sealed row, is data_corrupt instead of state without the key.
+struct state_tally {
+  std::uint64_t rows = 0;
+  std::uint64_t sum = 0;
+  bool operator==(const state_tally& o) const { return rows == o.rows && sum == o.sum; }
+  bool operator!=(const state_tally& o) const { return !(*this == o); }
+};
+
+/// The checksum a sealed value carries (its bytes 1-4), 0 for a value
+/// shorter than a seal.
+std::uint32_t sealed_crc(std::string_view value) noexcept;
+/// `t` with the row whose stored value is `value` counted in, or out.
+inline void tally_in(state_tally& t, std::string_view value) noexcept {
+  ++t.rows;
+  t.sum += sealed_crc(value);
+}
+inline void tally_out(state_tally& t, std::string_view value) noexcept {
+  --t.rows;
+  t.sum -= sealed_crc(value);
+}
+/// Whether `key` of state table `t` (session_state, user_state, app_state)
+/// is a scope's tally row rather than a state row (two, one, no NULs).
+bool is_tally_key(table t, std::string_view key) noexcept;
+/// The scope (tally key) of a state row `key` of table `t`: the key up to
+/// its third (session_state), second (user_state) or first (app_state) NUL;
+/// the whole key when it has fewer.
+std::string_view scope_of_row(table t, std::string_view key) noexcept;
+/// The sealed tally row of scope `key`.
+std::string encode_tally(std::string_view key, const state_tally& x);
+/// nullopt when `value` is not an intact tally row of scope `key`.
+std::optional<state_tally> decode_tally(std::string_view key, std::string_view value) noexcept;
+/// The scope `key` of state table `t` as errors name it: "session
+/// 'app/user/id' state", "user 'app/user' state", "app 'app' state".
+std::string scope_name(table t, std::string_view key);
+/// data_corrupt for the scope `key` of state table `t` whose rows (`found`)
+/// disagree with its tally (`stored`).
+error tally_mismatch(table t, std::string_view key, const state_tally& stored,
+                     const state_tally& found);
+
 /// A session's record: u64 version, f64 last_update_time, f64 created
 /// (little-endian, 24 bytes of body), and for a session that expires f64
 /// expires, f64 refresh (40 bytes).

@@ -91,6 +91,10 @@ std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows) {
     if (auto n =
           delete_keys(txn, table::app_state, first_keys(txn, table::app_state, fence, max_rows)))
       return n;
+  // The scope's state tally (format 8; a user's, under an app's fence, went
+  // with the user's rows: its key starts with the fence) goes with the fence.
+  const std::string_view scope(fence.data(), fence.size() - 1);
+  txn.del(app ? table::app_state : table::user_state, scope);
   txn.del(table::fences, fence);
   return 1;
 }

@@ -9,6 +9,7 @@
 #include "store/format.hpp"
 #include "store/keys.hpp"
 #include "store/listing.hpp"
+#include "store/purge.hpp"
 #include "store/reads.hpp"
 #include "store/records.hpp"
 #include "store/scope_delete.hpp"
@@ -49,9 +50,56 @@ std::uint64_t count_rows(kv_read& txn, table t, checker* sealed_index = nullptr)
   return n;
 }
 
+// Whether the state scope `scope` of table `t` is being deleted (its
+// session marked for purge, its user or app under a fence): its rows go in
+// steps, so its tally need not match them.
+bool scope_purging(kv_read& txn, table t, std::string_view scope) {
+  auto p = split_key(scope, 3);
+  switch (t) {
+    case table::session_state:
+      return is_doomed(txn, scope) || (p.size() == 3 && fenced(txn, p[0], p[1]));
+    case table::user_state: return p.size() == 2 && fenced(txn, p[0], p[1]);
+    default: return app_fenced(txn, scope);
+  }
+}
+
+// Checks every row of state table `t` (keys of `parts` parts): its seal, its
+// key's form, its value's JSON; and (format 8) each scope's rows against its
+// tally row. `count` counts the state rows (not the tallies).
 void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c, std::uint64_t& count) {
   const bool legacy = txn.legacy_values();
+  const bool tallied = txn.state_tallies();
+  std::string scope; // the scope being read ("" before the first)
+  bool open = false, known = true;
+  state_tally stored, found;
+  auto close = [&] {
+    if (open && known && stored != found && !scope_purging(txn, t, scope))
+      c.fault(tally_mismatch(t, scope, stored, found).message);
+    open = false;
+  };
+  auto begin = [&](std::string_view k) {
+    close();
+    scope = std::string(k);
+    open = known = true;
+    stored = found = {};
+  };
   txn.scan(t, {}, {}, [&](std::string_view k, std::string_view v) {
+    if (tallied && is_tally_key(t, k)) {
+      begin(k);
+      if (auto x = decode_tally(k, v)) {
+        stored = *x;
+      } else {
+        c.fault(damaged(t, k).message);
+        known = false;
+      }
+      return true;
+    }
+    if (tallied) {
+      auto sc = scope_of_row(t, k);
+      if (!open || sc != scope)
+        begin(sc);
+      tally_in(found, v);
+    }
     ++count;
     auto body = open_row(t, k, v, legacy);
     if (!body) {
@@ -65,6 +113,7 @@ void check_value_rows(kv_read& txn, table t, std::size_t parts, checker& c, std:
       c.fault(std::string(table_name(t)) + ": value of '" + shown(k) + "' is not valid JSON");
     return true;
   });
+  close();
 }
 
 // The change log: every row decodes, the sequence has no gap (retention
@@ -277,7 +326,7 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     check_value_rows(txn, table::session_state, 4, c, r.session_rows);
     txn.scan(table::session_state, {}, {}, [&](std::string_view k, std::string_view) {
       auto p = split_key(k, 4);
-      if (p.size() == 4 && !txn.get(table::sessions, session_key(p[0], p[1], p[2]))
+      if (p.size() >= 3 && !txn.get(table::sessions, session_key(p[0], p[1], p[2]))
           && !txn.get(table::doomed, session_key(p[0], p[1], p[2])))
         c.fault("session_state: row '" + shown(k) + "' of a missing session");
       return true;

@@ -27,14 +27,16 @@ struct verify_report {
   bool ok() const { return faults == 0; }
 };
 
-/// Checks, in the snapshot `txn`: the format version (1 to 7); every row's
+/// Checks, in the snapshot `txn`: the format version (1 to 8); every row's
 /// checksum (format 4: every value of every table but meta, each bad row
 /// reported by its row_name, as data_corrupt names it); every session
 /// record decodes; its events are versions 1..version without gaps, each row
 /// decodes to an event whose timestamp matches the row's, and no two events
 /// of a session share an id (A6); both list
 /// indexes hold exactly one entry per session at its last_update_time; every
-/// state row's key is well-formed and its value decodes; no table holds rows
+/// state row's key is well-formed and its value decodes; (format 8) every
+/// state scope's rows match its tally (store::state_tally), but those of a
+/// scope being purged; no table holds rows
 /// of a missing session (the rows of a deleted session still being purged
 /// are counted in `purging`, not as faults; so are the sessions of a user or
 /// app being deleted, whose events are not checked); origins are JSON

@@ -378,7 +378,9 @@ TEST_CASE("random 4-byte flips (seeded): every tool and serve fail clean") {
 // child page numbers, sizes, values). Every read of every reader must then
 // either equal the undamaged store's answer or be data_corrupt (exit 1 for
 // the tools): get_session of every session, list_sessions of every app and
-// user, list_invocations of every session through `serve`; export and dump.
+// user, get_app_state and get_user_state of every app and user (each state
+// scope's rows are checked against its tally), list_invocations of every
+// session through `serve`; export and dump.
 // verify and export agree on whether the store is damaged.
 
 namespace {
@@ -445,8 +447,11 @@ std::string lie_requests() {
   int id = 1;
   for (auto app : {"chat", "tools"}) {
     in += rpc(id++, "list_sessions", {{"app_name", app}});
-    for (auto user : {"alice", "bob", "carol"})
+    in += rpc(id++, "get_app_state", {{"app_name", app}});
+    for (auto user : {"alice", "bob", "carol"}) {
       in += rpc(id++, "list_sessions", {{"app_name", app}, {"user_id", user}});
+      in += rpc(id++, "get_user_state", {{"app_name", app}, {"user_id", user}});
+    }
   }
   for (auto& s : lie_sessions()) {
     in += rpc(id++, "get_session", lie_ref(s));

@@ -54,10 +54,41 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
   return {static_cast<const char*>(val.mv_data), val.mv_size};
 }
 
+/// Deletes every state tally row (format 8) from `rows`: what a store of
+/// format 7 or older holds.
+void drop_tallies(MDB_txn* txn) {
+  MDB_dbi rows;
+  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
+  std::vector<std::string> keys;
+  MDB_cursor* c = nullptr;
+  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
+  MDB_val k, v;
+  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    std::string key(static_cast<const char*>(k.mv_data), k.mv_size);
+    REQUIRE(!key.empty());
+    if (store::is_tally_key(static_cast<store::table>(key[0]), std::string_view(key).substr(1)))
+      keys.push_back(std::move(key));
+  }
+  mdb_cursor_close(c);
+  for (auto& key : keys) {
+    MDB_val mk{key.size(), key.data()};
+    REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
+  }
+}
+
+/// Makes a closed store this build wrote what format 7 wrote: no state
+/// tallies, meta["format"] "7".
+void make_format7(MDB_txn* txn, MDB_dbi meta) {
+  drop_tallies(txn);
+  put(txn, meta, "format", "7");
+}
+
 /// Rewrites a store the engine wrote (format 4) into the layout of formats
 /// 1-2: values bare, each small table a database of its own, named as the
 /// table.
 void split_rows(MDB_txn* txn) {
+  drop_tallies(txn);
   test::unseal_store(txn);
   MDB_dbi rows;
   REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
@@ -216,12 +247,16 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
     split_rows(txn);
     put(txn, meta, "format", "2");
   });
-  // Read-only opens read the old layout, which has no creation-order indexes
-  // and no origins.
+  // Read-only opens read the old layout, which has no creation-order indexes,
+  // no origins and no state tallies (12 sessions, 3 users and 2 apps with
+  // state; the upgrade puts them back).
   auto split_counts = counts;
   split_counts[static_cast<int>(store::table::by_created)] = 0;
   split_counts[static_cast<int>(store::table::by_user_created)] = 0;
   split_counts[static_cast<int>(store::table::origins)] = 0;
+  split_counts[static_cast<int>(store::table::session_state)] -= 12;
+  split_counts[static_cast<int>(store::table::user_state)] -= 3;
+  split_counts[static_cast<int>(store::table::app_state)] -= 2;
   CHECK(counts[static_cast<int>(store::table::by_created)] == 12);
   CHECK(entries(dir.str()) == split_counts);
   verify_clean(dir.str(), 36);
@@ -281,8 +316,9 @@ TEST_CASE("format upgrade: a store of an unknown format is refused and left as i
   });
 }
 
-TEST_CASE("format upgrade: a format 6 store opens as format 7 with its cursors valid; its "
-          "sessions' as-of reads are marked inexact, new sessions' exact") {
+TEST_CASE(
+  "format upgrade: a format 6 store opens as the current format with its cursors valid; its "
+  "sessions' as-of reads are marked inexact, new sessions' exact") {
   test::temp_dir dir;
   auto ref = test::sref("app", "u", "s");
   std::string cursor;
@@ -293,9 +329,14 @@ TEST_CASE("format upgrade: a format 6 store opens as format 7 with its cursors v
     cursor = test::append_ok(*e, ref, test::make_event(json{{"k", 2}})).cursor;
     MUST(e->close());
   }
-  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi) { test::make_format6(txn); });
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi) {
+    drop_tallies(txn);
+    test::make_format6(txn);
+  });
   auto e = open_at(dir.str());
-  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == "7"); });
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+    CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
+  });
   // The log and the epoch stay: the cursor still reads.
   watch_request w;
   w.from = cursor;
@@ -322,4 +363,66 @@ TEST_CASE("format upgrade: a format 6 store opens as format 7 with its cursors v
   CHECK(test::get_existing(*e, q).as_of->exact);
   MUST(e->close());
   verify_clean(dir.str(), 2);
+}
+
+TEST_CASE("format upgrade: a format 7 store opens as format 8 with every state scope tallied") {
+  test::temp_dir dir;
+  auto a = test::sref("app", "u", "s1"), b = test::sref("app", "v", "s2");
+  std::string before_a, before_b;
+  {
+    auto e = open_at(dir.str());
+    for (auto& ref : {a, b}) {
+      MUST(e->create_session(test::create_req(ref, json{{"k0", 0}, {"user:u0", 0}})));
+      test::append_ok(*e, ref,
+                      test::make_event(json{{"k1", 1}, {"user:u1", 1}, {"app:a0", ref.user_id}}));
+    }
+    // A session with no state of its own, and one deleted.
+    MUST(e->create_session(test::create_req(test::sref("app", "u", "bare"))));
+    MUST(e->delete_session(test::sref("app", "u", "bare")));
+    MUST(e->create_session(test::create_req(test::sref("app", "w", "empty"))));
+    before_a = MUST(e->get_session_json(test::get_req(a)));
+    before_b = MUST(e->get_session_json(test::get_req(b)));
+    MUST(e->close());
+  }
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) { make_format7(txn, meta); });
+  // Read-only tools read format 7 as it is: no tallies to check.
+  verify_clean(dir.str(), 2);
+  {
+    auto e = open_at(dir.str());
+    raw_write(dir.str(),
+              [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == "8"); });
+    CHECK(MUST(e->get_session_json(test::get_req(a))) == before_a);
+    CHECK(MUST(e->get_session_json(test::get_req(b))) == before_b);
+    MUST(e->close());
+  }
+  verify_clean(dir.str(), 2);
+  // Each scope's tally counts its rows.
+  auto kv = store::open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+  {
+    auto r = kv->begin_read();
+    auto tally = [&](store::table t, const std::string& key) {
+      auto raw = r->get(t, key);
+      REQUIRE(raw);
+      auto x = store::decode_tally(key, *raw);
+      REQUIRE(x);
+      return x->rows;
+    };
+    CHECK(tally(store::table::session_state, store::session_key("app", "u", "s1")) == 2);
+    CHECK(tally(store::table::user_state, store::user_scope_key("app", "u")) == 2);
+    CHECK(tally(store::table::app_state, "app") == 1);
+    // No rows, no tally.
+    CHECK_FALSE(r->get(store::table::session_state, store::session_key("app", "w", "empty")));
+  }
+  // So a row lost after the upgrade is data_corrupt.
+  {
+    auto w = kv->begin_write();
+    REQUIRE(
+      w->del(store::table::user_state, store::sub_key(store::user_scope_key("app", "v"), "u1")));
+    w->commit();
+  }
+  kv.reset();
+  auto e = open_at(dir.str());
+  CHECK(e->get_session_json(test::get_req(b)).code() == errc::data_corrupt);
+  CHECK(MUST(e->get_session_json(test::get_req(a))) == before_a);
+  MUST(e->close());
 }
