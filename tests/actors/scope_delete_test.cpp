@@ -130,8 +130,9 @@ TEST_CASE_TEMPLATE("delete_user: every session and the user's state are gone at 
   CHECK(s.state == json{{"fresh", true}, {"app:shared", 2}});
   CHECK(test::user_state(e, "app", "u").empty());
   CHECK(test::rows_under(e, store::table::events, store::user_scope_key("app", "u") + '\0') == 0);
+  // The new session's one state row and its scope's tally row (store format 8).
   CHECK(test::rows_under(e, store::table::session_state, store::user_scope_key("app", "u") + '\0')
-        == 1);
+        == 2);
   CHECK(test::rows_under(e, store::table::user_state, store::user_scope_key("app", "u") + '\0')
         == 0);
   CHECK(test::get_existing(e, other).version == 1);
