@@ -425,23 +425,25 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix) {
     json out = json::object();
     std::optional<error> err;
     const bool legacy = txn.legacy_values();
+    // Adds row (k, v) to `out`; false (err set) when it is damaged.
+    auto take = [&](std::string_view k, std::string_view v) {
+      auto body = open_row(t, k, v, legacy);
+      if (!body) {
+        err = damaged(t, k);
+        return false;
+      }
+      auto val = parse_stored(*body);
+      if (!val) {
+        err = std::move(val).err();
+        return false;
+      }
+      out[std::string(k.substr(prefix.size()))] = std::move(*val);
+      return true;
+    };
     const bool tallied = txn.state_tallies() && !prefix.empty() && prefix.back() == '\0'
       && (t == table::session_state || t == table::user_state || t == table::app_state);
     if (!tallied) {
-      txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) {
-        auto body = open_row(t, k, v, legacy);
-        if (!body) {
-          err = damaged(t, k);
-          return false;
-        }
-        auto val = parse_stored(*body);
-        if (!val) {
-          err = std::move(val).err();
-          return false;
-        }
-        out[std::string(k.substr(prefix.size()))] = std::move(*val);
-        return true;
-      });
+      txn.scan(t, prefix, {}, take);
       if (err)
         return std::move(*err);
       return out;
@@ -463,19 +465,8 @@ result<json> read_rows(kv_read& txn, table t, const std::string& prefix) {
       }
       if (k[scope.size()] != '\0')
         return false; // another scope whose name this one's begins
-      auto body = open_row(t, k, v, legacy);
-      if (!body) {
-        err = damaged(t, k);
-        return false;
-      }
-      auto val = parse_stored(*body);
-      if (!val) {
-        err = std::move(val).err();
-        return false;
-      }
       tally_in(found, v);
-      out[std::string(k.substr(prefix.size()))] = std::move(*val);
-      return true;
+      return take(k, v);
     });
     if (err)
       return std::move(*err);

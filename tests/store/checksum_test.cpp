@@ -36,29 +36,6 @@ using namespace agentstate::store;
 
 namespace {
 
-/// Deletes every state tally row (format 8) from `rows`: a store of format
-/// 3 held none.
-void drop_tallies(MDB_txn* txn) {
-  MDB_dbi rows;
-  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
-  std::vector<std::string> keys;
-  MDB_cursor* c = nullptr;
-  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
-  MDB_val k, v;
-  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-    std::string key(static_cast<const char*>(k.mv_data), k.mv_size);
-    REQUIRE(!key.empty());
-    if (is_tally_key(static_cast<table>(key[0]), std::string_view(key).substr(1)))
-      keys.push_back(std::move(key));
-  }
-  mdb_cursor_close(c);
-  for (auto& key : keys) {
-    MDB_val mk{key.size(), key.data()};
-    REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
-  }
-}
-
 namespace fs = std::filesystem;
 
 const session_ref target = test::sref("app", "u", "s1"); // the damaged session
@@ -425,7 +402,7 @@ TEST_CASE("checksums: a format-3 row that does not decode is sealed as damaged b
     REQUIRE(mdb_env_open(env, dir.str().c_str(), MDB_NOTLS, 0644) == 0);
     MDB_txn* txn = nullptr;
     REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
-    drop_tallies(txn);
+    test::drop_tallies(txn);
     test::unseal_store(txn);
     // The target's state row "n" as format 3 would hold a damaged one.
     MDB_dbi rows;

@@ -54,33 +54,10 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
   return {static_cast<const char*>(val.mv_data), val.mv_size};
 }
 
-/// Deletes every state tally row (format 8) from `rows`: what a store of
-/// format 7 or older holds.
-void drop_tallies(MDB_txn* txn) {
-  MDB_dbi rows;
-  REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
-  std::vector<std::string> keys;
-  MDB_cursor* c = nullptr;
-  REQUIRE(mdb_cursor_open(txn, rows, &c) == 0);
-  MDB_val k, v;
-  for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-       rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-    std::string key(static_cast<const char*>(k.mv_data), k.mv_size);
-    REQUIRE(!key.empty());
-    if (store::is_tally_key(static_cast<store::table>(key[0]), std::string_view(key).substr(1)))
-      keys.push_back(std::move(key));
-  }
-  mdb_cursor_close(c);
-  for (auto& key : keys) {
-    MDB_val mk{key.size(), key.data()};
-    REQUIRE(mdb_del(txn, rows, &mk, nullptr) == 0);
-  }
-}
-
 /// Makes a closed store this build wrote what format 7 wrote: no state
 /// tallies, meta["format"] "7".
 void make_format7(MDB_txn* txn, MDB_dbi meta) {
-  drop_tallies(txn);
+  test::drop_tallies(txn);
   put(txn, meta, "format", "7");
 }
 
@@ -88,7 +65,7 @@ void make_format7(MDB_txn* txn, MDB_dbi meta) {
 /// 1-2: values bare, each small table a database of its own, named as the
 /// table.
 void split_rows(MDB_txn* txn) {
-  drop_tallies(txn);
+  test::drop_tallies(txn);
   test::unseal_store(txn);
   MDB_dbi rows;
   REQUIRE(mdb_dbi_open(txn, "rows", 0, &rows) == 0);
@@ -330,7 +307,7 @@ TEST_CASE(
     MUST(e->close());
   }
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi) {
-    drop_tallies(txn);
+    test::drop_tallies(txn);
     test::make_format6(txn);
   });
   auto e = open_at(dir.str());

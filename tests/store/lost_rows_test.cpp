@@ -33,19 +33,9 @@ namespace {
 const session_ref lossy = test::sref("app", "u", "s1");
 const session_ref intact = test::sref("app", "u", "s2");
 
-std::unique_ptr<engine> open_engine(const std::string& dir) {
-  options o;
-  o.dir = dir;
-  o.mode = durability::nosync;
-  auto r = engine::open(o);
-  INFO(test::describe(r));
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
 // Two sessions of 5 events each (two invocations), state in every scope.
 void fill(const std::string& dir) {
-  auto e = open_engine(dir);
+  auto e = test::open_store_dir(dir);
   for (auto& ref : {lossy, intact}) {
     MUST(e->create_session(test::create_req(ref, json{{"k0", "v"}, {"user:u0", 1}})));
     for (int i = 0; i < 5; ++i) {
@@ -93,13 +83,13 @@ TEST_CASE("get_session with a lost event row is data_corrupt, not a shorter succ
   fill(dir.str());
   std::string before_intact, before_recent2;
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     before_intact = MUST(e->get_session_json(test::get_req(intact)));
     before_recent2 = MUST(e->get_session_json(recent(lossy, 2)));
     MUST(e->close());
   }
   lose_row(dir.str(), table::events, event_row(lossy, 3));
-  auto e = open_engine(dir.str());
+  auto e = test::open_store_dir(dir.str());
   for (auto req : {test::get_req(lossy), recent(lossy, 3), recent(lossy, 10)}) {
     CAPTURE(req.num_recent_events.value_or(-1));
     auto text = e->get_session_json(req);
@@ -131,7 +121,7 @@ TEST_CASE("get_session with its newest event row lost is data_corrupt, not the v
   test::temp_dir dir;
   fill(dir.str());
   lose_row(dir.str(), table::events, event_row(lossy, 5));
-  auto e = open_engine(dir.str());
+  auto e = test::open_store_dir(dir.str());
   for (auto req : {test::get_req(lossy), recent(lossy, 1)}) {
     auto r = e->get_session_json(req);
     REQUIRE(!r.ok());
@@ -145,7 +135,7 @@ TEST_CASE("list_invocations with a lost event row is data_corrupt, not an invoca
   test::temp_dir dir;
   fill(dir.str());
   lose_row(dir.str(), table::events, event_row(lossy, 4));
-  auto e = open_engine(dir.str());
+  auto e = test::open_store_dir(dir.str());
   auto r = e->list_invocations(lossy);
   REQUIRE(!r.ok());
   CHECK(r.code() == errc::data_corrupt);
@@ -180,7 +170,7 @@ TEST_CASE("a leaf page that lost its last entry is data_corrupt for every read o
   fill(dir.str());
   std::string before;
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     before = MUST(e->get_session_json(test::get_req(lossy)));
     MUST(e->close());
   }

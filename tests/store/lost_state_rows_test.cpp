@@ -23,19 +23,9 @@ namespace {
 const session_ref lossy = test::sref("app", "u", "s1");
 const session_ref other_user = test::sref("app", "v", "s2");
 
-std::unique_ptr<engine> open_engine(const std::string& dir) {
-  options o;
-  o.dir = dir;
-  o.mode = durability::nosync;
-  auto r = engine::open(o);
-  INFO(test::describe(r));
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
 // Two sessions of two users, each with three keys in every scope.
 void fill(const std::string& dir) {
-  auto e = open_engine(dir);
+  auto e = test::open_store_dir(dir);
   for (auto& ref : {lossy, other_user}) {
     MUST(e->create_session(test::create_req(ref, json{{"k0", 0}, {"k1", 1}, {"user:u0", 0}})));
     test::append_ok(
@@ -106,13 +96,13 @@ TEST_CASE("get_session with a lost session state row is data_corrupt, not state 
   fill(dir.str());
   std::string before_other;
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     before_other = MUST(e->get_session_json(test::get_req(other_user)));
     MUST(e->close());
   }
   lose_row(dir.str(), table::session_state, sub_key(skey_of(lossy), "k1"));
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     reads_are_corrupt(*e, lossy, "session 'app/u/s1'");
     CHECK(MUST(e->get_session_json(test::get_req(other_user))) == before_other);
     MUST(e->close());
@@ -127,13 +117,13 @@ TEST_CASE("get_session with a lost user: state row is data_corrupt naming the us
   fill(dir.str());
   std::string before_other;
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     before_other = MUST(e->get_session_json(test::get_req(other_user)));
     MUST(e->close());
   }
   lose_row(dir.str(), table::user_state, sub_key(user_scope_key("app", "u"), "u1"));
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     reads_are_corrupt(*e, lossy, "user 'app/u'");
     auto scope = e->get_user_state("app", "u");
     REQUIRE(!scope.ok());
@@ -152,7 +142,7 @@ TEST_CASE("get_session with a lost app: state row is data_corrupt naming the app
   fill(dir.str());
   lose_row(dir.str(), table::app_state, sub_key("app", "a2"));
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     reads_are_corrupt(*e, lossy, "app 'app'");
     reads_are_corrupt(*e, other_user, "app 'app'");
     auto scope = e->get_app_state("app");
@@ -171,7 +161,7 @@ TEST_CASE("a state row whose sealed value was swapped for another is data_corrup
   test::temp_dir dir;
   fill(dir.str());
   replace_row(dir.str(), table::session_state, sub_key(skey_of(lossy), "k1"), "7");
-  auto e = open_engine(dir.str());
+  auto e = test::open_store_dir(dir.str());
   reads_are_corrupt(*e, lossy, "session 'app/u/s1'");
   MUST(e->close());
   CHECK(verify_names(verify_dir(dir.str()), "session 'app/u/s1'"));
@@ -182,7 +172,7 @@ TEST_CASE("state tallies follow every write: appends, erases, deletes and a user
   test::temp_dir dir;
   fill(dir.str());
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     // Overwrites, erases and new keys in every scope.
     auto ev =
       test::make_event(json{{"k0", 10}, {"k3", 3}, {"user:u0", 10}, {"app:a0", 10}}, "s1-e2");
@@ -205,7 +195,7 @@ TEST_CASE("state tallies follow every write: appends, erases, deletes and a user
   INFO((r.messages.empty() ? std::string() : r.messages.front()));
   CHECK(r.faults == 0);
   {
-    auto e = open_engine(dir.str());
+    auto e = test::open_store_dir(dir.str());
     MUST(e->delete_user("app", "v"));
     MUST(e->close());
   }

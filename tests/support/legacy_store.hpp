@@ -59,7 +59,8 @@ inline bool format3_table(store::table t) {
     && t != store::table::fences;
 }
 
-/// Deletes every row of `rows` whose table `doomed(t)` names.
+/// Deletes every row of `rows` for which `doomed(t, key)` holds (its table
+/// and its key within the table).
 template <class Pred>
 void drop_rows_of(MDB_txn* txn, Pred doomed) {
   MDB_dbi rows;
@@ -71,8 +72,9 @@ void drop_rows_of(MDB_txn* txn, Pred doomed) {
   for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
     REQUIRE(k.mv_size > 0);
-    if (doomed(static_cast<store::table>(*static_cast<const char*>(k.mv_data))))
-      keys.emplace_back(static_cast<const char*>(k.mv_data), k.mv_size);
+    std::string_view key(static_cast<const char*>(k.mv_data), k.mv_size);
+    if (doomed(static_cast<store::table>(key[0]), key.substr(1)))
+      keys.emplace_back(key);
   }
   mdb_cursor_close(c);
   for (auto& key : keys) {
@@ -81,10 +83,17 @@ void drop_rows_of(MDB_txn* txn, Pred doomed) {
   }
 }
 
+/// Deletes every state tally row (store format 8): formats 7 and older kept
+/// none.
+inline void drop_tallies(MDB_txn* txn) {
+  drop_rows_of(txn,
+               [](store::table t, std::string_view key) { return store::is_tally_key(t, key); });
+}
+
 /// Makes a closed store this build wrote what format 6 wrote: no origin
 /// rows, meta["format"] "6".
 inline void make_format6(MDB_txn* txn) {
-  drop_rows_of(txn, [](store::table t) { return t == store::table::origins; });
+  drop_rows_of(txn, [](store::table t, std::string_view) { return t == store::table::origins; });
   MDB_dbi meta;
   REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
   std::string fk = "format", fv = "6";
@@ -95,7 +104,7 @@ inline void make_format6(MDB_txn* txn) {
 /// Deletes the rows of the tables format 3 did not have from `rows` (the
 /// creation-order indexes, origins and purge marks).
 inline void drop_created_indexes(MDB_txn* txn) {
-  drop_rows_of(txn, [](store::table t) { return !format3_table(t); });
+  drop_rows_of(txn, [](store::table t, std::string_view) { return !format3_table(t); });
 }
 
 /// Makes the closed format-5 store in `dir` what format 3 wrote: values

@@ -115,6 +115,18 @@ std::string describe(const result<T>& r) {
   return r.ok() ? std::string("ok") : ::agentstate::to_string(r.err());
 }
 
+/// An engine on the LMDB store in `dir` (durability::nosync), REQUIRE'd to
+/// open.
+inline std::unique_ptr<engine> open_store_dir(const std::string& dir) {
+  options o;
+  o.dir = dir;
+  o.mode = durability::nosync;
+  auto r = engine::open(o);
+  INFO(describe(r));
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
 inline std::string code_name(errc c) {
   return ::agentstate::to_string(c);
 }
