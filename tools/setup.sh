@@ -68,11 +68,18 @@ node_major="$(node -p 'process.versions.node.split(".")[0]')"
 stamp="$js_dir/node_modules/.agentstate-lock-sha256"
 want="$(sha256sum "$js_dir/package-lock.json" | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: npm ci in bindings/js (builds the sqlite3 module from source: a few minutes)"
+  echo "setup: npm ci in bindings/js (downloads its packages, builds the sqlite3 module)"
   # node-gyp reads the headers of the installed node instead of downloading them.
   if [ -z "${npm_config_nodedir:-}" ] && [ -f /usr/include/node/node.h ]; then
     export npm_config_nodedir=/usr
   fi
+  # The sqlite3 module links Debian's libsqlite3 (libsqlite3-dev, installed above for the
+  # tool) instead of compiling the SQLite it bundles (about a minute of one core);
+  # node-gyp compiles the module's own files on two jobs.
+  if [ -z "${GYP_DEFINES:-}" ] && [ -f /usr/include/sqlite3.h ]; then
+    export GYP_DEFINES="sqlite=/usr"
+  fi
+  export JOBS="${JOBS:-2}"
   (cd "$js_dir" && npm ci --no-audit --no-fund)
   echo "$want" > "$stamp"
 else
