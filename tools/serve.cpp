@@ -268,8 +268,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
   cfg.net.lim.max_in_flight_bytes = cfg.stream.rpc.max_in_flight_bytes;
   cfg.net.lim.max_watches = cfg.stream.rpc.max_watches;
   cfg.net.lim.max_output_bytes = cfg.stream.max_queued_bytes;
-  // The engine's idle hook: a response made on an engine worker leaves at
-  // the worker's next idle point (protocol/idle_hook.hpp).
+  // Responses made on engine workers leave at their idle points (protocol/idle_hook.hpp).
   cfg.stream.idle = cfg.net.idle = &agentstate::detail::defer_until_idle;
   return std::nullopt;
 }
