@@ -3,7 +3,7 @@
 // thread leaves to that thread for when it runs out of jobs. Output that
 // several jobs in a row produce (one stream's responses) then leaves in one
 // write instead of one write, and one wake-up of the reader, per job.
-// Used by the protocol's writers (protocol/framing.cpp, server/connection.hpp).
+// defer_until_idle is the protocol's writers' idle hook (protocol/idle_hook.hpp).
 #pragma once
 
 #include <chrono>

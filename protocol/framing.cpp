@@ -11,8 +11,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "actors/worker_idle.hpp"
-
 namespace agentstate::protocol {
 
 namespace {
@@ -141,7 +139,8 @@ void keep_spare(std::string& spare, std::string& batch) {
     spare.swap(batch);
 }
 
-line_writer::line_writer(int fd) : fd_(fd), deferral_(std::make_shared<deferral>()) {
+line_writer::line_writer(int fd, idle_hook idle)
+  : fd_(fd), idle_(idle), deferral_(std::make_shared<deferral>()) {
   deferral_->writer = this;
   struct stat st;
   socket_ = ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
@@ -166,10 +165,10 @@ void line_writer::push(std::string line) {
   queue_line(pending_, spare_, std::move(line));
   if (busy_)
     return; // whoever writes takes it along
-  if (!handed_off_ && direct_) {
+  if (!handed_off_ && direct_ && idle_) {
     if (deferred_)
       return; // the deferred write takes it along
-    if (agentstate::detail::defer_until_idle([d = deferral_] {
+    if (idle_([d = deferral_] {
           std::lock_guard<std::mutex> guard(d->mtx);
           if (d->writer)
             d->writer->write_deferred();
@@ -195,39 +194,18 @@ void line_writer::write_direct(std::unique_lock<std::mutex>& lock) {
     return;
   }
   busy_ = true;
-  std::string batch = std::move(spare_);
-  std::size_t written = 0;
-  for (int round = 1;; ++round) {
-    batch.clear();
-    batch.swap(pending_);
-    writing_ = batch.size();
-    lock.unlock();
-    std::size_t off = 0;
-    auto t = write_nowait(fd_, socket_, batch, off);
-    lock.lock();
-    writing_ = 0;
-    written += off;
-    if (t == nowait_result::failed) {
-      failed_ = true;
-      std::string().swap(pending_);
-      break;
-    }
-    if (t != nowait_result::all) {
-      if (t == nowait_result::unsupported)
-        direct_ = false;
-      put_back(pending_, batch, off);
-      handed_off_ = true;
-      break;
-    }
-    if (pending_.empty())
-      break;
-    if (round >= max_direct_rounds || written >= max_direct_bytes) {
-      handed_off_ = true;
-      break;
-    }
-  }
+  const auto end = write_rounds(
+    fd_, socket_, pending_, spare_, lock, [this](std::size_t n) { writing_ = n; },
+    [this](std::size_t) { writing_ = 0; }, [] { return false; });
   busy_ = false;
-  keep_spare(spare_, batch);
+  if (end == direct_end::failed) {
+    failed_ = true;
+    std::string().swap(pending_);
+  } else if (end != direct_end::drained) {
+    if (end == direct_end::unsupported)
+      direct_ = false;
+    handed_off_ = true; // the thread writes the rest
+  }
   if (handed_off_ || closing_ || !direct_)
     work_cv_.notify_one();
   notify_room();
@@ -312,7 +290,7 @@ std::size_t line_writer::queued() const {
 
 result<void> serve_stream(engine& eng, int in_fd, int out_fd, int stop_fd,
                           const stream_config& cfg) {
-  line_writer out(out_fd);
+  line_writer out(out_fd, cfg.idle);
   auto rc = cfg.rpc;
   const std::size_t backlog = std::max<std::size_t>(2, cfg.max_queued_bytes / 2);
   rc.queued_output_bytes = [&out] { return out.queued(); };

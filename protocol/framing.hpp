@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "agentstate/engine.hpp"
+#include "protocol/idle_hook.hpp"
 #include "protocol/rpc_session.hpp"
 
 namespace agentstate::protocol {
@@ -63,6 +64,61 @@ inline constexpr std::size_t max_spare_bytes = std::size_t{8} << 10;
 inline constexpr int max_direct_rounds = 8;
 inline constexpr std::size_t max_direct_bytes = std::size_t{256} << 10;
 
+/// How a producer's direct write (write_rounds) ended.
+enum class direct_end {
+  drained, ///< everything queued is written
+  more, ///< what was taken is written; more is queued, and a bound or `stop` ended it
+  blocked, ///< the descriptor is full
+  unsupported, ///< no non-blocking writes of this kind on the descriptor
+  failed ///< the reader is gone
+};
+
+/// The direct write of line_writer and of the server's connections: takes
+/// `pending` (starting in `spare`'s buffer) and writes it to `fd` with
+/// write_nowait, `lock` released meanwhile, taking along what was queued
+/// since, for at most max_direct_rounds rounds and max_direct_bytes bytes,
+/// or until `stop()` is true after a round. `taken(n)` runs with the size of
+/// each batch taken, `written(n)` with the bytes each round wrote (possibly
+/// 0), `stop()` between rounds; all three with `lock` held. What the
+/// descriptor did not take is put back in front of `pending`, and the
+/// batch's buffer kept as `spare` (keep_spare). `lock` holds its mutex, the
+/// one guarding `pending` and `spare`, on entry and on return. The caller
+/// makes sure nobody else writes `fd` meanwhile.
+template <class Taken, class Written, class Stop>
+direct_end write_rounds(int fd, bool socket, std::string& pending, std::string& spare,
+                        std::unique_lock<std::mutex>& lock, Taken&& taken, Written&& written,
+                        Stop&& stop) {
+  std::string batch = std::move(spare);
+  std::size_t total = 0;
+  direct_end end = direct_end::drained;
+  for (int round = 1;; ++round) {
+    batch.clear();
+    batch.swap(pending);
+    taken(batch.size());
+    lock.unlock();
+    std::size_t off = 0;
+    const auto r = write_nowait(fd, socket, batch, off);
+    lock.lock();
+    written(off);
+    total += off;
+    if (r != nowait_result::all) {
+      put_back(pending, batch, off);
+      end = r == nowait_result::blocked   ? direct_end::blocked
+        : r == nowait_result::unsupported ? direct_end::unsupported
+                                          : direct_end::failed;
+      break;
+    }
+    if (pending.empty())
+      break;
+    if (stop() || round >= max_direct_rounds || total >= max_direct_bytes) {
+      end = direct_end::more;
+      break;
+    }
+  }
+  keep_spare(spare, batch);
+  return end;
+}
+
 /// Writes lines to a file descriptor without making producers (engine
 /// callbacks) wait for a slow reader. A producer that finds nothing being
 /// written writes itself, without blocking (send(MSG_DONTWAIT) on a socket,
@@ -71,17 +127,20 @@ inline constexpr std::size_t max_direct_bytes = std::size_t{256} << 10;
 /// writer's own thread, which writes with blocking calls until it has caught
 /// up. So a reader that keeps up costs no thread hand-off per response, and
 /// one that does not costs producers only a queue append. A producer on an
-/// engine worker thread leaves that write to its thread
-/// (actors/worker_idle.hpp: after the producing job, when no other job is
-/// queued, else within 32 jobs or 1 ms), so the lines of jobs that run back
-/// to back leave in one write; close() writes what such a write left. Each
+/// engine worker thread leaves that write to its thread through the idle
+/// hook it was given (protocol/idle_hook.hpp; the engine's writes after the
+/// producing job, when no other job is queued, else within 32 jobs or 1 ms),
+/// so the lines of jobs that run back to back leave in one write; close()
+/// writes what such a write left. Each
 /// line is written whole: lines never interleave, and they go out in push
 /// order. Does not own the descriptor.
 /// Thread safety: push() and wait_below() may be called from any thread.
 class line_writer {
 public:
   /// Starts the writing thread. `fd` must stay open until close() returns.
-  explicit line_writer(int fd);
+  /// `idle`: where a producer leaves its write for its thread's next idle
+  /// point (null: producers write at once).
+  explicit line_writer(int fd, idle_hook idle = nullptr);
   /// Closes as close() does.
   ~line_writer();
   line_writer(const line_writer&) = delete;
@@ -89,8 +148,8 @@ public:
 
   /// Queues `line` followed by '\n', and writes it (with whatever else is
   /// queued) when nobody else is writing and the descriptor takes it without
-  /// blocking: at once, or on an engine worker at the thread's next idle
-  /// point. Never blocks beyond that non-blocking write (at most a few
+  /// blocking: at once, or at the producing thread's next idle point (the
+  /// idle hook). Never blocks beyond that non-blocking write (at most a few
   /// batches, ~256 KiB, before the thread takes over) and a short lock. After
   /// a write has failed (the reader went away) lines are dropped.
   void push(std::string line);
@@ -122,6 +181,7 @@ private:
   void notify_room();
 
   int fd_;
+  idle_hook idle_;
   bool socket_ = false;
   mutable std::mutex mtx_;
   std::condition_variable work_cv_; ///< the thread waits for work
@@ -153,6 +213,8 @@ struct stream_config {
   /// requests (see line_writer::wait_below).
   std::size_t max_queued_bytes = std::size_t{64} << 20;
   rpc_config rpc;
+  /// The engine's idle hook (line_writer); null: none.
+  idle_hook idle = nullptr;
 };
 
 /// Serves the protocol on one stream: request lines from `in_fd`, responses to

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: network_server's one impl (listeners, TLS, tokens, accept, registry, shutdown).
 #include "server/server.hpp"
 
 #include <dirent.h>
@@ -113,6 +114,7 @@ struct network_server::impl {
     sh->log = &log;
     sh->lim = cfg.lim;
     sh->max_line_depth = cfg.max_line_depth;
+    sh->idle = cfg.idle;
   }
 
   ~impl() {
@@ -488,20 +490,12 @@ struct network_server::impl {
     if constexpr (std::is_same_v<Socket, tcp_socket>) {
       asio::error_code ignored;
       sock.set_option(asio::ip::tcp::no_delay(true), ignored);
-      if (l.tls) {
-        auto t =
-          std::make_shared<connection<tls_stream>>(sh, tls_stream(std::move(sock), *ssl), id, peer);
-        t->init();
-        c = t;
-      } else {
-        auto t = std::make_shared<connection<tcp_socket>>(sh, std::move(sock), id, peer);
-        t->init();
-        c = t;
-      }
+      if (l.tls)
+        c = make_connection(sh, tls_stream(std::move(sock), *ssl), id, peer);
+      else
+        c = make_connection(sh, std::move(sock), id, peer);
     } else {
-      auto t = std::make_shared<connection<unix_socket>>(sh, std::move(sock), id, peer);
-      t->init();
-      c = t;
+      c = make_connection(sh, std::move(sock), id, peer);
     }
     {
       std::lock_guard<std::mutex> guard(registry_mtx);

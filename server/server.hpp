@@ -9,7 +9,8 @@
 // Threads: run() drives the I/O pool, one event loop per I/O thread; a
 // connection stays on one loop. The engine's threads stay separate: they
 // queue responses into a connection's outbox and, on a plain socket, send
-// them with non-blocking writes (server/connection.hpp), never blocking;
+// them with non-blocking writes (server/connection.hpp; server_config::idle),
+// never blocking;
 // what a socket does not take is left to the connection's I/O thread. An I/O
 // thread never blocks on a client: a connection that may not admit another
 // request (in-flight cap, output cap) is simply not read until it may.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "agentstate/engine.hpp"
+#include "protocol/idle_hook.hpp"
 #include "protocol/rpc_session.hpp"
 #include "server/address.hpp"
 #include "server/log.hpp"
@@ -100,6 +102,10 @@ struct server_config {
   limits lim;
   /// rpc_config::max_line_depth.
   std::size_t max_line_depth = 64 + 8;
+  /// The engine's idle hook (protocol/idle_hook.hpp): a response made on an
+  /// engine worker is sent by that worker at its next idle point. Null:
+  /// every response is written by the connection's I/O thread.
+  protocol::idle_hook idle = nullptr;
 };
 
 class network_server {

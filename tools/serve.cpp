@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "actors/worker_idle.hpp"
 #include "agentstate/engine.hpp"
 #include "protocol/framing.hpp"
 #include "server/server.hpp"
@@ -267,6 +268,8 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
   cfg.net.lim.max_in_flight_bytes = cfg.stream.rpc.max_in_flight_bytes;
   cfg.net.lim.max_watches = cfg.stream.rpc.max_watches;
   cfg.net.lim.max_output_bytes = cfg.stream.max_queued_bytes;
+  // Responses made on engine workers leave at their idle points (protocol/idle_hook.hpp).
+  cfg.stream.idle = cfg.net.idle = &agentstate::detail::defer_until_idle;
   return std::nullopt;
 }
 
