@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // protocol/framing.hpp's line_writer with producers on engine workers (real
 // engines on both stores), whose writes wait for the worker's idle point
-// (actors/worker_idle.hpp), and on other threads, which write at once: every
+// (the engine's idle hook, actors/worker_idle.hpp, as `serve` passes it), and
+// on other threads, which write at once: every
 // line arrives whole and in each producer's order, and a writer destroyed
 // while a worker still holds its deferred write neither loses the line nor
 // is touched afterwards.
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/worker_idle.hpp"
 #include "protocol/framing.hpp"
 #include "support/test_support.hpp"
 
@@ -69,7 +71,7 @@ TEST_CASE_TEMPLATE("line_writer: lines from engine workers and from another thre
                    S, memory_store, lmdb_store) {
   auto e = open_engine(S::kind);
   pipe_reader pipe;
-  auto out = std::make_unique<protocol::line_writer>(pipe.write_fd());
+  auto out = std::make_unique<protocol::line_writer>(pipe.write_fd(), &detail::defer_until_idle);
   const int chains = 64, per_chain = 40, main_lines = 2000;
   std::atomic<int> finished{0};
   // Each chain appends to its own session; each append's callback (on a
@@ -118,7 +120,7 @@ TEST_CASE_TEMPLATE("line_writer: destroyed while a worker holds its deferred wri
                    memory_store, lmdb_store) {
   auto e = open_engine(S::kind);
   pipe_reader pipe;
-  auto out = std::make_unique<protocol::line_writer>(pipe.write_fd());
+  auto out = std::make_unique<protocol::line_writer>(pipe.write_fd(), &detail::defer_until_idle);
   std::promise<void> pushed, destroyed;
   auto destroyed_f = destroyed.get_future().share();
   std::promise<void> callback_done;
