@@ -23,6 +23,7 @@
 #include "store/lmdb_handle.hpp"
 #include "store/reads.hpp"
 #include "store/verify.hpp"
+#include "support/lost_rows.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -46,15 +47,6 @@ void fill(const std::string& dir) {
     }
   }
   MUST(e->close());
-}
-
-// Deletes the row `key` of table `t` from the store in `dir` as if LMDB had
-// lost it (no checksum fails: the row is simply not there).
-void lose_row(const std::string& dir, table t, const std::string& key) {
-  auto kv = open_lmdb_kv(dir, false, std::uint64_t{1} << 30);
-  auto w = kv->begin_write();
-  REQUIRE(w->del(t, key));
-  w->commit();
 }
 
 std::string event_row(const session_ref& ref, std::uint64_t v) {
@@ -88,7 +80,7 @@ TEST_CASE("get_session with a lost event row is data_corrupt, not a shorter succ
     before_recent2 = MUST(e->get_session_json(recent(lossy, 2)));
     MUST(e->close());
   }
-  lose_row(dir.str(), table::events, event_row(lossy, 3));
+  test::lose_row(dir.str(), table::events, event_row(lossy, 3));
   auto e = test::open_store_dir(dir.str());
   for (auto req : {test::get_req(lossy), recent(lossy, 3), recent(lossy, 10)}) {
     CAPTURE(req.num_recent_events.value_or(-1));
@@ -120,7 +112,7 @@ TEST_CASE("get_session with a lost event row is data_corrupt, not a shorter succ
 TEST_CASE("get_session with its newest event row lost is data_corrupt, not the version before") {
   test::temp_dir dir;
   fill(dir.str());
-  lose_row(dir.str(), table::events, event_row(lossy, 5));
+  test::lose_row(dir.str(), table::events, event_row(lossy, 5));
   auto e = test::open_store_dir(dir.str());
   for (auto req : {test::get_req(lossy), recent(lossy, 1)}) {
     auto r = e->get_session_json(req);
@@ -134,7 +126,7 @@ TEST_CASE("get_session with its newest event row lost is data_corrupt, not the v
 TEST_CASE("list_invocations with a lost event row is data_corrupt, not an invocation short") {
   test::temp_dir dir;
   fill(dir.str());
-  lose_row(dir.str(), table::events, event_row(lossy, 4));
+  test::lose_row(dir.str(), table::events, event_row(lossy, 4));
   auto e = test::open_store_dir(dir.str());
   auto r = e->list_invocations(lossy);
   REQUIRE(!r.ok());
@@ -147,7 +139,7 @@ TEST_CASE("list_invocations with a lost event row is data_corrupt, not an invoca
 TEST_CASE("export with a lost event row leaves the session out and says so, not 0 with it short") {
   test::temp_dir dir;
   fill(dir.str());
-  lose_row(dir.str(), table::events, event_row(lossy, 1));
+  test::lose_row(dir.str(), table::events, event_row(lossy, 1));
   auto kv = open_lmdb_kv_readonly(dir.str());
   auto txn = kv->begin_read();
   std::string out;

@@ -13,6 +13,7 @@
 #include "store/kv.hpp"
 #include "store/records.hpp"
 #include "store/verify.hpp"
+#include "support/lost_rows.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -36,15 +37,6 @@ void fill(const std::string& dir) {
         ref.session_id + "-e1"));
   }
   MUST(e->close());
-}
-
-// Deletes the row `key` of table `t` from the store in `dir` as if LMDB had
-// lost it (no checksum fails: the row is simply not there).
-void lose_row(const std::string& dir, table t, const std::string& key) {
-  auto kv = open_lmdb_kv(dir, false, std::uint64_t{1} << 30);
-  auto w = kv->begin_write();
-  REQUIRE(w->del(t, key));
-  w->commit();
 }
 
 // Replaces the value of row `key` of table `t` with `text`, sealed, as if a
@@ -100,7 +92,7 @@ TEST_CASE("get_session with a lost session state row is data_corrupt, not state 
     before_other = MUST(e->get_session_json(test::get_req(other_user)));
     MUST(e->close());
   }
-  lose_row(dir.str(), table::session_state, sub_key(skey_of(lossy), "k1"));
+  test::lose_row(dir.str(), table::session_state, sub_key(skey_of(lossy), "k1"));
   {
     auto e = test::open_store_dir(dir.str());
     reads_are_corrupt(*e, lossy, "session 'app/u/s1'");
@@ -121,7 +113,7 @@ TEST_CASE("get_session with a lost user: state row is data_corrupt naming the us
     before_other = MUST(e->get_session_json(test::get_req(other_user)));
     MUST(e->close());
   }
-  lose_row(dir.str(), table::user_state, sub_key(user_scope_key("app", "u"), "u1"));
+  test::lose_row(dir.str(), table::user_state, sub_key(user_scope_key("app", "u"), "u1"));
   {
     auto e = test::open_store_dir(dir.str());
     reads_are_corrupt(*e, lossy, "user 'app/u'");
@@ -140,7 +132,7 @@ TEST_CASE("get_session with a lost user: state row is data_corrupt naming the us
 TEST_CASE("get_session with a lost app: state row is data_corrupt naming the app") {
   test::temp_dir dir;
   fill(dir.str());
-  lose_row(dir.str(), table::app_state, sub_key("app", "a2"));
+  test::lose_row(dir.str(), table::app_state, sub_key("app", "a2"));
   {
     auto e = test::open_store_dir(dir.str());
     reads_are_corrupt(*e, lossy, "app 'app'");
