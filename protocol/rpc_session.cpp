@@ -785,6 +785,11 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
     dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());
     return true;
   }
+  if (refusal->span) {
+    // A span this stream cannot run (no forward hook): refused, not answered in part.
+    refusal->kind = "invalid_argument";
+    refusal->message = "'" + d.method + "' spans several nodes, and this node does not forward";
+  }
   detail::rpc_failure f;
   f.code = refusal->kind == "invalid_argument" ? rpc_code::invalid_params : rpc_code::engine_error;
   f.message = std::move(refusal->message);
