@@ -56,7 +56,8 @@ protocol::span_answer merge_pages(const json& params, std::vector<protocol::span
     const json* user_states;
   };
   std::vector<item> all;
-  std::optional<std::string_view> bound;
+  // A copy: the session it comes from gives up its token when listed.
+  std::optional<std::string> bound;
   std::uint64_t total = 0;
   json app_state = json::object();
   for (auto& part : parts) {
@@ -67,7 +68,7 @@ protocol::span_answer merge_pages(const json& params, std::vector<protocol::span
     if (!page.at("next_page_token").is_null() && !sessions.empty()) {
       auto last = token_position(sessions.back().at("page_token"));
       if (!bound || (desc ? last > *bound : last < *bound))
-        bound = last;
+        bound = std::string(last);
     }
     if (auto t = page.find("total"); t != page.end())
       total += t->get<std::uint64_t>();
