@@ -184,8 +184,10 @@ protocol::span_answer merge_changes(const json& params, std::vector<protocol::sp
       if (next[i] == changes.size())
         continue;
       auto& c = changes[next[i]++];
-      at[ids[i]] = next[i] == changes.size() ? parts[i].result.at("cursor").get<std::string>()
-                                             : c.at("cursor").get<std::string>();
+      const json& moved_to =
+        next[i] == changes.size() ? parts[i].result.at("cursor") : c.at("cursor");
+      if (moved_to.is_string())
+        at[ids[i]] = moved_to.get<std::string>();
       c["cursor"] = merged_cursor(at);
       out.push_back(std::move(c));
       taken = true;
@@ -194,7 +196,7 @@ protocol::span_answer merge_changes(const json& params, std::vector<protocol::sp
   bool at_head = true;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     auto& r = parts[i].result;
-    if (next[i] == r.at("changes").size())
+    if (next[i] == r.at("changes").size() && r.at("cursor").is_string())
       at[ids[i]] = r.at("cursor").get<std::string>(); // past what it examined
     at_head = at_head && next[i] == r.at("changes").size() && r.value("at_head", false);
   }
