@@ -6,26 +6,17 @@
 #include <doctest/doctest.h>
 
 #include "cluster/span.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 using namespace agentstate;
 using protocol::span_answer;
 
-std::string hex(std::string_view x) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : x) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
 /// A page token of position `pos` (format, shape, position, a CRC the merge
 /// does not read).
 std::string token(const std::string& pos) {
-  return "0100" + hex(pos) + "deadbeef";
+  return "0100" + test::hex(pos) + "deadbeef";
 }
 
 json session(const std::string& user, const std::string& pos) {

@@ -12,16 +12,6 @@ namespace {
 using namespace agentstate;
 using namespace agentstate::test;
 
-std::string hex(std::string_view x) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : x) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
 std::vector<std::string> ids_of(const json& page) {
   std::vector<std::string> out;
   for (const auto& m : page["sessions"])

@@ -460,6 +460,17 @@ inline bool any_file_contains(const std::filesystem::path& dir, const std::strin
   return false;
 }
 
+/// `x` as lowercase hex, two digits a byte (as page tokens are written).
+inline std::string hex(std::string_view x) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : x) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
 /// A string of `n` bytes of `c`.
 inline std::string bytes(std::size_t n, char c = 'x') {
   return std::string(n, c);
