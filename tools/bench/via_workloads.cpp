@@ -22,6 +22,26 @@
 
 namespace agentstate::tools::bench {
 
+std::optional<std::vector<std::string>> serve_store_args(run_ctx& x, const config& cfg,
+                                                         std::unique_ptr<temp_store>& dir) {
+  std::vector<std::string> args;
+  if (cfg.mode == durability::memory) {
+    args = {"--memory"};
+  } else {
+    dir = std::make_unique<temp_store>(cfg.base_dir);
+    if (!dir->ok()) {
+      x.errors.add("cannot create a temp dir under " + cfg.base_dir);
+      return std::nullopt;
+    }
+    args = {"--store", dir->path(), "--durability", mode_name(cfg.mode)};
+  }
+  if (cfg.threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(cfg.threads));
+  }
+  return args;
+}
+
 namespace {
 
 constexpr std::size_t pipeline_window = 256; // a and c's loads: appends in flight
@@ -261,21 +281,10 @@ struct served {
 /// Starts serve on a fresh store (x.dir) with the run's durability, and
 /// connects `connections` streams (tcp; stdio has one).
 bool start_serve(run_ctx& x, const config& cfg, std::size_t connections, served& s) {
-  std::vector<std::string> args;
-  if (cfg.mode == durability::memory) {
-    args = {"--memory"};
-  } else {
-    x.dir = std::make_unique<temp_store>(cfg.base_dir);
-    if (!x.dir->ok()) {
-      x.errors.add("cannot create a temp dir under " + cfg.base_dir);
-      return false;
-    }
-    args = {"--store", x.dir->path(), "--durability", mode_name(cfg.mode)};
-  }
-  if (cfg.threads > 0) {
-    args.push_back("--threads");
-    args.push_back(std::to_string(cfg.threads));
-  }
+  auto store_args = serve_store_args(x, cfg, x.dir);
+  if (!store_args)
+    return false;
+  std::vector<std::string> args = std::move(*store_args);
   const bool tcp = cfg.via == "tcp";
   if (tcp) {
     args.push_back("--listen");

@@ -22,10 +22,21 @@
 // an exit status other than 0 is an error.
 #pragma once
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 #include "tools/bench/measures.hpp"
 #include "tools/bench/run.hpp"
 
 namespace agentstate::tools::bench {
+
+/// serve's store arguments for the run's durability: --memory, or a fresh
+/// temp store under cfg.base_dir (made into `dir`) and --durability; and
+/// --threads when cfg sets it. nullopt, with the error added to `x`, when
+/// the temp store cannot be made.
+std::optional<std::vector<std::string>> serve_store_args(run_ctx& x, const config& cfg,
+                                                         std::unique_ptr<temp_store>& dir);
 
 /// Workload `w` ('a', 'b', 'c' or 'h') through serve over cfg.via.
 ojson via_workload(char w, const config& cfg);

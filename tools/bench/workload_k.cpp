@@ -36,6 +36,7 @@
 #include "model/shard.hpp"
 #include "tools/bench/serve_client.hpp"
 #include "tools/bench/session_load.hpp"
+#include "tools/bench/via_workloads.hpp"
 #include "tools/bench/workloads.hpp"
 
 extern char** environ;
@@ -148,21 +149,10 @@ struct node {
 };
 
 bool start_node(run_ctx& x, const config& cfg, const std::vector<std::string>& extra, node& n) {
-  std::vector<std::string> args;
-  if (cfg.mode == durability::memory) {
-    args = {"--memory"};
-  } else {
-    n.dir = std::make_unique<temp_store>(cfg.base_dir);
-    if (!n.dir->ok()) {
-      x.errors.add("cannot create a temp dir under " + cfg.base_dir);
-      return false;
-    }
-    args = {"--store", n.dir->path(), "--durability", mode_name(cfg.mode)};
-  }
-  if (cfg.threads > 0) {
-    args.push_back("--threads");
-    args.push_back(std::to_string(cfg.threads));
-  }
+  auto store_args = serve_store_args(x, cfg, n.dir);
+  if (!store_args)
+    return false;
+  std::vector<std::string> args = std::move(*store_args);
   args.push_back("--listen");
   args.push_back("127.0.0.1:0");
   args.insert(args.end(), extra.begin(), extra.end());
