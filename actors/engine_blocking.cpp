@@ -38,6 +38,10 @@ result<void> engine::delete_user(std::string app_name, std::string user_id) {
 result<void> engine::delete_app(std::string app_name) {
   return block_on<void>(*core_, [&](callback<void> cb) { delete_app(std::move(app_name), cb); });
 }
+result<app_write_result> engine::apply_app_write(app_write_request req) {
+  return block_on<app_write_result>(
+    *core_, [&](callback<app_write_result> cb) { apply_app_write(std::move(req), cb); });
+}
 result<append_result> engine::append_event(append_request req) {
   return block_on<append_result>(
     *core_, [&](callback<append_result> cb) { append_event(std::move(req), cb); });

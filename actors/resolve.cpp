@@ -8,6 +8,7 @@
 #include "actors/prepare.hpp"
 #include "agentstate/scope.hpp"
 #include "model/checks.hpp"
+#include "store/app_writes.hpp"
 #include "store/reads.hpp"
 
 namespace agentstate::detail {
@@ -38,6 +39,16 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_pl
   auto& ws = plan.ws;
   auto& late = *plan.late;
   const bool append = ws.op == store::write_set::kind::append;
+  const bool app_write = ws.op == store::write_set::kind::app_write;
+  if (app_write) {
+    auto prior = store::read_app_write(txn, ws.app, ws.id);
+    if (!prior)
+      return std::move(prior).err();
+    if (*prior) {
+      late.outcome = std::move(**prior);
+      return error{errc::already_exists, "app write '" + ws.id + "' was applied before"};
+    }
+  }
   const json& delta = late.ev.actions.state_delta;
   const auto& removes = late.ev.actions.state_remove;
   // The value `key` has once this write set's own rows and earlier resolved
@@ -116,6 +127,26 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_pl
   for (auto it = late.added.begin(); it != late.added.end(); ++it)
     if (auto r = add_resolved_row(lim, ws, it.key(), it.value()); !r)
       return r;
+  if (app_write) {
+    // What the write left in each key it names, in the order its rows apply.
+    json values = json::object(), removed = json::array();
+    for (auto& w : ws.app_writes) {
+      auto key = std::string(app_prefix) + w.key;
+      if (w.erase)
+        values.erase(key);
+      else
+        values[key] = w.value;
+    }
+    for (auto& w : ws.app_writes)
+      if (w.erase) {
+        auto key = std::string(app_prefix) + w.key;
+        if (!values.contains(key) && std::find(removed.begin(), removed.end(), key) == removed.end())
+          removed.push_back(std::move(key));
+      }
+    ws.outcome = json{{"values", std::move(values)}, {"removed", std::move(removed)}}.dump();
+    late.outcome = ws.outcome;
+    return {};
+  }
   if (!append)
     return {};
   auto& ev = late.ev;

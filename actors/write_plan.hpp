@@ -23,6 +23,10 @@ struct late_binding {
   bool derive = false; ///< recompute derived keys whose inputs changed
   /// Filled by the writer: every value it added (prefixed key -> value).
   json added = json::object();
+  /// app_write, filled by the writer: the outcome kept by an earlier apply
+  /// of the same write id (the write set then fails already_exists,
+  /// writing nothing), or, once applied, the outcome it kept.
+  std::string outcome;
 };
 
 /// Owned by whoever holds it; moved, never copied, in messages.

@@ -115,7 +115,9 @@ void commit_group(engine_core& core, Plans& plans, std::vector<store::batch_entr
     write_reply reply;
     reply.code = entries[i].code;
     reply.message = std::move(entries[i].message);
-    if (reply.code == errc::ok)
+    if (reply.code == errc::ok
+        || (reply.code == errc::already_exists
+            && plans[i].ws.op == store::write_set::kind::app_write))
       reply.late = std::move(plans[i].late);
     reply.spent = std::move(plans[i].ws);
     reply.seq = entries[i].seq;

@@ -449,6 +449,47 @@ prepare_result prepare_fork(const json& params) {
   return checked(p, std::move(x));
 }
 
+// A string array parameter (absent: empty).
+std::vector<std::string> string_array(const json& params, param_reader& p, const char* name) {
+  std::vector<std::string> out;
+  auto it = params.find(name);
+  if (it == params.end() || it->is_null())
+    return out;
+  if (!it->is_array()) {
+    p.fail(std::string("parameter '") + name + "' must be an array of strings");
+    return out;
+  }
+  for (const auto& x : *it) {
+    if (!x.is_string()) {
+      p.fail(std::string("parameter '") + name + "' must be an array of strings");
+      return out;
+    }
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+// A cluster node's app: write at the app's home (engine::apply_app_write).
+prepare_result prepare_apply_app_write(const json& params) {
+  param_reader p(params);
+  app_write_request r;
+  r.app_name = p.required_string("app_name");
+  r.write_id = p.required_string("write_id");
+  r.state_delta = p.optional_object("state_delta");
+  r.state_remove = string_array(params, p, "state_remove");
+  r.forget = string_array(params, p, "forget");
+  read_modify(params, p, r.modify);
+  prepared x;
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    e.apply_app_write(std::move(r), [reply](result<app_write_result> a) {
+      reply(to_outcome(a, [](const app_write_result& v) {
+        return json{{"values", v.values}, {"removed", v.removed}, {"duplicate", v.duplicate}};
+      }));
+    });
+  };
+  return checked(p, std::move(x));
+}
+
 // For health checks: answered at once, allowed before authentication.
 prepare_result prepare_ping(const json&) {
   prepared x;
@@ -489,6 +530,7 @@ constexpr method methods[] = {
   {"rewind_plan", prepare_rewind_plan, names::session},
   {"list_invocations", prepare_list_invocations, names::session},
   {"fork_session", prepare_fork, names::session},
+  {"apply_app_write", prepare_apply_app_write, names::nothing},
 };
 
 const method* lookup(std::string_view name) {

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "store/app_writes.hpp"
 #include "store/errors.hpp"
 #include "store/expiry.hpp"
 #include "store/history.hpp"
@@ -157,6 +158,9 @@ std::size_t write_set::bytes() const {
     n += origin_body->size();
   for (auto& row : fork_events)
     n += row.size() + 32;
+  n += outcome.size();
+  for (auto& f : forget)
+    n += f.size() + 16;
   for (auto* v : {&session_writes, &user_writes, &app_writes})
     for (auto& w : *v)
       n += w.key.size() + w.text.size() + 64;
@@ -164,6 +168,25 @@ std::size_t write_set::bytes() const {
 }
 
 result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
+  if (ws.op == write_set::kind::app_write) {
+    if (app_fenced(txn, ws.app))
+      return error{errc::unavailable,
+                   "app '" + ws.app + "' is being deleted; retry once the delete has finished"};
+    tallies n;
+    if (!ws.app_writes.empty()) {
+      auto t = read_tally(txn, table::app_state, ws.app);
+      if (!t)
+        return std::move(t).err();
+      n.app = *t;
+    }
+    scratch s;
+    put_rows(txn, ws, {}, s, n);
+    put_app_write(txn, ws.app, ws.id, ws.outcome);
+    for (auto& id : ws.forget)
+      if (id != ws.id)
+        forget_app_write(txn, ws.app, id);
+    return false; // no change row
+  }
   if (ws.op == write_set::kind::remove_user || ws.op == write_set::kind::remove_app) {
     // X2/X3: one fence; the rows under it go in bounded steps.
     put_fence(txn, fence_key(ws.app, ws.op == write_set::kind::remove_user ? &ws.user : nullptr));

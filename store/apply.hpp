@@ -31,10 +31,13 @@ namespace agentstate::store {
 /// to inline_delete_events events, beyond that a few puts and deletes (the
 /// rest is purged in steps: store/purge.hpp). A remove_user / remove_app
 /// puts a fence (store/scope_delete.hpp); under a fence a create is
-/// unavailable and an append not_found.
-/// With a `log`, a write set that writes anything also writes its change
-/// row (log_change). Returns whether it wrote anything (false only for a
-/// delete of a session that does not exist).
+/// unavailable and an append not_found. An app_write puts its app rows and
+/// its outcome (store/app_writes.hpp), drops the outcomes it forgets, and
+/// is unavailable under its app's fence.
+/// With a `log`, a write set that writes anything but an app_write also
+/// writes its change row (log_change). Returns whether it logged one
+/// (false for an app_write and for a delete of a session that does not
+/// exist).
 result<bool> apply(kv_write& txn, const write_set& ws, change_log* log = nullptr);
 
 /// The tally of scope `key` (store::state_tally) of state table `t`; zero

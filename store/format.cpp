@@ -193,8 +193,10 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version, double now
         // 6 -> 7: nothing to rewrite. Sessions created before have no
         // origin row: their as-of reads are marked inexact.
         // 7 -> 8: every state scope's tally.
-        for (auto t : {table::session_state, table::user_state, table::app_state})
-          tally_scopes(*w, t);
+        if (from <= 7)
+          for (auto t : {table::session_state, table::user_state, table::app_state})
+            tally_scopes(*w, t);
+        // 8 -> 9: nothing to rewrite (`app_writes` starts empty).
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

@@ -39,8 +39,9 @@ enum class table : std::uint8_t {
   doomed, ///< format 7: deleted sessions whose rows are still being purged (store/purge.hpp)
   expiry, ///< format 7: sessions that expire, in expiry order (store/expiry.hpp)
   fences, ///< format 7: users and apps being deleted (store/scope_delete.hpp)
+  app_writes, ///< format 9: a cluster's app: writes applied at their home (store/app_writes.hpp)
 };
-inline constexpr std::size_t table_count = 15;
+inline constexpr std::size_t table_count = 16;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;

@@ -229,6 +229,11 @@ std::string row_name(table t, std::string_view key) {
         return "user '" + joined(p, 2) + "' delete fence";
       return "app '" + printable(p[0]) + "' delete fence";
     }
+    case table::app_writes: {
+      auto p = split_key(key, 2);
+      return "app '" + printable(p[0]) + "' write '"
+        + (p.size() == 2 ? printable(p[1]) : std::string()) + "'";
+    }
     case table::expiry: {
       if (key.size() < 8)
         return "expiry entry '" + printable(key) + "'";

@@ -87,10 +87,14 @@ std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows) {
         delete_keys(txn, table::user_state, first_keys(txn, table::user_state, fence, max_rows)))
     return n;
   const bool app = fence.find('\0') + 1 == fence.size();
-  if (app)
+  if (app) {
     if (auto n =
           delete_keys(txn, table::app_state, first_keys(txn, table::app_state, fence, max_rows)))
       return n;
+    if (auto n = delete_keys(txn, table::app_writes,
+                             first_keys(txn, table::app_writes, fence, max_rows)))
+      return n;
+  }
   // The scope's state tally (format 8; a user's, under an app's fence, went
   // with the user's rows: its key starts with the fence) goes with the fence.
   const std::string_view scope(fence.data(), fence.size() - 1);

@@ -40,7 +40,8 @@ bool any_fence(kv_read& txn);
 /// Deletes up to about `max_rows` rows under the first fence: a session's
 /// event and state rows, then, once none is left, its record, list entries,
 /// origin and expiry entry; when no session is left, user state rows, then
-/// (an app's fence) app state rows; then the fence. Returns what it deleted
+/// (an app's fence) app state rows and the outcomes of app writes applied
+/// here (store/app_writes.hpp); then the fence. Returns what it deleted
 /// (0: no fence). Throws kv_failure.
 std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows);
 

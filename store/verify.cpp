@@ -310,6 +310,19 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         c.fault(damaged(table::fences, k).message);
       return true;
     });
+    // App writes applied as the app's home (format 9): each outcome an
+    // intact JSON object.
+    txn.scan(table::app_writes, {}, {}, [&](std::string_view k, std::string_view v) {
+      auto body = open_row(table::app_writes, k, v, legacy);
+      if (!body) {
+        c.fault(damaged(table::app_writes, k).message);
+        return true;
+      }
+      auto o = parse_stored(*body);
+      if (!o || !o->is_object())
+        c.fault(row_name(table::app_writes, k) + " is not a JSON object");
+      return true;
+    });
     // Rows of missing sessions: every table's total must match the sums.
     auto total_events = count_rows(txn, table::events);
     if (total_events != r.events + purging_events)

@@ -34,7 +34,11 @@ struct write_set {
     append,
     remove,
     remove_user,
-    remove_app
+    remove_app,
+    /// A cluster's app: write at the app's home (store/app_writes.hpp):
+    /// app_writes' rows, and `outcome` kept under write id `id`; no change
+    /// row (the append it belongs to logs it on its session's node).
+    app_write
   } op = kind::append;
   std::string app, user, id;
   /// append: the version this event gets; the session must be at version-1.
@@ -61,6 +65,10 @@ struct write_set {
   /// expiry when the append refreshes it (0: unchanged).
   double expires = 0;
   double refresh = 0;
+  /// app_write: the outcome to keep (JSON text), and the write ids of the
+  /// same app whose kept outcomes go (their senders no longer need them).
+  std::string outcome;
+  std::vector<std::string> forget;
 
   /// Approximate bytes this write set puts (for the batch byte cap).
   std::size_t bytes() const;

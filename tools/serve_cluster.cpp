@@ -261,7 +261,7 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     return p_->for_shard(*v, model::shard_of(*q.app_name, *q.user_id, shards));
   if (one_user)
     return std::nullopt; // params the method itself refuses
-  if (q.method == "get_app_state" && q.app_name)
+  if ((q.method == "get_app_state" || q.method == "apply_app_write") && q.app_name)
     return p_->for_shard(*v, model::home_shard(*q.app_name, shards));
   // Spans the app's (or every app's) shards.
   std::size_t mine = static_cast<std::size_t>(std::count_if(

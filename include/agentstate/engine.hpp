@@ -219,6 +219,19 @@ public:
                                   callback<scope_snapshot> cb);
   result<scope_snapshot> get_user_state_with_cursor(std::string app_name, std::string user_id);
 
+  /// Applies a cluster's app write (app_write_request) here, as the app's
+  /// home, in one commit that keeps its outcome under its write id, so a
+  /// write sent twice is applied once: the second answers the first's
+  /// outcome with `duplicate` set. The app actor sees it as any app: write;
+  /// it takes no change-feed row (the append it belongs to logs it on its
+  /// own node). Errors: invalid_argument (names, a key without the app:
+  /// prefix, a key both set and removed, a bad modify, too many forgets),
+  /// too_large (a value), condition_failed (a compare_and_set), unavailable
+  /// (the app is being deleted), storage errors; a failed write keeps no
+  /// outcome, so it may be sent again.
+  void apply_app_write(app_write_request req, callback<app_write_result> cb);
+  result<app_write_result> apply_app_write(app_write_request req);
+
   // -- the change feed (watch.hpp) ----------------------------------------------
 
   /// Up to `limit` (1 to 10,000) changes after req.from that match `req`,

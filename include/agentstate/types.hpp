@@ -287,6 +287,33 @@ struct scope_snapshot {
   std::string cursor;
 };
 
+/// The app: part of an append made on another node of a cluster, applied at
+/// the node that owns the app's home shard (docs/cluster.md). The sender
+/// names it with a write id of its choosing: one id is applied once.
+struct app_write_request {
+  std::string app_name;
+  /// 1 to 128 bytes, no NUL; unique per app among the writes whose
+  /// outcomes are kept (a second write with a kept id is not applied).
+  std::string write_id;
+  json state_delta = json::object(); ///< app: keys -> values (S3)
+  std::vector<std::string> state_remove; ///< app: keys deleted
+  /// On app: keys: resolved in commit order after the sets and removes, in
+  /// the order given, as an append's are.
+  std::vector<state_modify> modify;
+  /// Write ids (of this app) whose kept outcomes the sender no longer
+  /// needs: dropped in the same commit. At most 1,024.
+  std::vector<std::string> forget;
+};
+
+/// What an app write left in the keys it names. `duplicate`: the write id
+/// was applied before, this is that apply's outcome, and nothing was
+/// written now.
+struct app_write_result {
+  json values = json::object(); ///< prefixed key -> committed value
+  std::vector<std::string> removed; ///< prefixed keys it left deleted
+  bool duplicate = false;
+};
+
 // -- JSON codec --------------------------------------------------------------
 // to_json never fails. The *_from_json functions check every known member's
 // type and return invalid_argument naming the member; they never throw.

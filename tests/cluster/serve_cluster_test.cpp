@@ -585,3 +585,41 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
   CHECK(r.first == 1);
   CHECK(r.second.find("does not exist") != std::string::npos);
 }
+
+TEST_CASE("serve --cluster: apply_app_write reaches the app's home through any node, and a write "
+          "id sent again is applied once") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map({fa.port, fb.port});
+  const auto home = m["shards"][model::home_shard("app", shard_count)]["owner"].get<std::string>();
+  client at_home(home == "a" ? fa.port : fb.port);
+  client elsewhere(home == "a" ? fb.port : fa.port);
+  auto write = [](const std::string& id, int by) {
+    return json{{"app_name", "app"},
+                {"write_id", id},
+                {"state_delta", {{"app:mode", "on"}}},
+                {"modify", json::array({{{"key", "app:count"}, {"op", "increment"}, {"by", by}}})}};
+  };
+  auto first = elsewhere.call("apply_app_write", write("w1", 3)); // forwarded to the home
+  REQUIRE(ok(first));
+  CHECK((*first)["result"]["values"] == json{{"app:mode", "on"}, {"app:count", 3}});
+  CHECK((*first)["result"]["duplicate"] == false);
+  auto again = at_home.call("apply_app_write", write("w1", 3));
+  REQUIRE(ok(again));
+  CHECK((*again)["result"]["duplicate"] == true);
+  CHECK((*again)["result"]["values"]["app:count"] == 3);
+  REQUIRE(ok(elsewhere.call("apply_app_write", write("w2", 4))));
+  for (auto* c : {&at_home, &elsewhere}) {
+    auto state = c->call("get_app_state", json{{"app_name", "app"}});
+    REQUIRE(ok(state));
+    CHECK((*state)["result"] == json{{"mode", "on"}, {"count", 7}});
+  }
+  // Refused input keeps its kind through the forward.
+  CHECK(kind_of(elsewhere.call("apply_app_write", json{{"app_name", "app"},
+                                                       {"write_id", "w3"},
+                                                       {"state_delta", {{"count", 1}}}}))
+        == "invalid_argument");
+}
