@@ -585,3 +585,184 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
   CHECK(r.first == 1);
   CHECK(r.second.find("does not exist") != std::string::npos);
 }
+
+namespace {
+
+/// A change of a watch, by what it did: (user, version).
+using change_key = std::pair<std::string, int>;
+
+change_key key_of(const json& c) {
+  return {c["user_id"].get<std::string>(), c["version"].get<int>()};
+}
+
+/// The changes of watch `id` read from `c` until `n` have come (each line
+/// within 10 s); every batch's and change's cursor is a merged one.
+std::vector<json> watched(client& c, const std::string& id, std::size_t n) {
+  std::vector<json> out;
+  while (out.size() < n) {
+    auto line = c.next();
+    REQUIRE(line);
+    INFO(line->dump());
+    REQUIRE((*line)["method"] == "changes");
+    REQUIRE((*line)["params"]["watch_id"] == id);
+    CHECK((*line)["params"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+    for (auto& ch : (*line)["params"]["changes"]) {
+      CHECK(ch["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+      out.push_back(ch);
+    }
+  }
+  CHECK(out.size() == n);
+  return out;
+}
+
+/// Starts a watch on `c` (REQUIREs its answer, the first line) and returns
+/// its id.
+std::string start_watch(client& c, const json& params) {
+  auto r = c.call("watch", params, "w");
+  REQUIRE(r);
+  INFO(r->dump());
+  REQUIRE(ok(r));
+  CHECK((*r)["result"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+  return (*r)["result"]["watch_id"];
+}
+
+/// Each session's changes in the order they came are its versions 0, 1, ...
+void check_session_order(const std::vector<json>& changes) {
+  std::map<std::string, int> next;
+  for (auto& c : changes) {
+    const std::string user = c["user_id"];
+    auto it = next.emplace(user, c["version"].get<int>()).first;
+    CHECK(c["version"] == it->second);
+    it->second = c["version"].get<int>() + 1;
+  }
+}
+
+json event_of(int n) {
+  return json{
+    {"author", "t"}, {"id", "e" + std::to_string(n)}, {"actions", {{"state_delta", {{"k", n}}}}}};
+}
+
+} // namespace
+
+TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes under merged "
+          "cursors; it resumes on another node; a node's death ends it") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map({fa.port, fb.port});
+  client ca(fa.port), cb(fb.port);
+  // Users on each node's shards.
+  std::vector<std::string> users;
+  std::map<std::string, std::string> owner_of;
+  std::map<std::string, int> per_owner;
+  for (int u = 0; u < 8; ++u) {
+    std::string user = "u" + std::to_string(u);
+    users.push_back(user);
+    owner_of[user] = m["shards"][model::shard_of("app", user, shard_count)]["owner"];
+    ++per_owner[owner_of[user]];
+  }
+  REQUIRE(per_owner["a"] > 0);
+  REQUIRE(per_owner["b"] > 0);
+
+  // The app's watch through node a, from now.
+  client wa(fa.port);
+  json wp{{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}};
+  auto wid = start_watch(wa, wp);
+  // Each user's session: created, then 3 appends, through both nodes in turn.
+  std::set<change_key> made;
+  for (int v = 0; v < 4; ++v)
+    for (std::size_t i = 0; i < users.size(); ++i) {
+      client& via = (i + v) % 2 ? cb : ca;
+      auto r = v == 0
+        ? via.call("create_session", create_params(users[i], "s"))
+        : via.call("append_event", with(create_params(users[i], "s"), "event", event_of(v)));
+      REQUIRE(ok(r));
+      made.insert({users[i], v});
+    }
+  auto first = watched(wa, wid, made.size());
+  std::set<change_key> got;
+  for (auto& c : first)
+    got.insert(key_of(c));
+  CHECK(got == made); // each once (sizes equal)
+  check_session_order(first);
+  // unwatch: its watch_ended (cancelled) first, then the answer.
+  REQUIRE(wa.send_line(rpc("u", "unwatch", {{"watch_id", wid}})));
+  auto ended = wa.next();
+  REQUIRE(ended);
+  CHECK((*ended)["method"] == "watch_ended");
+  CHECK((*ended)["params"]["reason"] == "cancelled");
+  auto unwatched = wa.next();
+  REQUIRE(unwatched);
+  CHECK((*unwatched)["id"] == "u");
+  CHECK((*unwatched)["result"]["resume_from"] == (*ended)["params"]["resume_from"]);
+
+  // Resumed through node b from a cursor received mid-way: exactly the
+  // changes after it, then one more of each node's (a barrier: a node's
+  // changes keep their order, so nothing of it repeats after its barrier).
+  const std::size_t mid = first.size() / 2;
+  client wb(fb.port);
+  auto wid2 = start_watch(wb, with(wp, "from", first[mid - 1]["cursor"]));
+  std::string ua, ub;
+  for (auto& u : users)
+    (owner_of[u] == "a" ? ua : ub) = u;
+  REQUIRE(ok(ca.call("append_event", with(create_params(ua, "s"), "event", event_of(4)))));
+  REQUIRE(ok(ca.call("append_event", with(create_params(ub, "s"), "event", event_of(4)))));
+  auto rest = watched(wb, wid2, first.size() - mid + 2);
+  std::multiset<change_key> resumed, expected;
+  for (auto& c : rest)
+    resumed.insert(key_of(c));
+  for (std::size_t i = mid; i < first.size(); ++i)
+    expected.insert(key_of(first[i]));
+  expected.insert({ua, 4});
+  expected.insert({ub, 4});
+  CHECK(resumed == expected);
+  // Each node's barrier came after the rest of that node's changes.
+  std::map<std::string, std::size_t> barrier_at;
+  for (std::size_t i = 0; i < rest.size(); ++i)
+    if (rest[i]["version"] == 4)
+      barrier_at[owner_of[rest[i]["user_id"].get<std::string>()]] = i;
+  for (std::size_t i = 0; i < rest.size(); ++i)
+    CHECK(i <= barrier_at[owner_of[rest[i]["user_id"].get<std::string>()]]);
+
+  // A node's own cursor is not a merged one.
+  auto own = ca.call("read_changes", {{"scope", "all"}, {"this_node", true}, {"limit", 1}});
+  REQUIRE(ok(own));
+  CHECK(kind_of(cb.call("watch", {{"scope", "all"}, {"from", (*own)["result"]["cursor"]}}))
+        == "invalid_argument");
+
+  // Everything, through node b: another app's sessions on both nodes.
+  client wall(fb.port);
+  auto wid3 = start_watch(wall, {{"scope", "all"}});
+  std::set<change_key> others;
+  for (auto& u : {ua, ub}) {
+    REQUIRE(
+      ok(cb.call("create_session", {{"app_name", "other"}, {"user_id", u}, {"session_id", "x"}})));
+    others.insert({u, 0});
+  }
+  std::set<change_key> got_all;
+  for (auto& c : watched(wall, wid3, 2)) {
+    CHECK(c["app_name"] == "other");
+    got_all.insert(key_of(c));
+  }
+  CHECK(got_all == others);
+
+  // Node a dies: the watches through b end, retryably (failed, unavailable),
+  // with a merged cursor to resume from.
+  fa.proc->signal(SIGKILL);
+  for (client* w : {&wb, &wall}) {
+    auto end = w->next(15s);
+    // Progress (an empty batch) may come first.
+    for (int i = 0; i < 100 && end && (*end)["method"] == "changes"; ++i) {
+      CHECK((*end)["params"]["changes"].empty());
+      end = w->next(15s);
+    }
+    REQUIRE(end);
+    INFO(end->dump());
+    CHECK((*end)["method"] == "watch_ended");
+    CHECK((*end)["params"]["reason"] == "failed");
+    CHECK((*end)["params"]["error"]["kind"] == "unavailable");
+    CHECK((*end)["params"]["resume_from"].get<std::string>().rfind("nodes:", 0) == 0);
+  }
+}
