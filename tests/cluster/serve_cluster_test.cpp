@@ -766,3 +766,68 @@ TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes u
     CHECK((*end)["params"]["resume_from"].get<std::string>().rfind("nodes:", 0) == 0);
   }
 }
+
+TEST_CASE("serve --cluster: a watch across nodes whose client stops reading pauses and resumes "
+          "from its merged cursor, every change once and in order") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  // Node a keeps at most 1 MiB of a connection's output: 20 MiB of changes
+  // unread overflow it (and the sockets' buffers) many times over.
+  auto fa = start_forwarding(etcd, dir, "a", {"--max-output-bytes", "1048576"});
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map({fa.port, fb.port});
+  client cb(fb.port);
+  std::string ua, ub;
+  for (int u = 0; u < 16 && (ua.empty() || ub.empty()); ++u) {
+    std::string user = "u" + std::to_string(u);
+    (m["shards"][model::shard_of("app", user, shard_count)]["owner"] == "a" ? ua : ub) = user;
+  }
+  REQUIRE(!ua.empty());
+  REQUIRE(!ub.empty());
+  for (auto& u : {ua, ub})
+    REQUIRE(ok(cb.call("create_session", create_params(u, "s"))));
+  client wa(fa.port);
+  auto wid = start_watch(wa, {{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}});
+  // 2,000 appends of 10 KiB, to both nodes' sessions, while wa reads nothing.
+  constexpr int n = 2000;
+  const std::string text(10240, 'x');
+  std::string lines;
+  for (int i = 0; i < n; ++i) {
+    auto ev = json{{"author", "t"}, {"content", {{"parts", json::array({{{"text", text}}})}}}};
+    lines +=
+      rpc(i, "append_event", with(create_params(i % 2 ? ub : ua, "s"), "event", ev)).dump() + "\n";
+  }
+  REQUIRE(cb.send(lines));
+  for (int i = 0; i < n; ++i)
+    REQUIRE(ok(cb.next(60s)));
+  // A barrier on each node's session: the last change of each.
+  for (auto& u : {ua, ub})
+    REQUIRE(ok(cb.call("append_event", with(create_params(u, "s"), "event", event_of(n)))));
+  const int last = n / 2 + 1;
+  std::vector<json> got;
+  std::set<std::string> barriers;
+  for (int lines_read = 0; barriers.size() < 2; ++lines_read) {
+    REQUIRE(lines_read < 10 * n);
+    auto line = wa.next(30s);
+    REQUIRE(line);
+    REQUIRE((*line)["method"] == "changes");
+    REQUIRE((*line)["params"]["watch_id"] == wid);
+    for (auto& c : (*line)["params"]["changes"]) {
+      got.push_back(c);
+      if (c["version"] == last)
+        barriers.insert(c["user_id"].get<std::string>());
+    }
+  }
+  CHECK(got.size() == n + 2);
+  std::set<change_key> keys;
+  for (auto& c : got)
+    keys.insert(key_of(c));
+  CHECK(keys.size() == n + 2); // none twice
+  std::map<std::string, int> next{{ua, 1}, {ub, 1}};
+  for (auto& c : got) {
+    auto& v = next[c["user_id"].get<std::string>()];
+    CHECK(c["version"] == v);
+    v = c["version"].get<int>() + 1;
+  }
+}
