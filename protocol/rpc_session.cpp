@@ -227,6 +227,27 @@ struct rpc_session::watches : std::enable_shared_from_this<rpc_session::watches>
     return current->all_apps || (app && current->allows(*app));
   }
 
+  // Gives `w` its id and a slot among the stream's and the server's
+  // watches, or answers why there is none (kind unavailable).
+  std::optional<std::string> admit(client_watch& w) {
+    {
+      std::lock_guard<std::mutex> lk(mtx);
+      if (live.size() >= max_live)
+        return "this connection has " + std::to_string(live.size())
+          + " live watches, the most it may have (--max-watches): unwatch one first";
+      w.id = "w" + std::to_string(next++);
+    }
+    if (server_count) {
+      if (server_count->fetch_add(1) >= max_server) {
+        server_count->fetch_sub(1);
+        return "the server has " + std::to_string(max_server)
+          + " live watches, the most it may have (--max-server-watches); retry later";
+      }
+      w.server_count = server_count;
+    }
+    return std::nullopt;
+  }
+
   bool has_room(std::size_t bytes) const {
     if (!queued_output_bytes)
       return true;
@@ -623,25 +644,8 @@ rpc_session::~rpc_session() {
 
 void rpc_session::start_watch(detail::decoded_request& d) {
   auto w = std::make_shared<client_watch>();
-  {
-    std::lock_guard<std::mutex> lk(watches_->mtx);
-    if (watches_->live.size() >= watches_->max_live)
-      return refuse(d, rpc_code::engine_error,
-                    "this connection has " + std::to_string(watches_->live.size())
-                      + " live watches, the most it may have (--max-watches): unwatch one first",
-                    to_string(errc::unavailable));
-    w->id = "w" + std::to_string(watches_->next++);
-  }
-  if (auto& all = watches_->server_count) {
-    if (all->fetch_add(1) >= watches_->max_server) {
-      all->fetch_sub(1);
-      return refuse(d, rpc_code::engine_error,
-                    "the server has " + std::to_string(watches_->max_server)
-                      + " live watches, the most it may have (--max-server-watches); retry later",
-                    to_string(errc::unavailable));
-    }
-    w->server_count = all;
-  }
+  if (auto full = watches_->admit(*w))
+    return refuse(d, rpc_code::engine_error, *full, to_string(errc::unavailable));
   w->req = std::move(*d.watch);
   if (w->req.scope != watch_scope::all)
     w->app = w->req.app_name;
@@ -664,25 +668,8 @@ void rpc_session::start_watch(detail::decoded_request& d) {
 
 void rpc_session::start_span_watch(detail::decoded_request& d, json params, route_refusal& r) {
   auto w = std::make_shared<client_watch>();
-  {
-    std::lock_guard<std::mutex> lk(watches_->mtx);
-    if (watches_->live.size() >= watches_->max_live)
-      return refuse(d, rpc_code::engine_error,
-                    "this connection has " + std::to_string(watches_->live.size())
-                      + " live watches, the most it may have (--max-watches): unwatch one first",
-                    to_string(errc::unavailable));
-    w->id = "w" + std::to_string(watches_->next++);
-  }
-  if (auto& all = watches_->server_count) {
-    if (all->fetch_add(1) >= watches_->max_server) {
-      all->fetch_sub(1);
-      return refuse(d, rpc_code::engine_error,
-                    "the server has " + std::to_string(watches_->max_server)
-                      + " live watches, the most it may have (--max-server-watches); retry later",
-                    to_string(errc::unavailable));
-    }
-    w->server_count = all;
-  }
+  if (auto full = watches_->admit(*w))
+    return refuse(d, rpc_code::engine_error, *full, to_string(errc::unavailable));
   w->req = std::move(*d.watch);
   if (w->req.scope != watch_scope::all)
     w->app = w->req.app_name;
