@@ -7,6 +7,7 @@
 // turns its shards `unavailable` on the others while theirs keep serving.
 #include <doctest/doctest.h>
 
+#include "cluster/span.hpp"
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
@@ -830,4 +831,56 @@ TEST_CASE("serve --cluster: a watch across nodes whose client stops reading paus
     CHECK(c["version"] == v);
     v = c["version"].get<int>() + 1;
   }
+}
+
+TEST_CASE("serve --cluster: a watch across nodes from a cursor one node no longer keeps answers "
+          "cursor_expired with a merged data.oldest, which resumes") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b", {"--change-retention", "10"});
+  json m = settled_map({fa.port, fb.port});
+  std::string ub;
+  for (int u = 0; u < 16 && ub.empty(); ++u)
+    if (m["shards"][model::shard_of("app", "u" + std::to_string(u), shard_count)]["owner"] == "b")
+      ub = "u" + std::to_string(u);
+  REQUIRE(!ub.empty());
+  client ca(fa.port);
+  std::string start;
+  {
+    client w0(fa.port); // its watch ends with its connection
+    auto started = w0.call("watch", {{"scope", "app"}, {"app_name", "app"}}, "w");
+    REQUIRE(ok(started));
+    start = (*started)["result"]["cursor"];
+  }
+  REQUIRE(ok(ca.call("create_session", create_params(ub, "s"))));
+  for (int i = 1; i <= 60; ++i)
+    REQUIRE(ok(ca.call("append_event", with(create_params(ub, "s"), "event", event_of(i)))));
+  client wa(fa.port);
+  auto r = wa.call("watch", {{"scope", "app"}, {"app_name", "app"}, {"from", start}}, "w2");
+  REQUIRE(r);
+  INFO(r->dump());
+  REQUIRE(kind_of(r) == "cursor_expired");
+  const std::string oldest = (*r)["error"]["data"]["oldest"];
+  auto from = cluster::parse_merged_cursor(oldest);
+  auto was = cluster::parse_merged_cursor(start);
+  REQUIRE(from);
+  REQUIRE(was);
+  CHECK(from->at("a") == was->at("a")); // node a's part kept its place
+  CHECK(from->at("b") != was->at("b"));
+  // From there: the changes node b still keeps, the last append last.
+  auto wid = start_watch(
+    wa, {{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}, {"from", oldest}});
+  std::vector<json> got;
+  while (got.empty() || got.back()["version"] != 60) {
+    REQUIRE(got.size() < 60);
+    auto line = wa.next();
+    REQUIRE(line);
+    REQUIRE((*line)["params"]["watch_id"] == wid);
+    for (auto& c : (*line)["params"]["changes"])
+      got.push_back(c);
+  }
+  CHECK(got.size() <= 10 + 20);
+  check_session_order(got);
 }
