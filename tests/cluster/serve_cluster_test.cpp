@@ -5,6 +5,9 @@
 // the others, a client that follows `moved` reaches every session, requests
 // across shards and app: writes are refused, and a node killed with kill -9
 // turns its shards `unavailable` on the others while theirs keep serving.
+// Forwarding nodes: requests forwarded in order, listings, feeds and watches
+// of an app or of everything across the nodes (merged cursors), with tokens
+// and TLS between nodes.
 #include <doctest/doctest.h>
 
 #include "cluster/span.hpp"
@@ -129,6 +132,60 @@ std::vector<json> pages_in_turn(client& a, client& b, const std::string& method,
 
 json create_params(const std::string& user, const std::string& id) {
   return json{{"app_name", "app"}, {"user_id", user}, {"session_id", id}};
+}
+
+/// A change of a watch, by what it did: (user, version).
+using change_key = std::pair<std::string, int>;
+
+change_key key_of(const json& c) {
+  return {c["user_id"].get<std::string>(), c["version"].get<int>()};
+}
+
+/// The changes of watch `id` read from `c` until `n` have come (each line
+/// within 10 s); every batch's and change's cursor is a merged one.
+std::vector<json> watched(client& c, const std::string& id, std::size_t n) {
+  std::vector<json> out;
+  while (out.size() < n) {
+    auto line = c.next();
+    REQUIRE(line);
+    INFO(line->dump());
+    REQUIRE((*line)["method"] == "changes");
+    REQUIRE((*line)["params"]["watch_id"] == id);
+    CHECK((*line)["params"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+    for (auto& ch : (*line)["params"]["changes"]) {
+      CHECK(ch["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+      out.push_back(ch);
+    }
+  }
+  CHECK(out.size() == n);
+  return out;
+}
+
+/// Starts a watch on `c` (REQUIREs its answer, the first line) and returns
+/// its id.
+std::string start_watch(client& c, const json& params) {
+  auto r = c.call("watch", params, "w");
+  REQUIRE(r);
+  INFO(r->dump());
+  REQUIRE(ok(r));
+  CHECK((*r)["result"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+  return (*r)["result"]["watch_id"];
+}
+
+/// Each session's changes in the order they came are its versions 0, 1, ...
+void check_session_order(const std::vector<json>& changes) {
+  std::map<std::string, int> next;
+  for (auto& c : changes) {
+    const std::string user = c["user_id"];
+    auto it = next.emplace(user, c["version"].get<int>()).first;
+    CHECK(c["version"] == it->second);
+    it->second = c["version"].get<int>() + 1;
+  }
+}
+
+json event_of(int n) {
+  return json{
+    {"author", "t"}, {"id", "e" + std::to_string(n)}, {"actions", {{"state_delta", {{"k", n}}}}}};
 }
 
 } // namespace
@@ -505,6 +562,17 @@ TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token
   CHECK(kind_of(app.call("get_session",
                          json{{"app_name", "other"}, {"user_id", user}, {"session_id", "s"}}))
         == "permission_denied");
+  // A watch of the app across the nodes: the app token here, the node token
+  // to node b; another app's or everything's is refused here.
+  CHECK(kind_of(app.call("watch", {{"scope", "app"}, {"app_name", "other"}}))
+        == "permission_denied");
+  CHECK(kind_of(app.call("watch", {{"scope", "all"}})) == "permission_denied");
+  auto wid = start_watch(app, {{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}});
+  CHECK(ok(ca.call("append_event",
+                   with(create_params(user, "s"), "event", json{{"author", "t"}, {"id", "e2"}}))));
+  auto changes = watched(app, wid, 1);
+  CHECK(changes[0]["user_id"] == user);
+  CHECK(changes[0]["version"] == 2);
 }
 
 TEST_CASE("serve --cluster with TLS: a node forwards to its peer over TLS, checking the peer's "
@@ -586,64 +654,6 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
   CHECK(r.first == 1);
   CHECK(r.second.find("does not exist") != std::string::npos);
 }
-
-namespace {
-
-/// A change of a watch, by what it did: (user, version).
-using change_key = std::pair<std::string, int>;
-
-change_key key_of(const json& c) {
-  return {c["user_id"].get<std::string>(), c["version"].get<int>()};
-}
-
-/// The changes of watch `id` read from `c` until `n` have come (each line
-/// within 10 s); every batch's and change's cursor is a merged one.
-std::vector<json> watched(client& c, const std::string& id, std::size_t n) {
-  std::vector<json> out;
-  while (out.size() < n) {
-    auto line = c.next();
-    REQUIRE(line);
-    INFO(line->dump());
-    REQUIRE((*line)["method"] == "changes");
-    REQUIRE((*line)["params"]["watch_id"] == id);
-    CHECK((*line)["params"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
-    for (auto& ch : (*line)["params"]["changes"]) {
-      CHECK(ch["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
-      out.push_back(ch);
-    }
-  }
-  CHECK(out.size() == n);
-  return out;
-}
-
-/// Starts a watch on `c` (REQUIREs its answer, the first line) and returns
-/// its id.
-std::string start_watch(client& c, const json& params) {
-  auto r = c.call("watch", params, "w");
-  REQUIRE(r);
-  INFO(r->dump());
-  REQUIRE(ok(r));
-  CHECK((*r)["result"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
-  return (*r)["result"]["watch_id"];
-}
-
-/// Each session's changes in the order they came are its versions 0, 1, ...
-void check_session_order(const std::vector<json>& changes) {
-  std::map<std::string, int> next;
-  for (auto& c : changes) {
-    const std::string user = c["user_id"];
-    auto it = next.emplace(user, c["version"].get<int>()).first;
-    CHECK(c["version"] == it->second);
-    it->second = c["version"].get<int>() + 1;
-  }
-}
-
-json event_of(int n) {
-  return json{
-    {"author", "t"}, {"id", "e" + std::to_string(n)}, {"actions", {{"state_delta", {{"k", n}}}}}};
-}
-
-} // namespace
 
 TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes under merged "
           "cursors; it resumes on another node; a node's death ends it") {
