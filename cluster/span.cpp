@@ -147,6 +147,13 @@ std::string merged_cursor(const std::map<std::string, std::string>& at) {
   return out;
 }
 
+std::string with_node_cursor(std::string_view merged, const std::string& node,
+                             const std::string& cursor) {
+  auto at = parse_merged_cursor(merged).value_or(std::map<std::string, std::string>());
+  at[node] = cursor;
+  return merged_cursor(at);
+}
+
 protocol::span_answer merge_changes(const json& params, std::vector<protocol::span_answer> parts,
                                     const std::vector<std::string>& ids) {
   std::map<std::string, std::string> at;

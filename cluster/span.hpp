@@ -45,6 +45,13 @@ protocol::span_answer merge_pages(const json& params, std::vector<protocol::span
 std::optional<std::map<std::string, std::string>> parse_merged_cursor(std::string_view text);
 std::string merged_cursor(const std::map<std::string, std::string>& at);
 
+/// `merged` with node `node`'s entry set to `cursor` (that node's own feed
+/// cursor), the other entries kept: what a watch across nodes answers after
+/// relaying a change or batch of that node. An empty `merged`, or one that
+/// is not a merged cursor, is taken as naming no node.
+std::string with_node_cursor(std::string_view merged, const std::string& node,
+                             const std::string& cursor);
+
 /// read_changes across nodes, `params` the request's: parts[i] read node
 /// ids[i]'s own feed after its entry of the request's merged cursor `from`
 /// (from its oldest change without one). Changes are taken one from each

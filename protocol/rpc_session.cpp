@@ -119,6 +119,16 @@ std::string ended_line(const std::string& id, std::string_view reason,
   return notification_line("watch_ended", std::move(params));
 }
 
+/// A watch_ended line whose error (when not null) is a JSON object {kind,
+/// message, oldest?} already.
+std::string ended_line(const std::string& id, std::string_view reason,
+                       const std::string& resume_from, json err) {
+  json params{{"watch_id", id}, {"reason", reason}, {"resume_from", resume_from}};
+  if (err.is_object())
+    params["error"] = std::move(err);
+  return notification_line("watch_ended", std::move(params));
+}
+
 } // namespace
 
 // One watch of the stream (a watch_id). Its notifications come from the
@@ -128,6 +138,26 @@ std::string ended_line(const std::string& id, std::string_view reason,
 // starts another from `sent` once its output has drained (resume_watches).
 // Shared by the stream and the callbacks of its engine watches.
 namespace {
+/// A watch across nodes (route_refusal::span_watch_open): part 0 is this
+/// node's (client_watch::handle), part i the one at peers[i - 1]. Guarded
+/// by its client_watch's mutex.
+struct span_parts {
+  json params; ///< the request's
+  std::vector<std::string> peers;
+  std::function<json(const json&, std::size_t)> part_params;
+  peer_watch_open open;
+  std::function<std::string(const std::string&, std::size_t, const std::string&)> cursor;
+  std::vector<std::function<void()>> close; ///< the parts open at peers
+
+  void close_peers() {
+    auto all = std::move(close);
+    close.clear();
+    for (auto& c : all)
+      if (c)
+        c();
+  }
+};
+
 struct client_watch {
   enum class state { running, paused, over };
   std::string id;
@@ -143,6 +173,9 @@ struct client_watch {
   std::uint64_t gen = 0; ///< the engine watch whose callbacks count
   std::string sent; ///< past the last `changes` written (the start until then)
   std::unique_ptr<watch_handle> handle; ///< the engine watch (null while paused)
+  /// Set for a watch across nodes: its parts at the peers; `sent` is a merged
+  /// cursor then.
+  std::unique_ptr<span_parts> span;
 
   /// Gives the server-wide slot back (once): when the watch leaves the
   /// stream's list, or with the last reference.
@@ -194,6 +227,27 @@ struct rpc_session::watches : std::enable_shared_from_this<rpc_session::watches>
     return current->all_apps || (app && current->allows(*app));
   }
 
+  // Gives `w` its id and a slot among the stream's and the server's
+  // watches, or answers why there is none (kind unavailable).
+  std::optional<std::string> admit(client_watch& w) {
+    {
+      std::lock_guard<std::mutex> lk(mtx);
+      if (live.size() >= max_live)
+        return "this connection has " + std::to_string(live.size())
+          + " live watches, the most it may have (--max-watches): unwatch one first";
+      w.id = "w" + std::to_string(next++);
+    }
+    if (server_count) {
+      if (server_count->fetch_add(1) >= max_server) {
+        server_count->fetch_sub(1);
+        return "the server has " + std::to_string(max_server)
+          + " live watches, the most it may have (--max-server-watches); retry later";
+      }
+      w.server_count = server_count;
+    }
+    return std::nullopt;
+  }
+
   bool has_room(std::size_t bytes) const {
     if (!queued_output_bytes)
       return true;
@@ -234,6 +288,39 @@ struct rpc_session::watches : std::enable_shared_from_this<rpc_session::watches>
                                       std::uint64_t gen);
   static end_handler on_end_of(std::weak_ptr<watches> wsw, std::shared_ptr<client_watch> w,
                                std::uint64_t gen);
+
+  // A watch across nodes (client_watch::span). Every part is opened again
+  // at each start and restart (all under one generation, w->gen); an event
+  // of an older generation is ignored.
+  //
+  // Opens every part of `w`: the first time from the request's `from`, a
+  // restart from `w->sent`. REQUIRES: w->mtx held (the parts' events wait
+  // for it). On failure the parts opened are closed, `w` is over, a
+  // restart's watch_ended is written, and the error is returned (a
+  // cursor_expired's oldest_cursor as a merged cursor).
+  std::optional<error> start_span_parts(engine& eng, const std::shared_ptr<client_watch>& w,
+                                        bool first);
+  // Relays part `part`'s batch (`changes` with that part's own cursors, and
+  // the batch's `cursor`) under merged cursors, or pauses `w` when the
+  // stream has no room for it. REQUIRES: w->mtx held, `w` running. The
+  // local engine watch to release, if any, is moved to `release`.
+  void relay_span_batch(client_watch& w, std::size_t part, json changes, const std::string& cursor,
+                        std::vector<std::unique_ptr<watch_handle>>& release);
+  // Ends `w` because one of its parts ended: watch_ended with `reason` and
+  // `err` (an error object, or null), every other part closed. REQUIRES:
+  // w->mtx held, `w` running.
+  void end_span(client_watch& w, std::string_view reason, json err,
+                std::vector<std::unique_ptr<watch_handle>>& release);
+  static change_handler span_changes_of(std::weak_ptr<watches> wsw, std::shared_ptr<client_watch> w,
+                                        std::uint64_t gen);
+  static end_handler span_end_of(std::weak_ptr<watches> wsw, std::shared_ptr<client_watch> w,
+                                 std::uint64_t gen);
+  // A peer part's events; holds `w` weakly (the peer's connection holds
+  // this handler, and `w` holds the connection's close).
+  static std::function<void(peer_watch_event)> span_peer_events(std::weak_ptr<watches> wsw,
+                                                                std::weak_ptr<client_watch> w,
+                                                                std::uint64_t gen,
+                                                                std::size_t part);
 };
 
 std::optional<error>
@@ -326,6 +413,205 @@ end_handler rpc_session::watches::on_end_of(std::weak_ptr<watches> wsw,
   };
 }
 
+std::optional<error> rpc_session::watches::start_span_parts(engine& eng,
+                                                            const std::shared_ptr<client_watch>& w,
+                                                            bool first) {
+  auto& sp = *w->span;
+  const auto gen = ++w->gen;
+  json params = sp.params;
+  if (!first)
+    params["from"] = w->sent;
+  // Where the merged cursor starts: the request's own, or none.
+  std::string merged;
+  if (auto f = params.find("from"); f != params.end() && f->is_string())
+    merged = f->get<std::string>();
+  auto fail = [&](std::size_t part, error e) {
+    w->st = client_watch::state::over;
+    sp.close_peers();
+    if (e.oldest_cursor)
+      e.oldest_cursor = sp.cursor(merged, part, *e.oldest_cursor);
+    if (!first)
+      write(ended_line(w->id, e.code == errc::cursor_expired ? "cursor_expired" : "failed", w->sent,
+                       e));
+    return e;
+  };
+  // This node's part.
+  auto req = w->req;
+  req.from.reset();
+  json local = sp.part_params(params, 0);
+  if (auto f = local.find("from"); f != local.end() && f->is_string())
+    req.from = f->get<std::string>();
+  auto h = eng.watch(std::move(req), span_changes_of(weak_from_this(), w, gen),
+                     span_end_of(weak_from_this(), w, gen));
+  if (!h)
+    return fail(0, std::move(h).err());
+  merged = sp.cursor(merged, 0, (*h)->cursor());
+  w->handle = std::move(*h);
+  // The peers' parts, each opened once the one before has answered.
+  for (std::size_t i = 1; i <= sp.peers.size(); ++i) {
+    auto opened = sp.open(sp.peers[i - 1], sp.part_params(params, i),
+                          span_peer_events(weak_from_this(), w, gen, i));
+    if (!opened) {
+      handle_reaper::release([&] {
+        std::vector<std::unique_ptr<watch_handle>> hs;
+        hs.push_back(std::move(w->handle));
+        return hs;
+      }());
+      return fail(i, std::move(opened).err());
+    }
+    merged = sp.cursor(merged, i, opened->cursor);
+    sp.close.push_back(std::move(opened->close));
+  }
+  w->sent = std::move(merged);
+  w->st = client_watch::state::running;
+  return std::nullopt;
+}
+
+void rpc_session::watches::relay_span_batch(client_watch& w, std::size_t part, json changes,
+                                            const std::string& cursor,
+                                            std::vector<std::unique_ptr<watch_handle>>& release) {
+  auto merged = w.sent;
+  for (auto& c : changes)
+    if (auto at = c.find("cursor"); at != c.end() && at->is_string()) {
+      merged = w.span->cursor(merged, part, at->get_ref<const std::string&>());
+      *at = merged;
+    }
+  merged = w.span->cursor(merged, part, cursor);
+  auto line = notification_line(
+    "changes", json{{"watch_id", w.id}, {"changes", std::move(changes)}, {"cursor", merged}});
+  if (has_room(line.size())) {
+    write(std::move(line));
+    w.sent = std::move(merged);
+    return;
+  }
+  // No room: every part stops; a restart opens them again from `sent`.
+  w.st = client_watch::state::paused;
+  ++paused;
+  if (w.handle)
+    release.push_back(std::move(w.handle));
+  w.span->close_peers();
+  paused_one();
+}
+
+void rpc_session::watches::end_span(client_watch& w, std::string_view reason, json err,
+                                    std::vector<std::unique_ptr<watch_handle>>& release) {
+  w.st = client_watch::state::over;
+  if (w.handle)
+    release.push_back(std::move(w.handle));
+  w.span->close_peers();
+  write(ended_line(w.id, reason, w.sent, std::move(err)));
+}
+
+change_handler rpc_session::watches::span_changes_of(std::weak_ptr<watches> wsw,
+                                                     std::shared_ptr<client_watch> w,
+                                                     std::uint64_t gen) {
+  return [wsw, w, gen](change_page page) {
+    auto ws = wsw.lock();
+    if (!ws)
+      return;
+    std::vector<std::unique_ptr<watch_handle>> release;
+    bool forget = false;
+    {
+      std::lock_guard<std::mutex> lk(w->mtx);
+      if (w->gen != gen || w->st != client_watch::state::running || ws->closing)
+        return;
+      if (!ws->allowed(w->app)) {
+        ws->end_span(*w, "permission_denied", nullptr, release);
+        forget = true;
+      } else {
+        json changes = json::array();
+        for (auto& c : page.changes)
+          changes.push_back(to_json(c));
+        ws->relay_span_batch(*w, 0, std::move(changes), page.cursor, release);
+      }
+    }
+    handle_reaper::release(std::move(release));
+    if (forget)
+      ws->forget(w);
+  };
+}
+
+end_handler rpc_session::watches::span_end_of(std::weak_ptr<watches> wsw,
+                                              std::shared_ptr<client_watch> w, std::uint64_t gen) {
+  return [wsw, w, gen](const watch_end& e) {
+    auto ws = wsw.lock();
+    if (!ws)
+      return;
+    std::vector<std::unique_ptr<watch_handle>> release;
+    {
+      std::lock_guard<std::mutex> lk(w->mtx);
+      if (w->gen != gen || w->st != client_watch::state::running || ws->closing)
+        return;
+      json err;
+      if (e.err) {
+        err = {{"kind", to_string(e.err->code)}, {"message", e.err->message}};
+        if (e.err->oldest_cursor)
+          err["oldest"] = w->span->cursor(w->sent, 0, *e.err->oldest_cursor);
+      }
+      ws->end_span(*w, to_string(e.reason), std::move(err), release);
+    }
+    handle_reaper::release(std::move(release));
+  };
+}
+
+std::function<void(peer_watch_event)>
+rpc_session::watches::span_peer_events(std::weak_ptr<watches> wsw, std::weak_ptr<client_watch> ww,
+                                       std::uint64_t gen, std::size_t part) {
+  return [wsw, ww, gen, part](peer_watch_event e) {
+    auto ws = wsw.lock();
+    auto w = ww.lock();
+    if (!ws || !w)
+      return;
+    std::vector<std::unique_ptr<watch_handle>> release;
+    bool forget = false;
+    if (!e.params.is_object())
+      e.params = json::object(); // lost: none
+    {
+      std::lock_guard<std::mutex> lk(w->mtx);
+      if (w->gen != gen || w->st != client_watch::state::running || ws->closing)
+        return;
+      const auto& peer = w->span->peers[part - 1];
+      if (e.what == peer_watch_event::kind::changes && !ws->allowed(w->app)) {
+        ws->end_span(*w, "permission_denied", nullptr, release);
+        forget = true;
+      } else if (e.what == peer_watch_event::kind::changes) {
+        json changes = json::array();
+        std::string cursor;
+        if (auto c = e.params.find("changes"); c != e.params.end() && c->is_array())
+          changes = std::move(*c);
+        if (auto c = e.params.find("cursor"); c != e.params.end() && c->is_string())
+          cursor = c->get<std::string>();
+        ws->relay_span_batch(*w, part, std::move(changes), cursor, release);
+      } else {
+        // A part ended: so does the watch. Only its own feed's limits end
+        // it as they would here; anything else (the node closing, the
+        // connection lost) is the node's unavailability, retryable.
+        const auto r = e.params.find("reason");
+        std::string reason = r != e.params.end() && r->is_string() ? r->get<std::string>() : "";
+        const auto x = e.params.find("error");
+        json err = x != e.params.end() ? *x : json();
+        if (e.what == peer_watch_event::kind::ended
+            && (reason == "cursor_expired" || reason == "failed") && err.is_object()) {
+          if (auto old = err.find("oldest"); old != err.end() && old->is_string())
+            *old = w->span->cursor(w->sent, part, old->get<std::string>());
+        } else {
+          err = {{"kind", to_string(errc::unavailable)},
+                 {"message",
+                  e.what == peer_watch_event::kind::lost ? "the connection to the node at " + peer
+                      + ", which watches its part of this scope, was lost: " + e.why
+                                                         : "the node at " + peer
+                      + " ended its part of this watch (" + reason + "): resume from resume_from"}};
+          reason = "failed";
+        }
+        ws->end_span(*w, reason, std::move(err), release);
+      }
+    }
+    handle_reaper::release(std::move(release));
+    if (forget)
+      ws->forget(w);
+  };
+}
+
 rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rpc_config cfg)
   : dispatch_(std::make_shared<detail::dispatcher>(
     eng, std::move(write),
@@ -358,31 +644,46 @@ rpc_session::~rpc_session() {
 
 void rpc_session::start_watch(detail::decoded_request& d) {
   auto w = std::make_shared<client_watch>();
-  {
-    std::lock_guard<std::mutex> lk(watches_->mtx);
-    if (watches_->live.size() >= watches_->max_live)
-      return refuse(d, rpc_code::engine_error,
-                    "this connection has " + std::to_string(watches_->live.size())
-                      + " live watches, the most it may have (--max-watches): unwatch one first",
-                    to_string(errc::unavailable));
-    w->id = "w" + std::to_string(watches_->next++);
-  }
-  if (auto& all = watches_->server_count) {
-    if (all->fetch_add(1) >= watches_->max_server) {
-      all->fetch_sub(1);
-      return refuse(d, rpc_code::engine_error,
-                    "the server has " + std::to_string(watches_->max_server)
-                      + " live watches, the most it may have (--max-server-watches); retry later",
-                    to_string(errc::unavailable));
-    }
-    w->server_count = all;
-  }
+  if (auto full = watches_->admit(*w))
+    return refuse(d, rpc_code::engine_error, *full, to_string(errc::unavailable));
   w->req = std::move(*d.watch);
   if (w->req.scope != watch_scope::all)
     w->app = w->req.app_name;
   // Held until the answer is written: the first notification waits for it.
   std::lock_guard<std::mutex> lk(w->mtx);
   if (auto failed = watches_->start_engine_watch(eng_, w, true)) {
+    if (observers_)
+      observers_->error(to_string(failed->code));
+    if (!d.notification)
+      dispatch_->answer(d.id, detail::from_engine(*failed));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> guard(watches_->mtx);
+    watches_->live.emplace(w->id, w);
+  }
+  if (!d.notification)
+    dispatch_->answer(d.id, detail::outcome{json{{"watch_id", w->id}, {"cursor", w->sent}}});
+}
+
+void rpc_session::start_span_watch(detail::decoded_request& d, json params, route_refusal& r) {
+  auto w = std::make_shared<client_watch>();
+  if (auto full = watches_->admit(*w))
+    return refuse(d, rpc_code::engine_error, *full, to_string(errc::unavailable));
+  w->req = std::move(*d.watch);
+  if (w->req.scope != watch_scope::all)
+    w->app = w->req.app_name;
+  auto sp = std::make_unique<span_parts>();
+  sp->params = std::move(params);
+  sp->peers = std::move(r.span_peers);
+  sp->part_params =
+    r.span_params ? std::move(r.span_params) : [](const json& p, std::size_t) { return p; };
+  sp->open = std::move(r.span_watch_open);
+  sp->cursor = std::move(r.span_cursor);
+  w->span = std::move(sp);
+  // Held until the answer is written: the parts' first batches wait for it.
+  std::lock_guard<std::mutex> lk(w->mtx);
+  if (auto failed = watches_->start_span_parts(eng_, w, true)) {
     if (observers_)
       observers_->error(to_string(failed->code));
     if (!d.notification)
@@ -423,6 +724,8 @@ void rpc_session::end_all(const char* reason) {
     w->release_slot();
     if (w->handle)
       handles.push_back(std::move(w->handle));
+    if (w->span)
+      w->span->close_peers();
   }
   handle_reaper::release(std::move(handles));
 }
@@ -455,6 +758,8 @@ void rpc_session::resume_watches() {
         w->st = client_watch::state::over;
         watches_->write(ended_line(w->id, "permission_denied", w->sent, std::nullopt));
         forget = true;
+      } else if (w->span) {
+        (void)watches_->start_span_parts(eng_, w, false);
       } else {
         (void)watches_->start_engine_watch(eng_, w, false);
       }
@@ -485,6 +790,8 @@ void rpc_session::check_watch_access() {
       watches_->write(ended_line(w->id, "permission_denied", w->sent, std::nullopt));
       if (w->handle)
         handles.push_back(std::move(w->handle));
+      if (w->span)
+        w->span->close_peers();
     }
     watches_->forget(w);
   }
@@ -517,6 +824,8 @@ void rpc_session::stop_watch(detail::decoded_request& d) {
     resume = w->sent;
     if (w->handle)
       handles.push_back(std::move(w->handle));
+    if (w->span)
+      w->span->close_peers();
   }
   handle_reaper::release(std::move(handles));
   if (!d.notification)
@@ -714,9 +1023,19 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
   q.user_id = d.user_id ? &*d.user_id : nullptr;
   q.scope = d.scope ? &*d.scope : nullptr;
   q.this_node = d.this_node;
+  q.from = d.watch && d.watch->from ? &*d.watch->from : nullptr;
   auto refusal = route_(q);
   if (!refusal)
     return false;
+  if (refusal->span_watch_open && refusal->span_cursor && refusal->forward_to.empty() && forward_
+      && d.watch) {
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    json req = json::parse(line, nullptr, false); // decoded once already: well-formed
+    json params = req.is_object() && req.contains("params") ? req["params"] : json::object();
+    start_span_watch(d, std::move(params), *refusal);
+    return true;
+  }
   if (!refusal->forward_to.empty() && forward_ && d.run) {
     if (!line.empty() && line.back() == '\r')
       line.remove_suffix(1);

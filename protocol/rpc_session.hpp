@@ -47,11 +47,37 @@ struct route_query {
   const std::string* app_name = nullptr;
   const std::string* user_id = nullptr;
   const std::string* scope = nullptr;
-  /// params.this_node is true (list_sessions, delete_app): only this node's
-  /// own shards, as a node asks of the others when it runs a request across
-  /// them (route_refusal::span).
+  /// params.this_node is true (list_sessions, delete_app, read_changes,
+  /// watch): only this node's own shards, as a node asks of the others when
+  /// it runs a request across them (route_refusal::span).
   bool this_node = false;
+  /// watch: params.from when it is a string.
+  const std::string* from = nullptr;
 };
+
+/// An event of a watch opened at a peer (route_refusal::span_watch_open),
+/// in the peer's order.
+struct peer_watch_event {
+  enum class kind {
+    changes, ///< a `changes` notification: `params` is its params
+    ended, ///< a `watch_ended` notification (its params); the last event
+    lost, ///< the connection to the peer ended first (`why`); the last event
+  };
+  kind what = kind::changes;
+  json params;
+  std::string why;
+};
+
+/// A watch opened at a peer: where it starts (the peer's own cursor) and how
+/// to end it (any thread, idempotent, never blocks; events may still come
+/// after it and are to be ignored).
+struct peer_watch {
+  std::string cursor;
+  std::function<void()> close;
+};
+
+using peer_watch_open = std::function<result<peer_watch>(
+  const std::string& peer, json params, std::function<void(peer_watch_event)> on_event)>;
 
 /// The answer to a request this node does not serve: data.kind `kind` (e.g.
 /// "moved", "unavailable", "invalid_argument"), the message, and further
@@ -83,6 +109,20 @@ struct route_refusal {
   std::vector<std::string> span_peers;
   std::function<json(const json& params, std::size_t part)> span_params;
   std::function<span_answer(const json& params, std::vector<span_answer> parts)> span;
+  /// A `watch` across nodes: with `span_watch_open` and `span_cursor` set,
+  /// `forward_to` empty and rpc_config::forward given, the watch runs here
+  /// (the part's params: span_params(params, 0)) and at each of
+  /// `span_peers` (span_params(params, i), opened by span_watch_open, which
+  /// blocks until the peer answered). Each part's batches are relayed as
+  /// they come under merged cursors: span_cursor(merged, part, cursor) is
+  /// `merged` (a cursor this watch or the request's `from` gave; empty: none)
+  /// with part `part`'s position moved to `cursor`, that part's own cursor.
+  /// A restart (after a pause for room) opens every part again with
+  /// span_params of the params with `from` set to the last merged cursor
+  /// written.
+  peer_watch_open span_watch_open;
+  std::function<std::string(const std::string& merged, std::size_t part, const std::string& cursor)>
+    span_cursor;
 };
 
 /// How a forwarded request's answer comes back: the peer's result, or an
@@ -264,6 +304,9 @@ private:
   /// (and answered) or forwarded.
   bool route_refused(detail::decoded_request& d, std::string_view line);
   void stop_watch(detail::decoded_request& d);
+  /// Starts `d`'s watch across nodes as `r` says (route_refusal::span_watch_open);
+  /// `params` are the request's.
+  void start_span_watch(detail::decoded_request& d, json params, route_refusal& r);
   void refuse(const detail::decoded_request& d, int code, const std::string& message,
               std::string_view kind);
   /// Ends every watch; `reason` null: silently (the stream is gone).

@@ -167,6 +167,54 @@ struct cluster_member::impl {
       reaper.join();
   }
 
+  /// route_refusal::span_watch_open: a watch at `peer` on a connection of
+  /// its own (its notifications come as they are sent, and a close ends
+  /// that part alone), retired at once so that the reaper destroys it when
+  /// the watch has let it go. Blocks until the peer answered (connect: 2 s,
+  /// the watch: 10 s).
+  result<protocol::peer_watch>
+  open_watch(const std::string& peer, json params,
+             std::function<void(protocol::peer_watch_event)> on_event) {
+    client_options o = peer_options;
+    o.address = peer;
+    o.connect_timeout = std::chrono::milliseconds(2000);
+    auto made = rpc_client::connect(o);
+    if (!made)
+      return error{errc::unavailable,
+                   "node '" + id + "' cannot reach the node at " + peer
+                     + " to watch its part: " + made.err().message};
+    std::shared_ptr<rpc_client> c(std::move(*made));
+    {
+      std::lock_guard<std::mutex> lock(peers_mtx);
+      retired.push_back(c);
+    }
+    auto reply = c->watch(
+      std::move(params),
+      [on_event = std::move(on_event)](const watch_event& e) {
+        protocol::peer_watch_event out;
+        out.what = e.what == watch_event::kind::changes ? protocol::peer_watch_event::kind::changes
+          : e.what == watch_event::kind::ended          ? protocol::peer_watch_event::kind::ended
+                                                        : protocol::peer_watch_event::kind::lost;
+        out.params = e.params;
+        out.why = e.why.message;
+        on_event(std::move(out));
+      },
+      std::chrono::milliseconds(10000));
+    if (!reply.value) {
+      c->close();
+      auto e = std::move(reply.value).err();
+      if (!reply.answered)
+        e.message = "node '" + id + "' got no answer from the node at " + peer
+          + " to watch its part: " + e.message;
+      return e;
+    }
+    const auto& cursor = reply.value->at("cursor");
+    protocol::peer_watch w;
+    w.cursor = cursor.is_string() ? cursor.get<std::string>() : std::string();
+    w.close = [c] { c->close(); };
+    return w;
+  }
+
   /// The refusal for shard `shard` of view `v`, or nullopt when it is ours.
   std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
                                                    std::uint32_t shard) const {
@@ -268,19 +316,24 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     v->shards.begin(), v->shards.end(), [&](const auto& e) { return e.owner == p_->id; }));
   if (mine == shards)
     return std::nullopt;
-  const bool spannable =
-    q.method == "list_sessions" || q.method == "delete_app" || q.method == "read_changes";
+  const bool spannable = q.method == "list_sessions" || q.method == "delete_app"
+    || q.method == "read_changes" || q.method == "watch";
   if (spannable && q.this_node)
     return std::nullopt; // a part of a request another node runs across nodes
-  if (!spannable || !p_->forwarding || (!q.app_name && q.method != "read_changes"))
+  if (!spannable || !p_->forwarding || (!q.app_name && !feed))
     return refusal("invalid_argument",
                    "'" + std::string(q.method) + "' here spans every shard, and node '" + p_->id
                      + "' owns " + std::to_string(mine) + " of " + std::to_string(shards)
                      + (p_->forwarding
-                          ? ": across nodes a cluster serves list_sessions, read_changes and "
-                            "delete_app, not watch"
+                          ? ": across nodes a cluster serves list_sessions, read_changes, watch "
+                            "and delete_app"
                           : ": a node with --no-forward serves it only when it owns them all")
                      + " (docs/cluster.md)",
+                   nullptr);
+  if (q.method == "watch" && q.from && !cluster::parse_merged_cursor(*q.from))
+    return refusal("invalid_argument",
+                   "'from' is not a cursor of a watch or read across nodes (one starting "
+                   "\"nodes:\", as such a watch or read answers it)",
                    nullptr);
   // Runs here and at every other owner: each shard's owner must be live.
   protocol::route_refusal r;
@@ -297,7 +350,7 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
       ids.push_back(refused->data["owner"].get<std::string>());
     }
   }
-  if (q.method == "read_changes") {
+  if (feed) {
     r.span_params = [ids](const json& params, std::size_t part) {
       json p = params;
       p["this_node"] = true;
@@ -308,6 +361,19 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
             p["from"] = mine->second;
       return p;
     };
+    if (q.method == "watch") {
+      // Refused by a stream that cannot run it (no forwarding there).
+      r.kind = "invalid_argument";
+      r.message = "'watch' here spans several nodes, and this stream does not forward";
+      r.span_cursor = [ids](const std::string& merged, std::size_t part, const std::string& at) {
+        return cluster::with_node_cursor(merged, ids[part], at);
+      };
+      r.span_watch_open = [m = p_.get()](const std::string& peer, json params,
+                                         std::function<void(protocol::peer_watch_event)> on) {
+        return m->open_watch(peer, std::move(params), std::move(on));
+      };
+      return r;
+    }
     r.span = [ids](const json& params, std::vector<protocol::span_answer> parts) {
       return cluster::merge_changes(params, std::move(parts), ids);
     };

@@ -5,8 +5,12 @@
 // the others, a client that follows `moved` reaches every session, requests
 // across shards and app: writes are refused, and a node killed with kill -9
 // turns its shards `unavailable` on the others while theirs keep serving.
+// Forwarding nodes: requests forwarded in order, listings, feeds and watches
+// of an app or of everything across the nodes (merged cursors), with tokens
+// and TLS between nodes.
 #include <doctest/doctest.h>
 
+#include "cluster/span.hpp"
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
@@ -128,6 +132,60 @@ std::vector<json> pages_in_turn(client& a, client& b, const std::string& method,
 
 json create_params(const std::string& user, const std::string& id) {
   return json{{"app_name", "app"}, {"user_id", user}, {"session_id", id}};
+}
+
+/// A change of a watch, by what it did: (user, version).
+using change_key = std::pair<std::string, int>;
+
+change_key key_of(const json& c) {
+  return {c["user_id"].get<std::string>(), c["version"].get<int>()};
+}
+
+/// The changes of watch `id` read from `c` until `n` have come (each line
+/// within 10 s); every batch's and change's cursor is a merged one.
+std::vector<json> watched(client& c, const std::string& id, std::size_t n) {
+  std::vector<json> out;
+  while (out.size() < n) {
+    auto line = c.next();
+    REQUIRE(line);
+    INFO(line->dump());
+    REQUIRE((*line)["method"] == "changes");
+    REQUIRE((*line)["params"]["watch_id"] == id);
+    CHECK((*line)["params"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+    for (auto& ch : (*line)["params"]["changes"]) {
+      CHECK(ch["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+      out.push_back(ch);
+    }
+  }
+  CHECK(out.size() == n);
+  return out;
+}
+
+/// Starts a watch on `c` (REQUIREs its answer, the first line) and returns
+/// its id.
+std::string start_watch(client& c, const json& params) {
+  auto r = c.call("watch", params, "w");
+  REQUIRE(r);
+  INFO(r->dump());
+  REQUIRE(ok(r));
+  CHECK((*r)["result"]["cursor"].get<std::string>().rfind("nodes:", 0) == 0);
+  return (*r)["result"]["watch_id"];
+}
+
+/// Each session's changes in the order they came are its versions 0, 1, ...
+void check_session_order(const std::vector<json>& changes) {
+  std::map<std::string, int> next;
+  for (auto& c : changes) {
+    const std::string user = c["user_id"];
+    auto it = next.emplace(user, c["version"].get<int>()).first;
+    CHECK(c["version"] == it->second);
+    it->second = c["version"].get<int>() + 1;
+  }
+}
+
+json event_of(int n) {
+  return json{
+    {"author", "t"}, {"id", "e" + std::to_string(n)}, {"actions", {{"state_delta", {{"k", n}}}}}};
 }
 
 } // namespace
@@ -504,6 +562,17 @@ TEST_CASE("serve --cluster with --auth-file: nodes forward with their node token
   CHECK(kind_of(app.call("get_session",
                          json{{"app_name", "other"}, {"user_id", user}, {"session_id", "s"}}))
         == "permission_denied");
+  // A watch of the app across the nodes: the app token here, the node token
+  // to node b; another app's or everything's is refused here.
+  CHECK(kind_of(app.call("watch", {{"scope", "app"}, {"app_name", "other"}}))
+        == "permission_denied");
+  CHECK(kind_of(app.call("watch", {{"scope", "all"}})) == "permission_denied");
+  auto wid = start_watch(app, {{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}});
+  CHECK(ok(ca.call("append_event",
+                   with(create_params(user, "s"), "event", json{{"author", "t"}, {"id", "e2"}}))));
+  auto changes = watched(app, wid, 1);
+  CHECK(changes[0]["user_id"] == user);
+  CHECK(changes[0]["version"] == 2);
 }
 
 TEST_CASE("serve --cluster with TLS: a node forwards to its peer over TLS, checking the peer's "
@@ -622,4 +691,244 @@ TEST_CASE("serve --cluster: apply_app_write reaches the app's home through any n
                                                        {"write_id", "w3"},
                                                        {"state_delta", {{"count", 1}}}}))
         == "invalid_argument");
+}
+
+TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes under merged "
+          "cursors; it resumes on another node; a node's death ends it") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map({fa.port, fb.port});
+  client ca(fa.port), cb(fb.port);
+  // Users on each node's shards.
+  std::vector<std::string> users;
+  std::map<std::string, std::string> owner_of;
+  std::map<std::string, int> per_owner;
+  for (int u = 0; u < 8; ++u) {
+    std::string user = "u" + std::to_string(u);
+    users.push_back(user);
+    owner_of[user] = m["shards"][model::shard_of("app", user, shard_count)]["owner"];
+    ++per_owner[owner_of[user]];
+  }
+  REQUIRE(per_owner["a"] > 0);
+  REQUIRE(per_owner["b"] > 0);
+
+  // The app's watch through node a, from now.
+  client wa(fa.port);
+  json wp{{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}};
+  auto wid = start_watch(wa, wp);
+  // Each user's session: created, then 3 appends, through both nodes in turn.
+  std::set<change_key> made;
+  for (int v = 0; v < 4; ++v)
+    for (std::size_t i = 0; i < users.size(); ++i) {
+      client& via = (i + v) % 2 ? cb : ca;
+      auto r = v == 0
+        ? via.call("create_session", create_params(users[i], "s"))
+        : via.call("append_event", with(create_params(users[i], "s"), "event", event_of(v)));
+      REQUIRE(ok(r));
+      made.insert({users[i], v});
+    }
+  auto first = watched(wa, wid, made.size());
+  std::set<change_key> got;
+  for (auto& c : first)
+    got.insert(key_of(c));
+  CHECK(got == made); // each once (sizes equal)
+  check_session_order(first);
+  // unwatch: its watch_ended (cancelled) first, then the answer.
+  REQUIRE(wa.send_line(rpc("u", "unwatch", {{"watch_id", wid}})));
+  auto ended = wa.next();
+  REQUIRE(ended);
+  CHECK((*ended)["method"] == "watch_ended");
+  CHECK((*ended)["params"]["reason"] == "cancelled");
+  auto unwatched = wa.next();
+  REQUIRE(unwatched);
+  CHECK((*unwatched)["id"] == "u");
+  CHECK((*unwatched)["result"]["resume_from"] == (*ended)["params"]["resume_from"]);
+
+  // Resumed through node b from a cursor received mid-way: exactly the
+  // changes after it, then one more of each node's (a barrier: a node's
+  // changes keep their order, so nothing of it repeats after its barrier).
+  const std::size_t mid = first.size() / 2;
+  client wb(fb.port);
+  auto wid2 = start_watch(wb, with(wp, "from", first[mid - 1]["cursor"]));
+  std::string ua, ub;
+  for (auto& u : users)
+    (owner_of[u] == "a" ? ua : ub) = u;
+  REQUIRE(ok(ca.call("append_event", with(create_params(ua, "s"), "event", event_of(4)))));
+  REQUIRE(ok(ca.call("append_event", with(create_params(ub, "s"), "event", event_of(4)))));
+  auto rest = watched(wb, wid2, first.size() - mid + 2);
+  std::multiset<change_key> resumed, expected;
+  for (auto& c : rest)
+    resumed.insert(key_of(c));
+  for (std::size_t i = mid; i < first.size(); ++i)
+    expected.insert(key_of(first[i]));
+  expected.insert({ua, 4});
+  expected.insert({ub, 4});
+  CHECK(resumed == expected);
+  // Each node's barrier came after the rest of that node's changes.
+  std::map<std::string, std::size_t> barrier_at;
+  for (std::size_t i = 0; i < rest.size(); ++i)
+    if (rest[i]["version"] == 4)
+      barrier_at[owner_of[rest[i]["user_id"].get<std::string>()]] = i;
+  for (std::size_t i = 0; i < rest.size(); ++i)
+    CHECK(i <= barrier_at[owner_of[rest[i]["user_id"].get<std::string>()]]);
+
+  // A node's own cursor is not a merged one.
+  auto own = ca.call("read_changes", {{"scope", "all"}, {"this_node", true}, {"limit", 1}});
+  REQUIRE(ok(own));
+  CHECK(kind_of(cb.call("watch", {{"scope", "all"}, {"from", (*own)["result"]["cursor"]}}))
+        == "invalid_argument");
+
+  // Everything, through node b: another app's sessions on both nodes.
+  client wall(fb.port);
+  auto wid3 = start_watch(wall, {{"scope", "all"}});
+  std::set<change_key> others;
+  for (auto& u : {ua, ub}) {
+    REQUIRE(
+      ok(cb.call("create_session", {{"app_name", "other"}, {"user_id", u}, {"session_id", "x"}})));
+    others.insert({u, 0});
+  }
+  std::set<change_key> got_all;
+  for (auto& c : watched(wall, wid3, 2)) {
+    CHECK(c["app_name"] == "other");
+    got_all.insert(key_of(c));
+  }
+  CHECK(got_all == others);
+
+  // Node a dies: the watches through b end, retryably (failed, unavailable),
+  // with a merged cursor to resume from.
+  fa.proc->signal(SIGKILL);
+  for (client* w : {&wb, &wall}) {
+    auto end = w->next(15s);
+    // Progress (an empty batch) may come first.
+    for (int i = 0; i < 100 && end && (*end)["method"] == "changes"; ++i) {
+      CHECK((*end)["params"]["changes"].empty());
+      end = w->next(15s);
+    }
+    REQUIRE(end);
+    INFO(end->dump());
+    CHECK((*end)["method"] == "watch_ended");
+    CHECK((*end)["params"]["reason"] == "failed");
+    CHECK((*end)["params"]["error"]["kind"] == "unavailable");
+    CHECK((*end)["params"]["resume_from"].get<std::string>().rfind("nodes:", 0) == 0);
+  }
+}
+
+TEST_CASE("serve --cluster: a watch across nodes whose client stops reading pauses and resumes "
+          "from its merged cursor, every change once and in order") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  // Node a keeps at most 1 MiB of a connection's output: 20 MiB of changes
+  // unread overflow it (and the sockets' buffers) many times over.
+  auto fa = start_forwarding(etcd, dir, "a", {"--max-output-bytes", "1048576"});
+  auto fb = start_forwarding(etcd, dir, "b");
+  json m = settled_map({fa.port, fb.port});
+  client cb(fb.port);
+  std::string ua, ub;
+  for (int u = 0; u < 16 && (ua.empty() || ub.empty()); ++u) {
+    std::string user = "u" + std::to_string(u);
+    (m["shards"][model::shard_of("app", user, shard_count)]["owner"] == "a" ? ua : ub) = user;
+  }
+  REQUIRE(!ua.empty());
+  REQUIRE(!ub.empty());
+  for (auto& u : {ua, ub})
+    REQUIRE(ok(cb.call("create_session", create_params(u, "s"))));
+  client wa(fa.port);
+  auto wid = start_watch(wa, {{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}});
+  // 2,000 appends of 10 KiB, to both nodes' sessions, while wa reads nothing.
+  constexpr int n = 2000;
+  const std::string text(10240, 'x');
+  std::string lines;
+  for (int i = 0; i < n; ++i) {
+    auto ev = json{{"author", "t"}, {"content", {{"parts", json::array({{{"text", text}}})}}}};
+    lines +=
+      rpc(i, "append_event", with(create_params(i % 2 ? ub : ua, "s"), "event", ev)).dump() + "\n";
+  }
+  REQUIRE(cb.send(lines));
+  for (int i = 0; i < n; ++i)
+    REQUIRE(ok(cb.next(60s)));
+  // A barrier on each node's session: the last change of each.
+  for (auto& u : {ua, ub})
+    REQUIRE(ok(cb.call("append_event", with(create_params(u, "s"), "event", event_of(n)))));
+  const int last = n / 2 + 1;
+  std::vector<json> got;
+  std::set<std::string> barriers;
+  for (int lines_read = 0; barriers.size() < 2; ++lines_read) {
+    REQUIRE(lines_read < 10 * n);
+    auto line = wa.next(30s);
+    REQUIRE(line);
+    REQUIRE((*line)["method"] == "changes");
+    REQUIRE((*line)["params"]["watch_id"] == wid);
+    for (auto& c : (*line)["params"]["changes"]) {
+      got.push_back(c);
+      if (c["version"] == last)
+        barriers.insert(c["user_id"].get<std::string>());
+    }
+  }
+  CHECK(got.size() == n + 2);
+  std::set<change_key> keys;
+  for (auto& c : got)
+    keys.insert(key_of(c));
+  CHECK(keys.size() == n + 2); // none twice
+  std::map<std::string, int> next{{ua, 1}, {ub, 1}};
+  for (auto& c : got) {
+    auto& v = next[c["user_id"].get<std::string>()];
+    CHECK(c["version"] == v);
+    v = c["version"].get<int>() + 1;
+  }
+}
+
+TEST_CASE("serve --cluster: a watch across nodes from a cursor one node no longer keeps answers "
+          "cursor_expired with a merged data.oldest, which resumes") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  init_cluster(etcd);
+  auto fa = start_forwarding(etcd, dir, "a");
+  auto fb = start_forwarding(etcd, dir, "b", {"--change-retention", "10"});
+  json m = settled_map({fa.port, fb.port});
+  std::string ub;
+  for (int u = 0; u < 16 && ub.empty(); ++u)
+    if (m["shards"][model::shard_of("app", "u" + std::to_string(u), shard_count)]["owner"] == "b")
+      ub = "u" + std::to_string(u);
+  REQUIRE(!ub.empty());
+  client ca(fa.port);
+  std::string start;
+  {
+    client w0(fa.port); // its watch ends with its connection
+    auto started = w0.call("watch", {{"scope", "app"}, {"app_name", "app"}}, "w");
+    REQUIRE(ok(started));
+    start = (*started)["result"]["cursor"];
+  }
+  REQUIRE(ok(ca.call("create_session", create_params(ub, "s"))));
+  for (int i = 1; i <= 60; ++i)
+    REQUIRE(ok(ca.call("append_event", with(create_params(ub, "s"), "event", event_of(i)))));
+  client wa(fa.port);
+  auto r = wa.call("watch", {{"scope", "app"}, {"app_name", "app"}, {"from", start}}, "w2");
+  REQUIRE(r);
+  INFO(r->dump());
+  REQUIRE(kind_of(r) == "cursor_expired");
+  const std::string oldest = (*r)["error"]["data"]["oldest"];
+  auto from = cluster::parse_merged_cursor(oldest);
+  auto was = cluster::parse_merged_cursor(start);
+  REQUIRE(from);
+  REQUIRE(was);
+  CHECK(from->at("a") == was->at("a")); // node a's part kept its place
+  CHECK(from->at("b") != was->at("b"));
+  // From there: the changes node b still keeps, the last append last.
+  auto wid = start_watch(
+    wa, {{"scope", "app"}, {"app_name", "app"}, {"include_sessions", true}, {"from", oldest}});
+  std::vector<json> got;
+  while (got.empty() || got.back()["version"] != 60) {
+    REQUIRE(got.size() < 60);
+    auto line = wa.next();
+    REQUIRE(line);
+    REQUIRE((*line)["params"]["watch_id"] == wid);
+    for (auto& c : (*line)["params"]["changes"])
+      got.push_back(c);
+  }
+  CHECK(got.size() <= 10 + 20);
+  check_session_order(got);
 }

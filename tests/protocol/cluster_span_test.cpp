@@ -155,3 +155,18 @@ TEST_CASE("cluster span: a change feed across nodes refuses a node's own cursor 
   CHECK(expired.error["data"]["kind"] == "cursor_expired");
   CHECK(expired.error["data"]["oldest"] == "nodes:a=s1-1,b=s2-40");
 }
+
+TEST_CASE("cluster span: with_node_cursor moves one node's entry and keeps the others") {
+  CHECK(cluster::with_node_cursor("", "b", "s2-4") == "nodes:b=s2-4");
+  CHECK(cluster::with_node_cursor("nodes:", "a", "s1-1") == "nodes:a=s1-1");
+  auto both = cluster::with_node_cursor("nodes:b=s2-4", "a", "s1-9");
+  CHECK(both == "nodes:a=s1-9,b=s2-4");
+  auto moved = cluster::with_node_cursor(both, "b", "s2-5");
+  CHECK(moved == "nodes:a=s1-9,b=s2-5");
+  auto parsed = cluster::parse_merged_cursor(moved);
+  REQUIRE(parsed);
+  CHECK(parsed->at("a") == "s1-9");
+  CHECK(parsed->at("b") == "s2-5");
+  // Not a merged cursor (a node's own): taken as naming no node.
+  CHECK(cluster::with_node_cursor("s1-3", "c", "s3-1") == "nodes:c=s3-1");
+}
