@@ -52,6 +52,16 @@ void put_tally(kv_write& txn, table t, std::string_view key, const state_tally& 
 void put_state_row(kv_write& txn, table t, std::string_view key, const std::string* text,
                    std::string& buf, state_tally& tally);
 
+/// Counts one session of `app`'s user `user` in (`delta` 1) or out (-1) of
+/// both session counts (store::encode_session_count), deleting a count that
+/// reaches 0. A count row that is damaged is left as it is (its readers
+/// report it); one that is missing counts from 0 and never goes below it.
+/// Cost: two gets and two puts or deletes. Throws kv_failure.
+void count_sessions(kv_write& txn, std::string_view app, std::string_view user, int delta);
+/// The session count of scope `key` (an app, or `app ‖ 0 ‖ user`); 0 when
+/// it has none. Errors: data_corrupt when its row is damaged.
+result<std::uint64_t> read_session_count(kv_read& txn, std::string_view key);
+
 /// A session's list-index entries: by_update and by_user at its last update
 /// time `updated`, by_created and by_user_created at its creation time.
 std::array<std::pair<table, std::string>, 4> list_entries(std::string_view app,
