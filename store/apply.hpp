@@ -25,7 +25,8 @@ namespace agentstate::store {
 /// some of the write set's puts (the caller's savepoint takes them back).
 /// Every state row written keeps its scope's tally (store::state_tally):
 /// the tallies of the scopes the write set writes are read before its first
-/// write (a damaged one: data_corrupt, nothing written).
+/// write (a damaged one: data_corrupt, nothing written). A create and a
+/// delete keep the app's and the user's session counts (count_sessions).
 /// Cost: an append is ~10 puts/deletes, plus a get per state row and a
 /// put per scope it writes; a delete O(rows of the session) up
 /// to inline_delete_events events, beyond that a few puts and deletes (the

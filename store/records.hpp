@@ -125,6 +125,7 @@ error tally_mismatch(table t, std::string_view key, const state_tally& stored,
 /// count_sessions); a listing that walks a scope's whole range compares
 /// what it walked with it (store/listing.hpp), so an entry whose key was
 /// damaged out of the range is data_corrupt instead of a shorter listing.
+///
 /// The sealed count row of scope `key`.
 std::string encode_session_count(std::string_view key, std::uint64_t n);
 /// nullopt when `value` is not an intact count row of scope `key`.
