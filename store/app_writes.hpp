@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// store/app_writes.hpp: table `app_writes` (store format 9). In a cluster an
+// store/app_writes.hpp: table `app_writes` (store format 10). In a cluster an
 // app's `app:` state lives on the node that owns the app's home shard; an
 // append elsewhere that writes `app:` keys has them applied there as one
 // app write, named by a write id its node chose (docs/cluster.md). The home

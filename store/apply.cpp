@@ -128,6 +128,40 @@ void put_state_row(kv_write& txn, table t, std::string_view key, const std::stri
   tally_in(tally, buf);
 }
 
+void count_sessions(kv_write& txn, std::string_view app, std::string_view user, int delta) {
+  std::string key(app);
+  for (int scope = 0; scope < 2; ++scope) {
+    if (scope == 1) {
+      key.push_back('\0');
+      key.append(user);
+    }
+    std::uint64_t n = 0;
+    if (auto raw = txn.get(table::session_counts, key)) {
+      auto c = decode_session_count(key, *raw);
+      if (!c)
+        continue; // damaged: left for its readers to report
+      n = *c;
+    }
+    if (delta < 0 && n == 0)
+      continue;
+    n = delta < 0 ? n - 1 : n + 1;
+    if (n == 0)
+      txn.del(table::session_counts, key);
+    else
+      txn.put(table::session_counts, key, encode_session_count(key, n));
+  }
+}
+
+result<std::uint64_t> read_session_count(kv_read& txn, std::string_view key) {
+  auto raw = txn.get(table::session_counts, key);
+  if (!raw)
+    return std::uint64_t{0};
+  auto c = decode_session_count(key, *raw);
+  if (!c)
+    return damaged(table::session_counts, key);
+  return *c;
+}
+
 std::array<std::pair<table, std::string>, 4> list_entries(std::string_view app,
                                                           std::string_view user,
                                                           std::string_view id, double updated,
@@ -233,6 +267,7 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
         txn.put(table::origins, skey, s.v);
       }
       put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
+      count_sessions(txn, ws.app, ws.user, 1);
       txn.put(table::sessions, skey, encode_record(skey, r));
       if (log)
         log_change(txn, ws, r.version, *log);
@@ -287,6 +322,7 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       for (auto& [t, key] :
            list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
         txn.del(t, key);
+      count_sessions(txn, ws.app, ws.user, -1);
       del_expiry(txn, skey, rec->expires);
       txn.del(table::sessions, skey);
       txn.del(table::origins, skey);

@@ -25,7 +25,8 @@ namespace agentstate::store {
 /// some of the write set's puts (the caller's savepoint takes them back).
 /// Every state row written keeps its scope's tally (store::state_tally):
 /// the tallies of the scopes the write set writes are read before its first
-/// write (a damaged one: data_corrupt, nothing written).
+/// write (a damaged one: data_corrupt, nothing written). A create and a
+/// delete keep the app's and the user's session counts (count_sessions).
 /// Cost: an append is ~10 puts/deletes, plus a get per state row and a
 /// put per scope it writes; a delete O(rows of the session) up
 /// to inline_delete_events events, beyond that a few puts and deletes (the
@@ -54,6 +55,16 @@ void put_tally(kv_write& txn, table t, std::string_view key, const state_tally& 
 /// kv_failure.
 void put_state_row(kv_write& txn, table t, std::string_view key, const std::string* text,
                    std::string& buf, state_tally& tally);
+
+/// Counts one session of `app`'s user `user` in (`delta` 1) or out (-1) of
+/// both session counts (store::encode_session_count), deleting a count that
+/// reaches 0. A count row that is damaged is left as it is (its readers
+/// report it); one that is missing counts from 0 and never goes below it.
+/// Cost: two gets and two puts or deletes. Throws kv_failure.
+void count_sessions(kv_write& txn, std::string_view app, std::string_view user, int delta);
+/// The session count of scope `key` (an app, or `app ‖ 0 ‖ user`); 0 when
+/// it has none. Errors: data_corrupt when its row is damaged.
+result<std::uint64_t> read_session_count(kv_read& txn, std::string_view key);
 
 /// A session's list-index entries: by_update and by_user at its last update
 /// time `updated`, by_created and by_user_created at its creation time.

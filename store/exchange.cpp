@@ -397,6 +397,7 @@ struct importer {
       txn->put(table::sessions, skey, encode_record(skey, r));
       put_expiry(*txn, skey, r.expires);
       put_list_entries(*txn, *app, *user, *id, r.last_update_time, r.created);
+      count_sessions(*txn, *app, *user, 1);
       if (rec.contains("origin")) {
         auto origin = object(rec, "origin");
         if (!origin)

@@ -147,6 +147,60 @@ void tally_scopes(kv_write& w, table t) {
   }
 }
 
+// 8 -> 9: every app's and user's session count, from a pass over the
+// session records in key order (an app's and a user's records are
+// contiguous), put in batches of 8,192 records (a cursor is not kept across
+// puts; the counts share `rows` with the records). A damaged record counts:
+// its session's list entries are there, and its key names its scope.
+void count_all_sessions(kv_write& w) {
+  std::string from, app, user;
+  std::uint64_t in_app = 0, in_user = 0;
+  for (;;) {
+    std::vector<std::pair<std::string, std::uint64_t>> done;
+    std::size_t seen = 0;
+    bool more = false;
+    w.scan(table::sessions, {}, from, [&](std::string_view k, std::string_view) {
+      if (!from.empty() && k == from)
+        return true;
+      if (seen == 8192) {
+        more = true;
+        return false;
+      }
+      ++seen;
+      from = std::string(k);
+      auto p = split_key(k, 3);
+      if (p.size() != 3)
+        return true; // verify names a malformed key
+      const std::string user_key = std::string(p[0]) + '\0' + std::string(p[1]);
+      if (user_key != user) {
+        if (in_user != 0)
+          done.emplace_back(std::move(user), in_user);
+        user = user_key;
+        in_user = 0;
+      }
+      if (p[0] != app) {
+        if (in_app != 0)
+          done.emplace_back(std::move(app), in_app);
+        app = std::string(p[0]);
+        in_app = 0;
+      }
+      ++in_user;
+      ++in_app;
+      return true;
+    });
+    if (!more) {
+      if (in_user != 0)
+        done.emplace_back(user, in_user);
+      if (in_app != 0)
+        done.emplace_back(app, in_app);
+    }
+    for (auto& [key, n] : done)
+      w.put(table::session_counts, key, encode_session_count(key, n));
+    if (!more)
+      return;
+  }
+}
+
 } // namespace
 
 std::uint32_t known_format(std::string_view text) {
@@ -196,7 +250,10 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version, double now
         if (from <= 7)
           for (auto t : {table::session_state, table::user_state, table::app_state})
             tally_scopes(*w, t);
-        // 8 -> 9: nothing to rewrite (`app_writes` starts empty).
+        // 8 -> 9: every app's and user's session count.
+        if (from <= 8)
+          count_all_sessions(*w);
+        // 9 -> 10: nothing to rewrite (`app_writes` starts empty).
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

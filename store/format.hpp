@@ -27,12 +27,14 @@ namespace agentstate::store {
 ///   reader takes records of 24 and 40 bytes.
 /// - 8: each state scope's tally row (store::state_tally: its rows' count
 ///   and checksum sum), which every read of the scope checks.
-/// - 9: `app_writes`, the app: writes a cluster node applied as the app's
+/// - 9: each app's and user's session count (table session_counts), which
+///   listings that walk a whole app or user check.
+/// - 10: `app_writes`, the app: writes a cluster node applied as the app's
 ///   home, by write id (store/app_writes.hpp).
-inline constexpr std::uint32_t format_version = 9;
+inline constexpr std::uint32_t format_version = 10;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 9, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 10, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -53,10 +55,12 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// the store an epoch and an empty change log (its sequence starts at 1);
 /// 6 -> 7 writes nothing (the log and the epoch stay, so cursors stay valid);
 /// 7 -> 8 puts each state scope's tally (a damaged row counts with the
-/// checksum it carries, so it still reads as damaged); 8 -> 9 writes
-/// nothing (`app_writes` starts empty). Cost of
+/// checksum it carries, so it still reads as damaged); 8 -> 9 puts each
+/// app's and user's session count (from the session records); 9 -> 10
+/// writes nothing (`app_writes` starts empty). Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
-/// of 7 -> 8: a pass over the state rows and a put per scope;
+/// of 7 -> 8: a pass over the state rows and a put per scope; of 8 -> 9: a
+/// pass over the session records and a put per app and user;
 /// the transaction needs free map space for the pages it writes
 /// (storage_full otherwise, the store left as it was). Errors:
 /// internal when the format is unknown (the store is left as it was),

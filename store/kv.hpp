@@ -39,9 +39,10 @@ enum class table : std::uint8_t {
   doomed, ///< format 7: deleted sessions whose rows are still being purged (store/purge.hpp)
   expiry, ///< format 7: sessions that expire, in expiry order (store/expiry.hpp)
   fences, ///< format 7: users and apps being deleted (store/scope_delete.hpp)
-  app_writes, ///< format 9: a cluster's app: writes applied at their home (store/app_writes.hpp)
+  session_counts, ///< format 9: each app's and user's number of sessions (store::count_sessions)
+  app_writes, ///< format 10: a cluster's app: writes applied at their home (store/app_writes.hpp)
 };
-inline constexpr std::size_t table_count = 16;
+inline constexpr std::size_t table_count = 17;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;
@@ -90,6 +91,12 @@ public:
   /// false only in a store opened read-only whose meta["format"] is 1-7 as
   /// the snapshot begins. A store opened for writing is upgraded before use.
   virtual bool state_tallies() const { return true; }
+
+  /// Whether this snapshot keeps each app's and user's session count
+  /// (store format 9, table session_counts), which complete listings then
+  /// check what they walked against: false only in a store opened
+  /// read-only whose meta["format"] is 1-8 as the snapshot begins.
+  virtual bool session_counts() const { return true; }
 
   /// Whether a reader must check the checksums of this snapshot's sealed
   /// values: false only for the in-memory store, whose values never leave

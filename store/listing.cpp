@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
+#include "store/apply.hpp"
 #include "store/crc32c.hpp"
 #include "store/errors.hpp"
 #include "store/expiry.hpp"
@@ -177,9 +178,15 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       auto rec = raw ? decode_record(skey, *raw, legacy) : std::nullopt;
       return rec && expired(*rec, now);
     };
+    // Every index entry the scan visits, listed or not (skipped by offset,
+    // expired, under a user's fence), and whether it stopped before the end
+    // of the range.
+    std::uint64_t walked = 0;
+    bool stopped = false;
     auto visit = [&](std::string_view k, std::string_view v) {
       if (!from.empty() && k == from)
         return true;
+      ++walked;
       if (!open_row(index, k, v, legacy) || k.size() < prefix.size() + time_bytes + 1) {
         err = damaged(index, k);
         return false;
@@ -197,6 +204,7 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       }
       if (hits.size() == page_size) {
         more = true;
+        stopped = true;
         return false;
       }
       if (!check)
@@ -211,17 +219,75 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
       txn.scan(index, prefix, from, visit);
     if (err)
       return std::move(*err);
+    // Format 9: a walk of the whole range (a listing from its start that
+    // reached its end, or include_total's count) must find as many sessions
+    // as the app's or user's count holds; an entry whose key was damaged
+    // out of the range (still in order, so the scan's order checks pass)
+    // is missed by the walk, not by the count.
+    const std::string count_key =
+      by_user ? user_scope_key(req.app_name, *req.user_id) : req.app_name;
+    auto check_count = [&](std::uint64_t found) -> std::optional<error> {
+      if (!txn.session_counts())
+        return std::nullopt;
+      auto stored = read_session_count(txn, count_key);
+      if (!stored)
+        return std::move(stored).err();
+      if (*stored != found)
+        return count_mismatch(count_key, *stored, found);
+      return std::nullopt;
+    };
+    const bool whole = from.empty() && !stopped;
+    if (whole)
+      if (auto e = check_count(walked))
+        return std::move(*e);
+    // A page that reaches an end of the range (the start: a first page
+    // ascending, or any page descending that ran out; the end likewise)
+    // checks the seal of the key just past that end. A key damaged out of
+    // the range, still in order, is that key, and its seal covers the key
+    // it was written under; an intact neighbour's seal holds. One search
+    // per end reached, so every page stays O(page) and a listing paged to
+    // its end has checked both ends.
+    auto neighbour = [&](bool after) -> std::optional<error> {
+      std::optional<error> bad;
+      auto look = [&](std::string_view k, std::string_view v) {
+        if (!open_row(index, k, v, legacy))
+          bad =
+            error{errc::data_corrupt,
+                  count_scope_name(count_key) + " cannot be listed: " + damaged(index, k).message};
+        return false;
+      };
+      std::string bound = prefix.substr(0, prefix.size() - 1);
+      if (after) {
+        bound.push_back('\x01');
+        txn.scan(index, {}, bound, look);
+      } else {
+        txn.scan_back(index, {}, bound, look);
+      }
+      return bad;
+    };
+    const bool reached_start = req.descending ? !stopped : from.empty();
+    const bool reached_end = req.descending ? from.empty() : !stopped;
+    if (reached_start)
+      if (auto e = neighbour(false))
+        return std::move(*e);
+    if (reached_end)
+      if (auto e = neighbour(true))
+        return std::move(*e);
     session_page page;
     if (req.include_total) {
-      std::uint64_t n = 0;
+      std::uint64_t n = 0, all = 0;
       const bool check = user_fences || expired_here > 0;
       txn.scan(index, prefix, {}, [&](std::string_view k, std::string_view) {
         hit h;
         if (check && k.size() >= prefix.size() + time_bytes + 1)
           parse(k, h);
+        ++all;
         n += !check || !gone(h);
         return true;
       });
+      if (!whole)
+        if (auto e = check_count(all))
+          return std::move(*e);
       page.total = n;
     }
     auto app_state = read_rows(txn, table::app_state, req.app_name + '\0');

@@ -26,9 +26,16 @@ inline constexpr std::size_t max_page_token_bytes = 1024;
 /// forges one only starts its own listing at another position).
 /// Errors: invalid_argument (a page token over max_page_token_bytes, not
 /// one list_sessions issued, or one of another listing), storage errors,
-/// data_corrupt. Cost: O(offset + page) index reads and a
-/// record and state read per listed session (O(matching) more with
-/// include_total). The page ends early, with a next_page_token, once its
+/// data_corrupt: a damaged row read, or (store format 9) a walk of the
+/// whole range - a page without a token that reaches the range's end, or
+/// include_total's count - that finds a number of entries other than the
+/// app's or user's session count (store::encode_session_count), or a page
+/// that reaches an end of the range whose key just past that end fails its
+/// seal (a key damaged out of the range; an intact neighbour's holds). A
+/// page from a token that stops before the end checks neither. Cost:
+/// O(offset + page) index reads and a record and state read per listed
+/// session (O(matching) more with include_total), a get of the count when
+/// the whole range was walked and one search per range end reached. The page ends early, with a next_page_token, once its
 /// JSON would pass `max_bytes` (it holds at least one session; too_large
 /// when the first alone passes it). With list_state::once the shared
 /// scopes' state is counted once per page, not once per session.

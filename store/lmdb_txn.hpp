@@ -436,6 +436,8 @@ public:
         legacy_ = fmt && (*fmt == "1" || *fmt == "2" || *fmt == "3");
         // Formats 1-7 keep no state tallies (a format is one digit there).
         tallies_ = !(fmt && fmt->size() == 1 && (*fmt)[0] >= '1' && (*fmt)[0] <= '7');
+        // Formats 1-8 keep no session counts.
+        counts_ = !(fmt && fmt->size() == 1 && (*fmt)[0] >= '1' && (*fmt)[0] <= '8');
       } catch (...) {
         ::mdb_txn_abort(txn_);
         throw;
@@ -457,6 +459,7 @@ public:
   std::uint64_t txn_id() const override { return ::mdb_txn_id(txn_); }
   bool legacy_values() const override { return legacy_; }
   bool state_tallies() const override { return tallies_; }
+  bool session_counts() const override { return counts_; }
   bool may_hold_fences() const override { return h_.fences.load(); }
   std::vector<tree_count> recorded_counts() { return counts_of(txn_); }
   MDB_txn* handle() const { return txn_; }
@@ -465,6 +468,7 @@ private:
   MDB_txn* txn_ = nullptr;
   bool legacy_ = false; // formats 1-3, read-only (kv_read::legacy_values)
   bool tallies_ = true; // false: formats 1-7, read-only (kv_read::state_tallies)
+  bool counts_ = true; // false: formats 1-8, read-only (kv_read::session_counts)
 };
 
 class lmdb_write : public kv_write, lmdb_reader {

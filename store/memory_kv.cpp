@@ -261,6 +261,7 @@ const char* table_name(table t) noexcept {
     case table::doomed: return "doomed";
     case table::expiry: return "expiry";
     case table::fences: return "fences";
+    case table::session_counts: return "session_counts";
     case table::app_writes: return "app_writes";
   }
   return "?";

@@ -762,8 +762,25 @@ result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
     case scope::temp: return std::optional<json>{};
   }
   raw = txn.get(t, k);
-  if (!raw)
+  if (!raw) {
+    // The row's key may have been damaged into one that still sorts between
+    // its neighbours: then it is the key just before or just after `k`, and
+    // its seal (over the key it was written under) fails. Intact neighbours'
+    // seals hold. A row lost outright leaves nothing to find here: only a
+    // read of the whole scope, against its tally, shows it.
+    std::optional<error> bad;
+    auto look = [&](std::string_view nk, std::string_view nv) {
+      if (!open_row(t, nk, nv, txn.legacy_values()))
+        bad = damaged(t, nk);
+      return false;
+    };
+    txn.scan(t, {}, k, look);
+    if (!bad)
+      txn.scan_back(t, {}, k, look);
+    if (bad)
+      return std::move(*bad);
     return std::optional<json>{};
+  }
   auto body = open_row(t, k, *raw, txn.legacy_values());
   if (!body)
     return damaged(t, k);

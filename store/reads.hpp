@@ -93,7 +93,11 @@ result<std::string> read_session_text(kv_store& kv, const get_request& req, cons
 
 /// The stored value of one state key of session (app, user, id), by the
 /// key's scope (S1; prefixed key), or nullopt when missing (temp: keys are
-/// never stored; the scope's user or app is being deleted, X2/X3).
+/// never stored; the scope's user or app is being deleted, X2/X3). A key
+/// found is checked by its seal; a key not found by the seals of the rows
+/// just before and after it in its table (a key damaged out of place but
+/// still in order is one of them): data_corrupt when either fails. It reads
+/// no tally: a row lost outright is not seen (docs/storage.md).
 result<std::optional<json>> read_state_value(kv_read& txn, std::string_view app,
                                              std::string_view user, std::string_view id,
                                              std::string_view key);

@@ -286,6 +286,7 @@ std::string row_name(table t, std::string_view key) {
       if (key.size() != 8)
         return "change log row '" + printable(key) + "'";
       return "change " + std::to_string(read_be64(key));
+    case table::session_counts: return count_scope_name(key) + " session count";
     case table::meta: break;
   }
   return "meta row '" + printable(key) + "'";
@@ -359,6 +360,35 @@ error tally_mismatch(table t, std::string_view key, const state_tally& stored,
       + std::to_string(found.rows);
   return error{errc::data_corrupt,
                scope_name(t, key) + " is missing rows: " + what
+                 + " (the store is damaged; `agentstate verify` lists every damaged row)"};
+}
+
+std::string encode_session_count(std::string_view key, std::uint64_t n) {
+  std::string out(seal_bytes, '\0');
+  append_le64(out, n);
+  seal_in_place(out, key);
+  return out;
+}
+
+std::optional<std::uint64_t> decode_session_count(std::string_view key,
+                                                  std::string_view value) noexcept {
+  if (value.size() != seal_bytes + 8 || value[0] != sealed_tag
+      || read_le32(value.data() + 1) != checksum(key, value.substr(seal_bytes)))
+    return std::nullopt;
+  return read_le64(value.data() + seal_bytes);
+}
+
+std::string count_scope_name(std::string_view key) {
+  if (key.find('\0') == std::string_view::npos)
+    return "app '" + printable(key) + "'";
+  return "user '" + joined(split_key(key, 2), 2) + "'";
+}
+
+error count_mismatch(std::string_view key, std::uint64_t stored, std::uint64_t found) {
+  return error{errc::data_corrupt,
+               count_scope_name(key) + " is missing sessions: its count holds "
+                 + std::to_string(stored) + " sessions, a listing of it found "
+                 + std::to_string(found)
                  + " (the store is damaged; `agentstate verify` lists every damaged row)"};
 }
 

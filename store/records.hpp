@@ -116,6 +116,28 @@ std::string scope_name(table t, std::string_view key);
 error tally_mismatch(table t, std::string_view key, const state_tally& stored,
                      const state_tally& found);
 
+/// An app's or a user's session count (store format 9): a row of table
+/// session_counts under `app` or `app ‖ 0 ‖ user`, body u64 the number of
+/// sessions the scope holds (the sessions whose records and list entries
+/// exist; sessions under a delete fence count until their purge removes
+/// them), little-endian, sealed; absent while the scope has none. Every
+/// write that creates or removes a session keeps both (store/apply.hpp,
+/// count_sessions); a listing that walks a scope's whole range compares
+/// what it walked with it (store/listing.hpp), so an entry whose key was
+/// damaged out of the range is data_corrupt instead of a shorter listing.
+///
+/// The sealed count row of scope `key`.
+std::string encode_session_count(std::string_view key, std::uint64_t n);
+/// nullopt when `value` is not an intact count row of scope `key`.
+std::optional<std::uint64_t> decode_session_count(std::string_view key,
+                                                  std::string_view value) noexcept;
+/// The scope a count row `key` names: "app 'app'" (no NUL), "user
+/// 'app/user'".
+std::string count_scope_name(std::string_view key);
+/// data_corrupt for the scope `key` whose walked sessions (`found`) disagree
+/// with its count (`stored`).
+error count_mismatch(std::string_view key, std::uint64_t stored, std::uint64_t found);
+
 /// A session's record: u64 version, f64 last_update_time, f64 created
 /// (little-endian, 24 bytes of body), and for a session that expires f64
 /// expires, f64 refresh (40 bytes).

@@ -18,13 +18,16 @@ std::size_t purge_session(kv_write& txn, const std::string& skey, std::size_t ma
   if (done >= max_rows)
     return done;
   auto parts = split_key(skey, 3);
-  if (auto raw = txn.get(table::sessions, skey))
+  if (auto raw = txn.get(table::sessions, skey)) {
     if (auto rec = decode_record(skey, *raw); rec && parts.size() == 3) {
       for (auto& [t, key] :
            list_entries(parts[0], parts[1], parts[2], rec->last_update_time, rec->created))
         txn.del(t, key);
       del_expiry(txn, skey, rec->expires);
     }
+    if (parts.size() == 3)
+      count_sessions(txn, parts[0], parts[1], -1);
+  }
   txn.del(table::origins, skey);
   txn.del(table::sessions, skey);
   return done + 1;
@@ -95,10 +98,18 @@ std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows) {
                              first_keys(txn, table::app_writes, fence, max_rows)))
       return n;
   }
+  // Session counts left under an app's fence (its users', whose keys start
+  // with the fence; each is 0 by now unless it was damaged).
+  if (app)
+    if (auto n = delete_keys(txn, table::session_counts,
+                             first_keys(txn, table::session_counts, fence, max_rows)))
+      return n;
   // The scope's state tally (format 8; a user's, under an app's fence, went
-  // with the user's rows: its key starts with the fence) goes with the fence.
+  // with the user's rows: its key starts with the fence) and its session
+  // count (format 9) go with the fence.
   const std::string_view scope(fence.data(), fence.size() - 1);
   txn.del(app ? table::app_state : table::user_state, scope);
+  txn.del(table::session_counts, scope);
   txn.del(table::fences, fence);
   return 1;
 }

@@ -30,6 +30,25 @@ result<store_summary> summarize(kv_store& kv, const std::function<void(std::uint
         progress(out.sessions);
       return true;
     });
+    // In the sessions' snapshot: each state table's rows, the tallies apart.
+    const table state[3] = {table::session_state, table::user_state, table::app_state};
+    std::uint64_t* rows[3] = {&out.session_state_rows, &out.user_state_rows, &out.app_state_rows};
+    const bool tallied = txn->state_tallies();
+    for (int i = 0; i < 3; ++i) {
+      const auto t = state[i];
+      txn->scan(t, {}, {}, [&](std::string_view k, std::string_view) {
+        if (tallied && is_tally_key(t, k))
+          ++out.state_tallies;
+        else
+          ++*rows[i];
+        return true;
+      });
+    }
+    if (txn->session_counts())
+      txn->scan(table::session_counts, {}, {}, [&](std::string_view, std::string_view) {
+        ++out.session_counts;
+        return true;
+      });
     out.apps = apps.size();
     out.users = users.size();
     if (auto v = txn->get(table::meta, "format"))

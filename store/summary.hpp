@@ -17,6 +17,12 @@ struct store_summary {
   std::string engine_version; ///< meta["engine_version"]
   std::uint64_t apps = 0, users = 0, sessions = 0;
   kv_info info; ///< map size and use, readers, rows per table
+  /// State rows of each scope kind, without the scopes' tally rows
+  /// (format 8), which `state_tallies` counts (all three tables).
+  std::uint64_t session_state_rows = 0, user_state_rows = 0, app_state_rows = 0;
+  std::uint64_t state_tallies = 0;
+  /// Rows of table session_counts (format 9): one per app and per user.
+  std::uint64_t session_counts = 0;
   /// data_corrupt errors of the session records that fail their checksum
   /// (the first 100; `damaged_records` counts them all). Counted sessions
   /// include them.
@@ -25,9 +31,10 @@ struct store_summary {
 };
 
 /// Counts apps, users and sessions in one snapshot, with the store's info,
-/// checking each session record's checksum. `progress(sessions_seen)` is
-/// called as sessions are counted. Cost: one pass over the sessions table,
-/// plus kv_store::info.
+/// checking each session record's checksum, and the state rows apart from
+/// their tallies. `progress(sessions_seen)` is called as sessions are
+/// counted. Cost: one pass over the sessions table and (format 8 and
+/// later) over the state tables, plus kv_store::info.
 result<store_summary> summarize(kv_store& kv,
                                 const std::function<void(std::uint64_t)>& progress = {});
 

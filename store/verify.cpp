@@ -185,10 +185,43 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       return created_index || (t != table::by_created && t != table::by_user_created);
     };
     std::uint64_t expiring = 0;
+    // Format 9: each app's and user's session count against its sessions
+    // (records in key order: a scope's are contiguous), and then the count
+    // rows against the scopes seen.
+    const bool counted = txn.session_counts();
+    std::string scope_keys[2]; // the app, and app ‖ 0 ‖ user, being counted
+    std::uint64_t in_scope[2] = {0, 0}, scopes_seen = 0;
+    auto close_scope = [&](int i) {
+      if (in_scope[i] == 0)
+        return;
+      ++scopes_seen;
+      auto& key = scope_keys[i];
+      auto raw = txn.get(table::session_counts, key);
+      auto n = raw ? decode_session_count(key, *raw) : std::optional<std::uint64_t>(0);
+      if (!n)
+        c.fault(damaged(table::session_counts, key).message);
+      else if (*n != in_scope[i])
+        c.fault(count_mismatch(key, *n, in_scope[i]).message);
+      in_scope[i] = 0;
+    };
+    auto count_scope = [&](std::string_view skey) {
+      auto p = split_key(skey, 3);
+      if (!counted || p.size() != 3)
+        return;
+      std::string keys[2] = {std::string(p[0]), user_scope_key(p[0], p[1])};
+      for (int i = 1; i >= 0; --i)
+        if (keys[i] != scope_keys[i]) {
+          close_scope(i);
+          scope_keys[i] = std::move(keys[i]);
+        }
+      ++in_scope[0];
+      ++in_scope[1];
+    };
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
       std::string name = shown(skey);
       ++r.sessions;
+      count_scope(skey);
       if (progress && r.sessions % 10000 == 0)
         progress(r.sessions);
       auto rec = decode_record(skey, raw, legacy);
@@ -268,6 +301,23 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       }
       return true;
     });
+    close_scope(1);
+    close_scope(0);
+    if (counted) {
+      std::uint64_t rows = 0;
+      txn.scan(table::session_counts, {}, {}, [&](std::string_view, std::string_view) {
+        ++rows;
+        return true;
+      });
+      if (rows != scopes_seen) // name the rows whose scope holds no session
+        txn.scan(table::session_counts, {}, {}, [&](std::string_view k, std::string_view) {
+          std::string prefix(k);
+          prefix.push_back('\0');
+          if (first_keys(txn, table::sessions, prefix, 1).empty())
+            c.fault(row_name(table::session_counts, k) + " counts sessions that do not exist");
+          return true;
+        });
+    }
     // The expiry index (format 7): one intact entry per session that expires.
     std::uint64_t expiry_entries = 0;
     txn.scan(table::expiry, {}, {}, [&](std::string_view k, std::string_view v) {

@@ -64,9 +64,11 @@ runner define_inspect(command_line& cl) {
   cl.usage = "agentstate inspect DIR [--json]";
   cl.description = R"(Prints the store's format version, counts of apps, users, sessions and
 events, map size and use, and reader slots. Read-only; safe while an engine
-runs; reads every store format (1 to 7) as it is. Each session record that
-fails its checksum is reported on stderr as data_corrupt (and counted in
-"damaged_records"); the counts go on.)";
+runs; reads every store format (1 to 9) as it is. State rows are counted
+without the scopes' tally rows (format 8), which "state_tallies" counts;
+"session_counts" counts the apps' and users' session-count rows (format 9).
+Each session record that fails its checksum is reported on stderr as
+data_corrupt (and counted in "damaged_records"); the counts go on.)";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
   declare_store_and_json(cl, *o);
   return [o] { return run_inspect(*o); };
@@ -98,9 +100,11 @@ int run_inspect(const store_and_json& p) {
       {"users", summary->users},
       {"sessions", summary->sessions},
       {"events", info.entries[static_cast<int>(store::table::events)]},
-      {"session_state_rows", info.entries[static_cast<int>(store::table::session_state)]},
-      {"user_state_rows", info.entries[static_cast<int>(store::table::user_state)]},
-      {"app_state_rows", info.entries[static_cast<int>(store::table::app_state)]},
+      {"session_state_rows", summary->session_state_rows},
+      {"user_state_rows", summary->user_state_rows},
+      {"app_state_rows", summary->app_state_rows},
+      {"state_tallies", summary->state_tallies},
+      {"session_counts", summary->session_counts},
       {"map_size_bytes", info.map_size},
       {"used_bytes", info.used_bytes},
       {"last_txn_id", info.last_txn_id},
@@ -117,7 +121,7 @@ int run_inspect(const store_and_json& p) {
       std::printf("format           %s (engine %s)\n", summary->format.c_str(),
                   summary->engine_version.c_str());
       for (auto k : {"apps", "users", "sessions", "events", "session_state_rows", "user_state_rows",
-                     "app_state_rows"})
+                     "app_state_rows", "state_tallies", "session_counts"})
         std::printf("%-16s %llu\n", k,
                     static_cast<unsigned long long>(out[k].get<std::uint64_t>()));
       std::printf("map              %.1f MiB used of %.1f MiB\n", info.used_bytes / 1048576.0,

@@ -483,6 +483,15 @@ TEST_CASE("checksums: the tools name damaged rows and go on with the other sessi
   CHECK(err.find("data_corrupt: session 'app/u/s1' record is damaged") != std::string::npos);
   CHECK(json::parse(iout)["damaged_records"] == 1);
   CHECK(json::parse(iout)["sessions"] == 3);
+  // State rows are counted without the scopes' tallies (k0 and n of three
+  // sessions, user:seen of three users, app:last of two apps), which are
+  // counted apart, as are the apps' and users' session counts.
+  auto inspected = json::parse(iout);
+  CHECK(inspected["session_state_rows"] == 6);
+  CHECK(inspected["user_state_rows"] == 3);
+  CHECK(inspected["app_state_rows"] == 2);
+  CHECK(inspected["state_tallies"] == 8);
+  CHECK(inspected["session_counts"] == 5);
 }
 
 TEST_CASE("checksums: LMDB readers check every checksum; the in-memory store's readers check "

@@ -58,7 +58,15 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
 /// tallies, meta["format"] "7".
 void make_format7(MDB_txn* txn, MDB_dbi meta) {
   test::drop_tallies(txn);
+  test::drop_session_counts(txn);
   put(txn, meta, "format", "7");
+}
+
+/// Makes a closed store this build wrote what format 8 wrote: no session
+/// counts, meta["format"] "8".
+void make_format8(MDB_txn* txn, MDB_dbi meta) {
+  test::drop_session_counts(txn);
+  put(txn, meta, "format", "8");
 }
 
 /// Rewrites a store the engine wrote (format 4) into the layout of formats
@@ -225,9 +233,12 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
     put(txn, meta, "format", "2");
   });
   // Read-only opens read the old layout, which has no creation-order indexes,
-  // no origins and no state tallies (12 sessions, 3 users and 2 apps with
-  // state; the upgrade puts them back).
+  // no origins, no state tallies (12 sessions, 3 users and 2 apps with
+  // state) and no session counts (3 users, 2 apps); the upgrade puts them
+  // back.
   auto split_counts = counts;
+  CHECK(counts[static_cast<int>(store::table::session_counts)] == 5);
+  split_counts[static_cast<int>(store::table::session_counts)] = 0;
   split_counts[static_cast<int>(store::table::by_created)] = 0;
   split_counts[static_cast<int>(store::table::by_user_created)] = 0;
   split_counts[static_cast<int>(store::table::origins)] = 0;
@@ -342,7 +353,8 @@ TEST_CASE(
   verify_clean(dir.str(), 2);
 }
 
-TEST_CASE("format upgrade: a format 7 store opens as format 8 with every state scope tallied") {
+TEST_CASE("format upgrade: a format 7 store opens as the current format with every state scope "
+          "tallied") {
   test::temp_dir dir;
   auto a = test::sref("app", "u", "s1"), b = test::sref("app", "v", "s2");
   std::string before_a, before_b;
@@ -366,8 +378,9 @@ TEST_CASE("format upgrade: a format 7 store opens as format 8 with every state s
   verify_clean(dir.str(), 2);
   {
     auto e = open_at(dir.str());
-    raw_write(dir.str(),
-              [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == std::to_string(store::format_version)); });
+    raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+      CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
+    });
     CHECK(MUST(e->get_session_json(test::get_req(a))) == before_a);
     CHECK(MUST(e->get_session_json(test::get_req(b))) == before_b);
     MUST(e->close());
@@ -401,5 +414,69 @@ TEST_CASE("format upgrade: a format 7 store opens as format 8 with every state s
   auto e = open_at(dir.str());
   CHECK(e->get_session_json(test::get_req(b)).code() == errc::data_corrupt);
   CHECK(MUST(e->get_session_json(test::get_req(a))) == before_a);
+  MUST(e->close());
+}
+
+TEST_CASE("format upgrade: a format 8 store opens with every app's and user's "
+          "sessions counted") {
+  test::temp_dir dir;
+  {
+    auto e = open_at(dir.str());
+    for (auto* user : {"u", "v"})
+      for (int i = 0; i < 3; ++i)
+        MUST(e->create_session(test::create_req(test::sref("app", user, "s" + std::to_string(i)))));
+    MUST(e->create_session(test::create_req(test::sref("other", "u", "s"))));
+    // A deleted session counts nowhere.
+    MUST(e->delete_session(test::sref("app", "v", "s2")));
+    MUST(e->close());
+  }
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) { make_format8(txn, meta); });
+  // Read-only tools read format 8 as it is: no counts to check.
+  verify_clean(dir.str(), 0);
+  {
+    auto ro = store::open_lmdb_kv_readonly(dir.str());
+    auto r = ro->begin_read();
+    CHECK_FALSE(r->session_counts());
+    auto page = store::list_sessions(*r, test::list_req("app"), 100, std::size_t{1} << 20, 0);
+    REQUIRE(page.ok());
+    CHECK(page->sessions.size() == 5);
+  }
+  {
+    auto e = open_at(dir.str());
+    raw_write(dir.str(),
+              [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == std::to_string(store::format_version)); });
+    CHECK(test::list_all(*e, "app", std::nullopt, 2).size() == 5);
+    MUST(e->close());
+  }
+  verify_clean(dir.str(), 0);
+  auto kv = store::open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
+  {
+    auto r = kv->begin_read();
+    auto count = [&](const std::string& key) { return MUST(store::read_session_count(*r, key)); };
+    CHECK(count("app") == 5);
+    CHECK(count(store::user_scope_key("app", "u")) == 3);
+    CHECK(count(store::user_scope_key("app", "v")) == 2);
+    CHECK(count("other") == 1);
+    CHECK(count(store::user_scope_key("other", "u")) == 1);
+  }
+  // So an entry lost after the upgrade is data_corrupt for a listing that
+  // walks the whole app.
+  {
+    auto w = kv->begin_write();
+    std::string last;
+    w->scan(store::table::by_update, "app" + std::string(1, '\0'), {},
+            [&](std::string_view k, std::string_view) {
+              last = std::string(k);
+              return true;
+            });
+    REQUIRE(w->del(store::table::by_update, last));
+    w->commit();
+  }
+  kv.reset();
+  auto e = open_at(dir.str());
+  auto listed = e->list_sessions(test::list_req("app"));
+  REQUIRE_FALSE(listed.ok());
+  CHECK(listed.code() == errc::data_corrupt);
+  CHECK(listed.err().message.find("app 'app'") != std::string::npos);
   MUST(e->close());
 }

@@ -195,3 +195,32 @@ TEST_CASE("state tallies follow every write: appends, erases, deletes and a user
   INFO((after.messages.empty() ? std::string() : after.messages.front()));
   CHECK(after.faults == 0);
 }
+
+TEST_CASE("a modify reading a state key damaged out of place is data_corrupt, not a missing key") {
+  test::temp_dir dir;
+  fill(dir.str());
+  // user u's key "u1" becomes "u1\x01": it still sorts between "u1" and
+  // "u2", so a lookup of "u1" finds nothing and lands beside it.
+  auto key = sub_key(user_scope_key("app", "u"), "u1");
+  test::damage_key(dir.str(), table::user_state, key, key + '\x01');
+  auto e = test::open_store_dir(dir.str());
+  auto bump = [](std::string k) {
+    return state_modify{std::move(k), 0, [](const json& v) { return v.get<int>() + 1; }};
+  };
+  append_request req;
+  req.ref = lossy;
+  req.ev = test::make_event(json::object(), "bump-u1");
+  req.modify = {bump("user:u1")};
+  auto r = e->append_event(std::move(req));
+  INFO(test::describe(r));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.code() == errc::data_corrupt);
+  CHECK(mentions(r.err().message, "user 'app/u'"));
+  // A key that is absent beside intact neighbours is absent: user v's.
+  append_request other;
+  other.ref = other_user;
+  other.ev = test::make_event(json::object(), "bump-new");
+  other.modify = {bump("user:new")};
+  MUST(e->append_event(std::move(other)));
+  MUST(e->close());
+}

@@ -56,7 +56,8 @@ void rewrite_values(MDB_txn* txn, MDB_dbi dbi, F&& fn) {
 inline bool format3_table(store::table t) {
   return t != store::table::by_created && t != store::table::by_user_created
     && t != store::table::origins && t != store::table::doomed && t != store::table::expiry
-    && t != store::table::fences && t != store::table::app_writes;
+    && t != store::table::fences && t != store::table::session_counts
+    && t != store::table::app_writes;
 }
 
 /// Deletes every row of `rows` for which `doomed(t, key)` holds (its table
@@ -90,10 +91,19 @@ inline void drop_tallies(MDB_txn* txn) {
                [](store::table t, std::string_view key) { return store::is_tally_key(t, key); });
 }
 
+/// Deletes every app's and user's session count row (store format 9):
+/// formats 8 and older kept none.
+inline void drop_session_counts(MDB_txn* txn) {
+  drop_rows_of(txn,
+               [](store::table t, std::string_view) { return t == store::table::session_counts; });
+}
+
 /// Makes a closed store this build wrote what format 6 wrote: no origin
-/// rows, meta["format"] "6".
+/// rows, no session counts, meta["format"] "6".
 inline void make_format6(MDB_txn* txn) {
-  drop_rows_of(txn, [](store::table t, std::string_view) { return t == store::table::origins; });
+  drop_rows_of(txn, [](store::table t, std::string_view) {
+    return t == store::table::origins || t == store::table::session_counts;
+  });
   MDB_dbi meta;
   REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
   std::string fk = "format", fv = "6";
@@ -102,7 +112,7 @@ inline void make_format6(MDB_txn* txn) {
 }
 
 /// Deletes the rows of the tables format 3 did not have from `rows` (the
-/// creation-order indexes, origins and purge marks).
+/// creation-order indexes, origins, purge marks and session counts).
 inline void drop_created_indexes(MDB_txn* txn) {
   drop_rows_of(txn, [](store::table t, std::string_view) { return !format3_table(t); });
 }
