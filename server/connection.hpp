@@ -49,11 +49,13 @@
 //  * A line of at least shared_state::decode_off_thread_bytes is decoded on
 //    the server's decoding threads (rpc_session::decode), so one client's
 //    long line never holds up the other connections of its I/O thread.
-//    Admitted as any line, its bytes count as in flight (this connection's
-//    and the server's) from then on. Until the strand has handed it in
-//    (rpc_session::handle_decoded) the connection reads and hands in
-//    nothing more, so its requests keep their order; it does not count as
-//    idle, and a graceful close waits for it.
+//    It is admitted as any line, and its bytes count in the server's
+//    request bytes in flight from then on (in_flight_bytes; the
+//    rpc_session counts them once it is handed in). Until the strand has
+//    handed it in (rpc_session::handle_decoded) the connection reads and
+//    hands in nothing more, so its requests keep their order (nor can it
+//    pass its own in-flight caps meanwhile); it counts as a request in
+//    flight, not as idle, and a graceful close waits for it.
 //  * With authentication, a connection not authenticated is closed after
 //    auth_timeout, and such connections hold at most their share of the
 //    slots (the server displaces the oldest at accept).

@@ -163,3 +163,30 @@ TEST_CASE("regression: a long line parsed off the I/O thread keeps its connectio
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit() == 0);
 }
+
+TEST_CASE("serve --listen: a long last line without its newline, parsed off the I/O thread, is "
+          "answered before the end of input closes the connection (#44)") {
+  temp_dir tmp;
+  server_process srv({"--memory", "--listen", "0", "--io-threads", "1"}, tmp.str() + "/serve.log");
+  const int port = srv.port();
+  srv.wait_serving();
+  client c(port);
+  REQUIRE(c.connected());
+  REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
+  json ev{{"id", "last"}, {"author", "a"}, {"content", {{"text", std::string(300000, 'x')}}}};
+  REQUIRE(c.send(rpc(1, "append_event", with(sref_params("app", "s"), "event", ev)).dump()));
+  REQUIRE(::shutdown(c.fd(), SHUT_WR) == 0);
+  auto r = c.next(60s);
+  REQUIRE(r);
+  INFO("answer: ", r->dump().substr(0, 400));
+  CHECK((*r)["id"] == 1);
+  REQUIRE(r->contains("result"));
+  CHECK((*r)["result"]["version"] == 1);
+  CHECK(c.closed_within(30s));
+  client d(port);
+  auto s = d.call("get_session", sref_params("app", "s"));
+  REQUIRE(ok(s));
+  CHECK((*s)["result"]["events"].size() == 1);
+  srv.signal(SIGTERM);
+  CHECK(srv.wait_exit() == 0);
+}
