@@ -881,38 +881,84 @@ void rpc_session::authenticate(detail::decoded_request& d) {
   dispatch_->answer(d.id, detail::outcome{json{{"apps", std::move(apps)}}});
 }
 
+decoded_line::decoded_line() noexcept = default;
+decoded_line::~decoded_line() = default;
+decoded_line::decoded_line(decoded_line&&) noexcept = default;
+decoded_line& decoded_line::operator=(decoded_line&&) noexcept = default;
+
+void rpc_session::answer_internal(const char* what) {
+  if (observers_)
+    observers_->error("internal");
+  dispatch_->answer(nullptr, detail::internal_failure("request handling", what));
+}
+
 void rpc_session::handle_line(std::string_view line) {
   try {
     auto d = detail::decode_request(line, max_line_depth_);
-    if (d.token)
-      return authenticate(d);
-    const bool watching = d.watch || d.unwatch;
-    if (!d.method.empty() && (d.run || d.refusal || watching || d.cluster_map))
-      if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching && !d.cluster_map))
-        return refuse(d, rpc_code::access_error, denied->message, to_string(denied->code));
-    if (d.cluster_map)
-      return answer_cluster_map(d);
-    if (route_ && (d.run || d.watch) && route_refused(d, line))
-      return;
-    if (d.watch)
-      return start_watch(d);
-    if (d.unwatch)
-      return stop_watch(d);
-    if (d.run) {
-      dispatch_->submit(std::move(d.id), d.notification, std::move(*d.run), line.size());
-    } else if (d.refusal) {
-      if (observers_)
-        observers_->error(d.refusal->kind);
-      dispatch_->answer(d.id, *d.refusal);
-    }
+    handle_request(d, line, line.size());
   } catch (const std::exception& e) {
-    if (observers_)
-      observers_->error("internal");
-    dispatch_->answer(nullptr, detail::internal_failure("request handling", e.what()));
+    answer_internal(e.what());
   } catch (...) {
+    answer_internal("unknown exception");
+  }
+}
+
+decoded_line rpc_session::decode(std::string line) const noexcept {
+  decoded_line out;
+  out.bytes_ = line.size();
+  try {
+    out.req_ =
+      std::make_unique<detail::decoded_request>(detail::decode_request(line, max_line_depth_));
+    if (route_)
+      out.line_ = std::move(line);
+  } catch (const std::exception& e) {
+    out.req_.reset();
+    try {
+      out.failure_ = e.what();
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  return out;
+}
+
+void rpc_session::handle_decoded(decoded_line l) {
+  try {
+    if (!l.req_)
+      return answer_internal(l.failure_.empty() ? "unknown exception" : l.failure_.c_str());
+    handle_request(*l.req_, l.line_, l.bytes_);
+  } catch (const std::exception& e) {
+    answer_internal(e.what());
+  } catch (...) {
+    answer_internal("unknown exception");
+  }
+}
+
+// REQUIRES: `line` is d's line of `bytes` bytes, or empty when route_ is
+// empty (routing is the only reader of the line here). What it throws, its
+// callers answer (answer_internal).
+void rpc_session::handle_request(detail::decoded_request& d, std::string_view line,
+                                 std::size_t bytes) {
+  if (d.token)
+    return authenticate(d);
+  const bool watching = d.watch || d.unwatch;
+  if (!d.method.empty() && (d.run || d.refusal || watching || d.cluster_map))
+    if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching && !d.cluster_map))
+      return refuse(d, rpc_code::access_error, denied->message, to_string(denied->code));
+  if (d.cluster_map)
+    return answer_cluster_map(d);
+  if (route_ && (d.run || d.watch) && route_refused(d, line))
+    return;
+  if (d.watch)
+    return start_watch(d);
+  if (d.unwatch)
+    return stop_watch(d);
+  if (d.run) {
+    dispatch_->submit(std::move(d.id), d.notification, std::move(*d.run), bytes);
+  } else if (d.refusal) {
     if (observers_)
-      observers_->error("internal");
-    dispatch_->answer(nullptr, detail::internal_failure("request handling", "unknown exception"));
+      observers_->error(d.refusal->kind);
+    dispatch_->answer(d.id, *d.refusal);
   }
 }
 

@@ -215,13 +215,39 @@ class dispatcher;
 struct decoded_request;
 } // namespace detail
 
+/// A request line decoded by rpc_session::decode(), waiting to be handed in
+/// (rpc_session::handle_decoded()). Move-only; holds what decoding made of
+/// the line (for a long line, far more than its bytes), so it is handed in
+/// or dropped promptly.
+class decoded_line {
+public:
+  decoded_line() noexcept;
+  ~decoded_line();
+  decoded_line(decoded_line&&) noexcept;
+  decoded_line& operator=(decoded_line&&) noexcept;
+
+  /// The bytes of the line.
+  std::size_t bytes() const noexcept { return bytes_; }
+
+private:
+  friend class rpc_session;
+  /// Null when decoding failed (`failure` says why).
+  std::unique_ptr<detail::decoded_request> req_;
+  /// The line itself, kept only for a cluster node's routing (which reads
+  /// a forwarded request's params again).
+  std::string line_;
+  std::size_t bytes_ = 0;
+  std::string failure_;
+};
+
 /// Serves one client stream. Requests for different sessions run concurrently
 /// through the engine's async API; requests naming the same session
 /// (app_name, user_id, session_id) run one at a time in the order their lines
 /// were handed in; `flush` waits for every request handed in before it.
 ///
-/// Thread safety: handle_line(), handle_oversized_line() and drain() are meant
-/// to be called from one thread (the reader of the stream); responses are
+/// Thread safety: handle_line(), handle_decoded(), handle_oversized_line()
+/// and drain() are meant to be called from one thread at a time (the reader
+/// of the stream); decode() from any thread; responses are
 /// written from engine threads too, and a watch's notifications from the
 /// engine's delivery threads. Watches end with the rpc_session.
 class rpc_session {
@@ -249,6 +275,18 @@ public:
   /// the in-flight bounds (max_in_flight, max_in_flight_bytes) leave no
   /// room for it. Never throws.
   void handle_line(std::string_view line);
+
+  /// Decodes `line` as handle_line() would, running nothing and touching no
+  /// state of the stream: callable from any thread, concurrently with the
+  /// reader's calls, so that a long line's decoding can leave the reader's
+  /// thread. Never throws (a failure is answered by handle_decoded()).
+  decoded_line decode(std::string line) const noexcept;
+
+  /// Handles a line decode() made exactly as handle_line() would have
+  /// handled the line: called by the stream's reader, in the stream's line
+  /// order (a line decoded elsewhere is handed in before any later line).
+  /// Never throws.
+  void handle_decoded(decoded_line l);
 
   /// Answers a line that was discarded because it had `bytes` bytes, more
   /// than `limit` (parse error, kind too_large, id null). Never throws.
@@ -300,6 +338,11 @@ private:
   void authenticate(detail::decoded_request& d);
   void start_watch(detail::decoded_request& d);
   void answer_cluster_map(detail::decoded_request& d);
+  /// What handle_line() does with a decoded line `d`, read from `line`
+  /// (`bytes` bytes).
+  void handle_request(detail::decoded_request& d, std::string_view line, std::size_t bytes);
+  /// Answers a line whose handling threw `what` (id null, kind internal).
+  void answer_internal(const char* what);
   /// Applies route_ to `d` (read from `line`); true when it was refused
   /// (and answered) or forwarded.
   bool route_refused(detail::decoded_request& d, std::string_view line);

@@ -139,7 +139,9 @@ public:
     });
   }
 
-  std::size_t in_flight() const override { return rpc_ ? rpc_->in_flight() : 0; }
+  std::size_t in_flight() const override {
+    return (rpc_ ? rpc_->in_flight() : 0) + (decoding_.load() ? 1 : 0);
+  }
 
 private:
   std::shared_ptr<connection> self() {
@@ -343,7 +345,7 @@ private:
   // output reservation. Admission is only ever checked by the strand, and
   // what it reads can only fall meanwhile, so handle_line never blocks.
   bool may_admit(std::uint64_t line_bytes = 0) {
-    if (closing_ || closed_)
+    if (closing_ || closed_ || decoding_)
       return false;
     auto inflight = rpc_->in_flight();
     if (inflight >= sh_->lim.max_in_flight)
@@ -428,7 +430,7 @@ private:
   std::size_t process_input(std::string_view data) {
     auto max_line = line_limit();
     std::size_t pos = 0;
-    while (pos < data.size()) {
+    while (pos < data.size() && !decoding_) {
       auto nl = static_cast<const char*>(std::memchr(data.data() + pos, '\n', data.size() - pos));
       if (!nl) {
         add_partial(data.substr(pos));
@@ -450,7 +452,7 @@ private:
       ++requests_;
       sh_->stats.add(sh_->stats.requests);
       if (parts_.empty()) {
-        rpc_->handle_line(data.substr(pos, seg));
+        hand_in(data.substr(pos, seg), nullptr);
       } else {
         std::string line;
         line.reserve(partial_bytes_ + seg);
@@ -458,13 +460,85 @@ private:
           line += p;
         line.append(data.data() + pos, seg);
         drop_partial();
-        rpc_->handle_line(line);
+        hand_in(line, &line);
       }
-      note_in_flight_bytes();
       pos += seg + 1;
       max_line = line_limit(); // an authenticate may have changed it
     }
     return pos;
+  }
+
+  // Hands an admitted line to the rpc_session: at once, or, when it is long
+  // (shared_state::decode_off_thread_bytes), decoded on the server's
+  // decoding threads first and handed in by take_decoded; meanwhile
+  // (decoding_) nothing more is read or handed in. `owned`, when not null,
+  // holds the line's bytes (`line` views them) and may be taken.
+  void hand_in(std::string_view line, std::string* owned) {
+    if (!sh_->decoders || line.size() < sh_->decode_off_thread_bytes) {
+      rpc_->handle_line(line);
+      note_in_flight_bytes();
+      return;
+    }
+    if (owned)
+      decode_text_ = std::move(*owned);
+    else
+      decode_text_.assign(line.data(), line.size());
+    std::function<void()> job = [self = self()] { decode_job(self); };
+    // Its bytes are in flight from here on, for the server's bound: the
+    // reservation becomes the rpc_session's own count when it is handed in.
+    decoding_bytes_ = decode_text_.size();
+    sh_->in_flight_bytes->fetch_add(decoding_bytes_, std::memory_order_relaxed);
+    decoding_ = true;
+    if (sh_->decoders->post(job)) {
+      note_in_flight_bytes();
+      return;
+    }
+    // No decoding thread: decoded here after all.
+    decoding_ = false;
+    sh_->in_flight_bytes->fetch_sub(decoding_bytes_, std::memory_order_relaxed);
+    decoding_bytes_ = 0;
+    rpc_->handle_line(decode_text_);
+    std::string().swap(decode_text_);
+    note_in_flight_bytes();
+  }
+
+  // On a decoding thread: decodes decode_text_ (the strand leaves it alone
+  // while decoding_ is set), leaves the result for the strand and wakes it.
+  // Should the wake-up fail (no memory), the strand's poll finds the result
+  // (schedule).
+  static void decode_job(const std::shared_ptr<connection>& self) noexcept {
+    auto d = self->rpc_->decode(std::move(self->decode_text_));
+    {
+      std::lock_guard<std::mutex> lk(self->decoded_mtx_);
+      self->decoded_ = std::move(d);
+    }
+    try {
+      asio::post(self->strand_, [self] { self->pump(); });
+    } catch (...) {
+    }
+  }
+
+  // Hands in the line decoded off the strand once its decoding is done (a
+  // closed connection drops it: nothing could be answered).
+  void take_decoded() {
+    if (!decoding_)
+      return;
+    std::optional<protocol::decoded_line> d;
+    {
+      std::lock_guard<std::mutex> lk(decoded_mtx_);
+      if (!decoded_)
+        return; // still decoding
+      d.swap(decoded_);
+    }
+    decoding_ = false;
+    sh_->in_flight_bytes->fetch_sub(decoding_bytes_, std::memory_order_relaxed);
+    decoding_bytes_ = 0;
+    if (closed_)
+      return;
+    rpc_->handle_decoded(std::move(*d));
+    note_in_flight_bytes();
+    if (closing_)
+      rpc_->end_watches(); // a watch it started ends with the connection
   }
 
   // Only admissions raise the bytes in flight: the peak is taken after each.
@@ -532,6 +606,7 @@ private:
 
   // Decides what to do next: admit waiting lines, read, or finish.
   void pump() {
+    take_decoded();
     if (closed_)
       return finish_if_idle();
     if (!closing_ && !backlog_.empty()) {
@@ -540,6 +615,13 @@ private:
       if (backlog_.empty())
         std::string().swap(backlog_);
     }
+    if (decoding_) {
+      // The line being decoded comes first; its decoding pumps again.
+      if (closing_)
+        return finish_if_idle();
+      schedule();
+      return;
+    }
     if (!closing_ && eof_ && backlog_.empty()) {
       // End of input: a last line without '\n' counts.
       if (in_line()) {
@@ -547,6 +629,8 @@ private:
           schedule();
           return;
         }
+        ++requests_;
+        sh_->stats.add(sh_->stats.requests);
         if (discarding_) {
           auto total = discarded_;
           const bool budget = over_budget_;
@@ -558,11 +642,12 @@ private:
           for (auto& p : parts_)
             line += p;
           drop_partial();
-          rpc_->handle_line(line);
-          note_in_flight_bytes();
+          hand_in(line, &line);
+          if (decoding_) {
+            schedule(); // closes once the line is handed in (its decoding pumps again)
+            return;
+          }
         }
-        ++requests_;
-        sh_->stats.add(sh_->stats.requests);
       }
       begin_close("end of input");
       return;
@@ -775,7 +860,7 @@ private:
   void finish_if_idle() {
     if (finished_)
       return;
-    if (rpc_->in_flight() > 0) {
+    if (rpc_->in_flight() > 0 || (decoding_ && !closed_)) {
       schedule();
       return;
     }
@@ -854,6 +939,8 @@ private:
     auto consider = [&](clock::time_point t) { next = std::min(next, t); };
     const auto& lim = sh_->lim;
     bool inflight = rpc_->in_flight() > 0;
+    if (decoding_)
+      consider(now + poll_interval); // in case the decoding's wake-up was lost
     if (closed_) {
       if (inflight)
         consider(now + poll_interval);
@@ -920,7 +1007,7 @@ private:
                       + " s; closing the connection");
       }
       if (!closing_ && lim.idle_timeout.count() > 0 && now >= last_progress_ + lim.idle_timeout
-          && rpc_->in_flight() == 0) {
+          && rpc_->in_flight() == 0 && !decoding_) {
         sh_->stats.add(sh_->stats.idle_timeouts);
         bool stalled;
         {
@@ -975,6 +1062,15 @@ private:
   std::uint64_t discarded_ = 0;
   clock::time_point line_started_;
   std::vector<char> tls_buf_;
+
+  // a long line decoded off the strand (hand_in)
+  /// Set by the strand when it posts the decoding, cleared by the strand
+  /// when it takes the result; read by in_flight() from any thread.
+  std::atomic<bool> decoding_{false};
+  std::uint64_t decoding_bytes_ = 0; ///< its bytes, reserved in sh_->in_flight_bytes
+  std::string decode_text_; ///< the line, the decoding thread's while decoding_
+  std::mutex decoded_mtx_;
+  std::optional<protocol::decoded_line> decoded_; ///< the result (under decoded_mtx_)
 
   // output (strand)
   std::string write_buf_;

@@ -46,6 +46,16 @@
 //    not authenticated), and while the partial lines of every connection
 //    stay within max_partial_bytes; otherwise it is discarded as it arrives
 //    and answered too_large.
+//  * A line of at least shared_state::decode_off_thread_bytes is decoded on
+//    the server's decoding threads (rpc_session::decode), so one client's
+//    long line never holds up the other connections of its I/O thread.
+//    It is admitted as any line, and its bytes count in the server's
+//    request bytes in flight from then on (in_flight_bytes; the
+//    rpc_session counts them once it is handed in). Until the strand has
+//    handed it in (rpc_session::handle_decoded) the connection reads and
+//    hands in nothing more, so its requests keep their order (nor can it
+//    pass its own in-flight caps meanwhile); it counts as a request in
+//    flight, not as idle, and a graceful close waits for it.
 //  * With authentication, a connection not authenticated is closed after
 //    auth_timeout, and such connections hold at most their share of the
 //    slots (the server displaces the oldest at accept).
@@ -71,6 +81,7 @@
 #include "protocol/idle_hook.hpp"
 #include "protocol/rpc_session.hpp"
 #include "server/counters.hpp"
+#include "server/job_pool.hpp"
 #include "server/log.hpp"
 #include "server/server.hpp"
 
@@ -116,6 +127,11 @@ struct shared_state {
   std::function<void(const std::string&, const std::string&, json, protocol::forward_done)> forward;
   /// server_config::idle: where a worker leaves its direct write; null: none.
   protocol::idle_hook idle = nullptr;
+  /// Where request lines of at least `decode_off_thread_bytes` bytes are
+  /// decoded, off the I/O threads; null: every line on its I/O thread.
+  /// Owned by the server, stopped after the I/O threads.
+  job_pool* decoders = nullptr;
+  std::size_t decode_off_thread_bytes = std::size_t{64} << 10;
 };
 
 /// The connection-level error line (id null, kind unavailable), with its '\n'.

@@ -13,6 +13,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -115,6 +116,7 @@ struct network_server::impl {
     sh->lim = cfg.lim;
     sh->max_line_depth = cfg.max_line_depth;
     sh->idle = cfg.idle;
+    sh->decoders = &decoders;
   }
 
   ~impl() {
@@ -375,6 +377,9 @@ struct network_server::impl {
     run_loop(ctx);
     for (auto& t : pool)
       t.join();
+    // No strand runs any more: a decoding still under way finishes, and its
+    // connection's wake-up is dropped with the I/O contexts.
+    decoders.stop();
   }
 
   void run_loop(asio::io_context& io) {
@@ -657,6 +662,11 @@ struct network_server::impl {
   /// at destruction holds a socket of one of them.
   std::vector<std::unique_ptr<asio::io_context>> more_ctx;
   asio::io_context ctx;
+  /// The decoding of long request lines (shared_state::decoders): as many
+  /// threads as I/O threads, at least 2, so one long decoding does not
+  /// hold up another connection's alone. Declared after the I/O contexts,
+  /// so stopped before they go: a decoding's wake-up posts to one.
+  detail::job_pool decoders{std::max<std::size_t>(2, threads())};
   std::size_t next_ctx = 0; ///< srv_strand only
   strand_t srv_strand;
   timer_t grace_timer;

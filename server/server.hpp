@@ -13,7 +13,9 @@
 // never blocking;
 // what a socket does not take is left to the connection's I/O thread. An I/O
 // thread never blocks on a client: a connection that may not admit another
-// request (in-flight cap, output cap) is simply not read until it may.
+// request (in-flight cap, output cap) is simply not read until it may, and
+// a request line of 64 KiB or more is parsed on the server's own parsing
+// threads (server/job_pool.hpp), stopped once the I/O threads are.
 #pragma once
 
 #include <chrono>
