@@ -28,7 +28,8 @@ namespace agentstate::store {
 /// - 8: each state scope's tally row (store::state_tally: its rows' count
 ///   and checksum sum), which every read of the scope checks.
 /// - 9: `app_writes`, the app: writes a cluster node applied as the app's
-///   home, by write id (store/app_writes.hpp).
+///   home, by write id (store/app_writes.hpp), and `outbox`, appends whose
+///   app: part waits to be applied at its home (store/outbox.hpp).
 inline constexpr std::uint32_t format_version = 9;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
@@ -54,7 +55,7 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// 6 -> 7 writes nothing (the log and the epoch stay, so cursors stay valid);
 /// 7 -> 8 puts each state scope's tally (a damaged row counts with the
 /// checksum it carries, so it still reads as damaged); 8 -> 9 writes
-/// nothing (`app_writes` starts empty). Cost of
+/// nothing (`app_writes` and `outbox` start empty). Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
 /// of 7 -> 8: a pass over the state rows and a put per scope;
 /// the transaction needs free map space for the pages it writes

@@ -40,8 +40,9 @@ enum class table : std::uint8_t {
   expiry, ///< format 7: sessions that expire, in expiry order (store/expiry.hpp)
   fences, ///< format 7: users and apps being deleted (store/scope_delete.hpp)
   app_writes, ///< format 9: a cluster's app: writes applied at their home (store/app_writes.hpp)
+  outbox, ///< format 9: appends waiting for their app: part to be applied at its home (store/outbox.hpp)
 };
-inline constexpr std::size_t table_count = 16;
+inline constexpr std::size_t table_count = 17;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;

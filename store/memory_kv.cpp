@@ -262,6 +262,7 @@ const char* table_name(table t) noexcept {
     case table::expiry: return "expiry";
     case table::fences: return "fences";
     case table::app_writes: return "app_writes";
+    case table::outbox: return "outbox";
   }
   return "?";
 }

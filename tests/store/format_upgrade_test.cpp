@@ -366,8 +366,9 @@ TEST_CASE("format upgrade: a format 7 store opens as format 8 with every state s
   verify_clean(dir.str(), 2);
   {
     auto e = open_at(dir.str());
-    raw_write(dir.str(),
-              [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == std::to_string(store::format_version)); });
+    raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+      CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
+    });
     CHECK(MUST(e->get_session_json(test::get_req(a))) == before_a);
     CHECK(MUST(e->get_session_json(test::get_req(b))) == before_b);
     MUST(e->close());
