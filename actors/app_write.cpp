@@ -23,17 +23,18 @@ namespace {
 
 result<void> check_write_id(const std::string& id, const char* what) {
   if (id.empty() || id.size() > store::max_write_id_bytes)
-    return error{errc::invalid_argument, std::string(what) + " must be 1 to "
-                                           + std::to_string(store::max_write_id_bytes)
-                                           + " bytes"};
+    return error{errc::invalid_argument,
+                 std::string(what) + " must be 1 to " + std::to_string(store::max_write_id_bytes)
+                   + " bytes"};
   return model::check_string(id, what, store::max_write_id_bytes);
 }
 
 result<void> check_app_key(const std::string& key, const char* where) {
   if (scope_of(key) != scope::app)
-    return error{errc::invalid_argument, std::string(where) + " key '" + key
-                                           + "' is not an app: key (an app write writes "
-                                             "only the app: scope)"};
+    return error{errc::invalid_argument,
+                 std::string(where) + " key '" + key
+                   + "' is not an app: key (an app write writes "
+                     "only the app: scope)"};
   return model::check_key(key);
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <set>
 #include <string>
@@ -97,6 +98,11 @@ struct engine_core {
   std::atomic<std::size_t> writer_backlog{0};
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;
+  /// options::app_home: per app, the write ids of app writes whose appends
+  /// have committed here; the next write sent to that app's home asks it to
+  /// forget them (app_write_request::forget).
+  std::mutex forget_mtx;
+  std::unordered_map<std::string, std::vector<std::string>> forget;
 };
 
 /// The engine's wall clock, epoch seconds: options::wall_clock, or the

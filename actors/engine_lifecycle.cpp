@@ -36,6 +36,7 @@
 #include "store/format.hpp"
 #include "store/keys.hpp"
 #include "store/listing.hpp"
+#include "store/outbox.hpp"
 #include "store/open.hpp"
 #include "store/purge.hpp"
 #include "store/reads.hpp"
@@ -195,6 +196,20 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
     return std::move(r).err();
   if (auto r = load_log(*core); !r)
     return std::move(r).err();
+  std::vector<std::string> waiting; // sessions with an append in the outbox
+  {
+    auto txn = core->kv->begin_read();
+    auto got = store::outbox_sessions(*txn);
+    if (!got)
+      return std::move(got).err();
+    waiting = std::move(*got);
+  }
+  if (!waiting.empty() && (!opts.app_home.here || !opts.app_home.send))
+    return error{errc::invalid_argument,
+                 std::to_string(waiting.size())
+                   + " appends in this store wait for their app: part to be applied at the "
+                     "app's home: it is a cluster node's store, to be opened as that node "
+                     "(options::app_home, docs/cluster.md)"};
   core->hub = std::make_unique<watch_hub>(*core);
   if (wrap)
     core->kv = wrap(std::move(core->kv));
@@ -232,6 +247,21 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   if (!deterministic)
     core->heap_trimmer = spawn_heap_trimmer(*core);
   core->reaper = spawn_reaper(*core);
+  // Each such session's actor finishes its append when it starts
+  // (resume_remote_append): a read starts it.
+  for (auto& skey : waiting) {
+    auto parts = store::split_key(skey, 3);
+    if (parts.size() != 3)
+      continue;
+    session_ref ref{std::string(parts[0]), std::string(parts[1]), std::string(parts[2])};
+    get_cmd wake;
+    wake.req.ref = ref;
+    wake.req.num_recent_events = 0;
+    wake.cb = [](result<std::optional<session>>) {};
+    auto* c = core.get();
+    core->sessions.route(session_registry_key(ref), std::move(wake),
+                         [c, ref] { return spawn_session_actor(*c, ref); });
+  }
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 

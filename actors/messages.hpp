@@ -101,6 +101,13 @@ struct scope_commit {
 /// Finish what is in flight, then quit (engine close).
 struct shutdown_cmd {};
 
+/// To a session actor from itself: the home's answer to an append's app:
+/// part (options::app_home), or (`retry`) the time to send it again.
+struct app_sent {
+  std::shared_ptr<result<app_write_result>> outcome;
+  bool retry = false;
+};
+
 /// An actor's own periodic idleness check (one timer per idle period, not a
 /// timeout re-armed by every message).
 struct idle_tick {};
@@ -139,7 +146,7 @@ using session_actor_hdl =
                    caf::reacts_to<delete_cmd>, caf::reacts_to<begin_invocation_cmd>,
                    caf::reacts_to<end_invocation_cmd>, caf::reacts_to<rewind_cmd>,
                    caf::reacts_to<fork_cmd>, caf::reacts_to<shutdown_cmd>,
-                   caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>>;
+                   caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>, caf::reacts_to<app_sent>>;
 
 /// A user or app scope actor: one per live shared scope.
 using scope_actor_hdl = caf::typed_actor<caf::reacts_to<scope_get_cmd>,
@@ -154,6 +161,7 @@ using writer_hdl = caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply
 } // namespace agentstate::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::create_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::app_sent)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::append_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::delete_cmd)

@@ -140,7 +140,8 @@ result<void> resolve_late(store::kv_read& txn, const engine_core& core, write_pl
     for (auto& w : ws.app_writes)
       if (w.erase) {
         auto key = std::string(app_prefix) + w.key;
-        if (!values.contains(key) && std::find(removed.begin(), removed.end(), key) == removed.end())
+        if (!values.contains(key)
+            && std::find(removed.begin(), removed.end(), key) == removed.end())
           removed.push_back(std::move(key));
       }
     ws.outcome = json{{"values", std::move(values)}, {"removed", std::move(removed)}}.dump();

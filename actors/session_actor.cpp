@@ -17,7 +17,8 @@ namespace {
 // Work that keeps the actor live: queued or stashed commands, a held lease
 // (and the invocation's temp: state), callers waiting for an answer.
 bool busy(const session_state& st) {
-  return !st.queue.empty() || !st.stash.empty() || !st.lease.empty() || !st.waiters.empty();
+  return !st.queue.empty() || !st.stash.empty() || !st.lease.empty() || !st.waiters.empty()
+    || st.remote;
 }
 
 // The handler of command `Cmd`: counts it as handled, then runs on(self, cmd)
@@ -52,6 +53,7 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
     core->stats.sessions_live.fetch_sub(1, std::memory_order_relaxed);
   });
   self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
+  resume_remote_append(self);
   return {
     command(self, on_create),
     command(self, on_append),
@@ -65,6 +67,15 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
       auto& st = self->state;
       ++st.handled;
       st.stopping = true;
+      if (auto r = std::move(st.remote)) {
+        // Its outbox row stays: the next open finishes it.
+        if (r->cb)
+          r->cb(error{errc::unavailable,
+                      "the engine is closing; the append is finished when "
+                      "the store is next opened (retry with its event id)"});
+        st.stale = true;
+        drain(self);
+      }
       for (auto& w : st.waiters)
         w.cb(error{errc::unavailable, "the engine is closing"});
       st.waiters.clear();
@@ -75,6 +86,11 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
       on_idle_tick(self, self->state.core->sessions, busy(self->state));
     },
     [self](evict_cmd&) { on_evict(self, self->state.core->sessions, busy(self->state)); },
+    [self](app_sent& msg) { // from itself, not routed: not counted as handled
+      on_app_sent(self, msg);
+      if (self->state.drain_due)
+        drain(self);
+    },
   };
 }
 

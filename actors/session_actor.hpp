@@ -62,6 +62,17 @@ struct lease_waiter {
   std::function<void()> then;
 };
 
+/// The append out at the home: what it needs to be sent again and finished.
+struct remote_append {
+  std::uint64_t version = 0;
+  std::string write_id;
+  event ev; ///< as given, app: keys included
+  std::vector<state_modify> modify; ///< every modify, each with its spec
+  callback<append_result> cb; ///< empty for one finished after a restart
+  append_outcome outcome; ///< A6: callers waiting on its event id
+  std::vector<std::string> forget; ///< ids this send asks the home to forget
+};
+
 struct session_state {
   engine_core* core = nullptr;
   session_ref ref;
@@ -97,6 +108,10 @@ struct session_state {
   /// Write sets sent to the writer and not yet answered (an inline commit
   /// may not overtake them).
   std::size_t with_writer = 0;
+  /// An append whose app: part is out at the app's home
+  /// (options::app_home, session_outbox.cpp): new commands wait in `stash`
+  /// until it has committed.
+  std::shared_ptr<remote_append> remote;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();
@@ -136,7 +151,7 @@ void maybe_finish(session_actor_t self);
 /// (`stale`, `hold`), until the queue drains (so every command is still
 /// answered in arrival order and reads see exactly the commands before them).
 inline bool entry_waits(const session_state& st) {
-  return st.stale || st.hold;
+  return st.stale || st.hold || st.remote;
 }
 
 /// Runs a command now, or stashes it while entry_waits.
@@ -185,6 +200,28 @@ void on_create(session_actor_t self, create_cmd& cmd);
 void on_append(session_actor_t self, append_cmd& cmd);
 void on_get(session_actor_t self, get_cmd& cmd);
 void on_delete(session_actor_t self, delete_cmd& cmd);
+
+/// What an append's commit answers (in order): the caller's `cb` (none for
+/// an append finished after a restart), A6's waiters through `outcome`, the
+/// id index, the live invocation's temp: keys.
+write_done append_done(session_actor_t self, callback<append_result> cb, append_result stored,
+                       json temp, std::vector<std::string> temp_removed, append_outcome outcome);
+
+// -- app: writes at the app's home, options::app_home (session_outbox.cpp) --------
+
+/// Whether `req` writes app: keys of an app whose home is another node.
+bool app_part_elsewhere(const session_state& st, const append_request& req);
+/// Commits the append's outbox row, sends its app: part to the home and,
+/// with the outcome, commits the event (store/outbox.hpp). REQUIRES: the
+/// append passed on_append's checks (A6, expected_version) and has its id
+/// and timestamp.
+void start_remote_append(session_actor_t self, append_cmd& cmd, bool generated);
+/// At activation: finishes the append a crash left in the outbox before
+/// any command runs (when the store cannot be read, the commands fail as a
+/// failed load makes them).
+void resume_remote_append(session_actor_t self);
+/// The home's answer to the app: part in flight.
+void on_app_sent(session_actor_t self, app_sent& msg);
 
 // -- event-id deduplication, A6 (session_dedup.cpp) ------------------------------
 

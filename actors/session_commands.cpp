@@ -113,6 +113,53 @@ void on_create(session_actor_t self, create_cmd& cmd) {
          });
 }
 
+write_done append_done(session_actor_t self, callback<append_result> cb, append_result stored,
+                       json temp, std::vector<std::string> temp_removed, append_outcome outcome) {
+  return [self, cb = std::move(cb), stored = std::move(stored), temp = std::move(temp),
+          temp_removed = std::move(temp_removed),
+          outcome](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
+    auto& st = self->state;
+    if (outcome) {
+      auto it = st.in_flight_ids.find(stored.ev.id);
+      if (it != st.in_flight_ids.end() && it->second == outcome)
+        st.in_flight_ids.erase(it);
+    }
+    // Duplicates that arrived in flight hold `outcome` too (all on
+    // this actor's thread); without them nobody reads it, and
+    // copying the event is skipped.
+    const bool awaited = outcome && outcome.use_count() > 1;
+    if (!r) {
+      if (awaited)
+        *outcome = result<append_result>{r.err()};
+      if (cb)
+        cb(std::move(r).err());
+      return;
+    }
+    st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
+    if (late)
+      stored.ev = std::move(late->ev);
+    stored.cursor = store::format_cursor(st.core->epoch, seq);
+    if (st.ids)
+      st.ids->add(stored.ev.id, stored.version);
+    // While a lease is held, only its invocation is the live one.
+    bool live = st.lease.empty() || st.lease == stored.ev.invocation_id;
+    if (live && stored.ev.invocation_id != st.invocation) {
+      st.invocation = stored.ev.invocation_id;
+      st.temp = json::object();
+    }
+    if (live) {
+      for (auto t = temp.begin(); t != temp.end(); ++t)
+        st.temp[t.key()] = std::move(t.value());
+      for (auto& k : temp_removed)
+        st.temp.erase(k);
+    }
+    if (awaited)
+      *outcome = result<append_result>{stored};
+    if (cb)
+      cb(std::move(stored));
+  };
+}
+
 void on_append(session_actor_t self, append_cmd& cmd) {
   auto& st0 = self->state;
   auto checked = model::validate_event(st0.core->opts.limits, cmd.req.ev);
@@ -157,6 +204,10 @@ void on_append(session_actor_t self, append_cmd& cmd) {
   }
   if (!ev.timestamp)
     ev.timestamp = wall_now(*st.core);
+  if (app_part_elsewhere(st, cmd.req)) {
+    start_remote_append(self, cmd, generated);
+    return;
+  }
   auto prepared =
     prepare_append(*st.core, st.ref, std::move(ev), st.version + 1, std::move(cmd.req.modify));
   if (!prepared) {
@@ -177,47 +228,8 @@ void on_append(session_actor_t self, append_cmd& cmd) {
     st.in_flight_ids.emplace(stored.ev.id, outcome);
   }
   submit(self, std::move(prepared->plan),
-         [self, cb = std::move(cmd.cb), stored = std::move(stored),
-          temp = std::move(prepared->temp), temp_removed = std::move(prepared->temp_removed),
-          outcome](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
-           auto& st = self->state;
-           if (outcome) {
-             auto it = st.in_flight_ids.find(stored.ev.id);
-             if (it != st.in_flight_ids.end() && it->second == outcome)
-               st.in_flight_ids.erase(it);
-           }
-           // Duplicates that arrived in flight hold `outcome` too (all on
-           // this actor's thread); without them nobody reads it, and
-           // copying the event is skipped.
-           const bool awaited = outcome && outcome.use_count() > 1;
-           if (!r) {
-             if (awaited)
-               *outcome = result<append_result>{r.err()};
-             cb(std::move(r).err());
-             return;
-           }
-           st.core->stats.appends.fetch_add(1, std::memory_order_relaxed);
-           if (late)
-             stored.ev = std::move(late->ev);
-           stored.cursor = store::format_cursor(st.core->epoch, seq);
-           if (st.ids)
-             st.ids->add(stored.ev.id, stored.version);
-           // While a lease is held, only its invocation is the live one.
-           bool live = st.lease.empty() || st.lease == stored.ev.invocation_id;
-           if (live && stored.ev.invocation_id != st.invocation) {
-             st.invocation = stored.ev.invocation_id;
-             st.temp = json::object();
-           }
-           if (live) {
-             for (auto t = temp.begin(); t != temp.end(); ++t)
-               st.temp[t.key()] = std::move(t.value());
-             for (auto& k : temp_removed)
-               st.temp.erase(k);
-           }
-           if (awaited)
-             *outcome = result<append_result>{stored};
-           cb(std::move(stored));
-         });
+         append_done(self, std::move(cmd.cb), std::move(stored), std::move(prepared->temp),
+                     std::move(prepared->temp_removed), std::move(outcome)));
 }
 
 void on_get(session_actor_t self, get_cmd& cmd) {

@@ -47,7 +47,7 @@ void drain(session_actor_t self) {
       st.stale = false;
       st.hold = false;
       // A replayed read may hold again; the rest then waits for the next drain.
-      while (!st.stash.empty() && !st.hold) {
+      while (!st.stash.empty() && !st.hold && !st.remote) {
         auto f = std::move(st.stash.front());
         st.stash.pop_front();
         f();

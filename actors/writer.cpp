@@ -49,7 +49,7 @@ void notify_scopes(engine_core& core, store::write_set& ws, std::uint64_t txn_id
   // Most appends write no shared scope: their keys are not even built.
   if (!ws.user_writes.empty())
     send(ws.user_writes, user_registry_key(ws.app, ws.user));
-  if (!ws.app_writes.empty())
+  if (!ws.app_writes.empty() && !ws.app_elsewhere)
     send(ws.app_writes, app_registry_key(ws.app));
 }
 

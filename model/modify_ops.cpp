@@ -90,7 +90,22 @@ state_modify compare_and_set(std::string key, json expected, json value) {
 
 } // namespace modify_ops
 
+namespace {
+
+result<state_modify> modify_from_json(const json& x);
+
+} // namespace
+
 result<state_modify> state_modify_from_json(const json& x) {
+  auto m = modify_from_json(x);
+  if (m)
+    m.value().spec = x;
+  return m;
+}
+
+namespace {
+
+result<state_modify> modify_from_json(const json& x) {
   if (!x.is_object())
     return bad("a modify operation must be an object {\"key\", \"op\", ...}");
   auto key = x.find("key");
@@ -138,5 +153,7 @@ result<state_modify> state_modify_from_json(const json& x) {
   return bad("modify of '" + k + "': unknown op '" + name
              + "' (increment, append, merge, set_if_absent, compare_and_set)");
 }
+
+} // namespace
 
 } // namespace agentstate

@@ -5,6 +5,7 @@
 
 #include "store/app_writes.hpp"
 #include "store/errors.hpp"
+#include "store/outbox.hpp"
 #include "store/expiry.hpp"
 #include "store/history.hpp"
 #include "store/purge.hpp"
@@ -59,7 +60,7 @@ result<tallies> read_tallies(kv_read& txn, const write_set& ws, const std::strin
       return std::move(t).err();
     out.user = *t;
   }
-  if (!ws.app_writes.empty()) {
+  if (!ws.app_writes.empty() && !ws.app_elsewhere) {
     auto t = read_tally(txn, table::app_state, ws.app);
     if (!t)
       return std::move(t).err();
@@ -80,7 +81,7 @@ void put_rows(kv_write& txn, const write_set& ws, const std::string& skey, scrat
       put_row(txn, table::user_state, ukey, w, s, n.user);
     put_tally(txn, table::user_state, ukey, n.user);
   }
-  if (!ws.app_writes.empty()) {
+  if (!ws.app_writes.empty() && !ws.app_elsewhere) {
     for (auto& w : ws.app_writes)
       put_row(txn, table::app_state, ws.app, w, s, n.app);
     put_tally(txn, table::app_state, ws.app, n.app);
@@ -202,6 +203,25 @@ std::size_t write_set::bytes() const {
 }
 
 result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
+  if (ws.op == write_set::kind::outbox_put || ws.op == write_set::kind::outbox_drop) {
+    auto skey = session_key(ws.app, ws.user, ws.id);
+    if (ws.op == write_set::kind::outbox_drop) {
+      drop_outbox(txn, skey, ws.version);
+      return false;
+    }
+    auto raw = txn.get(table::sessions, skey);
+    if (!raw || fenced(txn, ws.app, ws.user))
+      return error{errc::not_found, "session '" + ws.id + "' not found"};
+    auto rec = decode_record(skey, *raw);
+    if (!rec)
+      return damaged(table::sessions, skey);
+    if (rec->version + 1 != ws.version)
+      return error{errc::unavailable,
+                   "an earlier append to session '" + ws.id
+                     + "' failed; retry with the same event id"};
+    put_outbox(txn, skey, ws.version, ws.outcome);
+    return false; // no change row
+  }
   if (ws.op == write_set::kind::app_write) {
     if (app_fenced(txn, ws.app))
       return error{errc::unavailable,
@@ -304,6 +324,8 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
         put_expiry(txn, skey, rec->expires);
       }
       txn.put(table::sessions, skey, encode_record(skey, *rec));
+      if (ws.app_elsewhere)
+        drop_outbox(txn, skey, ws.version);
       if (log)
         log_change(txn, ws, ws.version, *log);
       return true;

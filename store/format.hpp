@@ -30,7 +30,8 @@ namespace agentstate::store {
 /// - 9: each app's and user's session count (table session_counts), which
 ///   listings that walk a whole app or user check.
 /// - 10: `app_writes`, the app: writes a cluster node applied as the app's
-///   home, by write id (store/app_writes.hpp).
+///   home, by write id (store/app_writes.hpp), and `outbox`, appends whose
+///   app: part waits to be applied at its home (store/outbox.hpp).
 inline constexpr std::uint32_t format_version = 10;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
@@ -57,7 +58,7 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// 7 -> 8 puts each state scope's tally (a damaged row counts with the
 /// checksum it carries, so it still reads as damaged); 8 -> 9 puts each
 /// app's and user's session count (from the session records); 9 -> 10
-/// writes nothing (`app_writes` starts empty). Cost of
+/// writes nothing (`app_writes` and `outbox` start empty). Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
 /// of 7 -> 8: a pass over the state rows and a put per scope; of 8 -> 9: a
 /// pass over the session records and a put per app and user;

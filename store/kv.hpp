@@ -41,8 +41,9 @@ enum class table : std::uint8_t {
   fences, ///< format 7: users and apps being deleted (store/scope_delete.hpp)
   session_counts, ///< format 9: each app's and user's number of sessions (store::count_sessions)
   app_writes, ///< format 10: a cluster's app: writes applied at their home (store/app_writes.hpp)
+  outbox, ///< format 10: appends waiting for their app: part to be applied at its home (store/outbox.hpp)
 };
-inline constexpr std::size_t table_count = 17;
+inline constexpr std::size_t table_count = 18;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;

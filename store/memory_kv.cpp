@@ -263,6 +263,7 @@ const char* table_name(table t) noexcept {
     case table::fences: return "fences";
     case table::session_counts: return "session_counts";
     case table::app_writes: return "app_writes";
+    case table::outbox: return "outbox";
   }
   return "?";
 }

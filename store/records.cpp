@@ -229,6 +229,13 @@ std::string row_name(table t, std::string_view key) {
         return "user '" + joined(p, 2) + "' delete fence";
       return "app '" + printable(p[0]) + "' delete fence";
     }
+    case table::outbox: {
+      if (key.size() < 9 || key[key.size() - 9] != '\0')
+        return "outbox row '" + printable(key) + "'";
+      auto skey = key.substr(0, key.size() - 9);
+      return "session '" + joined(split_key(skey, 3), 3) + "' outbox row v"
+        + std::to_string(read_be64(key.substr(key.size() - 8)));
+    }
     case table::app_writes: {
       auto p = split_key(key, 2);
       return "app '" + printable(p[0]) + "' write '"

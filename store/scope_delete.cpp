@@ -94,8 +94,8 @@ std::size_t purge_fence_step(kv_write& txn, std::size_t max_rows) {
     if (auto n =
           delete_keys(txn, table::app_state, first_keys(txn, table::app_state, fence, max_rows)))
       return n;
-    if (auto n = delete_keys(txn, table::app_writes,
-                             first_keys(txn, table::app_writes, fence, max_rows)))
+    if (auto n =
+          delete_keys(txn, table::app_writes, first_keys(txn, table::app_writes, fence, max_rows)))
       return n;
   }
   // Session counts left under an app's fence (its users', whose keys start

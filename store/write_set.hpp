@@ -38,7 +38,14 @@ struct write_set {
     /// A cluster's app: write at the app's home (store/app_writes.hpp):
     /// app_writes' rows, and `outcome` kept under write id `id`; no change
     /// row (the append it belongs to logs it on its session's node).
-    app_write
+    app_write,
+    /// The outbox row of session (app, user, id) at `version` (its record
+    /// must be at version-1), body `outcome`; no change row
+    /// (store/outbox.hpp).
+    outbox_put,
+    /// Deletes that row (its append failed or its session is gone); no
+    /// change row.
+    outbox_drop
   } op = kind::append;
   std::string app, user, id;
   /// append: the version this event gets; the session must be at version-1.
@@ -69,6 +76,10 @@ struct write_set {
   /// same app whose kept outcomes go (their senders no longer need them).
   std::string outcome;
   std::vector<std::string> forget;
+  /// append: app_writes are kept at the app's home, not here (a cluster
+  /// node, store/outbox.hpp): they go into the change row only. And the
+  /// session's outbox row at `version` is deleted in the same commit.
+  bool app_elsewhere = false;
 
   /// Approximate bytes this write set puts (for the batch byte cap).
   std::size_t bytes() const;

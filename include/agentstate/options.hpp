@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agentstate/json.hpp"
+#include "agentstate/types.hpp"
 
 namespace agentstate {
 
@@ -203,6 +204,21 @@ struct options {
   /// false until the cluster applies `app:` writes at the app's home shard
   /// (docs/cluster.md).
   bool app_scope_writes = true;
+  /// A cluster node's app: scope (docs/cluster.md). When `here` is set and
+  /// answers false for an app (another node owns the app's home shard), an
+  /// append that writes app: keys of that app is committed in two steps: an
+  /// outbox row (store/outbox.hpp), then, once `send` has had its app: part
+  /// applied at the home (engine::apply_app_write there) and answered the
+  /// outcome, the event with the resolved values, acknowledged then. `send`
+  /// may answer on any thread; a retryable failure (unavailable) is sent
+  /// again after `retry` while the session's later commands wait. Only
+  /// modifies built from the protocol's form (state_modify::spec) can be
+  /// sent. Both unset: every app is here.
+  struct app_home_hooks {
+    std::function<bool(const std::string& app)> here;
+    std::function<void(app_write_request, callback<app_write_result>)> send;
+    std::chrono::milliseconds retry{500};
+  } app_home;
   /// T3: how often the reaper deletes sessions that have expired (they are
   /// invisible from the moment they expire; this bounds how long their rows
   /// stay). At least 1 ms.

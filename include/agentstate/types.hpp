@@ -195,6 +195,11 @@ struct state_modify {
   /// storing nothing, unless the key's value (as fn would see it, before
   /// the fallback) equals this; a missing key matches nothing.
   std::optional<json> expected = std::nullopt;
+  /// The operation in the protocol's form ({"key", "op", ...}) when it was
+  /// built from one (state_modify_from_json), else null: what a cluster
+  /// node sends to an app's home, and keeps to finish the append after a
+  /// crash (options::app_home).
+  json spec = nullptr;
 };
 
 /// The built-in modifies (the protocol's `modify` operations), resolved at

@@ -687,9 +687,9 @@ TEST_CASE("serve --cluster: apply_app_write reaches the app's home through any n
     CHECK((*state)["result"] == json{{"mode", "on"}, {"count", 7}});
   }
   // Refused input keeps its kind through the forward.
-  CHECK(kind_of(elsewhere.call("apply_app_write", json{{"app_name", "app"},
-                                                       {"write_id", "w3"},
-                                                       {"state_delta", {{"count", 1}}}}))
+  CHECK(kind_of(elsewhere.call(
+          "apply_app_write",
+          json{{"app_name", "app"}, {"write_id", "w3"}, {"state_delta", {{"count", 1}}}}))
         == "invalid_argument");
 }
 

@@ -57,7 +57,7 @@ inline bool format3_table(store::table t) {
   return t != store::table::by_created && t != store::table::by_user_created
     && t != store::table::origins && t != store::table::doomed && t != store::table::expiry
     && t != store::table::fences && t != store::table::session_counts
-    && t != store::table::app_writes;
+    && t != store::table::app_writes && t != store::table::outbox;
 }
 
 /// Deletes every row of `rows` for which `doomed(t, key)` holds (its table

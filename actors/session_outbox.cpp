@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+// A session actor's appends whose app: part lives at another node
+// (options::app_home; docs/cluster.md): the outbox row first, then the app:
+// part applied at the app's home, then the event with the home's values,
+// the outbox row deleted in its commit (store/outbox.hpp). While one is out,
+// the session's later commands wait in `stash`.
+#include <algorithm>
+#include <exception>
+
+#include <caf/all.hpp>
+
+#include "actors/prepare.hpp"
+#include "actors/session_actor.hpp"
+#include "agentstate/scope.hpp"
+#include "model/ids.hpp"
+#include "store/outbox.hpp"
+
+namespace agentstate::detail {
+
+namespace {
+
+bool is_app(const std::string& key) {
+  return scope_of(key) == scope::app;
+}
+
+write_plan outbox_plan(const session_state& st, store::write_set::kind op, std::uint64_t version,
+                       std::string body = {}) {
+  write_plan plan;
+  plan.ws.op = op;
+  plan.ws.app = st.ref.app_name;
+  plan.ws.user = st.ref.user_id;
+  plan.ws.id = st.ref.session_id;
+  plan.ws.version = version;
+  plan.ws.outcome = std::move(body);
+  return plan;
+}
+
+// The ids of `app`'s committed app writes, for the next send to forget.
+std::vector<std::string> take_forgets(engine_core& core, const std::string& app) {
+  std::lock_guard<std::mutex> lk(core.forget_mtx);
+  auto it = core.forget.find(app);
+  if (it == core.forget.end())
+    return {};
+  std::vector<std::string> out;
+  auto& ids = it->second;
+  const std::size_t n = std::min<std::size_t>(ids.size(), 1024);
+  out.assign(std::make_move_iterator(ids.end() - static_cast<std::ptrdiff_t>(n)),
+             std::make_move_iterator(ids.end()));
+  ids.resize(ids.size() - n);
+  if (ids.empty())
+    core.forget.erase(it);
+  return out;
+}
+
+void give_forgets(engine_core& core, const std::string& app, std::vector<std::string> ids) {
+  if (ids.empty())
+    return;
+  std::lock_guard<std::mutex> lk(core.forget_mtx);
+  auto& v = core.forget[app];
+  v.insert(v.end(), std::make_move_iterator(ids.begin()), std::make_move_iterator(ids.end()));
+}
+
+void send_app_part(session_actor_t self, const std::shared_ptr<remote_append>& r) {
+  auto& st = self->state;
+  app_write_request req;
+  req.app_name = st.ref.app_name;
+  req.write_id = r->write_id;
+  const auto& delta = r->ev.actions.state_delta;
+  for (auto it = delta.begin(); it != delta.end(); ++it)
+    if (is_app(it.key()))
+      req.state_delta[it.key()] = it.value();
+  for (auto& k : r->ev.actions.state_remove)
+    if (is_app(k))
+      req.state_remove.push_back(k);
+  for (auto& m : r->modify)
+    if (is_app(m.key))
+      req.modify.push_back(m);
+  r->forget = take_forgets(*st.core, st.ref.app_name);
+  req.forget = r->forget;
+  auto me = caf::actor_cast<session_actor_hdl>(self);
+  auto reply = [me](result<app_write_result> out) {
+    caf::anon_send(me, app_sent{std::make_shared<result<app_write_result>>(std::move(out))});
+  };
+  try {
+    st.core->opts.app_home.send(std::move(req), reply);
+  } catch (const std::exception& e) {
+    reply(error{errc::unavailable, std::string("sending the app: part failed: ") + e.what()});
+  } catch (...) {
+    reply(error{errc::unavailable, "sending the app: part failed"});
+  }
+}
+
+// Ends `r` with `e`: the caller and A6's waiters hear it; with `drop`, its
+// outbox row is deleted first (later commands wait for that commit).
+void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, error e,
+                 bool drop) {
+  auto& st = self->state;
+  if (st.remote != r)
+    return;
+  st.remote.reset();
+  st.version = r->version - 1;
+  if (r->outcome) {
+    auto it = st.in_flight_ids.find(r->ev.id);
+    if (it != st.in_flight_ids.end() && it->second == r->outcome)
+      st.in_flight_ids.erase(it);
+    *r->outcome = result<append_result>{e};
+  }
+  if (!drop) {
+    if (r->cb)
+      r->cb(std::move(e));
+    return;
+  }
+  st.hold = true;
+  submit(
+    self, outbox_plan(st, store::write_set::kind::outbox_drop, r->version),
+    [cb = r->cb, e = std::move(e)](result<void>, std::shared_ptr<late_binding>, std::uint64_t) {
+      if (cb)
+        cb(e);
+    });
+}
+
+// Commits the event with the home's outcome `out`.
+void finish_remote(session_actor_t self, const std::shared_ptr<remote_append>& r,
+                   app_write_result& out) {
+  auto& st = self->state;
+  event ev = r->ev;
+  auto& delta = ev.actions.state_delta;
+  for (auto it = delta.begin(); it != delta.end();)
+    it = is_app(it.key()) ? delta.erase(it) : std::next(it);
+  for (auto it = out.values.begin(); it != out.values.end(); ++it)
+    delta[it.key()] = it.value();
+  auto& removes = ev.actions.state_remove;
+  removes.erase(std::remove_if(removes.begin(), removes.end(), is_app), removes.end());
+  removes.insert(removes.end(), out.removed.begin(), out.removed.end());
+  std::vector<state_modify> modify;
+  for (auto& m : r->modify)
+    if (!is_app(m.key))
+      modify.push_back(m);
+  auto prepared = prepare_append(*st.core, st.ref, std::move(ev), r->version, std::move(modify));
+  if (!prepared) {
+    fail_remote(self, r, std::move(prepared).err(), true);
+    return;
+  }
+  auto& ws = prepared->plan.ws;
+  ws.app_elsewhere = true;
+  if (st.refresh != 0) { // T2
+    st.expires = wall_now(*st.core) + st.refresh;
+    ws.expires = st.expires;
+  }
+  append_result stored{std::move(prepared->stored), r->version, {}, std::move(prepared->text)};
+  auto done = append_done(self, r->cb, std::move(stored), std::move(prepared->temp),
+                          std::move(prepared->temp_removed), r->outcome);
+  st.remote.reset();
+  st.hold = true; // later commands wait until the event has committed
+  submit(self, std::move(prepared->plan),
+         [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
+                                           std::uint64_t seq) mutable {
+           auto& st = self->state;
+           if (res) {
+             give_forgets(*st.core, st.ref.app_name, {r->write_id});
+             done(std::move(res), std::move(late), seq);
+             return;
+           }
+           st.remote = r;
+           st.version = r->version;
+           if (res.code() == errc::not_found) { // the session is gone: so is its append
+             fail_remote(self, r, std::move(res).err(), true);
+             return;
+           }
+           // A storage failure: the outbox row stays; the home answers the
+           // same outcome again, and the event is committed again.
+           self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true});
+         });
+}
+
+} // namespace
+
+bool app_part_elsewhere(const session_state& st, const append_request& req) {
+  const auto& home = st.core->opts.app_home;
+  if (!home.here || !home.send)
+    return false;
+  const auto& delta = req.ev.actions.state_delta;
+  bool any =
+    std::any_of(req.ev.actions.state_remove.begin(), req.ev.actions.state_remove.end(), is_app)
+    || std::any_of(req.modify.begin(), req.modify.end(),
+                   [](const state_modify& m) { return is_app(m.key); });
+  for (auto it = delta.begin(); !any && it != delta.end(); ++it)
+    any = is_app(it.key());
+  return any && !home.here(st.ref.app_name);
+}
+
+void start_remote_append(session_actor_t self, append_cmd& cmd, bool generated) {
+  auto& st = self->state;
+  auto& ev = cmd.req.ev;
+  for (auto& m : cmd.req.modify)
+    if (m.spec.is_null()) {
+      answer(self, [cb = std::move(cmd.cb), key = m.key] {
+        cb(error{errc::invalid_argument,
+                 "modify of '" + key
+                   + "': an append that writes app: keys on a cluster node takes only the "
+                     "protocol's modify operations"});
+      });
+      return;
+    }
+  // Every check the event's own commit makes, before anything is stored.
+  {
+    event copy = ev;
+    auto modify = cmd.req.modify;
+    auto checked =
+      prepare_append(*st.core, st.ref, std::move(copy), st.version + 1, std::move(modify));
+    if (!checked) {
+      answer(self, [cb = std::move(cmd.cb), e = std::move(checked).err()] { cb(e); });
+      return;
+    }
+  }
+  auto r = std::make_shared<remote_append>();
+  r->version = st.version + 1;
+  r->write_id = model::make_uuid();
+  r->ev = std::move(ev);
+  r->modify = std::move(cmd.req.modify);
+  r->cb = std::move(cmd.cb);
+  if (!generated) {
+    r->outcome = std::make_shared<std::optional<result<append_result>>>();
+    st.in_flight_ids.emplace(r->ev.id, r->outcome);
+  }
+  json specs = json::array();
+  for (auto& m : r->modify)
+    specs.push_back(m.spec);
+  json body{{"write_id", r->write_id}, {"event", to_json(r->ev)}, {"modify", std::move(specs)}};
+  st.version = r->version;
+  st.remote = r;
+  submit(self, outbox_plan(st, store::write_set::kind::outbox_put, r->version, body.dump()),
+         [self, r](result<void> res, std::shared_ptr<late_binding>, std::uint64_t) {
+           if (!res) {
+             fail_remote(self, r, std::move(res).err(), false);
+             return;
+           }
+           send_app_part(self, r);
+         });
+}
+
+void resume_remote_append(session_actor_t self) {
+  auto& st = self->state;
+  const auto& home = st.core->opts.app_home;
+  if (!home.here || !home.send)
+    return;
+  std::optional<store::outbox_row> row;
+  try {
+    auto txn = st.core->kv->begin_read();
+    auto got = store::read_outbox(*txn, st.skey);
+    if (!got || !*got)
+      return;
+    row = std::move(**got);
+  } catch (...) {
+    return; // unreadable: the first command's load says why
+  }
+  if (!load(self))
+    return;
+  auto body = json::parse(row->body, nullptr, false);
+  std::optional<event> ev;
+  std::vector<state_modify> modify;
+  bool ok = body.is_object() && body.contains("write_id") && body["write_id"].is_string()
+    && body.contains("event") && body.contains("modify") && body["modify"].is_array();
+  if (ok) {
+    auto e = event_from_json(body["event"]);
+    ok = e.ok();
+    if (ok)
+      ev = std::move(e).value();
+    for (auto& spec : body["modify"]) {
+      auto m = state_modify_from_json(spec);
+      ok = ok && m.ok();
+      if (m)
+        modify.push_back(std::move(m).value());
+    }
+  }
+  if (!ok || !st.exists || row->version != st.version + 1) {
+    // Nothing left to finish: the row goes (its session is gone, or the
+    // row does not decode: verify names such a row); commands wait for it.
+    st.hold = true;
+    submit(self, outbox_plan(st, store::write_set::kind::outbox_drop, row->version),
+           [](result<void>, std::shared_ptr<late_binding>, std::uint64_t) {});
+    return;
+  }
+  auto r = std::make_shared<remote_append>();
+  r->version = row->version;
+  r->write_id = body["write_id"].get<std::string>();
+  r->ev = std::move(*ev);
+  r->modify = std::move(modify);
+  r->outcome = std::make_shared<std::optional<result<append_result>>>();
+  st.in_flight_ids.emplace(r->ev.id, r->outcome);
+  st.version = r->version;
+  st.remote = r;
+  send_app_part(self, r);
+}
+
+void on_app_sent(session_actor_t self, app_sent& msg) {
+  auto& st = self->state;
+  auto r = st.remote;
+  if (!r)
+    return;
+  if (msg.retry) {
+    send_app_part(self, r);
+    return;
+  }
+  auto& out = *msg.outcome;
+  if (!out) {
+    give_forgets(*st.core, st.ref.app_name, std::move(r->forget));
+    r->forget.clear();
+    if (out.code() == errc::unavailable) {
+      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true});
+      return;
+    }
+    fail_remote(self, r, std::move(out).err(), true);
+    return;
+  }
+  finish_remote(self, r, out.value());
+}
+
+} // namespace agentstate::detail

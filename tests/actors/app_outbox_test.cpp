@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// options::app_home: an append that writes app: keys of an app whose home is
+// another node goes through the outbox (store/outbox.hpp): its app: part is
+// applied at the home once (a real second engine, engine::apply_app_write),
+// the event is stored with the home's values and acknowledged after; a
+// refusal at the home fails the append whole; a home that cannot be reached
+// is retried; an append cut off by a close is finished at the next open,
+// exactly once even when the home had applied it.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include "support/store_probe.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace agentstate;
+using namespace std::chrono_literals;
+
+state_modify op(const json& spec) {
+  auto m = state_modify_from_json(spec);
+  REQUIRE(m.ok());
+  return std::move(m).value();
+}
+
+state_modify add(int by) {
+  return op({{"key", "app:count"}, {"op", "increment"}, {"by", by}});
+}
+
+/// How the origin's hook reaches the home engine.
+struct home_link {
+  engine* home = nullptr;
+  std::atomic<int> sent{0};
+  std::atomic<int> refuse{0}; ///< answer this many sends `unavailable` first
+  std::atomic<bool> mute{false}; ///< apply at the home, never answer
+  std::atomic<bool> hold{false}; ///< neither apply nor answer
+};
+
+options::app_home_hooks hooks(home_link& l) {
+  options::app_home_hooks h;
+  h.here = [](const std::string& app) { return app != "chat"; };
+  h.send = [&l](app_write_request req, callback<app_write_result> cb) {
+    ++l.sent;
+    if (l.hold)
+      return;
+    if (l.refuse > 0) {
+      --l.refuse;
+      cb(error{errc::unavailable, "home unreachable (test)"});
+      return;
+    }
+    if (l.mute) {
+      auto r = l.home->apply_app_write(std::move(req));
+      REQUIRE(r.ok());
+      return;
+    }
+    l.home->apply_app_write(std::move(req), cb);
+  };
+  h.retry = 10ms;
+  return h;
+}
+
+append_request with_app(const session_ref& ref, std::string id, json delta, int by = 0) {
+  auto r = test::append_req(ref, test::make_event(std::move(delta), std::move(id)));
+  if (by != 0)
+    r.modify.push_back(add(by));
+  return r;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("app outbox: an append's app: part is applied at the home, the event stored "
+                   "with its values",
+                   S, test::memory_store, test::lmdb_store) {
+  test::test_engine home = test::open_engine(S::kind);
+  home_link l;
+  l.home = &*home;
+  test::test_engine origin = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
+  auto ref = test::sref("chat", "u", "s");
+  MUST(origin->create_session(test::create_req(ref)));
+  auto a = MUST(origin->append_event(with_app(ref, "e1", {{"app:mode", "on"}, {"k", 1}}, 5)));
+  CHECK(a.version == 1);
+  CHECK(a.ev.actions.state_delta == json{{"app:mode", "on"}, {"k", 1}, {"app:count", 5}});
+  CHECK(MUST(home->get_app_state("chat")) == json{{"mode", "on"}, {"count", 5}});
+  CHECK(MUST(origin->get_app_state("chat")).empty()); // kept at the home only
+  auto s = test::get_existing(*origin, ref);
+  CHECK(s.state.value("k", 0) == 1);
+  REQUIRE(s.events.size() == 1);
+  CHECK(s.events[0].actions.state_delta["app:count"] == 5);
+  // Other apps, and appends without app: keys, stay local.
+  auto other = test::sref("other", "u", "s");
+  MUST(origin->create_session(test::create_req(other)));
+  MUST(origin->append_event(with_app(other, "o1", {{"app:x", 1}})));
+  CHECK(MUST(origin->get_app_state("other")) == json{{"x", 1}});
+  MUST(origin->append_event(with_app(ref, "e2", {{"k", 2}})));
+  CHECK(l.sent == 1);
+}
+
+TEST_CASE_TEMPLATE("app outbox: appends pipelined to one session keep their order; each app: "
+                   "increment is applied once",
+                   S, test::memory_store, test::lmdb_store) {
+  test::test_engine home = test::open_engine(S::kind);
+  home_link l;
+  l.home = &*home;
+  test::test_engine origin = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
+  auto ref = test::sref("chat", "u", "s");
+  MUST(origin->create_session(test::create_req(ref)));
+  l.refuse = 3; // the first sends find the home unreachable: retried
+  std::mutex mtx;
+  std::vector<result<append_result>> got;
+  constexpr int n = 20;
+  for (int i = 0; i < n; ++i) {
+    auto req = i % 2 ? with_app(ref, "e" + std::to_string(i), {{"k", i}}, 1)
+                     : with_app(ref, "e" + std::to_string(i), {{"k", i}});
+    origin->append_event(std::move(req), [&](result<append_result> r) {
+      std::lock_guard<std::mutex> lk(mtx);
+      got.push_back(std::move(r));
+    });
+  }
+  REQUIRE(test::eventually(
+    [&] {
+      std::lock_guard<std::mutex> lk(mtx);
+      return got.size() == n;
+    },
+    20s));
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(got[static_cast<std::size_t>(i)].ok());
+    auto& a = got[static_cast<std::size_t>(i)].value();
+    CHECK(a.version == static_cast<std::uint64_t>(i + 1));
+    if (i % 2)
+      CHECK(a.ev.actions.state_delta["app:count"] == (i + 1) / 2);
+  }
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == n / 2);
+  CHECK(test::get_existing(*origin, ref).version == n);
+}
+
+TEST_CASE_TEMPLATE("app outbox: a refusal at the home fails the append whole, and the session "
+                   "goes on",
+                   S, test::memory_store, test::lmdb_store) {
+  test::test_engine home = test::open_engine(S::kind);
+  home_link l;
+  l.home = &*home;
+  test::test_engine origin = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
+  auto ref = test::sref("chat", "u", "s");
+  MUST(origin->create_session(test::create_req(ref)));
+  auto cas = test::append_req(ref, test::make_event(json{{"k", 1}}, "e1"));
+  cas.modify.push_back(
+    op({{"key", "app:x"}, {"op", "compare_and_set"}, {"expected", 1}, {"value", 2}}));
+  CHECK(origin->append_event(std::move(cas)).code() == errc::condition_failed);
+  CHECK(test::get_existing(*origin, ref).version == 0);
+  // A modify without the protocol's form cannot be sent.
+  auto host_fn = test::append_req(ref, test::make_event(json::object(), "e2"));
+  host_fn.modify.push_back(state_modify{"app:x", 0, [](const json& v) { return v; }});
+  CHECK(origin->append_event(std::move(host_fn)).code() == errc::invalid_argument);
+  auto ok = MUST(origin->append_event(with_app(ref, "e3", {{"app:x", 7}})));
+  CHECK(ok.version == 1);
+  CHECK(MUST(home->get_app_state("chat")) == json{{"x", 7}});
+  test::check_verify(*origin);
+}
+
+TEST_CASE("app outbox: an append cut off by a close is finished at the next open, once") {
+  test::temp_dir hdir, odir;
+  auto home = test::open_store_dir(hdir.str());
+  home_link l;
+  l.home = home.get();
+  auto ref = test::sref("chat", "u", "s");
+  auto open_origin = [&] {
+    options o;
+    o.dir = odir.str();
+    o.mode = durability::nosync;
+    o.app_home = hooks(l);
+    return MUST(engine::open(o));
+  };
+  {
+    auto origin = open_origin();
+    MUST(origin->create_session(test::create_req(ref)));
+    l.mute = true; // applied at the home; the answer is lost
+    std::promise<result<append_result>> cut;
+    origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1),
+                         [&](result<append_result> r) { cut.set_value(std::move(r)); });
+    REQUIRE(test::eventually([&] { return l.sent == 1; }));
+    origin.reset(); // the close answers it
+    CHECK(cut.get_future().get().code() == errc::unavailable);
+  }
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 1);
+  {
+    // The store waits for its app: part: it opens only as a node.
+    options plain;
+    plain.dir = odir.str();
+    plain.mode = durability::nosync;
+    CHECK(engine::open(plain).code() == errc::invalid_argument);
+  }
+  l.mute = false;
+  auto origin = open_origin();
+  REQUIRE(test::eventually([&] { return test::get_existing(*origin, ref).version == 1; }, 10s));
+  auto s = test::get_existing(*origin, ref);
+  CHECK(s.events[0].id == "e1");
+  CHECK(s.events[0].actions.state_delta["app:count"] == 1);
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 1); // applied once
+  // The caller's retry with the same event id gets the stored append.
+  auto again = MUST(origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1)));
+  CHECK(again.version == 1);
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 1);
+  test::check_verify(*origin);
+}
