@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: the serve command whole: its options and their checks, signals, and
+// both ways of serving (standard input, listeners).
 // `agentstate serve`: the engine behind the JSON-RPC protocol (docs/protocol.md)
 // on standard input/output, or on TCP, TLS and Unix-socket listeners through
 // the network server (server/server.hpp).

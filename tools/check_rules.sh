@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Checks a rule of the repository's sources (tools/check_format.sh runs it):
+#  - a product file (any source outside tests) over 600 lines says why in its
+#    first 5 lines, in a comment with "Over 600 lines: REASON".
+# Prints each file that breaks it and exits 1.
+#
+# usage: tools/check_rules.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n 3,7p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "check_rules.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
+
+# The sources: the checkout's files (tracked or not ignored), or, outside a
+# git checkout, those find sees outside build trees and node_modules.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  mapfile -d '' all < <(git ls-files -z --cached --others --exclude-standard)
+else
+  mapfile -d '' all < <(find . -type d \( -name .git -o -name node_modules -o -name 'build*' \) \
+    -prune -o -type f -print0 | sed -z 's|^\./||')
+fi
+
+bad=0
+for f in "${all[@]}"; do
+  [[ -f "$f" ]] || continue
+  case "$f" in
+    *.cpp|*.hpp|*.h|*.py|*.sh|*.js|*.mjs|*.ts|*.cmake|CMakeLists.txt|*/CMakeLists.txt|.ci/*) ;;
+    *) continue ;;
+  esac
+  case "$f" in
+    tests/*|*/test/*|*/tests/*) ;;
+    *)
+      # Rule 1: a long product file says why at its top.
+      n=$(wc -l <"$f")
+      if ((n > 600)) && ! head -n 5 "$f" | grep -q 'Over 600 lines: '; then
+        echo "$f: $n lines without 'Over 600 lines: REASON' in its first 5 lines"
+        bad=1
+      fi
+      ;;
+  esac
+done
+if ((bad)); then
+  echo "check_rules.sh: the rules above are broken (see the top of this script)" >&2
+  exit 1
+fi
