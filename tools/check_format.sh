@@ -20,5 +20,5 @@ if ! clang-format "${mode[@]}" "${files[@]}"; then
   echo "check_format.sh: the files above differ from .clang-format; run tools/check_format.sh --fix" >&2
   exit 1
 fi
-# The rules of the sources that are not layout (long files).
+# The rules of the sources that are not layout (long files, sleeps in tests).
 tools/check_rules.sh
