@@ -67,24 +67,18 @@ int main(int argc, char** argv) {
     }
   }
   // No command: the tool's own options.
-  CLI::App app("", "agentstate");
-  app.set_help_flag("-h,--help");
-  app.allow_extras();
-  bool version = false;
-  app.add_flag("--version", version);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
+  auto t = parse_tool_args(argc, argv);
+  if (t.help) {
     usage(stdout);
     return 0;
-  } catch (const CLI::ParseError& e) {
-    return usage_error("", e.what());
   }
-  for (auto& x : app.remaining())
+  if (!t.problem.empty())
+    return usage_error("", t.problem);
+  for (auto& x : t.rest)
     return usage_error("",
                        x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
                                                    : "unknown command '" + x + "'");
-  if (version) {
+  if (t.version) {
     std::puts("agentstate " AGENTSTATE_VERSION_STRING);
     return 0;
   }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Checks that every C++ source of the repository is formatted as .clang-format
-# says (clang-format from tools/setup.sh). Prints the files that are not and
-# exits 1; `tools/check_format.sh --fix` formats them in place.
+# says (clang-format from tools/setup.sh), then tools/check_rules.sh. Prints the
+# files that are not and exits 1; `tools/check_format.sh --fix` formats them in place.
 #
 # usage: tools/check_format.sh [--fix]
 set -euo pipefail
@@ -20,3 +20,5 @@ if ! clang-format "${mode[@]}" "${files[@]}"; then
   echo "check_format.sh: the files above differ from .clang-format; run tools/check_format.sh --fix" >&2
   exit 1
 fi
+# The rules of the sources that are not layout (long files, sleeps in tests).
+tools/check_rules.sh

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/cli.cpp: command_line's --help layout, parse_and_run, the one line of
-// bad usage, and progress lines.
+// tools/cli.cpp: cli_app and cli_option on CLI11 (the one file of the tool
+// that includes it), command_line's --help layout, parse_and_run, the one
+// line of bad usage, and progress lines.
 #include "tools/cli.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <sstream>
+
+#include <CLI/CLI.hpp>
 
 #include "tools/commands.hpp"
 
@@ -134,25 +139,124 @@ std::string one_line(std::string s) {
 
 } // namespace
 
+cli_option* cli_option::type_name(const std::string& word) {
+  o_->type_name(word);
+  return this;
+}
+
+cli_option* cli_option::group(const std::string& heading) {
+  o_->group(heading);
+  return this;
+}
+
+cli_option* cli_option::required() {
+  o_->required();
+  return this;
+}
+
+cli_option* cli_option::range(unsigned lo, unsigned hi) {
+  o_->check(CLI::Range(lo, hi));
+  return this;
+}
+
+std::size_t cli_option::count() const {
+  return o_->count();
+}
+
+std::string cli_option::get_name() const {
+  return o_->get_name();
+}
+
+cli_app::cli_app(const std::string& name) : app_(std::make_unique<CLI::App>("", name)) {}
+
+cli_app::~cli_app() = default;
+
+cli_option* cli_app::keep(CLI::Option* o) {
+  options_.push_back(std::make_unique<cli_option>(o));
+  return options_.back().get();
+}
+
+cli_option* cli_app::add_option(const std::string& name, std::string& into,
+                                const std::string& help) {
+  return keep(app_->add_option(name, into, help));
+}
+
+cli_option* cli_app::add_option(const std::string& name, std::vector<std::string>& into,
+                                const std::string& help) {
+  return keep(app_->add_option(name, into, help));
+}
+
+cli_option* cli_app::add_option(const std::string& name, std::uint32_t& into,
+                                const std::string& help) {
+  return keep(app_->add_option(name, into, help));
+}
+
+cli_option* cli_app::add_option(const std::string& name, std::uint64_t& into,
+                                const std::string& help) {
+  return keep(app_->add_option(name, into, help));
+}
+
+cli_option* cli_app::add_flag(const std::string& name, bool& into, const std::string& help) {
+  return keep(app_->add_flag(name, into, help));
+}
+
+cli_option* cli_app::get_option(const std::string& name) const {
+  const CLI::Option* o = app_->get_option_no_throw(name);
+  for (auto& k : options_)
+    if (k->cli() == o)
+      return k.get();
+  return nullptr;
+}
+
+std::vector<cli_option*> cli_app::parse_order() const {
+  std::vector<cli_option*> out;
+  for (const CLI::Option* o : app_->parse_order())
+    for (auto& k : options_)
+      if (k->cli() == o)
+        out.push_back(k.get());
+  return out;
+}
+
 command_line::command_line(std::string command)
-  : name(std::move(command)), app("", "agentstate " + name) {
-  app.formatter(std::make_shared<help_format>(*this));
-  app.set_help_flag("-h,--help", "print this help and exit");
+  : name(std::move(command)), app("agentstate " + name) {
+  CLI::App& a = app.cli();
+  a.formatter(std::make_shared<help_format>(*this));
+  a.set_help_flag("-h,--help", "print this help and exit");
   // Later values win (--dir a --dir b is b), as before CLI11; unknown
   // arguments are collected and reported by parse_and_run.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  a.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  a.allow_extras();
+}
+
+tool_args parse_tool_args(int argc, char** argv) {
+  tool_args out;
+  CLI::App app("", "agentstate");
+  app.set_help_flag("-h,--help");
   app.allow_extras();
+  app.add_flag("--version", out.version);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out.help = true;
+    return out;
+  } catch (const CLI::ParseError& e) {
+    out.problem = e.what();
+    return out;
+  }
+  out.rest = app.remaining();
+  return out;
 }
 
-CLI::Option* repeatable(CLI::Option* o) {
-  return o->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+cli_option* repeatable(cli_option* o) {
+  o->cli()->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return o;
 }
 
-CLI::Option* add_store_dir(command_line& cl, std::string& dir) {
+cli_option* add_store_dir(command_line& cl, std::string& dir) {
   return cl.app.add_option("DIR", dir, "the store directory")->required();
 }
 
-CLI::Option* add_json_flag(command_line& cl, bool& json, const std::string& fields) {
+cli_option* add_json_flag(command_line& cl, bool& json, const std::string& fields) {
   return cl.app.add_flag("--json", json,
                          "print one JSON object" + (fields.empty() ? "" : ": " + fields));
 }
@@ -205,15 +309,16 @@ int parse_and_run(const command& c, const args& xs) {
   command_line cl(c.name);
   runner run = c.define(cl);
   std::vector<std::string> reversed(xs.rbegin(), xs.rend()); // CLI11 takes them last first
+  CLI::App& app = cl.app.cli();
   try {
-    cl.app.parse(reversed);
+    app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    std::fputs(cl.app.help().c_str(), stdout);
+    std::fputs(app.help().c_str(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const CLI::ParseError& e) {
     return usage_error(c.name, e.what());
   }
-  for (auto& x : cl.app.remaining()) {
+  for (auto& x : app.remaining()) {
     if (x == "--")
       continue;
     return usage_error(c.name,

@@ -1,25 +1,88 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/cli.hpp: the one command-line parser of the agentstate tool, on CLI11
-// (Debian libcli11-dev, header-only). Every command declares its options and
-// positionals on a command_line; parse_and_run (tools/cli.cpp) parses the
-// arguments, answers --help from the declarations, and reports bad usage the
-// same way for every command:
+// tools/cli.hpp: the one command-line parser of the agentstate tool. Every
+// command declares its options and positionals on a command_line;
+// parse_and_run (tools/cli.cpp) parses the arguments, answers --help from the
+// declarations, and reports bad usage the same way for every command:
 //
 //   agentstate CMD: PROBLEM; run 'agentstate CMD --help' for usage
 //
 // one line on stderr, exit 2. `--opt value` and `--opt=value` are the same.
+// The parser is CLI11's (Debian libcli11-dev, header-only), behind the two
+// classes below: only tools/cli.cpp includes CLI11, a heavy header, so the
+// files that declare command lines compile without it.
 #pragma once
-
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <vector>
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;
+class Option;
+} // namespace CLI
 
 namespace agentstate::tools {
+
+/// One declared option, flag or positional of a command line. The setters
+/// return the option, so declarations chain:
+/// `cl.app.add_option("--store", dir, "...")->type_name("DIR")->group(g)`.
+class cli_option {
+public:
+  explicit cli_option(CLI::Option* o) noexcept : o_(o) {}
+
+  /// The word after the option's name in --help ("--store DIR").
+  cli_option* type_name(const std::string& word);
+  /// Lists the option in --help under a heading of its own.
+  cli_option* group(const std::string& heading);
+  /// A parse without it fails: "NAME is required".
+  cli_option* required();
+  /// Its value must be a whole number lo..hi (CLI11's range check and message).
+  cli_option* range(unsigned lo, unsigned hi);
+  /// How many times it was given (0: not on the command line).
+  std::size_t count() const;
+  /// "--store" (the long name), or a positional's name ("DIR").
+  std::string get_name() const;
+
+  CLI::Option* cli() const noexcept { return o_; }
+
+private:
+  CLI::Option* o_;
+};
+
+/// The declarations of one command line. `name` names it in errors. Each
+/// add_ binds the option to `into`, set by a parse when the option is given
+/// (a flag: true); `help` is its line in --help ('\n' where a line breaks).
+class cli_app {
+public:
+  explicit cli_app(const std::string& name);
+  ~cli_app();
+  cli_app(const cli_app&) = delete;
+  cli_app& operator=(const cli_app&) = delete;
+
+  /// `name` is "--opt" (an option), "-o,--opt", or a word ("DIR": a positional).
+  cli_option* add_option(const std::string& name, std::string& into, const std::string& help);
+  cli_option* add_option(const std::string& name, std::vector<std::string>& into,
+                         const std::string& help);
+  cli_option* add_option(const std::string& name, std::uint32_t& into, const std::string& help);
+  cli_option* add_option(const std::string& name, std::uint64_t& into, const std::string& help);
+  cli_option* add_flag(const std::string& name, bool& into, const std::string& help);
+
+  /// The option declared under `name` ("--etcd"); null when there is none.
+  cli_option* get_option(const std::string& name) const;
+  /// The options given, in the order of the command line (one entry per time given).
+  std::vector<cli_option*> parse_order() const;
+
+  CLI::App& cli() const noexcept { return *app_; }
+
+private:
+  std::unique_ptr<CLI::App> app_;
+  std::vector<std::unique_ptr<cli_option>> options_;
+
+  cli_option* keep(CLI::Option* o);
+};
 
 /// One command's command line. `app` takes the declarations (add_option,
 /// add_flag; ->group(...) to list options under a heading of their own);
@@ -31,33 +94,47 @@ struct command_line {
   explicit command_line(std::string command);
 
   std::string name; ///< "serve"
-  CLI::App app;
+  cli_app app;
   std::string usage; ///< "agentstate serve (--store DIR | --memory) [options]" (lines)
   std::string description; ///< paragraphs, wrapped at 78 columns
   std::string footer; ///< paragraphs, wrapped at 78 columns
 };
 
+/// What the tool's own command line (no command) asks for: --help, --version,
+/// a parse error (`problem`, for usage_error), and the arguments that are
+/// neither (unknown options and words, in order).
+struct tool_args {
+  bool help = false;
+  bool version = false;
+  std::string problem;
+  std::vector<std::string> rest;
+};
+
+/// Parses the tool's own options, -h/--help and --version, from main's
+/// arguments.
+tool_args parse_tool_args(int argc, char** argv);
+
 /// `o` as an option that may be given more than once, each time with one
 /// value, every value kept in order (e.g. serve's --listen).
-CLI::Option* repeatable(CLI::Option* o);
+cli_option* repeatable(cli_option* o);
 
 /// Declares the positional DIR, required, "the store directory": the store
 /// that inspect, verify, backup, dump, export, import and prune work on.
-CLI::Option* add_store_dir(command_line& cl, std::string& dir);
+cli_option* add_store_dir(command_line& cl, std::string& dir);
 
 /// `--json`, "print one JSON object" (then ": " and `fields` when given, the
 /// object's members): the one-object summary that inspect, verify, backup,
 /// import, prune and salvage print instead of their text.
-CLI::Option* add_json_flag(command_line& cl, bool& json, const std::string& fields = {});
+cli_option* add_json_flag(command_line& cl, bool& json, const std::string& fields = {});
 
 /// A part of a store named by --app A, --user U of that app and --session S
 /// of that user, as dump and watch take it. An option counts as given when it
 /// is on the command line, even with an empty value.
 struct scope_filter {
   std::string app, user, session;
-  CLI::Option* app_opt = nullptr; ///< set by add_scope_filter, as the two below
-  CLI::Option* user_opt = nullptr;
-  CLI::Option* session_opt = nullptr;
+  cli_option* app_opt = nullptr; ///< set by add_scope_filter, as the two below
+  cli_option* user_opt = nullptr;
+  cli_option* session_opt = nullptr;
 
   bool has_app() const { return app_opt && app_opt->count() > 0; }
   bool has_user() const { return user_opt && user_opt->count() > 0; }

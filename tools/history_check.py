@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
+# Over 600 lines: one checker; the history's parsing and every per-session check share
+# its record model (Attempt, Read, Session, History).
 """Checks a recorded history of appends and reads against agentstate's session guarantees.
 
 Input: JSON Lines, one record per line, in the real-time order the test harness saw the events

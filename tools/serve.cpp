@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: the serve command whole: its options and their checks, signals, and
+// both ways of serving (standard input, listeners).
 // `agentstate serve`: the engine behind the JSON-RPC protocol (docs/protocol.md)
 // on standard input/output, or on TCP, TLS and Unix-socket listeners through
 // the network server (server/server.hpp).
@@ -403,7 +405,7 @@ to standard error, one line per event.)";
                 "loss; nosync: survives a crash of this process, not\n"
                 "of the OS")
     ->type_name("MODE");
-  auto counts = std::make_shared<std::vector<std::pair<CLI::Option*, std::string>>>();
+  auto counts = std::make_shared<std::vector<std::pair<cli_option*, std::string>>>();
   counts->reserve(std::size(count_flags));
   const std::string network = "network (with --listen; may be repeated)";
   auto add_count = [&](const count_flag& f) {
@@ -440,7 +442,7 @@ to standard error, one line per event.)";
                             "at exit; a stale socket file is replaced)"))
     ->type_name("ADDR")
     ->group(network);
-  std::vector<CLI::Option*> net_only;
+  std::vector<cli_option*> net_only;
   auto* auth = app
                  .add_option("--auth-file", a->auth_file,
                              "tokens, one 'TOKEN APP[,APP...]' or 'TOKEN *' per\n"
@@ -469,7 +471,7 @@ to standard error, one line per event.)";
       net_only.push_back(counts->back().first);
     }
   add_cluster_flags(cl, a->cluster);
-  CLI::App* parsed = &cl.app; // outlives the runner's call (parse_and_run)
+  cli_app* parsed = &cl.app; // outlives the runner's call (parse_and_run)
   return [a, counts, net_only, store, auth, parsed] {
     a->has_store = store->count() > 0;
     a->has_auth_file = auth->count() > 0;

@@ -88,7 +88,7 @@ void add_cluster_flags(command_line& cl, cluster_flags& f) {
     ->group(group);
 }
 
-std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_listener) {
+std::string check_cluster_flags(const cli_app& app, cluster_flags& f, bool tcp_listener) {
   for (const char* name : {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward",
                            "--lease-ttl-s", "--node-token-file", "--peer-tls-ca"})
     if (app.get_option(name)->count() > 0)

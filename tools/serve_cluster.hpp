@@ -19,12 +19,9 @@
 #include "protocol/rpc_session.hpp"
 #include "server/log.hpp"
 
-namespace CLI {
-class App;
-}
-
 namespace agentstate::tools {
 
+class cli_app;
 struct command_line;
 
 /// serve's cluster options as given.
@@ -53,7 +50,7 @@ void add_cluster_flags(command_line& cl, cluster_flags& f);
 
 /// "" when the cluster options fit together (none, or all that are needed),
 /// else the usage problem. `tcp_listener`: serve has a TCP --listen.
-std::string check_cluster_flags(const CLI::App& app, cluster_flags& f, bool tcp_listener);
+std::string check_cluster_flags(const cli_app& app, cluster_flags& f, bool tcp_listener);
 
 /// A serve process's membership in its cluster. Thread-safe.
 class cluster_member {

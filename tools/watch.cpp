@@ -31,7 +31,7 @@ struct watch_options {
   // The server form only.
   std::string token_file, tls_ca, tls_cert, tls_key;
   bool tls = false;
-  CLI::Option* poll_opt = nullptr;
+  cli_option* poll_opt = nullptr;
 };
 
 const char* scope_name(watch_scope s) {
@@ -234,7 +234,7 @@ SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
   o->poll_opt =
     cl.app
       .add_option("--poll-ms", o->poll_ms, "DIR: how often to look for new changes (default 200)")
-      ->check(CLI::Range(1u, 60000u));
+      ->range(1, 60000);
   const std::string server = "Server (ADDR)";
   cl.app
     .add_option("--token-file", o->token_file,

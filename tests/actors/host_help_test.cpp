@@ -114,10 +114,8 @@ TEST_CASE_TEMPLATE("host help: blocking and async calls from many threads are ea
   for (auto& th : pool)
     th.join();
   async_sender.join();
-  // A bounded poll for the async answers, which come on the engine's threads.
-  for (auto deadline = std::chrono::steady_clock::now() + 30s;
-       async_answers.load() < async_calls && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(1ms);
+  // The async answers come on the engine's threads.
+  test::eventually([&] { return async_answers.load() >= async_calls; }, 30s);
   CHECK(failures.load() == 0);
   CHECK(async_answers.load() == async_calls);
   CHECK(async_failures.load() == 0);

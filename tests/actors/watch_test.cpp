@@ -54,7 +54,7 @@ struct sink {
         overlaps.fetch_add(1);
       if (gate.valid())
         gate.wait();
-      if (delay.count() > 0) // a slow consumer: the sleep is the point
+      if (delay.count() > 0) // the input: a slow consumer
         std::this_thread::sleep_for(delay);
       {
         std::lock_guard<std::mutex> lk(mtx);
@@ -344,8 +344,8 @@ TEST_CASE_TEMPLATE("watch: cancel, then a new watch from the handle's cursor, lo
     auto req = scope_req(watch_scope::all);
     req.from = from;
     auto h = MUST(e.watch(req, s.handler(), s.ender()));
-    // The cancel lands at a random point of the stream (no time need pass:
-    // any point, the start included, must lose and repeat nothing).
+    // The input: the cancel lands at a random point of the stream (no time
+    // need pass: any point, the start included, must lose and repeat nothing).
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
     h->cancel();
     auto got = s.snapshot();

@@ -76,7 +76,7 @@ TEST_CASE("worker_idle: a worker that keeps finding jobs runs the tasks within t
     // clock must pass it. `deferred_by` is no earlier than the task's own
     // stamp, so sleeping until the bound past it passes the task's bound.
     auto deferred_by = std::chrono::steady_clock::now();
-    std::this_thread::sleep_until(deferred_by + idle_task_max_delay);
+    std::this_thread::sleep_until(deferred_by + idle_task_max_delay); // the input (above)
     worker_idle_point(false);
     CHECK(runs == 2);
   });
@@ -149,7 +149,11 @@ TEST_CASE_TEMPLATE("worker_idle: a worker about to park runs what it deferred fi
                       });
     }
     // A stuck task waited for the engine's next timer job, about 1 s later
-    // (27 rounds of 1,500 before the fix).
+    // (27 rounds of 1,500 before the fix). The bound stays one of time: the
+    // failure is a task that runs late, not never (the heap trimmer's
+    // one-second tick, which no option turns off, runs it), and nothing
+    // outside actors/polling_sharing shows a worker parking with tasks
+    // queued, so no barrier can stand in for the 500 ms.
     bool all = true;
     for (auto& p : ran)
       all = all && p->get_future().wait_for(500ms) == std::future_status::ready;

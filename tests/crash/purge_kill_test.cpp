@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -64,16 +65,16 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
   auto ref = test::sref(m == "app" ? name : "app", m == "user" ? name : "u", name);
   MUST(e->create_session(test::create_req(ref)));
   std::atomic<int> left{8000};
+  std::promise<void> all_stored; // set by the last callback (on an engine thread)
   for (int i = 0; i < 8000; ++i)
     e->append_event(test::append_req(ref, test::make_event(json{{"k" + std::to_string(i), i}})),
                     [&](result<append_result> r) {
                       if (!r) // an engine thread: no doctest macro here
                         std::abort();
-                      left.fetch_sub(1);
+                      if (left.fetch_sub(1) == 1)
+                        all_stored.set_value();
                     });
-  while (left.load() > 0)
-    // the child waits for its callbacks, which run on engine threads.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  all_stored.get_future().wait();
   if (m == "user")
     MUST(e->delete_user(ref.app_name, ref.user_id));
   else if (m == "app")
@@ -85,8 +86,7 @@ TEST_CASE("purge kill: the child deletes a large session and waits" * doctest::s
   std::string line = std::string(name) + "\n";
   REQUIRE(::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
   for (;;)
-    // the child idles until the parent's kill -9.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::pause(); // the child idles until the parent's kill -9
 }
 
 TEST_CASE("purge kill: 6 kills during purges; deleted sessions, users and apps stay deleted "

@@ -53,8 +53,8 @@ TEST_CASE("serve --session-ttl-s: sessions created without ttl_s expire; ttl_s w
   auto got = s.ok("get_session", session_params("short"));
   CHECK(got["expires_at"] == c["expires_at"]);
   // Past the expiry the session is gone for reads and appends; the others stay.
-  // `serve` is a child process on the system clock (no clock can be given to
-  // it), so time has to pass: a sleep to just past the expiry.
+  // why: `serve` is a child process on the system clock (no clock can be
+  // given to it), so time has to pass: a sleep to just past the expiry.
   std::this_thread::sleep_until(std::chrono::system_clock::time_point(
     std::chrono::duration_cast<std::chrono::system_clock::duration>(
       std::chrono::duration<double>(c["expires_at"].get<double>() + 0.2))));
@@ -71,9 +71,11 @@ TEST_CASE("serve --refresh-ttl: each stored append moves the expiry; refresh_ttl
            (dir.path() / "stderr.txt").string());
   auto c = s.ok("create_session", session_params("moving"));
   auto fixed = s.ok("create_session", with(session_params("fixed"), "refresh_ttl", false));
-  // The child's system clock must move on between the create and the
-  // appends, so that a refreshed expiry is a later one.
-  std::this_thread::sleep_for(50ms);
+  // The system clock (the child's too) must move on past the create before
+  // the appends, so that a refreshed expiry is a later one.
+  const double created = c["expires_at"].get<double>() - 600;
+  for (int polls = 0; now_s() < created + 0.002 && polls < 1000; ++polls)
+    std::this_thread::sleep_for(1ms); // a bounded poll of the clock
   const double before = now_s();
   s.ok("append_event", append_params("moving", 1));
   s.ok("append_event", append_params("fixed", 1));

@@ -180,15 +180,15 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
         queued_peak = std::max<std::uint64_t>(
           queued_peak, (*st)["result"]["server"]["queued_output_bytes"].get<std::uint64_t>());
       ++samples;
-      // a sampling period of the child's stats (a measurement).
+      // why: the sampling period of the child's stats (a measurement).
       std::this_thread::sleep_for(5ms);
     }
   });
   auto t0 = std::chrono::steady_clock::now();
   auto more = append_many(writer, warmup, appends, sessions, blob);
   cursors.insert(more.begin(), more.end());
-  // Keep sampling while the watches run into the budget after the last
-  // append (measurement, not synchronisation: nothing waits on it).
+  // why: the sampling goes on while the watches run into the budget after
+  // the last append (a measurement, not synchronisation: nothing waits on it).
   std::this_thread::sleep_for(500ms);
   sampling = false;
   sampler.join();

@@ -152,7 +152,7 @@ TEST_CASE("serve over pipes: a watch paused for room resumes once the output dra
   // event) and the watch has met a full output. Bounded: the writer stops
   // when serve stops taking requests, the answers filling the output.
   for (int polls = 0; written.load() < 80 && polls < 2000; ++polls)
-    std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(5ms); // a bounded poll of the writer thread's count
   std::vector<std::uint64_t> versions;
   int answers = 0; // create, watch, the appends and the ping: n + 3
   while (answers < n + 3 || static_cast<int>(versions.size()) < n) {

@@ -60,12 +60,12 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
       }
       // The writer waits at its first commit of the round; the other appends
       // reach its mailbox meanwhile (they need only their session actor).
-      auto deadline = std::chrono::steady_clock::now() + 30s;
-      while (plan->writes_held.load() == 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(1ms);
+      REQUIRE(test::eventually([&] { return plan->writes_held.load() > 0; }, 30s));
       REQUIRE(plan->writes_held.load() == 1);
-      // More time for the other appends to queue behind the held commit: the
-      // window the bug needs (no outcome waits on it).
+      // why: more time for the other appends to queue behind the held commit,
+      // the window the bug needs. The engine shows no count of the writer's
+      // queue on an LMDB store to wait for instead; a short window fails the
+      // round's check of shared commits below, it cannot pass it.
       std::this_thread::sleep_for(200ms);
       plan->hold_writes = false;
       for (auto& a : acks)

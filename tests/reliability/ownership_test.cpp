@@ -74,7 +74,7 @@ TEST_CASE("ownership: a second process cannot open a store that a server owns") 
           ++refused;
         else
           ++wrong;
-        // paces the attempts while the other process holds the store.
+        // the input: paces the attempts while the other process holds the store.
         std::this_thread::sleep_for(1ms);
       }
     });
@@ -84,7 +84,7 @@ TEST_CASE("ownership: a second process cannot open a store that a server owns") 
     // let it try a few times first.
     auto deadline = std::chrono::steady_clock::now() + 30s;
     while (refused + wrong < 3 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(1ms); // a bounded poll of the opener's count
     stop = true;
     opener.join();
     CHECK(refused > 0);

@@ -520,7 +520,7 @@ TEST_CASE("regression: unfinished request lines are bounded per connection only:
   // Bounded poll: the server reads the pieces on its own I/O threads.
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (bytes_in() < before + 3 * piece && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms); // bounded poll (above)
   REQUIRE(bytes_in() >= before + 3 * piece);
   CHECK(partial_bytes() <= std::uint64_t{4} << 20);
   int discarded = 0;

@@ -57,7 +57,7 @@ TEST_CASE("limits: one connection over --max-connections gets one error line and
     auto p = c.call("ping", nullptr, "p", 2s);
     served = ok(p);
     if (!served)
-      // bounded retry against the serve child.
+      // bounded poll: a retry against the serve child.
       std::this_thread::sleep_for(20ms);
   }
   CHECK(served);
@@ -377,7 +377,7 @@ TEST_CASE("limits: under a 64-descriptor limit the cap follows the limit; client
     if (ok(c.call("ping", nullptr, "again", 5s)))
       break;
     REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(100ms); // see above
+    std::this_thread::sleep_for(100ms); // bounded poll (above)
   }
   for (int i = 0; i < 5; ++i) {
     client c(port);

@@ -253,7 +253,7 @@ TEST_CASE("serve --listen: a reader slower than its responses gets every one, in
                  .dump()
         + "\n";
     REQUIRE(c.send(batch));
-    std::this_thread::sleep_for(200ms); // the socket fills meanwhile
+    std::this_thread::sleep_for(200ms); // the input: a pause, the socket fills meanwhile
     for (int i = 0; i < per_round; ++i) {
       auto r = c.next();
       REQUIRE(r);

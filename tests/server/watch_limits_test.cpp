@@ -71,7 +71,8 @@ TEST_CASE("serve --listen: --max-watches per connection and --max-server-watches
       if (net::ok(r))
         answered = true;
       else
-        std::this_thread::sleep_for(20ms); // the closed connection's slots come back
+        // bounded poll: the closed connection's slots come back
+        std::this_thread::sleep_for(20ms);
     }
     CHECK(answered);
   }
@@ -171,7 +172,7 @@ TEST_CASE("regression: watches can stall the server: watches nobody reads and th
   // on the server's I/O threads after the client's close).
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (stall_stats(admin)["watches"] != 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms); // bounded poll (above)
   CHECK(stall_stats(admin)["watches"] == 0);
   CHECK(srv.status("Threads") <= bound);
   MESSAGE("threads: ", base, " at start, ", loaded, " loaded, ", after, " after the closes");

@@ -23,7 +23,8 @@ void fault_plan::wait_while_held() {
     return;
   writes_held.fetch_add(1);
   while (hold_writes.load())
-    // a test hook: the held write waits until the test releases it.
+    // a poll of the test's release: the held write waits until the test
+    // clears hold_writes (every test that holds releases, on failure too).
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   writes_held.fetch_sub(1);
 }

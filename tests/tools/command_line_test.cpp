@@ -468,7 +468,7 @@ TEST_CASE("cli: progress lines reach a terminal, never a file") {
     };
     write_all(export_header);
     for (int i = 0; i < 8000; ++i) { // 3 records each: 24,000
-      if (i == 4000)
+      if (i == 4000) // the input: the stall (above), past the half second
         std::this_thread::sleep_for(std::chrono::milliseconds(700));
       write_all(session_lines("p" + std::to_string(i)));
     }

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: one pass over ADK's four tables (sqlite_pass), a state machine whose
+// phases share its statements, the session being merged and the skip list.
 // Reading ADK's SQLite session stores: the flavour of a file, and passes
 // over it that yield agentstate's exchange records (tools/adk/adk_sqlite.hpp).
 #include "tools/adk/adk_sqlite.hpp"

@@ -159,10 +159,9 @@ struct bench_args {
   std::string workload, durability, scale, via, serve_bin, dir, scheduler, peer;
   bool write_map = false;
   std::string numbers[std::size(number_flags)];
-  CLI::Option* number_given[std::size(number_flags)] = {};
-  CLI::Option *scale_opt = nullptr, *via_opt = nullptr, *serve_bin_opt = nullptr,
-              *dir_opt = nullptr, *scheduler_opt = nullptr, *durability_opt = nullptr,
-              *peer_opt = nullptr;
+  cli_option* number_given[std::size(number_flags)] = {};
+  cli_option *scale_opt = nullptr, *via_opt = nullptr, *serve_bin_opt = nullptr, *dir_opt = nullptr,
+             *scheduler_opt = nullptr, *durability_opt = nullptr, *peer_opt = nullptr;
 };
 
 int run_bench(bench_args& a);

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: workloads a, b and c via serve share the client loop, the serve child
+// and the in-process counterparts that each compares with.
 // tools/bench/via_workloads.cpp: workloads a, b and c through `agentstate
 // serve` (via_workloads.hpp): the client loop over the protocol, the same
 // shapes in-process, and their lines.
