@@ -443,8 +443,9 @@ TEST_CASE("format upgrade: a format 8 store opens with every app's and user's "
   }
   {
     auto e = open_at(dir.str());
-    raw_write(dir.str(),
-              [&](MDB_txn* txn, MDB_dbi meta) { CHECK(get(txn, meta, "format") == std::to_string(store::format_version)); });
+    raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+      CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
+    });
     CHECK(test::list_all(*e, "app", std::nullopt, 2).size() == 5);
     MUST(e->close());
   }
