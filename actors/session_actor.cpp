@@ -21,6 +21,29 @@ bool busy(const session_state& st) {
     || st.remote;
 }
 
+// A command answered unread (session_state::closed_on_remote).
+error closed_on_remote() {
+  return error{errc::unavailable, "the engine is closing while an append of this session waits "
+                                  "for its app: part; retry once the store is open again"};
+}
+void refuse(get_cmd& c) {
+  if (c.text_cb)
+    c.text_cb(closed_on_remote());
+  else if (c.cb)
+    c.cb(closed_on_remote());
+}
+void refuse(rewind_cmd& c) {
+  if (c.dry_run)
+    c.plan_cb(closed_on_remote());
+  else
+    c.cb(closed_on_remote());
+}
+template <class Cmd>
+void refuse(Cmd& c) {
+  if (c.cb)
+    c.cb(closed_on_remote());
+}
+
 // The handler of command `Cmd`: counts it as handled, then runs on(self, cmd)
 // now, or through enter() when it must wait (enter owns the command until
 // then), then answers what an inline commit made ready.
@@ -28,8 +51,15 @@ template <class Cmd>
 auto command(session_actor_t self, void (*on)(session_actor_t, Cmd&)) {
   return [self, on](Cmd& c) {
     ++self->state.handled;
-    if (entry_waits(self->state))
-      enter(self, [self, on, c = std::move(c)]() mutable { on(self, c); });
+    if (self->state.closed_on_remote)
+      refuse(c);
+    else if (entry_waits(self->state))
+      enter(self, [self, on, c = std::move(c)]() mutable {
+        if (self->state.closed_on_remote)
+          refuse(c);
+        else
+          on(self, c);
+      });
     else
       on(self, c);
     if (self->state.drain_due)
@@ -73,8 +103,9 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
           r->cb(error{errc::unavailable,
                       "the engine is closing; the append is finished when "
                       "the store is next opened (retry with its event id)"});
+        st.closed_on_remote = true;
         st.stale = true;
-        drain(self);
+        drain(self); // the stashed commands are answered unread
       }
       for (auto& w : st.waiters)
         w.cb(error{errc::unavailable, "the engine is closing"});

@@ -112,6 +112,11 @@ struct session_state {
   /// (options::app_home, session_outbox.cpp): new commands wait in `stash`
   /// until it has committed.
   std::shared_ptr<remote_append> remote;
+  /// Set when the engine closed while an append was out at its home: its
+  /// outbox row stays for the next open, and every later command is
+  /// answered unavailable unread (one that ran could take the append's
+  /// version).
+  bool closed_on_remote = false;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();

@@ -182,8 +182,14 @@ TEST_CASE("app outbox: an append cut off by a close is finished at the next open
     origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1),
                          [&](result<append_result> r) { cut.set_value(std::move(r)); });
     REQUIRE(test::eventually([&] { return l.sent == 1; }));
-    origin.reset(); // the close answers it
+    // A later append of the session waits behind it; the close refuses it
+    // unread, so it cannot take the version the cut one holds.
+    std::promise<result<append_result>> later;
+    origin->append_event(with_app(ref, "e2", {{"k", 2}}),
+                         [&](result<append_result> r) { later.set_value(std::move(r)); });
+    origin.reset(); // the close answers both
     CHECK(cut.get_future().get().code() == errc::unavailable);
+    CHECK(later.get_future().get().code() == errc::unavailable);
   }
   CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 1);
   {
@@ -197,6 +203,7 @@ TEST_CASE("app outbox: an append cut off by a close is finished at the next open
   auto origin = open_origin();
   REQUIRE(test::eventually([&] { return test::get_existing(*origin, ref).version == 1; }, 10s));
   auto s = test::get_existing(*origin, ref);
+  REQUIRE(s.events.size() == 1);
   CHECK(s.events[0].id == "e1");
   CHECK(s.events[0].actions.state_delta["app:count"] == 1);
   CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 1); // applied once
