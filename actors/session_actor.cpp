@@ -23,8 +23,9 @@ bool busy(const session_state& st) {
 
 // A command answered unread (session_state::closed_on_remote).
 error closed_on_remote() {
-  return error{errc::unavailable, "the engine is closing while an append of this session waits "
-                                  "for its app: part; retry once the store is open again"};
+  return error{errc::unavailable,
+               "the engine is closing while an append of this session waits "
+               "for its app: part; retry once the store is open again"};
 }
 void refuse(get_cmd& c) {
   if (c.text_cb)
