@@ -106,6 +106,7 @@ struct shutdown_cmd {};
 struct app_sent {
   std::shared_ptr<result<app_write_result>> outcome;
   bool retry = false;
+  std::string write_id; ///< the append's: a message of another one is ignored
 };
 
 /// An actor's own periodic idleness check (one timer per idle period, not a

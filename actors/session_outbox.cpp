@@ -78,8 +78,9 @@ void send_app_part(session_actor_t self, const std::shared_ptr<remote_append>& r
   r->forget = take_forgets(*st.core, st.ref.app_name);
   req.forget = r->forget;
   auto me = caf::actor_cast<session_actor_hdl>(self);
-  auto reply = [me](result<app_write_result> out) {
-    caf::anon_send(me, app_sent{std::make_shared<result<app_write_result>>(std::move(out))});
+  auto reply = [me, id = r->write_id](result<app_write_result> out) {
+    caf::anon_send(me,
+                   app_sent{std::make_shared<result<app_write_result>>(std::move(out)), false, id});
   };
   try {
     st.core->opts.app_home.send(std::move(req), reply);
@@ -152,25 +153,26 @@ void finish_remote(session_actor_t self, const std::shared_ptr<remote_append>& r
                           std::move(prepared->temp_removed), r->outcome);
   st.remote.reset();
   st.hold = true; // later commands wait until the event has committed
-  submit(self, std::move(prepared->plan),
-         [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
-                                           std::uint64_t seq) mutable {
-           auto& st = self->state;
-           if (res) {
-             give_forgets(*st.core, st.ref.app_name, {r->write_id});
-             done(std::move(res), std::move(late), seq);
-             return;
-           }
-           st.remote = r;
-           st.version = r->version;
-           if (res.code() == errc::not_found) { // the session is gone: so is its append
-             fail_remote(self, r, std::move(res).err(), true);
-             return;
-           }
-           // A storage failure: the outbox row stays; the home answers the
-           // same outcome again, and the event is committed again.
-           self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true});
-         });
+  submit(
+    self, std::move(prepared->plan),
+    [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
+                                      std::uint64_t seq) mutable {
+      auto& st = self->state;
+      if (res) {
+        give_forgets(*st.core, st.ref.app_name, {r->write_id});
+        done(std::move(res), std::move(late), seq);
+        return;
+      }
+      st.remote = r;
+      st.version = r->version;
+      if (res.code() == errc::not_found) { // the session is gone: so is its append
+        fail_remote(self, r, std::move(res).err(), true);
+        return;
+      }
+      // A storage failure: the outbox row stays; the home answers the
+      // same outcome again, and the event is committed again.
+      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
+    });
 }
 
 } // namespace
@@ -296,7 +298,7 @@ void resume_remote_append(session_actor_t self) {
 void on_app_sent(session_actor_t self, app_sent& msg) {
   auto& st = self->state;
   auto r = st.remote;
-  if (!r)
+  if (!r || msg.write_id != r->write_id)
     return;
   if (msg.retry) {
     send_app_part(self, r);
@@ -307,7 +309,7 @@ void on_app_sent(session_actor_t self, app_sent& msg) {
     give_forgets(*st.core, st.ref.app_name, std::move(r->forget));
     r->forget.clear();
     if (out.code() == errc::unavailable) {
-      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true});
+      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
       return;
     }
     fail_remote(self, r, std::move(out).err(), true);
