@@ -651,9 +651,17 @@ void rpc_session::start_watch(detail::decoded_request& d) {
   w->req = std::move(*d.watch);
   if (w->req.scope != watch_scope::all)
     w->app = w->req.app_name;
-  // Held until the answer is written: the first notification waits for it.
+  begin_watch(d, w, [this](const std::shared_ptr<client_watch>& x) {
+    return watches_->start_engine_watch(eng_, x, true);
+  });
+}
+
+template <class W, class Start>
+void rpc_session::begin_watch(detail::decoded_request& d, const std::shared_ptr<W>& w,
+                              Start&& start) {
+  // Held until the answer is written: the first notifications wait for it.
   std::lock_guard<std::mutex> lk(w->mtx);
-  if (auto failed = watches_->start_engine_watch(eng_, w, true)) {
+  if (auto failed = start(w)) {
     if (observers_)
       observers_->error(to_string(failed->code));
     if (!d.notification)
@@ -683,21 +691,9 @@ void rpc_session::start_span_watch(detail::decoded_request& d, json params, rout
   sp->open = std::move(r.span_watch_open);
   sp->cursor = std::move(r.span_cursor);
   w->span = std::move(sp);
-  // Held until the answer is written: the parts' first batches wait for it.
-  std::lock_guard<std::mutex> lk(w->mtx);
-  if (auto failed = watches_->start_span_parts(eng_, w, true)) {
-    if (observers_)
-      observers_->error(to_string(failed->code));
-    if (!d.notification)
-      dispatch_->answer(d.id, detail::from_engine(*failed));
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> guard(watches_->mtx);
-    watches_->live.emplace(w->id, w);
-  }
-  if (!d.notification)
-    dispatch_->answer(d.id, detail::outcome{json{{"watch_id", w->id}, {"cursor", w->sent}}});
+  begin_watch(d, w, [this](const std::shared_ptr<client_watch>& x) {
+    return watches_->start_span_parts(eng_, x, true);
+  });
 }
 
 bool rpc_session::watching() const {

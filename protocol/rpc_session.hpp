@@ -350,6 +350,11 @@ private:
   /// Starts `d`'s watch across nodes as `r` says (route_refusal::span_watch_open);
   /// `params` are the request's.
   void start_span_watch(detail::decoded_request& d, json params, route_refusal& r);
+  /// What both starts share, for the admitted watch `w` holding `d`'s
+  /// request: `start(w)` under the watch's lock (an error answers `d`),
+  /// then the watch is live and `d` answered its id and cursor.
+  template <class W, class Start>
+  void begin_watch(detail::decoded_request& d, const std::shared_ptr<W>& w, Start&& start);
   void refuse(const detail::decoded_request& d, int code, const std::string& message,
               std::string_view kind);
   /// Ends every watch; `reason` null: silently (the stream is gone).
