@@ -70,17 +70,28 @@ append_request with_app(const session_ref& ref, std::string id, json delta, int 
   return r;
 }
 
+/// A home engine and an origin engine whose hook reaches it, with a session
+/// of app "chat" (whose home is the first) on the origin.
+struct two_nodes {
+  test::test_engine home;
+  home_link l;
+  test::test_engine origin;
+  session_ref ref = test::sref("chat", "u", "s");
+
+  explicit two_nodes(test::store_kind k) : home(test::open_engine(k)) {
+    l.home = &*home;
+    origin = test::open_engine(k, [&](options& o) { o.app_home = hooks(l); });
+    MUST(origin->create_session(test::create_req(ref)));
+  }
+};
+
 } // namespace
 
 TEST_CASE_TEMPLATE("app outbox: an append's app: part is applied at the home, the event stored "
                    "with its values",
                    S, test::memory_store, test::lmdb_store) {
-  test::test_engine home = test::open_engine(S::kind);
-  home_link l;
-  l.home = &*home;
-  test::test_engine origin = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
-  auto ref = test::sref("chat", "u", "s");
-  MUST(origin->create_session(test::create_req(ref)));
+  two_nodes t(S::kind);
+  auto& [home, l, origin, ref] = t;
   auto a = MUST(origin->append_event(with_app(ref, "e1", {{"app:mode", "on"}, {"k", 1}}, 5)));
   CHECK(a.version == 1);
   CHECK(a.ev.actions.state_delta == json{{"app:mode", "on"}, {"k", 1}, {"app:count", 5}});
@@ -102,12 +113,8 @@ TEST_CASE_TEMPLATE("app outbox: an append's app: part is applied at the home, th
 TEST_CASE_TEMPLATE("app outbox: appends pipelined to one session keep their order; each app: "
                    "increment is applied once",
                    S, test::memory_store, test::lmdb_store) {
-  test::test_engine home = test::open_engine(S::kind);
-  home_link l;
-  l.home = &*home;
-  test::test_engine origin = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
-  auto ref = test::sref("chat", "u", "s");
-  MUST(origin->create_session(test::create_req(ref)));
+  two_nodes t(S::kind);
+  auto& [home, l, origin, ref] = t;
   l.refuse = 3; // the first sends find the home unreachable: retried
   std::mutex mtx;
   std::vector<result<append_result>> got;
@@ -140,12 +147,8 @@ TEST_CASE_TEMPLATE("app outbox: appends pipelined to one session keep their orde
 TEST_CASE_TEMPLATE("app outbox: a refusal at the home fails the append whole, and the session "
                    "goes on",
                    S, test::memory_store, test::lmdb_store) {
-  test::test_engine home = test::open_engine(S::kind);
-  home_link l;
-  l.home = &*home;
-  test::test_engine origin = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
-  auto ref = test::sref("chat", "u", "s");
-  MUST(origin->create_session(test::create_req(ref)));
+  two_nodes t(S::kind);
+  auto& [home, l, origin, ref] = t;
   auto cas = test::append_req(ref, test::make_event(json{{"k", 1}}, "e1"));
   cas.modify.push_back(
     op({{"key", "app:x"}, {"op", "compare_and_set"}, {"expected", 1}, {"value", 2}}));
