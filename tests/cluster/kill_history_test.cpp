@@ -222,7 +222,7 @@ void kill_history_run(bool forward) {
           done["type"] = !sent || kind == "moved" ? "fail" : "info";
           done["value"] = json{{"error", kind.empty() ? "connection" : kind}};
           // bounded pause before the next try: the node is down or moving
-          std::this_thread::sleep_for(20ms); // pause before the next try
+          std::this_thread::sleep_for(20ms); // why: backoff before the next try
         }
         h.add(done);
       }
@@ -235,7 +235,7 @@ void kill_history_run(bool forward) {
     while (a_ok_while_b_down.load() < start + n && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(20ms); // bounded poll of the worker threads' progress
   };
-  std::this_thread::sleep_for(500ms); // load before the fault (a measured period)
+  std::this_thread::sleep_for(500ms); // input: load before the fault
   b.proc->signal(SIGKILL);
   b_down.store(true);
   for (auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -248,7 +248,7 @@ void kill_history_run(bool forward) {
   b.proc.reset();
   b = start_node(etcd, dir, "b", forward, b_port);
   b_down.store(false);
-  std::this_thread::sleep_for(500ms); // load after the restart (a measured period)
+  std::this_thread::sleep_for(500ms); // input: load after the restart
   stop.store(true);
   for (auto& t : threads)
     t.join();

@@ -412,7 +412,7 @@ TEST_CASE("kv: a burst of transactions checks the resident bound before the peri
     REQUIRE(r->get(table::events, "k" + std::to_string(1000000 + reads)).value()
             == resident_value(reads));
     ++reads;
-    // paces the reads so that trimmer periods pass between them.
+    // input: paces the reads so that trimmer periods pass between them.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   INFO("read transactions before the first trim: ", reads);
@@ -454,6 +454,7 @@ TEST_CASE("kv: trims never move the file offset of LMDB's descriptor") {
   auto before = kv->resident_trims();
   for (int round = 0; round < 50 && kv->resident_trims() < before + 5; ++round) {
     REQUIRE(read_all(*kv) == resident_rows); // maps every page: over the bound
+    // bounded poll: the trimmer thread runs on its own period (real time).
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   CHECK(kv->resident_trims() >= before + 5);
@@ -494,6 +495,7 @@ TEST_CASE("kv: a large file the host maps after open causes no trims once it sto
   // ten periods in a row (the trimmer thread may run late on a busy machine).
   auto settled = kv->resident_trims();
   for (int tries = 0; tries < 50; ++tries) {
+    // bounded poll: the trimmer's periods are real time, on its own thread.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     auto now = kv->resident_trims();
     if (now == settled)
@@ -510,7 +512,7 @@ TEST_CASE("kv: a large file the host maps after open causes no trims once it sto
     int n = 0;
     r->scan(table::events, "k", {}, [&](std::string_view, std::string_view) { return ++n, true; });
     CHECK(n == 1000);
-    // spreads the reads over the trimmer's periods.
+    // input: spreads the reads over the trimmer's periods.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(kv->resident_trims() <= settled + 1);
