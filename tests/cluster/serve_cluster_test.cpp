@@ -130,6 +130,23 @@ std::vector<json> pages_in_turn(client& a, client& b, const std::string& method,
   }
 }
 
+/// An etcd, cluster "c" and two forwarding nodes, a and b (each with its
+/// extra serve flags), once each node's view names every shard's owner.
+struct forwarding_pair {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  node_proc a, b;
+  json map;
+
+  explicit forwarding_pair(const std::vector<std::string>& extra_a = {},
+                           const std::vector<std::string>& extra_b = {}) {
+    init_cluster(etcd);
+    a = start_forwarding(etcd, dir, "a", extra_a);
+    b = start_forwarding(etcd, dir, "b", extra_b);
+    map = settled_map({a.port, b.port});
+  }
+};
+
 json create_params(const std::string& user, const std::string& id) {
   return json{{"app_name", "app"}, {"user_id", user}, {"session_id", id}};
 }
@@ -319,12 +336,10 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
 
 TEST_CASE("serve --cluster: a node forwards another node's requests in order, and answers "
           "unavailable when the owner is down") {
-  test::etcd_process etcd;
-  test::temp_dir dir;
-  init_cluster(etcd);
-  auto fa = start_forwarding(etcd, dir, "a");
-  auto fb = start_forwarding(etcd, dir, "b");
-  json m = settled_map({fa.port, fb.port});
+  forwarding_pair nodes;
+  auto& fa = nodes.a;
+  auto& fb = nodes.b;
+  const json& m = nodes.map;
   std::vector<std::string> on_b;
   for (int u = 0; u < 200 && on_b.size() < 4; ++u) {
     std::string user = "u" + std::to_string(u);
@@ -390,12 +405,10 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
 TEST_CASE("serve --cluster: list_sessions of an app pages across the nodes, each session once in "
           "order; read_changes merges the nodes' feeds; delete_app removes the app from every "
           "node") {
-  test::etcd_process etcd;
-  test::temp_dir dir;
-  init_cluster(etcd);
-  auto fa = start_forwarding(etcd, dir, "a");
-  auto fb = start_forwarding(etcd, dir, "b");
-  json m = settled_map({fa.port, fb.port});
+  forwarding_pair nodes;
+  auto& fa = nodes.a;
+  auto& fb = nodes.b;
+  const json& m = nodes.map;
   client ca(fa.port), cb(fb.port);
   using id_pair = std::pair<std::string, std::string>;
   std::set<id_pair> made;
@@ -657,12 +670,10 @@ TEST_CASE("serve --cluster: bad cluster options are usage errors; a missing clus
 
 TEST_CASE("serve --cluster: apply_app_write reaches the app's home through any node, and a write "
           "id sent again is applied once") {
-  test::etcd_process etcd;
-  test::temp_dir dir;
-  init_cluster(etcd);
-  auto fa = start_forwarding(etcd, dir, "a");
-  auto fb = start_forwarding(etcd, dir, "b");
-  json m = settled_map({fa.port, fb.port});
+  forwarding_pair nodes;
+  auto& fa = nodes.a;
+  auto& fb = nodes.b;
+  const json& m = nodes.map;
   const auto home = m["shards"][model::home_shard("app", shard_count)]["owner"].get<std::string>();
   client at_home(home == "a" ? fa.port : fb.port);
   client elsewhere(home == "a" ? fb.port : fa.port);
@@ -695,12 +706,10 @@ TEST_CASE("serve --cluster: apply_app_write reaches the app's home through any n
 
 TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes under merged "
           "cursors; it resumes on another node; a node's death ends it") {
-  test::etcd_process etcd;
-  test::temp_dir dir;
-  init_cluster(etcd);
-  auto fa = start_forwarding(etcd, dir, "a");
-  auto fb = start_forwarding(etcd, dir, "b");
-  json m = settled_map({fa.port, fb.port});
+  forwarding_pair nodes;
+  auto& fa = nodes.a;
+  auto& fb = nodes.b;
+  const json& m = nodes.map;
   client ca(fa.port), cb(fb.port);
   // Users on each node's shards.
   std::vector<std::string> users;
@@ -818,14 +827,12 @@ TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes u
 
 TEST_CASE("serve --cluster: a watch across nodes whose client stops reading pauses and resumes "
           "from its merged cursor, every change once and in order") {
-  test::etcd_process etcd;
-  test::temp_dir dir;
-  init_cluster(etcd);
   // Node a keeps at most 1 MiB of a connection's output: 20 MiB of changes
   // unread overflow it (and the sockets' buffers) many times over.
-  auto fa = start_forwarding(etcd, dir, "a", {"--max-output-bytes", "1048576"});
-  auto fb = start_forwarding(etcd, dir, "b");
-  json m = settled_map({fa.port, fb.port});
+  forwarding_pair nodes({"--max-output-bytes", "1048576"});
+  auto& fa = nodes.a;
+  auto& fb = nodes.b;
+  const json& m = nodes.map;
   client cb(fb.port);
   std::string ua, ub;
   for (int u = 0; u < 16 && (ua.empty() || ub.empty()); ++u) {
@@ -883,12 +890,9 @@ TEST_CASE("serve --cluster: a watch across nodes whose client stops reading paus
 
 TEST_CASE("serve --cluster: a watch across nodes from a cursor one node no longer keeps answers "
           "cursor_expired with a merged data.oldest, which resumes") {
-  test::etcd_process etcd;
-  test::temp_dir dir;
-  init_cluster(etcd);
-  auto fa = start_forwarding(etcd, dir, "a");
-  auto fb = start_forwarding(etcd, dir, "b", {"--change-retention", "10"});
-  json m = settled_map({fa.port, fb.port});
+  forwarding_pair nodes({}, {"--change-retention", "10"});
+  auto& fa = nodes.a;
+  const json& m = nodes.map;
   std::string ub;
   for (int u = 0; u < 16 && ub.empty(); ++u)
     if (m["shards"][model::shard_of("app", "u" + std::to_string(u), shard_count)]["owner"] == "b")
