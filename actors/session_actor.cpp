@@ -104,6 +104,10 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
           r->cb(error{errc::unavailable,
                       "the engine is closing; the append is finished when "
                       "the store is next opened (retry with its event id)"});
+        if (r->create_cb)
+          r->create_cb(error{errc::unavailable,
+                             "the engine is closing; the create is finished when the store "
+                             "is next opened"});
         st.closed_on_remote = true;
         st.stale = true;
         drain(self); // the stashed commands are answered unread

@@ -62,15 +62,20 @@ struct lease_waiter {
   std::function<void()> then;
 };
 
-/// The append out at the home: what it needs to be sent again and finished.
+/// The append (or create) out at the home: what it needs to be sent again
+/// and finished.
 struct remote_append {
-  std::uint64_t version = 0;
+  std::uint64_t version = 0; ///< 0: a create
   std::string write_id;
   event ev; ///< as given, app: keys included
   std::vector<state_modify> modify; ///< every modify, each with its spec
   callback<append_result> cb; ///< empty for one finished after a restart
   append_outcome outcome; ///< A6: callers waiting on its event id
   std::vector<std::string> forget; ///< ids this send asks the home to forget
+  /// A create: the request as given (app: keys included) and its caller
+  /// (empty for one finished after a restart); `ev`, `modify`, `cb` unused.
+  std::optional<create_request> create;
+  callback<session> create_cb;
 };
 
 struct session_state {
@@ -216,6 +221,19 @@ write_done append_done(session_actor_t self, callback<append_result> cb, append_
 
 /// Whether `req` writes app: keys of an app whose home is another node.
 bool app_part_elsewhere(const session_state& st, const append_request& req);
+/// Whether a create whose plan is `ws` writes app: keys of an app whose home
+/// is another node.
+bool app_part_elsewhere(const session_state& st, const store::write_set& ws);
+/// A create with app: keys whose home is another node, as an append is
+/// (start_remote_append): the outbox row at version 0, the app: part at the
+/// home, then the session with the home's values. REQUIRES: on_create's
+/// checks passed (the session is absent, the request prepares).
+void start_remote_create(session_actor_t self, create_cmd& cmd);
+/// What a create's commit answers: the session as created (its own state
+/// `own`, merged with the shared scopes as stored here, then the prefixed
+/// keys of `home_values`: the app: values a remote create's home applied).
+write_done create_done(session_actor_t self, callback<session> cb, json own, double created,
+                       double expires, json home_values = nullptr);
 /// Commits the append's outbox row, sends its app: part to the home and,
 /// with the outcome, commits the event (store/outbox.hpp). REQUIRES: the
 /// append passed on_append's checks (A6, expected_version) and has its id

@@ -62,6 +62,47 @@ bool ensure_absent(session_actor_t self, callback<session>& cb) {
   return true;
 }
 
+write_done create_done(session_actor_t self, callback<session> cb, json own, double created,
+                       double expires, json home_values) {
+  return [self, cb = std::move(cb), own = std::move(own), created, expires,
+          home_values = std::move(home_values)](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
+    if (!r) {
+      if (cb)
+        cb(std::move(r).err());
+      return;
+    }
+    if (!cb)
+      return;
+    if (late) // derived keys the writer computed
+      for (auto it = late->added.begin(); it != late->added.end(); ++it)
+        own[it.key()] = it.value();
+    auto& st = self->state;
+    session s;
+    s.app_name = st.ref.app_name;
+    s.user_id = st.ref.user_id;
+    s.id = st.ref.session_id;
+    s.last_update_time = created;
+    s.version = 0;
+    if (expires != 0)
+      s.expires_at = expires;
+    s.cursor = store::format_cursor(st.core->epoch, seq);
+    // The session is created; when the shared scopes cannot be
+    // read now, its merged view is completed by the next read.
+    json user = json::object(), app = json::object();
+    if (auto txn = store::begin_read(*st.core->kv)) {
+      if (auto u = store::read_scope(**txn, st.ref.app_name, &st.ref.user_id))
+        user = std::move(*u);
+      if (auto a = store::read_scope(**txn, st.ref.app_name, nullptr))
+        app = std::move(*a);
+    }
+    s.state = merge_state(own, user, app);
+    if (home_values.is_object())
+      for (auto it = home_values.begin(); it != home_values.end(); ++it)
+        s.state[it.key()] = it.value();
+    cb(std::move(s));
+  };
+}
+
 void on_create(session_actor_t self, create_cmd& cmd) {
   auto& st = self->state;
   if (!ensure_absent(self, cmd.cb))
@@ -69,6 +110,10 @@ void on_create(session_actor_t self, create_cmd& cmd) {
   auto plan = prepare_create(*st.core, cmd.req);
   if (!plan) {
     answer(self, [cb = std::move(cmd.cb), e = std::move(plan).err()] { cb(e); });
+    return;
+  }
+  if (app_part_elsewhere(st, plan->ws)) {
+    start_remote_create(self, cmd);
     return;
   }
   st.exists = true;
@@ -80,37 +125,7 @@ void on_create(session_actor_t self, create_cmd& cmd) {
     own[w.key] = w.value;
   double created = plan->ws.time, expires = plan->ws.expires;
   submit(self, std::move(*plan),
-         [self, cb = std::move(cmd.cb), own = std::move(own), created,
-          expires](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
-           if (!r) {
-             cb(std::move(r).err());
-             return;
-           }
-           if (late) // derived keys the writer computed
-             for (auto it = late->added.begin(); it != late->added.end(); ++it)
-               own[it.key()] = it.value();
-           auto& st = self->state;
-           session s;
-           s.app_name = st.ref.app_name;
-           s.user_id = st.ref.user_id;
-           s.id = st.ref.session_id;
-           s.last_update_time = created;
-           s.version = 0;
-           if (expires != 0)
-             s.expires_at = expires;
-           s.cursor = store::format_cursor(st.core->epoch, seq);
-           // The session is created; when the shared scopes cannot be
-           // read now, its merged view is completed by the next read.
-           json user = json::object(), app = json::object();
-           if (auto txn = store::begin_read(*st.core->kv)) {
-             if (auto u = store::read_scope(**txn, st.ref.app_name, &st.ref.user_id))
-               user = std::move(*u);
-             if (auto a = store::read_scope(**txn, st.ref.app_name, nullptr))
-               app = std::move(*a);
-           }
-           s.state = merge_state(own, user, app);
-           cb(std::move(s));
-         });
+         create_done(self, std::move(cmd.cb), std::move(own), created, expires));
 }
 
 write_done append_done(session_actor_t self, callback<append_result> cb, append_result stored,

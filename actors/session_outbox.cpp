@@ -65,7 +65,7 @@ void send_app_part(session_actor_t self, const std::shared_ptr<remote_append>& r
   app_write_request req;
   req.app_name = st.ref.app_name;
   req.write_id = r->write_id;
-  const auto& delta = r->ev.actions.state_delta;
+  const auto& delta = r->create ? r->create->state : r->ev.actions.state_delta;
   for (auto it = delta.begin(); it != delta.end(); ++it)
     if (is_app(it.key()))
       req.state_delta[it.key()] = it.value();
@@ -99,6 +99,23 @@ void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, 
   if (st.remote != r)
     return;
   st.remote.reset();
+  if (r->create) {
+    st.version = 0;
+    st.exists = false;
+    auto answer_cb = [cb = r->create_cb](const error& e) {
+      if (cb)
+        cb(e);
+    };
+    if (!drop) {
+      answer_cb(e);
+      return;
+    }
+    st.hold = true;
+    submit(self, outbox_plan(st, store::write_set::kind::outbox_drop, 0),
+           [answer_cb, e = std::move(e)](result<void>, std::shared_ptr<late_binding>,
+                                         std::uint64_t) { answer_cb(e); });
+    return;
+  }
   st.version = r->version - 1;
   if (r->outcome) {
     auto it = st.in_flight_ids.find(r->ev.id);
@@ -120,10 +137,67 @@ void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, 
     });
 }
 
+// Commits the create with the home's outcome `out`.
+void finish_remote_create(session_actor_t self, const std::shared_ptr<remote_append>& r,
+                          app_write_result& out) {
+  auto& st = self->state;
+  create_request req = *r->create;
+  for (auto it = req.state.begin(); it != req.state.end();)
+    it = is_app(it.key()) ? req.state.erase(it) : std::next(it);
+  for (auto it = out.values.begin(); it != out.values.end(); ++it)
+    req.state[it.key()] = it.value();
+  auto plan = prepare_create(*st.core, req);
+  if (!plan) {
+    fail_remote(self, r, std::move(plan).err(), true);
+    return;
+  }
+  auto& ws = plan->ws;
+  ws.app_elsewhere = true;
+  json own = json::object();
+  for (auto& w : ws.session_writes)
+    own[w.key] = w.value;
+  const double created = ws.time, expires = ws.expires;
+  st.exists = true;
+  st.version = 0;
+  st.expires = ws.expires;
+  st.refresh = ws.refresh;
+  auto done = create_done(self, r->create_cb, std::move(own), created, expires, out.values);
+  st.remote.reset();
+  st.hold = true; // later commands wait until the session has committed
+  submit(self, std::move(*plan),
+         [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
+                                           std::uint64_t seq) mutable {
+           auto& st = self->state;
+           if (res) {
+             give_forgets(*st.core, st.ref.app_name, {r->write_id});
+             done(std::move(res), std::move(late), seq);
+             return;
+           }
+           st.remote = r;
+           st.exists = false;
+           st.expires = 0;
+           st.refresh = 0;
+           if (res.code() == errc::already_exists || res.code() == errc::not_found
+               || res.code() == errc::invalid_argument) {
+             fail_remote(self, r, std::move(res).err(), true);
+             return;
+           }
+           // A storage failure, or a delete of the user or app in progress:
+           // the outbox row stays; the home answers the same outcome again,
+           // and the create is committed again.
+           self->delayed_send(self, st.core->opts.app_home.retry,
+                              app_sent{nullptr, true, r->write_id});
+         });
+}
+
 // Commits the event with the home's outcome `out`.
 void finish_remote(session_actor_t self, const std::shared_ptr<remote_append>& r,
                    app_write_result& out) {
   auto& st = self->state;
+  if (r->create) {
+    finish_remote_create(self, r, out);
+    return;
+  }
   event ev = r->ev;
   auto& delta = ev.actions.state_delta;
   for (auto it = delta.begin(); it != delta.end();)
@@ -189,6 +263,71 @@ bool app_part_elsewhere(const session_state& st, const append_request& req) {
   for (auto it = delta.begin(); !any && it != delta.end(); ++it)
     any = is_app(it.key());
   return any && !home.here(st.ref.app_name);
+}
+
+bool app_part_elsewhere(const session_state& st, const store::write_set& ws) {
+  const auto& home = st.core->opts.app_home;
+  return home.here && home.send && !ws.app_writes.empty() && !home.here(st.ref.app_name);
+}
+
+namespace {
+
+json create_body(const std::string& write_id, const create_request& req) {
+  json c{{"state", req.state}};
+  if (req.ttl_s)
+    c["ttl_s"] = *req.ttl_s;
+  if (req.refresh_ttl)
+    c["refresh_ttl"] = *req.refresh_ttl;
+  return json{{"write_id", write_id}, {"create", std::move(c)}};
+}
+
+// The create an outbox row's body holds, for session `ref`; nullopt when the
+// body is not one.
+std::optional<create_request> create_of(const json& body, const session_ref& ref) {
+  auto c = body.find("create");
+  if (c == body.end() || !c->is_object())
+    return std::nullopt;
+  create_request req;
+  req.app_name = ref.app_name;
+  req.user_id = ref.user_id;
+  req.session_id = ref.session_id;
+  auto state = c->find("state");
+  if (state == c->end() || !state->is_object())
+    return std::nullopt;
+  req.state = *state;
+  if (auto t = c->find("ttl_s"); t != c->end()) {
+    if (!t->is_number())
+      return std::nullopt;
+    req.ttl_s = t->get<double>();
+  }
+  if (auto t = c->find("refresh_ttl"); t != c->end()) {
+    if (!t->is_boolean())
+      return std::nullopt;
+    req.refresh_ttl = t->get<bool>();
+  }
+  return req;
+}
+
+} // namespace
+
+void start_remote_create(session_actor_t self, create_cmd& cmd) {
+  auto& st = self->state;
+  auto r = std::make_shared<remote_append>();
+  r->version = 0;
+  r->write_id = model::make_uuid();
+  r->create = std::move(cmd.req);
+  r->create_cb = std::move(cmd.cb);
+  auto body = create_body(r->write_id, *r->create);
+  st.version = 0;
+  st.remote = r;
+  submit(self, outbox_plan(st, store::write_set::kind::outbox_put, 0, body.dump()),
+         [self, r](result<void> res, std::shared_ptr<late_binding>, std::uint64_t) {
+           if (!res) {
+             fail_remote(self, r, std::move(res).err(), false);
+             return;
+           }
+           send_app_part(self, r);
+         });
 }
 
 void start_remote_append(session_actor_t self, append_cmd& cmd, bool generated) {
@@ -259,6 +398,27 @@ void resume_remote_append(session_actor_t self) {
   if (!load(self))
     return;
   auto body = json::parse(row->body, nullptr, false);
+  if (row->version == 0) {
+    auto req = body.is_object() && body.contains("write_id") && body["write_id"].is_string()
+      ? create_of(body, st.ref)
+      : std::nullopt;
+    if (!req || st.exists) {
+      // Nothing left to finish (the row does not decode, or a session of
+      // this id exists): the row goes; commands wait for it.
+      st.hold = true;
+      submit(self, outbox_plan(st, store::write_set::kind::outbox_drop, 0),
+             [](result<void>, std::shared_ptr<late_binding>, std::uint64_t) {});
+      return;
+    }
+    auto r = std::make_shared<remote_append>();
+    r->version = 0;
+    r->write_id = body["write_id"].get<std::string>();
+    r->create = std::move(*req);
+    st.version = 0;
+    st.remote = r;
+    send_app_part(self, r);
+    return;
+  }
   std::optional<event> ev;
   std::vector<state_modify> modify;
   bool ok = body.is_object() && body.contains("write_id") && body["write_id"].is_string()

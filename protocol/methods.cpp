@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "agentstate/scope.hpp"
 #include "agentstate/template.hpp"
 #include "protocol/params.hpp"
 #include "model/checks.hpp"
@@ -244,19 +245,34 @@ prepare_result prepare_inject_state(const json& params) {
   r.num_recent_events = 0;
   r.invocation_id = p.invocation_id("invocation_id", false);
   auto tmpl = p.required_string("template");
+  std::optional<json> home_app;
+  if (auto it = params.find("home_app_state"); it != params.end()) {
+    if (it->is_object())
+      home_app = *it;
+    else
+      p.fail("parameter 'home_app_state' must be an object");
+  }
   prepared x{{}, ordering::per_session, session_key(r.ref)};
-  x.op = [r = std::move(r), tmpl = std::move(tmpl)](engine& e, const reply_fn& reply) mutable {
+  x.op = [r = std::move(r), tmpl = std::move(tmpl),
+          home_app = std::move(home_app)](engine& e, const reply_fn& reply) mutable {
     auto id = r.ref.session_id;
     const std::size_t max_bytes = e.opts().limits.max_response_bytes;
     e.get_session(
       std::move(r),
-      [reply, id = std::move(id), tmpl = std::move(tmpl),
+      [reply, id = std::move(id), tmpl = std::move(tmpl), home_app = std::move(home_app),
        max_bytes](result<std::optional<session>> s) {
         if (!s)
           return reply(from_engine(s.err()));
         if (!*s)
           return reply(from_engine(error{errc::not_found, "session '" + id + "' not found"}));
-        auto text = inject_state(tmpl, (**s).state, {}, max_bytes);
+        auto& state = (**s).state;
+        if (home_app) { // the app: state as read at the app's home (a cluster node)
+          for (auto it = state.begin(); it != state.end();)
+            it = agentstate::scope_of(it.key()) == agentstate::scope::app ? state.erase(it) : std::next(it);
+          for (auto it = home_app->begin(); it != home_app->end(); ++it)
+            state[std::string(app_prefix) + it.key()] = it.value();
+        }
+        auto text = inject_state(tmpl, state, {}, max_bytes);
         reply(to_outcome(text, [](std::string& v) { return json(std::move(v)); }));
       });
   };

@@ -1058,6 +1058,185 @@ struct span_run {
   }
 };
 
+/// A request with a step after it (route_refusal::then): runs the step
+/// once the request has succeeded, then answers; keeps itself alive until
+/// then.
+struct then_run {
+  detail::reply_fn reply{nullptr, nullptr};
+  engine* eng = nullptr;
+  std::function<void(const std::string&, const std::string&, json, forward_done)> fwd;
+  std::string peer, method;
+  json params;
+  std::function<span_answer(json, span_answer)> then;
+  json answered; ///< the request's result, once it succeeded
+  std::shared_ptr<then_run> self;
+
+  void finish(span_answer step) {
+    auto keep = std::move(self);
+    detail::outcome out;
+    try {
+      auto answer = then(std::move(answered), std::move(step));
+      out = answer.error.is_null()
+        ? detail::outcome(std::move(answer.result))
+        : forwarded_outcome(error{errc::internal, "a part of the request failed"}, answer.error);
+    } catch (const std::exception& e) {
+      out = detail::internal_failure("a request's step at another node", e.what());
+    }
+    reply(std::move(out));
+  }
+
+  static void step_done(void* ctx, detail::outcome o) {
+    static_cast<then_run*>(ctx)->finish(as_span_answer(std::move(o)));
+  }
+
+  static void first_done(void* ctx, detail::outcome o) {
+    auto* t = static_cast<then_run*>(ctx);
+    if (std::holds_alternative<detail::rpc_failure>(o)) {
+      auto keep = std::move(t->self);
+      t->reply(std::move(o));
+      return;
+    }
+    auto a = as_span_answer(std::move(o));
+    if (!a.error.is_null()) {
+      auto keep = std::move(t->self);
+      t->reply(forwarded_outcome(error{errc::internal, "the request failed"}, a.error));
+      return;
+    }
+    t->answered = std::move(a.result);
+    try {
+      if (!t->peer.empty()) {
+        t->fwd(t->peer, t->method, std::move(t->params), [t](result<json> value, json eo) {
+          span_answer step;
+          if (value)
+            step.result = std::move(*value);
+          else
+            step.error = eo.is_object() ? std::move(eo)
+                                        : detail::error_object(detail::from_engine(value.err()));
+          t->finish(std::move(step));
+        });
+        return;
+      }
+      auto prepare = detail::find_method(t->method);
+      auto local = prepare ? prepare(t->params)
+                           : detail::prepare_result(detail::internal_failure(
+                             "a request's step", "the step's method is unknown"));
+      if (auto* f = std::get_if<detail::rpc_failure>(&local)) {
+        span_answer step;
+        step.error = detail::error_object(*f);
+        t->finish(std::move(step));
+        return;
+      }
+      std::get<detail::prepared>(local).op(*t->eng, detail::reply_fn(&then_run::step_done, t));
+    } catch (const std::exception& e) {
+      span_answer step;
+      step.error =
+        detail::error_object(detail::internal_failure("a request's step", e.what()));
+      t->finish(std::move(step));
+    }
+  }
+};
+
+/// Makes `op` run route_refusal::then's step after it, through `fwd`
+/// (`r`'s step members are moved from).
+void add_then_step(
+  detail::operation& op, route_refusal& r,
+  const std::function<void(const std::string&, const std::string&, json, forward_done)>& fwd_) {
+  op = [first = std::move(op), fwd = fwd_, peer = std::move(r.then_peer),
+        method = std::move(r.then_method), params = std::move(r.then_params),
+        then = std::move(r.then)](engine& e, const detail::reply_fn& reply) mutable {
+    auto t = std::make_shared<then_run>();
+    t->reply = reply;
+    t->eng = &e;
+    t->fwd = fwd;
+    t->peer = peer;
+    t->method = method;
+    t->params = params;
+    t->then = then;
+    t->self = t;
+    try {
+      first(e, detail::reply_fn(&then_run::first_done, t.get()));
+    } catch (const std::exception& x) {
+      then_run::first_done(t.get(), detail::internal_failure("a request", x.what()));
+    }
+  };
+}
+
+/// A request run after a step (route_refusal::before): keeps itself alive
+/// until the request has answered.
+struct before_run {
+  detail::reply_fn reply{nullptr, nullptr};
+  engine* eng = nullptr;
+  std::string method;
+  json params;
+  std::function<span_answer(json, span_answer)> before;
+  std::shared_ptr<before_run> self;
+
+  static void request_done(void* ctx, detail::outcome o) {
+    auto* b = static_cast<before_run*>(ctx);
+    auto keep = std::move(b->self);
+    b->reply(std::move(o));
+  }
+
+  void step_done(span_answer step) {
+    try {
+      auto next = before(std::move(params), std::move(step));
+      if (!next.error.is_null()) {
+        auto keep = std::move(self);
+        reply(forwarded_outcome(error{errc::internal, "a step of the request failed"}, next.error));
+        return;
+      }
+      auto prepare = detail::find_method(method);
+      auto local = prepare ? prepare(next.result)
+                           : detail::prepare_result(detail::internal_failure(
+                             "a request after a step", "the method is unknown"));
+      if (auto* f = std::get_if<detail::rpc_failure>(&local)) {
+        auto keep = std::move(self);
+        reply(std::move(*f));
+        return;
+      }
+      std::get<detail::prepared>(local).op(*eng, detail::reply_fn(&before_run::request_done, this));
+    } catch (const std::exception& e) {
+      auto keep = std::move(self);
+      reply(detail::internal_failure("a request after a step", e.what()));
+    }
+  }
+};
+
+/// `d`'s operation as route_refusal::before says: the step, then the
+/// request with the params it makes of `params`.
+void add_before_step(
+  detail::operation& op, route_refusal& r, std::string method, json params,
+  const std::function<void(const std::string&, const std::string&, json, forward_done)>& fwd_) {
+  op = [fwd = fwd_, peer = std::move(r.then_peer), step_method = std::move(r.then_method),
+        step_params = std::move(r.then_params), before = std::move(r.before),
+        method = std::move(method),
+        params = std::move(params)](engine& e, const detail::reply_fn& reply) mutable {
+    auto b = std::make_shared<before_run>();
+    b->reply = reply;
+    b->eng = &e;
+    b->method = method;
+    b->params = params;
+    b->before = before;
+    b->self = b;
+    auto* raw = b.get();
+    try {
+      fwd(peer, step_method, step_params, [raw](result<json> value, json eo) {
+        span_answer step;
+        if (value)
+          step.result = std::move(*value);
+        else
+          step.error = eo.is_object() ? std::move(eo)
+                                      : detail::error_object(detail::from_engine(value.err()));
+        raw->step_done(std::move(step));
+      });
+    } catch (const std::exception& x) {
+      span_answer step;
+      step.error = detail::error_object(detail::internal_failure("a request's step", x.what()));
+      raw->step_done(std::move(step));
+    }
+  };
+}
+
 } // namespace
 
 bool rpc_session::route_refused(detail::decoded_request& d, std::string_view line) {
@@ -1145,13 +1324,35 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
       }
     };
     run.server_stats = false;
+    if (refusal->then)
+      add_then_step(run.op, *refusal, forward_);
     dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());
     return true;
   }
-  if (refusal->span) {
-    // A span this stream cannot run (no forward hook): refused, not answered in part.
+  if (refusal->before && !refusal->then_peer.empty() && refusal->forward_to.empty() && forward_
+      && d.run && !refusal->span) {
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    json req = json::parse(line, nullptr, false); // decoded once already: well-formed
+    json params = req.is_object() && req.contains("params") ? req["params"] : json::object();
+    auto& run = *d.run;
+    add_before_step(run.op, *refusal, d.method, std::move(params), forward_);
+    run.server_stats = false;
+    dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());
+    return true;
+  }
+  if (refusal->then && refusal->forward_to.empty() && forward_ && d.run && !refusal->span) {
+    auto& run = *d.run;
+    add_then_step(run.op, *refusal, forward_);
+    run.server_stats = false;
+    dispatch_->submit(std::move(d.id), d.notification, std::move(run), line.size());
+    return true;
+  }
+  if (refusal->span || refusal->then || refusal->before) {
+    // A span (or a step) this stream cannot run (no forward hook): refused,
+    // not answered in part.
     refusal->kind = "invalid_argument";
-    refusal->message = "'" + d.method + "' spans several nodes, and this node does not forward";
+    refusal->message = "'" + d.method + "' needs several nodes, and this stream does not forward";
   }
   detail::rpc_failure f;
   f.code = refusal->kind == "invalid_argument" ? rpc_code::invalid_params : rpc_code::engine_error;

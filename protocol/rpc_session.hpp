@@ -123,6 +123,24 @@ struct route_refusal {
   peer_watch_open span_watch_open;
   std::function<std::string(const std::string& merged, std::size_t part, const std::string& cursor)>
     span_cursor;
+  /// A step after the request, for an answer that needs another node's
+  /// part (the app: state of an app whose home shard is elsewhere): with
+  /// `then` set, `forward_to` empty and rpc_config::forward given, the
+  /// request runs as it would without this refusal (here, or as a span),
+  /// and once it has succeeded, method `then_method` with `then_params`
+  /// runs at `then_peer` (empty: on this node); `then` makes the answer of
+  /// the request's result and the step's answer. A failed request is
+  /// answered as it failed, without the step. `then` runs on the thread of
+  /// the step's answer; it may throw (the request then fails with kind
+  /// internal).
+  std::string then_peer, then_method;
+  json then_params;
+  std::function<span_answer(json result, span_answer step)> then;
+  /// The same step run first instead (`then` unset): with `before` set,
+  /// the step runs, then the request runs here with the params
+  /// `before(params, step answer)` makes of its own (the step's failure,
+  /// returned as an error, answers the request). May throw (kind internal).
+  std::function<span_answer(json params, span_answer step)> before;
 };
 
 /// How a forwarded request's answer comes back: the peer's result, or an

@@ -210,6 +210,16 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       return false;
     }
     auto raw = txn.get(table::sessions, skey);
+    if (ws.version == 0) { // a create's
+      if (raw)
+        return error{errc::already_exists, "session '" + ws.id + "' already exists"};
+      if (fenced(txn, ws.app, ws.user))
+        return error{errc::unavailable,
+                     "user '" + ws.user + "' of app '" + ws.app
+                       + "' is being deleted; retry once the delete has finished"};
+      put_outbox(txn, skey, 0, ws.outcome);
+      return false;
+    }
     if (!raw || fenced(txn, ws.app, ws.user))
       return error{errc::not_found, "session '" + ws.id + "' not found"};
     auto rec = decode_record(skey, *raw);
@@ -289,6 +299,8 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
       count_sessions(txn, ws.app, ws.user, 1);
       txn.put(table::sessions, skey, encode_record(skey, r));
+      if (ws.app_elsewhere)
+        drop_outbox(txn, skey, 0);
       if (log)
         log_change(txn, ws, r.version, *log);
       return true;

@@ -6,7 +6,9 @@
 // id its app: part is sent under; then, once the home has applied that part,
 // the event itself, with the outbox row deleted in the same commit. A row
 // left by a crash is finished by the session's actor before anything else.
-// A session has at most one outbox row, always at its record's version + 1.
+// A create that writes such keys does the same at version 0, before its
+// session exists. A session has at most one outbox row, always at its
+// record's version + 1 (version 0: no record yet).
 #pragma once
 
 #include <cstdint>

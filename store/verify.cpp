@@ -373,8 +373,9 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
         c.fault(row_name(table::app_writes, k) + " is not a JSON object");
       return true;
     });
-    // Appends waiting for their app: part (format 9): an intact row at its
-    // session's next version, or under a delete (its actor drops it).
+    // Appends waiting for their app: part (format 10): an intact row at its
+    // session's next version, or under a delete (its actor drops it); a
+    // create's (version 0) before its session exists.
     txn.scan(table::outbox, {}, {}, [&](std::string_view k, std::string_view v) {
       auto body = open_row(table::outbox, k, v, legacy);
       if (!body || k.size() < 9 || k[k.size() - 9] != '\0') {
@@ -387,7 +388,8 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       auto p = split_key(skey, 3);
       if (rec && rec->version + 1 != read_be64(k.substr(k.size() - 8)))
         c.fault(row_name(table::outbox, k) + " is not at its session's next version");
-      else if (!raw && !(p.size() == 3 && fenced(txn, p[0], p[1])))
+      else if (!raw && read_be64(k.substr(k.size() - 8)) != 0
+               && !(p.size() == 3 && fenced(txn, p[0], p[1])))
         c.fault(row_name(table::outbox, k) + " names a missing session");
       return true;
     });

@@ -496,8 +496,6 @@ to standard error, one line per event.)";
       return serve_usage_error(why);
     cfg.cluster = a->cluster;
     cfg.cluster.max_response_bytes = cfg.engine_opts.limits.max_response_bytes;
-    if (cfg.cluster.given)
-      cfg.engine_opts.app_scope_writes = false; // until app: writes reach the home shard
     return run_serve(cfg);
   };
 }
@@ -545,6 +543,24 @@ int run_serve(serve_config& cfg) {
     log.error("startup_failed", srv.err().message);
     return 1;
   }
+  // A cluster node's app: writes go to the app's home shard through the
+  // member, which joins once the engine is open: until then (an append a
+  // crash left in the outbox, finished at open) they are sent again later.
+  auto link = std::make_shared<std::atomic<const cluster_member*>>(nullptr);
+  if (cfg.cluster.given) {
+    cfg.engine_opts.app_home.here = [link](const std::string& app) {
+      auto* m = link->load();
+      return m && m->app_here(app);
+    };
+    cfg.engine_opts.app_home.send = [link](app_write_request req, callback<app_write_result> cb) {
+      auto* m = link->load();
+      if (!m) {
+        cb(error{errc::unavailable, "this node has not joined its cluster yet"});
+        return;
+      }
+      m->send_app_write(std::move(req), std::move(cb));
+    };
+  }
   auto opened = open_engine(cfg, log);
   if (!opened)
     return 1;
@@ -569,13 +585,14 @@ int run_serve(serve_config& cfg) {
       return finish_engine(eng, log, 1);
     }
     member = std::move(*joined);
+    link->store(member.get());
     log.info("cluster",
              "joined cluster '" + cfg.cluster.cluster + "' as node '" + cfg.cluster.node_id
                + "' at " + address);
     auto* m = member.get();
+    // Given with --no-forward too: the member's routes forward only the
+    // requests that must reach another node (the app: state at its home).
     std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
-      forward;
-    if (!cfg.cluster.no_forward)
       forward = [m](const std::string& peer, const std::string& method, json params,
                     protocol::forward_done done) {
         m->forward(peer, method, std::move(params), std::move(done));
@@ -585,8 +602,9 @@ int run_serve(serve_config& cfg) {
   }
   signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
   net.run(eng);
-  member.reset(); // leaves the cluster
   int code = finish_engine(eng, log, 0);
+  link->store(nullptr);
+  member.reset(); // leaves the cluster
   signals.stop();
   log.info("stopped", "", {{"exit_code", code}});
   // The engine is closed: whatever it still owed a dropped connection has

@@ -4,9 +4,12 @@
 #include "tools/serve_cluster.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
+#include <atomic>
 #include <condition_variable>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -45,6 +48,56 @@ protocol::route_refusal refusal(std::string kind, std::string message, json data
   return r;
 }
 
+/// Methods whose answer shows a session's merged state, app: keys included.
+bool shows_app_state(std::string_view m) {
+  return m == "get_session" || m == "create_session" || m == "fork_session"
+    || m == "list_sessions";
+}
+
+/// `state` with its app: keys replaced by `app`'s (get_app_state's form).
+void put_app_state(json& state, const json& app) {
+  for (auto it = state.begin(); it != state.end();)
+    if (it.key().rfind("app:", 0) == 0)
+      it = state.erase(it);
+    else
+      ++it;
+  for (auto it = app.begin(); it != app.end(); ++it)
+    state["app:" + it.key()] = it.value();
+}
+
+/// route_refusal::then for `method`: its result with the app: state the
+/// step read at the app's home.
+protocol::span_answer with_app_state(const std::string& method, const std::string& app_name,
+                                     json result, protocol::span_answer step) {
+  if (!step.error.is_null()) {
+    json e = std::move(step.error);
+    if (e.is_object() && e.contains("message") && e["message"].is_string())
+      e["message"] = "reading app '" + app_name + "''s app: state at its home shard's node: "
+        + e["message"].get<std::string>()
+        + (method == "create_session" || method == "fork_session"
+             ? " (the " + method + " itself was done)"
+             : "");
+    return {nullptr, std::move(e)};
+  }
+  const json& app = step.result;
+  if (!app.is_object())
+    throw std::runtime_error("the app's home answered get_app_state with no object");
+  if (auto st = result.find("state"); st != result.end() && st->is_object())
+    put_app_state(*st, app);
+  if (auto ss = result.find("sessions"); ss != result.end() && ss->is_array()) {
+    if (result.contains("app_state")) {
+      json prefixed = json::object();
+      put_app_state(prefixed, app);
+      result["app_state"] = std::move(prefixed);
+    } else {
+      for (auto& x : *ss)
+        if (auto st = x.find("state"); st != x.end() && st->is_object())
+          put_app_state(*st, app);
+    }
+  }
+  return {std::move(result), nullptr};
+}
+
 } // namespace
 
 void add_cluster_flags(command_line& cl, cluster_flags& f) {
@@ -71,13 +124,13 @@ void add_cluster_flags(command_line& cl, cluster_flags& f) {
   cl.app
     .add_option("--node-token-file", f.node_token_file,
                 "with --auth-file: the token this node presents to\n"
-                "the other nodes when it forwards (one granting '*')")
+                "the other nodes (one granting '*')")
     ->type_name("FILE")
     ->group(group);
   cl.app
     .add_option("--peer-tls-ca", f.peer_tls_ca,
                 "with TLS: the CAs the other nodes' certificates are\n"
-                "checked against when this node forwards")
+                "checked against")
     ->type_name("FILE")
     ->group(group);
   cl.app
@@ -99,12 +152,12 @@ std::string check_cluster_flags(const cli_app& app, cluster_flags& f, bool tcp_l
     return "a cluster node needs --cluster, --etcd and --node-id";
   if (!tcp_listener)
     return "a cluster node needs a TCP --listen that clients and other nodes reach";
-  if (!f.no_forward && f.peers_need_token && f.node_token_file.empty())
-    return "a node with --auth-file forwards with --node-token-file FILE (a token the other "
-           "nodes grant '*'), or answers `moved` with --no-forward";
-  if (!f.no_forward && f.peers_use_tls && f.peer_tls_ca.empty())
-    return "a node with TLS forwards with --peer-tls-ca FILE (the CAs of the other nodes' "
-           "certificates), or answers `moved` with --no-forward";
+  if (f.peers_need_token && f.node_token_file.empty())
+    return "a node with --auth-file reaches the other nodes (app: state at its home, "
+           "forwarding) with --node-token-file FILE: a token the other nodes grant '*'";
+  if (f.peers_use_tls && f.peer_tls_ca.empty())
+    return "a node with TLS reaches the other nodes (app: state at its home, forwarding) with "
+           "--peer-tls-ca FILE: the CAs of the other nodes' certificates";
   if (f.lease_ttl_s < 1 || f.lease_ttl_s > 3600)
     return "--lease-ttl-s must be an integer 1..3600";
   if (auto why = cluster::check_name("cluster name", f.cluster); !why.empty())
@@ -126,8 +179,21 @@ struct cluster_member::impl {
   /// that finds it lost may run).
   std::mutex peers_mtx;
   std::condition_variable peers_cv;
-  std::map<std::string, std::shared_ptr<rpc_client>> peers;
+  /// A call waiting for its peer's connection: made with the connection,
+  /// or (null) answered with why it could not be made.
+  using waiting_call = std::function<void(const std::shared_ptr<rpc_client>&, const std::string&)>;
+  struct peer_slot {
+    std::shared_ptr<rpc_client> c;
+    /// A connector thread is making the connection: calls queue in
+    /// `waiting`, in the order they were made, and go out in that order.
+    bool connecting = false;
+    std::vector<waiting_call> waiting;
+  };
+  std::map<std::string, peer_slot> peers;
   std::vector<std::shared_ptr<rpc_client>> retired;
+  /// Connector threads (one per connection being made, ≤ 2 s each) and
+  /// whether each has finished; joined by the reaper.
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> connectors;
   bool stopping = false;
   std::thread reaper;
 
@@ -136,6 +202,15 @@ struct cluster_member::impl {
     for (;;) {
       peers_cv.wait_for(lock, std::chrono::seconds(1));
       std::vector<std::shared_ptr<rpc_client>> done;
+      std::vector<std::thread> finished;
+      for (auto it = connectors.begin(); it != connectors.end();) {
+        if (*it->second || stopping) {
+          finished.push_back(std::move(it->first));
+          it = connectors.erase(it);
+        } else {
+          ++it;
+        }
+      }
       for (auto it = retired.begin(); it != retired.end();) {
         if (it->use_count() == 1 || stopping) {
           done.push_back(std::move(*it));
@@ -145,11 +220,14 @@ struct cluster_member::impl {
         }
       }
       if (stopping) {
-        for (auto& [addr, c] : peers)
-          done.push_back(std::move(c));
+        for (auto& [addr, slot] : peers)
+          if (slot.c)
+            done.push_back(std::move(slot.c));
         peers.clear();
       }
       lock.unlock();
+      for (auto& t : finished)
+        t.join(); // a connector ends within its connect timeout
       done.clear(); // destroyed here, on the reaper's thread
       lock.lock();
       if (stopping)
@@ -165,6 +243,68 @@ struct cluster_member::impl {
     }
     if (reaper.joinable())
       reaper.join();
+  }
+
+  /// Runs `call` with the connection to `peer`: at once when it is up,
+  /// else once a connector thread has made it (or, null, could not), after
+  /// the calls made before it. Never blocks on the network.
+  void with_peer(const std::string& peer, waiting_call call) {
+    std::shared_ptr<rpc_client> c;
+    {
+      std::lock_guard<std::mutex> lock(peers_mtx);
+      auto& slot = peers[peer];
+      if (!slot.connecting && slot.c && slot.c->connected()) {
+        c = slot.c;
+      } else {
+        slot.waiting.push_back(std::move(call));
+        if (slot.connecting)
+          return;
+        slot.connecting = true;
+        if (slot.c)
+          retired.push_back(std::move(slot.c));
+        auto finished = std::make_shared<std::atomic<bool>>(false);
+        connectors.emplace_back(std::thread([this, peer, finished] {
+                                  connect_peer(peer);
+                                  *finished = true;
+                                }),
+                                finished);
+        return;
+      }
+    }
+    call(c, std::string());
+  }
+
+  /// A connector thread's body: makes the connection to `peer`, then sends
+  /// the calls that waited for it, in order, until none is left.
+  void connect_peer(const std::string& peer) {
+    client_options o = peer_options;
+    o.address = peer;
+    o.connect_timeout = std::chrono::milliseconds(2000);
+    auto made = rpc_client::connect(o);
+    std::shared_ptr<rpc_client> c;
+    std::string failed;
+    if (made)
+      c = std::shared_ptr<rpc_client>(std::move(*made));
+    else
+      failed = made.err().message;
+    for (;;) {
+      std::vector<waiting_call> batch;
+      {
+        std::lock_guard<std::mutex> lock(peers_mtx);
+        auto& slot = peers[peer];
+        batch.swap(slot.waiting);
+        if (batch.empty()) {
+          slot.connecting = false;
+          if (c && !stopping)
+            slot.c = c;
+          else if (c)
+            retired.push_back(c);
+          return;
+        }
+      }
+      for (auto& call : batch)
+        call(c, failed);
+    }
   }
 
   /// route_refusal::span_watch_open: a watch at `peer` on a connection of
@@ -215,6 +355,31 @@ struct cluster_member::impl {
     return w;
   }
 
+  /// Sets `r`'s step that reads app `app`'s app: state at its home shard's
+  /// node for `method`'s answer: false (and `r` untouched) when the home
+  /// is this node; throws nothing. `refused` gets the home's refusal when
+  /// its owner is down or unknown.
+  bool app_state_step(const cluster::cluster_view& v, const std::string& method,
+                      const std::string& app, protocol::route_refusal& r,
+                      std::optional<protocol::route_refusal>& refused) const {
+    auto home = for_shard(v, model::home_shard(app, v.settings.shards));
+    if (!home)
+      return false;
+    if (home->kind != "moved") {
+      home->message = "'" + method + "' shows app '" + app
+        + "''s app: state, kept on its home shard: " + home->message;
+      refused = std::move(home);
+      return false;
+    }
+    r.then_peer = home->data["address"].get<std::string>();
+    r.then_method = "get_app_state";
+    r.then_params = json{{"app_name", app}};
+    r.then = [method, app](json result, protocol::span_answer step) {
+      return with_app_state(method, app, std::move(result), std::move(step));
+    };
+    return true;
+  }
+
   /// The refusal for shard `shard` of view `v`, or nullopt when it is ours.
   std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
                                                    std::uint32_t shard) const {
@@ -247,13 +412,16 @@ cluster_member::join(const cluster_flags& f, const std::string& address, server:
   p->id = f.node_id;
   p->forwarding = !f.no_forward;
   p->max_response_bytes = f.max_response_bytes;
-  if (p->forwarding && !f.node_token_file.empty()) {
+  // A peer's answer is as long as this node's own may be (the response
+  // limit), plus the envelope.
+  p->peer_options.max_line_bytes = f.max_response_bytes + (std::size_t{1} << 20);
+  if (!f.node_token_file.empty()) {
     auto token = read_token_file(f.node_token_file);
     if (!token)
       return std::move(token).err();
     p->peer_options.token = std::move(*token);
   }
-  if (p->forwarding && f.peers_use_tls) {
+  if (f.peers_use_tls) {
     p->peer_options.tls = true;
     p->peer_options.tls_ca = f.peer_tls_ca;
     p->peer_options.tls_cert = f.tls_cert;
@@ -305,8 +473,31 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     one_user = q.scope && (*q.scope == "session" || *q.scope == "user");
   else
     one_user = per_user(q.method) || (q.method == "list_sessions" && q.user_id);
-  if (one_user && q.app_name && q.user_id)
-    return p_->for_shard(*v, model::shard_of(*q.app_name, *q.user_id, shards));
+  if (one_user && q.app_name && q.user_id) {
+    if (auto r = p_->for_shard(*v, model::shard_of(*q.app_name, *q.user_id, shards)))
+      return r;
+    // The session is here; its answer shows the app: state kept at the
+    // app's home (docs/cluster.md).
+    protocol::route_refusal r;
+    std::optional<protocol::route_refusal> refused;
+    if (shows_app_state(q.method) && p_->app_state_step(*v, std::string(q.method), *q.app_name, r, refused))
+      return r;
+    if (q.method == "inject_state"
+        && p_->app_state_step(*v, std::string(q.method), *q.app_name, r, refused)) {
+      // The template renders the app: state read at the home first.
+      r.then = nullptr;
+      r.before = [app = *q.app_name](json params, protocol::span_answer step) {
+        if (!step.error.is_null())
+          return with_app_state("inject_state", app, nullptr, std::move(step));
+        if (!step.result.is_object())
+          throw std::runtime_error("the app's home answered get_app_state with no object");
+        params["home_app_state"] = std::move(step.result);
+        return protocol::span_answer{std::move(params), nullptr};
+      };
+      return r;
+    }
+    return refused; // the home is down: the answer cannot be whole
+  }
   if (one_user)
     return std::nullopt; // params the method itself refuses
   if ((q.method == "get_app_state" || q.method == "apply_app_write") && q.app_name)
@@ -402,50 +593,106 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
                                             std::vector<protocol::span_answer> parts) {
       return cluster::merge_pages(params, std::move(parts), max);
     };
+    // The sessions of nodes other than the app's home show its app: state
+    // as read there once the page is merged.
+    std::optional<protocol::route_refusal> refused;
+    if (!p_->app_state_step(*v, std::string(q.method), *q.app_name, r, refused)) {
+      if (refused)
+        return refused;
+      r.then_method = "get_app_state"; // the home is this node
+      r.then_params = json{{"app_name", *q.app_name}};
+      r.then = [method = std::string(q.method), app = *q.app_name](json result,
+                                                                   protocol::span_answer step) {
+        return with_app_state(method, app, std::move(result), std::move(step));
+      };
+    }
   }
   return r;
 }
 
 void cluster_member::forward(const std::string& peer, const std::string& method, json params,
                              protocol::forward_done done) const {
-  // One connection per peer; a lost one is replaced by the next request
-  // (connected under the lock: one connection per peer at a time). The call
-  // is made outside it (a refused call answers on this thread): a request
-  // started after another's call returned is behind it on the wire, which
-  // is the order the dispatcher starts a session's requests in.
-  std::shared_ptr<rpc_client> c;
-  std::string failed;
-  {
-    std::lock_guard<std::mutex> lock(p_->peers_mtx);
-    auto& slot = p_->peers[peer];
-    if (!slot || !slot->connected()) {
-      if (slot)
-        p_->retired.push_back(std::move(slot));
-      client_options o = p_->peer_options;
-      o.address = peer;
-      o.connect_timeout = std::chrono::milliseconds(2000);
-      auto made = rpc_client::connect(o);
-      if (made)
-        slot = std::shared_ptr<rpc_client>(std::move(*made));
-      else {
-        slot.reset();
-        failed = made.err().message;
-      }
+  // One connection per peer; a lost one is replaced by the next request.
+  // A request started after another's call returned is behind it on the
+  // wire (with_peer keeps the order of calls waiting for a connection),
+  // which is the order the dispatcher starts a session's requests in.
+  p_->with_peer(peer, [id = p_->id, peer, method, params = std::move(params),
+                       done = std::move(done)](const std::shared_ptr<rpc_client>& c,
+                                               const std::string& failed) mutable {
+    if (!c) {
+      done(error{errc::unavailable,
+                 "node '" + id + "' cannot reach the shard's owner at " + peer + ": " + failed},
+           nullptr);
+      return;
     }
-    c = slot;
-  }
-  if (!c) {
-    done(error{errc::unavailable,
-               "node '" + p_->id + "' cannot reach the shard's owner at " + peer + ": " + failed},
-         nullptr);
+    c->call_async(
+      method, std::move(params),
+      [done = std::move(done)](rpc_reply r) mutable {
+        done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
+      },
+      std::chrono::milliseconds(30000));
+  });
+}
+
+bool cluster_member::app_here(const std::string& app) const {
+  auto v = p_->node->view();
+  if (!v || v->shards.empty())
+    return false;
+  return v->shards[model::home_shard(app, v->settings.shards)].owner == p_->id;
+}
+
+void cluster_member::send_app_write(app_write_request req, callback<app_write_result> cb) const {
+  if (!p_->node->serving()) {
+    cb(error{errc::unavailable,
+             "node '" + p_->id + "' cannot reach the cluster's coordinator to find the home of app '"
+               + req.app_name + "'"});
     return;
   }
-  c->call_async(
-    method, std::move(params),
-    [done = std::move(done)](rpc_reply r) mutable {
-      done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
-    },
-    std::chrono::milliseconds(30000));
+  auto v = p_->node->view();
+  const auto shard = model::home_shard(req.app_name, v->settings.shards);
+  const auto& e = v->shards[shard];
+  const auto* n = e.owner.empty() ? nullptr : v->node(e.owner);
+  if (!n || !n->alive) {
+    cb(error{errc::unavailable, "app '" + req.app_name + "''s home shard " + std::to_string(shard)
+                                  + (e.owner.empty() ? " has no owner yet"
+                                                     : " is on node '" + e.owner + "', which is down")});
+    return;
+  }
+  json modify = json::array();
+  for (auto& m : req.modify)
+    modify.push_back(m.spec);
+  json params{{"app_name", req.app_name},     {"write_id", req.write_id},
+              {"state_delta", req.state_delta}, {"state_remove", req.state_remove},
+              {"modify", std::move(modify)},    {"forget", req.forget}};
+  forward(n->address, "apply_app_write", std::move(params),
+          [cb = std::move(cb)](result<json> value, json error_object) {
+            if (!value) {
+              auto e = std::move(value).err();
+              // The shard moved on: the write is sent again (to the new home).
+              if (error_object.is_object() && error_object.contains("data")
+                  && error_object["data"].value("kind", "") == "moved")
+                e.code = errc::unavailable;
+              cb(std::move(e));
+              return;
+            }
+            app_write_result out;
+            const json& r = *value;
+            try {
+              out.values = r.at("values");
+              out.removed = r.at("removed").get<std::vector<std::string>>();
+              out.duplicate = r.at("duplicate").get<bool>();
+            } catch (const std::exception& x) {
+              cb(error{errc::internal,
+                       std::string("the app's home answered an app write without its outcome: ")
+                         + x.what()});
+              return;
+            }
+            if (!out.values.is_object()) {
+              cb(error{errc::internal, "the app's home answered values that are not an object"});
+              return;
+            }
+            cb(std::move(out));
+          });
 }
 
 result<json> cluster_member::cluster_map(const json& params) const {

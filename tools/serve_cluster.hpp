@@ -71,6 +71,15 @@ public:
   /// app_name (and user_id), that app's home_shard (and the pair's shard).
   result<json> cluster_map(const json& params) const;
 
+  /// options::app_home::here: whether this node owns app `app`'s home
+  /// shard in its current view of the map (false before it has one).
+  bool app_here(const std::string& app) const;
+  /// options::app_home::send: the app: part of an append made here, to the
+  /// owner of the app's home shard as apply_app_write over the peer
+  /// connection. unavailable (sent again by the engine) when the home's
+  /// owner is down or unknown, cannot be reached, or is no longer the owner.
+  void send_app_write(app_write_request req, callback<app_write_result> cb) const;
+
   /// rpc_config::forward: one pipelined connection per peer (made on first
   /// use, again after it was lost), requests in the order given, each with
   /// a deadline of 30 s; a peer that cannot be reached answers unavailable.

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "store/outbox.hpp"
 #include "support/store_probe.hpp"
 #include "support/test_support.hpp"
 
@@ -214,5 +215,92 @@ TEST_CASE("app outbox: an append cut off by a close is finished at the next open
   auto again = MUST(origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1)));
   CHECK(again.version == 1);
   CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 1);
+  test::check_verify(*origin);
+}
+
+TEST_CASE_TEMPLATE("app outbox: a create with app: state has it applied at the home, and the "
+                   "session created with its own keys",
+                   S, test::memory_store, test::lmdb_store) {
+  two_nodes t(S::kind);
+  auto& [home, l, origin, ref] = t;
+  l.refuse = 2; // the home cannot be reached at first: the create waits and is sent again
+  auto made = MUST(origin->create_session(
+    test::create_req(test::sref("chat", "u", "c1"), {{"app:mode", "on"}, {"own", 1}})));
+  CHECK(made.state == json{{"app:mode", "on"}, {"own", 1}});
+  CHECK(l.sent == 3);
+  CHECK(MUST(home->get_app_state("chat")) == json{{"mode", "on"}});
+  CHECK(MUST(origin->get_app_state("chat")).empty()); // kept at the home only
+  auto s = test::get_existing(*origin, test::sref("chat", "u", "c1"));
+  CHECK(s.state == json{{"own", 1}});
+  CHECK(s.version == 0);
+  // A second create of the id is refused before anything is sent.
+  auto again = origin->create_session(
+    test::create_req(test::sref("chat", "u", "c1"), {{"app:mode", "off"}}));
+  CHECK(again.code() == errc::already_exists);
+  CHECK(l.sent == 3);
+  CHECK(MUST(home->get_app_state("chat")) == json{{"mode", "on"}});
+  // A create without app: keys stays local.
+  MUST(origin->create_session(test::create_req(test::sref("chat", "u", "c2"), {{"own", 2}})));
+  CHECK(l.sent == 3);
+  test::check_verify(*origin);
+}
+
+TEST_CASE("app outbox: a create cut off by a close is finished at the next open, once") {
+  test::temp_dir hdir, odir;
+  auto home = test::open_store_dir(hdir.str());
+  home_link l;
+  l.home = home.get();
+  auto ref = test::sref("chat", "u", "c");
+  auto open_origin = [&] {
+    options o;
+    o.dir = odir.str();
+    o.mode = durability::nosync;
+    o.app_home = hooks(l);
+    return MUST(engine::open(o));
+  };
+  {
+    auto origin = open_origin();
+    l.mute = true; // applied at the home; the answer is lost
+    std::promise<result<session>> cut;
+    origin->create_session(test::create_req(ref, {{"app:n", 1}, {"own", "x"}}),
+                           [&](result<session> r) { cut.set_value(std::move(r)); });
+    REQUIRE(test::eventually([&] { return l.sent == 1; }));
+    // An append to the session waits behind the create; the close refuses
+    // it unread (run, it would find no session yet).
+    std::promise<result<append_result>> later;
+    origin->append_event(with_app(ref, "e1", {{"k", 1}}),
+                         [&](result<append_result> r) { later.set_value(std::move(r)); });
+    origin.reset();
+    CHECK(cut.get_future().get().code() == errc::unavailable);
+    CHECK(later.get_future().get().code() == errc::unavailable);
+  }
+  {
+    // The create's outbox row waits, before its session exists: verify
+    // takes it.
+    auto kv = store::open_lmdb_kv_readonly(odir.str());
+    auto txn = kv->begin_read();
+    auto report = store::verify_store(*txn);
+    INFO((report.messages.empty() ? std::string() : report.messages.front()));
+    CHECK(report.ok());
+    auto row = store::read_outbox(*txn, store::session_key("chat", "u", "c"));
+    REQUIRE(row.ok());
+    REQUIRE(row->has_value());
+    CHECK((*row)->version == 0);
+  }
+  CHECK(MUST(home->get_app_state("chat")) == json{{"n", 1}});
+  l.mute = false;
+  auto origin = open_origin();
+  REQUIRE(test::eventually([&] {
+    auto got = origin->get_session([&] {
+      get_request g;
+      g.ref = ref;
+      return g;
+    }());
+    return got.ok() && got->has_value();
+  }, 10s));
+  CHECK(test::get_existing(*origin, ref).state == json{{"own", "x"}});
+  CHECK(l.sent == 2);
+  CHECK(MUST(home->get_app_state("chat")) == json{{"n", 1}}); // applied once
+  CHECK(origin->create_session(test::create_req(ref)).code() == errc::already_exists);
   test::check_verify(*origin);
 }

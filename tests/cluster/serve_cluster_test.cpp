@@ -3,7 +3,8 @@
 // share the shards, `cluster_map` answers the map and a pair's shard, a node
 // serves its own shards and answers `moved` (with the owner's address) for
 // the others, a client that follows `moved` reaches every session, requests
-// across shards and app: writes are refused, and a node killed with kill -9
+// across shards are refused, app: writes reach the app's home, and a node
+// killed with kill -9
 // turns its shards `unavailable` on the others while theirs keep serving.
 // Forwarding nodes: requests forwarded in order, listings, feeds and watches
 // of an app or of everything across the nodes (merged cursors), with tokens
@@ -280,15 +281,19 @@ TEST_CASE("serve --cluster: moved names the owner; following it reaches every se
   CHECK(kind_of(ca.call("read_changes", {{"scope", "all"}})) == "invalid_argument");
   CHECK(kind_of(ca.call("watch", {{"scope", "all"}})) == "invalid_argument");
   CHECK(kind_of(ca.call("delete_app", {{"app_name", "app"}})) == "invalid_argument");
-  // app: writes are refused until the cluster keeps app: state across shards.
+  // app: writes reach the app's home from the session's node (--no-forward
+  // or not), and its reads show the home's app: state.
   const auto s0 = model::shard_of("app", "u0", shard_count);
   client owner0(port_of[m["shards"][s0]["owner"].get<std::string>()]);
   auto appw = json{{"author", "t"}, {"id", "e2"}, {"actions", {{"state_delta", {{"app:x", 1}}}}}};
-  auto refused = owner0.call("append_event", with(create_params("u0", "s"), "event", appw));
-  CHECK(kind_of(refused) == "invalid_argument");
+  REQUIRE(ok(owner0.call("append_event", with(create_params("u0", "s"), "event", appw))));
   auto after = owner0.call("get_session", create_params("u0", "s"));
   REQUIRE(ok(after));
-  CHECK((*after)["result"]["version"] == 1);
+  CHECK((*after)["result"]["version"] == 2);
+  CHECK((*after)["result"]["state"]["app:x"] == 1);
+  auto at_home = client(port_of[home]).call("get_app_state", {{"app_name", "app"}});
+  REQUIRE(ok(at_home));
+  CHECK((*at_home)["result"] == json{{"x", 1}});
   // ping and stats are the node's own.
   CHECK(ok(ca.call("ping")));
 }

@@ -128,6 +128,15 @@ function shardOf(app, user, shards) {
   return Number(h % BigInt(shards));
 }
 
+/** home_shard(app) as docs/cluster.md defines it: FNV-1a 64 of app, mod S. */
+function homeShardOf(app, shards) {
+  let h = 14695981039346656037n;
+  for (const b of Buffer.from(app)) {
+    h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffffffffffffffffn;
+  }
+  return Number(h % BigInt(shards));
+}
+
 /** Each user's owning node id. */
 function ownerOfUsers(etcdUrl, name) {
   const owner = owners(etcdUrl, name);
@@ -281,7 +290,7 @@ describe('a cluster through the addresses option', () => {
           });
         }
         // An app's listing runs on every node when n0 forwards; a --no-forward node refuses
-        // it, and refusals are passed on, not retried (so are an app: write and a taken id).
+        // it, and refusals are passed on, not retried (so is a taken id).
         if (forward) {
           const listed = await s.listSessions({ appName: 'app' });
           assert.equal(listed.totalItems, USERS.length);
@@ -290,8 +299,11 @@ describe('a cluster through the addresses option', () => {
           await assert.rejects(s.listSessions({ appName: 'app' }), isKind('invalid_argument'));
         }
         await assert.rejects(s.createSession({ appName: 'app', userId: 'u0', sessionId: 's' }), isKind('already_exists'));
-        await assert.rejects(s.createSession({ appName: 'app', userId: other, state: { 'app:x': 1 } }),
-          isKind('invalid_argument'));
+        // app: state is kept at the app's home shard, from any node.
+        const made = await s.createSession({ appName: 'app', userId: other, state: { 'app:x': 1 } });
+        assert.equal(made.state['app:x'], 1);
+        const read = await s.getSession({ appName: 'app', userId: 'u0', sessionId: 's' });
+        assert.equal(read.state['app:x'], 1);
       } finally {
         await cleanup(services, nodes);
       }
@@ -336,6 +348,7 @@ describe('a cluster through the addresses option', () => {
         try {
           await startCluster(etcd.url, name, nodes, forward ? [] : ['--no-forward']);
           const owner = ownerOfUsers(etcd.url, name);
+          const home = owners(etcd.url, name).get(homeShardOf('app', SHARDS));
           const retryForMs = 2500;
           const s = new AgentStateSessionService({ addresses: nodes.map((n) => n.address), retryForMs });
           services.push(s);
@@ -349,6 +362,13 @@ describe('a cluster through the addresses option', () => {
           for (const userId of live) {
             const event = createEvent({ invocationId: 'inv', author: 'agent', actions: { stateDelta: { after: 1 } } });
             await s.appendEvent({ session: sessions.get(userId), event });
+            // A session's read shows the app: state, kept at the app's home shard: with the
+            // home on the dead node it cannot be whole, and is refused.
+            if (home === 'n0') {
+              await assert.rejects(s.getSession({ appName: 'app', userId, sessionId: 's' }),
+                isKind('unavailable'));
+              continue;
+            }
             const read = await s.getSession({ appName: 'app', userId, sessionId: 's' });
             assert.deepEqual(read.events.map((e) => e.id), [event.id]);
           }
@@ -362,8 +382,13 @@ describe('a cluster through the addresses option', () => {
           await assert.rejects(s.getSession({ appName: 'app', userId: dead[1] ?? dead[0], sessionId: 's' }),
             isKind('unavailable'));
           // The live node's sessions still work after those failures.
-          const read = await s.getSession({ appName: 'app', userId: live[0], sessionId: 's' });
-          assert.equal(read.events.length, 1);
+          const after = createEvent({ invocationId: 'inv', author: 'agent' });
+          const stored = await s.appendEvent({ session: sessions.get(live[0]), event: after });
+          assert.equal(stored.id, after.id);
+          if (home !== 'n0') {
+            const read = await s.getSession({ appName: 'app', userId: live[0], sessionId: 's' });
+            assert.equal(read.events.length, 2);
+          }
         } finally {
           await cleanup(services, nodes);
         }

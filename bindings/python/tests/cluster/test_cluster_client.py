@@ -89,8 +89,11 @@ def test_every_session_through_either_node(agentstate_bin, etcd, tmp_path, forwa
                     assert s is not None and s["state"]["n"] == u
                 if not forward:
                     assert len(c.addresses) == 2  # it followed moved to the other node
-                with pytest.raises(ac.InvalidArgumentError):
-                    await c.create_session("app", "u0", "s2", {"app:x": 1})
+                # app: state is kept at the app's home shard, from any node.
+                made = await c.create_session("app", "u0", "s2", {"app:x": 1})
+                assert made["state"]["app:x"] == 1
+                s = await c.get_session("app", "u1", "s")
+                assert s is not None and s["state"]["app:x"] == 1
         run(body())
     finally:
         for n in nodes:
