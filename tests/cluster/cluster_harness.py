@@ -17,7 +17,8 @@ owns nothing, "etcd": URL, "cluster": NAME, "shards": S, "etcd_pid": PID, "nodes
 gets SIGTERM, SIGINT or SIGHUP.
 
 With ``-- COMMAND ARGS...``: runs COMMAND with AGENTSTATE_TEST_ADDRESS set to that
-address (and AGENTSTATE_TEST_CLUSTER to the JSON line), and exits with its exit status;
+address (AGENTSTATE_TEST_CLUSTER to the JSON line, AGENTSTATE_BIN to the binary the nodes
+run), and exits with its exit status;
 when it fails, the tail of every node's log goes to stderr.
 
 Either way it then stops every process it started by its PID (SIGTERM, then SIGKILL after
@@ -331,7 +332,7 @@ def main(argv: list[str]) -> int:
                 pass
             return 0
         env = dict(os.environ, AGENTSTATE_TEST_ADDRESS=info["address"],
-                   AGENTSTATE_TEST_CLUSTER=line)
+                   AGENTSTATE_TEST_CLUSTER=line, AGENTSTATE_BIN=cluster.binary)
         print(f"cluster_harness: {line}", file=sys.stderr, flush=True)
         child = subprocess.Popen(command, env=env)
         code = child.wait()
