@@ -13,12 +13,18 @@ to the shard's owner: it is the address tests connect to.
 
 Without COMMAND: prints one JSON line on stdout, ``{"address": HOST:PORT of the node that
 owns nothing, "etcd": URL, "cluster": NAME, "shards": S, "etcd_pid": PID, "nodes": [{"id",
-"address", "pid", "shards", "log"}, ...]}``, then runs until its standard input ends or it
-gets SIGTERM, SIGINT or SIGHUP.
+"address", "pid", "alive", "shards", "log"}, ...]}``, then reads commands, one a line, and
+answers each with one such JSON line (with ``"ok": true``, or ``{"ok": false, "error"}``):
+``kill ID`` (SIGKILL), ``stop ID`` (SIGTERM and the exit), ``start ID`` (a node stopped
+or killed, again on its own store, once it serves and its view names every shard's owner)
+for a node ID (n0, n1, ..., spare) or
+``etcd`` (kill and stop), and ``status``; until its standard input ends or it gets
+SIGTERM, SIGINT or SIGHUP (exit 0; 1 when the cluster could not be started).
 
 With ``-- COMMAND ARGS...``: runs COMMAND with AGENTSTATE_TEST_ADDRESS set to that
 address (AGENTSTATE_TEST_CLUSTER to the JSON line, AGENTSTATE_BIN to the binary the nodes
-run), and exits with its exit status;
+run), and exits with its exit status (1 if it succeeded but the last node came to own a
+shard meanwhile);
 when it fails, the tail of every node's log goes to stderr.
 
 Either way it then stops every process it started by its PID (SIGTERM, then SIGKILL after
@@ -156,6 +162,7 @@ class Cluster:
         self.etcd_url = ""
         self.nodes: list[Child] = []
         self.addresses: dict[str, str] = {}
+        self.runs: dict[str, int] = {}  # processes started per node id
 
     # -- start ---------------------------------------------------------------------
 
@@ -206,12 +213,21 @@ class Cluster:
         raise HarnessError(f"etcd did not start in 3 attempts\n{self.etcd.tail() if self.etcd else ''}")
 
     def _start_node(self, node_id: str) -> Child:
+        """Starts node ``node_id`` (again, if it ran before: its store and id, a log of
+        its own) and waits until it serves. A node started again within its old lease's
+        TTL waits for that lease to expire (at most TTL + 1 s: docs/cluster.md)."""
         store = self.dir / f"{node_id}-store"
+        runs = self.runs.get(node_id, 0)
+        self.runs[node_id] = runs + 1
         node = Child(node_id, [self.binary, "serve", "--store", str(store),
                                "--listen", "127.0.0.1:0", "--cluster", self.name,
                                "--etcd", self.etcd_url, "--node-id", node_id],
-                     self.dir / f"{node_id}.log")
-        self.nodes.append(node)
+                     self.dir / (f"{node_id}.log" if runs == 0 else f"{node_id}.{runs}.log"))
+        old = [i for i, n in enumerate(self.nodes) if n.name == node_id]
+        if old:
+            self.nodes[old[0]] = node
+        else:
+            self.nodes.append(node)
 
         def serving() -> str | None:
             if not node.alive():
@@ -253,14 +269,59 @@ class Cluster:
         shards = r["result"]["shards"]
         return True if len(shards) == self.shards and all(s["owner"] for s in shards) else None
 
+    def spare_owns_nothing(self) -> None:
+        """Raises HarnessError unless the last node started still owns no shard."""
+        status = self._status()
+        owned = {n["id"]: n["shards"] for n in status["nodes"]}
+        spare = self.nodes[-1].name
+        if owned.get(spare) != 0:
+            raise HarnessError(f"node {spare} owns {owned.get(spare)} shards: {status}")
+
+    def control(self, line: str) -> dict:
+        """One command of standard input: ``kill ID`` (SIGKILL), ``stop ID`` (SIGTERM,
+        then the exit) or ``start ID`` (a stopped node again, on its store), for a node
+        ID or ``etcd`` (kill and stop only); ``status``. The answer: ``{"ok": true,
+        ...describe()}`` or ``{"ok": false, "error": TEXT}``."""
+        words = line.split()
+        try:
+            if words == ["status"]:
+                return {"ok": True, **self.describe()}
+            if len(words) != 2 or words[0] not in ("kill", "stop", "start"):
+                raise HarnessError(f"unknown command {line.strip()!r}: kill ID, stop ID, "
+                                   "start ID, status")
+            action, name = words
+            if name == "etcd" and action != "start" and self.etcd is not None:
+                self.etcd.stop(signal.SIGKILL if action == "kill" else signal.SIGTERM)
+                return {"ok": True, **self.describe(status=False)}
+            node = next((n for n in self.nodes if n.name == name), None)
+            if node is None:
+                raise HarnessError(f"no node {name!r}")
+            if action == "start":
+                if node.alive():
+                    raise HarnessError(f"node {name} is running (pid {node.pid})")
+                node = self._start_node(name)
+                # Its own view of the map first (the others learn of its return
+                # through etcd on their own: until then they answer `unavailable`).
+                wait_until(f"{name}'s view of the map naming every owner", SETTLE_S,
+                           lambda: self._view_settled(node), node.tail)
+            else:
+                node.stop(signal.SIGKILL if action == "kill" else signal.SIGTERM)
+            return {"ok": True, **self.describe(status=False)}
+        except (HarnessError, OSError) as e:
+            return {"ok": False, "error": str(e)}
+
     def _tails(self) -> str:
         return "\n".join(c.tail() for c in [*self.nodes, *([self.etcd] if self.etcd else [])])
 
     # -- what tests read -----------------------------------------------------------
 
-    def describe(self) -> dict:
-        status = self._status()
-        owned = {n["id"]: n["shards"] for n in status["nodes"]}
+    def describe(self, status: bool = True) -> dict:
+        """The cluster as tests read it; each node's shard count from ``cluster status``
+        (None with status=False, or while etcd is down), ``alive`` whether its process
+        runs."""
+        owned: dict[str, int] = {}
+        if status and self.etcd is not None and self.etcd.alive():
+            owned = {n["id"]: n["shards"] for n in self._status()["nodes"]}
         return {
             "address": self.addresses[self.nodes[-1].name],
             "etcd": self.etcd_url,
@@ -268,7 +329,8 @@ class Cluster:
             "shards": self.shards,
             "etcd_pid": self.etcd.pid if self.etcd else None,
             "nodes": [{"id": n.name, "address": self.addresses[n.name], "pid": n.pid,
-                       "shards": owned.get(n.name, 0), "log": str(n.log)} for n in self.nodes],
+                       "alive": n.alive(), "shards": owned.get(n.name), "log": str(n.log)}
+                      for n in self.nodes],
         }
 
     # -- stop ----------------------------------------------------------------------
@@ -293,11 +355,13 @@ def _range_request() -> bytes:
 
 
 class _Stop(Exception):
-    pass
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _on_signal(signum, frame):  # noqa: ARG001
-    raise _Stop(signal.Signals(signum).name)
+    raise _Stop(signum)
 
 
 def main(argv: list[str]) -> int:
@@ -328,8 +392,9 @@ def main(argv: list[str]) -> int:
         line = json.dumps(info)
         if not command:
             print(line, flush=True)
-            while sys.stdin.buffer.read(65536):
-                pass
+            for command_line in sys.stdin:
+                if command_line.strip():
+                    print(json.dumps(cluster.control(command_line)), flush=True)
             return 0
         env = dict(os.environ, AGENTSTATE_TEST_ADDRESS=info["address"],
                    AGENTSTATE_TEST_CLUSTER=line, AGENTSTATE_BIN=cluster.binary)
@@ -339,13 +404,18 @@ def main(argv: list[str]) -> int:
         child = None
         if code != 0:
             print(cluster._tails(), file=sys.stderr)
-        return code
+            return code
+        # Everything the command did went through a node that owns nothing: still so.
+        cluster.spare_owns_nothing()
+        return 0
     except HarnessError as e:
         print(f"cluster_harness: {e}", file=sys.stderr)
         return 1
     except _Stop as e:
+        # Without a command a signal is how it is asked to stop; with one, the command
+        # was cut short.
         print(f"cluster_harness: {e}: stopping", file=sys.stderr)
-        return 1
+        return 128 + e.signum if command else 0
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
