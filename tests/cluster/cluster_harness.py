@@ -263,7 +263,10 @@ class Cluster:
         """True once the node's cluster_map names an owner for every shard."""
         if not node.alive():
             raise HarnessError(f"node {node.name} exited\n{node.tail()}")
-        r = rpc(self.addresses[node.name], "cluster_map")
+        try:
+            r = rpc(self.addresses[node.name], "cluster_map")
+        except (OSError, HarnessError, ValueError):
+            return None  # not answering yet: polled again until the deadline
         if "result" not in r:
             return None
         shards = r["result"]["shards"]
