@@ -56,10 +56,17 @@ CLUSTER_SKIPS = {
 def pytest_collection_modifyitems(config, items):
     if CLUSTER_ADDRESS is None:
         return
+    modules = {}
     for item in items:
+        modules[item.path.name] = item.module
         reason = CLUSTER_SKIPS.get(f"{item.path.name}::{item.originalname}")
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"cluster mode: {reason}"))
+    stale = [k for k in CLUSTER_SKIPS
+             if k.split("::")[0] in modules and not hasattr(modules[k.split("::")[0]],
+                                                              k.split("::")[1])]
+    if stale:  # a renamed test would otherwise run unskipped and fail for no clear reason
+        raise pytest.UsageError(f"CLUSTER_SKIPS names tests that do not exist: {stale}")
 
 
 def _prefixing_client(prefix: str) -> type[AsyncClient]:
