@@ -8,7 +8,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createEvent, InMemorySessionService } from '@google/adk';
 import { AgentStateError, AgentStateSessionService, ERROR_KINDS } from '../src/index.js';
-import { agentstateBin, asJson, scratchDir } from './support/env.mjs';
+import { agentstateBin, asJson, ownProcess, scratchDir } from './support/env.mjs';
 
 const BIN = agentstateBin();
 let service;
@@ -40,7 +40,7 @@ describe('options', () => {
     assert.deepEqual(ERROR_KINDS.slice(0, 3), ['already_exists', 'not_found', 'invalid_argument']);
   });
 
-  test('a binary that cannot be started fails every call and close() with unavailable', async () => {
+  test('a binary that cannot be started fails every call and close() with unavailable', { skip: ownProcess('starts a server from a missing binary') }, async () => {
     const s = new AgentStateSessionService({ memory: true, binary: '/nonexistent/agentstate' });
     await assert.rejects(s.createSession({ appName: 'a', userId: 'u' }), (err) => {
       isKind('unavailable')(err);
@@ -50,7 +50,7 @@ describe('options', () => {
     await assert.rejects(s.close(), isKind('unavailable'));
   });
 
-  test('durability is passed to the spawned server', async () => {
+  test('durability is passed to the spawned server', { skip: ownProcess('reads the spawned server\'s command line') }, async () => {
     const dir = scratchDir('durability');
     const s = new AgentStateSessionService({ store: dir, durability: 'nosync', binary: BIN });
     await s.createSession({ appName: 'a', userId: 'u', sessionId: 's' });
@@ -59,7 +59,7 @@ describe('options', () => {
     await s.close();
   });
 
-  test('AGENTSTATE_BIN names the binary when the binary option is absent', async () => {
+  test('AGENTSTATE_BIN names the binary when the binary option is absent', { skip: ownProcess('checks which binary is spawned') }, async () => {
     const saved = process.env.AGENTSTATE_BIN;
     process.env.AGENTSTATE_BIN = BIN;
     try {
@@ -349,7 +349,7 @@ describe('getOrCreateSession', () => {
 });
 
 describe('lifecycle', () => {
-  test('close() waits for every call in flight; the store keeps them; the child exits 0', async () => {
+  test('close() waits for every call in flight; the store keeps them; the child exits 0', { skip: ownProcess('checks the spawned server\'s exit') }, async () => {
     const dir = scratchDir('close');
     const s = new AgentStateSessionService({ store: dir, binary: BIN });
     const session = await s.createSession({ appName: 'l', userId: 'u', sessionId: 's', state: { 'app:a': 1 } });
@@ -368,7 +368,7 @@ describe('lifecycle', () => {
     await again.close();
   });
 
-  test('a second server on an open store fails with the server\'s reason', async () => {
+  test('a second server on an open store fails with the server\'s reason', { skip: ownProcess('starts two servers on one store') }, async () => {
     const dir = scratchDir('owner');
     const first = new AgentStateSessionService({ store: dir, binary: BIN });
     await first.createSession({ appName: 'l', userId: 'u' });
@@ -413,7 +413,7 @@ describe('lifecycle', () => {
     }
   });
 
-  test('an unclosed service does not keep node running; its server still flushes', async () => {
+  test('an unclosed service does not keep node running; its server still flushes', { skip: ownProcess('a child node process spawns a server and reads its store') }, async () => {
     const dir = scratchDir('unref');
     const script = `
       import { AgentStateSessionService } from ${JSON.stringify(path.resolve('src/index.js'))};

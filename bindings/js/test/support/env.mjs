@@ -22,6 +22,21 @@ export function agentstateBin() {
   throw new Error(`no agentstate binary: set AGENTSTATE_BIN or build it (tried ${candidates.join(', ')})`);
 }
 
+/**
+ * Cluster mode (test/support/cluster_suite.mjs): the address of the cluster node the
+ * services connect to; undefined otherwise.
+ */
+export const CLUSTER_ADDRESS = process.env.AGENTSTATE_TEST_ADDRESS || undefined;
+
+/**
+ * A test's `skip` option for a test that needs a server process of its own (it checks
+ * the process: its spawn, its exit, its command line, its store's owner): the reason in
+ * cluster mode, false otherwise.
+ */
+export function ownProcess(reason) {
+  return CLUSTER_ADDRESS ? `cluster mode: ${reason}` : false;
+}
+
 /** A new empty directory, removed when the process exits. */
 export function scratchDir(tag) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `agentstate-js-${tag}-`));
