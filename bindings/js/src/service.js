@@ -192,16 +192,32 @@ export class AgentStateSessionService extends BaseSessionService {
   }
 
   // Up to `count` sessions from position `skip` on, and the number of all matching ones.
+  // A cluster node does not serve `offset` on a listing of a whole app across its nodes
+  // (invalid_argument naming 'offset'): then the first `skip` sessions are read and dropped.
   async #collect(base, skip, count) {
+    try {
+      return await this.#collectFrom(base, skip, count, true);
+    } catch (e) {
+      if (skip > 0 && e instanceof AgentStateError && e.kind === 'invalid_argument'
+          && e.message.includes("'offset'")) {
+        return this.#collectFrom(base, skip, count, false);
+      }
+      throw e;
+    }
+  }
+
+  async #collectFrom(base, skip, count, serverSkips) {
     const sessions = [];
     let total;
     let token = null;
     let first = true;
+    let toDrop = serverSkips ? 0 : skip;
     do {
-      const params = { ...base, page_size: Math.max(1, Math.min(PAGE_MAX, count - sessions.length)) };
+      const want = toDrop > 0 ? PAGE_MAX : count - sessions.length;
+      const params = { ...base, page_size: Math.max(1, Math.min(PAGE_MAX, want)) };
       if (first) {
         params.include_total = true;
-        if (skip > 0) params.offset = skip;
+        if (skip > 0 && serverSkips) params.offset = skip;
       } else {
         params.page_token = token;
       }
@@ -214,7 +230,8 @@ export class AgentStateSessionService extends BaseSessionService {
         first = false;
       }
       for (const s of r.sessions) {
-        if (sessions.length < count) sessions.push(sessionFromWire(s));
+        if (toDrop > 0) toDrop -= 1;
+        else if (sessions.length < count) sessions.push(sessionFromWire(s));
       }
       token = r.next_page_token;
     } while (token !== null && token !== undefined && sessions.length < count);
