@@ -150,6 +150,7 @@ struct span_parts {
   peer_watch_open open;
   std::function<std::string(const std::string&, std::size_t, const std::string&)> cursor;
   std::vector<std::function<void()>> close; ///< the parts open at peers
+  bool relay = false; ///< route_refusal::span_relay: no part 0
 
   void close_peers() {
     auto all = std::move(close);
@@ -438,27 +439,30 @@ std::optional<error> rpc_session::watches::start_span_parts(engine& eng,
     return e;
   };
   // This node's part.
-  auto req = w->req;
-  req.from.reset();
-  json local = sp.part_params(params, 0);
-  if (auto f = local.find("from"); f != local.end() && f->is_string())
-    req.from = f->get<std::string>();
-  auto h = eng.watch(std::move(req), span_changes_of(weak_from_this(), w, gen),
-                     span_end_of(weak_from_this(), w, gen));
-  if (!h)
-    return fail(0, std::move(h).err());
-  merged = sp.cursor(merged, 0, (*h)->cursor());
-  w->handle = std::move(*h);
+  if (!sp.relay) {
+    auto req = w->req;
+    req.from.reset();
+    json local = sp.part_params(params, 0);
+    if (auto f = local.find("from"); f != local.end() && f->is_string())
+      req.from = f->get<std::string>();
+    auto h = eng.watch(std::move(req), span_changes_of(weak_from_this(), w, gen),
+                       span_end_of(weak_from_this(), w, gen));
+    if (!h)
+      return fail(0, std::move(h).err());
+    merged = sp.cursor(merged, 0, (*h)->cursor());
+    w->handle = std::move(*h);
+  }
   // The peers' parts, each opened once the one before has answered.
   for (std::size_t i = 1; i <= sp.peers.size(); ++i) {
     auto opened = sp.open(sp.peers[i - 1], sp.part_params(params, i),
                           span_peer_events(weak_from_this(), w, gen, i));
     if (!opened) {
-      handle_reaper::release([&] {
-        std::vector<std::unique_ptr<watch_handle>> hs;
-        hs.push_back(std::move(w->handle));
-        return hs;
-      }());
+      if (w->handle)
+        handle_reaper::release([&] {
+          std::vector<std::unique_ptr<watch_handle>> hs;
+          hs.push_back(std::move(w->handle));
+          return hs;
+        }());
       return fail(i, std::move(opened).err());
     }
     merged = sp.cursor(merged, i, opened->cursor);
@@ -690,6 +694,7 @@ void rpc_session::start_span_watch(detail::decoded_request& d, json params, rout
     r.span_params ? std::move(r.span_params) : [](const json& p, std::size_t) { return p; };
   sp->open = std::move(r.span_watch_open);
   sp->cursor = std::move(r.span_cursor);
+  sp->relay = r.span_relay;
   w->span = std::move(sp);
   begin_watch(d, w, [this](const std::shared_ptr<client_watch>& x) {
     return watches_->start_span_parts(eng_, x, true);

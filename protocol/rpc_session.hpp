@@ -123,6 +123,10 @@ struct route_refusal {
   peer_watch_open span_watch_open;
   std::function<std::string(const std::string& merged, std::size_t part, const std::string& cursor)>
     span_cursor;
+  /// With span_watch_open: the watch has no part here, only the one at
+  /// span_peers[0] (another node's shard, relayed); part 0's params and
+  /// cursor are unused.
+  bool span_relay = false;
   /// A step after the request, for an answer that needs another node's
   /// part (the app: state of an app whose home shard is elsewhere): with
   /// `then` set, `forward_to` empty and rpc_config::forward given, the

@@ -474,8 +474,23 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
   else
     one_user = per_user(q.method) || (q.method == "list_sessions" && q.user_id);
   if (one_user && q.app_name && q.user_id) {
-    if (auto r = p_->for_shard(*v, model::shard_of(*q.app_name, *q.user_id, shards)))
+    if (auto r = p_->for_shard(*v, model::shard_of(*q.app_name, *q.user_id, shards))) {
+      if (q.method == "watch" && !r->forward_to.empty()) {
+        // Relayed from the owner, under its own cursors.
+        protocol::route_refusal w;
+        w.kind = "invalid_argument";
+        w.message = "'watch' here is of another node's shard, and this stream does not forward";
+        w.span_relay = true;
+        w.span_peers.push_back(std::move(r->forward_to));
+        w.span_cursor = [](const std::string&, std::size_t, const std::string& at) { return at; };
+        w.span_watch_open = [m = p_.get()](const std::string& peer, json params,
+                                           std::function<void(protocol::peer_watch_event)> on) {
+          return m->open_watch(peer, std::move(params), std::move(on));
+        };
+        return w;
+      }
       return r;
+    }
     // The session is here; its answer shows the app: state kept at the
     // app's home (docs/cluster.md).
     protocol::route_refusal r;
