@@ -21,28 +21,36 @@ bool busy(const session_state& st) {
     || st.remote;
 }
 
-// A command answered unread (session_state::closed_on_remote).
-error closed_on_remote() {
+// A command answered unread (session_state::closed_on_remote,
+// remote_overdue).
+error refused_unread(const session_state& st) {
+  if (st.closed_on_remote)
+    return error{errc::unavailable,
+                 "the engine is closing while an append of this session waits "
+                 "for its app: part; retry once the store is open again"};
   return error{errc::unavailable,
-               "the engine is closing while an append of this session waits "
-               "for its app: part; retry once the store is open again"};
+               "an earlier write of this session waits for its app: part at the app's home, "
+               "which cannot be reached; retry later (appends with their event ids)"};
 }
-void refuse(get_cmd& c) {
+bool refusing(const session_state& st) {
+  return st.closed_on_remote || st.remote_overdue;
+}
+void refuse(const session_state& st, get_cmd& c) {
   if (c.text_cb)
-    c.text_cb(closed_on_remote());
+    c.text_cb(refused_unread(st));
   else if (c.cb)
-    c.cb(closed_on_remote());
+    c.cb(refused_unread(st));
 }
-void refuse(rewind_cmd& c) {
+void refuse(const session_state& st, rewind_cmd& c) {
   if (c.dry_run)
-    c.plan_cb(closed_on_remote());
+    c.plan_cb(refused_unread(st));
   else
-    c.cb(closed_on_remote());
+    c.cb(refused_unread(st));
 }
 template <class Cmd>
-void refuse(Cmd& c) {
+void refuse(const session_state& st, Cmd& c) {
   if (c.cb)
-    c.cb(closed_on_remote());
+    c.cb(refused_unread(st));
 }
 
 // The handler of command `Cmd`: counts it as handled, then runs on(self, cmd)
@@ -52,12 +60,12 @@ template <class Cmd>
 auto command(session_actor_t self, void (*on)(session_actor_t, Cmd&)) {
   return [self, on](Cmd& c) {
     ++self->state.handled;
-    if (self->state.closed_on_remote)
-      refuse(c);
+    if (refusing(self->state))
+      refuse(self->state, c);
     else if (entry_waits(self->state))
       enter(self, [self, on, c = std::move(c)]() mutable {
-        if (self->state.closed_on_remote)
-          refuse(c);
+        if (refusing(self->state))
+          refuse(self->state, c);
         else
           on(self, c);
       });

@@ -7,6 +7,7 @@
 // here runs on the actor's own thread. Internal to actors/.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <list>
 #include <memory>
@@ -72,6 +73,9 @@ struct remote_append {
   callback<append_result> cb; ///< empty for one finished after a restart
   append_outcome outcome; ///< A6: callers waiting on its event id
   std::vector<std::string> forget; ///< ids this send asks the home to forget
+  /// When it was started (or resumed after a restart): its caller is
+  /// answered once the home has been unreachable for answer_after from here.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   /// A create: the request as given (app: keys included) and its caller
   /// (empty for one finished after a restart); `ev`, `modify`, `cb` unused.
   std::optional<create_request> create;
@@ -122,6 +126,11 @@ struct session_state {
   /// answered unavailable unread (one that ran could take the append's
   /// version).
   bool closed_on_remote = false;
+  /// Set when the append out at its home has waited longer than
+  /// options::app_home::answer_after for a home that cannot be reached:
+  /// its caller has been answered unavailable (in doubt) and every command
+  /// is answered unavailable unread until it has committed or failed.
+  bool remote_overdue = false;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();

@@ -65,7 +65,8 @@ bool ensure_absent(session_actor_t self, callback<session>& cb) {
 write_done create_done(session_actor_t self, callback<session> cb, json own, double created,
                        double expires, json home_values) {
   return [self, cb = std::move(cb), own = std::move(own), created, expires,
-          home_values = std::move(home_values)](result<void> r, std::shared_ptr<late_binding> late, std::uint64_t seq) mutable {
+          home_values = std::move(home_values)](result<void> r, std::shared_ptr<late_binding> late,
+                                                std::uint64_t seq) mutable {
     if (!r) {
       if (cb)
         cb(std::move(r).err());

@@ -99,6 +99,7 @@ void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, 
   if (st.remote != r)
     return;
   st.remote.reset();
+  st.remote_overdue = false;
   if (r->create) {
     st.version = 0;
     st.exists = false;
@@ -163,31 +164,32 @@ void finish_remote_create(session_actor_t self, const std::shared_ptr<remote_app
   st.refresh = ws.refresh;
   auto done = create_done(self, r->create_cb, std::move(own), created, expires, out.values);
   st.remote.reset();
+  st.remote_overdue = false;
   st.hold = true; // later commands wait until the session has committed
-  submit(self, std::move(*plan),
-         [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
-                                           std::uint64_t seq) mutable {
-           auto& st = self->state;
-           if (res) {
-             give_forgets(*st.core, st.ref.app_name, {r->write_id});
-             done(std::move(res), std::move(late), seq);
-             return;
-           }
-           st.remote = r;
-           st.exists = false;
-           st.expires = 0;
-           st.refresh = 0;
-           if (res.code() == errc::already_exists || res.code() == errc::not_found
-               || res.code() == errc::invalid_argument) {
-             fail_remote(self, r, std::move(res).err(), true);
-             return;
-           }
-           // A storage failure, or a delete of the user or app in progress:
-           // the outbox row stays; the home answers the same outcome again,
-           // and the create is committed again.
-           self->delayed_send(self, st.core->opts.app_home.retry,
-                              app_sent{nullptr, true, r->write_id});
-         });
+  submit(
+    self, std::move(*plan),
+    [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
+                                      std::uint64_t seq) mutable {
+      auto& st = self->state;
+      if (res) {
+        give_forgets(*st.core, st.ref.app_name, {r->write_id});
+        done(std::move(res), std::move(late), seq);
+        return;
+      }
+      st.remote = r;
+      st.exists = false;
+      st.expires = 0;
+      st.refresh = 0;
+      if (res.code() == errc::already_exists || res.code() == errc::not_found
+          || res.code() == errc::invalid_argument) {
+        fail_remote(self, r, std::move(res).err(), true);
+        return;
+      }
+      // A storage failure, or a delete of the user or app in progress:
+      // the outbox row stays; the home answers the same outcome again,
+      // and the create is committed again.
+      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
+    });
 }
 
 // Commits the event with the home's outcome `out`.
@@ -226,6 +228,7 @@ void finish_remote(session_actor_t self, const std::shared_ptr<remote_append>& r
   auto done = append_done(self, r->cb, std::move(stored), std::move(prepared->temp),
                           std::move(prepared->temp_removed), r->outcome);
   st.remote.reset();
+  st.remote_overdue = false;
   st.hold = true; // later commands wait until the event has committed
   submit(
     self, std::move(prepared->plan),
@@ -455,6 +458,31 @@ void resume_remote_append(session_actor_t self) {
   send_app_part(self, r);
 }
 
+namespace {
+
+// The home has been unreachable for answer_after: the caller hears that the
+// write is in doubt, and the session's waiting commands (and every command
+// until it is finished) are answered unavailable unread.
+void answer_overdue(session_actor_t self, const std::shared_ptr<remote_append>& r,
+                    const error& why) {
+  auto& st = self->state;
+  st.remote_overdue = true;
+  error e{errc::unavailable,
+          "the app's home cannot be reached (" + why.message
+            + "); the write is in doubt: it is finished when the home answers; retry it"
+            + (r->create ? "" : " with the same event id")};
+  if (auto cb = std::exchange(r->cb, nullptr))
+    cb(e);
+  if (auto cb = std::exchange(r->create_cb, nullptr))
+    cb(e);
+  auto waiting = std::move(st.stash);
+  st.stash.clear();
+  for (auto& f : waiting)
+    f(); // each refuses its command (command(): refusing)
+}
+
+} // namespace
+
 void on_app_sent(session_actor_t self, app_sent& msg) {
   auto& st = self->state;
   auto r = st.remote;
@@ -469,7 +497,10 @@ void on_app_sent(session_actor_t self, app_sent& msg) {
     give_forgets(*st.core, st.ref.app_name, std::move(r->forget));
     r->forget.clear();
     if (out.code() == errc::unavailable) {
-      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
+      const auto& home = st.core->opts.app_home;
+      if (!st.remote_overdue && std::chrono::steady_clock::now() - r->started >= home.answer_after)
+        answer_overdue(self, r, out.err());
+      self->delayed_send(self, home.retry, app_sent{nullptr, true, r->write_id});
       return;
     }
     fail_remote(self, r, std::move(out).err(), true);

@@ -2,6 +2,8 @@
 // cluster/span.cpp: answers of requests across nodes, merged (span.hpp).
 #include "cluster/span.hpp"
 
+#include <stdexcept>
+
 #include <algorithm>
 #include <utility>
 
@@ -209,6 +211,47 @@ protocol::span_answer merge_changes(const json& params, std::vector<protocol::sp
   }
   return {json{{"changes", std::move(out)}, {"cursor", merged_cursor(at)}, {"at_head", at_head}},
           nullptr};
+}
+
+void put_app_state(json& state, const json& app) {
+  for (auto it = state.begin(); it != state.end();)
+    if (it.key().rfind("app:", 0) == 0)
+      it = state.erase(it);
+    else
+      ++it;
+  for (auto it = app.begin(); it != app.end(); ++it)
+    state["app:" + it.key()] = it.value();
+}
+
+protocol::span_answer with_app_state(const std::string& method, const std::string& app_name,
+                                     json result, protocol::span_answer step) {
+  if (!step.error.is_null()) {
+    json e = std::move(step.error);
+    if (e.is_object() && e.contains("message") && e["message"].is_string())
+      e["message"] = "reading app '" + app_name
+        + "''s app: state at its home shard's node: " + e["message"].get<std::string>()
+        + (method == "create_session" || method == "fork_session"
+             ? " (the " + method + " itself was done)"
+             : "");
+    return {nullptr, std::move(e)};
+  }
+  const json& app = step.result;
+  if (!app.is_object())
+    throw std::runtime_error("the app's home answered get_app_state with no object");
+  if (auto st = result.find("state"); st != result.end() && st->is_object())
+    put_app_state(*st, app);
+  if (auto ss = result.find("sessions"); ss != result.end() && ss->is_array()) {
+    if (result.contains("app_state")) {
+      json prefixed = json::object();
+      put_app_state(prefixed, app);
+      result["app_state"] = std::move(prefixed);
+    } else {
+      for (auto& x : *ss)
+        if (auto st = x.find("state"); st != x.end() && st->is_object())
+          put_app_state(*st, app);
+    }
+  }
+  return {std::move(result), nullptr};
 }
 
 } // namespace agentstate::cluster

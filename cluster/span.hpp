@@ -2,7 +2,8 @@
 // cluster/span.hpp: the answer of a request that a node runs across the
 // cluster's nodes (protocol::route_refusal::span), made of the nodes' own
 // answers: a listing's pages merged in order, change feeds merged under a
-// cursor of their own (docs/cluster.md, "Across nodes").
+// cursor of their own (docs/cluster.md, "Across nodes"), and a session's
+// answer with the app: state read at the app's home.
 #pragma once
 
 #include <cstddef>
@@ -65,5 +66,17 @@ std::string with_node_cursor(std::string_view merged, const std::string& node,
 /// resumes at that node's oldest change.
 protocol::span_answer merge_changes(const json& params, std::vector<protocol::span_answer> parts,
                                     const std::vector<std::string>& ids);
+
+/// `state` (a session's merged state) with its app: keys replaced by
+/// those of `app` (get_app_state's form: keys without the prefix).
+void put_app_state(json& state, const json& app);
+
+/// route_refusal::then of `method` on a session of app `app_name`: its
+/// `result` with the app: state the step (get_app_state at the app's home)
+/// read, in each session's `state` (or in the page's `app_state`), or the
+/// step's error, saying what it was reading. Throws when the step's result
+/// is not an object.
+protocol::span_answer with_app_state(const std::string& method, const std::string& app_name,
+                                     json result, protocol::span_answer step);
 
 } // namespace agentstate::cluster

@@ -268,7 +268,8 @@ prepare_result prepare_inject_state(const json& params) {
         auto& state = (**s).state;
         if (home_app) { // the app: state as read at the app's home (a cluster node)
           for (auto it = state.begin(); it != state.end();)
-            it = agentstate::scope_of(it.key()) == agentstate::scope::app ? state.erase(it) : std::next(it);
+            it = agentstate::scope_of(it.key()) == agentstate::scope::app ? state.erase(it)
+                                                                          : std::next(it);
           for (auto it = home_app->begin(); it != home_app->end(); ++it)
             state[std::string(app_prefix) + it.key()] = it.value();
         }

@@ -1134,8 +1134,7 @@ struct then_run {
       std::get<detail::prepared>(local).op(*t->eng, detail::reply_fn(&then_run::step_done, t));
     } catch (const std::exception& e) {
       span_answer step;
-      step.error =
-        detail::error_object(detail::internal_failure("a request's step", e.what()));
+      step.error = detail::error_object(detail::internal_failure("a request's step", e.what()));
       t->finish(std::move(step));
     }
   }
@@ -1230,8 +1229,8 @@ void add_before_step(
         if (value)
           step.result = std::move(*value);
         else
-          step.error = eo.is_object() ? std::move(eo)
-                                      : detail::error_object(detail::from_engine(value.err()));
+          step.error =
+            eo.is_object() ? std::move(eo) : detail::error_object(detail::from_engine(value.err()));
         raw->step_done(std::move(step));
       });
     } catch (const std::exception& x) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/serve_cluster.cpp: serve's cluster options and the routing of
-// requests by the shard map.
+// tools/serve_cluster.cpp: a cluster node's routing of requests by the
+// shard map, its peer connections and its app: scope (docs/cluster.md).
+// Over 600 lines: the three share one impl (the map's view, the peers).
 #include "tools/serve_cluster.hpp"
 
 #include <algorithm>
@@ -50,122 +51,10 @@ protocol::route_refusal refusal(std::string kind, std::string message, json data
 
 /// Methods whose answer shows a session's merged state, app: keys included.
 bool shows_app_state(std::string_view m) {
-  return m == "get_session" || m == "create_session" || m == "fork_session"
-    || m == "list_sessions";
-}
-
-/// `state` with its app: keys replaced by `app`'s (get_app_state's form).
-void put_app_state(json& state, const json& app) {
-  for (auto it = state.begin(); it != state.end();)
-    if (it.key().rfind("app:", 0) == 0)
-      it = state.erase(it);
-    else
-      ++it;
-  for (auto it = app.begin(); it != app.end(); ++it)
-    state["app:" + it.key()] = it.value();
-}
-
-/// route_refusal::then for `method`: its result with the app: state the
-/// step read at the app's home.
-protocol::span_answer with_app_state(const std::string& method, const std::string& app_name,
-                                     json result, protocol::span_answer step) {
-  if (!step.error.is_null()) {
-    json e = std::move(step.error);
-    if (e.is_object() && e.contains("message") && e["message"].is_string())
-      e["message"] = "reading app '" + app_name + "''s app: state at its home shard's node: "
-        + e["message"].get<std::string>()
-        + (method == "create_session" || method == "fork_session"
-             ? " (the " + method + " itself was done)"
-             : "");
-    return {nullptr, std::move(e)};
-  }
-  const json& app = step.result;
-  if (!app.is_object())
-    throw std::runtime_error("the app's home answered get_app_state with no object");
-  if (auto st = result.find("state"); st != result.end() && st->is_object())
-    put_app_state(*st, app);
-  if (auto ss = result.find("sessions"); ss != result.end() && ss->is_array()) {
-    if (result.contains("app_state")) {
-      json prefixed = json::object();
-      put_app_state(prefixed, app);
-      result["app_state"] = std::move(prefixed);
-    } else {
-      for (auto& x : *ss)
-        if (auto st = x.find("state"); st != x.end() && st->is_object())
-          put_app_state(*st, app);
-    }
-  }
-  return {std::move(result), nullptr};
+  return m == "get_session" || m == "create_session" || m == "fork_session" || m == "list_sessions";
 }
 
 } // namespace
-
-void add_cluster_flags(command_line& cl, cluster_flags& f) {
-  const std::string group = "cluster (docs/cluster.md)";
-  cl.app.add_option("--cluster", f.cluster, "join this cluster as a node (with --etcd, --node-id)")
-    ->type_name("NAME")
-    ->group(group);
-  cl.app.add_option("--etcd", f.etcd, "etcd's client URLs, comma-separated")
-    ->type_name("URLS")
-    ->group(group);
-  cl.app.add_option("--node-id", f.node_id, "this node's id in the cluster, for good")
-    ->type_name("ID")
-    ->group(group);
-  cl.app
-    .add_option("--advertise", f.advertise,
-                "HOST:PORT others reach this node at (default: the\nfirst TCP --listen)")
-    ->type_name("HOST:PORT")
-    ->group(group);
-  cl.app
-    .add_flag("--no-forward", f.no_forward,
-              "answer a request for another node's shard with\n"
-              "`moved` (its owner's address) instead of forwarding it")
-    ->group(group);
-  cl.app
-    .add_option("--node-token-file", f.node_token_file,
-                "with --auth-file: the token this node presents to\n"
-                "the other nodes (one granting '*')")
-    ->type_name("FILE")
-    ->group(group);
-  cl.app
-    .add_option("--peer-tls-ca", f.peer_tls_ca,
-                "with TLS: the CAs the other nodes' certificates are\n"
-                "checked against")
-    ->type_name("FILE")
-    ->group(group);
-  cl.app
-    .add_option("--lease-ttl-s", f.lease_ttl_s,
-                "the node's lease in etcd, in seconds (default 5):\n"
-                "it stops serving this long after it last reached etcd")
-    ->type_name("N")
-    ->group(group);
-}
-
-std::string check_cluster_flags(const cli_app& app, cluster_flags& f, bool tcp_listener) {
-  for (const char* name : {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward",
-                           "--lease-ttl-s", "--node-token-file", "--peer-tls-ca"})
-    if (app.get_option(name)->count() > 0)
-      f.given = true;
-  if (!f.given)
-    return "";
-  if (f.cluster.empty() || f.etcd.empty() || f.node_id.empty())
-    return "a cluster node needs --cluster, --etcd and --node-id";
-  if (!tcp_listener)
-    return "a cluster node needs a TCP --listen that clients and other nodes reach";
-  if (f.peers_need_token && f.node_token_file.empty())
-    return "a node with --auth-file reaches the other nodes (app: state at its home, "
-           "forwarding) with --node-token-file FILE: a token the other nodes grant '*'";
-  if (f.peers_use_tls && f.peer_tls_ca.empty())
-    return "a node with TLS reaches the other nodes (app: state at its home, forwarding) with "
-           "--peer-tls-ca FILE: the CAs of the other nodes' certificates";
-  if (f.lease_ttl_s < 1 || f.lease_ttl_s > 3600)
-    return "--lease-ttl-s must be an integer 1..3600";
-  if (auto why = cluster::check_name("cluster name", f.cluster); !why.empty())
-    return why;
-  if (auto why = cluster::check_name("node id", f.node_id); !why.empty())
-    return why;
-  return "";
-}
 
 struct cluster_member::impl {
   std::unique_ptr<cluster::node> node;
@@ -375,7 +264,7 @@ struct cluster_member::impl {
     r.then_method = "get_app_state";
     r.then_params = json{{"app_name", app}};
     r.then = [method, app](json result, protocol::span_answer step) {
-      return with_app_state(method, app, std::move(result), std::move(step));
+      return cluster::with_app_state(method, app, std::move(result), std::move(step));
     };
     return true;
   }
@@ -495,7 +384,8 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     // app's home (docs/cluster.md).
     protocol::route_refusal r;
     std::optional<protocol::route_refusal> refused;
-    if (shows_app_state(q.method) && p_->app_state_step(*v, std::string(q.method), *q.app_name, r, refused))
+    if (shows_app_state(q.method)
+        && p_->app_state_step(*v, std::string(q.method), *q.app_name, r, refused))
       return r;
     if (q.method == "inject_state"
         && p_->app_state_step(*v, std::string(q.method), *q.app_name, r, refused)) {
@@ -503,7 +393,7 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
       r.then = nullptr;
       r.before = [app = *q.app_name](json params, protocol::span_answer step) {
         if (!step.error.is_null())
-          return with_app_state("inject_state", app, nullptr, std::move(step));
+          return cluster::with_app_state("inject_state", app, nullptr, std::move(step));
         if (!step.result.is_object())
           throw std::runtime_error("the app's home answered get_app_state with no object");
         params["home_app_state"] = std::move(step.result);
@@ -618,7 +508,7 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
       r.then_params = json{{"app_name", *q.app_name}};
       r.then = [method = std::string(q.method), app = *q.app_name](json result,
                                                                    protocol::span_answer step) {
-        return with_app_state(method, app, std::move(result), std::move(step));
+        return cluster::with_app_state(method, app, std::move(result), std::move(step));
       };
     }
   }
@@ -631,22 +521,23 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
   // A request started after another's call returned is behind it on the
   // wire (with_peer keeps the order of calls waiting for a connection),
   // which is the order the dispatcher starts a session's requests in.
-  p_->with_peer(peer, [id = p_->id, peer, method, params = std::move(params),
-                       done = std::move(done)](const std::shared_ptr<rpc_client>& c,
-                                               const std::string& failed) mutable {
-    if (!c) {
-      done(error{errc::unavailable,
-                 "node '" + id + "' cannot reach the shard's owner at " + peer + ": " + failed},
-           nullptr);
-      return;
-    }
-    c->call_async(
-      method, std::move(params),
-      [done = std::move(done)](rpc_reply r) mutable {
-        done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
-      },
-      std::chrono::milliseconds(30000));
-  });
+  p_->with_peer(
+    peer,
+    [id = p_->id, peer, method, params = std::move(params), done = std::move(done)](
+      const std::shared_ptr<rpc_client>& c, const std::string& failed) mutable {
+      if (!c) {
+        done(error{errc::unavailable,
+                   "node '" + id + "' cannot reach the shard's owner at " + peer + ": " + failed},
+             nullptr);
+        return;
+      }
+      c->call_async(
+        method, std::move(params),
+        [done = std::move(done)](rpc_reply r) mutable {
+          done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
+        },
+        std::chrono::milliseconds(30000));
+    });
 }
 
 bool cluster_member::app_here(const std::string& app) const {
@@ -659,8 +550,9 @@ bool cluster_member::app_here(const std::string& app) const {
 void cluster_member::send_app_write(app_write_request req, callback<app_write_result> cb) const {
   if (!p_->node->serving()) {
     cb(error{errc::unavailable,
-             "node '" + p_->id + "' cannot reach the cluster's coordinator to find the home of app '"
-               + req.app_name + "'"});
+             "node '" + p_->id
+               + "' cannot reach the cluster's coordinator to find the home of app '" + req.app_name
+               + "'"});
     return;
   }
   auto v = p_->node->view();
@@ -668,15 +560,16 @@ void cluster_member::send_app_write(app_write_request req, callback<app_write_re
   const auto& e = v->shards[shard];
   const auto* n = e.owner.empty() ? nullptr : v->node(e.owner);
   if (!n || !n->alive) {
-    cb(error{errc::unavailable, "app '" + req.app_name + "''s home shard " + std::to_string(shard)
-                                  + (e.owner.empty() ? " has no owner yet"
-                                                     : " is on node '" + e.owner + "', which is down")});
+    cb(error{errc::unavailable,
+             "app '" + req.app_name + "''s home shard " + std::to_string(shard)
+               + (e.owner.empty() ? " has no owner yet"
+                                  : " is on node '" + e.owner + "', which is down")});
     return;
   }
   json modify = json::array();
   for (auto& m : req.modify)
     modify.push_back(m.spec);
-  json params{{"app_name", req.app_name},     {"write_id", req.write_id},
+  json params{{"app_name", req.app_name},       {"write_id", req.write_id},
               {"state_delta", req.state_delta}, {"state_remove", req.state_remove},
               {"modify", std::move(modify)},    {"forget", req.forget}};
   forward(n->address, "apply_app_write", std::move(params),

@@ -218,6 +218,12 @@ struct options {
     std::function<bool(const std::string& app)> here;
     std::function<void(app_write_request, callback<app_write_result>)> send;
     std::chrono::milliseconds retry{500};
+    /// An append (or create) whose home has answered only unavailable for
+    /// this long since it started is answered unavailable (in doubt: it is
+    /// still sent every `retry` and finished when the home answers; retry
+    /// it with its event id), and until then every command of its session
+    /// is answered unavailable unread.
+    std::chrono::milliseconds answer_after{5000};
   } app_home;
   /// T3: how often the reaper deletes sessions that have expired (they are
   /// invisible from the moment they expire; this bounds how long their rows

@@ -234,8 +234,8 @@ TEST_CASE_TEMPLATE("app outbox: a create with app: state has it applied at the h
   CHECK(s.state == json{{"own", 1}});
   CHECK(s.version == 0);
   // A second create of the id is refused before anything is sent.
-  auto again = origin->create_session(
-    test::create_req(test::sref("chat", "u", "c1"), {{"app:mode", "off"}}));
+  auto again =
+    origin->create_session(test::create_req(test::sref("chat", "u", "c1"), {{"app:mode", "off"}}));
   CHECK(again.code() == errc::already_exists);
   CHECK(l.sent == 3);
   CHECK(MUST(home->get_app_state("chat")) == json{{"mode", "on"}});
@@ -290,17 +290,52 @@ TEST_CASE("app outbox: a create cut off by a close is finished at the next open,
   CHECK(MUST(home->get_app_state("chat")) == json{{"n", 1}});
   l.mute = false;
   auto origin = open_origin();
-  REQUIRE(test::eventually([&] {
-    auto got = origin->get_session([&] {
-      get_request g;
-      g.ref = ref;
-      return g;
-    }());
-    return got.ok() && got->has_value();
-  }, 10s));
+  REQUIRE(test::eventually(
+    [&] {
+      auto got = origin->get_session([&] {
+        get_request g;
+        g.ref = ref;
+        return g;
+      }());
+      return got.ok() && got->has_value();
+    },
+    10s));
   CHECK(test::get_existing(*origin, ref).state == json{{"own", "x"}});
   CHECK(l.sent == 2);
   CHECK(MUST(home->get_app_state("chat")) == json{{"n", 1}}); // applied once
   CHECK(origin->create_session(test::create_req(ref)).code() == errc::already_exists);
   test::check_verify(*origin);
+}
+
+TEST_CASE_TEMPLATE("app outbox: a home unreachable past answer_after: the append is answered "
+                   "unavailable in doubt, the session's commands refused unread, and it is "
+                   "finished once the home answers",
+                   S, test::memory_store, test::lmdb_store) {
+  test::test_engine home = test::open_engine(S::kind);
+  home_link l;
+  l.home = &*home;
+  l.refuse = 1000000; // unreachable until the test says otherwise
+  auto origin = test::open_engine(S::kind, [&](options& o) {
+    o.app_home = hooks(l);
+    o.app_home.answer_after = 0ms; // the first unavailable answers the caller
+  });
+  auto ref = test::sref("chat", "u", "s");
+  MUST(origin->create_session(test::create_req(ref)));
+  auto first = origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1));
+  CHECK(first.code() == errc::unavailable);
+  CHECK(first.err().message.find("in doubt") != std::string::npos);
+  // Until it is finished, the session answers unavailable unread.
+  auto later = origin->append_event(with_app(ref, "e2", {{"k", 2}}));
+  CHECK(later.code() == errc::unavailable);
+  auto again = origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1));
+  CHECK(again.code() == errc::unavailable);
+  CHECK(MUST(home->get_app_state("chat")).empty());
+  l.refuse = 0; // the home answers the next send
+  REQUIRE(test::eventually([&] { return test::get_existing(*origin, ref).version == 1; }, 10s));
+  // The retry with its event id gets the stored append; the session goes on.
+  auto stored = MUST(origin->append_event(with_app(ref, "e1", {{"k", 1}}, 1)));
+  CHECK(stored.version == 1);
+  CHECK(stored.ev.actions.state_delta["app:count"] == 1);
+  CHECK(MUST(origin->append_event(with_app(ref, "e2", {{"k", 2}}))).version == 2);
+  CHECK(MUST(home->get_app_state("chat")) == json{{"count", 1}});
 }

@@ -98,9 +98,9 @@ json increment_params(const std::string& user, const std::string& id) {
 std::vector<json> pipelined(client& c, const std::vector<std::pair<std::string, json>>& lines) {
   std::string out;
   for (std::size_t i = 0; i < lines.size(); ++i)
-    out += json{{"jsonrpc", "2.0"}, {"id", i}, {"method", lines[i].first},
-                {"params", lines[i].second}}
-             .dump()
+    out +=
+      json{{"jsonrpc", "2.0"}, {"id", i}, {"method", lines[i].first}, {"params", lines[i].second}}
+        .dump()
       + "\n";
   REQUIRE(c.send(out));
   std::vector<json> results(lines.size());
@@ -141,12 +141,13 @@ TEST_CASE("cluster app: scope: 300 sessions x 10 increments through three nodes 
     std::vector<std::vector<std::pair<std::string, json>>> per(3);
     for (int i = 0; i < sessions; ++i)
       per[static_cast<std::size_t>(i + r) % 3].push_back(
-        {"append_event",
-         increment_params("u" + std::to_string(i), "e" + std::to_string(r))});
+        {"append_event", increment_params("u" + std::to_string(i), "e" + std::to_string(r))});
     std::string out[3];
     for (std::size_t k = 0; k < 3; ++k) {
       for (std::size_t i = 0; i < per[k].size(); ++i)
-        out[k] += json{{"jsonrpc", "2.0"}, {"id", i}, {"method", per[k][i].first},
+        out[k] += json{{"jsonrpc", "2.0"},
+                       {"id", i},
+                       {"method", per[k][i].first},
                        {"params", per[k][i].second}}
                     .dump()
           + "\n";
@@ -228,7 +229,8 @@ TEST_CASE("cluster app: scope: a create with app: state through any node sets it
   }
   // A template renders the home's app: state on every node.
   for (auto& v : via) {
-    auto text = v.call("inject_state", with(ref_params(away, "c1"), "template", "{app:mode}/{own}"));
+    auto text =
+      v.call("inject_state", with(ref_params(away, "c1"), "template", "{app:mode}/{own}"));
     REQUIRE(ok(text));
     CHECK((*text)["result"] == "m2/1");
   }
@@ -249,10 +251,10 @@ TEST_CASE("cluster app: scope: a create with app: state through any node sets it
     for (int i = 0; i < 12; ++i)
       REQUIRE(ok(via[static_cast<std::size_t>(i) % 3].call(
         "create_session", ref_params("l" + std::to_string(i), "s"))));
-    REQUIRE(ok(via[1].call("append_event", with(ref_params("l0", "s"), "event",
-                                                 {{"author", "t"},
-                                                  {"id", "x"},
-                                                  {"actions", {{"state_delta", {{"app:k", 7}}}}}}))));
+    REQUIRE(ok(via[1].call(
+      "append_event",
+      with(ref_params("l0", "s"), "event",
+           {{"author", "t"}, {"id", "x"}, {"actions", {{"state_delta", {{"app:k", 7}}}}}}))));
   }
   for (auto& v : via) {
     auto page = v.call("list_sessions", {{"app_name", "app"}, {"page_size", 100}});
@@ -263,8 +265,8 @@ TEST_CASE("cluster app: scope: a create with app: state through any node sets it
       INFO(s.dump());
       CHECK(s["state"]["app:k"] == 7);
     }
-    auto once = v.call("list_sessions",
-                       {{"app_name", "app"}, {"page_size", 100}, {"shared_state", "once"}});
+    auto once =
+      v.call("list_sessions", {{"app_name", "app"}, {"page_size", 100}, {"shared_state", "once"}});
     REQUIRE(ok(once));
     CHECK((*once)["result"]["app_state"] == json{{"app:k", 7}});
     auto user = v.call("list_sessions", {{"app_name", "app"}, {"user_id", away}});
