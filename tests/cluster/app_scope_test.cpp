@@ -3,7 +3,9 @@
 // `serve --cluster` nodes on a real etcd. Appends and creates on any shard
 // have their app: part applied once at the app's home shard, in one order:
 // 300 sessions x 10 increments of one app: key through every node end at
-// exactly 3,000, and the values the events show are 1..3,000 each once. A
+// exactly 3,000, and the values the events show are 1..3,000 each once (the
+// history checker judges the appends: nothing lost, duplicated or out of
+// order). A
 // client that got an ack reads its app: write from every node; listings
 // show the home's app: state on every session.
 #include <doctest/doctest.h>
@@ -11,6 +13,7 @@
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
+#include "support/history.hpp"
 
 #include <algorithm>
 #include <map>
@@ -135,7 +138,12 @@ TEST_CASE("cluster app: scope: 300 sessions x 10 increments through three nodes 
       pipelined(via[k], per[k]);
   }
   // Each round: every session's increment through a different node than
-  // the round before, the three nodes' batches in flight together.
+  // the round before, the three nodes' batches in flight together; each
+  // request is a process of the history (one operation outstanding each).
+  test::history_log h;
+  auto session_of = [](const json& p) {
+    return json::array({p["app_name"], p["user_id"], p["session_id"]});
+  };
   std::vector<int> values;
   for (int r = 0; r < rounds; ++r) {
     std::vector<std::vector<std::pair<std::string, json>>> per(3);
@@ -144,24 +152,45 @@ TEST_CASE("cluster app: scope: 300 sessions x 10 increments through three nodes 
         {"append_event", increment_params("u" + std::to_string(i), "e" + std::to_string(r))});
     std::string out[3];
     for (std::size_t k = 0; k < 3; ++k) {
-      for (std::size_t i = 0; i < per[k].size(); ++i)
-        out[k] += json{{"jsonrpc", "2.0"},
-                       {"id", i},
-                       {"method", per[k][i].first},
-                       {"params", per[k][i].second}}
-                    .dump()
+      for (std::size_t i = 0; i < per[k].size(); ++i) {
+        const auto& p = per[k][i].second;
+        h.add({{"process", std::to_string(k) + "-" + std::to_string(i)},
+               {"type", "invoke"},
+               {"f", "append"},
+               {"session", session_of(p)},
+               {"value", {{"event", p["event"]}}}});
+        out[k] +=
+          json{{"jsonrpc", "2.0"}, {"id", i}, {"method", per[k][i].first}, {"params", p}}.dump()
           + "\n";
+      }
       REQUIRE(via[k].send(out[k]));
     }
     for (std::size_t k = 0; k < 3; ++k)
-      for (std::size_t i = 0; i < per[k].size(); ++i) {
+      for (std::size_t n = 0; n < per[k].size(); ++n) {
         auto a = via[k].next(30s);
         REQUIRE(a);
         INFO(a->dump());
         REQUIRE(ok(a));
-        values.push_back((*a)["result"]["event"]["actions"]["state_delta"]["app:count"].get<int>());
+        const auto i = (*a)["id"].get<std::size_t>();
+        const auto& res = (*a)["result"];
+        h.add({{"process", std::to_string(k) + "-" + std::to_string(i)},
+               {"type", "ok"},
+               {"f", "append"},
+               {"session", session_of(per[k][i].second)},
+               {"value", {{"version", res["version"]}, {"event", res["event"]}}}});
+        values.push_back(res["event"]["actions"]["state_delta"]["app:count"].get<int>());
       }
   }
+  for (int i = 0; i < sessions; ++i) {
+    const auto p = ref_params("u" + std::to_string(i), "s");
+    auto s = via[static_cast<std::size_t>(i) % 3].call("get_session", p);
+    REQUIRE(ok(s));
+    h.add(
+      {{"type", "final"},
+       {"session", session_of(p)},
+       {"value", {{"version", (*s)["result"]["version"]}, {"events", (*s)["result"]["events"]}}}});
+  }
+  h.check(c.dir.str() + "/history.jsonl");
   // Exactly once, in one order: the resolved values are 1..3000.
   std::sort(values.begin(), values.end());
   REQUIRE(values.size() == static_cast<std::size_t>(sessions * rounds));

@@ -10,6 +10,7 @@
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
+#include "support/history.hpp"
 
 #include <atomic>
 #include <map>
@@ -24,26 +25,6 @@ using namespace std::chrono_literals;
 constexpr std::uint32_t shard_count = 16;
 constexpr int sessions_per_worker = 2;
 constexpr int workers = 4;
-
-/// The history, in the real-time order its lines were appended.
-class history {
-public:
-  void add(json line) {
-    std::lock_guard<std::mutex> lock(mtx_);
-    lines_.push_back(line.dump());
-  }
-  std::string text() {
-    std::lock_guard<std::mutex> lock(mtx_);
-    std::string out;
-    for (auto& l : lines_)
-      out += l + "\n";
-    return out;
-  }
-
-private:
-  std::mutex mtx_;
-  std::vector<std::string> lines_;
-};
 
 json session_of(const std::string& user) {
   return json::array({"app", user, "s"});
@@ -167,7 +148,7 @@ void kill_history_run(bool forward) {
     REQUIRE(ok(client(port).call("create_session", params_of(user))));
   }
 
-  history h;
+  test::history_log h;
   std::atomic<bool> stop{false};
   std::atomic<bool> b_down{false};
   std::atomic<int> a_ok_while_b_down{0}, a_failed_while_b_down{0};
@@ -266,13 +247,7 @@ void kill_history_run(bool forward) {
                {"session", session_of(user)},
                {"value", {{"version", res["version"]}, {"events", res["events"]}}}});
   }
-  const std::string path = dir.str() + "/history.jsonl";
-  write_text(path, h.text());
-  auto checked = shell("/usr/bin/python3 " + std::string(AGENTSTATE_SOURCE_DIR)
-                       + "/tools/history_check.py " + path);
-  MESSAGE("history_check: ", checked.second);
-  CHECK(checked.first == 0);
-  CHECK(checked.second.find("\"ok\":true") != std::string::npos);
+  h.check(dir.str() + "/history.jsonl");
 }
 
 } // namespace
