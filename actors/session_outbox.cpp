@@ -138,6 +138,42 @@ void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, 
     });
 }
 
+// Commits `plan`, the remote write with the home's values (its outbox row
+// deleted in the same commit): `done` answers once it has committed. A
+// failure puts `r` back in flight: `final` errors (the write cannot be
+// made) fail it and drop the row; any other (a storage failure) commits it
+// again after `retry`, the home answering the same outcome again.
+void commit_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, write_plan plan,
+                   write_done done, bool (*final)(errc)) {
+  auto& st = self->state;
+  st.remote.reset();
+  st.remote_overdue = false;
+  st.hold = true; // later commands wait until it has committed
+  submit(
+    self, std::move(plan),
+    [self, r, final, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
+                                             std::uint64_t seq) mutable {
+      auto& st = self->state;
+      if (res) {
+        give_forgets(*st.core, st.ref.app_name, {r->write_id});
+        done(std::move(res), std::move(late), seq);
+        return;
+      }
+      st.remote = r;
+      st.version = r->version;
+      if (r->create) {
+        st.exists = false;
+        st.expires = 0;
+        st.refresh = 0;
+      }
+      if (final(res.code())) {
+        fail_remote(self, r, std::move(res).err(), true);
+        return;
+      }
+      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
+    });
+}
+
 // Commits the create with the home's outcome `out`.
 void finish_remote_create(session_actor_t self, const std::shared_ptr<remote_append>& r,
                           app_write_result& out) {
@@ -163,33 +199,10 @@ void finish_remote_create(session_actor_t self, const std::shared_ptr<remote_app
   st.expires = ws.expires;
   st.refresh = ws.refresh;
   auto done = create_done(self, r->create_cb, std::move(own), created, expires, out.values);
-  st.remote.reset();
-  st.remote_overdue = false;
-  st.hold = true; // later commands wait until the session has committed
-  submit(
-    self, std::move(*plan),
-    [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
-                                      std::uint64_t seq) mutable {
-      auto& st = self->state;
-      if (res) {
-        give_forgets(*st.core, st.ref.app_name, {r->write_id});
-        done(std::move(res), std::move(late), seq);
-        return;
-      }
-      st.remote = r;
-      st.exists = false;
-      st.expires = 0;
-      st.refresh = 0;
-      if (res.code() == errc::already_exists || res.code() == errc::not_found
-          || res.code() == errc::invalid_argument) {
-        fail_remote(self, r, std::move(res).err(), true);
-        return;
-      }
-      // A storage failure, or a delete of the user or app in progress:
-      // the outbox row stays; the home answers the same outcome again,
-      // and the create is committed again.
-      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
-    });
+  // Not final: a delete of the user or app in progress (unavailable).
+  commit_remote(self, r, std::move(*plan), std::move(done), [](errc c) {
+    return c == errc::already_exists || c == errc::not_found || c == errc::invalid_argument;
+  });
 }
 
 // Commits the event with the home's outcome `out`.
@@ -227,29 +240,9 @@ void finish_remote(session_actor_t self, const std::shared_ptr<remote_append>& r
   append_result stored{std::move(prepared->stored), r->version, {}, std::move(prepared->text)};
   auto done = append_done(self, r->cb, std::move(stored), std::move(prepared->temp),
                           std::move(prepared->temp_removed), r->outcome);
-  st.remote.reset();
-  st.remote_overdue = false;
-  st.hold = true; // later commands wait until the event has committed
-  submit(
-    self, std::move(prepared->plan),
-    [self, r, done = std::move(done)](result<void> res, std::shared_ptr<late_binding> late,
-                                      std::uint64_t seq) mutable {
-      auto& st = self->state;
-      if (res) {
-        give_forgets(*st.core, st.ref.app_name, {r->write_id});
-        done(std::move(res), std::move(late), seq);
-        return;
-      }
-      st.remote = r;
-      st.version = r->version;
-      if (res.code() == errc::not_found) { // the session is gone: so is its append
-        fail_remote(self, r, std::move(res).err(), true);
-        return;
-      }
-      // A storage failure: the outbox row stays; the home answers the
-      // same outcome again, and the event is committed again.
-      self->delayed_send(self, st.core->opts.app_home.retry, app_sent{nullptr, true, r->write_id});
-    });
+  // Final: the session is gone, and so is its append.
+  commit_remote(self, r, std::move(prepared->plan), std::move(done),
+                [](errc c) { return c == errc::not_found; });
 }
 
 } // namespace

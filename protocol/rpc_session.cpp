@@ -1023,6 +1023,14 @@ span_answer as_span_answer(detail::outcome o) {
   return a;
 }
 
+/// The request's outcome of a merged answer: its result, or its error
+/// object passed on as a peer's.
+detail::outcome outcome_of(span_answer answer) {
+  return answer.error.is_null()
+    ? detail::outcome(std::move(answer.result))
+    : forwarded_outcome(error{errc::internal, "a part of the request failed"}, answer.error);
+}
+
 /// The parts of one spanning request in flight: collects their answers and
 /// replies once the last has come; keeps itself alive until then.
 struct span_run {
@@ -1048,10 +1056,7 @@ struct span_run {
     auto keep = std::move(self);
     detail::outcome out;
     try {
-      auto answer = span(params, std::move(parts));
-      out = answer.error.is_null()
-        ? detail::outcome(std::move(answer.result))
-        : forwarded_outcome(error{errc::internal, "a part of the request failed"}, answer.error);
+      out = outcome_of(span(params, std::move(parts)));
     } catch (const std::exception& e) {
       out = detail::internal_failure("a spanning request", e.what());
     }
@@ -1080,10 +1085,7 @@ struct then_run {
     auto keep = std::move(self);
     detail::outcome out;
     try {
-      auto answer = then(std::move(answered), std::move(step));
-      out = answer.error.is_null()
-        ? detail::outcome(std::move(answer.result))
-        : forwarded_outcome(error{errc::internal, "a part of the request failed"}, answer.error);
+      out = outcome_of(then(std::move(answered), std::move(step)));
     } catch (const std::exception& e) {
       out = detail::internal_failure("a request's step at another node", e.what());
     }

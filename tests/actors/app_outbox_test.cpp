@@ -64,6 +64,16 @@ options::app_home_hooks hooks(home_link& l) {
   return h;
 }
 
+/// An engine on the store at `dir` (nosync) whose app: home hook reaches
+/// `l`'s home.
+std::unique_ptr<engine> open_node_at(const std::string& dir, home_link& l) {
+  options o;
+  o.dir = dir;
+  o.mode = durability::nosync;
+  o.app_home = hooks(l);
+  return MUST(engine::open(o));
+}
+
 append_request with_app(const session_ref& ref, std::string id, json delta, int by = 0) {
   auto r = test::append_req(ref, test::make_event(std::move(delta), std::move(id)));
   if (by != 0)
@@ -171,13 +181,7 @@ TEST_CASE("app outbox: an append cut off by a close is finished at the next open
   home_link l;
   l.home = home.get();
   auto ref = test::sref("chat", "u", "s");
-  auto open_origin = [&] {
-    options o;
-    o.dir = odir.str();
-    o.mode = durability::nosync;
-    o.app_home = hooks(l);
-    return MUST(engine::open(o));
-  };
+  auto open_origin = [&] { return open_node_at(odir.str(), l); };
   {
     auto origin = open_origin();
     MUST(origin->create_session(test::create_req(ref)));
@@ -251,13 +255,7 @@ TEST_CASE("app outbox: a create cut off by a close is finished at the next open,
   home_link l;
   l.home = home.get();
   auto ref = test::sref("chat", "u", "c");
-  auto open_origin = [&] {
-    options o;
-    o.dir = odir.str();
-    o.mode = durability::nosync;
-    o.app_home = hooks(l);
-    return MUST(engine::open(o));
-  };
+  auto open_origin = [&] { return open_node_at(odir.str(), l); };
   {
     auto origin = open_origin();
     l.mute = true; // applied at the home; the answer is lost
