@@ -119,13 +119,16 @@ function owners(etcdUrl, name) {
   return owner;
 }
 
-/** shard_of(app, user) as docs/cluster.md defines it: FNV-1a 64 of app ‖ 0x00 ‖ user, mod S. */
+/**
+ * shard_of(app, user) as docs/cluster.md defines it: h = FNV-1a 64 of app ‖ 0x00 ‖ user,
+ * then ((h >> 32) * S) >> 32.
+ */
 function shardOf(app, user, shards) {
   let h = 14695981039346656037n;
   for (const b of Buffer.concat([Buffer.from(app), Buffer.from([0]), Buffer.from(user)])) {
     h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffffffffffffffffn;
   }
-  return Number(h % BigInt(shards));
+  return Number(((h >> 32n) * BigInt(shards)) >> 32n);
 }
 
 /** Each user's owning node id. */
@@ -213,7 +216,8 @@ describe('a cluster through the addresses option', () => {
   after(async () => { if (etcd) await etcd.stop(); });
 
   test('the shard function matches docs/cluster.md', () => {
-    assert.equal(shardOf('chat', 'alice', 256), 43);
+    assert.equal(shardOf('chat', 'alice', 256), 191);
+    assert.equal(shardOf('chat', 'alice', 3), 2);
   });
 
   test('bad cluster options are refused with invalid_argument', () => {
