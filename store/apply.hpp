@@ -67,7 +67,8 @@ void count_sessions(kv_write& txn, std::string_view app, std::string_view user, 
 /// or with `add` false removes it. Every write that creates or removes a
 /// session's record does this in the same transaction: creates and forks,
 /// deletes (a large one too), the purge of a deleted user's or app's
-/// sessions, import. Cost: a put or a delete. Throws kv_failure.
+/// sessions, import, a shard copy (store/shard_copy.hpp). Cost: a put or a
+/// delete. Throws kv_failure.
 void index_session(kv_write& txn, std::string_view app, std::string_view user,
                    std::string_view skey, bool add);
 

@@ -33,7 +33,8 @@ namespace agentstate::store {
 ///   home, by write id (store/app_writes.hpp), and `outbox`, appends whose
 ///   app: part waits to be applied at its home (store/outbox.hpp).
 /// - 11: `shard_index`, every session under the hash that places it in a
-///   cluster (store::index_session), so a shard's sessions are one key range.
+///   cluster (store::index_session), so a shard's sessions are one key range
+///   (store/shard_copy.hpp copies them).
 inline constexpr std::uint32_t format_version = 11;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
