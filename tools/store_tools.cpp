@@ -64,10 +64,10 @@ runner define_inspect(command_line& cl) {
   cl.usage = "agentstate inspect DIR [--json]";
   cl.description = R"(Prints the store's format version, counts of apps, users, sessions and
 events, map size and use, and reader slots. Read-only; safe while an engine
-runs; reads every store format (1 to 11) as it is. State rows are counted without the
-scopes' tally rows (format 8: "state_tallies"); "session_counts" counts the session-count
-rows (format 9), "shard_index" the shard index (format 11). A session record failing its
-checksum is reported on stderr as data_corrupt (counted in "damaged_records"); counts go on.)";
+runs; reads every store format (1 to 11) as it is. State rows are counted
+without the scopes' tally rows ("state_tallies"); "session_counts" and
+"shard_index" count those tables' rows. A record that fails its checksum is
+reported on stderr as data_corrupt ("damaged_records"); counts go on.)";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
   declare_store_and_json(cl, *o);
   return [o] { return run_inspect(*o); };
