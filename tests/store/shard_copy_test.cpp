@@ -14,6 +14,7 @@
 #include "model/shard.hpp"
 #include "store/keys.hpp"
 #include "store/kv.hpp"
+#include "store/scope_delete.hpp"
 #include "store/shard_copy.hpp"
 #include "store/verify.hpp"
 #include "support/test_support.hpp"
@@ -422,4 +423,42 @@ TEST_CASE("shard copy: a chunk whose checksum holds but whose contents are wrong
   }
   CHECK(all_rows(dst.str()) == rows);
   verify_clean(dst.str());
+}
+
+TEST_CASE("shard copy: a user being deleted in the source is not copied; a target's delete "
+          "fence refuses the copy and leaves the target unchanged") {
+  test::temp_dir src, dst;
+  build_source(src.str());
+  build_target(dst.str());
+  const std::string user = "u5";
+  const auto range = model::shard_range(model::shard_of("chat", user, shard_count), shard_count);
+  auto fence = [](const std::string& dir, const std::string& app, const std::string& u) {
+    auto kv = open_kv(dir);
+    auto w = kv->begin_write();
+    store::put_fence(*w, store::fence_key(app, &u));
+    w->commit();
+  };
+  SUBCASE("the source's fence: the user's sessions and user: state are gone, as for its readers") {
+    fence(src.str(), "chat", user);
+    const auto source = view_of(src.str());
+    REQUIRE(source.users.at({"chat", user}).sessions.empty());
+    const auto before = view_of(dst.str());
+    auto stats = copy(src.str(), dst.str(), range);
+    CHECK(stats.sessions > 0);
+    check_copied(source, before, view_of(dst.str()), range);
+    CHECK(view_of(dst.str()).users.at({"chat", user}).user_state == json::object());
+    verify_clean(dst.str());
+  }
+  SUBCASE("the target's fence on a user the copy writes: unavailable") {
+    fence(dst.str(), "chat", user);
+    const auto rows = all_rows(dst.str());
+    auto a = open_kv(src.str());
+    auto b = open_kv(dst.str());
+    auto r = store::copy_shard(*a, *b, range, {std::size_t{1} << 30, std::size_t{1} << 30});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == errc::unavailable);
+    CHECK(r.err().message.find("being deleted") != std::string::npos);
+    b.reset();
+    CHECK(all_rows(dst.str()) == rows);
+  }
 }
