@@ -162,7 +162,7 @@ void clear_apps(kv_write& txn, const model::hash_range& range, const shard_span&
   while (auto app = next_app(txn, at)) {
     if (!span.to_end && *app > span.last)
       break;
-    if (range.contains(model::fnv1a64(*app))) {
+    if (range.contains(model::app_hash(*app))) {
       if (txn.get(table::app_state, *app))
         state.push_back(*app);
       auto rows = first_keys(txn, table::app_state, *app + '\0', SIZE_MAX);
@@ -258,7 +258,7 @@ result<void> write_apps(kv_write& txn, const model::hash_range& range, const sha
     if (app.empty() || (row.t == table::app_writes && nul == std::string::npos))
       return bad_chunk("malformed " + std::string(table_name(row.t)) + " key '" + printable(row.key)
                        + "'");
-    if (!range.contains(model::fnv1a64(app)) || !in_span(span, app))
+    if (!range.contains(model::app_hash(app)) || !in_span(span, app))
       return bad_chunk(row_name(row.t, row.key) + " is outside the chunk's range");
     if (app_fenced(txn, app))
       return error{errc::unavailable,
@@ -480,7 +480,7 @@ result<bool> shard_reader::fill_apps(shard_span& span, budget& b) {
     span.last = *app;
     ++b.items;
     at = after_scope(*app);
-    if (!range_.contains(model::fnv1a64(*app)) || app_fenced(txn_, *app))
+    if (!range_.contains(model::app_hash(*app)) || app_fenced(txn_, *app))
       continue;
     for (auto t : {table::app_state, table::app_writes}) {
       auto take = [&](std::string_view k, std::string_view v) {

@@ -219,7 +219,7 @@ void check_copied(const store_view& source, const store_view& before, const stor
   }
   for (auto& [app, state] : after.app_states) {
     CAPTURE(app);
-    CHECK(state == (range.contains(model::fnv1a64(app)) ? source : before).app_states.at(app));
+    CHECK(state == (range.contains(model::app_hash(app)) ? source : before).app_states.at(app));
   }
   // The range held something to copy.
   CHECK(in > 0);

@@ -120,14 +120,20 @@ function owners(etcdUrl, name) {
 }
 
 /**
- * shard_of(app, user) as docs/cluster.md defines it: h = FNV-1a 64 of app ‖ 0x00 ‖ user,
+ * shard_of(app, user) as docs/cluster.md defines it: h = m(FNV-1a 64 of app ‖ 0x00 ‖ user),
  * then ((h >> 32) * S) >> 32.
  */
 function shardOf(app, user, shards) {
+  const mask = 0xffffffffffffffffn;
   let h = 14695981039346656037n;
   for (const b of Buffer.concat([Buffer.from(app), Buffer.from([0]), Buffer.from(user)])) {
-    h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffffffffffffffffn;
+    h = ((h ^ BigInt(b)) * 1099511628211n) & mask;
   }
+  h ^= h >> 33n;
+  h = (h * 0xff51afd7ed558ccdn) & mask;
+  h ^= h >> 33n;
+  h = (h * 0xc4ceb9fe1a85ec53n) & mask;
+  h ^= h >> 33n;
   return Number(((h >> 32n) * BigInt(shards)) >> 32n);
 }
 
@@ -216,8 +222,8 @@ describe('a cluster through the addresses option', () => {
   after(async () => { if (etcd) await etcd.stop(); });
 
   test('the shard function matches docs/cluster.md', () => {
-    assert.equal(shardOf('chat', 'alice', 256), 191);
-    assert.equal(shardOf('chat', 'alice', 3), 2);
+    assert.equal(shardOf('chat', 'alice', 256), 12);
+    assert.equal(shardOf('chat', 'alice', 65536), 3261);
   });
 
   test('bad cluster options are refused with invalid_argument', () => {
