@@ -153,6 +153,15 @@ void count_sessions(kv_write& txn, std::string_view app, std::string_view user, 
   }
 }
 
+void index_session(kv_write& txn, std::string_view app, std::string_view user,
+                   std::string_view skey, bool add) {
+  auto k = shard_index_key(app, user, skey);
+  if (add)
+    txn.put(table::shard_index, k, seal(k, {}));
+  else
+    txn.del(table::shard_index, k);
+}
+
 result<std::uint64_t> read_session_count(kv_read& txn, std::string_view key) {
   auto raw = txn.get(table::session_counts, key);
   if (!raw)
@@ -298,6 +307,7 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       }
       put_list_entries(txn, ws.app, ws.user, ws.id, ws.time, ws.time);
       count_sessions(txn, ws.app, ws.user, 1);
+      index_session(txn, ws.app, ws.user, skey, true);
       txn.put(table::sessions, skey, encode_record(skey, r));
       if (ws.app_elsewhere)
         drop_outbox(txn, skey, 0);
@@ -357,6 +367,7 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
            list_entries(ws.app, ws.user, ws.id, rec->last_update_time, rec->created))
         txn.del(t, key);
       count_sessions(txn, ws.app, ws.user, -1);
+      index_session(txn, ws.app, ws.user, skey, false);
       del_expiry(txn, skey, rec->expires);
       txn.del(table::sessions, skey);
       txn.del(table::origins, skey);

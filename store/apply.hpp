@@ -62,6 +62,16 @@ void put_state_row(kv_write& txn, table t, std::string_view key, const std::stri
 /// report it); one that is missing counts from 0 and never goes below it.
 /// Cost: two gets and two puts or deletes. Throws kv_failure.
 void count_sessions(kv_write& txn, std::string_view app, std::string_view user, int delta);
+/// Adds session `skey` of `app`'s user `user` to the shard index (store
+/// format 11, table shard_index: key shard_index_key, an empty sealed body),
+/// or with `add` false removes it. Every write that creates or removes a
+/// session's record does this in the same transaction: creates and forks,
+/// deletes (a large one too), the purge of a deleted user's or app's
+/// sessions, import, a shard copy (store/shard_copy.hpp). Cost: a put or a
+/// delete. Throws kv_failure.
+void index_session(kv_write& txn, std::string_view app, std::string_view user,
+                   std::string_view skey, bool add);
+
 /// The session count of scope `key` (an app, or `app ‖ 0 ‖ user`); 0 when
 /// it has none. Errors: data_corrupt when its row is damaged.
 result<std::uint64_t> read_session_count(kv_read& txn, std::string_view key);

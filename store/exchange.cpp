@@ -398,6 +398,7 @@ struct importer {
       put_expiry(*txn, skey, r.expires);
       put_list_entries(*txn, *app, *user, *id, r.last_update_time, r.created);
       count_sessions(*txn, *app, *user, 1);
+      index_session(*txn, *app, *user, skey, true);
       if (rec.contains("origin")) {
         auto origin = object(rec, "origin");
         if (!origin)

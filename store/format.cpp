@@ -201,6 +201,37 @@ void count_all_sessions(kv_write& w) {
   }
 }
 
+// 10 -> 11: every session's shard index entry, from a pass over the
+// session records in key order, put in batches of 8,192 records (a cursor is
+// not kept across puts; the index shares `rows` with the records). A damaged
+// record is indexed: its key names its app and user, and its other rows are
+// there. A key that is not app ‖ 0 ‖ user ‖ 0 ‖ id gets none (verify names it).
+void index_all_sessions(kv_write& w) {
+  std::string from;
+  for (;;) {
+    std::vector<std::string> batch;
+    bool more = false;
+    w.scan(table::sessions, {}, from, [&](std::string_view k, std::string_view) {
+      if (!from.empty() && k == from)
+        return true;
+      if (batch.size() == 8192) {
+        more = true;
+        return false;
+      }
+      batch.emplace_back(k);
+      return true;
+    });
+    for (auto& skey : batch) {
+      auto p = split_key(skey, 3);
+      if (p.size() == 3)
+        index_session(w, p[0], p[1], skey, true);
+    }
+    if (!more || batch.empty())
+      return;
+    from = std::move(batch.back());
+  }
+}
+
 } // namespace
 
 std::uint32_t known_format(std::string_view text) {
@@ -254,6 +285,9 @@ result<void> init_meta(kv_store& kv, std::string_view engine_version, double now
         if (from <= 8)
           count_all_sessions(*w);
         // 9 -> 10: nothing to rewrite (`app_writes` starts empty).
+        // 10 -> 11: every session's shard index entry.
+        if (from <= 10)
+          index_all_sessions(*w);
         w->put(table::meta, "format", std::to_string(format_version));
         w->commit();
         return {};

@@ -32,10 +32,13 @@ namespace agentstate::store {
 /// - 10: `app_writes`, the app: writes a cluster node applied as the app's
 ///   home, by write id (store/app_writes.hpp), and `outbox`, appends whose
 ///   app: part waits to be applied at its home (store/outbox.hpp).
-inline constexpr std::uint32_t format_version = 10;
+/// - 11: `shard_index`, every session under the hash that places it in a
+///   cluster (store::index_session), so a shard's sessions are one key range
+///   (store/shard_copy.hpp copies them).
+inline constexpr std::uint32_t format_version = 11;
 /// The oldest format this build reads and upgrades.
 inline constexpr std::uint32_t oldest_format_version = 1;
-static_assert(format_version == 10, "init_meta needs the upgrade step to a new format");
+static_assert(format_version == 11, "init_meta needs the upgrade step to a new format");
 /// The format meta["format"] names, when this build knows it (oldest to
 /// current); 0 otherwise.
 std::uint32_t known_format(std::string_view text);
@@ -58,10 +61,13 @@ inline constexpr std::size_t stored_json_depth = 512;
 /// 7 -> 8 puts each state scope's tally (a damaged row counts with the
 /// checksum it carries, so it still reads as damaged); 8 -> 9 puts each
 /// app's and user's session count (from the session records); 9 -> 10
-/// writes nothing (`app_writes` and `outbox` start empty). Cost of
+/// writes nothing (`app_writes` and `outbox` start empty); 10 -> 11 puts
+/// each session's shard index entry (from the session records, a damaged
+/// one too: its key names its app and user). Cost of
 /// 3 -> 4: a put and a JSON parse per row; of 4 -> 5: two puts per session;
 /// of 7 -> 8: a pass over the state rows and a put per scope; of 8 -> 9: a
-/// pass over the session records and a put per app and user;
+/// pass over the session records and a put per app and user; of 10 -> 11: a
+/// pass over the session records and a put per session;
 /// the transaction needs free map space for the pages it writes
 /// (storage_full otherwise, the store left as it was). Errors:
 /// internal when the format is unknown (the store is left as it was),

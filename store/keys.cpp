@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/keys.hpp"
 
+#include "model/shard.hpp"
+
 namespace agentstate::store {
 
 std::string session_key(std::string_view app, std::string_view user, std::string_view id) {
@@ -54,6 +56,19 @@ std::string sub_key(std::string_view parent, std::string_view child) {
   std::string k;
   k.reserve(parent.size() + 1 + child.size());
   set_sub_key(k, parent, child);
+  return k;
+}
+
+void set_shard_index_key(std::string& k, std::uint64_t h, std::string_view skey) {
+  k.clear();
+  append_be64(k, h);
+  k.append(skey);
+}
+
+std::string shard_index_key(std::string_view app, std::string_view user, std::string_view skey) {
+  std::string k;
+  k.reserve(8 + skey.size());
+  set_shard_index_key(k, model::user_hash(app, user), skey);
   return k;
 }
 

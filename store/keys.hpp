@@ -61,6 +61,13 @@ void set_by_user_key(std::string& k, std::string_view app, std::string_view user
 /// ord64(expires) ‖ skey: a session that expires, in expiry order.
 void set_expiry_key(std::string& k, double expires, std::string_view skey);
 
+/// be64(h) ‖ skey, where h = model::user_hash(app, user) of the session's app
+/// and user: a session in the shard index, in the order of the hash that
+/// places it in a cluster (model/shard.hpp).
+void set_shard_index_key(std::string& k, std::uint64_t h, std::string_view skey);
+/// The index key of session (app, user, id) whose key is `skey`.
+std::string shard_index_key(std::string_view app, std::string_view user, std::string_view skey);
+
 /// Splits a key at its NULs into at most `max_parts` parts (the last keeps
 /// the rest, NULs included). The views point into `k`.
 std::vector<std::string_view> split_key(std::string_view k, std::size_t max_parts);

@@ -42,8 +42,9 @@ enum class table : std::uint8_t {
   session_counts, ///< format 9: each app's and user's number of sessions (store::count_sessions)
   app_writes, ///< format 10: a cluster's app: writes applied at their home (store/app_writes.hpp)
   outbox, ///< format 10: appends waiting for their app: part to be applied at its home (store/outbox.hpp)
+  shard_index, ///< format 11: every session by the hash that places it in a cluster (store::index_session)
 };
-inline constexpr std::size_t table_count = 18;
+inline constexpr std::size_t table_count = 19;
 
 /// The table's name in the store (LMDB sub-database name).
 const char* table_name(table t) noexcept;
@@ -98,6 +99,12 @@ public:
   /// check what they walked against: false only in a store opened
   /// read-only whose meta["format"] is 1-8 as the snapshot begins.
   virtual bool session_counts() const { return true; }
+
+  /// Whether this snapshot keeps the shard index (store format 11, table
+  /// shard_index), which `verify` then checks against the sessions: false
+  /// only in a store opened read-only whose meta["format"] is 1-10 as the
+  /// snapshot begins.
+  virtual bool shard_index() const { return true; }
 
   /// Whether a reader must check the checksums of this snapshot's sealed
   /// values: false only for the in-memory store, whose values never leave

@@ -297,7 +297,8 @@ std::unique_ptr<kv_store> open_lmdb_kv_readonly(const std::string& dir, bool all
     if (rc == MDB_NOTFOUND
         && (t == table::by_created || t == table::by_user_created || t == table::changes
             || t == table::origins || t == table::doomed || t == table::expiry || t == table::fences
-            || t == table::session_counts || t == table::app_writes || t == table::outbox)) {
+            || t == table::session_counts || t == table::app_writes || t == table::outbox
+            || t == table::shard_index)) {
       h->tag[i] = env_handle::absent_table; // a store of a format before the table's
       continue;
     }

@@ -438,6 +438,9 @@ public:
         tallies_ = !(fmt && fmt->size() == 1 && (*fmt)[0] >= '1' && (*fmt)[0] <= '7');
         // Formats 1-8 keep no session counts.
         counts_ = !(fmt && fmt->size() == 1 && (*fmt)[0] >= '1' && (*fmt)[0] <= '8');
+        // Formats 1-10 keep no shard index.
+        index_ =
+          !(fmt && ((fmt->size() == 1 && (*fmt)[0] >= '1' && (*fmt)[0] <= '9') || *fmt == "10"));
       } catch (...) {
         ::mdb_txn_abort(txn_);
         throw;
@@ -460,6 +463,7 @@ public:
   bool legacy_values() const override { return legacy_; }
   bool state_tallies() const override { return tallies_; }
   bool session_counts() const override { return counts_; }
+  bool shard_index() const override { return index_; }
   bool may_hold_fences() const override { return h_.fences.load(); }
   std::vector<tree_count> recorded_counts() { return counts_of(txn_); }
   MDB_txn* handle() const { return txn_; }
@@ -469,6 +473,7 @@ private:
   bool legacy_ = false; // formats 1-3, read-only (kv_read::legacy_values)
   bool tallies_ = true; // false: formats 1-7, read-only (kv_read::state_tallies)
   bool counts_ = true; // false: formats 1-8, read-only (kv_read::session_counts)
+  bool index_ = true; // false: formats 1-10, read-only (kv_read::shard_index)
 };
 
 class lmdb_write : public kv_write, lmdb_reader {

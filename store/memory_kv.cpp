@@ -264,6 +264,7 @@ const char* table_name(table t) noexcept {
     case table::session_counts: return "session_counts";
     case table::app_writes: return "app_writes";
     case table::outbox: return "outbox";
+    case table::shard_index: return "shard_index";
   }
   return "?";
 }

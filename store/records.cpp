@@ -229,6 +229,11 @@ std::string row_name(table t, std::string_view key) {
         return "user '" + joined(p, 2) + "' delete fence";
       return "app '" + printable(p[0]) + "' delete fence";
     }
+    case table::shard_index: {
+      if (key.size() < 8)
+        return "shard index entry '" + printable(key) + "'";
+      return "session '" + joined(split_key(key.substr(8), 3), 3) + "' shard index entry";
+    }
     case table::outbox: {
       if (key.size() < 9 || key[key.size() - 9] != '\0')
         return "outbox row '" + printable(key) + "'";

@@ -25,8 +25,10 @@ std::size_t purge_session(kv_write& txn, const std::string& skey, std::size_t ma
         txn.del(t, key);
       del_expiry(txn, skey, rec->expires);
     }
-    if (parts.size() == 3)
+    if (parts.size() == 3) {
       count_sessions(txn, parts[0], parts[1], -1);
+      index_session(txn, parts[0], parts[1], skey, false);
+    }
   }
   txn.del(table::origins, skey);
   txn.del(table::sessions, skey);

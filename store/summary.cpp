@@ -49,6 +49,11 @@ result<store_summary> summarize(kv_store& kv, const std::function<void(std::uint
         ++out.session_counts;
         return true;
       });
+    if (txn->shard_index())
+      txn->scan(table::shard_index, {}, {}, [&](std::string_view, std::string_view) {
+        ++out.shard_index;
+        return true;
+      });
     out.apps = apps.size();
     out.users = users.size();
     if (auto v = txn->get(table::meta, "format"))

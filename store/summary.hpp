@@ -23,6 +23,8 @@ struct store_summary {
   std::uint64_t state_tallies = 0;
   /// Rows of table session_counts (format 9): one per app and per user.
   std::uint64_t session_counts = 0;
+  /// Rows of table shard_index (format 11): one per session.
+  std::uint64_t shard_index = 0;
   /// data_corrupt errors of the session records that fail their checksum
   /// (the first 100; `damaged_records` counts them all). Counted sessions
   /// include them.

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "agentstate/json.hpp"
+#include "model/shard.hpp"
 #include "store/apply.hpp"
 #include "store/change_log.hpp"
 #include "store/format.hpp"
@@ -217,11 +218,28 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
       ++in_scope[0];
       ++in_scope[1];
     };
+    // Format 11: one intact shard index entry per session (a damaged record
+    // too: its key names its app and user), and then no entry without one.
+    const bool sharded = txn.shard_index();
+    std::uint64_t index_expected = 0;
+    auto check_index = [&](std::string_view skey, const std::string& name) {
+      auto p = split_key(skey, 3);
+      if (!sharded || p.size() != 3)
+        return;
+      ++index_expected;
+      auto key = shard_index_key(p[0], p[1], skey);
+      auto raw = txn.get(table::shard_index, key);
+      if (!raw)
+        c.fault("session " + name + ": missing from the shard index");
+      else if (!open_row(table::shard_index, key, *raw, legacy))
+        c.fault(damaged(table::shard_index, key).message);
+    };
     txn.scan(table::sessions, {}, {}, [&](std::string_view skey_view, std::string_view raw) {
       std::string skey(skey_view);
       std::string name = shown(skey);
       ++r.sessions;
       count_scope(skey);
+      check_index(skey, name);
       if (progress && r.sessions % 10000 == 0)
         progress(r.sessions);
       auto rec = decode_record(skey, raw, legacy);
@@ -315,6 +333,27 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
           prefix.push_back('\0');
           if (first_keys(txn, table::sessions, prefix, 1).empty())
             c.fault(row_name(table::session_counts, k) + " counts sessions that do not exist");
+          return true;
+        });
+    }
+    if (sharded) {
+      std::uint64_t rows = 0;
+      txn.scan(table::shard_index, {}, {}, [&](std::string_view, std::string_view) {
+        ++rows;
+        return true;
+      });
+      if (rows != index_expected) // name the entries of no session, or under a wrong hash
+        txn.scan(table::shard_index, {}, {}, [&](std::string_view k, std::string_view v) {
+          if (k.size() < 8 || !open_row(table::shard_index, k, v, legacy)) {
+            c.fault(damaged(table::shard_index, k).message);
+            return true;
+          }
+          auto skey = k.substr(8);
+          auto p = split_key(skey, 3);
+          if (!txn.get(table::sessions, skey))
+            c.fault(row_name(table::shard_index, k) + " names a missing session");
+          else if (p.size() != 3 || read_be64(k) != model::user_hash(p[0], p[1]))
+            c.fault(row_name(table::shard_index, k) + " is not under its session's hash");
           return true;
         });
     }

@@ -27,7 +27,7 @@ struct verify_report {
   bool ok() const { return faults == 0; }
 };
 
-/// Checks, in the snapshot `txn`: the format version (1 to 9); every row's
+/// Checks, in the snapshot `txn`: the format version (1 to 11); every row's
 /// checksum (format 4: every value of every table but meta, each bad row
 /// reported by its row_name, as data_corrupt names it); every session
 /// record decodes; its events are versions 1..version without gaps, each row
@@ -38,7 +38,8 @@ struct verify_report {
 /// state scope's rows match its tally (store::state_tally), but those of a
 /// scope being purged; (format 9) every app's and user's session count
 /// matches its session records, and no count row names a scope without
-/// one; no table holds rows
+/// one; (format 11) every session has its intact shard index entry and every
+/// entry names a session under its hash; no table holds rows
 /// of a missing session (the rows of a deleted session still being purged
 /// are counted in `purging`, not as faults; so are the sessions of a user or
 /// app being deleted, whose events are not checked); origins are JSON

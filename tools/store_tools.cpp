@@ -64,11 +64,10 @@ runner define_inspect(command_line& cl) {
   cl.usage = "agentstate inspect DIR [--json]";
   cl.description = R"(Prints the store's format version, counts of apps, users, sessions and
 events, map size and use, and reader slots. Read-only; safe while an engine
-runs; reads every store format (1 to 9) as it is. State rows are counted
-without the scopes' tally rows (format 8), which "state_tallies" counts;
-"session_counts" counts the apps' and users' session-count rows (format 9).
-Each session record that fails its checksum is reported on stderr as
-data_corrupt (and counted in "damaged_records"); the counts go on.)";
+runs; reads every store format (1 to 11) as it is. State rows are counted
+without the scopes' tally rows ("state_tallies"); "session_counts" and
+"shard_index" count those tables' rows. A record that fails its checksum is
+reported on stderr as data_corrupt ("damaged_records"); counts go on.)";
   cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
   declare_store_and_json(cl, *o);
   return [o] { return run_inspect(*o); };
@@ -105,6 +104,7 @@ int run_inspect(const store_and_json& p) {
       {"app_state_rows", summary->app_state_rows},
       {"state_tallies", summary->state_tallies},
       {"session_counts", summary->session_counts},
+      {"shard_index", summary->shard_index},
       {"map_size_bytes", info.map_size},
       {"used_bytes", info.used_bytes},
       {"last_txn_id", info.last_txn_id},
@@ -121,7 +121,7 @@ int run_inspect(const store_and_json& p) {
       std::printf("format           %s (engine %s)\n", summary->format.c_str(),
                   summary->engine_version.c_str());
       for (auto k : {"apps", "users", "sessions", "events", "session_state_rows", "user_state_rows",
-                     "app_state_rows", "state_tallies", "session_counts"})
+                     "app_state_rows", "state_tallies", "session_counts", "shard_index"})
         std::printf("%-16s %llu\n", k,
                     static_cast<unsigned long long>(out[k].get<std::uint64_t>()));
       std::printf("map              %.1f MiB used of %.1f MiB\n", info.used_bytes / 1048576.0,

@@ -11,6 +11,8 @@
 
 #include <lmdb.h>
 
+#include <algorithm>
+
 #include "store/kv.hpp"
 #include "store/apply.hpp"
 #include "store/format.hpp"
@@ -59,6 +61,7 @@ std::string get(MDB_txn* txn, MDB_dbi dbi, const std::string& k) {
 void make_format7(MDB_txn* txn, MDB_dbi meta) {
   test::drop_tallies(txn);
   test::drop_session_counts(txn);
+  test::drop_shard_index(txn);
   put(txn, meta, "format", "7");
 }
 
@@ -66,6 +69,7 @@ void make_format7(MDB_txn* txn, MDB_dbi meta) {
 /// counts, meta["format"] "8".
 void make_format8(MDB_txn* txn, MDB_dbi meta) {
   test::drop_session_counts(txn);
+  test::drop_shard_index(txn);
   put(txn, meta, "format", "8");
 }
 
@@ -234,11 +238,13 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
   });
   // Read-only opens read the old layout, which has no creation-order indexes,
   // no origins, no state tallies (12 sessions, 3 users and 2 apps with
-  // state) and no session counts (3 users, 2 apps); the upgrade puts them
-  // back.
+  // state), no session counts (3 users, 2 apps) and no shard index (12
+  // sessions); the upgrade puts them back.
   auto split_counts = counts;
   CHECK(counts[static_cast<int>(store::table::session_counts)] == 5);
+  CHECK(counts[static_cast<int>(store::table::shard_index)] == 12);
   split_counts[static_cast<int>(store::table::session_counts)] = 0;
+  split_counts[static_cast<int>(store::table::shard_index)] = 0;
   split_counts[static_cast<int>(store::table::by_created)] = 0;
   split_counts[static_cast<int>(store::table::by_user_created)] = 0;
   split_counts[static_cast<int>(store::table::origins)] = 0;
@@ -480,4 +486,55 @@ TEST_CASE("format upgrade: a format 8 store opens with every app's and user's "
   CHECK(listed.code() == errc::data_corrupt);
   CHECK(listed.err().message.find("app 'app'") != std::string::npos);
   MUST(e->close());
+}
+
+TEST_CASE("format upgrade: a format 10 store opens with every session in the shard index") {
+  test::temp_dir dir;
+  std::vector<std::string> want; // the index keys, in key order
+  {
+    auto e = open_at(dir.str());
+    for (auto* app : {"app", "other"})
+      for (auto* user : {"u", "v", "w"})
+        for (int i = 0; i < 3; ++i) {
+          auto ref = test::sref(app, user, "s" + std::to_string(i));
+          MUST(e->create_session(test::create_req(ref, json{{"k", i}})));
+          want.push_back(
+            store::shard_index_key(app, user, store::session_key(app, user, ref.session_id)));
+        }
+    // A deleted session has no entry.
+    MUST(e->delete_session(test::sref("app", "v", "s1")));
+    want.erase(std::find(want.begin(), want.end(),
+                         store::shard_index_key("app", "v", store::session_key("app", "v", "s1"))));
+    MUST(e->close());
+  }
+  std::sort(want.begin(), want.end());
+  auto index_of = [&] {
+    auto kv = store::open_lmdb_kv_readonly(dir.str());
+    auto r = kv->begin_read();
+    std::vector<std::string> out;
+    r->scan(store::table::shard_index, {}, {}, [&](std::string_view k, std::string_view v) {
+      CHECK(store::open_row(store::table::shard_index, k, v, false));
+      out.emplace_back(k);
+      return true;
+    });
+    return out;
+  };
+  REQUIRE(index_of() == want);
+  raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi) { test::make_format10(txn); });
+  CHECK(index_of().empty());
+  // Read-only tools read format 10 as it is: no index to check.
+  verify_clean(dir.str(), 0);
+  {
+    auto ro = store::open_lmdb_kv_readonly(dir.str());
+    CHECK_FALSE(ro->begin_read()->shard_index());
+  }
+  {
+    auto e = open_at(dir.str());
+    raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
+      CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
+    });
+    MUST(e->close());
+  }
+  CHECK(index_of() == want);
+  verify_clean(dir.str(), 0);
 }

@@ -69,6 +69,16 @@ TEST_CASE("verify: a store written by the engine is clean") {
   CHECK(r.ok());
   CHECK(r.sessions == 2);
   CHECK(r.events == 3);
+  // One shard index entry per session, under its user's hash.
+  auto txn = kv->begin_read();
+  std::vector<std::string> index;
+  txn->scan(table::shard_index, {}, {}, [&](std::string_view k, std::string_view) {
+    index.emplace_back(k);
+    return true;
+  });
+  CHECK(index
+        == std::vector<std::string>{shard_index_key("app", "u", session_key("app", "u", "s1")),
+                                    shard_index_key("app", "u", session_key("app", "u", "s2"))});
 }
 
 TEST_CASE("verify: each planted fault is found and named") {
@@ -145,5 +155,41 @@ TEST_CASE("verify: each planted fault is found and named") {
       w.del(table::by_user, keys.front());
     });
     CHECK(mentions(check(*kv), "by_user"));
+  }
+  SUBCASE("a session missing from the shard index") {
+    plant(
+      [&](kv_write& w) { REQUIRE(w.del(table::shard_index, shard_index_key("app", "u", s1))); });
+    auto r = check(*kv);
+    CHECK(r.faults == 1);
+    CHECK(mentions(r, "session app/u/s1: missing from the shard index"));
+  }
+  SUBCASE("a shard index entry of no session") {
+    plant([&](kv_write& w) {
+      auto k = shard_index_key("app", "u", session_key("app", "u", "gone"));
+      w.put(table::shard_index, k, seal(k, {}));
+    });
+    auto r = check(*kv);
+    CHECK(r.faults == 1);
+    CHECK(mentions(r, "session 'app/u/gone' shard index entry names a missing session"));
+  }
+  SUBCASE("a shard index entry under another hash than its session's") {
+    plant([&](kv_write& w) {
+      std::string k;
+      set_shard_index_key(k, 12345, s1);
+      w.put(table::shard_index, k, seal(k, {}));
+    });
+    auto r = check(*kv);
+    CHECK(r.faults == 1);
+    CHECK(mentions(r, "session 'app/u/s1' shard index entry is not under its session's hash"));
+  }
+  SUBCASE("a damaged shard index entry") {
+    plant([&](kv_write& w) {
+      w.put(table::shard_index, shard_index_key("app", "u", s1),
+            "\x04"
+            "bad!");
+    });
+    auto r = check(*kv);
+    CHECK(r.faults == 1);
+    CHECK(mentions(r, "session 'app/u/s1' shard index entry is damaged"));
   }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/support/legacy_store.hpp: turning a store this build wrote back into
 // what an older format wrote (format 3: bare values, no creation-order
-// indexes, no log, no origins; format 6: no origins), directly through LMDB,
+// indexes, no log, no origins; format 6: no origins; format 10: no shard
+// index), directly through LMDB,
 // for the upgrade tests. Test-only.
 #pragma once
 
@@ -57,7 +58,7 @@ inline bool format3_table(store::table t) {
   return t != store::table::by_created && t != store::table::by_user_created
     && t != store::table::origins && t != store::table::doomed && t != store::table::expiry
     && t != store::table::fences && t != store::table::session_counts
-    && t != store::table::app_writes && t != store::table::outbox;
+    && t != store::table::app_writes && t != store::table::outbox && t != store::table::shard_index;
 }
 
 /// Deletes every row of `rows` for which `doomed(t, key)` holds (its table
@@ -98,11 +99,30 @@ inline void drop_session_counts(MDB_txn* txn) {
                [](store::table t, std::string_view) { return t == store::table::session_counts; });
 }
 
+/// Deletes every shard index entry (store format 11): formats 10 and older
+/// kept none.
+inline void drop_shard_index(MDB_txn* txn) {
+  drop_rows_of(txn,
+               [](store::table t, std::string_view) { return t == store::table::shard_index; });
+}
+
+/// Makes a closed store this build wrote what format 10 wrote: no shard
+/// index, meta["format"] "10".
+inline void make_format10(MDB_txn* txn) {
+  drop_shard_index(txn);
+  MDB_dbi meta;
+  REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
+  std::string fk = "format", fv = "10";
+  MDB_val mk{fk.size(), fk.data()}, mv{fv.size(), fv.data()};
+  REQUIRE(mdb_put(txn, meta, &mk, &mv, 0) == 0);
+}
+
 /// Makes a closed store this build wrote what format 6 wrote: no origin
-/// rows, no session counts, meta["format"] "6".
+/// rows, no session counts, no shard index, meta["format"] "6".
 inline void make_format6(MDB_txn* txn) {
   drop_rows_of(txn, [](store::table t, std::string_view) {
-    return t == store::table::origins || t == store::table::session_counts;
+    return t == store::table::origins || t == store::table::session_counts
+      || t == store::table::shard_index;
   });
   MDB_dbi meta;
   REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
@@ -112,7 +132,8 @@ inline void make_format6(MDB_txn* txn) {
 }
 
 /// Deletes the rows of the tables format 3 did not have from `rows` (the
-/// creation-order indexes, origins, purge marks and session counts).
+/// creation-order indexes, origins, purge marks, session counts and the shard
+/// index).
 inline void drop_created_indexes(MDB_txn* txn) {
   drop_rows_of(txn, [](store::table t, std::string_view) { return !format3_table(t); });
 }

@@ -119,22 +119,34 @@ function owners(etcdUrl, name) {
   return owner;
 }
 
-/** shard_of(app, user) as docs/cluster.md defines it: FNV-1a 64 of app ‖ 0x00 ‖ user, mod S. */
-function shardOf(app, user, shards) {
+/** h(bytes) as docs/cluster.md defines it: FNV-1a 64, then MurmurHash3's 64-bit finalizer. */
+function shardHash(bytes) {
+  const mask = 0xffffffffffffffffn;
   let h = 14695981039346656037n;
-  for (const b of Buffer.concat([Buffer.from(app), Buffer.from([0]), Buffer.from(user)])) {
-    h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffffffffffffffffn;
+  for (const b of bytes) {
+    h = ((h ^ BigInt(b)) * 1099511628211n) & mask;
   }
-  return Number(h % BigInt(shards));
+  h ^= h >> 33n;
+  h = (h * 0xff51afd7ed558ccdn) & mask;
+  h ^= h >> 33n;
+  h = (h * 0xc4ceb9fe1a85ec53n) & mask;
+  h ^= h >> 33n;
+  return h;
 }
 
-/** home_shard(app) as docs/cluster.md defines it: FNV-1a 64 of app, mod S. */
+/** The shard of hash `h` among `shards`: ((h >> 32) * S) >> 32. */
+function shardOfHash(h, shards) {
+  return Number(((h >> 32n) * BigInt(shards)) >> 32n);
+}
+
+/** shard_of(app, user): the shard of h(app ‖ 0x00 ‖ user). */
+function shardOf(app, user, shards) {
+  return shardOfHash(shardHash(Buffer.concat([Buffer.from(app), Buffer.from([0]), Buffer.from(user)])), shards);
+}
+
+/** home_shard(app): the shard of h(app). */
 function homeShardOf(app, shards) {
-  let h = 14695981039346656037n;
-  for (const b of Buffer.from(app)) {
-    h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffffffffffffffffn;
-  }
-  return Number(h % BigInt(shards));
+  return shardOfHash(shardHash(Buffer.from(app)), shards);
 }
 
 /** Each user's owning node id. */
@@ -222,7 +234,9 @@ describe('a cluster through the addresses option', () => {
   after(async () => { if (etcd) await etcd.stop(); });
 
   test('the shard function matches docs/cluster.md', () => {
-    assert.equal(shardOf('chat', 'alice', 256), 43);
+    assert.equal(shardOf('chat', 'alice', 256), 12);
+    assert.equal(shardOf('chat', 'alice', 65536), 3261);
+    assert.equal(homeShardOf('chat', 256), 255);
   });
 
   test('bad cluster options are refused with invalid_argument', () => {
