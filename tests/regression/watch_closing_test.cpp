@@ -153,6 +153,8 @@ TEST_CASE("regression: a TCP connection with a live watch is not closed by --idl
   CHECK(at_close >= 1);
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (idle_timeouts() == at_close) {
+    INFO("no idle timeout fired since the plain close (", at_close,
+         "): the watcher's timer does not run, or it closed the watcher");
     REQUIRE(std::chrono::steady_clock::now() < deadline);
     // bounded poll of the serve child's count (its timers run in it).
     std::this_thread::sleep_for(20ms);
