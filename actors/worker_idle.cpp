@@ -37,6 +37,18 @@ idle_tasks& tasks() {
   return t;
 }
 
+// The worker's idle point; `now` (read only when the time bound decides)
+// gives the time the bound is measured at.
+template <class Now>
+void idle_point(bool queue_empty, Now now) {
+  auto& t = tasks();
+  t.worker = true;
+  if (t.queued.empty())
+    return;
+  if (queue_empty || ++t.jobs >= idle_task_max_jobs || now() - t.first >= idle_task_max_delay)
+    t.run();
+}
+
 } // namespace
 
 bool defer_until_idle(std::function<void()> task) {
@@ -54,13 +66,11 @@ bool has_deferred_tasks() {
 }
 
 void worker_idle_point(bool queue_empty) {
-  auto& t = tasks();
-  t.worker = true;
-  if (t.queued.empty())
-    return;
-  if (queue_empty || ++t.jobs >= idle_task_max_jobs
-      || clock::now() - t.first >= idle_task_max_delay)
-    t.run();
+  idle_point(queue_empty, [] { return clock::now(); });
+}
+
+void worker_idle_point(bool queue_empty, clock::time_point now) {
+  idle_point(queue_empty, [now] { return now; });
 }
 
 } // namespace agentstate::detail

@@ -43,6 +43,12 @@ bool defer_until_idle(std::function<void()> task);
 /// so no task waits through a wait for the next job.
 void worker_idle_point(bool queue_empty);
 
+/// worker_idle_point with the time bound measured at `now` instead of the
+/// steady clock's present (the tasks' stamp is still the steady clock's time
+/// of the first defer_until_idle), so that a test crosses, or stays within,
+/// idle_task_max_delay without waiting for it to pass.
+void worker_idle_point(bool queue_empty, std::chrono::steady_clock::time_point now);
+
 /// True when the calling thread has deferred tasks waiting.
 bool has_deferred_tasks();
 

@@ -62,22 +62,27 @@ TEST_CASE("worker_idle: deferred tasks run once, in order, at the worker's idle 
 
 TEST_CASE("worker_idle: a worker that keeps finding jobs runs the tasks within the bounds") {
   std::thread worker([] {
+    using steady = std::chrono::steady_clock;
     worker_idle_point(false);
     int runs = 0;
-    // The job bound: by the idle_task_max_jobs-th job at the latest.
+    // The job bound: at the idle_task_max_jobs-th job, not before. The idle
+    // points are measured at a time no later than the task's stamp, so the
+    // time bound cannot decide.
+    auto before = steady::now();
     CHECK(defer_until_idle([&] { ++runs; }));
-    for (std::size_t i = 0; i < idle_task_max_jobs && runs == 0; ++i)
-      worker_idle_point(false);
+    for (std::size_t i = 1; i < idle_task_max_jobs; ++i)
+      worker_idle_point(false, before);
+    CHECK(runs == 0);
+    worker_idle_point(false, before);
     CHECK(runs == 1);
-    // The time bound: past idle_task_max_delay, before the next job.
+    // The time bound: not within idle_task_max_delay of the task's stamp;
+    // at it, before the next job. `before` and `after` enclose the stamp.
+    before = steady::now();
     CHECK(defer_until_idle([&] { ++runs; }));
-    // The input: the bound under test is one of time on the steady clock
-    // (worker_idle.cpp reads it; no engine clock reaches it), so the steady
-    // clock must pass it. `deferred_by` is no earlier than the task's own
-    // stamp, so sleeping until the bound past it passes the task's bound.
-    auto deferred_by = std::chrono::steady_clock::now();
-    std::this_thread::sleep_until(deferred_by + idle_task_max_delay); // the input (above)
-    worker_idle_point(false);
+    auto after = steady::now();
+    worker_idle_point(false, before);
+    CHECK(runs == 1);
+    worker_idle_point(false, after + idle_task_max_delay);
     CHECK(runs == 2);
   });
   worker.join();

@@ -241,7 +241,12 @@ TEST_CASE("serve --listen: a reader slower than its responses gets every one, in
     REQUIRE(c.next());
   }
   // About 48 MB of responses, several times what the socket buffers hold,
-  // sent in rounds with pauses so the writer changes hands more than once.
+  // sent in rounds; each round is read only once the server has read all of
+  // it and holds output the full socket does not take, so the writer
+  // changes hands more than once.
+  client watcher(port);
+  REQUIRE(watcher.connected());
+  int polls = 0; // the watcher's own stats calls count as requests too
   const int rounds = 3, per_round = 500;
   int next_id = 0;
   std::vector<int> last(sessions, -1);
@@ -253,7 +258,19 @@ TEST_CASE("serve --listen: a reader slower than its responses gets every one, in
                  .dump()
         + "\n";
     REQUIRE(c.send(batch));
-    std::this_thread::sleep_for(200ms); // the input: a pause, the socket fills meanwhile
+    for (auto deadline = std::chrono::steady_clock::now() + 30s;;) {
+      auto st = watcher.call("stats");
+      ++polls;
+      REQUIRE(st);
+      auto& server = (*st)["result"]["server"];
+      if (server.value("requests", 0) >= sessions + next_id + polls
+          && server.value("queued_output_bytes", 0) > 0)
+        break;
+      INFO("stats: ", server.dump());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll of the serve child's stats.
+      std::this_thread::sleep_for(5ms);
+    }
     for (int i = 0; i < per_round; ++i) {
       auto r = c.next();
       REQUIRE(r);

@@ -428,10 +428,19 @@ describe('lifecycle', () => {
     const code = await new Promise((resolve) => child.on('exit', resolve));
     assert.equal(code, 0);
     const pid = Number(out.trim());
-    for (let i = 0; i < 100; i++) {
-      try { process.kill(pid, 0); } catch { break; }
-      await new Promise((r) => setTimeout(r, 50));
+    // The server ends when node closes its stdin; another service opens the store after it.
+    // Ended: no such process, or (Linux) a zombie no parent has reaped yet.
+    const ended = () => {
+      try {
+        if (/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'))) return true;
+      } catch {}
+      try { process.kill(pid, 0); return false; } catch { return true; }
+    };
+    let gone = false;
+    for (let i = 0; i < 200 && !(gone = ended()); i++) {
+      await new Promise((r) => setTimeout(r, 50)); // bounded poll of the server's exit (another process)
     }
+    assert.ok(gone, `the server ${pid} still runs 10 s after its node exited`);
     const s = new AgentStateSessionService({ store: dir, binary: BIN });
     const got = await s.getSession({ appName: 'x', userId: 'u', sessionId: 's' });
     assert.deepEqual(got.state, { k: 1 });

@@ -131,7 +131,7 @@ def test_tls_with_a_token(tcp_server_factory, tmp_path):
         # TLS has no half-close: close() waits for the answers owed, then closes.
         appends = [asyncio.create_task(c.append_event("a", "u", "s", {"id": f"e{i}", "author": "x"}))
                    for i in range(50)]
-        await asyncio.sleep(0)  # each task has written its request
+        await asyncio.sleep(0)  # why: one turn of the event loop: each task has written its request
         await c.close()
         assert sorted(t.result()["version"] for t in appends) == list(range(1, 51))
         # The default context does not trust the self-signed certificate.

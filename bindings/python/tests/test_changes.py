@@ -60,7 +60,7 @@ async def wait_for(condition):
     for _ in range(1000):
         if condition():
             break
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # bounded poll of what the serve child sends
     return condition()
 
 
@@ -199,7 +199,7 @@ def test_a_watch_whose_caller_was_cancelled_is_unwatched(agentstate_bin, store):
             for delay in range(1, 6):
                 starting = asyncio.ensure_future(start())
                 for _ in range(delay):
-                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)  # input: turns of the event loop before the cancel
                 starting.cancel()
                 try:
                     w = await starting
@@ -319,8 +319,11 @@ def test_with_cursor_states_and_get_session_cursor_read_then_watch(tcp_server):
             writing = asyncio.create_task(appender())
             # Read while appends commit, then watch from the read's cursor: together they
             # see every version exactly once.
-            while (seen := await reader.get_session(APP, "u", "s"))["version"] == 0:
-                await asyncio.sleep(0)
+            for _ in range(10000):  # bounded poll: each read is a round trip to the child
+                if (seen := await reader.get_session(APP, "u", "s"))["version"] > 0:
+                    break
+                await asyncio.sleep(0)  # why: a turn of the event loop for the appender
+            assert seen["version"] > 0
             async with reader.watch("session", app_name=APP, user_id="u", session_id="s",
                                     from_=seen["cursor"]) as w:
                 await writing

@@ -95,7 +95,7 @@ def test_close_answers_everything_already_sent(agentstate_bin, store):
         await c.create_session(APP, USER, "s")
         tasks = [asyncio.ensure_future(c.append_event(APP, USER, "s", {"author": "a"}))
                  for _ in range(200)]
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # why: one turn of the event loop: each task has written its request
         await asyncio.gather(c.close(), c.close())
         assert sorted(t.result()["version"] for t in tasks) == list(range(1, 201))
         with pytest.raises(ac.ConnectionClosedError):
@@ -111,7 +111,7 @@ def test_server_killed_with_requests_in_flight(agentstate_bin, store):
         await c.create_session(APP, USER, "s")
         tasks = [asyncio.ensure_future(c.append_event(APP, USER, "s", {"id": f"e{i}", "author": "a"}))
                  for i in range(500)]
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # why: one turn of the event loop: each task has written its request
         os.kill(c._process.pid, signal.SIGKILL)
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, Exception)]

@@ -228,8 +228,10 @@ def test_session_ttl(agentstate_bin, store):
         c.append_event(APP, USER, "sliding", {"author": "a", "actions": {"state_delta": {}}})
         assert c.get_session(APP, USER, "sliding")["expires_at"] >= sliding["expires_at"]
         assert "expires_at" not in c.create_session(APP, USER, "forever")
+        # serve is a child process on the system clock (no clock can be given to it), so
+        # time has to pass: a poll of the clock until just past the expiry.
         while time.time() <= s["expires_at"]:
-            time.sleep(0.05)
+            time.sleep(0.05)  # why: the child's system clock must pass the expiry (above)
         assert c.get_session(APP, USER, "brief") is None
         listed = [m["id"] for m in c.list_sessions(APP, USER)["sessions"]]
         assert "brief" not in listed and "sliding" in listed
@@ -262,4 +264,4 @@ def test_delete_user_and_app(agentstate_bin, store):
                 break
             except UnavailableError:
                 assert time.time() < deadline
-                time.sleep(0.01)
+                time.sleep(0.01)  # bounded poll: the child purges on its writer thread

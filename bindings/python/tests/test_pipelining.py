@@ -61,7 +61,7 @@ def test_cancelled_caller_leaves_the_connection_usable(agentstate_bin, store):
             await c.create_session(APP, "u", "s")
             tasks = [asyncio.ensure_future(c.append_event(APP, "u", "s", {"id": f"e{i}", "author": "a"}))
                      for i in range(50)]
-            await asyncio.sleep(0)  # every request is written
+            await asyncio.sleep(0)  # why: one turn of the event loop: every request is written
             for t in tasks[::2]:
                 t.cancel()
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -90,7 +90,7 @@ def test_notifications_are_routed_to_the_handler(agentstate_bin, store):
         async with await AsyncClient.spawn(store, binary=agentstate_bin,
                                            on_notification=handler) as c:
             pending = asyncio.ensure_future(c.create_session(APP, "u", "s"))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # why: one turn of the event loop: the request is written
             for params in ({"session_id": "s"}, {"boom": True}, None):
                 msg = {"jsonrpc": "2.0", "method": "changes"}
                 if params is not None:
