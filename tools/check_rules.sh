@@ -28,7 +28,7 @@ else
 fi
 
 # Not held to the sleep rule yet (drop each from here once it passes).
-sleep_rule_pending=(bindings/js/test/cluster.test.mjs)
+sleep_rule_pending=()
 
 bad=0
 for f in "${all[@]}"; do

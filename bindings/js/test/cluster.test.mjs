@@ -76,7 +76,7 @@ async function startEtcd(dir) {
     // Bounded poll of etcd's client port: etcd gives no readiness signal of its own.
     while (!(await canConnect(client))) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error('etcd exited at start');
-      const failed = await Promise.race([spawnError, sleep(50, null)]);
+      const failed = await Promise.race([spawnError, sleep(50, null)]); // the poll's interval
       if (failed) throw new Error(`cannot start etcd (tools/setup.sh --all installs it): ${failed.message}`);
       assert.ok(performance.now() < deadline, 'etcd did not start within 20 s');
     }
