@@ -616,22 +616,39 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
   // A request started after another's call returned is behind it on the
   // wire (with_peer keeps the order of calls waiting for a connection),
   // which is the order the dispatcher starts a session's requests in.
-  p_->with_peer(peer, [id = p_->id, peer, method, params = std::move(params),
-                       done = std::move(done)](const std::shared_ptr<rpc_client>& c,
-                                               const std::string& failed) mutable {
-    if (!c) {
-      done(error{errc::unavailable,
-                 "node '" + id + "' cannot reach the shard's owner at " + peer + ": " + failed},
-           nullptr);
-      return;
-    }
-    c->call_async(
-      method, std::move(params),
-      [done = std::move(done)](rpc_reply r) mutable {
-        done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
-      },
-      std::chrono::milliseconds(30000));
-  });
+  p_->with_peer(
+    peer,
+    [id = p_->id, peer, method, params = std::move(params), done = std::move(done)](
+      const std::shared_ptr<rpc_client>& c, const std::string& failed) mutable {
+      if (!c) {
+        done(error{errc::unavailable,
+                   "node '" + id + "' cannot reach the shard's owner at " + peer + ": " + failed},
+             nullptr);
+        return;
+      }
+      const auto deadline = std::chrono::milliseconds(30000);
+      if (params.is_binary()) {
+        // The params' text, unread: the result comes back as text too.
+        const auto& bytes = params.get_binary();
+        c->call_raw_async(
+          method, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+          [done = std::move(done)](rpc_raw_reply r) mutable {
+            result<json> value = r.value
+              ? result<json>(
+                json::binary(json::binary_t::container_type(r.value->begin(), r.value->end())))
+              : result<json>(std::move(r.value).err());
+            done(std::move(value), r.answered ? std::move(r.error_object) : json(nullptr));
+          },
+          deadline);
+        return;
+      }
+      c->call_async(
+        method, std::move(params),
+        [done = std::move(done)](rpc_reply r) mutable {
+          done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
+        },
+        deadline);
+    });
 }
 
 bool cluster_member::app_here(const std::string& app) const {
