@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: rpc_client's one impl (send queue, calls by id, deadlines, line reader,
+// watches, the end of a connection) and the JSON text check its raw calls use.
 // client/client.cpp: rpc_client (agentstate/client.hpp): the send queue, the
 // table of calls in flight by id, deadlines, the line reader, watch routing,
 // and the end of a connection completing every call exactly once.
@@ -81,7 +83,7 @@ std::optional<rpc_reply> reply_of(json& msg) {
 
 /// The id of a response line from its first bytes, in the server's compact
 /// form ({"jsonrpc":"2.0","id":N,...}); nullopt when it is not there.
-std::optional<std::uint64_t> id_in_head(const std::string& head) {
+std::optional<std::uint64_t> id_in_head(std::string_view head) {
   static constexpr std::string_view prefix = R"({"jsonrpc":"2.0","id":)";
   if (head.compare(0, prefix.size(), prefix) != 0)
     return std::nullopt;
@@ -94,12 +96,244 @@ std::optional<std::uint64_t> id_in_head(const std::string& head) {
   return id;
 }
 
+/// Checks JSON text without building a value: one pass, no allocation
+/// below 64 levels of nesting. Accepts exactly the texts
+/// `json::accept` does (RFC 8259: UTF-8 checked, surrogate escapes
+/// paired, numbers within a double's range), except a leading byte order
+/// mark.
+class json_checker {
+public:
+  explicit json_checker(std::string_view t) : p_(t.data()), end_(t.data() + t.size()) {}
+
+  /// True when the whole text is one JSON value.
+  bool one_value() {
+    ws();
+    if (!value())
+      return false;
+    ws();
+    return p_ == end_;
+  }
+
+private:
+  const char* p_;
+  const char* end_;
+  /// The open containers, innermost last: '{' or '['.
+  std::string open_;
+
+  void ws() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r'))
+      ++p_;
+  }
+
+  bool take(char c) {
+    ws();
+    if (p_ < end_ && *p_ == c)
+      return ++p_, true;
+    return false;
+  }
+
+  /// One value; containers are walked with open_, not recursion.
+  bool value() {
+    for (;;) {
+      // A value starts here.
+      if (p_ >= end_)
+        return false;
+      char c = *p_;
+      if (c == '{' || c == '[') {
+        ++p_;
+        open_.push_back(c);
+        if (take(c == '{' ? '}' : ']')) {
+          open_.pop_back();
+        } else {
+          if (c == '{' && !key())
+            return false;
+          ws();
+          continue; // the first member's or item's value
+        }
+      } else if (c == '"') {
+        if (!string())
+          return false;
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (!number())
+          return false;
+      } else if (!literal("true") && !literal("false") && !literal("null")) {
+        return false;
+      }
+      // After a value: close containers or go on to the next member or item.
+      for (;;) {
+        if (open_.empty())
+          return true;
+        const char in = open_.back();
+        if (take(',')) {
+          if (in == '{' && !key())
+            return false;
+          ws();
+          break;
+        }
+        if (!take(in == '{' ? '}' : ']'))
+          return false;
+        open_.pop_back();
+      }
+    }
+  }
+
+  /// A member's name and colon.
+  bool key() {
+    ws();
+    if (p_ >= end_ || *p_ != '"' || !string())
+      return false;
+    return take(':');
+  }
+
+  bool literal(std::string_view word) {
+    if (static_cast<std::size_t>(end_ - p_) < word.size()
+        || std::string_view(p_, word.size()) != word)
+      return false;
+    p_ += word.size();
+    return true;
+  }
+
+  static int hex(char c) {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  }
+
+  /// \uXXXX after the backslash and 'u' were taken; its code unit.
+  bool unit(unsigned& out) {
+    if (end_ - p_ < 4)
+      return false;
+    out = 0;
+    for (int i = 0; i < 4; ++i) {
+      int h = hex(*p_++);
+      if (h < 0)
+        return false;
+      out = out * 16 + static_cast<unsigned>(h);
+    }
+    return true;
+  }
+
+  /// A string, at its opening quote.
+  bool string() {
+    ++p_;
+    while (p_ < end_) {
+      auto c = static_cast<unsigned char>(*p_);
+      if (c == '"')
+        return ++p_, true;
+      if (c < 0x20)
+        return false;
+      if (c == '\\') {
+        if (++p_ >= end_)
+          return false;
+        char e = *p_++;
+        if (e == 'u') {
+          unsigned u = 0;
+          if (!unit(u))
+            return false;
+          if (u >= 0xDC00 && u <= 0xDFFF)
+            return false; // a low surrogate first
+          if (u >= 0xD800 && u <= 0xDBFF) {
+            unsigned low = 0;
+            if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u')
+              return false;
+            p_ += 2;
+            if (!unit(low) || low < 0xDC00 || low > 0xDFFF)
+              return false;
+          }
+        } else if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r'
+                   && e != 't') {
+          return false;
+        }
+        continue;
+      }
+      if (c < 0x80) {
+        ++p_;
+        continue;
+      }
+      // UTF-8 (RFC 3629): the lead byte fixes the length and the range of
+      // the byte after it.
+      unsigned char lo = 0x80, hi = 0xBF;
+      int more = 0;
+      if (c >= 0xC2 && c <= 0xDF)
+        more = 1;
+      else if (c == 0xE0)
+        more = 2, lo = 0xA0;
+      else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
+        more = 2;
+      else if (c == 0xED)
+        more = 2, hi = 0x9F;
+      else if (c == 0xF0)
+        more = 3, lo = 0x90;
+      else if (c >= 0xF1 && c <= 0xF3)
+        more = 3;
+      else if (c == 0xF4)
+        more = 3, hi = 0x8F;
+      else
+        return false;
+      ++p_;
+      for (int i = 0; i < more; ++i, ++p_) {
+        if (p_ >= end_)
+          return false;
+        auto b = static_cast<unsigned char>(*p_);
+        if (b < (i == 0 ? lo : 0x80) || b > (i == 0 ? hi : 0xBF))
+          return false;
+      }
+    }
+    return false;
+  }
+
+  /// A number; one with an exponent or a long one is read as a double by
+  /// json::accept too, which refuses one too large for a double.
+  bool number() {
+    const char* from = p_;
+    auto digits = [&] {
+      const char* d = p_;
+      while (p_ < end_ && *p_ >= '0' && *p_ <= '9')
+        ++p_;
+      return p_ > d;
+    };
+    if (*p_ == '-')
+      ++p_;
+    if (p_ < end_ && *p_ == '0')
+      ++p_;
+    else if (!digits())
+      return false;
+    if (p_ < end_ && *p_ == '.') {
+      ++p_;
+      if (!digits())
+        return false;
+    }
+    bool exponent = false;
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+      exponent = true;
+      ++p_;
+      if (p_ < end_ && (*p_ == '+' || *p_ == '-'))
+        ++p_;
+      if (!digits())
+        return false;
+    }
+    if (exponent || p_ - from > 300)
+      return json::accept(from, p_);
+    return true;
+  }
+};
+
+/// True when `text` is one JSON value (json_checker).
+bool is_one_json_value(std::string_view text) {
+  return json_checker(text).one_value();
+}
+
 } // namespace
 
 struct rpc_client::impl {
   struct pending {
     reply_handler done;
     watch_handler on_watch; ///< set for a watch call
+    raw_reply_handler raw_done; ///< set (and `done` not) for call_raw_async
     std::optional<clock_type::time_point> deadline;
     duration allowed{0};
   };
@@ -151,30 +385,83 @@ struct rpc_client::impl {
 
   // -- calls -------------------------------------------------------------------
 
+  /// Ends call `p` with `r`: a raw call gets the result as JSON text.
+  static void finish(pending& p, rpc_reply r) {
+    if (!p.raw_done)
+      return run_handler(p.done, std::move(r));
+    std::optional<rpc_raw_reply> out;
+    if (r.value) {
+      auto text = dump_json(*r.value);
+      if (text)
+        out.emplace(std::move(*text));
+      else
+        out.emplace(error{errc::internal,
+                          "cannot write the server's result as JSON text: " + text.err().message});
+    } else {
+      out.emplace(std::move(r.value).err());
+    }
+    out->answered = r.answered;
+    out->error_object = std::move(r.error_object);
+    run_handler(p.raw_done, std::move(*out));
+  }
+
+  std::uint64_t take_id() {
+    std::lock_guard<std::mutex> g(mtx);
+    return next_id++;
+  }
+
   void submit(const std::string& method, json params, reply_handler done, watch_handler on_watch,
               duration deadline) {
-    std::uint64_t id;
-    {
-      std::lock_guard<std::mutex> g(mtx);
-      id = next_id++;
-    }
+    pending p{std::move(done), std::move(on_watch), nullptr, std::nullopt, deadline};
+    const std::uint64_t id = take_id();
     json req{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}};
     if (!params.is_null())
       req["params"] = std::move(params);
     auto text = dump_json(req);
-    if (!text) {
-      auto r = failed(errc::invalid_argument, "cannot write the request: " + text.err().message);
-      return run_handler(done, std::move(r));
+    if (!text)
+      return finish(
+        p, failed(errc::invalid_argument, "cannot write the request: " + text.err().message));
+    text->push_back('\n');
+    enqueue(id, std::move(*text), std::move(p));
+  }
+
+  void submit_raw(const std::string& method, std::string_view params_text, raw_reply_handler done,
+                  duration deadline) {
+    pending p{nullptr, nullptr, std::move(done), std::nullopt, deadline};
+    auto name_text = dump_json(json(method));
+    if (!name_text)
+      return finish(
+        p, failed(errc::invalid_argument, "cannot write the request: " + name_text.err().message));
+    if (!params_text.empty() && !is_one_json_value(params_text))
+      return finish(p, failed(errc::invalid_argument, "the params text is not one JSON value"));
+    const std::uint64_t id = take_id();
+    std::string bytes;
+    bytes.reserve(48 + name_text->size() + params_text.size());
+    bytes += R"({"jsonrpc":"2.0","id":)";
+    bytes += std::to_string(id);
+    bytes += R"(,"method":)";
+    bytes += *name_text;
+    if (!params_text.empty()) {
+      bytes += R"(,"params":)";
+      const std::size_t at = bytes.size();
+      bytes += params_text;
+      // Valid JSON has a newline only as whitespace: a space keeps the line.
+      for (std::size_t i = bytes.find('\n', at); i != std::string::npos; i = bytes.find('\n', i))
+        bytes[i] = ' ';
     }
-    std::string& bytes = *text;
-    bytes.push_back('\n');
-    if (bytes.size() > opts.max_send_queue_bytes) {
-      auto r = failed(errc::too_large,
-                      "the request line of " + std::to_string(bytes.size())
-                        + " bytes passes max_send_queue_bytes ("
-                        + std::to_string(opts.max_send_queue_bytes) + ")");
-      return run_handler(done, std::move(r));
-    }
+    bytes += "}\n";
+    enqueue(id, std::move(bytes), std::move(p));
+  }
+
+  /// Queues request `id`'s line `bytes` (newline included) for call `p`, or
+  /// ends `p` at once when it is refused.
+  void enqueue(std::uint64_t id, std::string bytes, pending p) {
+    if (bytes.size() > opts.max_send_queue_bytes)
+      return finish(p,
+                    failed(errc::too_large,
+                           "the request line of " + std::to_string(bytes.size())
+                             + " bytes passes max_send_queue_bytes ("
+                             + std::to_string(opts.max_send_queue_bytes) + ")"));
     std::optional<rpc_reply> refused;
     bool post_flush = false, post_rearm = false;
     {
@@ -188,10 +475,8 @@ struct rpc_client::impl {
                  "send queue full: " + std::to_string(queued) + " bytes wait to be sent to " + name
                    + " (max_send_queue_bytes " + std::to_string(opts.max_send_queue_bytes) + ")");
       else {
-        out += bytes;
-        pending p{std::move(done), std::move(on_watch), std::nullopt, deadline};
-        if (deadline > duration::zero()) {
-          p.deadline = clock_type::now() + deadline;
+        if (p.allowed > duration::zero()) {
+          p.deadline = clock_type::now() + p.allowed;
           deadlines.emplace(*p.deadline, id);
           if (*p.deadline < armed) {
             armed = *p.deadline;
@@ -199,12 +484,13 @@ struct rpc_client::impl {
           }
         }
         calls.emplace(id, std::move(p));
+        out += bytes;
         if (!flushing)
           flushing = post_flush = true;
       }
     }
     if (refused)
-      return run_handler(done, std::move(*refused));
+      return finish(p, std::move(*refused));
     if (post_flush)
       asio::post(io, [this] { flush(); });
     if (post_rearm)
@@ -301,8 +587,8 @@ struct rpc_client::impl {
     }
     rearm();
     for (auto& p : late)
-      run_handler(
-        p.done,
+      finish(
+        p,
         failed(errc::unavailable,
                "no answer from " + name + " within " + std::to_string(p.allowed.count()) + " ms"));
   }
@@ -375,10 +661,10 @@ struct rpc_client::impl {
     if (!p)
       return lose("the server sent a line over max_line_bytes ("
                   + std::to_string(opts.max_line_bytes) + ") that answers no call in flight");
-    run_handler(p->done,
-                failed(errc::too_large,
-                       "the response is a line over max_line_bytes ("
-                         + std::to_string(opts.max_line_bytes) + "); it was discarded"));
+    finish(*p,
+           failed(errc::too_large,
+                  "the response is a line over max_line_bytes ("
+                    + std::to_string(opts.max_line_bytes) + "); it was discarded"));
   }
 
   void handle_line(std::string_view text) {
@@ -386,35 +672,91 @@ struct rpc_client::impl {
       text.remove_suffix(1);
     if (text.empty())
       return;
-    auto parsed = parse_json(text, max_reply_depth);
-    if (!parsed || !parsed->is_object())
-      return lose("the server sent a line that is not a JSON object");
-    json& msg = *parsed;
-    if (auto m = msg.find("method"); m != msg.end() && m->is_string())
-      return notification(m->get<std::string>(), msg);
-    auto idp = msg.find("id");
-    if (idp == msg.end())
-      return;
-    if (idp->is_null()) {
-      if (auto e = msg.find("error"); e != msg.end() && e->is_object()) {
-        {
-          std::lock_guard<std::mutex> g(mtx);
-          notice = text_of(e->contains("data") ? (*e)["data"] : json(), "kind") + ": "
-            + text_of(*e, "message");
+    std::uint64_t id = 0;
+    if (auto value = result_in_place(text, id)) {
+      if (auto p = take_raw(id)) {
+        if (is_one_json_value(*value)) {
+          rpc_raw_reply r{std::string(*value)};
+          r.answered = true;
+          return run_handler(p->raw_done, std::move(r));
         }
-        run_handler(opts.on_server_error, *e);
+        return handle_parsed(text, std::move(p));
       }
-      return;
     }
-    if (!idp->is_number_unsigned())
-      return; // not an id of this client
-    auto p = take(idp->get<std::uint64_t>());
-    if (!p)
-      return; // a call that already ended (its deadline passed)
+    handle_parsed(text, std::nullopt);
+  }
+
+  /// The `result` member's text of a response line in the server's compact
+  /// form ({"jsonrpc":"2.0","id":N,"result":VALUE}), with `id` set to N;
+  /// nullopt for any other line. VALUE is not checked here.
+  static std::optional<std::string_view> result_in_place(std::string_view text, std::uint64_t& id) {
+    static constexpr std::string_view member = R"("result":)";
+    auto n = id_in_head(text);
+    if (!n)
+      return std::nullopt;
+    auto at = text.find(',', 22); // after {"jsonrpc":"2.0","id":N
+    if (at == std::string_view::npos || text.compare(at + 1, member.size(), member) != 0
+        || text.back() != '}')
+      return std::nullopt;
+    id = *n;
+    auto from = at + 1 + member.size();
+    if (from >= text.size() - 1)
+      return std::nullopt;
+    return text.substr(from, text.size() - 1 - from);
+  }
+
+  /// The pending call `id` when it is a raw one, removed; nullopt otherwise
+  /// (a call of another kind stays).
+  std::optional<pending> take_raw(std::uint64_t id) {
+    std::lock_guard<std::mutex> g(mtx);
+    auto it = calls.find(id);
+    if (it == calls.end() || !it->second.raw_done)
+      return std::nullopt;
+    pending p = std::move(it->second);
+    calls.erase(it);
+    if (p.deadline)
+      deadlines.erase({*p.deadline, id});
+    return p;
+  }
+
+  /// Handles a line through its parsed value; `taken` is the call it answers
+  /// when that was already removed from the table.
+  void handle_parsed(std::string_view text, std::optional<pending> taken) {
+    auto parsed = parse_json(text, max_reply_depth);
+    if (!parsed || !parsed->is_object()) {
+      if (taken)
+        finish(*taken,
+               failed(errc::unavailable, "the server sent a line that is not a JSON object"));
+      return lose("the server sent a line that is not a JSON object");
+    }
+    json& msg = *parsed;
+    std::optional<pending> p = std::move(taken);
+    if (!p) {
+      if (auto m = msg.find("method"); m != msg.end() && m->is_string())
+        return notification(m->get<std::string>(), msg);
+      auto idp = msg.find("id");
+      if (idp == msg.end())
+        return;
+      if (idp->is_null()) {
+        if (auto e = msg.find("error"); e != msg.end() && e->is_object()) {
+          {
+            std::lock_guard<std::mutex> g(mtx);
+            notice = text_of(e->contains("data") ? (*e)["data"] : json(), "kind") + ": "
+              + text_of(*e, "message");
+          }
+          run_handler(opts.on_server_error, *e);
+        }
+        return;
+      }
+      if (!idp->is_number_unsigned())
+        return; // not an id of this client
+      p = take(idp->get<std::uint64_t>());
+      if (!p)
+        return; // a call that already ended (its deadline passed)
+    }
     auto reply = reply_of(msg);
     if (!reply) {
-      run_handler(p->done,
-                  failed(errc::internal, "the server's response holds neither result nor error"));
+      finish(*p, failed(errc::internal, "the server's response holds neither result nor error"));
       return;
     }
     if (p->on_watch && reply->value.ok()) {
@@ -422,7 +764,7 @@ struct rpc_client::impl {
       if (!w.empty())
         watches[w] = std::move(p->on_watch);
     }
-    run_handler(p->done, std::move(*reply));
+    finish(*p, std::move(*reply));
   }
 
   void notification(const std::string& method, json& msg) {
@@ -468,7 +810,7 @@ struct rpc_client::impl {
     // `writing` stays: the aborted write may still name its bytes.
     std::string().swap(line);
     for (auto& [id, p] : all)
-      run_handler(p.done, failed(errc::unavailable, why));
+      finish(p, failed(errc::unavailable, why));
     watch_event lost;
     lost.what = watch_event::kind::lost;
     lost.params = nullptr;
@@ -546,6 +888,11 @@ rpc_reply rpc_client::call(const std::string& method, json params, duration dead
   return p_->wait_for([&](reply_handler done) {
     p_->submit(method, std::move(params), std::move(done), nullptr, deadline);
   });
+}
+
+void rpc_client::call_raw_async(const std::string& method, std::string_view params_text,
+                                raw_reply_handler done, duration deadline) {
+  p_->submit_raw(method, params_text, std::move(done), deadline);
 }
 
 void rpc_client::watch_async(json params, watch_handler on_event, reply_handler done,

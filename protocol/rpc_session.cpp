@@ -981,9 +981,14 @@ void rpc_session::answer_cluster_map(detail::decoded_request& d) {
 namespace {
 
 /// A peer's answer to a forwarded request as this stream's outcome: its
-/// result, its error carried over whole (code, message, data), or the
-/// forwarding's own failure when it never answered.
+/// result (as text when it came as text, see forward_done), its error
+/// carried over whole (code, message, data), or the forwarding's own
+/// failure when it never answered.
 detail::outcome forwarded_outcome(result<json> value, const json& error_object) {
+  if (value && value->is_binary()) {
+    const auto& bytes = value->get_binary();
+    return detail::raw_result{std::string(bytes.begin(), bytes.end())};
+  }
   if (value)
     return std::move(*value);
   detail::rpc_failure f;
@@ -1003,6 +1008,118 @@ detail::outcome forwarded_outcome(result<json> value, const json& error_object) 
     }
   }
   return f;
+}
+
+/// Steps over the JSON value at `p` (before `end`) of a text known to be
+/// well-formed; false when the text ends first.
+bool skip_value(const char*& p, const char* end) {
+  auto skip_string = [&] { // at the opening quote
+    for (++p; p < end; ++p) {
+      if (*p == '\\')
+        ++p;
+      else if (*p == '"')
+        return ++p, true;
+    }
+    return false;
+  };
+  if (p >= end)
+    return false;
+  if (*p == '"')
+    return skip_string();
+  if (*p == '{' || *p == '[') {
+    std::size_t depth = 0;
+    while (p < end) {
+      char c = *p;
+      if (c == '"') {
+        if (!skip_string())
+          return false;
+        continue;
+      }
+      ++p;
+      if (c == '{' || c == '[')
+        ++depth;
+      else if ((c == '}' || c == ']') && --depth == 0)
+        return true;
+    }
+    return false;
+  }
+  const char* from = p;
+  while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\n'
+         && *p != '\r')
+    ++p;
+  return p > from;
+}
+
+/// Where a request line's params are, found without reading the line as a
+/// JSON value.
+struct params_span {
+  enum class kind {
+    text, ///< `text` is the params member's value
+    none, ///< no params member, or null
+    unknown, ///< not found this way (a member name with an escape, the
+    ///< name twice, a byte order mark): read the line as JSON
+  };
+  kind what = kind::unknown;
+  std::string_view text;
+};
+
+/// The params of `line`, a request line already decoded (so one
+/// well-formed JSON object).
+params_span find_params(std::string_view line) {
+  const char* p = line.data();
+  const char* end = p + line.size();
+  auto ws = [&] {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+      ++p;
+  };
+  params_span out;
+  out.what = params_span::kind::none;
+  bool seen = false;
+  ws();
+  if (p == end || *p != '{')
+    return {};
+  ++p;
+  ws();
+  if (p < end && *p == '}')
+    return out;
+  for (;;) {
+    ws();
+    if (p == end || *p != '"')
+      return {};
+    const char* name = ++p;
+    while (p < end && *p != '"' && *p != '\\')
+      ++p;
+    if (p == end || *p != '"')
+      return {}; // the end, or an escape in the name
+    std::string_view key(name, static_cast<std::size_t>(p - name));
+    ++p;
+    ws();
+    if (p == end || *p != ':')
+      return {};
+    ++p;
+    ws();
+    const char* value = p;
+    if (!skip_value(p, end))
+      return {};
+    if (key == "params") {
+      if (seen)
+        return {};
+      seen = true;
+      std::string_view v(value, static_cast<std::size_t>(p - value));
+      if (v != "null") {
+        out.what = params_span::kind::text;
+        out.text = v;
+      }
+    }
+    ws();
+    if (p < end && *p == ',') {
+      ++p;
+      continue;
+    }
+    if (p < end && *p == '}')
+      return out;
+    return {};
+  }
 }
 
 /// A request's outcome as a part's answer to a spanning request.
@@ -1268,8 +1385,16 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
   if (!refusal->forward_to.empty() && forward_ && d.run) {
     if (!line.empty() && line.back() == '\r')
       line.remove_suffix(1);
-    json req = json::parse(line, nullptr, false); // decoded once already: well-formed
-    json params = req.is_object() && req.contains("params") ? req["params"] : json(nullptr);
+    // The params go on as the line has them (forward's binary form), unread.
+    json params;
+    auto found = find_params(line);
+    if (found.what == params_span::kind::text) {
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(found.text.data());
+      params = json::binary(json::binary_t::container_type(bytes, bytes + found.text.size()));
+    } else if (found.what == params_span::kind::unknown) {
+      json req = json::parse(line, nullptr, false); // decoded once already: well-formed
+      params = req.is_object() && req.contains("params") ? req["params"] : json(nullptr);
+    }
     auto& run = *d.run;
     // Run once: the params move on to the peer's request.
     run.op = [fwd = forward_, peer = std::move(refusal->forward_to), method = d.method,

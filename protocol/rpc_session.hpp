@@ -149,7 +149,9 @@ struct route_refusal {
 
 /// How a forwarded request's answer comes back: the peer's result, or an
 /// error with the peer's `error` object (null when the peer never answered:
-/// then the error's kind and message answer the request).
+/// then the error's kind and message answer the request). A request whose
+/// params were given as text (rpc_config::forward) may be answered with the
+/// result as text too: a binary value holding one JSON text's bytes.
 using forward_done = std::function<void(result<json> value, json error_object)>;
 
 struct rpc_config {
@@ -226,7 +228,11 @@ struct rpc_config {
   /// Sends a request (method, params) to the peer at `peer` and calls `done`
   /// exactly once with its answer, on any thread. Requests given here for
   /// one peer must reach it in the order given (a session's order rides on
-  /// it). Must not block or throw.
+  /// it). Must not block or throw. `params` may be a binary value: the
+  /// bytes of the params' JSON text, taken from the request line unread, to
+  /// be sent as they are (such a request's result may come back as text,
+  /// see forward_done). A JSON text never parses to a binary value, so
+  /// the two forms cannot be confused.
   std::function<void(const std::string& peer, const std::string& method, json params,
                      forward_done done)>
     forward;

@@ -531,12 +531,28 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
              nullptr);
         return;
       }
+      const auto deadline = std::chrono::milliseconds(30000);
+      if (params.is_binary()) {
+        // The params' text, unread: the result comes back as text too.
+        const auto& bytes = params.get_binary();
+        c->call_raw_async(
+          method, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+          [done = std::move(done)](rpc_raw_reply r) mutable {
+            result<json> value = r.value
+              ? result<json>(
+                json::binary(json::binary_t::container_type(r.value->begin(), r.value->end())))
+              : result<json>(std::move(r.value).err());
+            done(std::move(value), r.answered ? std::move(r.error_object) : json(nullptr));
+          },
+          deadline);
+        return;
+      }
       c->call_async(
         method, std::move(params),
         [done = std::move(done)](rpc_reply r) mutable {
           done(std::move(r.value), r.answered ? std::move(r.error_object) : json(nullptr));
         },
-        std::chrono::milliseconds(30000));
+        deadline);
     });
 }
 

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
@@ -97,6 +98,21 @@ struct rpc_reply {
   explicit rpc_reply(result<json> v) : value(std::move(v)) {}
 };
 
+/// The outcome of one call_raw_async, handed over exactly once: rpc_reply's
+/// members, with the result as JSON text.
+struct rpc_raw_reply {
+  /// The response's `result` member as one JSON text, exactly as the server
+  /// wrote it when it was checked to be one JSON value in place, else the
+  /// compact writing of the value read; or an error as rpc_reply::value says.
+  result<std::string> value;
+  /// True when `value` is the server's answer.
+  bool answered = false;
+  /// As rpc_reply::error_object.
+  json error_object;
+
+  explicit rpc_raw_reply(result<std::string> v) : value(std::move(v)) {}
+};
+
 /// One event of a watch, in the server's order.
 struct watch_event {
   enum class kind {
@@ -117,6 +133,7 @@ class rpc_client {
 public:
   using duration = std::chrono::milliseconds;
   using reply_handler = std::function<void(rpc_reply)>;
+  using raw_reply_handler = std::function<void(rpc_raw_reply)>;
   using watch_handler = std::function<void(const watch_event&)>;
   /// A deadline of zero: the call waits for its answer or the connection's
   /// end, however long that takes.
@@ -152,6 +169,16 @@ public:
   /// held.
   void call_async(const std::string& method, json params, reply_handler done,
                   duration deadline = no_deadline);
+
+  /// call_async with the params as JSON text and the result handed back as
+  /// JSON text (rpc_raw_reply), so that a caller relaying a request (a
+  /// cluster node forwarding one) neither builds nor writes a JSON value.
+  /// `params_text` is one JSON value (empty: no params member); a newline in
+  /// it (whitespace, in valid JSON) is sent as a space. A text that is not
+  /// one JSON value fails the call with invalid_argument before it is
+  /// queued. Otherwise as call_async: order, deadline, threads, errors.
+  void call_raw_async(const std::string& method, std::string_view params_text,
+                      raw_reply_handler done, duration deadline = no_deadline);
 
   /// call_async that waits for the reply. From the client's I/O thread (a
   /// handler) it fails at once with invalid_argument instead of deadlocking.

@@ -407,6 +407,53 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
   CHECK(ok(ca.call("ping")));
 }
 
+TEST_CASE("serve --cluster: a forwarded request's params go on as its line has them (any "
+          "layout, an escaped member name, params twice) and its answer is the owner's line") {
+  forwarding_pair nodes;
+  const json& m = nodes.map;
+  std::string user;
+  for (int u = 0; u < 200 && user.empty(); ++u)
+    if (m["shards"][model::shard_of("app", "u" + std::to_string(u), shard_count)]["owner"] == "b")
+      user = "u" + std::to_string(u);
+  REQUIRE(!user.empty());
+  client ca(nodes.a.port), cb(nodes.b.port);
+  const std::string ref = R"("app_name":"app","user_id":")" + user + R"(","session_id":"s")";
+  REQUIRE(ok(ca.call("create_session", create_params(user, "s"))));
+  // A value holding what a scanner of the line could trip on.
+  std::string append = R"({"jsonrpc":"2.0","id":1,"method":"append_event","params":{)" + ref
+    + R"(,"event":{"author":"t","id":"e1","actions":{"state_delta":{"k":"}\"],{[\u00e9 \\"}}}}})";
+  REQUIRE(ca.send(append + "\n"));
+  auto appended = ca.next();
+  REQUIRE(appended);
+  INFO(appended->dump());
+  REQUIRE(ok(appended));
+  CHECK((*appended)["result"]["event"]["actions"]["state_delta"]["k"] == "}\"],{[\xc3\xa9 \\");
+  const std::string lines[] = {
+    // Spaces around every token, params first.
+    R"( { "params" : { )" + ref
+      + R"( } , "id" : 7 , "jsonrpc" : "2.0" , "method" : "get_session" } )",
+    // An escaped member name: read as JSON.
+    R"({"jsonrpc":"2.0","id":7,"method":"get_session","par\u0061ms":{)" + ref + "}}",
+    // params twice: the last one counts, forwarded or not.
+    R"({"jsonrpc":"2.0","id":7,"method":"get_session","params":{"app_name":"app","user_id":")"
+      + user + R"(","session_id":"none"},"params":{)" + ref + "}}",
+    // An error answer (the session is not there).
+    R"({"jsonrpc":"2.0","id":7,"method":"get_session","params":{"app_name":"app","user_id":")"
+      + user + R"(","session_id":"none"}})",
+  };
+  for (const auto& line : lines) {
+    INFO("line: ", line);
+    REQUIRE(ca.send(line + "\n"));
+    REQUIRE(cb.send(line + "\n"));
+    auto via_a = ca.next_raw();
+    auto on_b = cb.next_raw();
+    REQUIRE(via_a);
+    REQUIRE(on_b);
+    CHECK(*via_a == *on_b);
+    CHECK(via_a->find("\"id\":7,") != std::string::npos);
+  }
+}
+
 TEST_CASE("serve --cluster: list_sessions of an app pages across the nodes, each session once in "
           "order; read_changes merges the nodes' feeds; delete_app removes the app from every "
           "node") {

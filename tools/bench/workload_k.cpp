@@ -8,6 +8,9 @@
 //              shards;
 //   smart      the same three nodes, each session's requests sent to its
 //              shard's owner (from cluster_map), 3 connections per node.
+// The forwarded hop is shown twice: under load (forwarded p50 less one
+// node's, the target's figure, queueing included) and one request at a time
+// (one_in_flight: node 1's own session against one it forwards).
 // On one machine the nodes share its cores: the ratios measure the cluster's
 // overhead, not its scaling. Needs `etcd` on PATH (Debian etcd-server).
 #include <fcntl.h>
@@ -27,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -391,6 +395,33 @@ ojson workload_k(const config& cfg) {
     if (x.errors.count == 0)
       forwarded = phase(x, fwd_refs, per, width,
                         [&](std::size_t j) -> rpc_client& { return *clients[j % clients.size()]; });
+    // The hop alone: appends one at a time (no queueing) to a session of
+    // node 1's own and to one it forwards, through the same connection.
+    std::optional<std::size_t> own, other;
+    for (std::size_t j = 0; j < sessions && (!own || !other); ++j)
+      (owner_of[j] == 0 ? own : other) = j;
+    if (x.errors.count == 0 && own && other) {
+      const std::size_t steps = 300;
+      auto one_at_a_time = [&](std::size_t j) {
+        std::vector<double> lat;
+        run_chains(
+          x, 1, steps, 1, [&](std::size_t) -> rpc_client& { return *clients[0]; },
+          [&](std::size_t, std::size_t k) {
+            json p = ref_params(fwd_refs[j]);
+            p["event"] =
+              json{{"author", "bench"}, {"actions", {{"state_delta", step_delta(per + k)}}}};
+            return std::make_pair(std::string("append_event"), std::move(p));
+          },
+          [](std::size_t, const json&) { return std::string(); }, lat);
+        samples s;
+        s.us = std::move(lat);
+        return s.p50();
+      };
+      double here = one_at_a_time(*own), forwarded_one = one_at_a_time(*other);
+      x.out["one_in_flight"] = ojson{{"own_p50_us", round_to(here, 1)},
+                                     {"forwarded_p50_us", round_to(forwarded_one, 1)},
+                                     {"forward_hop_p50_us", round_to(forwarded_one - here, 1)}};
+    }
   }
   if (x.errors.count == 0) {
     // Smart: 3 connections per node, each session to its owner.
