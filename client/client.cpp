@@ -507,11 +507,12 @@ struct rpc_client::impl {
     return f.get();
   }
 
-  /// The pending call `id`, removed; nullopt when it already ended.
-  std::optional<pending> take(std::uint64_t id) {
+  /// The pending call `id`, removed; nullopt when it already ended, or,
+  /// with `raw_only`, when it is not a raw call (which then stays).
+  std::optional<pending> take(std::uint64_t id, bool raw_only = false) {
     std::lock_guard<std::mutex> g(mtx);
     auto it = calls.find(id);
-    if (it == calls.end())
+    if (it == calls.end() || (raw_only && !it->second.raw_done))
       return std::nullopt;
     pending p = std::move(it->second);
     calls.erase(it);
@@ -674,7 +675,7 @@ struct rpc_client::impl {
       return;
     std::uint64_t id = 0;
     if (auto value = result_in_place(text, id)) {
-      if (auto p = take_raw(id)) {
+      if (auto p = take(id, true)) {
         if (is_one_json_value(*value)) {
           rpc_raw_reply r{std::string(*value)};
           r.answered = true;
@@ -703,20 +704,6 @@ struct rpc_client::impl {
     if (from >= text.size() - 1)
       return std::nullopt;
     return text.substr(from, text.size() - 1 - from);
-  }
-
-  /// The pending call `id` when it is a raw one, removed; nullopt otherwise
-  /// (a call of another kind stays).
-  std::optional<pending> take_raw(std::uint64_t id) {
-    std::lock_guard<std::mutex> g(mtx);
-    auto it = calls.find(id);
-    if (it == calls.end() || !it->second.raw_done)
-      return std::nullopt;
-    pending p = std::move(it->second);
-    calls.erase(it);
-    if (p.deadline)
-      deadlines.erase({*p.deadline, id});
-    return p;
   }
 
   /// Handles a line through its parsed value; `taken` is the call it answers

@@ -1140,6 +1140,18 @@ span_answer as_span_answer(detail::outcome o) {
   return a;
 }
 
+/// A peer's answer (rpc_config::forward's) as a part's or a step's: its
+/// result, or its error object (made of the error when it never answered).
+span_answer peer_answer(result<json> value, json error_object) {
+  span_answer a;
+  if (value)
+    a.result = std::move(*value);
+  else
+    a.error = error_object.is_object() ? std::move(error_object)
+                                       : detail::error_object(detail::from_engine(value.err()));
+  return a;
+}
+
 /// The request's outcome of a merged answer: its result, or its error
 /// object passed on as a peer's.
 detail::outcome outcome_of(span_answer answer) {
@@ -1230,12 +1242,7 @@ struct then_run {
     try {
       if (!t->peer.empty()) {
         t->fwd(t->peer, t->method, std::move(t->params), [t](result<json> value, json eo) {
-          span_answer step;
-          if (value)
-            step.result = std::move(*value);
-          else
-            step.error = eo.is_object() ? std::move(eo)
-                                        : detail::error_object(detail::from_engine(value.err()));
+          auto step = peer_answer(std::move(value), std::move(eo));
           t->finish(std::move(step));
         });
         return;
@@ -1344,12 +1351,7 @@ void add_before_step(
     auto* raw = b.get();
     try {
       fwd(peer, step_method, step_params, [raw](result<json> value, json eo) {
-        span_answer step;
-        if (value)
-          step.result = std::move(*value);
-        else
-          step.error =
-            eo.is_object() ? std::move(eo) : detail::error_object(detail::from_engine(value.err()));
+        auto step = peer_answer(std::move(value), std::move(eo));
         raw->step_done(std::move(step));
       });
     } catch (const std::exception& x) {
@@ -1439,13 +1441,7 @@ bool rpc_session::route_refused(detail::decoded_request& d, std::string_view lin
       for (std::size_t i = 0; i < peers.size(); ++i)
         fwd(peers[i], method, std::move(part_params[i + 1]),
             [st, i](result<json> value, json error_object) {
-              span_answer a;
-              if (value)
-                a.result = std::move(*value);
-              else
-                a.error = error_object.is_object()
-                  ? std::move(error_object)
-                  : detail::error_object(detail::from_engine(value.err()));
+              auto a = peer_answer(std::move(value), std::move(error_object));
               st->done(i + 1, std::move(a));
             });
       try {

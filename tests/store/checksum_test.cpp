@@ -42,19 +42,9 @@ const session_ref target = test::sref("app", "u", "s1"); // the damaged session
 const session_ref same_app = test::sref("app", "v", "s2"); // another user of its app
 const session_ref other_app = test::sref("other", "u", "s1");
 
-std::unique_ptr<engine> open_at(const std::string& dir) {
-  options o;
-  o.dir = dir;
-  o.mode = durability::nosync;
-  auto r = engine::open(o);
-  INFO(test::describe(r));
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
 // Three sessions with events and state in every scope, written by the engine.
 void fill(const std::string& dir) {
-  auto e = open_at(dir);
+  auto e = test::open_store_dir(dir);
   for (auto& ref : {target, same_app, other_app}) {
     MUST(e->create_session(test::create_req(ref, json{{"k0", "v"}})));
     for (int i = 0; i < 3; ++i)
@@ -189,7 +179,7 @@ TEST_CASE("checksums: a byte flipped in each kind of row is data_corrupt naming 
     fill(dir.str());
     json same_before, other_before;
     {
-      auto e = open_at(dir.str());
+      auto e = test::open_store_dir(dir.str());
       same_before = json::parse(MUST(e->get_session_json(test::get_req(same_app))));
       other_before = json::parse(MUST(e->get_session_json(test::get_req(other_app))));
       MUST(e->close());
@@ -208,7 +198,7 @@ TEST_CASE("checksums: a byte flipped in each kind of row is data_corrupt naming 
       w->commit();
     }
     {
-      auto e = open_at(dir.str());
+      auto e = test::open_store_dir(dir.str());
       // A get reads the record, the state rows and the events, not the
       // list indexes.
       const bool index = t == table::by_update || t == table::by_user;
@@ -293,7 +283,7 @@ TEST_CASE("checksums: a damaged record key hides the record, and the session rea
     w->put(table::sessions, bent, value);
     w->commit();
   }
-  auto e = open_at(dir.str());
+  auto e = test::open_store_dir(dir.str());
   auto got = e->get_session(test::get_req(target));
   CHECK(got.code() == errc::data_corrupt);
   CHECK(names_target(got.err()));
@@ -363,7 +353,7 @@ TEST_CASE("checksums: a format-3 store written by the code before checksums is r
   CHECK(export_text(dir.str()) == want);
   std::string before_get;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     before_get = MUST(e->get_session_json(test::get_req(test::sref("app", "ü2", "sé3"))));
     CHECK(json::parse(before_get)["events"].size() == 3);
     MUST(e->close());
@@ -385,7 +375,7 @@ TEST_CASE("checksums: a format-3 store written by the code before checksums is r
   }
   CHECK(export_text(dir.str()) == want);
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     CHECK(MUST(e->get_session_json(test::get_req(test::sref("app", "ü2", "sé3")))) == before_get);
     MUST(e->close());
   }
@@ -422,7 +412,7 @@ TEST_CASE("checksums: a format-3 row that does not decode is sealed as damaged b
     auto report = verify_store(*txn);
     CHECK(report.faults == 1);
   }
-  auto e = open_at(dir.str());
+  auto e = test::open_store_dir(dir.str());
   auto got = e->get_session(test::get_req(target));
   CHECK(got.code() == errc::data_corrupt);
   CHECK(names_target(got.err()));

@@ -129,16 +129,6 @@ void verify_clean(const std::string& dir, std::uint64_t events) {
   CHECK(report.events == events);
 }
 
-std::unique_ptr<engine> open_at(const std::string& dir) {
-  options o;
-  o.dir = dir;
-  o.mode = durability::nosync;
-  auto r = engine::open(o);
-  INFO(test::describe(r));
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
 } // namespace
 
 TEST_CASE("format upgrade: a format 1 store opens as the current format and keeps A6") {
@@ -146,7 +136,7 @@ TEST_CASE("format upgrade: a format 1 store opens as the current format and keep
   auto ref = test::sref("app", "u", "s");
   std::string generated;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     MUST(e->create_session(test::create_req(ref)));
     test::append_ok(*e, ref, test::make_event(json{{"k", 1}}, "e1"));
     generated = test::append_ok(*e, ref, test::make_event(json{{"k", 2}})).ev.id;
@@ -168,7 +158,7 @@ TEST_CASE("format upgrade: a format 1 store opens as the current format and keep
   });
   verify_clean(dir.str(), 2); // read-only tools read format 1 as is
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     auto again = test::append_ok(*e, ref, test::make_event(json{{"k", 9}}, "e1"));
     CHECK(again.version == 1);
     CHECK(test::append_ok(*e, ref, test::make_event(json{{"k", 9}}, generated)).version == 2);
@@ -190,7 +180,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
   test::temp_dir dir;
   std::vector<session_ref> refs;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     for (int u = 0; u < 3; ++u)
       for (int i = 0; i < 4; ++i) {
         auto ref =
@@ -225,7 +215,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
   };
   json before;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     before = snapshot(*e);
     MUST(e->close());
   }
@@ -255,7 +245,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
   CHECK(entries(dir.str()) == split_counts);
   verify_clean(dir.str(), 36);
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     CHECK(snapshot(*e) == before);
     test::append_ok(*e, refs[0], test::make_event(json{{"n", -1}}));
     MUST(e->close());
@@ -285,7 +275,7 @@ TEST_CASE("format upgrade: a format 2 store is read as it is, then upgraded to t
 TEST_CASE("format upgrade: a store of an unknown format is refused and left as it was") {
   test::temp_dir dir;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     MUST(e->create_session(test::create_req("app", "u", "s")));
     MUST(e->close());
   }
@@ -317,7 +307,7 @@ TEST_CASE(
   auto ref = test::sref("app", "u", "s");
   std::string cursor;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     MUST(e->create_session(test::create_req(ref, json{{"made", 1}, {"later", 0}})));
     test::append_ok(*e, ref, test::make_event(json{{"later", 1}}));
     cursor = test::append_ok(*e, ref, test::make_event(json{{"k", 2}})).cursor;
@@ -327,7 +317,7 @@ TEST_CASE(
     test::drop_tallies(txn);
     test::make_format6(txn);
   });
-  auto e = open_at(dir.str());
+  auto e = test::open_store_dir(dir.str());
   raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
     CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
   });
@@ -365,7 +355,7 @@ TEST_CASE("format upgrade: a format 7 store opens as the current format with eve
   auto a = test::sref("app", "u", "s1"), b = test::sref("app", "v", "s2");
   std::string before_a, before_b;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     for (auto& ref : {a, b}) {
       MUST(e->create_session(test::create_req(ref, json{{"k0", 0}, {"user:u0", 0}})));
       test::append_ok(*e, ref,
@@ -383,7 +373,7 @@ TEST_CASE("format upgrade: a format 7 store opens as the current format with eve
   // Read-only tools read format 7 as it is: no tallies to check.
   verify_clean(dir.str(), 2);
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
       CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
     });
@@ -417,7 +407,7 @@ TEST_CASE("format upgrade: a format 7 store opens as the current format with eve
     w->commit();
   }
   kv.reset();
-  auto e = open_at(dir.str());
+  auto e = test::open_store_dir(dir.str());
   CHECK(e->get_session_json(test::get_req(b)).code() == errc::data_corrupt);
   CHECK(MUST(e->get_session_json(test::get_req(a))) == before_a);
   MUST(e->close());
@@ -427,7 +417,7 @@ TEST_CASE("format upgrade: a format 8 store opens with every app's and user's "
           "sessions counted") {
   test::temp_dir dir;
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     for (auto* user : {"u", "v"})
       for (int i = 0; i < 3; ++i)
         MUST(e->create_session(test::create_req(test::sref("app", user, "s" + std::to_string(i)))));
@@ -448,7 +438,7 @@ TEST_CASE("format upgrade: a format 8 store opens with every app's and user's "
     CHECK(page->sessions.size() == 5);
   }
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
       CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
     });
@@ -480,7 +470,7 @@ TEST_CASE("format upgrade: a format 8 store opens with every app's and user's "
     w->commit();
   }
   kv.reset();
-  auto e = open_at(dir.str());
+  auto e = test::open_store_dir(dir.str());
   auto listed = e->list_sessions(test::list_req("app"));
   REQUIRE_FALSE(listed.ok());
   CHECK(listed.code() == errc::data_corrupt);
@@ -492,7 +482,7 @@ TEST_CASE("format upgrade: a format 10 store opens with every session in the sha
   test::temp_dir dir;
   std::vector<std::string> want; // the index keys, in key order
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     for (auto* app : {"app", "other"})
       for (auto* user : {"u", "v", "w"})
         for (int i = 0; i < 3; ++i) {
@@ -529,7 +519,7 @@ TEST_CASE("format upgrade: a format 10 store opens with every session in the sha
     CHECK_FALSE(ro->begin_read()->shard_index());
   }
   {
-    auto e = open_at(dir.str());
+    auto e = test::open_store_dir(dir.str());
     raw_write(dir.str(), [&](MDB_txn* txn, MDB_dbi meta) {
       CHECK(get(txn, meta, "format") == std::to_string(store::format_version));
     });

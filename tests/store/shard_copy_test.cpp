@@ -27,16 +27,6 @@ namespace {
 constexpr std::uint32_t shard_count = 4;
 const std::vector<std::string> apps = {"chat", "mail", "web", "docs", "gone"};
 
-std::unique_ptr<engine> open_at(const std::string& dir) {
-  options o;
-  o.dir = dir;
-  o.mode = durability::nosync;
-  auto r = engine::open(o);
-  INFO(test::describe(r));
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
 std::string user_name(int u) {
   return "u" + std::to_string(u);
 }
@@ -46,7 +36,7 @@ std::string user_name(int u) {
 // at their home; a deleted session, a user deleted outright, a user whose
 // sessions are all deleted (its user: state stays), an app deleted.
 void build_source(const std::string& dir) {
-  auto e = open_at(dir);
+  auto e = test::open_store_dir(dir);
   for (auto& app : apps)
     for (int u = 0; u < 12; ++u) {
       const auto user = user_name(u);
@@ -89,7 +79,7 @@ void build_source(const std::string& dir) {
 // contents and sessions the source lacks (in and out of every range), user:
 // and app: state of their own.
 void build_target(const std::string& dir) {
-  auto e = open_at(dir);
+  auto e = test::open_store_dir(dir);
   for (auto* app : {"chat", "docs", "other"})
     for (int u = 0; u < 14; u += 3) {
       const auto user = user_name(u);
@@ -151,7 +141,7 @@ std::vector<std::string> all_apps() {
 
 store_view view_of(const std::string& dir) {
   store_view v;
-  auto e = open_at(dir);
+  auto e = test::open_store_dir(dir);
   for (auto& app : all_apps()) {
     for (int u = 0; u < 14; ++u)
       v.users[{app, user_name(u)}] = view_of(*e, app, user_name(u));
@@ -250,7 +240,7 @@ TEST_CASE("shard copy: each shard's range copied to an empty store reads as the 
     const auto range = model::shard_range(s, shard_count);
     test::temp_dir dst;
     { // an empty store of the current format
-      auto e = open_at(dst.str());
+      auto e = test::open_store_dir(dst.str());
       MUST(e->close());
     }
     const auto before = view_of(dst.str());
