@@ -306,21 +306,38 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
   auto a = start_node(etcd, dir, "a");
   auto b = start_node(etcd, dir, "b");
   json m = settled_map({a.port, b.port});
+  // An app whose home shard is on a, the node that stays up (a session's
+  // answers show its app: state), and one whose home is on b.
+  std::string app, app_b;
+  for (int i = 0; i < 1000 && (app.empty() || app_b.empty()); ++i) {
+    const std::string name = "app" + std::to_string(i);
+    (m["shards"][model::home_shard(name, shard_count)]["owner"] == "a" ? app : app_b) = name;
+  }
+  REQUIRE(!app.empty());
+  REQUIRE(!app_b.empty());
+  auto params = [](const std::string& in, const std::string& user) {
+    return json{{"app_name", in}, {"user_id", user}, {"session_id", "s"}};
+  };
   std::string on_a, on_b; // a user on each node's shards
   for (int u = 0; u < 64 && (on_a.empty() || on_b.empty()); ++u) {
     std::string user = "u" + std::to_string(u);
-    auto owner = m["shards"][model::shard_of("app", user, shard_count)]["owner"];
+    auto owner = m["shards"][model::shard_of(app, user, shard_count)]["owner"];
     (owner == "a" ? on_a : on_b) = user;
   }
   REQUIRE(!on_a.empty());
   REQUIRE(!on_b.empty());
+  std::string b_home_user; // a user of app_b on a's shards
+  for (int u = 0; u < 64 && b_home_user.empty(); ++u)
+    if (m["shards"][model::shard_of(app_b, "u" + std::to_string(u), shard_count)]["owner"] == "a")
+      b_home_user = "u" + std::to_string(u);
+  REQUIRE(!b_home_user.empty());
   b.proc->signal(SIGKILL);
   // Bounded poll: b's lease (2 s) expires in etcd and a's view follows.
   auto deadline = std::chrono::steady_clock::now() + 15s;
   std::optional<json> r;
   for (;;) {
     client ca(a.port);
-    r = ca.call("create_session", create_params(on_b, "s"));
+    r = ca.call("create_session", params(app, on_b));
     REQUIRE(r);
     if (kind_of(r) == "unavailable")
       break;
@@ -332,7 +349,16 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
   CHECK((*r)["error"]["data"]["owner"] == "b");
   // a's own shards never stopped.
   client ca(a.port);
-  CHECK(ok(ca.call("create_session", create_params(on_a, "s"))));
+  CHECK(ok(ca.call("create_session", params(app, on_a))));
+  // A session of an app whose home is b's: its answer would lack the app:
+  // state, so it is refused before it runs, naming the home.
+  auto partial = ca.call("create_session", params(app_b, b_home_user));
+  CHECK(kind_of(partial) == "unavailable");
+  CHECK((*partial)["error"]["message"].get<std::string>().find("app: state") != std::string::npos);
+  auto nothing = client(a.port).call(
+    "read_changes", {{"scope", "user"}, {"app_name", app_b}, {"user_id", b_home_user}});
+  REQUIRE(ok(nothing));
+  CHECK((*nothing)["result"]["changes"].empty());
   // The map still names b the owner: a shard keeps its owner while it is down.
   json after = map_of(a.port);
   for (std::size_t i = 0; i < shard_count; ++i)
