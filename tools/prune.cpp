@@ -1,19 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // agentstate prune: deletes the sessions of a store not updated for a given
 // time through engine::prune (each delete in the change feed, a large
-// session's rows purged in steps).
+// session's rows purged in steps), on a store it opens or (--address) through
+// a running server's `prune` method.
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "agentstate/client.hpp"
 #include "agentstate/engine.hpp"
 #include "agentstate/json.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/watch_remote.hpp"
 
 namespace agentstate::tools {
 
@@ -25,6 +31,9 @@ struct prune_args {
   std::string app;
   bool dry_run = false;
   bool json = false;
+  // --address: a running server.
+  std::string address, token_file, tls_ca, tls_cert, tls_key;
+  bool tls = false;
 };
 
 /// "90", "90s", "15m", "12h", "7d" as seconds; nullopt for anything else or
@@ -80,6 +89,9 @@ void print_outcome(const prune_args& a, std::uint64_t n, std::uint64_t failed, d
 }
 
 int run_local(const prune_args& a, double age) {
+  if (a.tls || !a.tls_ca.empty() || !a.tls_cert.empty() || !a.tls_key.empty()
+      || !a.token_file.empty())
+    return usage_error("prune", "--token-file and the --tls options need --address");
   options o;
   o.dir = a.dir;
   o.mode = durability::sync;
@@ -115,37 +127,117 @@ int run_local(const prune_args& a, double age) {
   return 0;
 }
 
+// --address: the server's `prune` method over one connection.
+int run_remote(const prune_args& a, double age) {
+  if (a.tls_cert.empty() != a.tls_key.empty())
+    return usage_error("prune", "--tls-cert and --tls-key go together");
+  client_options o;
+  o.address = a.address;
+  o.tls = a.tls || !a.tls_ca.empty() || !a.tls_cert.empty();
+  o.tls_ca = a.tls_ca;
+  o.tls_cert = a.tls_cert;
+  o.tls_key = a.tls_key;
+  o.connect_timeout = std::chrono::milliseconds(10000);
+  if (!a.token_file.empty()) {
+    auto t = read_token_file(a.token_file);
+    if (!t) {
+      std::fprintf(stderr, "prune: %s\n", t.err().message.c_str());
+      return 1;
+    }
+    o.token = std::move(*t);
+  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
+    o.token = env;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  auto c = rpc_client::connect(o);
+  if (!c) {
+    std::fprintf(stderr, "prune: cannot reach %s: %s\n", a.address.c_str(),
+                 c.err().message.c_str());
+    return 1;
+  }
+  json params{{"older_than_s", age}};
+  if (!a.app.empty())
+    params["app_name"] = a.app;
+  if (a.dry_run)
+    params["dry_run"] = true;
+  // No deadline: a long prune answers when it is done (or the connection ends).
+  auto reply = (*c)->call("prune", std::move(params));
+  if (!reply.value) {
+    std::fprintf(stderr, "prune: %s: %s\n", a.address.c_str(),
+                 to_string(reply.value.err()).c_str());
+    return 1;
+  }
+  const json& v = *reply.value;
+  const char* count_key = a.dry_run ? "would_delete" : "deleted";
+  if (!v.is_object() || !v.contains(count_key) || !v[count_key].is_number_unsigned()) {
+    std::fprintf(stderr, "prune: %s answered without '%s'\n", a.address.c_str(), count_key);
+    return 1;
+  }
+  print_outcome(a, v[count_key].get<std::uint64_t>(), 0, v.value("cutoff", 0.0),
+                v.value("sessions", json::array()), v.value("truncated", false));
+  return 0;
+}
+
 int run_prune(const prune_args& a) {
   auto age = parse_duration(a.older_than);
   if (!age)
     return usage_error("prune",
                        "--older-than takes a positive duration: N, Ns, Nm, Nh or Nd, not '"
                          + a.older_than + "'");
-  return run_local(a, *age);
+  if (a.dir.empty() == a.address.empty())
+    return usage_error("prune", "give a store directory DIR or --address HOST:PORT (one of them)");
+  return a.address.empty() ? run_local(a, *age) : run_remote(a, *age);
 }
 
 runner define_prune(command_line& cl) {
   auto a = std::make_shared<prune_args>();
   cl.usage = "agentstate prune DIR --older-than DURATION [--app APP] [--dry-run]\n"
-             "  [--json]";
+             "  [--json]\n"
+             "agentstate prune --address ADDR --older-than DURATION [--token-file FILE]\n"
+             "  [--tls [--tls-ca FILE]] [--app APP] [--dry-run] [--json]";
   cl.description =
     R"(Deletes every session (of APP, or of every app) whose last update is older
 than DURATION (N or Ns seconds, Nm minutes, Nh hours, Nd days) before now. The
-deletes go through the engine, opened on DIR with durability sync: each is in
-the change feed, and a large session is gone at once and its rows purged in
-steps (the engine finishes a purge this run leaves when it next opens the
-store). App and user state stay. The store must not be open elsewhere (another
-process's engine or serve: exit 1). --dry-run counts the sessions it would
-delete and deletes nothing. With --json the output also names the first 100
-sessions (app, user, session) under "sessions", with "truncated" true when
-there were more. Progress goes to stderr when it is a terminal.)";
-  cl.footer = "Exit 0 done, 1 the store cannot be opened or a delete failed, 2 usage.";
-  add_store_dir(cl, a->dir);
+deletes go through the engine: each is in the change feed, and a large
+session is gone at once and its rows purged in steps. App and user state stay.
+--dry-run counts the sessions it would delete and deletes nothing. The
+output names the count and, with --json, the first 100 sessions (app, user,
+session) under "sessions", with "truncated" true when there were more.
+
+DIR: opens the store with durability sync (the engine finishes a purge this
+run leaves when it next opens the store); the store must not be open
+elsewhere (another process's engine or serve: exit 1). Progress goes to
+stderr when it is a terminal.
+
+--address ADDR: asks a running `agentstate serve --listen` (`unix:PATH`,
+`tcp://HOST:PORT` or `HOST:PORT`) through its `prune` method, which deletes in
+bounded steps beside its clients' traffic; the time is the server's clock.
+The token comes from --token-file or the AGENTSTATE_TOKEN environment
+variable and must grant APP (without --app: every app, `*`). A cluster node
+prunes its own store (with --app, only a node that owns every shard).)";
+  cl.footer = "Exit 0 done, 1 the store cannot be opened, a delete failed, the server\n"
+              "cannot be reached or answered an error, 2 usage.";
+  cl.app.add_option("DIR", a->dir, "the store directory (or --address)");
   cl.app.add_option("--older-than", a->older_than, "delete sessions not updated for this long")
     ->required();
   cl.app.add_option("--app", a->app, "only this app's sessions");
   cl.app.add_flag("--dry-run", a->dry_run, "count, delete nothing");
   add_json_flag(cl, a->json);
+  const std::string server = "Server (--address)";
+  cl.app.add_option("--address", a->address, "a running server instead of DIR")->group(server);
+  cl.app
+    .add_option("--token-file", a->token_file,
+                "authenticate with the token in FILE (its first word; default: "
+                "$AGENTSTATE_TOKEN when set)")
+    ->group(server);
+  cl.app
+    .add_flag("--tls", a->tls, "connect with TLS, verifying the server against the system's CAs")
+    ->group(server);
+  cl.app.add_option("--tls-ca", a->tls_ca, "TLS, verifying the server against this PEM CA file")
+    ->group(server);
+  cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
+    ->group(server);
+  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")->group(server);
   return [a] { return run_prune(*a); };
 }
 
