@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Maintenance through a running server, against a real `agentstate serve
 // --listen` child on a store in a temp dir: the `prune` method (params
-// errors, access by token, a dry run then a prune, a bounded sample) and
-// `agentstate prune --address` as a child process. Sessions are made old by
-// their events' timestamps (a session's last update is its last event's, A5),
-// so no test waits on a clock.
+// errors, access by token, a dry run then a prune, a bounded sample),
+// `agentstate prune --address` as a child process, `read_changes` from
+// "start", and `agentstate watch --from-start` (store and server forms, once
+// and live). Sessions are made old by their events' timestamps (a session's
+// last update is its last event's, A5), so no test waits on a clock.
 #include "model/ids.hpp"
 #include "server/net_support.hpp"
 #include "support/serve_process.hpp"
@@ -133,6 +134,89 @@ tool_run tool(const std::string& args, const std::string& err_path) {
   return {rc, out, read_text(err_path)};
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> xs;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    xs.push_back(line);
+  return xs;
+}
+
+/// `agentstate watch ARGS` as a child: stdout lines collected by a thread,
+/// stderr to a file; killed at destruction if still running.
+class watch_process {
+public:
+  watch_process(const std::vector<std::string>& args, std::string err_path)
+    : err_path_(std::move(err_path)) {
+    int out[2];
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> argv_s{AGENTSTATE_BIN, "watch"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    REQUIRE(rc == 0);
+    out_ = out[0];
+    reader_ = std::thread([this] { collect_lines(out_, mtx_, cv_, lines_); });
+  }
+  ~watch_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (reader_.joinable())
+      reader_.join();
+    ::close(out_);
+  }
+  watch_process(const watch_process&) = delete;
+  watch_process& operator=(const watch_process&) = delete;
+
+  /// The first `n` stdout lines; REQUIREs them within `t`.
+  std::vector<std::string> lines(std::size_t n, std::chrono::milliseconds t = 20s) {
+    std::unique_lock<std::mutex> lock(mtx_);
+    INFO("watch's stderr: ", read_text(err_path_));
+    REQUIRE(cv_.wait_for(lock, t, [&] { return lines_.size() >= n; }));
+    return std::vector<std::string>(lines_.begin(), lines_.begin() + static_cast<long>(n));
+  }
+  std::size_t count() {
+    std::lock_guard<std::mutex> g(mtx_);
+    return lines_.size();
+  }
+  void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
+  int wait_exit(std::chrono::milliseconds t = 15s) {
+    auto deadline = std::chrono::steady_clock::now() + t;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll for the child's exit (waitpid has no timeout).
+      std::this_thread::sleep_for(5ms);
+    }
+    pid_ = -1;
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
+  }
+  std::string err() const { return read_text(err_path_); }
+
+private:
+  std::string err_path_;
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::thread reader_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::string> lines_;
+};
+
 } // namespace
 
 TEST_CASE("serve prune: bad params are invalid_params, access follows the token's apps, a dry run "
@@ -201,15 +285,19 @@ TEST_CASE("serve prune: bad params are invalid_params, access follows the token'
   CHECK((*c->call("get_session", sref_params("b", "fresh", "u1")))["result"].is_object());
   CHECK((*c->call("get_app_state", json{{"app_name", "a"}}))["result"] == json{{"kept", 1}});
 
-  // Each delete is in the change feed.
-  auto after = all_changes(*c, std::nullopt);
-  REQUIRE(after.size() == before.size() + 3);
+  // Each delete is in the change feed; read_changes from "start" is the whole log.
+  auto from_start = all_changes(*c, std::string("start"));
+  CHECK(from_start == all_changes(*c, std::nullopt));
+  REQUIRE(from_start.size() == before.size() + 3);
   std::set<std::string> removed;
-  for (const auto& ch : after)
+  for (const auto& ch : from_start)
     if (ch["kind"] == "delete")
       removed.insert(ch["app_name"].get<std::string>() + "/" + ch["user_id"].get<std::string>()
                      + "/" + ch["session_id"].get<std::string>());
   CHECK(removed == std::set<std::string>{"a/u1/old1", "a/u2/old2", "b/u1/old"});
+  // watch from "start" is refused, pointing at read_changes.
+  check_error(c->call("watch", json{{"scope", "all"}, {"from", "start"}}), -32602,
+              "invalid_argument", "read_changes");
 
   f.srv->signal(SIGTERM);
   CHECK(f.srv->wait_exit() == 0);
@@ -283,4 +371,51 @@ TEST_CASE("prune --address: a dry run and a prune through a running server, with
   auto gone = tool("prune" + at + "--older-than 1d --token-file " + q(f.all_file), f.path("e10"));
   CHECK(gone.rc == 1);
   CHECK(gone.err.find("cannot reach") != std::string::npos);
+}
+
+TEST_CASE("watch --from-start: the store and server forms replay the change log from its oldest "
+          "change, --once and live") {
+  prune_fixture f(false);
+  auto c = f.connect("");
+  write_sessions(*c); // 10 changes
+  const auto expected = all_changes(*c, std::nullopt);
+  REQUIRE(expected.size() == 10);
+
+  auto dir = tool("watch " + q(f.store) + " --from-start --once", f.path("e1"));
+  auto addr = tool("watch " + f.address() + " --from-start --once", f.path("e2"));
+  INFO("dir stderr: ", dir.err, " addr stderr: ", addr.err);
+  REQUIRE(dir.rc == 0);
+  REQUIRE(addr.rc == 0);
+  CHECK(addr.out == dir.out);
+  auto lines = lines_of(dir.out);
+  REQUIRE(lines.size() == expected.size());
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    CHECK(json::parse(lines[i]) == expected[i]);
+  CHECK(addr.err == dir.err); // both name the head cursor
+  auto app_b =
+    tool("watch " + f.address() + " --from-start --once --app b --include-sessions", f.path("e3"));
+  CHECK(lines_of(app_b.out).size() == 4);
+
+  for (const std::string& where : {f.store, f.address()}) {
+    INFO("live from ", where);
+    std::vector<std::string> args{where, "--from-start"};
+    if (where == f.store) {
+      args.push_back("--poll-ms");
+      args.push_back("5");
+    }
+    watch_process live(args, f.path("live"));
+    auto old = live.lines(expected.size());
+    CHECK(old == lines_of(dir.out));
+    const auto n = expected.size() + (where == f.store ? 0 : 2);
+    session_aged(*c, "b", "u9", where == f.store ? "new1" : "new2", 0); // 2 changes
+    auto got = live.lines(n + 2);
+    CHECK(json::parse(got[n])["kind"] == "create");
+    live.signal(SIGTERM);
+    CHECK(live.wait_exit() == 0);
+    CHECK(live.count() == n + 2);
+  }
+
+  CHECK(tool("watch " + q(f.store) + " --from-start --from x", f.path("e4")).rc == 2);
+  f.srv->signal(SIGTERM);
+  CHECK(f.srv->wait_exit() == 0);
 }
