@@ -223,7 +223,7 @@ method_scope scope_of(std::string_view method) {
     "create_session", "get_session",    "list_sessions", "delete_session",   "append_event",
     "end_invocation", "inject_state",   "get_app_state", "get_user_state",   "read_changes",
     "watch",          "rewind_session", "rewind_plan",   "list_invocations", "fork_session",
-    "delete_user",    "delete_app",
+    "delete_user",    "delete_app",     "prune",
   };
   if (method == "ping" || method == "authenticate")
     return method_scope::open;

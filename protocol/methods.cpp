@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: the method table, one short prepare function per method; they share the
+// param readers and the sequencing rules of methods.hpp.
 #include "protocol/methods.hpp"
 
+#include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -166,6 +169,48 @@ prepare_result prepare_delete_app(const json& params) {
   x.order = ordering::barrier;
   x.op = [app = std::move(app)](engine& e, const reply_fn& reply) mutable {
     e.delete_app(std::move(app), [reply](result<void> r) { reply(to_outcome(r)); });
+  };
+  return checked(p, std::move(x));
+}
+
+// Maintenance: a barrier on its stream (after every request sent before it,
+// before every one sent after it), and bounded steps beside other streams'
+// traffic (engine::prune).
+prepare_result prepare_prune(const json& params) {
+  param_reader p(params);
+  prune_request r;
+  auto age = p.optional_number("older_than_s");
+  if (!age && !p.failure())
+    p.fail("missing parameter 'older_than_s' (a number of seconds above 0)");
+  if (age && !p.failure() && !(std::isfinite(*age) && *age > 0))
+    p.fail("parameter 'older_than_s' must be a number of seconds above 0");
+  r.older_than_s = age.value_or(0);
+  r.dry_run = p.optional_bool("dry_run").value_or(false);
+  r.app_name = p.optional_string("app_name").value_or("");
+  if (auto it = params.find("app_name"); it != params.end() && it->is_string())
+    p.check(model::check_name(r.app_name, "app_name"));
+  prepared x;
+  x.order = ordering::barrier;
+  x.op = [r = std::move(r)](engine& e, const reply_fn& reply) mutable {
+    const bool dry = r.dry_run;
+    e.prune(std::move(r), [reply, dry](result<prune_result> pr) {
+      if (pr && pr->stopped) {
+        error e = *pr->stopped;
+        e.message = "prune stopped after " + std::string(dry ? "finding " : "deleting ")
+          + std::to_string(pr->sessions) + " sessions: " + e.message;
+        return reply(from_engine(e));
+      }
+      reply(to_outcome(pr, [dry](const prune_result& v) {
+        json sample = json::array();
+        for (const auto& s : v.sample)
+          sample.push_back(
+            json{{"app_name", s.app_name}, {"user_id", s.user_id}, {"session_id", s.session_id}});
+        return json{{dry ? "would_delete" : "deleted", v.sessions},
+                    {"sessions", std::move(sample)},
+                    {"truncated", v.truncated},
+                    {"cutoff", v.cutoff}};
+      }));
+    });
   };
   return checked(p, std::move(x));
 }
@@ -370,6 +415,8 @@ namespace {
 prepare_result prepare_read_changes(const json& params) {
   param_reader p(params);
   auto r = read_watch_request(p);
+  if (r.from && *r.from == "start") // the oldest change kept: as without `from`
+    r.from.reset();
   auto limit = p.optional_uint("limit").value_or(100);
   prepared x;
   x.op = [r = std::move(r), limit](engine& e, const reply_fn& reply) mutable {
@@ -534,6 +581,7 @@ constexpr method methods[] = {
   {"delete_session", prepare_delete, names::session},
   {"delete_user", prepare_delete_user, names::nothing},
   {"delete_app", prepare_delete_app, names::nothing},
+  {"prune", prepare_prune, names::nothing},
   {"append_event", prepare_append, names::session},
   {"end_invocation", prepare_end_invocation, names::session},
   {"inject_state", prepare_inject_state, names::session},

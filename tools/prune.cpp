@@ -1,27 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // agentstate prune: deletes the sessions of a store not updated for a given
-// time, through the engine (so each delete is in the change feed and a large
-// session's rows are purged in steps).
-#include <atomic>
+// time through engine::prune (each delete in the change feed, a large
+// session's rows purged in steps), on a store it opens or (--address) through
+// a running server's `prune` method.
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
-#include <functional>
+#include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "actors/engine_factory.hpp"
+#include "agentstate/client.hpp"
 #include "agentstate/engine.hpp"
 #include "agentstate/json.hpp"
-#include "model/ids.hpp"
-#include "store/keys.hpp"
-#include "store/kv.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/watch_remote.hpp"
 
 namespace agentstate::tools {
 
@@ -33,6 +31,9 @@ struct prune_args {
   std::string app;
   bool dry_run = false;
   bool json = false;
+  // --address: a running server.
+  std::string address, token_file, tls_ca, tls_cert, tls_key;
+  bool tls = false;
 };
 
 /// "90", "90s", "15m", "12h", "7d" as seconds; nullopt for anything else or
@@ -59,47 +60,38 @@ std::optional<double> parse_duration(const std::string& text) {
   return v * unit;
 }
 
-/// Calls `fn` with each session (of `app`, or of every app) whose last update
-/// is before `cutoff`, while it returns true, from one snapshot of the
-/// engine's store: a walk of the update-time index, each app's entries from
-/// its oldest, skipping to the next app at the first entry not older than
-/// the cutoff. Memory: one entry at a time.
-void walk_older(engine& e, double cutoff, const std::string& app,
-                const std::function<bool(session_ref)>& fn) {
-  auto txn = detail::engine_factory::store_of(e).begin_read();
-  std::string from;
-  std::string prefix = app.empty() ? std::string() : app + '\0';
-  for (;;) {
-    std::optional<std::string> next_app;
-    bool more = true;
-    txn->scan(store::table::by_update, prefix, from, [&](std::string_view k, std::string_view) {
-      // app ‖ 0 ‖ ord64(t) ‖ id ‖ 0 ‖ user
-      auto nul = k.find('\0');
-      if (nul == std::string_view::npos || k.size() < nul + 9)
-        return true; // verify names a malformed entry; prune leaves it
-      double t = store::read_ordered_double(k.substr(nul + 1, 8));
-      if (!(t < cutoff)) {
-        next_app = std::string(k.substr(0, nul)) + '\x01';
-        return false;
-      }
-      auto rest = store::split_key(k.substr(nul + 9), 2);
-      if (rest.size() == 2)
-        more = fn(
-          session_ref{std::string(k.substr(0, nul)), std::string(rest[1]), std::string(rest[0])});
-      return more;
-    });
-    if (!more || !next_app || !app.empty())
-      return;
-    from = std::move(*next_app);
+json sample_json(const std::vector<session_ref>& xs) {
+  json out = json::array();
+  for (const auto& s : xs)
+    out.push_back(
+      json{{"app_name", s.app_name}, {"user_id", s.user_id}, {"session_id", s.session_id}});
+  return out;
+}
+
+/// Prints the outcome as text, or one JSON object with --json.
+void print_outcome(const prune_args& a, std::uint64_t n, std::uint64_t failed, double cutoff,
+                   const json& sample, bool truncated) {
+  if (a.json) {
+    std::puts(json{{"deleted", n},
+                   {"failed", failed},
+                   {"dry_run", a.dry_run},
+                   {"cutoff", cutoff},
+                   {"app", a.app.empty() ? json(nullptr) : json(a.app)},
+                   {"sessions", sample},
+                   {"truncated", truncated}}
+                .dump(-1, ' ', false, json::error_handler_t::replace)
+                .c_str());
+  } else {
+    std::printf("%s %llu sessions last updated before %.3f%s\n",
+                a.dry_run ? "would delete" : "deleted", static_cast<unsigned long long>(n), cutoff,
+                a.app.empty() ? "" : (" in app '" + a.app + "'").c_str());
   }
 }
 
-int run_prune(const prune_args& a) {
-  auto age = parse_duration(a.older_than);
-  if (!age)
-    return usage_error("prune",
-                       "--older-than takes a positive duration: N, Ns, Nm, Nh or Nd, not '"
-                         + a.older_than + "'");
+int run_local(const prune_args& a, double age) {
+  if (a.tls || !a.tls_ca.empty() || !a.tls_cert.empty() || !a.tls_key.empty()
+      || !a.token_file.empty())
+    return usage_error("prune", "--token-file and the --tls options need --address");
   options o;
   o.dir = a.dir;
   o.mode = durability::sync;
@@ -109,101 +101,143 @@ int run_prune(const prune_args& a) {
     return 1;
   }
   auto& e = **opened;
-  const double cutoff = model::now_seconds() - *age;
   progress_line prog;
-  std::uint64_t deleted = 0, failed = 0;
-  std::string first_error;
-  for (;;) {
-    if (a.dry_run) {
-      walk_older(e, cutoff, a.app, [&](session_ref) {
-        prog("sessions to delete", ++deleted);
-        return true;
-      });
-      break;
-    }
-    // Batches of 1,000 from a fresh snapshot each: the deletes remove their
-    // sessions from the index, so the next walk starts past them.
-    std::vector<session_ref> refs;
-    walk_older(e, cutoff, a.app, [&](session_ref r) {
-      refs.push_back(std::move(r));
-      return refs.size() < 1000;
-    });
-    if (refs.empty())
-      break;
-    // 64 deletes in flight.
-    std::mutex mtx;
-    std::condition_variable cv;
-    std::size_t running = 0, failures = 0;
-    for (auto& ref : refs) {
-      std::unique_lock<std::mutex> lock(mtx);
-      cv.wait(lock, [&] { return running < 64; });
-      ++running;
-      lock.unlock();
-      e.delete_session(ref, [&](result<void> r) {
-        std::lock_guard<std::mutex> guard(mtx);
-        if (!r) {
-          ++failures;
-          if (first_error.empty())
-            first_error = to_string(r.err());
-        }
-        --running;
-        cv.notify_all();
-      });
-    }
-    std::unique_lock<std::mutex> lock(mtx);
-    cv.wait(lock, [&] { return running == 0; });
-    deleted += refs.size() - failures;
-    failed += failures;
-    prog("sessions deleted", deleted);
-    if (failures) // the same sessions would come back: stop
-      break;
-  }
+  prune_request req;
+  req.older_than_s = age;
+  req.app_name = a.app;
+  req.dry_run = a.dry_run;
+  const char* what = a.dry_run ? "sessions to delete" : "sessions deleted";
+  req.progress = [&prog, what](std::uint64_t n) { prog(what, n); };
+  auto r = e.prune(std::move(req));
   prog.done();
-  if (auto r = e.close(); !r) {
-    std::fprintf(stderr, "prune: close: %s\n", to_string(r.err()).c_str());
+  if (auto c = e.close(); !c) {
+    std::fprintf(stderr, "prune: close: %s\n", to_string(c.err()).c_str());
     return 1;
   }
-  if (a.json) {
-    std::puts(json{{"deleted", deleted},
-                   {"failed", failed},
-                   {"dry_run", a.dry_run},
-                   {"cutoff", cutoff},
-                   {"app", a.app.empty() ? json(nullptr) : json(a.app)}}
-                .dump()
-                .c_str());
-  } else {
-    std::printf("%s %llu sessions last updated before %.3f%s\n",
-                a.dry_run ? "would delete" : "deleted", static_cast<unsigned long long>(deleted),
-                cutoff, a.app.empty() ? "" : (" in app '" + a.app + "'").c_str());
+  if (!r) {
+    std::fprintf(stderr, "prune: %s\n", to_string(r.err()).c_str());
+    return 1;
   }
-  if (failed) {
-    std::fprintf(stderr, "prune: %llu deletes failed; first: %s\n",
-                 static_cast<unsigned long long>(failed), first_error.c_str());
+  print_outcome(a, r->sessions, r->failed, r->cutoff, sample_json(r->sample), r->truncated);
+  if (r->stopped) {
+    std::fprintf(stderr, "prune: stopped: %llu deletes failed; first: %s\n",
+                 static_cast<unsigned long long>(r->failed), to_string(*r->stopped).c_str());
     return 1;
   }
   return 0;
 }
 
+// --address: the server's `prune` method over one connection.
+int run_remote(const prune_args& a, double age) {
+  if (a.tls_cert.empty() != a.tls_key.empty())
+    return usage_error("prune", "--tls-cert and --tls-key go together");
+  client_options o;
+  o.address = a.address;
+  o.tls = a.tls || !a.tls_ca.empty() || !a.tls_cert.empty();
+  o.tls_ca = a.tls_ca;
+  o.tls_cert = a.tls_cert;
+  o.tls_key = a.tls_key;
+  o.connect_timeout = std::chrono::milliseconds(10000);
+  if (!a.token_file.empty()) {
+    auto t = read_token_file(a.token_file);
+    if (!t) {
+      std::fprintf(stderr, "prune: %s\n", t.err().message.c_str());
+      return 1;
+    }
+    o.token = std::move(*t);
+  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
+    o.token = env;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  auto c = rpc_client::connect(o);
+  if (!c) {
+    std::fprintf(stderr, "prune: cannot reach %s: %s\n", a.address.c_str(),
+                 c.err().message.c_str());
+    return 1;
+  }
+  json params{{"older_than_s", age}};
+  if (!a.app.empty())
+    params["app_name"] = a.app;
+  if (a.dry_run)
+    params["dry_run"] = true;
+  // No deadline: a long prune answers when it is done (or the connection ends).
+  auto reply = (*c)->call("prune", std::move(params));
+  if (!reply.value) {
+    std::fprintf(stderr, "prune: %s: %s\n", a.address.c_str(),
+                 to_string(reply.value.err()).c_str());
+    return 1;
+  }
+  const json& v = *reply.value;
+  const char* count_key = a.dry_run ? "would_delete" : "deleted";
+  if (!v.is_object() || !v.contains(count_key) || !v[count_key].is_number_unsigned()) {
+    std::fprintf(stderr, "prune: %s answered without '%s'\n", a.address.c_str(), count_key);
+    return 1;
+  }
+  print_outcome(a, v[count_key].get<std::uint64_t>(), 0, v.value("cutoff", 0.0),
+                v.value("sessions", json::array()), v.value("truncated", false));
+  return 0;
+}
+
+int run_prune(const prune_args& a) {
+  auto age = parse_duration(a.older_than);
+  if (!age)
+    return usage_error("prune",
+                       "--older-than takes a positive duration: N, Ns, Nm, Nh or Nd, not '"
+                         + a.older_than + "'");
+  if (a.dir.empty() == a.address.empty())
+    return usage_error("prune", "give a store directory DIR or --address HOST:PORT (one of them)");
+  return a.address.empty() ? run_local(a, *age) : run_remote(a, *age);
+}
+
 runner define_prune(command_line& cl) {
   auto a = std::make_shared<prune_args>();
   cl.usage = "agentstate prune DIR --older-than DURATION [--app APP] [--dry-run]\n"
-             "  [--json]";
+             "  [--json]\n"
+             "agentstate prune --address ADDR --older-than DURATION [--token-file FILE]\n"
+             "  [--tls [--tls-ca FILE]] [--app APP] [--dry-run] [--json]";
   cl.description =
     R"(Deletes every session (of APP, or of every app) whose last update is older
 than DURATION (N or Ns seconds, Nm minutes, Nh hours, Nd days) before now. The
-deletes go through the engine, opened on DIR with durability sync: each is in
-the change feed, and a large session is gone at once and its rows purged in
-steps (the engine finishes a purge this run leaves when it next opens the
-store). App and user state stay. The store must not be open elsewhere (another
-process's engine or serve: exit 1). --dry-run counts the sessions it would
-delete and deletes nothing. Progress goes to stderr when it is a terminal.)";
-  cl.footer = "Exit 0 done, 1 the store cannot be opened or a delete failed, 2 usage.";
-  add_store_dir(cl, a->dir);
+deletes go through the engine: each is in the change feed, and a large
+session is gone at once and its rows purged in steps. App and user state stay.
+--dry-run counts the sessions it would delete and deletes nothing. The
+output names the count and, with --json, the first 100 sessions (app, user,
+session) under "sessions", with "truncated" true when there were more.
+
+DIR: opens the store with durability sync (the engine finishes a purge this
+run leaves when it next opens the store); the store must not be open
+elsewhere (another process's engine or serve: exit 1). Progress goes to
+stderr when it is a terminal.
+
+--address ADDR: asks a running `agentstate serve --listen` (`unix:PATH`,
+`tcp://HOST:PORT` or `HOST:PORT`) through its `prune` method, which deletes in
+bounded steps beside its clients' traffic; the time is the server's clock.
+The token comes from --token-file or the AGENTSTATE_TOKEN environment
+variable and must grant APP (without --app: every app, `*`). A cluster node
+prunes its own store (with --app, only a node that owns every shard).)";
+  cl.footer = "Exit 0 done, 1 the store cannot be opened, a delete failed, the server\n"
+              "cannot be reached or answered an error, 2 usage.";
+  cl.app.add_option("DIR", a->dir, "the store directory (or --address)");
   cl.app.add_option("--older-than", a->older_than, "delete sessions not updated for this long")
     ->required();
   cl.app.add_option("--app", a->app, "only this app's sessions");
   cl.app.add_flag("--dry-run", a->dry_run, "count, delete nothing");
   add_json_flag(cl, a->json);
+  const std::string server = "Server (--address)";
+  cl.app.add_option("--address", a->address, "a running server instead of DIR")->group(server);
+  cl.app
+    .add_option("--token-file", a->token_file,
+                "authenticate with the token in FILE (its first word; default: "
+                "$AGENTSTATE_TOKEN when set)")
+    ->group(server);
+  cl.app
+    .add_flag("--tls", a->tls, "connect with TLS, verifying the server against the system's CAs")
+    ->group(server);
+  cl.app.add_option("--tls-ca", a->tls_ca, "TLS, verifying the server against this PEM CA file")
+    ->group(server);
+  cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
+    ->group(server);
+  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")->group(server);
   return [a] { return run_prune(*a); };
 }
 

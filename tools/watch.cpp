@@ -27,6 +27,7 @@ struct watch_options {
   scope_filter scope;
   bool include_sessions = false;
   bool once = false;
+  bool from_start = false;
   unsigned poll_ms = 200;
   // The server form only.
   std::string token_file, tls_ca, tls_cert, tls_key;
@@ -69,6 +70,7 @@ int run_remote(const watch_options& o, const server::listen_spec& at, const watc
   w.at = at;
   w.filter = filter_of(req);
   w.from = o.from;
+  w.from_start = o.from_start;
   w.once = o.once;
   w.tls_ca = o.tls_ca;
   w.tls_cert = o.tls_cert;
@@ -113,6 +115,8 @@ result<watch_request> request_of(const watch_options& o) {
 int run_watch(const watch_options& o) {
   if (auto problem = o.scope.problem(); !problem.empty())
     return usage_error("watch", problem);
+  if (o.from_start && !o.from.empty())
+    return usage_error("watch", "--from and --from-start exclude each other");
   auto req = request_of(o);
   if (!req) {
     std::fprintf(stderr, "watch: %s\n", req.err().message.c_str());
@@ -143,7 +147,9 @@ int run_watch(const watch_options& o) {
                          if (!head)
                            throw store::kv_failure{head.code(), head.err().message};
                          epoch = head->epoch;
-                         after = head->bounds.last;
+                         const auto& b = head->bounds;
+                         // --from-start: just before the oldest change kept.
+                         after = o.from_start && b.first != 0 ? b.first - 1 : b.last;
                        });
       !g)
     return fail(g.err());
@@ -194,8 +200,8 @@ int run_watch(const watch_options& o) {
 
 runner define_watch(command_line& cl) {
   auto o = std::make_shared<watch_options>();
-  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]] [--from CURSOR]\n"
-             "  [--once]\n"
+  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]]\n"
+             "  [--from CURSOR | --from-start] [--once]\n"
              "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]]\n"
              "  [same filters]";
   cl.description = R"(Prints the store's change feed as JSON lines, one committed change (create,
@@ -203,8 +209,8 @@ append, delete, delete_user, delete_app) per line, in commit order (the
 objects of read_changes in docs/protocol.md): every change of the store, or of
 one app's `app:` keys, one user's `user:` keys or one session
 (--include-sessions: every change of the app's or user's sessions). Starts
-after the newest change, or after --from; then waits for new ones, like
-tail -f.
+after the newest change, after --from, or (--from-start) at the oldest change
+the store's change log keeps; then waits for new ones, like tail -f.
 
 DIR: reads the store read-only, polling: safe beside the engine or `serve`
 that owns it. ADDR: a running `agentstate serve --listen`, as `unix:PATH`,
@@ -230,6 +236,8 @@ SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
                     "only keys that start with it (\"user:cart\", \"app:\")");
   cl.app.add_option("--from", o->from,
                     "start after this cursor (from an append, a page, a line, an exit message)");
+  cl.app.add_flag("--from-start", o->from_start,
+                  "start at the oldest change the change log keeps (a replay)");
   cl.app.add_flag("--once", o->once, "print what is there up to the newest change, then exit");
   o->poll_opt =
     cl.app

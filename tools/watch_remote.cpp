@@ -124,31 +124,40 @@ public:
   }
 
 private:
-  // --once: read_changes pages from --from to the head. Without --from the
-  // feed starts at the head: a watch answers where that is, and the
-  // connection's end ends it.
+  // --once: read_changes pages from --from (or the log's oldest change,
+  // --from-start) to the head. Without either the feed starts at the head: a
+  // watch answers where that is, and the connection's end ends it.
   int run_once() {
     json answer;
-    if (w_.from.empty()) {
+    if (w_.from.empty() && !w_.from_start) {
       if (int rc = call("watch", w_.filter, answer); rc != watch_ok)
         return rc;
       std::fprintf(stderr, "watch: at %s\n", text_of(answer, "cursor").c_str());
       return watch_ok;
     }
+    if (int rc = read_to_head(); rc != watch_ok)
+      return rc;
+    std::fprintf(stderr, "watch: at %s\n", last_.c_str());
+    return watch_ok;
+  }
+
+  // Prints read_changes pages from last_ (empty: from the oldest change the
+  // log keeps) until one is at the head; last_ follows each page.
+  int read_to_head() {
     last_ = w_.from;
+    json answer;
     for (;;) {
       json params = w_.filter;
-      params["from"] = last_;
+      if (!last_.empty())
+        params["from"] = last_;
       params["limit"] = 1000;
       if (int rc = call("read_changes", params, answer); rc != watch_ok)
         return rc;
       if (!print(answer["changes"]))
         return watch_unreachable;
       last_ = text_of(answer, "cursor");
-      if (answer.value("at_head", false)) {
-        std::fprintf(stderr, "watch: at %s\n", last_.c_str());
+      if (answer.value("at_head", false))
         return watch_ok;
-      }
     }
   }
 
@@ -158,9 +167,14 @@ private:
       std::fprintf(stderr, "watch: pipe: %s\n", std::strerror(errno));
       return watch_unreachable;
     }
+    // --from-start: the log's pages up to the head, then a watch from there
+    // (no change missed or repeated between them).
+    if (w_.from_start)
+      if (int rc = read_to_head(); rc != watch_ok)
+        return rc;
     json params = w_.filter;
-    if (!w_.from.empty())
-      params["from"] = w_.from;
+    if (!w_.from.empty() || w_.from_start)
+      params["from"] = w_.from_start ? last_ : w_.from;
     json answer;
     inbox& box = box_;
     auto on_event = [&box](const watch_event& ev) { box.push(inbox::item{ev, std::nullopt}); };

@@ -32,6 +32,9 @@ struct remote_watch {
   server::listen_spec at;
   json filter; ///< the scope params of watch/read_changes (no from, no limit)
   std::string from; ///< "" : from the newest change now
+  /// From the oldest change the server's log keeps (`from` empty): its
+  /// read_changes pages up to the head, then (live) a watch from there.
+  bool from_start = false;
   bool once = false;
   std::string token; ///< "" : no authenticate request
   bool tls = false;

@@ -56,6 +56,34 @@ struct engine_stats {
 
 json to_json(const engine_stats& x);
 
+/// What engine::prune deletes: every session (of app_name, or of every app
+/// when it is empty) whose last update is before the engine's wall clock
+/// (options::wall_clock) minus older_than_s.
+struct prune_request {
+  double older_than_s = 0; ///< finite and > 0
+  std::string app_name; ///< "" : every app
+  bool dry_run = false; ///< find and count, delete nothing
+  /// How many of the sessions the result names (0..10,000).
+  std::size_t sample_limit = 100;
+  /// When set: called after each step with the sessions deleted (or found,
+  /// dry_run) so far, on an engine thread; it must not block.
+  std::function<void(std::uint64_t sessions)> progress;
+};
+
+/// What a prune did (or, dry_run, would do).
+struct prune_result {
+  std::uint64_t sessions = 0; ///< deleted, or found (dry_run)
+  /// The first sample_limit of them, in the order they were found (by app,
+  /// then by last update time).
+  std::vector<session_ref> sample;
+  bool truncated = false; ///< sessions > sample.size()
+  double cutoff = 0; ///< the last-update time before which sessions go
+  std::uint64_t failed = 0; ///< deletes that failed
+  /// Why the prune stopped before the end (a failed delete, a failed read
+  /// of the store, the engine closing); the counts say what it did first.
+  std::optional<error> stopped;
+};
+
 namespace detail {
 struct engine_core;
 struct engine_factory; // internal: wrapped stores and the tests' access to internals
@@ -127,6 +155,20 @@ public:
   /// user's user: state and the app: state (a change of kind remove_app).
   void delete_app(std::string app_name, callback<void> cb);
   result<void> delete_app(std::string app_name);
+
+  /// Deletes every session whose last update is older than
+  /// req.older_than_s (prune_request), through delete_session (each delete
+  /// in the change feed, a large session's rows purged in steps), in
+  /// bounded steps beside other calls: each step reads one page of at most
+  /// 256 such sessions (examining at most 4,096 index entries) from a fresh
+  /// snapshot, and the next step starts once the page's deletes are
+  /// answered, so memory stays bounded and other work interleaves. App and
+  /// user state stay. A step after a failed delete does not start
+  /// (prune_result::stopped). A session updated after its step read it as
+  /// old is deleted all the same. Errors: invalid_argument (older_than_s,
+  /// app_name, sample_limit), unavailable (closing).
+  void prune(prune_request req, callback<prune_result> cb);
+  result<prune_result> prune(prune_request req);
 
   /// Appends one event (A1-A7); acknowledged once durable per options::mode.
   /// Appends to one session are applied and acknowledged in call order (per
