@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// tests/support/watch_child.hpp: `agentstate watch ARGS` as a child process
+// (stdout lines collected by a thread, stderr to a file), for the tests of
+// the watch tool. REQUIRES: the including target defines AGENTSTATE_BIN.
+#pragma once
+
+#include "server/net_support.hpp"
+#include "support/serve_process.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace agentstate::test {
+
+/// `agentstate watch ARGS` running as a child: a thread collects its stdout
+/// lines, stderr goes to a file. Killed at destruction if still running.
+class watch_child {
+public:
+  watch_child(const std::vector<std::string>& args, std::string err_path)
+    : err_path_(std::move(err_path)) {
+    int out[2];
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> argv_s{AGENTSTATE_BIN, "watch"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    REQUIRE(rc == 0);
+    out_ = out[0];
+    reader_ = std::thread([this] { read_stdout(); });
+  }
+  ~watch_child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (reader_.joinable())
+      reader_.join();
+    ::close(out_);
+  }
+  watch_child(const watch_child&) = delete;
+  watch_child& operator=(const watch_child&) = delete;
+
+  /// The first `n` stdout lines; REQUIREs them within `t`.
+  std::vector<std::string> lines(std::size_t n, std::chrono::milliseconds t = 20s) {
+    std::unique_lock<std::mutex> lock(mtx_);
+    INFO("watch's stderr: ", net::read_text(err_path_));
+    REQUIRE(cv_.wait_for(lock, t, [&] { return lines_.size() >= n; }));
+    return std::vector<std::string>(lines_.begin(), lines_.begin() + static_cast<long>(n));
+  }
+  std::size_t count() {
+    std::lock_guard<std::mutex> g(mtx_);
+    return lines_.size();
+  }
+  void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
+  int wait_exit(std::chrono::milliseconds t = 15s) {
+    auto deadline = std::chrono::steady_clock::now() + t;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+      INFO("watch's stderr: ", net::read_text(err_path_));
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      // bounded poll for the child's exit (waitpid has no timeout).
+      std::this_thread::sleep_for(5ms);
+    }
+    pid_ = -1;
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
+  }
+  std::string err() const { return net::read_text(err_path_); }
+
+private:
+  void read_stdout() { collect_lines(out_, mtx_, cv_, lines_); }
+
+  std::string err_path_;
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::thread reader_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::string> lines_;
+};
+
+} // namespace agentstate::test
