@@ -12,6 +12,7 @@
 
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
+#include "support/cluster_nodes.hpp"
 #include "support/etcd_process.hpp"
 #include "support/history.hpp"
 
@@ -27,50 +28,19 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t app_shards = 16;
 
-struct app_node {
-  std::unique_ptr<server_process> proc;
-  int port = 0;
-};
-
 /// Three forwarding nodes of cluster "c" (16 shards) on memory stores, and
 /// the map once every shard is owned.
 struct three_nodes {
   test::etcd_process etcd;
   test::temp_dir dir;
-  std::vector<app_node> n;
+  std::vector<test::cluster_node> n;
   json map;
 
   three_nodes() {
-    auto r = shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
-                   + " --cluster c --shards 16 --expect-nodes 3");
-    INFO(r.second);
-    REQUIRE(r.first == 0);
-    for (const char* id : {"a", "b", "c"}) {
-      app_node x;
-      x.proc = std::make_unique<server_process>(
-        std::vector<std::string>{"--memory", "--listen", "127.0.0.1:0", "--cluster", "c", "--etcd",
-                                 etcd.url(), "--node-id", id, "--lease-ttl-s", "2"},
-        dir.str() + "/" + id + ".log");
-      x.port = x.proc->port();
-      x.proc->wait_serving();
-      n.push_back(std::move(x));
-    }
-    auto deadline = std::chrono::steady_clock::now() + 15s;
-    for (;;) {
-      client c(n[0].port);
-      auto m = c.call("cluster_map", json::object());
-      REQUIRE(ok(m));
-      bool all = true;
-      for (auto& s : (*m)["result"]["shards"])
-        all = all && !s["owner"].is_null();
-      if (all) {
-        map = (*m)["result"];
-        break;
-      }
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll: the controller (another process) gives the shards out.
-      std::this_thread::sleep_for(50ms);
-    }
+    test::init_cluster_c(etcd, app_shards, 3);
+    for (const char* id : {"a", "b", "c"})
+      n.push_back(test::start_cluster_node(etcd, dir, id));
+    map = test::settled_map({n[0].port, n[1].port, n[2].port});
   }
 
   /// The index in `n` of the node that owns `shard`.

@@ -9,6 +9,7 @@
 #include "model/ids.hpp"
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
+#include "support/cluster_nodes.hpp"
 #include "support/etcd_process.hpp"
 
 #include <set>
@@ -21,47 +22,6 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t shards = 16;
 
-struct prune_node {
-  std::unique_ptr<server_process> proc;
-  int port = 0;
-};
-
-prune_node start_prune_node(const test::etcd_process& etcd, const test::temp_dir& dir,
-                            const std::string& id) {
-  std::vector<std::string> args{"--memory", "--listen", "127.0.0.1:0", "--cluster", "c",
-                                "--etcd",   etcd.url(), "--node-id",   id,          "--lease-ttl-s",
-                                "2"};
-  prune_node n;
-  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
-  n.port = n.proc->port();
-  n.proc->wait_serving();
-  return n;
-}
-
-/// The map once both nodes' views name every shard's owner.
-json owners_settled(const std::vector<int>& ports) {
-  auto deadline = std::chrono::steady_clock::now() + 15s;
-  for (;;) {
-    std::optional<json> first;
-    bool all = true;
-    for (int port : ports) {
-      client c(port);
-      auto r = c.call("cluster_map", json::object());
-      REQUIRE(ok(r));
-      json m = (*r)["result"];
-      for (auto& s : m["shards"])
-        all = all && !s["owner"].is_null();
-      if (!first)
-        first = std::move(m);
-    }
-    if (all)
-      return *first;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the nodes' controller (other processes).
-    std::this_thread::sleep_for(50ms);
-  }
-}
-
 } // namespace
 
 TEST_CASE("serve --cluster: prune without app_name prunes the node's own store; with app_name a "
@@ -72,9 +32,9 @@ TEST_CASE("serve --cluster: prune without app_name prunes the node's own store; 
                     + " --cluster c --shards 16 --expect-nodes 2");
   INFO(init.second);
   REQUIRE(init.first == 0);
-  auto a = start_prune_node(etcd, dir, "a");
-  auto b = start_prune_node(etcd, dir, "b");
-  const json map = owners_settled({a.port, b.port});
+  auto a = test::start_cluster_node(etcd, dir, "a");
+  auto b = test::start_cluster_node(etcd, dir, "b");
+  const json map = test::settled_map({a.port, b.port});
 
   // Old sessions of users on a's shards and on b's, each made old by its
   // event's timestamp; one fresh session.

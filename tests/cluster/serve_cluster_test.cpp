@@ -14,6 +14,7 @@
 #include "cluster/span.hpp"
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
+#include "support/cluster_nodes.hpp"
 #include "support/etcd_process.hpp"
 
 #include <algorithm>
@@ -29,36 +30,19 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t shard_count = 16;
 
-struct node_proc {
-  std::unique_ptr<server_process> proc;
-  int port = 0;
-};
+using node_proc = test::cluster_node;
+using test::settled_map;
 
 node_proc start_node(const test::etcd_process& etcd, const test::temp_dir& dir,
-                     const std::string& id, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args{"--memory", "--listen",     "127.0.0.1:0",   "--cluster",
-                                "c",        "--etcd",       etcd.url(),      "--node-id",
-                                id,         "--no-forward", "--lease-ttl-s", "2"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  node_proc n;
-  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
-  n.port = n.proc->port();
-  n.proc->wait_serving();
-  return n;
+                     const std::string& id, std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(), "--no-forward");
+  return test::start_cluster_node(etcd, dir, id, extra);
 }
 
 /// A node that forwards requests for other nodes' shards.
 node_proc start_forwarding(const test::etcd_process& etcd, const test::temp_dir& dir,
                            const std::string& id, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args{"--memory", "--listen", "127.0.0.1:0", "--cluster", "c",
-                                "--etcd",   etcd.url(), "--node-id",   id,          "--lease-ttl-s",
-                                "2"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  node_proc n;
-  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
-  n.port = n.proc->port();
-  n.proc->wait_serving();
-  return n;
+  return test::start_cluster_node(etcd, dir, id, extra);
 }
 
 /// `agentstate cluster init` of cluster "c": 16 shards, given out once 2
@@ -78,35 +62,6 @@ json map_of(int port, json params = json::object()) {
   INFO(r->dump());
   REQUIRE(ok(r));
   return (*r)["result"];
-}
-
-/// The map once every shard has an owner in the view of each node at
-/// `ports` (each node follows etcd on its own, and answers `unavailable` for
-/// a shard until its view names the owner), as the first node answers it.
-/// With `token`, each poll authenticates first.
-json settled_map(const std::vector<int>& ports, const std::string& token = "") {
-  auto deadline = std::chrono::steady_clock::now() + 15s;
-  for (;;) {
-    std::optional<json> first;
-    bool all = true;
-    for (int port : ports) {
-      client c(port);
-      if (!token.empty())
-        REQUIRE(ok(c.call("authenticate", {{"token", token}})));
-      auto r = c.call("cluster_map", json::object());
-      REQUIRE(ok(r));
-      json m = (*r)["result"];
-      for (auto& s : m["shards"])
-        all = all && !s["owner"].is_null();
-      if (!first)
-        first = std::move(m);
-    }
-    if (all)
-      return *first;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the nodes' controller and watches (other processes).
-    std::this_thread::sleep_for(50ms); // see above
-  }
 }
 
 /// The results of `method` paged from nodes `a` and `b` in turn: each page

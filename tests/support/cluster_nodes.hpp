@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// tests/support/cluster_nodes.hpp: `agentstate serve --cluster` nodes of
+// cluster "c" on loopback for the cluster tier's suites, and the shard map
+// once every shard is owned. REQUIRES: the including target defines
+// AGENTSTATE_BIN; doctest is included.
+#pragma once
+
+#include "server/net_support.hpp"
+#include "support/etcd_process.hpp"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace agentstate::test {
+
+/// A node: its process and its TCP port.
+struct cluster_node {
+  std::unique_ptr<net::server_process> proc;
+  int port = 0;
+};
+
+/// `agentstate cluster init` of cluster "c" with `shards` shards, given out
+/// once `expect_nodes` nodes are live (REQUIREs success).
+inline void init_cluster_c(const etcd_process& etcd, std::uint32_t shards,
+                           std::uint32_t expect_nodes) {
+  auto r = net::shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                      + " --cluster c --shards " + std::to_string(shards) + " --expect-nodes "
+                      + std::to_string(expect_nodes));
+  INFO(r.second);
+  REQUIRE(r.first == 0);
+}
+
+/// Node `id` of cluster "c" on a memory store, listening on a free loopback
+/// port, with a 2 s lease and `extra` arguments; returns once it serves.
+inline cluster_node start_cluster_node(const etcd_process& etcd, const temp_dir& dir,
+                                       const std::string& id,
+                                       const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"--memory", "--listen", "127.0.0.1:0", "--cluster", "c",
+                                "--etcd",   etcd.url(), "--node-id",   id,          "--lease-ttl-s",
+                                "2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  cluster_node n;
+  n.proc = std::make_unique<net::server_process>(args, dir.str() + "/" + id + ".log");
+  n.port = n.proc->port();
+  n.proc->wait_serving();
+  return n;
+}
+
+/// The cluster_map once every node of `ports` names an owner for every shard
+/// (authenticating with `token` when given); REQUIREs it within 15 s.
+inline json settled_map(const std::vector<int>& ports, const std::string& token = "") {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (;;) {
+    std::optional<json> first;
+    bool all = true;
+    for (int port : ports) {
+      net::client c(port);
+      if (!token.empty())
+        REQUIRE(net::ok(c.call("authenticate", {{"token", token}})));
+      auto r = c.call("cluster_map", json::object());
+      REQUIRE(net::ok(r));
+      json m = (*r)["result"];
+      for (auto& s : m["shards"])
+        all = all && !s["owner"].is_null();
+      if (!first)
+        first = std::move(m);
+    }
+    if (all)
+      return *first;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    // bounded poll of the nodes' controller and watches (other processes).
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+} // namespace agentstate::test
