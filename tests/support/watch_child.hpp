@@ -10,9 +10,40 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <thread>
 
 namespace agentstate::test {
+
+/// A shell-quoted path.
+inline std::string shell_quoted(const std::string& s) {
+  return "'" + s + "'";
+}
+
+/// `agentstate ARGS` (ARGS shell words, `env` assignments before it) run to
+/// its end: its exit status, stdout, and stderr (through `err_path`).
+struct tool_run {
+  int rc = -1;
+  std::string out, err;
+};
+
+inline tool_run run_tool(const std::string& args, const std::string& err_path,
+                         const std::string& env = "") {
+  auto [rc, out] = net::shell(
+    env + " " + std::string(AGENTSTATE_BIN) + " " + args + " 2>" + shell_quoted(err_path), false);
+  return {rc, out, net::read_text(err_path)};
+}
+
+/// `text`'s lines, without their line ends.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> xs;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    xs.push_back(line);
+  return xs;
+}
 
 /// `agentstate watch ARGS` running as a child: a thread collects its stdout
 /// lines, stderr goes to a file. Killed at destruction if still running.

@@ -125,25 +125,6 @@ json all_changes(client& c, const std::optional<std::string>& from) {
   }
 }
 
-struct tool_run {
-  int rc = -1;
-  std::string out, err;
-};
-
-tool_run tool(const std::string& args, const std::string& err_path) {
-  auto [rc, out] = shell(std::string(AGENTSTATE_BIN) + " " + args + " 2>" + q(err_path), false);
-  return {rc, out, read_text(err_path)};
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> xs;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    xs.push_back(line);
-  return xs;
-}
-
 } // namespace
 
 TEST_CASE("serve prune: bad params are invalid_params, access follows the token's apps, a dry run "
@@ -252,8 +233,8 @@ TEST_CASE("prune --address: a dry run and a prune through a running server, with
   write_sessions(*c);
   const std::string at = " --address " + f.address() + " ";
 
-  auto dry = tool("prune" + at + "--older-than 1d --dry-run --json --token-file " + q(f.all_file),
-                  f.path("e1"));
+  auto dry = run_tool(
+    "prune" + at + "--older-than 1d --dry-run --json --token-file " + q(f.all_file), f.path("e1"));
   INFO("stderr: ", dry.err);
   REQUIRE(dry.rc == 0);
   auto dj = json::parse(dry.out);
@@ -263,39 +244,41 @@ TEST_CASE("prune --address: a dry run and a prune through a running server, with
   CHECK(sample_of(dj) == std::set<std::string>{"a/u1/old1", "a/u2/old2", "b/u1/old"});
 
   // A token for app a only: every app is refused (exit 1, the kind named), app a is not.
-  auto refused = tool("prune" + at + "--older-than 1d --token-file " + q(f.a_file), f.path("e2"));
+  auto refused =
+    run_tool("prune" + at + "--older-than 1d --token-file " + q(f.a_file), f.path("e2"));
   CHECK(refused.rc == 1);
   CHECK(refused.err.find("permission_denied") != std::string::npos);
   CHECK(refused.err.find(tok_a) == std::string::npos);
-  auto no_token = tool("prune" + at + "--older-than 1d", f.path("e3"));
+  auto no_token = run_tool("prune" + at + "--older-than 1d", f.path("e3"));
   CHECK(no_token.rc == 1);
   CHECK(no_token.err.find("unauthenticated") != std::string::npos);
 
   auto only_a =
-    tool("prune" + at + "--older-than 60h --app a --token-file " + q(f.a_file), f.path("e4"));
+    run_tool("prune" + at + "--older-than 60h --app a --token-file " + q(f.a_file), f.path("e4"));
   INFO("stderr: ", only_a.err);
   REQUIRE(only_a.rc == 0);
   CHECK(only_a.out.find("deleted 1 sessions") != std::string::npos); // a/u1/old1 only (3 days)
   CHECK(only_a.out.find("in app 'a'") != std::string::npos);
   auto rest =
-    tool("prune" + at + "--older-than 1d --json --token-file " + q(f.all_file), f.path("e5"));
+    run_tool("prune" + at + "--older-than 1d --json --token-file " + q(f.all_file), f.path("e5"));
   REQUIRE(rest.rc == 0);
   CHECK(json::parse(rest.out)["deleted"] == 2);
   CHECK(sample_of(json::parse(rest.out)) == std::set<std::string>{"a/u2/old2", "b/u1/old"});
   CHECK((*c->call("get_session", sref_params("a", "fresh", "u1")))["result"].is_object());
 
   // Usage: DIR and --address, neither, TLS options without --address, a bad duration.
-  CHECK(tool("prune " + q(f.store) + at + "--older-than 1d", f.path("e6")).rc == 2);
-  CHECK(tool("prune --older-than 1d", f.path("e7")).rc == 2);
-  CHECK(
-    tool("prune " + q(f.path("x")) + " --older-than 1d --token-file " + q(f.all_file), f.path("e8"))
-      .rc
-    == 2);
-  CHECK(tool("prune" + at + "--older-than 0", f.path("e9")).rc == 2);
+  CHECK(run_tool("prune " + q(f.store) + at + "--older-than 1d", f.path("e6")).rc == 2);
+  CHECK(run_tool("prune --older-than 1d", f.path("e7")).rc == 2);
+  CHECK(run_tool("prune " + q(f.path("x")) + " --older-than 1d --token-file " + q(f.all_file),
+                 f.path("e8"))
+          .rc
+        == 2);
+  CHECK(run_tool("prune" + at + "--older-than 0", f.path("e9")).rc == 2);
   f.srv->signal(SIGTERM);
   CHECK(f.srv->wait_exit() == 0);
   // No server there now.
-  auto gone = tool("prune" + at + "--older-than 1d --token-file " + q(f.all_file), f.path("e10"));
+  auto gone =
+    run_tool("prune" + at + "--older-than 1d --token-file " + q(f.all_file), f.path("e10"));
   CHECK(gone.rc == 1);
   CHECK(gone.err.find("cannot reach") != std::string::npos);
 }
@@ -308,8 +291,8 @@ TEST_CASE("watch --from-start: the store and server forms replay the change log 
   const auto expected = all_changes(*c, std::nullopt);
   REQUIRE(expected.size() == 10);
 
-  auto dir = tool("watch " + q(f.store) + " --from-start --once", f.path("e1"));
-  auto addr = tool("watch " + f.address() + " --from-start --once", f.path("e2"));
+  auto dir = run_tool("watch " + q(f.store) + " --from-start --once", f.path("e1"));
+  auto addr = run_tool("watch " + f.address() + " --from-start --once", f.path("e2"));
   INFO("dir stderr: ", dir.err, " addr stderr: ", addr.err);
   REQUIRE(dir.rc == 0);
   REQUIRE(addr.rc == 0);
@@ -319,8 +302,8 @@ TEST_CASE("watch --from-start: the store and server forms replay the change log 
   for (std::size_t i = 0; i < lines.size(); ++i)
     CHECK(json::parse(lines[i]) == expected[i]);
   CHECK(addr.err == dir.err); // both name the head cursor
-  auto app_b =
-    tool("watch " + f.address() + " --from-start --once --app b --include-sessions", f.path("e3"));
+  auto app_b = run_tool("watch " + f.address() + " --from-start --once --app b --include-sessions",
+                        f.path("e3"));
   CHECK(lines_of(app_b.out).size() == 4);
 
   for (const std::string& where : {f.store, f.address()}) {
@@ -342,7 +325,7 @@ TEST_CASE("watch --from-start: the store and server forms replay the change log 
     CHECK(live.count() == n + 2);
   }
 
-  CHECK(tool("watch " + q(f.store) + " --from-start --from x", f.path("e4")).rc == 2);
+  CHECK(run_tool("watch " + q(f.store) + " --from-start --from x", f.path("e4")).rc == 2);
   f.srv->signal(SIGTERM);
   CHECK(f.srv->wait_exit() == 0);
 }

@@ -25,26 +25,10 @@ std::string quote(const std::string& s) {
   return "'" + s + "'";
 }
 
-/// `agentstate watch ARGS` with its exit status, stdout and stderr.
-struct run_result {
-  int rc = -1;
-  std::string out, err;
-};
-
-run_result watch_tool(const std::string& args, const std::string& err_path,
-                      const std::string& env = "") {
-  auto [rc, out] = shell(
-    env + " " + std::string(AGENTSTATE_BIN) + " watch " + args + " 2>" + quote(err_path), false);
-  return {rc, out, read_text(err_path)};
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> xs;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    xs.push_back(line);
-  return xs;
+/// `agentstate watch ARGS` run to its end.
+tool_run watch_tool(const std::string& args, const std::string& err_path,
+                    const std::string& env = "") {
+  return run_tool("watch " + args, err_path, env);
 }
 
 /// The cursor after "--from " in `text` ("" when absent).
@@ -141,8 +125,8 @@ TEST_CASE("watch ADDR --once: TCP and a Unix socket print the same lines as watc
     CHECK(over_tcp.err == dir.err);
   }
   auto all = watch_tool(tcp + " --once --from " + start, f.path("e5"));
-  CHECK(split_lines(all.out).size() == 15); // 3 creates + 12 appends
-  for (const auto& l : split_lines(all.out))
+  CHECK(lines_of(all.out).size() == 15); // 3 creates + 12 appends
+  for (const auto& l : lines_of(all.out))
     CHECK(parse_json(l, 512).ok());
 
   // Without --from, the feed starts at the head: nothing to print.
@@ -191,7 +175,7 @@ TEST_CASE("watch DIR live: SIGTERM and SIGINT exit 0 naming the cursor printed u
     auto upto =
       watch_tool(quote(f.store) + " --once --from " + from + " --app app --include-sessions",
                  f.path("upto" + tag));
-    CHECK(split_lines(upto.out) == got);
+    CHECK(lines_of(upto.out) == got);
   }
 }
 
@@ -224,7 +208,7 @@ TEST_CASE("watch ADDR live: lines arrive while another client appends; SIGTERM u
   auto dir = watch_tool(
     quote(f.store) + " --once --from " + start + " --app app --include-sessions", f.path("e1"));
   CHECK(dir.rc == 0);
-  CHECK(split_lines(dir.out) == got);
+  CHECK(lines_of(dir.out) == got);
 
   // More writes after the stop; --from the stop cursor gives exactly them.
   write_content(c, 2, 2, 20); // 6 changes
@@ -235,7 +219,7 @@ TEST_CASE("watch ADDR live: lines arrive while another client appends; SIGTERM u
     quote(f.store) + " --once --from " + start + " --app app --include-sessions", f.path("e2"));
   auto joined = got;
   joined.insert(joined.end(), rest.begin(), rest.end());
-  CHECK(split_lines(whole.out) == joined);
+  CHECK(lines_of(whole.out) == joined);
   resumed.signal(SIGINT);
   CHECK(resumed.wait_exit() == 0);
   CHECK(resumed.count() == 6);
@@ -255,7 +239,7 @@ TEST_CASE("watch ADDR live: lines arrive while another client appends; SIGTERM u
   CHECK(after.rc == 0);
   CHECK(after.out.empty());
   auto everything = watch_tool(quote(f.store) + " --once --from " + start, f.path("e4"));
-  CHECK(split_lines(everything.out) == before);
+  CHECK(lines_of(everything.out) == before);
 }
 
 TEST_CASE("watch ADDR with --auth-file: the right token watches; a wrong or missing one is "
@@ -283,7 +267,7 @@ TEST_CASE("watch ADDR with --auth-file: the right token watches; a wrong or miss
                         f.path("e1"));
   INFO("stderr: ", yes.err);
   CHECK(yes.rc == 0);
-  CHECK(split_lines(yes.out).size() == 6);
+  CHECK(lines_of(yes.out).size() == 6);
   auto env = watch_tool(addr + " --once --from " + start, f.path("e2"), "AGENTSTATE_TOKEN=" + good);
   CHECK(env.rc == 0);
   CHECK(env.out == yes.out);
@@ -296,7 +280,7 @@ TEST_CASE("watch ADDR with --auth-file: the right token watches; a wrong or miss
   CHECK(no.err.find("unauthenticated") != std::string::npos);
   CHECK(no.err.find("refused") != std::string::npos);
   CHECK(no.err.find(wrong) == std::string::npos);
-  CHECK(split_lines(no.err).size() == 1);
+  CHECK(lines_of(no.err).size() == 1);
 
   auto missing = watch_tool(addr + " --from " + start, f.path("e4"));
   CHECK(missing.rc == 3);
@@ -374,7 +358,7 @@ TEST_CASE("watch ADDR over TLS: verified against the CA it prints the DIR form's
   auto dir = watch_tool(quote(f.store) + " --once --from " + start, f.path("e2"));
   INFO("tls stderr: ", tls.err);
   CHECK(tls.rc == 0);
-  CHECK(split_lines(tls.out).size() == 2);
+  CHECK(lines_of(tls.out).size() == 2);
   CHECK(tls.out == dir.out);
 
   auto bad =
@@ -444,5 +428,5 @@ TEST_CASE("watch ADDR: the server's shutdown (SIGTERM) ends the watch with watch
   CHECK(after.rc == 0);
   CHECK(after.out.empty());
   auto everything = watch_tool(quote(f.store) + " --once --from " + start, f.path("e2"));
-  CHECK(split_lines(everything.out) == printed);
+  CHECK(lines_of(everything.out) == printed);
 }
