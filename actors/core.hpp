@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -22,6 +23,7 @@
 #include "actors/messages.hpp"
 #include "agentstate/engine.hpp"
 #include "model/ids.hpp"
+#include "model/shard.hpp"
 #include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/lock.hpp"
@@ -52,6 +54,9 @@ struct engine_core {
   /// Session and scope actors compare it with the value they loaded under
   /// and reload what they cache when it moved.
   std::atomic<std::uint64_t> fence_epoch{0};
+  /// engine::fence_range's ranges: a write set in one fails unavailable at
+  /// commit (writer.cpp). Read and changed under commit_mtx only.
+  std::vector<model::hash_range> range_fences;
   std::unique_ptr<store::kv_store> kv;
   /// Held by every commit (the writer's group commits, try_commit_inline) and
   /// purge step, with its change-log state and scope notices, so commits
@@ -121,6 +126,13 @@ session_actor_hdl spawn_session_actor(engine_core& core, session_ref r);
 /// Spawns the user-scope actor (user set) or the app-scope actor.
 scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
                                   std::optional<std::string> user);
+/// Whether a session or user scope of (app, user) is in a range fenced by
+/// engine::fence_range now. Takes commit_mtx.
+bool range_fenced(engine_core& core, std::string_view app, std::string_view user);
+
+/// Starts the actors of the sessions `skeys` (session keys): each session
+/// with an append waiting in the outbox finishes it when its actor starts.
+void wake_sessions(engine_core& core, const std::vector<std::string>& skeys);
 /// Spawns the detached store writer.
 writer_hdl spawn_writer(engine_core& core);
 

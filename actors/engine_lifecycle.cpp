@@ -247,9 +247,14 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   if (!deterministic)
     core->heap_trimmer = spawn_heap_trimmer(*core);
   core->reaper = spawn_reaper(*core);
+  wake_sessions(*core, waiting);
+  return std::unique_ptr<engine>(new engine(std::move(core)));
+}
+
+void detail::wake_sessions(engine_core& core, const std::vector<std::string>& skeys) {
   // Each such session's actor finishes its append when it starts
   // (resume_remote_append): a read starts it.
-  for (auto& skey : waiting) {
+  for (auto& skey : skeys) {
     auto parts = store::split_key(skey, 3);
     if (parts.size() != 3)
       continue;
@@ -258,11 +263,10 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
     wake.req.ref = ref;
     wake.req.num_recent_events = 0;
     wake.cb = [](result<std::optional<session>>) {};
-    auto* c = core.get();
-    core->sessions.route(session_registry_key(ref), std::move(wake),
-                         [c, ref] { return spawn_session_actor(*c, ref); });
+    auto* c = &core;
+    core.sessions.route(session_registry_key(ref), std::move(wake),
+                        [c, ref] { return spawn_session_actor(*c, ref); });
   }
-  return std::unique_ptr<engine>(new engine(std::move(core)));
 }
 
 store::kv_store& engine_factory::store_of(engine& e) {

@@ -60,6 +60,8 @@ template <class Cmd>
 auto command(session_actor_t self, void (*on)(session_actor_t, Cmd&)) {
   return [self, on](Cmd& c) {
     ++self->state.handled;
+    if (std::exchange(self->state.moved_out, false))
+      resume_remote_append(self);
     if (refusing(self->state))
       refuse(self->state, c);
     else if (entry_waits(self->state))

@@ -131,6 +131,12 @@ struct session_state {
   /// its caller has been answered unavailable (in doubt) and every command
   /// is answered unavailable unread until it has committed or failed.
   bool remote_overdue = false;
+  /// Set when the append out at its home could not commit because the
+  /// session's shard is moving away (engine::fence_range): its caller has
+  /// been answered unavailable (in doubt), and the append stays in its
+  /// outbox row, which moves with the shard. The next command first
+  /// resumes it from the store (resume_remote_append), as a new actor would.
+  bool moved_out = false;
 
   std::string invocation; ///< the live invocation, "" when none
   json temp = json::object();
@@ -193,8 +199,10 @@ bool ensure_loaded(session_actor_t self, callback<T>& cb) {
   // A user or app deleted since the load (X2/X3): with nothing in flight,
   // the record is read again (writes in flight fail under the fence and
   // make the actor re-read it anyway).
-  if (st.loaded && st.queue.empty() && st.fence_epoch != st.core->fence_epoch.load())
+  if (st.loaded && st.queue.empty() && st.fence_epoch != st.core->fence_epoch.load()) {
     st.loaded = false;
+    st.ids.reset(); // the events may have changed under it (engine::write_range)
+  }
   if (st.loaded)
     return true;
   auto r = load(self);

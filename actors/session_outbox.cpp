@@ -138,6 +138,34 @@ void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, 
     });
 }
 
+void answer_overdue(session_actor_t self, const std::shared_ptr<remote_append>& r,
+                    const error& why);
+
+// The commit of `r` was refused because the session's shard is moving away
+// (engine::fence_range): its caller hears it is in doubt, the commands
+// waiting behind it are refused, and the append is left in its outbox row,
+// which moves with the shard, for the session's next actor to finish (at
+// the shard's next owner, or here when the move is undone:
+// session_state::moved_out).
+void leave_for_next_owner(session_actor_t self, const std::shared_ptr<remote_append>& r,
+                          const error& why) {
+  auto& st = self->state;
+  if (!st.remote_overdue)
+    answer_overdue(self, r, why);
+  if (r->outcome) {
+    auto it = st.in_flight_ids.find(r->ev.id);
+    if (it != st.in_flight_ids.end() && it->second == r->outcome)
+      st.in_flight_ids.erase(it);
+    *r->outcome = result<append_result>{
+      error{errc::unavailable, "the session's shard is moving to another node; retry"}};
+  }
+  st.remote.reset();
+  st.remote_overdue = false;
+  st.hold = false;
+  st.loaded = false;
+  st.moved_out = true;
+}
+
 // Commits `plan`, the remote write with the home's values (its outbox row
 // deleted in the same commit): `done` answers once it has committed. A
 // failure puts `r` back in flight: `final` errors (the write cannot be
@@ -165,6 +193,11 @@ void commit_remote(session_actor_t self, const std::shared_ptr<remote_append>& r
         st.exists = false;
         st.expires = 0;
         st.refresh = 0;
+      }
+      if (res.code() == errc::unavailable
+          && range_fenced(*st.core, st.ref.app_name, st.ref.user_id)) {
+        leave_for_next_owner(self, r, res.err());
+        return;
       }
       if (final(res.code())) {
         fail_remote(self, r, std::move(res).err(), true);

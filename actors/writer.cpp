@@ -72,6 +72,59 @@ void count(engine_core& core, const std::vector<store::batch_entry>& entries) {
   core.stats.failed_writes.fetch_add(entries.size() - ok, std::memory_order_relaxed);
 }
 
+// Why write set `ws` may not commit under the range fences
+// (engine::fence_range), or nullptr. REQUIRES: core.commit_mtx held.
+const char* range_fenced(const engine_core& core, const store::write_set& ws) {
+  auto in = [&core](std::uint64_t h) {
+    for (const auto& r : core.range_fences)
+      if (r.contains(h))
+        return true;
+    return false;
+  };
+  using kind = store::write_set::kind;
+  if (ws.op == kind::remove_app)
+    return "a shard of this node is moving to another node: deleting an app waits until "
+           "it has";
+  if (ws.op != kind::app_write && in(model::user_hash(ws.app, ws.user)))
+    return "the shard of this user is moving to another node";
+  if ((ws.op == kind::app_write || (!ws.app_writes.empty() && !ws.app_elsewhere))
+      && in(model::app_hash(ws.app)))
+    return "the home shard of this app's app: state is moving to another node";
+  return nullptr;
+}
+
+// store::commit_batch over the plans no range fence refuses; the others
+// fail unavailable. REQUIRES: core.commit_mtx held, entries built.
+template <class Plans>
+void commit_unfenced(engine_core& core, Plans& plans, std::vector<store::batch_entry>& entries) {
+  auto resolve = [&](store::kv_read& txn, std::size_t i) {
+    return resolve_late(txn, core, plans[i]);
+  };
+  if (core.range_fences.empty()) {
+    store::commit_batch(*core.kv, entries, resolve, &core.log, wall_now(core));
+    return;
+  }
+  std::vector<store::batch_entry> open;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (const char* why = range_fenced(core, plans[i].ws)) {
+      entries[i].code = errc::unavailable;
+      entries[i].message = std::string(why) + "; retry";
+    } else {
+      open.push_back(entries[i]);
+      at.push_back(i);
+    }
+  }
+  if (open.empty())
+    return;
+  store::commit_batch(
+    *core.kv, open,
+    [&](store::kv_read& txn, std::size_t j) { return resolve_late(txn, core, plans[at[j]]); },
+    &core.log, wall_now(core));
+  for (std::size_t j = 0; j < open.size(); ++j)
+    entries[at[j]] = std::move(open[j]);
+}
+
 // Commits `plans` as one group commit, counts it, notifies the scope actors
 // of committed shared-scope writes and then hands each write set's verdict
 // to answer(i, reply) (FIFO mailboxes give read-your-writes to scope reads:
@@ -86,10 +139,7 @@ void commit_group(engine_core& core, Plans& plans, std::vector<store::batch_entr
     e.ws = &plan.ws;
     e.late = plan.late != nullptr;
   }
-  store::commit_batch(
-    *core.kv, entries,
-    [&](store::kv_read& txn, std::size_t i) { return resolve_late(txn, core, plans[i]); },
-    &core.log, wall_now(core));
+  commit_unfenced(core, plans, entries);
   count(core, entries);
   if (core.hub->active()) {
     std::uint64_t head = 0;

@@ -51,6 +51,10 @@ struct shard_entry {
   std::uint32_t shard = 0;
   std::string owner; ///< "" : never owned
   std::uint64_t epoch = 0; ///< 0 : never owned; increases with every change
+  /// "" : the shard is served by `owner`. Else the node it is being moved
+  /// to (`cluster move`): `owner` still holds its rows and serves none of
+  /// its requests (they answer unavailable) while they are copied to `to`.
+  std::string to;
   std::int64_t revision = 0; ///< the entry's revision in the coordinator (0: none)
 };
 
@@ -98,15 +102,15 @@ public:
   /// The cluster as it is now. not_found when it was never created.
   virtual result<cluster_view> load() = 0;
 
-  /// Sets shard `expected.shard` to (owner, epoch) if its entry is still
-  /// `expected` (same revision; 0: never owned). version_conflict when it
-  /// changed; invalid_argument when epoch is not above expected.epoch. The
-  /// new entry.
+  /// Sets shard `expected.shard` to (owner, epoch, to) if its entry is
+  /// still `expected` (same revision; 0: never owned). version_conflict when
+  /// it changed; invalid_argument when epoch is not above expected.epoch or
+  /// a name is not one. The new entry.
   virtual result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
-                                        std::uint64_t epoch) = 0;
+                                        std::uint64_t epoch, const std::string& to) = 0;
 
-  /// Several set_shard in one atomic step: all or none (version_conflict
-  /// when any entry changed).
+  /// Several set_shard (with `to` "") in one atomic step: all or none
+  /// (version_conflict when any entry changed).
   virtual result<void> set_shards(const std::vector<shard_entry>& expected,
                                   const std::vector<std::string>& owners,
                                   const std::vector<std::uint64_t>& epochs) = 0;

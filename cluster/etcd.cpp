@@ -22,31 +22,6 @@ constexpr std::size_t max_answer_bytes = 64u << 20;
 /// The most one watch line may hold before it is refused.
 constexpr std::size_t max_watch_line_bytes = 64u << 20;
 
-std::string b64(const std::string& s) {
-  std::string out(4 * ((s.size() + 2) / 3), '\0');
-  int n =
-    EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                    reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
-bool unb64(const std::string& s, std::string& out) {
-  if (s.size() % 4 != 0)
-    return false;
-  out.assign(3 * s.size() / 4, '\0');
-  int n =
-    EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                    reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
-  if (n < 0)
-    return false;
-  std::size_t pad = 0;
-  if (!s.empty() && s.back() == '=')
-    pad = s.size() >= 2 && s[s.size() - 2] == '=' ? 2 : 1;
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return true;
-}
-
 error unavailable(std::string what) {
   return error{errc::unavailable, "etcd: " + std::move(what)};
 }
@@ -281,6 +256,32 @@ void setup_post(CURL* h, const std::string& url, const std::string& payload,
 }
 
 } // namespace
+
+std::string b64(std::string_view s) {
+  std::string out(4 * ((s.size() + 2) / 3), '\0');
+  int n =
+    EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                    reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+bool unb64(std::string_view s, std::string& out) {
+  if (s.size() % 4 != 0)
+    return false;
+  out.assign(3 * s.size() / 4, '\0');
+  int n =
+    EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                    reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+  if (n < 0)
+    return false;
+  std::size_t pad = 0;
+  if (!s.empty() && s.back() == '=')
+    pad = s.size() >= 2 && s[s.size() - 2] == '=' ? 2 : 1;
+  out.resize(static_cast<std::size_t>(n) - pad);
+  return true;
+}
+
 
 std::string prefix_end(const std::string& prefix) {
   std::string end = prefix;

@@ -20,11 +20,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agentstate/error.hpp"
 
 namespace agentstate::cluster {
+
+/// `s` in base64 (RFC 4648, padded), as etcd's gateway carries bytes.
+std::string b64(std::string_view s);
+/// The bytes of base64 text `s` into `out`; false when it is not base64.
+bool unb64(std::string_view s, std::string& out);
 
 /// One key as etcd stores it. Revisions are etcd's (cluster-wide, increasing).
 struct etcd_kv {

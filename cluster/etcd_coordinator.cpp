@@ -5,7 +5,7 @@
 //   nodes/ID          {"address":"HOST:PORT"}                    the registry
 //   alive/ID          {"address":"HOST:PORT"}    under the node's lease
 //   controller        "ID"                       under the controller's lease
-//   shards/NNNNN      {"owner":"ID","epoch":E}   absent until first owned
+//   shards/NNNNN      {"owner":"ID","epoch":E[,"to":"ID"]}   absent until first owned
 #include <cstdio>
 #include <map>
 #include <utility>
@@ -140,6 +140,12 @@ public:
         e.shard = static_cast<std::uint32_t>(std::stoul(num));
         e.owner = s["owner"].get<std::string>();
         e.epoch = s["epoch"].get<std::uint64_t>();
+        if (auto to = s.find("to"); to != s.end()) {
+          if (!to->is_string())
+            return error{errc::data_corrupt,
+                         describe() + ": shard key '" + rest + "' is malformed"};
+          e.to = to->get<std::string>();
+        }
         e.revision = kv.mod_revision;
         shards[e.shard] = std::move(e);
       }
@@ -162,21 +168,32 @@ public:
   }
 
   result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
-                                std::uint64_t epoch) override {
-    auto r = set_shards({expected}, {owner}, {epoch});
+                                std::uint64_t epoch, const std::string& to) override {
+    if (!to.empty())
+      if (auto why = check_name("node id", to); !why.empty())
+        return error{errc::invalid_argument, why};
+    auto r = put_shards({expected}, {owner}, {epoch}, {to});
     if (!r)
       return std::move(r).err();
     auto v = etcd_->range(shard_key(expected.shard));
     if (!v)
       return std::move(v).err();
-    shard_entry e{expected.shard, owner, epoch, v->kvs.empty() ? 0 : v->kvs[0].mod_revision};
+    shard_entry e{expected.shard, owner, epoch, to, v->kvs.empty() ? 0 : v->kvs[0].mod_revision};
     return e;
   }
 
   result<void> set_shards(const std::vector<shard_entry>& expected,
                           const std::vector<std::string>& owners,
                           const std::vector<std::uint64_t>& epochs) override {
-    if (expected.size() != owners.size() || expected.size() != epochs.size())
+    return put_shards(expected, owners, epochs, std::vector<std::string>(expected.size()));
+  }
+
+  result<void> put_shards(const std::vector<shard_entry>& expected,
+                          const std::vector<std::string>& owners,
+                          const std::vector<std::uint64_t>& epochs,
+                          const std::vector<std::string>& tos) {
+    if (expected.size() != owners.size() || expected.size() != epochs.size()
+        || expected.size() != tos.size())
       return error{errc::invalid_argument, "set_shards: lists of different lengths"};
     if (expected.size() > max_batch)
       return error{errc::invalid_argument,
@@ -197,6 +214,8 @@ public:
       else
         cmp.push_back({key, etcd_compare::target::mod_revision, expected[i].revision, {}});
       json value = {{"owner", owners[i]}, {"epoch", epochs[i]}};
+      if (!tos[i].empty())
+        value["to"] = tos[i];
       ops.push_back({etcd_op::kind::put, key, value.dump(), 0, {}});
     }
     auto t = etcd_->txn(cmp, ops, {});

@@ -40,8 +40,9 @@ std::optional<protocol::span_answer> first_error(std::vector<protocol::span_answ
   return std::nullopt;
 }
 
-protocol::span_answer merge_pages(const json& params, std::vector<protocol::span_answer> parts,
-                                  std::size_t max_bytes) {
+protocol::span_answer
+merge_pages(const json& params, std::vector<protocol::span_answer> parts, std::size_t max_bytes,
+            const std::function<bool(std::size_t part, const json& session)>& keep) {
   if (auto e = first_error(parts))
     return *e;
   if (params.value("offset", std::uint64_t{0}) > 0)
@@ -56,17 +57,19 @@ protocol::span_answer merge_pages(const json& params, std::vector<protocol::span
     std::string_view position;
     json* session;
     const json* user_states;
+    bool kept;
   };
   std::vector<item> all;
   // A copy: the session it comes from gives up its token when listed.
   std::optional<std::string> bound;
   std::uint64_t total = 0;
   json app_state = json::object();
-  for (auto& part : parts) {
-    auto& page = part.result;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto& page = parts[i].result;
     auto& sessions = page.at("sessions");
     for (auto& s : sessions)
-      all.push_back({token_position(s.at("page_token")), &s, &page["user_states"]});
+      all.push_back(
+        {token_position(s.at("page_token")), &s, &page["user_states"], !keep || keep(i, s)});
     if (!page.at("next_page_token").is_null() && !sessions.empty()) {
       auto last = token_position(sessions.back().at("page_token"));
       if (!bound || (desc ? last > *bound : last < *bound))
@@ -87,6 +90,10 @@ protocol::span_answer merge_pages(const json& params, std::vector<protocol::span
   for (auto& it : all) {
     if (bound && (desc ? it.position < *bound : it.position > *bound))
       break; // beyond what a part with more has sent
+    if (!it.kept) {
+      last_token = (*it.session)["page_token"];
+      continue;
+    }
     if (out.size() == page_size) {
       more = true;
       break;

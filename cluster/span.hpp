@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,8 +38,12 @@ std::optional<protocol::span_answer> first_error(std::vector<protocol::span_answ
 /// `offset` is invalid_argument; include_total adds the parts' totals; with
 /// shared_state "once" the parts' app_state and the listed users'
 /// user_states are joined. The first part's error, if any, is the answer.
-protocol::span_answer merge_pages(const json& params, std::vector<protocol::span_answer> parts,
-                                  std::size_t max_bytes);
+/// With `keep`, a session of part i that keep(i, session) refuses is passed
+/// over as if listed (the page may then hold fewer; its token still moves
+/// past it): what a node holds of a shard it does not own.
+protocol::span_answer
+merge_pages(const json& params, std::vector<protocol::span_answer> parts, std::size_t max_bytes,
+            const std::function<bool(std::size_t part, const json& session)>& keep = {});
 
 /// A read across nodes answers cursors of their own: "nodes:" then
 /// NODE=CURSOR for each node read so far (that node's own feed cursor),

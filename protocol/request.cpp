@@ -244,7 +244,8 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   const bool authenticate = name == "authenticate";
   const bool watching = name == "watch" || name == "unwatch";
   const bool cluster_map = name == "cluster_map";
-  if (!prepare && !authenticate && !watching && !cluster_map) {
+  const bool node_call = name == "shard_export" || name == "shard_import";
+  if (!prepare && !authenticate && !watching && !cluster_map && !node_call) {
     if (d.notification)
       return d;
     d.refusal = make_failure(rpc_code::method_not_found, "unknown method '" + name + "'",
@@ -274,6 +275,11 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   if (cluster_map) {
     if (!d.notification)
       d.cluster_map = std::move(params);
+    return d;
+  }
+  if (node_call) {
+    if (!d.notification)
+      d.node_call = std::move(params);
     return d;
   }
   if (authenticate) {

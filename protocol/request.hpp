@@ -38,6 +38,9 @@ struct decoded_request {
   /// `cluster_map`'s params: such a request has neither `run` nor `refusal`
   /// and is answered by the session (rpc_config::cluster_map).
   std::optional<json> cluster_map;
+  /// shard_export's or shard_import's params (rpc_config::node_call), the
+  /// same way.
+  std::optional<json> node_call;
   /// `authenticate`'s token. Set only for an authenticate request with a
   /// string token; such a request has neither `run` nor `refusal` and is
   /// answered by the session, which holds the access state.

@@ -628,7 +628,8 @@ rpc_session::rpc_session(engine& eng, std::function<void(std::string)> write, rp
     max_line_depth_(cfg.max_line_depth),
     gate_(cfg.tokens ? access_gate(cfg.tokens) : access_gate()),
     watches_(std::make_shared<watches>()), route_(std::move(cfg.route)),
-    cluster_map_(std::move(cfg.cluster_map)), forward_(std::move(cfg.forward)), eng_(eng) {
+    cluster_map_(std::move(cfg.cluster_map)), node_call_(std::move(cfg.node_call)),
+    forward_(std::move(cfg.forward)), eng_(eng) {
   watches_->queued_output_bytes = std::move(cfg.queued_output_bytes);
   watches_->max_backlog = std::max<std::size_t>(1, cfg.max_watch_backlog);
   watches_->on_watch_paused = std::move(cfg.on_watch_paused);
@@ -945,11 +946,14 @@ void rpc_session::handle_request(detail::decoded_request& d, std::string_view li
   if (d.token)
     return authenticate(d);
   const bool watching = d.watch || d.unwatch;
-  if (!d.method.empty() && (d.run || d.refusal || watching || d.cluster_map))
-    if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching && !d.cluster_map))
+  const bool node_method = d.cluster_map || d.node_call;
+  if (!d.method.empty() && (d.run || d.refusal || watching || node_method))
+    if (auto denied = gate_.check(d.method, d.app_name, !d.run && !watching && !node_method))
       return refuse(d, rpc_code::access_error, denied->message, to_string(denied->code));
   if (d.cluster_map)
     return answer_cluster_map(d);
+  if (d.node_call)
+    return answer_node_call(d, bytes);
   if (route_ && (d.run || d.watch) && route_refused(d, line))
     return;
   if (d.watch)
@@ -976,6 +980,28 @@ void rpc_session::answer_cluster_map(detail::decoded_request& d) {
       d, r.code() == errc::invalid_argument ? rpc_code::invalid_params : rpc_code::engine_error,
       r.err().message, to_string(r.code()));
   dispatch_->answer(d.id, std::move(*r));
+}
+
+void rpc_session::answer_node_call(detail::decoded_request& d, std::size_t bytes) {
+  if (!node_call_)
+    return refuse(d, rpc_code::method_not_found,
+                  "unknown method '" + d.method + "' (not a cluster node)",
+                  to_string(errc::invalid_argument));
+  detail::prepared run;
+  run.op = [call = node_call_, method = d.method,
+            params = std::move(*d.node_call)](engine&, const detail::reply_fn& reply) mutable {
+    call(method, std::move(params), [reply](result<json> r) {
+      if (r)
+        return reply(detail::outcome{std::move(*r)});
+      detail::rpc_failure f;
+      f.code = r.code() == errc::invalid_argument ? rpc_code::invalid_params
+                                                  : rpc_code::engine_error;
+      f.message = r.err().message;
+      f.kind = to_string(r.code());
+      reply(detail::outcome{std::move(f)});
+    });
+  };
+  dispatch_->submit(std::move(d.id), d.notification, std::move(run), bytes);
 }
 
 namespace {

@@ -154,6 +154,10 @@ struct route_refusal {
 /// result as text too: a binary value holding one JSON text's bytes.
 using forward_done = std::function<void(result<json> value, json error_object)>;
 
+/// rpc_config::node_call.
+using node_call_fn = std::function<void(const std::string& method, json params,
+                                        std::function<void(result<json>)> done)>;
+
 struct rpc_config {
   /// Nesting allowed in a request line. The engine's own limit
   /// (limits::max_json_depth) applies to each client value inside it; this one
@@ -225,6 +229,13 @@ struct rpc_config {
   /// method is unknown here (method_not_found). An error answers with its
   /// kind. Called on the reader's thread; must not block for long or throw.
   std::function<result<json>(const json& params)> cluster_map;
+  /// A cluster node's own methods `shard_export` and `shard_import` (the
+  /// steps of `cluster move`, docs/protocol.md): called with the method's
+  /// name and params (an object) once the access check passed (they need a
+  /// token granting '*'); `done` is called exactly once, on any thread.
+  /// Empty: the methods are unknown here (method_not_found). Must not block
+  /// or throw.
+  node_call_fn node_call;
   /// Sends a request (method, params) to the peer at `peer` and calls `done`
   /// exactly once with its answer, on any thread. Requests given here for
   /// one peer must reach it in the order given (a session's order rides on
@@ -366,6 +377,7 @@ private:
   void authenticate(detail::decoded_request& d);
   void start_watch(detail::decoded_request& d);
   void answer_cluster_map(detail::decoded_request& d);
+  void answer_node_call(detail::decoded_request& d, std::size_t bytes);
   /// What handle_line() does with a decoded line `d`, read from `line`
   /// (`bytes` bytes).
   void handle_request(detail::decoded_request& d, std::string_view line, std::size_t bytes);
@@ -399,6 +411,7 @@ private:
   std::shared_ptr<watches> watches_;
   std::function<std::optional<route_refusal>(const route_query&)> route_;
   std::function<result<json>(const json&)> cluster_map_;
+  node_call_fn node_call_;
   std::function<void(const std::string&, const std::string&, json, forward_done)> forward_;
   engine& eng_;
 };

@@ -239,6 +239,7 @@ public:
     rc.max_watches = sh_->lim.max_watches;
     rc.route = sh_->route;
     rc.cluster_map = sh_->cluster_map;
+    rc.node_call = sh_->node_call;
     rc.forward = sh_->forward;
     rc.server_watches = sh_->watches;
     rc.max_server_watches = sh_->lim.max_server_watches;

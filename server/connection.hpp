@@ -124,6 +124,7 @@ struct shared_state {
   /// A cluster node's routing and cluster_map (rpc_config); empty: none.
   std::function<std::optional<protocol::route_refusal>(const protocol::route_query&)> route;
   std::function<result<json>(const json&)> cluster_map;
+  protocol::node_call_fn node_call;
   std::function<void(const std::string&, const std::string&, json, protocol::forward_done)> forward;
   /// server_config::idle: where a worker leaves its direct write; null: none.
   protocol::idle_hook idle = nullptr;

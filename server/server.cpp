@@ -721,6 +721,10 @@ void network_server::set_routing(
   impl_->sh->forward = std::move(forward);
 }
 
+void network_server::set_node_calls(protocol::node_call_fn call) {
+  impl_->sh->node_call = std::move(call);
+}
+
 std::vector<std::string> network_server::addresses() const {
   std::vector<std::string> out;
   for (const auto& l : impl_->listeners)

@@ -153,6 +153,10 @@ public:
     std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
       forward);
 
+  /// A cluster node's shard_export and shard_import for every connection
+  /// (protocol::rpc_config::node_call). REQUIRES: before run().
+  void set_node_calls(protocol::node_call_fn call);
+
 private:
   struct impl;
   explicit network_server(std::unique_ptr<impl> p);

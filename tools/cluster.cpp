@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // agentstate cluster: creates a cluster's configuration in etcd and shows it
 // (docs/cluster.md).
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "agentstate/json.hpp"
 #include "cluster/coordinator.hpp"
 #include "tools/cli.hpp"
+#include "tools/cluster_move.hpp"
+#include "tools/watch_remote.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -21,6 +26,9 @@ struct cluster_args {
   std::uint32_t shards = 256;
   std::uint32_t expect_nodes = 1;
   bool json = false;
+  std::vector<std::string> args; ///< move: SHARD NODE; drain: NODE
+  std::string token_file, tls_ca, tls_cert, tls_key;
+  bool tls = false;
 };
 
 int fail(const std::string& action, const error& e) {
@@ -70,8 +78,10 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
     for (auto& s : v->shards) {
       if (s.owner.empty())
         without.push_back(s.shard);
-      else
+      else if (s.to.empty())
         map.push_back({{"shard", s.shard}, {"owner", s.owner}, {"epoch", s.epoch}});
+      else
+        map.push_back({{"shard", s.shard}, {"owner", s.owner}, {"epoch", s.epoch}, {"to", s.to}});
     }
     json out = {{"cluster", v->cluster},
                 {"revision", v->revision},
@@ -94,6 +104,85 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
                 n.alive ? "alive" : "down", owned[n.id]);
   std::printf("shards without an owner: %zu\n", unowned);
   std::printf("shards on nodes that are down: %zu\n", on_down);
+  for (auto& s : v->shards)
+    if (!s.to.empty())
+      std::printf("shard %u is moving from node '%s' to node '%s' (epoch %llu)\n", s.shard,
+                  s.owner.c_str(), s.to.c_str(), static_cast<unsigned long long>(s.epoch));
+  return 0;
+}
+
+void print_move(const move_report& r, bool as_json) {
+  if (as_json) {
+    std::printf("%s\n", r.to_json().dump().c_str());
+  } else if (r.nothing_to_do) {
+    std::printf("shard %u is on node '%s' already\n", r.shard, r.to.c_str());
+  } else if (r.undone) {
+    std::printf("shard %u stays on node '%s' (epoch %llu): the move away from it is undone\n",
+                r.shard, r.to.c_str(), static_cast<unsigned long long>(r.epoch));
+  } else {
+    std::printf("moved shard %u from node '%s' to node '%s' (epoch %llu): %llu sessions, %llu "
+                "rows in %llu chunks; its requests were refused for %.0f ms\n",
+                r.shard, r.from.c_str(), r.to.c_str(), static_cast<unsigned long long>(r.epoch),
+                static_cast<unsigned long long>(r.sessions),
+                static_cast<unsigned long long>(r.rows),
+                static_cast<unsigned long long>(r.chunks), r.unavailable_ms);
+  }
+  std::fflush(stdout);
+}
+
+/// move and drain: the nodes' client options from the flags.
+result<move_options> node_options(const cluster_args& a) {
+  move_options o;
+  if (a.tls_cert.empty() != a.tls_key.empty())
+    return error{errc::invalid_argument, "--tls-cert and --tls-key go together"};
+  o.node.tls = a.tls || !a.tls_ca.empty() || !a.tls_cert.empty();
+  o.node.tls_ca = a.tls_ca;
+  o.node.tls_cert = a.tls_cert;
+  o.node.tls_key = a.tls_key;
+  o.node.connect_timeout = std::chrono::milliseconds(5000);
+  if (!a.token_file.empty()) {
+    auto t = read_token_file(a.token_file);
+    if (!t)
+      return std::move(t).err();
+    o.node.token = std::move(*t);
+  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
+    o.node.token = env;
+  }
+  return o;
+}
+
+int run_move(cluster::coordinator& c, const cluster_args& a) {
+  if (a.args.size() != 2)
+    return usage_error("cluster", "move takes SHARD NODE");
+  char* end = nullptr;
+  unsigned long shard = std::strtoul(a.args[0].c_str(), &end, 10);
+  if (a.args[0].empty() || *end != '\0' || a.args[0][0] == '-' || shard > 65535)
+    return usage_error("cluster", "SHARD is a shard number, not '" + a.args[0] + "'");
+  auto o = node_options(a);
+  if (!o)
+    return o.code() == errc::invalid_argument ? usage_error("cluster", o.err().message)
+                                              : fail("move", o.err());
+  ::signal(SIGPIPE, SIG_IGN);
+  auto r = move_shard(c, static_cast<std::uint32_t>(shard), a.args[1], *o);
+  if (!r)
+    return fail("move", r.err());
+  print_move(*r, a.json);
+  return 0;
+}
+
+int run_drain(cluster::coordinator& c, const cluster_args& a) {
+  if (a.args.size() != 1)
+    return usage_error("cluster", "drain takes NODE");
+  auto o = node_options(a);
+  if (!o)
+    return o.code() == errc::invalid_argument ? usage_error("cluster", o.err().message)
+                                              : fail("drain", o.err());
+  ::signal(SIGPIPE, SIG_IGN);
+  auto r = drain_node(c, a.args[0], *o, [&a](const move_report& m) { print_move(m, a.json); });
+  if (!r)
+    return fail("drain", r.err());
+  if (!a.json)
+    std::printf("node '%s' owns no shard now (%zu moved)\n", a.args[0].c_str(), *r);
   return 0;
 }
 
@@ -101,15 +190,25 @@ runner define_cluster(command_line& cl) {
   auto a = std::make_shared<cluster_args>();
   cl.usage = "agentstate cluster init --etcd URLS --cluster NAME [--shards S]\n"
              "    [--expect-nodes N]\n"
-             "agentstate cluster status --etcd URLS --cluster NAME [--json]";
+             "agentstate cluster status --etcd URLS --cluster NAME [--json]\n"
+             "agentstate cluster move SHARD NODE --etcd URLS --cluster NAME [--json]\n"
+             "    [--token-file FILE] [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+             "agentstate cluster drain NODE --etcd URLS --cluster NAME [--json] [...as move]";
   cl.description = "A cluster is several `agentstate serve` nodes holding disjoint shards of one\n"
                    "logical store; etcd holds its configuration (the shard map, the node\n"
                    "registry). init creates the cluster's keys (refused when it exists). status\n"
                    "lists its nodes (id, address, alive, shards owned), the controller, and the\n"
-                   "shards without an owner or on nodes that are down.";
-  cl.footer = "Exit status: 0 done; 1 etcd could not be reached, the cluster exists (init) or\n"
-              "does not (status); 2 bad usage.";
-  cl.app.add_option("ACTION", a->action, "init or status")->required()->type_name("ACTION");
+                   "shards without an owner or on nodes that are down, and those moving. move\n"
+                   "copies shard SHARD from its owner to node NODE and makes NODE its owner; its\n"
+                   "requests answer unavailable (retryable) while it is copied. drain moves every\n"
+                   "shard of node NODE to the other live nodes, two at a time. Both reach the\n"
+                   "nodes with a token granting '*' (--token-file, or $AGENTSTATE_TOKEN).";
+  cl.footer = "Exit status: 0 done; 1 etcd or a node could not be reached, the cluster exists\n"
+              "(init) or does not, a move failed (run it again: it carries on); 2 bad usage.";
+  cl.app.add_option("ACTION", a->action, "init, status, move or drain")
+    ->required()
+    ->type_name("ACTION");
+  cl.app.add_option("ARGS", a->args, "move: SHARD NODE; drain: NODE")->type_name("ARGS");
   cl.app.add_option("--etcd", a->etcd, "etcd's client URLs, comma-separated (http://HOST:PORT)")
     ->required()
     ->type_name("URLS");
@@ -123,18 +222,43 @@ runner define_cluster(command_line& cl) {
                 "init: give shards out once this many nodes are live (default 1)")
     ->type_name("N");
   add_json_flag(cl, a->json);
+  const std::string nodes = "Reaching the nodes (move, drain)";
+  cl.app
+    .add_option("--token-file", a->token_file,
+                "authenticate with the token in FILE (its first word; default: "
+                "$AGENTSTATE_TOKEN when set)")
+    ->type_name("FILE")
+    ->group(nodes);
+  cl.app.add_flag("--tls", a->tls, "TLS, verifying the nodes against the system's CAs")
+    ->group(nodes);
+  cl.app.add_option("--tls-ca", a->tls_ca, "TLS, verifying the nodes against this PEM CA file")
+    ->type_name("FILE")
+    ->group(nodes);
+  cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
+    ->type_name("FILE")
+    ->group(nodes);
+  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")->type_name("FILE")->group(nodes);
   return [a]() -> int {
-    if (a->action != "init" && a->action != "status")
-      return usage_error("cluster", "ACTION is init or status, not '" + a->action + "'");
+    const bool takes_args = a->action == "move" || a->action == "drain";
+    if (a->action != "init" && a->action != "status" && !takes_args)
+      return usage_error("cluster",
+                         "ACTION is init, status, move or drain, not '" + a->action + "'");
+    if (!takes_args && !a->args.empty())
+      return usage_error("cluster", a->action + " takes no further arguments");
     auto c = cluster::make_etcd_coordinator(a->etcd, a->cluster);
     if (!c)
       return usage_error("cluster", c.err().message);
+    if (a->action == "move")
+      return run_move(**c, *a);
+    if (a->action == "drain")
+      return run_drain(**c, *a);
     return a->action == "init" ? run_init(**c, *a) : run_status(**c, *a);
   };
 }
 
 const bool registered = register_command(
-  {"cluster", "create and show a cluster's configuration in etcd", define_cluster});
+  {"cluster", "create, show and rebalance a cluster (etcd holds its configuration)",
+   define_cluster});
 
 } // namespace
 

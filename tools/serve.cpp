@@ -599,9 +599,22 @@ int run_serve(serve_config& cfg) {
       };
     net.set_routing([m](const protocol::route_query& q) { return m->route(q); },
                     [m](const json& params) { return m->cluster_map(params); }, std::move(forward));
+    if (auto r = m->start_moves(eng, cfg.have_store ? cfg.engine_opts.dir : std::string(), log);
+        !r) {
+      log.error("startup_failed", "cannot start the node's shard moves: " + r.err().message);
+      link->store(nullptr);
+      member.reset();
+      return finish_engine(eng, log, 1);
+    }
+    net.set_node_calls([m](const std::string& method, json params,
+                           std::function<void(result<json>)> done) {
+      m->node_call(method, std::move(params), std::move(done));
+    });
   }
   signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
   net.run(eng);
+  if (member)
+    member->stop_moves(); // it uses the engine
   int code = finish_engine(eng, log, 0);
   link->store(nullptr);
   member.reset(); // leaves the cluster

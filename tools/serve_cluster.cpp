@@ -21,6 +21,7 @@
 #include "cluster/span.hpp"
 #include "model/shard.hpp"
 #include "tools/cli.hpp"
+#include "tools/shard_mover.hpp"
 #include "tools/watch_remote.hpp"
 
 namespace agentstate::tools {
@@ -58,6 +59,8 @@ bool shows_app_state(std::string_view m) {
 
 struct cluster_member::impl {
   std::unique_ptr<cluster::node> node;
+  /// Set by start_moves; its thread ends before the engine closes.
+  std::unique_ptr<shard_mover> mover;
   std::string id;
   bool forwarding = false;
   std::size_t max_response_bytes = 0; ///< cluster_flags::max_response_bytes
@@ -273,13 +276,20 @@ struct cluster_member::impl {
   std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
                                                    std::uint32_t shard) const {
     const auto& e = v.shards[shard];
-    if (e.owner == id)
+    if (e.owner == id && e.to.empty())
       return std::nullopt;
     json data = {{"shard", shard}, {"epoch", e.epoch}};
     if (e.owner.empty())
       return refusal("unavailable", "shard " + std::to_string(shard) + " has no owner yet",
                      std::move(data));
     data["owner"] = e.owner;
+    if (!e.to.empty()) {
+      data["to"] = e.to;
+      return refusal("unavailable",
+                     "shard " + std::to_string(shard) + " is moving from node '" + e.owner
+                       + "' to node '" + e.to + "'; retry",
+                     std::move(data));
+    }
     const auto* n = v.node(e.owner);
     if (!n || !n->alive)
       return refusal("unavailable",
@@ -431,19 +441,21 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
                    "'from' is not a cursor of a watch or read across nodes (one starting "
                    "\"nodes:\", as such a watch or read answers it)",
                    nullptr);
-  // Runs here and at every other owner: each shard's owner must be live.
+  // Runs here and at every other owner: each shard's owner must be live. A
+  // shard that is moving is read at its owner, which holds its rows until
+  // the map names the next one.
   protocol::route_refusal r;
   std::vector<std::string> ids{p_->id}; // each part's node: this one, then span_peers'
   for (std::uint32_t s = 0; s < shards; ++s) {
-    auto refused = p_->for_shard(*v, s);
-    if (!refused)
+    const auto& e = v->shards[s];
+    if (e.owner == p_->id)
       continue;
-    if (refused->kind != "moved")
-      return refused;
-    auto& address = refused->data["address"].get_ref<const std::string&>();
-    if (std::find(r.span_peers.begin(), r.span_peers.end(), address) == r.span_peers.end()) {
-      r.span_peers.push_back(address);
-      ids.push_back(refused->data["owner"].get<std::string>());
+    const auto* n = e.owner.empty() ? nullptr : v->node(e.owner);
+    if (!n || !n->alive)
+      return p_->for_shard(*v, s);
+    if (std::find(r.span_peers.begin(), r.span_peers.end(), n->address) == r.span_peers.end()) {
+      r.span_peers.push_back(n->address);
+      ids.push_back(e.owner);
     }
   }
   if (feed) {
@@ -494,9 +506,23 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
       p.erase("offset"); // refused by the merge: no part skips anything
       return p;
     };
-    r.span = [max = p_->max_response_bytes](const json& params,
-                                            std::vector<protocol::span_answer> parts) {
-      return cluster::merge_pages(params, std::move(parts), max);
+    // A node lists every session its store holds; each session is taken
+    // from its shard's owner alone (a node may still hold, or already
+    // hold, the rows of a shard that moves).
+    r.span = [max = p_->max_response_bytes, ids, v](const json& params,
+                                                    std::vector<protocol::span_answer> parts) {
+      const auto shards = v->settings.shards;
+      return cluster::merge_pages(params, std::move(parts), max,
+                                  [&](std::size_t part, const json& s) {
+                                    auto app = s.find("app_name"), user = s.find("user_id");
+                                    if (app == s.end() || user == s.end() || !app->is_string()
+                                        || !user->is_string())
+                                      return true;
+                                    const auto shard = model::shard_of(
+                                      app->get_ref<const std::string&>(),
+                                      user->get_ref<const std::string&>(), shards);
+                                    return v->shards[shard].owner == ids[part];
+                                  });
     };
     // The sessions of nodes other than the app's home show its app: state
     // as read there once the page is merged.
@@ -554,6 +580,29 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
         },
         deadline);
     });
+}
+
+result<void> cluster_member::start_moves(engine& eng, const std::string& store_dir,
+                                         server::logger& log) {
+  auto m = shard_mover::start(eng, *p_->node, p_->id, store_dir, log);
+  if (!m)
+    return std::move(m).err();
+  p_->mover = std::move(*m);
+  return {};
+}
+
+void cluster_member::stop_moves() {
+  if (p_->mover)
+    p_->mover->stop();
+}
+
+void cluster_member::node_call(const std::string& method, json params,
+                               std::function<void(result<json>)> done) const {
+  if (!p_->mover) {
+    done(error{errc::unavailable, "node '" + p_->id + "' is not ready to move shards yet"});
+    return;
+  }
+  p_->mover->call(method, std::move(params), std::move(done));
 }
 
 bool cluster_member::app_here(const std::string& app) const {
@@ -631,7 +680,8 @@ result<json> cluster_member::cluster_map(const json& params) const {
   for (auto& e : v->shards)
     shards.push_back({{"shard", e.shard},
                       {"owner", e.owner.empty() ? json(nullptr) : json(e.owner)},
-                      {"epoch", e.epoch}});
+                      {"epoch", e.epoch},
+                      {"to", e.to.empty() ? json(nullptr) : json(e.to)}});
   for (auto& n : v->nodes)
     nodes.push_back({{"id", n.id}, {"address", n.address}, {"alive", n.alive}});
   json out = {{"cluster", v->cluster},

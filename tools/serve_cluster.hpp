@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "agentstate/engine.hpp"
 #include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
 #include "protocol/rpc_session.hpp"
@@ -79,6 +80,17 @@ public:
   /// connection. unavailable (sent again by the engine) when the home's
   /// owner is down or unknown, cannot be reached, or is no longer the owner.
   void send_app_write(app_write_request req, callback<app_write_result> cb) const;
+
+  /// Starts the node's side of shard moves (tools/shard_mover.hpp) over
+  /// `eng`, its record in `store_dir` ("" : memory). Errors as
+  /// shard_mover::start. REQUIRES: once; `eng` outlives stop_moves().
+  result<void> start_moves(engine& eng, const std::string& store_dir, server::logger& log);
+  /// Stops them (calls after it answer unavailable). REQUIRES: before the
+  /// engine closes. Idempotent.
+  void stop_moves();
+  /// rpc_config::node_call: shard_export and shard_import.
+  void node_call(const std::string& method, json params,
+                 std::function<void(result<json>)> done) const;
 
   /// rpc_config::forward: one pipelined connection per peer (made on first
   /// use, again after it was lost), requests in the order given, each with

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agentstate/error.hpp"
@@ -82,6 +83,24 @@ struct prune_result {
   /// Why the prune stopped before the end (a failed delete, a failed read
   /// of the store, the engine closing); the counts say what it did first.
   std::optional<error> stopped;
+};
+
+/// A range of the shard hash (docs/cluster.md, "Shards"): the sessions and
+/// user scopes whose h(app ‖ 0 ‖ user), and the app scopes whose h(app), lie
+/// in [lo, hi); hi 0 stands for 2^64, so {0, 0} is everything.
+struct hash_range {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+};
+
+/// One piece of a range's rows, as engine::read_range reads it.
+struct range_chunk {
+  /// The rows, serialised with a checksum: engine::write_range's input.
+  std::string bytes;
+  /// Where the next piece starts (read_range's `from`); "" : this was the last.
+  std::string next;
+  std::uint64_t sessions = 0; ///< sessions whose rows it carries
+  std::uint64_t rows = 0; ///< rows it carries
 };
 
 namespace detail {
@@ -273,6 +292,50 @@ public:
   /// outcome, so it may be sent again.
   void apply_app_write(app_write_request req, callback<app_write_result> cb);
   result<app_write_result> apply_app_write(app_write_request req);
+
+  // -- moving a range of the shard hash to another store (a cluster node's
+  //    part of `cluster move`, docs/cluster.md) --------------------------------
+  // Blocking, on the calling thread; they take the commit lock, so a call
+  // holds back this engine's commits while it runs (write_range and
+  // drop_range for one chunk's commit at a time).
+
+  /// Fences `r`: from the return on, every write to a session or user scope
+  /// in r, to the app scope of an app in r (its app_write, or an append that
+  /// writes it here), and every delete_app, fails unavailable ("moving");
+  /// writes committed before the call stay and are what read_range reads.
+  /// Fences are this engine's only (not stored); fencing a range twice is
+  /// one fence. Errors: unavailable (closing).
+  result<void> fence_range(hash_range r);
+  /// Lifts the fence `r` (nothing when none) and starts the sessions in r
+  /// whose appends wait for their app: part (resume_range).
+  result<void> unfence_range(hash_range r);
+  /// The rows of `r` from `from` ("" : the start; else a chunk's `next`), at
+  /// most 256 sessions or scopes and about `max_bytes` (at least one whole
+  /// session), from one snapshot. Every session, user scope and app scope
+  /// of r with its rows (events, state, origins, waiting outbox rows, kept
+  /// app write outcomes); no change-feed rows: the copy's store logs none.
+  /// Errors: invalid_argument (a bad `from`), data_corrupt (a damaged row:
+  /// nothing of a damaged store is read), storage errors.
+  result<range_chunk> read_range(hash_range r, const std::string& from,
+                                 std::size_t max_bytes = std::size_t{4} << 20);
+  /// Applies a chunk of `r` that read_range read from another store, in one
+  /// commit: what this store held in the spans the chunk covers is replaced
+  /// by the chunk's rows, so the chunks of one reading, applied in order,
+  /// leave r as the source held it. Cached session and scope state is read
+  /// again. Errors: data_corrupt (a damaged chunk or a row whose seal
+  /// fails), invalid_argument (a chunk that does not parse, or of another
+  /// range), unavailable (a row under a delete in progress here), storage
+  /// errors; a failed chunk changes nothing.
+  result<void> write_range(hash_range r, std::string_view chunk);
+  /// Deletes every row of `r`, in commits of one chunk's rows each, logging
+  /// nothing in the change feed (the rows moved; nothing was deleted).
+  /// Cached state is read again. The sessions deleted. Errors: as
+  /// read_range, storage errors (what was deleted before stays deleted).
+  result<std::uint64_t> drop_range(hash_range r);
+  /// Starts the sessions in `r` that have an append waiting for its app:
+  /// part in the outbox, so each finishes it (as at open). Errors: storage
+  /// errors.
+  result<void> resume_range(hash_range r);
 
   // -- the change feed (watch.hpp) ----------------------------------------------
 

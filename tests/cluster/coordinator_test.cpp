@@ -142,23 +142,39 @@ TEST_CASE("a shard changes only by compare-and-swap on its revision, with a high
   REQUIRE(c->create(s).ok());
   auto v = c->load();
   REQUIRE(v.ok());
-  auto first = c->set_shard(v->shards[2], "n1", 1);
+  auto first = c->set_shard(v->shards[2], "n1", 1, "");
   REQUIRE(first.ok());
   CHECK(first->owner == "n1");
   CHECK(first->epoch == 1);
   CHECK(first->revision > 0);
   // The stale entry (never owned) no longer matches.
-  CHECK(c->set_shard(v->shards[2], "n2", 1).code() == errc::version_conflict);
+  CHECK(c->set_shard(v->shards[2], "n2", 1, "").code() == errc::version_conflict);
   // The epoch must rise.
-  CHECK(c->set_shard(*first, "n2", 1).code() == errc::invalid_argument);
-  auto second = c->set_shard(*first, "n2", 2);
+  CHECK(c->set_shard(*first, "n2", 1, "").code() == errc::invalid_argument);
+  auto second = c->set_shard(*first, "n2", 2, "");
   REQUIRE(second.ok());
-  CHECK(c->set_shard(*first, "n3", 3).code() == errc::version_conflict);
+  CHECK(c->set_shard(*first, "n3", 3, "").code() == errc::version_conflict);
   auto after = c->load();
   REQUIRE(after.ok());
   CHECK(after->shards[2].owner == "n2");
   CHECK(after->shards[2].epoch == 2);
   CHECK(after->shards[2].revision == second->revision);
+  CHECK(after->shards[2].to.empty());
+  // A move in progress names its target, and the next change clears it.
+  auto moving = c->set_shard(after->shards[2], "n2", 3, "n3");
+  REQUIRE(moving.ok());
+  CHECK(moving->to == "n3");
+  CHECK(c->set_shard(*moving, "n2", 4, "bad/name").code() == errc::invalid_argument);
+  auto seen = c->load();
+  REQUIRE(seen.ok());
+  CHECK(seen->shards[2].to == "n3");
+  CHECK(seen->shards[2].epoch == 3);
+  REQUIRE(c->set_shard(seen->shards[2], "n3", 4, "").ok());
+  auto moved = c->load();
+  REQUIRE(moved.ok());
+  CHECK(moved->shards[2].owner == "n3");
+  CHECK(moved->shards[2].to.empty());
+  after = std::move(moved);
   // A batch is all or none: one stale entry refuses every change.
   CHECK(c->set_shards({after->shards[0], v->shards[2]}, {"n1", "n1"}, {1, 1}).code()
         == errc::version_conflict);
@@ -166,7 +182,7 @@ TEST_CASE("a shard changes only by compare-and-swap on its revision, with a high
   REQUIRE(none.ok());
   CHECK(none->shards[0].owner.empty());
   REQUIRE(c->set_shards({after->shards[0], after->shards[1]}, {"n1", "n2"}, {1, 1}).ok());
-  CHECK(c->set_shard(after->shards[3], "bad/name", 1).code() == errc::invalid_argument);
+  CHECK(c->set_shard(after->shards[3], "bad/name", 1, "").code() == errc::invalid_argument);
 }
 
 TEST_CASE("a node is live while its lease is, and one id cannot be live twice") {
@@ -231,7 +247,7 @@ TEST_CASE("the watch reports each change of the cluster's keys after a revision"
       stop);
     CHECK(r.ok());
   });
-  auto changed = c->set_shard(v->shards[0], "n1", 1);
+  auto changed = c->set_shard(v->shards[0], "n1", 1, "");
   REQUIRE(changed.ok());
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (seen.load() < changed->revision && std::chrono::steady_clock::now() < deadline)

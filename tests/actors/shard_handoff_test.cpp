@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// engine::fence_range, read_range, write_range, drop_range (a shard leaving
+// one store for another, actors/shard_handoff.cpp) on both stores: a fence
+// refuses every write of its range and none outside it; a range copied
+// chunk by chunk reads the same in the other engine, whatever that engine
+// had cached; a dropped range is gone and nothing else is.
+#include <doctest/doctest.h>
+
+#include "model/shard.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace agentstate;
+
+constexpr std::uint32_t shards = 4;
+
+hash_range range_of(std::uint32_t s) {
+  auto r = model::shard_range(s, shards);
+  return {r.lo, r.hi};
+}
+
+/// A user of app "chat" on shard `s`, and one not on it.
+std::string user_on(std::uint32_t s, bool on = true) {
+  for (int i = 0;; ++i) {
+    std::string u = "u" + std::to_string(i);
+    if ((model::shard_of("chat", u, shards) == s) == on)
+      return u;
+  }
+}
+
+/// Copies range `r` of `from` into `to`, chunks of at most `max_bytes`; the
+/// chunks it took.
+int copy_range(engine& from, engine& to, hash_range r, std::size_t max_bytes) {
+  std::string at;
+  int chunks = 0;
+  do {
+    auto c = MUST(from.read_range(r, at, max_bytes));
+    MUST(to.write_range(r, c.bytes));
+    at = c.next;
+    ++chunks;
+  } while (!at.empty());
+  return chunks;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("shard handoff: a fenced range refuses its writes, and only its own", S,
+                   test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  const auto home = model::home_shard("chat", shards);
+  const std::uint32_t moving = (home + 1) % shards; // not the app's home
+  auto in = test::sref("chat", user_on(moving), "s");
+  auto out = test::sref("chat", user_on(moving, false), "s");
+  MUST(e.create_session(test::create_req(in)));
+  MUST(e.create_session(test::create_req(out)));
+  test::append_ok(e, in, test::make_event({{"n", 1}}, "before"));
+  MUST(e.fence_range(range_of(moving)));
+  MUST(e.fence_range(range_of(moving))); // twice is one fence
+  CHECK_ERR(e.append_event(test::append_req(in, test::make_event({{"n", 2}}, "e2"))),
+            errc::unavailable);
+  CHECK_ERR(e.create_session(test::create_req("chat", in.user_id, "t")), errc::unavailable);
+  CHECK_ERR(e.delete_session(in), errc::unavailable);
+  CHECK_ERR(e.delete_user("chat", in.user_id), errc::unavailable);
+  CHECK_ERR(e.delete_app("chat"), errc::unavailable); // an app spans every range
+  // Writes outside the range go on, app: keys of an app homed elsewhere too.
+  test::append_ok(e, out, test::make_event({{"n", 1}, {"app:k", 1}}, "o1"));
+  // Reads of the fenced range go on, and show what committed before.
+  auto seen = test::get_existing(e, in);
+  CHECK(seen.events.size() == 1);
+  CHECK(seen.state.value("n", 0) == 1);
+  MUST(e.unfence_range(range_of(moving)));
+  test::append_ok(e, in, test::make_event({{"n", 3}}, "after"));
+  CHECK(test::get_existing(e, in).events.size() == 2);
+}
+
+TEST_CASE_TEMPLATE("shard handoff: the app's home range refuses the app's app: writes", S,
+                   test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  const auto home = model::home_shard("chat", shards);
+  auto elsewhere = test::sref("chat", user_on(home, false), "s");
+  MUST(e.create_session(test::create_req(elsewhere)));
+  MUST(e.fence_range(range_of(home)));
+  CHECK_ERR(e.append_event(test::append_req(elsewhere, test::make_event({{"app:k", 1}}, "a1"))),
+            errc::unavailable);
+  app_write_request w;
+  w.app_name = "chat";
+  w.write_id = "w1";
+  w.state_delta = {{"app:k", 2}};
+  CHECK_ERR(e.apply_app_write(w), errc::unavailable);
+  // Its session part alone commits.
+  test::append_ok(e, elsewhere, test::make_event({{"n", 1}}, "a2"));
+  MUST(e.unfence_range(range_of(home)));
+  MUST(e.apply_app_write(w));
+  CHECK(test::app_state(e, "chat").value("k", 0) == 2);
+}
+
+TEST_CASE_TEMPLATE("shard handoff: a range copied chunk by chunk reads the same in the other "
+                   "engine, and a dropped range is gone",
+                   S, test::memory_store, test::lmdb_store) {
+  auto a = test::open_engine(S::kind);
+  auto b = test::open_engine(S::kind);
+  const auto home = model::home_shard("chat", shards);
+  std::vector<session_ref> in, out;
+  for (int i = 0; i < 6; ++i) {
+    auto ref = test::sref("chat", user_on(home), "s" + std::to_string(i));
+    MUST(a->create_session(test::create_req(ref, {{"user:plan", "pro"}, {"k", i}})));
+    for (int j = 0; j < 5; ++j)
+      test::append_ok(*a, ref, test::make_event({{"n", j}, {"app:total", i * 10 + j}},
+                                                "e" + std::to_string(i) + "-" + std::to_string(j)));
+    in.push_back(ref);
+  }
+  auto other = test::sref("chat", user_on(home, false), "x");
+  MUST(a->create_session(test::create_req(other)));
+  out.push_back(other);
+  // Small chunks: one session each at most.
+  CHECK(copy_range(*a, *b, range_of(home), 1024) >= 6);
+  for (auto& ref : in) {
+    auto x = test::get_existing(*a, ref);
+    auto y = test::get_existing(*b, ref);
+    CHECK(x.version == y.version);
+    CHECK(x.state == y.state);
+    CHECK(test::event_ids(x.events) == test::event_ids(y.events));
+  }
+  CHECK(test::app_state(*b, "chat") == test::app_state(*a, "chat"));
+  CHECK(test::user_state(*b, "chat", in[0].user_id) == json{{"plan", "pro"}});
+  CHECK_FALSE(test::get_maybe(*b, other).has_value()); // outside the range
+  CHECK(MUST(b->drop_range(range_of(home))) == 6);
+  for (auto& ref : in)
+    CHECK_FALSE(test::get_maybe(*b, ref).has_value());
+  CHECK(test::app_state(*b, "chat") == json::object());
+  MUST(a->drop_range(range_of(home)));
+  CHECK(test::get_maybe(*a, other).has_value()); // the rest stays
+  CHECK_FALSE(test::get_maybe(*a, in[0]).has_value());
+}
+
+TEST_CASE_TEMPLATE("shard handoff: a session cached before an import reads the imported events "
+                   "(regression: a stale event id index appended an imported id twice)",
+                   S, test::memory_store, test::lmdb_store) {
+  auto a = test::open_engine(S::kind);
+  auto b = test::open_engine(S::kind);
+  auto ref = test::sref("chat", user_on(1), "s");
+  // b holds an old copy of the session, cached by a live actor with its
+  // event ids indexed.
+  MUST(b->create_session(test::create_req(ref)));
+  test::append_ok(*b, ref, test::make_event({{"n", 0}}, "old"));
+  CHECK(test::append_ok(*b, ref, test::make_event({{"n", 0}}, "old")).version == 1);
+  // a's copy went on further; it is imported into b.
+  MUST(a->create_session(test::create_req(ref)));
+  test::append_ok(*a, ref, test::make_event({{"n", 1}}, "e1"));
+  test::append_ok(*a, ref, test::make_event({{"n", 2}}, "e2"));
+  copy_range(*a, *b, range_of(1), std::size_t{1} << 20);
+  // An append retried with an id the import brought answers that event.
+  auto again = test::append_ok(*b, ref, test::make_event({{"n", 2}}, "e2"));
+  CHECK(again.version == 2);
+  auto next = test::append_ok(*b, ref, test::make_event({{"n", 3}}, "e3"));
+  CHECK(next.version == 3);
+  auto got = test::get_existing(*b, ref);
+  CHECK(test::event_ids(got.events) == std::vector<std::string>{"e1", "e2", "e3"});
+  CHECK(got.state.value("n", 0) == 3);
+}
+
+TEST_CASE_TEMPLATE("shard handoff: bad chunks and positions are refused and change nothing", S,
+                   test::memory_store, test::lmdb_store) {
+  auto a = test::open_engine(S::kind);
+  auto b = test::open_engine(S::kind);
+  auto ref = test::sref("chat", user_on(2), "s");
+  MUST(a->create_session(test::create_req(ref)));
+  auto c = MUST(a->read_range(range_of(2), ""));
+  CHECK(c.next.empty());
+  CHECK(c.sessions == 1);
+  CHECK_ERR(b->write_range(range_of(3), c.bytes), errc::invalid_argument); // another range
+  std::string damaged = c.bytes;
+  damaged[damaged.size() / 2] ^= 1;
+  CHECK_ERR(b->write_range(range_of(2), damaged), errc::data_corrupt);
+  CHECK_ERR(b->write_range(range_of(2), "nonsense"), errc::data_corrupt);
+  CHECK_ERR(a->read_range(range_of(2), "9zz"), errc::invalid_argument);
+  CHECK_ERR(a->read_range(range_of(2), "1abc"), errc::invalid_argument);
+  CHECK_FALSE(test::get_maybe(*b, ref).has_value());
+  MUST(b->write_range(range_of(2), c.bytes));
+  CHECK(test::get_maybe(*b, ref).has_value());
+}

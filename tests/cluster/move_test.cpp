@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+// `agentstate cluster move` and `drain` under load: three `serve --cluster`
+// nodes on LMDB stores take appends (with app: writes) and reads through
+// every node while 8 shards move, the app's home shard among them, and then
+// one node is drained. Every operation goes into a JSONL history that the
+// history checker (tools/history_check.py) judges; an append refused while
+// its shard moves is sent again with the same event id. Afterwards every
+// session is listed once, the drained node owns nothing, and the nodes the
+// shards left dropped their rows.
+#include <doctest/doctest.h>
+
+#include "model/shard.hpp"
+#include "server/net_support.hpp"
+#include "support/cluster_nodes.hpp"
+#include "support/etcd_process.hpp"
+#include "support/history.hpp"
+
+#include <atomic>
+#include <map>
+#include <set>
+
+namespace {
+
+using namespace agentstate;
+using namespace agentstate::test::net;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t shard_count = 16;
+constexpr int workers = 6;
+constexpr int sessions_per_worker = 4;
+
+struct node_proc {
+  std::string id;
+  std::unique_ptr<server_process> proc;
+  int port = 0;
+};
+
+node_proc start_store_node(const test::etcd_process& etcd, const test::temp_dir& dir,
+                           const std::string& id) {
+  std::vector<std::string> args{"--store",   dir.str() + "/" + id,
+                                "--listen",  "127.0.0.1:0",
+                                "--cluster", "c",
+                                "--etcd",    etcd.url(),
+                                "--node-id", id,
+                                "--lease-ttl-s", "2",
+                                "--log-format", "json"};
+  node_proc n;
+  n.id = id;
+  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
+  n.port = n.proc->port();
+  n.proc->wait_serving();
+  return n;
+}
+
+json params_of(const std::string& app, const std::string& user) {
+  return json{{"app_name", app}, {"user_id", user}, {"session_id", "s"}};
+}
+
+std::string cluster_tool(const test::etcd_process& etcd, const std::string& args) {
+  return std::string(AGENTSTATE_BIN) + " cluster " + args + " --etcd " + etcd.url()
+    + " --cluster c";
+}
+
+} // namespace
+
+TEST_CASE("cluster move of 8 shards and a drain under load: the history checker finds nothing "
+          "lost or duplicated") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  test::init_cluster_c(etcd, shard_count, 3);
+  std::vector<node_proc> nodes;
+  for (const char* id : {"a", "b", "c"})
+    nodes.push_back(start_store_node(etcd, dir, id));
+  std::vector<int> ports;
+  for (auto& n : nodes)
+    ports.push_back(n.port);
+  json map = test::settled_map(ports);
+  auto owner_of = [&](std::uint32_t shard) {
+    return map["shards"][shard]["owner"].get<std::string>();
+  };
+
+  const std::string app = "moving";
+  const auto home = model::home_shard(app, shard_count);
+  std::vector<std::string> users;
+  for (int u = 0; static_cast<int>(users.size()) < workers * sessions_per_worker; ++u)
+    users.push_back("u" + std::to_string(u));
+  std::set<std::uint32_t> used; // shards holding sessions
+  for (auto& u : users) {
+    used.insert(model::shard_of(app, u, shard_count));
+    REQUIRE(ok(client(ports[0]).call("create_session", params_of(app, u))));
+  }
+
+  // 8 shards to move: the app's home, then those holding sessions, then
+  // any; each to the next node after its owner.
+  std::vector<std::uint32_t> to_move{home};
+  for (auto s : used)
+    if (to_move.size() < 8 && s != home)
+      to_move.push_back(s);
+  for (std::uint32_t s = 0; to_move.size() < 8; ++s)
+    if (std::find(to_move.begin(), to_move.end(), s) == to_move.end())
+      to_move.push_back(s);
+
+  test::history_log h;
+  std::atomic<bool> stop{false};
+  std::atomic<int> acked{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      std::vector<std::unique_ptr<client>> conns(ports.size());
+      auto conn = [&](std::size_t i) -> client* {
+        if (!conns[i] || !conns[i]->connected())
+          conns[i] = std::make_unique<client>(ports[i]);
+        return conns[i]->connected() ? conns[i].get() : nullptr;
+      };
+      const std::size_t first = static_cast<std::size_t>(w) * sessions_per_worker;
+      // Bounded: 3,000 operations or the stop flag.
+      for (int i = 0; i < 3000 && !stop.load(); ++i) {
+        const std::string& user = users[first + static_cast<std::size_t>(i) % sessions_per_worker];
+        const json session = json::array({app, user, "s"});
+        const bool read = i % 5 == 4;
+        json ev;
+        if (!read)
+          ev = json{{"id", "w" + std::to_string(w) + "-" + std::to_string(i)},
+                    {"author", "worker"},
+                    {"actions",
+                     {{"artifact_delta", json::object()},
+                      {"state_delta", {{"n", i}, {"app:w" + std::to_string(w), i}}}}}};
+        // An append refused while its shard moves (or in doubt) is sent
+        // again with the same id, through the next node, up to 200 times.
+        for (int attempt = 0; attempt < 200 && !stop.load(); ++attempt) {
+          const std::size_t via = static_cast<std::size_t>(i + attempt + w) % ports.size();
+          json inv{{"process", w},
+                   {"type", "invoke"},
+                   {"f", read ? "read" : "append"},
+                   {"session", session},
+                   {"value", read ? json::object() : json{{"event", ev}}}};
+          h.add(inv);
+          client* c = conn(via);
+          std::optional<json> got;
+          if (c)
+            got = read ? c->call("get_session", params_of(app, user), "r", 10s)
+                       : c->call("append_event", with(params_of(app, user), "event", ev), "w",
+                                 10s);
+          json done{{"process", w}, {"f", read ? "read" : "append"}, {"session", session}};
+          if (ok(got)) {
+            auto& res = (*got)["result"];
+            done["type"] = "ok";
+            done["value"] = read ? json{{"version", res["version"]}, {"events", res["events"]}}
+                                 : json{{"version", res["version"]}, {"event", res["event"]}};
+            h.add(done);
+            if (!read)
+              ++acked;
+            break;
+          }
+          std::string kind = got ? kind_of(got) : "";
+          done["type"] = c == nullptr ? "fail" : "info";
+          done["value"] = json{{"error", kind.empty() ? "connection" : kind}};
+          h.add(done);
+          if (!got && c)
+            conns[via].reset();
+          ++refused;
+          if (read)
+            break;
+          // why: backoff before the retry; the shard is moving
+          std::this_thread::sleep_for(10ms);
+        }
+      }
+    });
+
+  auto progress = [&](int n) {
+    // Bounded poll of the workers' progress (they run on their own threads).
+    const int start = acked.load();
+    for (auto deadline = std::chrono::steady_clock::now() + 20s;
+         acked.load() < start + n && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(10ms); // bounded poll of the workers' progress
+    REQUIRE(acked.load() >= start + n);
+  };
+  progress(100);
+  std::map<std::uint32_t, std::string> moved_to;
+  std::set<std::string> sources;
+  for (std::size_t k = 0; k < to_move.size(); ++k) {
+    const auto s = to_move[k];
+    const std::string from = owner_of(s);
+    const std::string to = from == "a" ? "b" : from == "b" ? "c" : "a";
+    auto r = shell(cluster_tool(etcd, "move " + std::to_string(s) + " " + to + " --json"), false);
+    INFO("move ", s, " from ", from, " to ", to, ": ", r.second);
+    REQUIRE(r.first == 0);
+    json report = json::parse(r.second);
+    CHECK(report["shard"] == s);
+    CHECK(report["from"] == from);
+    CHECK(report["to"] == to);
+    CHECK(report["epoch"].get<std::uint64_t>() == map["shards"][s]["epoch"].get<std::uint64_t>() + 2);
+    if (used.count(s))
+      CHECK(report["sessions"].get<std::uint64_t>() > 0);
+    MESSAGE("shard ", s, " moved: ", report.dump());
+    moved_to[s] = to;
+    sources.insert(from);
+    progress(30); // load between moves
+  }
+  // Drain node c under the same load: it ends owning nothing.
+  auto drained = shell(cluster_tool(etcd, "drain c"), false);
+  INFO(drained.second);
+  REQUIRE(drained.first == 0);
+  CHECK(drained.second.find("node 'c' owns no shard now") != std::string::npos);
+  progress(50);
+  stop.store(true);
+  for (auto& t : threads)
+    t.join();
+  MESSAGE("appends acknowledged: ", acked.load(), ", refused or in doubt: ", refused.load());
+
+  auto status = shell(cluster_tool(etcd, "status --json"), false);
+  REQUIRE(status.first == 0);
+  json st = json::parse(status.second);
+  for (auto& m : st["map"]) {
+    CHECK(m["owner"] != "c");
+    CHECK_FALSE(m.contains("to"));
+    auto s = m["shard"].get<std::uint32_t>();
+    if (moved_to.count(s) && moved_to[s] != "c")
+      CHECK(m["owner"] == moved_to[s]);
+  }
+  // Every node's view has caught up (the map's last change is seen within
+  // a second: bounded poll of the nodes' watches, other processes).
+  for (int port : ports)
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
+      auto r = client(port).call("cluster_map", json::object());
+      REQUIRE(ok(r));
+      if ((*r)["result"]["revision"] == st["revision"])
+        break;
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(20ms); // bounded poll of another process's view
+    }
+  // The final log of every session, read through each node in turn.
+  for (std::size_t i = 0; i < users.size(); ++i) {
+    auto r = client(ports[i % ports.size()]).call("get_session", params_of(app, users[i]));
+    REQUIRE(ok(r));
+    auto& res = (*r)["result"];
+    h.add(json{{"type", "final"},
+               {"session", json::array({app, users[i], "s"})},
+               {"value", {{"version", res["version"]}, {"events", res["events"]}}}});
+  }
+  h.check(dir.str() + "/history.jsonl");
+
+  // A listing of the app through every node names each session once.
+  for (int port : ports) {
+    auto r = client(port).call("list_sessions", json{{"app_name", app}, {"page_size", 100}});
+    REQUIRE(ok(r));
+    std::multiset<std::string> listed;
+    for (auto& s : (*r)["result"]["sessions"])
+      listed.insert(s["user_id"].get<std::string>());
+    CHECK(listed.size() == users.size());
+    CHECK(std::set<std::string>(listed.begin(), listed.end()).size() == users.size());
+  }
+  // The nodes the shards left dropped their rows there.
+  for (auto& n : nodes)
+    if (sources.count(n.id) || n.id == "c")
+      CHECK(n.proc->log().find("shard_moved_away") != std::string::npos);
+  for (auto& n : nodes) {
+    n.proc->signal(SIGTERM);
+    CHECK(n.proc->wait_exit() == 0);
+  }
+}
+
+TEST_CASE("cluster move refuses what it cannot do: bad shard, unknown node, bad usage") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  test::init_cluster_c(etcd, 4, 1);
+  auto a = start_store_node(etcd, dir, "a");
+  test::settled_map({a.port});
+  auto beyond = shell(cluster_tool(etcd, "move 9 a"));
+  CHECK(beyond.first == 1);
+  CHECK(beyond.second.find("beyond") != std::string::npos);
+  auto unknown = shell(cluster_tool(etcd, "move 1 zz"));
+  CHECK(unknown.first == 1);
+  CHECK(unknown.second.find("'zz' is not a node") != std::string::npos);
+  auto same = shell(cluster_tool(etcd, "move 1 a --json"), false);
+  REQUIRE(same.first == 0);
+  CHECK(json::parse(same.second)["nothing_to_do"] == true);
+  CHECK(shell(cluster_tool(etcd, "move one a")).first == 2);
+  CHECK(shell(cluster_tool(etcd, "move 1")).first == 2);
+  CHECK(shell(cluster_tool(etcd, "drain")).first == 2);
+  auto alone = shell(cluster_tool(etcd, "drain a"));
+  CHECK(alone.first == 1);
+  CHECK(alone.second.find("no other node is live") != std::string::npos);
+  // The node's own methods need the cluster's shard in motion.
+  auto r = client(a.port).call("shard_export", json{{"shard", 1}, {"epoch", 1}});
+  CHECK(kind_of(r) == "version_conflict");
+  auto bad = client(a.port).call("shard_import", json{{"shard", 1}, {"epoch", 1}, {"chunk", "@"}});
+  CHECK(kind_of(bad) == "invalid_argument");
+  a.proc->signal(SIGTERM);
+  CHECK(a.proc->wait_exit() == 0);
+}

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/cluster_move.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace agentstate::tools {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// One node the move talks to, connected on first use and again after a
+/// lost connection.
+struct node_link {
+  std::string id, address;
+  std::unique_ptr<rpc_client> client;
+};
+
+/// `method` at node `n`: its answer, or its error; asked again (a new
+/// connection when the old one is gone) while it answers unavailable.
+result<json> call_node(node_link& n, const move_options& o, const std::string& method,
+                       const json& params) {
+  std::string why;
+  for (unsigned attempt = 0;; ++attempt) {
+    if (!n.client || !n.client->connected()) {
+      client_options co = o.node;
+      co.address = n.address;
+      // A chunk travels as base64 (4/3 of its bytes) inside the envelope.
+      co.max_line_bytes = std::max(co.max_line_bytes, 2 * o.chunk_bytes + (std::size_t{1} << 20));
+      auto made = rpc_client::connect(co);
+      if (made)
+        n.client = std::move(*made);
+      else
+        why = made.err().message;
+    }
+    if (n.client && n.client->connected()) {
+      auto r = n.client->call(method, params, std::chrono::seconds(60));
+      if (r.value)
+        return std::move(*r.value);
+      if (r.value.code() != errc::unavailable)
+        return error{r.value.code(),
+                     "node '" + n.id + "' (" + method + "): " + r.value.err().message};
+      why = r.value.err().message;
+    }
+    if (attempt >= o.retries)
+      return error{errc::unavailable, "node '" + n.id + "' at " + n.address + " (" + method
+                                        + "): " + why};
+    std::this_thread::sleep_for(
+      std::min(std::chrono::milliseconds(100) * (attempt + 1), std::chrono::milliseconds(2000)));
+  }
+}
+
+/// The live node `id` of `v`, or why not.
+result<const cluster::node_info*> live_node(const cluster::cluster_view& v, const std::string& id,
+                                            const char* what) {
+  const auto* n = v.node(id);
+  if (!n)
+    return error{errc::invalid_argument, std::string(what) + " '" + id + "' is not a node of "
+                                           + v.cluster};
+  if (!n->alive)
+    return error{errc::unavailable, std::string(what) + " '" + id + "' is down"};
+  return n;
+}
+
+std::uint64_t count_of(const json& j, const char* name) {
+  auto it = j.find(name);
+  return it != j.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
+}
+
+} // namespace
+
+json move_report::to_json() const {
+  return json{{"shard", shard},
+              {"from", from},
+              {"to", to},
+              {"epoch", epoch},
+              {"chunks", chunks},
+              {"sessions", sessions},
+              {"rows", rows},
+              {"bytes", bytes},
+              {"unavailable_ms", unavailable_ms},
+              {"nothing_to_do", nothing_to_do},
+              {"undone", undone}};
+}
+
+result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, const std::string& to,
+                               const move_options& o) {
+  auto v = c.load();
+  if (!v)
+    return std::move(v).err();
+  if (shard >= v->shards.size())
+    return error{errc::invalid_argument, "shard " + std::to_string(shard)
+                                           + " is beyond the cluster's "
+                                           + std::to_string(v->shards.size())};
+  move_report out;
+  out.shard = shard;
+  out.to = to;
+  auto target = live_node(*v, to, "node");
+  if (!target)
+    return std::move(target).err();
+  auto e = v->shards[shard];
+  out.from = e.owner;
+  if (e.owner.empty())
+    return error{errc::unavailable,
+                 "shard " + std::to_string(shard) + " has no owner yet: nothing to move"};
+  if (e.owner == to) {
+    out.epoch = e.epoch;
+    if (e.to.empty()) {
+      out.nothing_to_do = true;
+      return out;
+    }
+    // Moving away from `to`: it stays (its rows never left; the copy made
+    // elsewhere is dropped there).
+    auto set = c.set_shard(e, to, e.epoch + 1, "");
+    if (!set)
+      return std::move(set).err();
+    out.epoch = set->epoch;
+    out.undone = true;
+    return out;
+  }
+  auto source = live_node(*v, e.owner, "the shard's owner");
+  if (!source)
+    return error{source.code(), source.err().message + ": its rows cannot be read"};
+  const auto started = clock_type::now();
+  if (e.to != to) { // not yet moving there: mark it
+    auto set = c.set_shard(e, e.owner, e.epoch + 1, to);
+    if (!set)
+      return std::move(set).err();
+    e = *set;
+  }
+  node_link from{e.owner, (*source)->address, nullptr};
+  node_link into{to, (*target)->address, nullptr};
+  json next = nullptr;
+  do {
+    json ask = {{"shard", shard}, {"epoch", e.epoch}, {"max_bytes", o.chunk_bytes}};
+    if (!next.is_null())
+      ask["from"] = next;
+    auto chunk = call_node(from, o, "shard_export", ask);
+    if (!chunk)
+      return std::move(chunk).err();
+    auto text = chunk->find("chunk");
+    if (text == chunk->end() || !text->is_string() || !chunk->contains("next"))
+      return error{errc::internal, "node '" + from.id + "' answered shard_export without a chunk"};
+    out.bytes += text->get_ref<const std::string&>().size() / 4 * 3;
+    out.sessions += count_of(*chunk, "sessions");
+    out.rows += count_of(*chunk, "rows");
+    ++out.chunks;
+    next = (*chunk)["next"];
+    json put = {{"shard", shard}, {"epoch", e.epoch}, {"chunk", std::move(*text)}};
+    if (auto r = call_node(into, o, "shard_import", put); !r)
+      return std::move(r).err();
+  } while (!next.is_null());
+  // The switch: only from the entry the copy was made under.
+  auto now = c.load();
+  if (!now)
+    return std::move(now).err();
+  const auto& cur = now->shards[shard];
+  if (cur.owner != e.owner || cur.epoch != e.epoch || cur.to != to)
+    return error{errc::version_conflict, "shard " + std::to_string(shard)
+                                           + " changed in the map while it was copied"};
+  auto done = c.set_shard(cur, to, cur.epoch + 1, "");
+  if (!done)
+    return std::move(done).err();
+  out.epoch = done->epoch;
+  out.unavailable_ms =
+    std::chrono::duration<double, std::milli>(clock_type::now() - started).count();
+  return out;
+}
+
+result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
+                               const move_options& o,
+                               const std::function<void(const move_report&)>& on_moved) {
+  auto v = c.load();
+  if (!v)
+    return std::move(v).err();
+  if (!v->node(node))
+    return error{errc::invalid_argument, "'" + node + "' is not a node of " + v->cluster};
+  std::vector<std::uint32_t> todo;
+  std::map<std::string, std::size_t> load; // shards per live node but `node`
+  for (auto& n : v->nodes)
+    if (n.alive && n.id != node)
+      load[n.id] = 0;
+  if (load.empty())
+    return error{errc::invalid_argument, "no other node is live to take the shards of '" + node
+                                           + "'"};
+  for (auto& e : v->shards) {
+    if (e.owner == node)
+      todo.push_back(e.shard);
+    else if (auto it = load.find(e.owner); it != load.end())
+      ++it->second;
+  }
+  std::mutex mtx;
+  std::size_t next = 0, moved = 0;
+  std::optional<error> failed;
+  auto work = [&] {
+    for (;;) {
+      std::uint32_t shard = 0;
+      std::string to;
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        if (failed || next == todo.size())
+          return;
+        shard = todo[next++];
+        auto least = std::min_element(load.begin(), load.end(), [](const auto& a, const auto& b) {
+          return a.second < b.second;
+        });
+        to = least->first;
+        ++least->second;
+      }
+      auto r = move_shard(c, shard, to, o);
+      std::lock_guard<std::mutex> lock(mtx);
+      if (!r) {
+        if (!failed)
+          failed = error{r.code(), "shard " + std::to_string(shard) + " to node '" + to
+                                     + "': " + r.err().message};
+        return;
+      }
+      ++moved;
+      if (on_moved)
+        on_moved(*r);
+    }
+  };
+  std::thread second(work);
+  work();
+  second.join();
+  if (failed)
+    return *failed;
+  return moved;
+}
+
+} // namespace agentstate::tools

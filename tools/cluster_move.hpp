@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/cluster_move.hpp: `agentstate cluster move` and `drain`: moving
+// shards between nodes through the map in etcd and the nodes' shard_export
+// and shard_import (tools/shard_mover.hpp; docs/cluster.md, "Moving a shard").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "agentstate/client.hpp"
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "cluster/coordinator.hpp"
+
+namespace agentstate::tools {
+
+/// How the tool reaches the nodes (token, TLS; the address is each node's).
+struct move_options {
+  client_options node;
+  /// Read and write at most this many bytes per chunk.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// A node that answers unavailable (restarting, a delete in progress) is
+  /// asked again this many times, waiting 100 ms more each time (≤ 2 s).
+  unsigned retries = 40;
+};
+
+/// What one move did.
+struct move_report {
+  std::uint32_t shard = 0;
+  std::string from, to;
+  std::uint64_t epoch = 0; ///< the shard's epoch on `to`
+  std::uint64_t chunks = 0, sessions = 0, rows = 0, bytes = 0;
+  /// From the fencing of the shard to the map's switch: how long its
+  /// requests answered unavailable.
+  double unavailable_ms = 0;
+  bool nothing_to_do = false; ///< it was on `to` already
+  bool undone = false; ///< `to` was its owner: a move away was undone
+
+  json to_json() const;
+};
+
+/// Moves shard `shard` to node `to`: marks it moving in the map (epoch + 1),
+/// copies its rows from the owner to `to` chunk by chunk, and names `to`
+/// its owner (epoch + 2). A shard already moving to `to` is carried on from
+/// the start of its copy; one moving elsewhere is redirected; one moving
+/// away from `to` stays there (the move is undone). Errors:
+/// invalid_argument (no such shard or node), unavailable (the owner or `to`
+/// is down or cannot be reached, etcd cannot be reached), version_conflict
+/// (the map changed under the move: run it again), the nodes' errors.
+result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, const std::string& to,
+                               const move_options& o);
+
+/// Moves every shard of node `node` (owned, or moving away from it) to the
+/// other live nodes, each to the one owning fewest at that moment, at most
+/// two at a time; `on_moved` is called (on one thread at a time) after each.
+/// Errors: invalid_argument (no such node, no other live node), the first
+/// failed move's (the moves already made stay made).
+result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
+                               const move_options& o,
+                               const std::function<void(const move_report&)>& on_moved);
+
+} // namespace agentstate::tools
