@@ -6,7 +6,11 @@
 //
 //   agentstate CMD: PROBLEM; run 'agentstate CMD --help' for usage
 //
-// one line on stderr, exit 2. `--opt value` and `--opt=value` are the same.
+// one line on stderr, exit 2. Every other message of a command is one line
+// on stderr in the same voice, "agentstate CMD: MESSAGE" (say()), and every
+// command exits with the codes of its --help's "exit status:" list (0, 1 and
+// 2 below for all; a command may add its own from 3 up). `--opt value` and
+// `--opt=value` are the same.
 // The parser is CLI11's (Debian libcli11-dev, header-only), behind the two
 // classes below: only tools/cli.cpp includes CLI11, a heavy header, so the
 // files that declare command lines compile without it.
@@ -39,14 +43,22 @@ public:
   cli_option* group(const std::string& heading);
   /// A parse without it fails: "NAME is required".
   cli_option* required();
-  /// Its value must be a whole number lo..hi (CLI11's range check and message).
-  cli_option* range(unsigned lo, unsigned hi);
+  /// Its value must be a whole number lo..hi; anything else is bad usage:
+  /// "--poll-ms takes a whole number 1..60000, not '0'".
+  cli_option* range(std::uint64_t lo, std::uint64_t hi);
   /// How many times it was given (0: not on the command line).
   std::size_t count() const;
   /// "--store" (the long name), or a positional's name ("DIR").
   std::string get_name() const;
 
   CLI::Option* cli() const noexcept { return o_; }
+
+  /// The bounds a number option's value is checked against (range()); null
+  /// for an option that takes text or none.
+  struct bounds {
+    std::uint64_t lo, hi;
+  };
+  std::shared_ptr<bounds> number_bounds;
 
 private:
   CLI::Option* o_;
@@ -55,6 +67,8 @@ private:
 /// The declarations of one command line. `name` names it in errors. Each
 /// add_ binds the option to `into`, set by a parse when the option is given
 /// (a flag: true); `help` is its line in --help ('\n' where a line breaks).
+/// An option's word in --help is its type_name(); without one it is "VALUE"
+/// (text) or "N" (a number, a whole number 0.. the type's maximum).
 class cli_app {
 public:
   explicit cli_app(const std::string& name);
@@ -84,12 +98,28 @@ private:
   cli_option* keep(CLI::Option* o);
 };
 
+/// The exit codes every command shares (its --help's "exit status:" list
+/// names what each means for it; codes from 3 up are a command's own, as
+/// salvage's 3 and watch's 3 to 5).
+enum exit_code : int {
+  exit_ok = 0, ///< done
+  exit_failed = 1, ///< the work failed: unreadable or damaged data, a refused
+  ///< or unreachable store or server, an I/O error
+  exit_usage = 2, ///< bad usage: the command line, not the data
+};
+
 /// One command's command line. `app` takes the declarations (add_option,
 /// add_flag; ->group(...) to list options under a heading of their own);
-/// `usage` (the synopsis lines), `description` (before the options) and
-/// `footer` (after them) complete its --help. An option given twice keeps
-/// its last value unless it is declared otherwise (a repeatable option:
-/// repeatable()).
+/// `usage` (the synopsis lines), `description` (before the options),
+/// `footer` (after them), `exits` and `environment` complete its --help. An
+/// option given twice keeps its last value unless it is declared otherwise
+/// (a repeatable option: repeatable()).
+///
+/// The --help layout, which cmake/manpages.cmake turns into the man page:
+/// "usage: " and its continuation lines (the SYNOPSIS), the description,
+/// "arguments:", "options:" and the groups, the footer, then "exit status:"
+/// and "environment:" (in that order, last: the EXIT STATUS and ENVIRONMENT
+/// sections).
 struct command_line {
   explicit command_line(std::string command);
 
@@ -98,6 +128,15 @@ struct command_line {
   std::string usage; ///< "agentstate serve (--store DIR | --memory) [options]" (lines)
   std::string description; ///< paragraphs, wrapped at 78 columns
   std::string footer; ///< paragraphs, wrapped at 78 columns
+  /// What each exit code means, by code; starts as exit_ok "done",
+  /// exit_failed "the work failed (stderr says why)", exit_usage "bad usage".
+  std::vector<std::pair<int, std::string>> exits;
+  /// The environment variables the command reads, with what each does
+  /// (none: "environment:" says so).
+  std::vector<std::pair<std::string, std::string>> environment;
+
+  /// Sets (or adds, in order of code) what exit code `code` means.
+  void exit_status(int code, const std::string& meaning);
 };
 
 /// What the tool's own command line (no command) asks for: --help, --version,
@@ -127,8 +166,8 @@ cli_option* add_store_dir(command_line& cl, std::string& dir);
 /// import, prune and salvage print instead of their text.
 cli_option* add_json_flag(command_line& cl, bool& json, const std::string& fields = {});
 
-/// A part of a store named by --app A, --user U of that app and --session S
-/// of that user, as dump and watch take it. An option counts as given when it
+/// A part of a store named by --app NAME, --user ID of that app and
+/// --session ID of that user, as dump and watch take it. An option counts as given when it
 /// is on the command line, even with an empty value.
 struct scope_filter {
   std::string app, user, session;
@@ -144,18 +183,30 @@ struct scope_filter {
   std::string problem() const;
 };
 
-/// Declares --app A, --user U (needs --app) and --session S (needs --user)
+/// Declares --app NAME, --user ID (needs --app) and --session ID (needs --user)
 /// into `f`; `each` begins each one's help: "only this" makes "only this app",
 /// "only this user of the app (needs --app)", ...
 void add_scope_filter(command_line& cl, scope_filter& f, const std::string& each);
 
 /// Prints the one line of bad usage for `command` ("" for the tool itself)
-/// on stderr; returns 2.
+/// on stderr; returns exit_usage (2).
 int usage_error(const std::string& command, const std::string& problem);
 
+/// Prints one line on stderr in the tool's voice: "agentstate COMMAND: " and
+/// the printf-formatted message, its line breaks made spaces and any
+/// library's exception text put in the tool's words (plain_message).
+void say(const std::string& command, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+/// `message` without a library's internal exception text: nlohmann::json's
+/// "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+/// becomes "invalid JSON at column 2" (the position kept); its other
+/// exceptions "a JSON value of the wrong type" or "a JSON value out of
+/// range". Text without such a part comes back as it is.
+std::string plain_message(const std::string& message);
+
 /// Whether `dest` may take the new store `command` (backup, salvage) writes:
-/// it does not exist, or is an empty directory. When not, prints why on
-/// stderr ("<command>: 'DEST' exists and is not empty").
+/// it does not exist, or is an empty directory. When not, says why on
+/// stderr ("agentstate COMMAND: 'DEST' exists and is not empty").
 bool dest_is_free(const char* command, const std::string& dest);
 
 /// Whether standard error is a terminal: progress lines (with \r) are

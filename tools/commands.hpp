@@ -8,9 +8,10 @@
 // A command's define function declares its usage, options and positionals on
 // the command_line (tools/cli.hpp), bound to state the function it returns
 // owns; that function runs after a parse without error and returns the exit
-// code: 0 success, 1 the work failed (details on stderr), 2 bad usage
-// (usage_error), salvage's 3 (some sessions lost). --help, generated from the
-// declarations, goes to stdout with exit 0.
+// code: exit_ok (0), exit_failed (1: the work failed, say() on stderr),
+// exit_usage (2: usage_error), or a code of the command's own from 3 up, each
+// listed in its command_line's `exits`. --help, generated from the
+// declarations, goes to stdout with exit 0; so does `agentstate help CMD`.
 #pragma once
 
 #include <functional>

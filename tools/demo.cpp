@@ -32,16 +32,16 @@ void check(bool ok, const std::string& what) {
 template <class T>
 T must(result<T> r, const char* what) {
   if (!r) {
-    std::fprintf(stderr, "demo: %s failed: %s\n", what, to_string(r.err()).c_str());
-    std::exit(1);
+    say("demo", "%s failed: %s", what, to_string(r.err()).c_str());
+    std::exit(exit_failed);
   }
   return std::move(*r);
 }
 
 void must(result<void> r, const char* what) {
   if (!r) {
-    std::fprintf(stderr, "demo: %s failed: %s\n", what, to_string(r.err()).c_str());
-    std::exit(1);
+    say("demo", "%s failed: %s", what, to_string(r.err()).c_str());
+    std::exit(exit_failed);
   }
 }
 
@@ -61,8 +61,8 @@ session fetch(engine& eng, const session_ref& ref, std::string invocation = {}) 
   g.invocation_id = std::move(invocation);
   auto s = must(eng.get_session(g), "get_session");
   if (!s) {
-    std::fprintf(stderr, "demo: session %s vanished\n", ref.session_id.c_str());
-    std::exit(1);
+    say("demo", "session %s vanished", ref.session_id.c_str());
+    std::exit(exit_failed);
   }
   return std::move(*s);
 }
@@ -79,13 +79,16 @@ int run_demo(const demo_options& o);
 
 runner define_demo(command_line& cl) {
   auto o = std::make_shared<demo_options>();
-  cl.usage = "agentstate demo [--dir DIR] [--fresh] [--agents N] [--appends M]";
+  cl.usage = "agentstate demo [--dir DIR] [--fresh] [--agents N] [--appends N]";
   cl.description = R"(A short guided run of the engine on an LMDB store: scopes across two users
 and three sessions, temp: state that never reaches disk, a crowd of
 concurrent agents appending (with a measured events/s line), and all of it
 still there after the engine is closed and reopened. Every claim it prints
 is checked.)";
-  cl.footer = "Exit 0 every check held, 1 a check or an engine call failed, 2 usage.";
+  cl.exit_status(exit_ok, "every check held");
+  cl.exit_status(exit_failed,
+                 "a check or an engine call failed (stdout marks a failed check "
+                 "FAIL; stderr names the call)");
   cl.app
     .add_option("--dir", o->dir,
                 "store directory (default ./agentstate-data); each run adds a\n"
@@ -95,7 +98,7 @@ is checked.)";
   cl.app.add_option("--agents", o->agents, "concurrent agents in the crowd step (default 64)")
     ->type_name("N");
   cl.app.add_option("--appends", o->appends, "events each agent appends (default 200)")
-    ->type_name("M");
+    ->type_name("N");
   return [o] { return run_demo(*o); };
 }
 
@@ -112,9 +115,9 @@ int run_demo(const demo_options& o) {
   const bool fresh = o.fresh;
   const int agents = demo_count(o.agents), appends = demo_count(o.appends);
   if (agents < 1)
-    return usage_error("demo", "--agents takes a number 1..100000, not '" + o.agents + "'");
+    return usage_error("demo", "--agents takes a whole number 1..100000, not '" + o.agents + "'");
   if (appends < 1)
-    return usage_error("demo", "--appends takes a number 1..100000, not '" + o.appends + "'");
+    return usage_error("demo", "--appends takes a whole number 1..100000, not '" + o.appends + "'");
   namespace fs = std::filesystem;
   if (fresh && fs::exists(fs::path(dir) / "data.mdb")) {
     std::error_code ec;
@@ -258,7 +261,9 @@ int run_demo(const demo_options& o) {
   check(page.sessions.size() == 2, "alice has 2 sessions");
   must(eng->close(), "close");
   std::printf("\n%s\n", failures == 0 ? "demo: all checks passed" : "demo: CHECKS FAILED");
-  return failures == 0 ? 0 : 1;
+  if (failures != 0)
+    say("demo", "%d checks failed (marked FAIL above)", failures);
+  return failures == 0 ? exit_ok : exit_failed;
 }
 
 static const bool registered = register_command(

@@ -11,6 +11,7 @@
 #include "store/kv.hpp"
 #include "store/map_guard.hpp"
 #include "store/open.hpp"
+#include "tools/cli.hpp"
 
 namespace agentstate::tools {
 
@@ -52,11 +53,11 @@ std::uint64_t faults_caught() {
   return caught.load(std::memory_order_relaxed);
 }
 
-std::unique_ptr<store::kv_store> open_readonly(const std::string& dir) {
+std::unique_ptr<store::kv_store> open_readonly(const std::string& dir, const std::string& command) {
   install_fault_guard();
   auto kv = store::open_lmdb_readonly(dir);
   if (!kv) {
-    std::fprintf(stderr, "%s\n", to_string(kv.err()).c_str());
+    say(command, "%s", to_string(kv.err()).c_str());
     return nullptr;
   }
   return std::move(*kv);

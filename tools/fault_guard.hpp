@@ -38,10 +38,10 @@ result<void> guarded(const std::string& what, const std::function<void()>& fn);
 /// How many faults guarded() has turned into errors in this process.
 std::uint64_t faults_caught();
 
-/// Opens DIR read-only; prints the error and returns null on failure. Every
-/// read-only tool reads the map under the fault guard: a fault on a damaged
-/// page ends the command with a data_corrupt message and exit 1, never a
-/// signal.
-std::unique_ptr<store::kv_store> open_readonly(const std::string& dir);
+/// Opens DIR read-only; on failure says why as `command` (say(), "agentstate
+/// COMMAND: not_found: ...") and returns null. Every read-only tool reads the
+/// map under the fault guard: a fault on a damaged page ends the command
+/// with a data_corrupt message and exit 1, never a signal.
+std::unique_ptr<store::kv_store> open_readonly(const std::string& dir, const std::string& command);
 
 } // namespace agentstate::tools

@@ -23,7 +23,7 @@ struct import_target {
 
 /// Creates `dir` when missing, locks it, opens it for writing and upgrades
 /// it to the current format. nullptr on failure, after one line on stderr
-/// that starts with "import: ".
+/// that starts with "agentstate import: " (say()).
 std::unique_ptr<import_target> open_import_target(const std::string& dir);
 
 } // namespace agentstate::tools

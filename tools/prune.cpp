@@ -97,8 +97,8 @@ int run_local(const prune_args& a, double age) {
   o.mode = durability::sync;
   auto opened = engine::open(o);
   if (!opened) {
-    std::fprintf(stderr, "prune: %s\n", to_string(opened.err()).c_str());
-    return 1;
+    say("prune", "%s", to_string(opened.err()).c_str());
+    return exit_failed;
   }
   auto& e = **opened;
   progress_line prog;
@@ -111,20 +111,20 @@ int run_local(const prune_args& a, double age) {
   auto r = e.prune(std::move(req));
   prog.done();
   if (auto c = e.close(); !c) {
-    std::fprintf(stderr, "prune: close: %s\n", to_string(c.err()).c_str());
-    return 1;
+    say("prune", "close: %s", to_string(c.err()).c_str());
+    return exit_failed;
   }
   if (!r) {
-    std::fprintf(stderr, "prune: %s\n", to_string(r.err()).c_str());
-    return 1;
+    say("prune", "%s", to_string(r.err()).c_str());
+    return exit_failed;
   }
   print_outcome(a, r->sessions, r->failed, r->cutoff, sample_json(r->sample), r->truncated);
   if (r->stopped) {
-    std::fprintf(stderr, "prune: stopped: %llu deletes failed; first: %s\n",
-                 static_cast<unsigned long long>(r->failed), to_string(*r->stopped).c_str());
-    return 1;
+    say("prune", "stopped: %llu deletes failed; first: %s",
+        static_cast<unsigned long long>(r->failed), to_string(*r->stopped).c_str());
+    return exit_failed;
   }
-  return 0;
+  return exit_ok;
 }
 
 // --address: the server's `prune` method over one connection.
@@ -141,8 +141,8 @@ int run_remote(const prune_args& a, double age) {
   if (!a.token_file.empty()) {
     auto t = read_token_file(a.token_file);
     if (!t) {
-      std::fprintf(stderr, "prune: %s\n", t.err().message.c_str());
-      return 1;
+      say("prune", "%s", t.err().message.c_str());
+      return exit_failed;
     }
     o.token = std::move(*t);
   } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
@@ -151,9 +151,8 @@ int run_remote(const prune_args& a, double age) {
   ::signal(SIGPIPE, SIG_IGN);
   auto c = rpc_client::connect(o);
   if (!c) {
-    std::fprintf(stderr, "prune: cannot reach %s: %s\n", a.address.c_str(),
-                 c.err().message.c_str());
-    return 1;
+    say("prune", "cannot reach %s: %s", a.address.c_str(), c.err().message.c_str());
+    return exit_failed;
   }
   json params{{"older_than_s", age}};
   if (!a.app.empty())
@@ -163,19 +162,18 @@ int run_remote(const prune_args& a, double age) {
   // No deadline: a long prune answers when it is done (or the connection ends).
   auto reply = (*c)->call("prune", std::move(params));
   if (!reply.value) {
-    std::fprintf(stderr, "prune: %s: %s\n", a.address.c_str(),
-                 to_string(reply.value.err()).c_str());
-    return 1;
+    say("prune", "%s: %s", a.address.c_str(), to_string(reply.value.err()).c_str());
+    return exit_failed;
   }
   const json& v = *reply.value;
   const char* count_key = a.dry_run ? "would_delete" : "deleted";
   if (!v.is_object() || !v.contains(count_key) || !v[count_key].is_number_unsigned()) {
-    std::fprintf(stderr, "prune: %s answered without '%s'\n", a.address.c_str(), count_key);
-    return 1;
+    say("prune", "%s answered without '%s'", a.address.c_str(), count_key);
+    return exit_failed;
   }
   print_outcome(a, v[count_key].get<std::uint64_t>(), 0, v.value("cutoff", 0.0),
                 v.value("sessions", json::array()), v.value("truncated", false));
-  return 0;
+  return exit_ok;
 }
 
 int run_prune(const prune_args& a) {
@@ -185,21 +183,23 @@ int run_prune(const prune_args& a) {
                        "--older-than takes a positive duration: N, Ns, Nm, Nh or Nd, not '"
                          + a.older_than + "'");
   if (a.dir.empty() == a.address.empty())
-    return usage_error("prune", "give a store directory DIR or --address HOST:PORT (one of them)");
+    return usage_error("prune", "give a store directory DIR or --address ADDR (one of them)");
   return a.address.empty() ? run_local(a, *age) : run_remote(a, *age);
 }
 
 runner define_prune(command_line& cl) {
   auto a = std::make_shared<prune_args>();
-  cl.usage = "agentstate prune DIR --older-than DURATION [--app APP] [--dry-run]\n"
+  cl.usage = "agentstate prune DIR --older-than DURATION [--app NAME] [--dry-run]\n"
              "  [--json]\n"
-             "agentstate prune --address ADDR --older-than DURATION [--token-file FILE]\n"
-             "  [--tls [--tls-ca FILE]] [--app APP] [--dry-run] [--json]";
+             "agentstate prune --address ADDR --older-than DURATION\n"
+             "  [--token-file FILE] [--tls [--tls-ca FILE]] [--app NAME] [--dry-run]\n"
+             "  [--json]";
   cl.description =
-    R"(Deletes every session (of APP, or of every app) whose last update is older
-than DURATION (N or Ns seconds, Nm minutes, Nh hours, Nd days) before now. The
-deletes go through the engine: each is in the change feed, and a large
-session is gone at once and its rows purged in steps. App and user state stay.
+    R"(Deletes every session (of app NAME, or of every app) whose last update is
+older than DURATION (N or Ns seconds, Nm minutes, Nh hours, Nd days) before
+now. The deletes go through the engine: each is in the change feed, and a
+large session is gone at once and its rows purged in steps. App and user
+state stay.
 --dry-run counts the sessions it would delete and deletes nothing. The
 output names the count and, with --json, the first 100 sessions (app, user,
 session) under "sessions", with "truncated" true when there were more.
@@ -213,31 +213,53 @@ stderr when it is a terminal.
 `tcp://HOST:PORT` or `HOST:PORT`) through its `prune` method, which deletes in
 bounded steps beside its clients' traffic; the time is the server's clock.
 The token comes from --token-file or the AGENTSTATE_TOKEN environment
-variable and must grant APP (without --app: every app, `*`). A cluster node
-prunes its own store (with --app, only a node that owns every shard).)";
-  cl.footer = "Exit 0 done, 1 the store cannot be opened, a delete failed, the server\n"
-              "cannot be reached or answered an error, 2 usage.";
+variable and must grant app NAME (without --app: every app, `*`). A cluster
+node prunes its own store (with --app, only a node that owns every shard).)";
+  cl.exit_status(exit_ok, "done (or, with --dry-run, counted)");
+  cl.exit_status(exit_failed,
+                 "the store cannot be opened (or is open elsewhere), a delete "
+                 "failed, the server cannot be reached or answered an error");
+  cl.environment = {{"AGENTSTATE_TOKEN",
+                     "--address: the token to authenticate with when no "
+                     "--token-file is given (never printed)"},
+                    {"SSL_CERT_FILE",
+                     "with --tls and no --tls-ca: OpenSSL's file of the "
+                     "system's CAs"},
+                    {"SSL_CERT_DIR",
+                     "with --tls and no --tls-ca: OpenSSL's directory of the "
+                     "system's CAs"}};
   cl.app.add_option("DIR", a->dir, "the store directory (or --address)");
-  cl.app.add_option("--older-than", a->older_than, "delete sessions not updated for this long")
+  cl.app
+    .add_option("--older-than", a->older_than,
+                "delete sessions not updated for this long: N or Ns seconds, Nm minutes, Nh "
+                "hours, Nd days")
+    ->type_name("DURATION")
     ->required();
-  cl.app.add_option("--app", a->app, "only this app's sessions");
+  cl.app.add_option("--app", a->app, "only this app's sessions")->type_name("NAME");
   cl.app.add_flag("--dry-run", a->dry_run, "count, delete nothing");
   add_json_flag(cl, a->json);
-  const std::string server = "Server (--address)";
-  cl.app.add_option("--address", a->address, "a running server instead of DIR")->group(server);
+  const std::string server = "server (--address)";
+  cl.app.add_option("--address", a->address, "a running server instead of DIR")
+    ->type_name("ADDR")
+    ->group(server);
   cl.app
     .add_option("--token-file", a->token_file,
                 "authenticate with the token in FILE (its first word; default: "
                 "$AGENTSTATE_TOKEN when set)")
+    ->type_name("FILE")
     ->group(server);
   cl.app
     .add_flag("--tls", a->tls, "connect with TLS, verifying the server against the system's CAs")
     ->group(server);
   cl.app.add_option("--tls-ca", a->tls_ca, "TLS, verifying the server against this PEM CA file")
+    ->type_name("FILE")
     ->group(server);
   cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
+    ->type_name("FILE")
     ->group(server);
-  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")->group(server);
+  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")
+    ->type_name("FILE")
+    ->group(server);
   return [a] { return run_prune(*a); };
 }
 

@@ -55,9 +55,13 @@ as it goes). Reads DIR without its lock: run it on a store no engine
 writes. DEST is written through `import` (one transaction per 10,000
 records) and holds its lock while salvage runs. Progress on stderr when
 it is a terminal.)";
-  cl.footer = "Exit 0 every session copied whole, 3 some lost or events dropped (listed),\n"
-              "1 nothing could be done (DIR unreadable, DEST unusable or inside DIR),\n"
-              "2 usage.";
+  cl.exit_status(exit_ok, "every session was copied whole");
+  cl.exit_status(exit_failed,
+                 "nothing could be done: DIR cannot be read, DEST cannot be used "
+                 "or is inside DIR");
+  cl.exit_status(3,
+                 "DEST was written, but some sessions were lost, events dropped or scope "
+                 "state left out (each listed)");
   cl.app.add_option("DIR", o->dir, "the damaged store")->required();
   cl.app.add_option("DEST", o->dest, "the directory of the new store")->required();
   add_json_flag(cl, o->json,
@@ -250,23 +254,22 @@ int run_salvage(const salvage_options& o) {
   if (auto src_real = fs::canonical(src, ec); !ec) {
     auto dest_real = fs::weakly_canonical(fs::absolute(pos[1], ec), ec);
     if (ec) {
-      std::fprintf(stderr, "salvage: cannot resolve '%s': %s\n", pos[1].c_str(),
-                   ec.message().c_str());
-      return 1;
+      say("salvage", "cannot resolve '%s': %s", pos[1].c_str(), ec.message().c_str());
+      return exit_failed;
     }
     auto [s_end, d_at] =
       std::mismatch(src_real.begin(), src_real.end(), dest_real.begin(), dest_real.end());
     if (s_end == src_real.end()) {
-      std::fprintf(stderr,
-                   "salvage: DEST '%s' (%s) is %s DIR '%s': the new store must be written "
-                   "outside the store it copies\n",
-                   pos[1].c_str(), dest_real.c_str(),
-                   d_at == dest_real.end() ? "the same directory as" : "inside", src_real.c_str());
-      return 1;
+      say("salvage",
+          "DEST '%s' (%s) is %s DIR '%s': the new store must be written "
+          "outside the store it copies",
+          pos[1].c_str(), dest_real.c_str(),
+          d_at == dest_real.end() ? "the same directory as" : "inside", src_real.c_str());
+      return exit_failed;
     }
   }
   if (!dest_is_free("salvage", pos[1]))
-    return 1;
+    return exit_failed;
   // Opening reads the main database's root page: under the guard too.
   result<std::unique_ptr<store::kv_store>> opened = error{errc::internal, "not opened"};
   if (auto g = guarded("opening " + src,
@@ -274,15 +277,15 @@ int run_salvage(const salvage_options& o) {
       !g)
     opened = std::move(g).err();
   if (!opened) {
-    std::fprintf(stderr, "salvage: %s\n", to_string(opened.err()).c_str());
-    return 1;
+    say("salvage", "%s", to_string(opened.err()).c_str());
+    return exit_failed;
   }
   auto& kv = **opened;
   fs::create_directories(pos[1], ec);
   auto dest = fs::canonical(pos[1], ec).string();
   if (ec) {
-    std::fprintf(stderr, "salvage: cannot create '%s': %s\n", pos[1].c_str(), ec.message().c_str());
-    return 1;
+    say("salvage", "cannot create '%s': %s", pos[1].c_str(), ec.message().c_str());
+    return exit_failed;
   }
 
   std::vector<std::string> problems;
@@ -290,8 +293,8 @@ int run_salvage(const salvage_options& o) {
   auto tmp_path = dest + "/salvage-records.jsonl";
   std::ofstream tmp(tmp_path, std::ios::binary | std::ios::trunc);
   if (!tmp) {
-    std::fprintf(stderr, "salvage: cannot write %s\n", tmp_path.c_str());
-    return 1;
+    say("salvage", "cannot write %s", tmp_path.c_str());
+    return exit_failed;
   }
   tmp << json{{"type", "header"}, {"format", store::export_format_version}}.dump() << '\n';
 
@@ -367,31 +370,31 @@ int run_salvage(const salvage_options& o) {
   }
   tmp.close();
   if (!tmp) {
-    std::fprintf(stderr, "salvage: cannot write %s\n", tmp_path.c_str());
-    return 1;
+    say("salvage", "cannot write %s", tmp_path.c_str());
+    return exit_failed;
   }
 
   // The new store, written through import.
   store::store_lock lock;
   if (auto r = lock.acquire(dest); !r) {
-    std::fprintf(stderr, "salvage: %s\n", r.err().message.c_str());
-    return 1;
+    say("salvage", "%s", r.err().message.c_str());
+    return exit_failed;
   }
   auto out = store::open_lmdb(dest, true, std::uint64_t{64} << 30);
   if (!out) {
-    std::fprintf(stderr, "salvage: %s\n", out.err().message.c_str());
-    return 1;
+    say("salvage", "%s", out.err().message.c_str());
+    return exit_failed;
   }
   if (auto r = store::init_meta(**out, "0.1.0"); !r) {
-    std::fprintf(stderr, "salvage: %s\n", r.err().message.c_str());
-    return 1;
+    say("salvage", "%s", r.err().message.c_str());
+    return exit_failed;
   }
   {
     std::ifstream records(tmp_path, std::ios::binary);
     auto n = store::import_store(**out, records);
     if (!n) {
-      std::fprintf(stderr, "salvage: writing %s: %s\n", dest.c_str(), n.err().message.c_str());
-      return 1;
+      say("salvage", "writing %s: %s", dest.c_str(), n.err().message.c_str());
+      return exit_failed;
     }
   }
   fs::remove(tmp_path, ec);

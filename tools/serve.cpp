@@ -236,7 +236,7 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
       if (name == f.name) {
         auto n = parse_count(v);
         if (!n || *n < f.min || *n > f.max)
-          return serve_usage_error(name + " must be an integer " + std::to_string(f.min) + ".."
+          return serve_usage_error(name + " takes a whole number " + std::to_string(f.min) + ".."
                                    + std::to_string(f.max) + ", not '" + v + "'");
         f.set(cfg, *n);
       }
@@ -389,12 +389,19 @@ runner define_serve(command_line& cl) {
   cl.description = R"(Serves the engine over JSON-RPC 2.0, one JSON object per line (see
 docs/protocol.md): requests on standard input, responses on standard
 output, or the same over TCP, TLS or Unix sockets with --listen. Logs go
-to standard error, one line per event.)";
+to standard error, one line per event (--log-format); a failure after the
+command line is read is one of them (event startup_failed, read_failed,
+...), bad usage is one line in the voice of every command.)";
   cl.footer = "End of input (stdin) or SIGINT/SIGTERM: requests in flight finish, their\n"
               "responses are written, the store is flushed and closed, exit 0. A second\n"
-              "signal exits at once (status 1). SIGHUP re-reads --auth-file.\n"
-              "Exit 1 when the store cannot be opened, flushed or closed, or a listener\n"
-              "cannot be set up; 2 for bad usage.";
+              "signal exits at once (status 1). SIGHUP re-reads --auth-file.";
+  cl.exit_status(exit_ok,
+                 "stopped by the end of input or a signal, the store flushed and "
+                 "closed");
+  cl.exit_status(exit_failed,
+                 "the store cannot be opened, flushed or closed, a listener cannot "
+                 "be set up, the node cannot join its cluster, or a second signal "
+                 "came (the error is logged)");
   auto& app = cl.app;
   auto* store = app.add_option("--store", a->store, "LMDB store directory (created if missing)")
                   ->type_name("DIR");

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The operational commands, in the manner of mdb_stat / mdb_dump / mdb_copy:
 // inspect, verify, backup (read-only, safe beside a running engine), and
-// dump, export, import (JSON lines; import takes the store's lock).
+// dump, export (JSON lines; their reader, import, is tools/import_target.cpp).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,7 +33,6 @@
 #include "tools/adk/adk_sqlite.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
-#include "tools/import_target.hpp"
 #include "tools/fault_guard.hpp"
 
 namespace agentstate::tools {
@@ -68,15 +66,18 @@ runs; reads every store format (1 to 11) as it is. State rows are counted
 without the scopes' tally rows ("state_tallies"); "session_counts" and
 "shard_index" count those tables' rows. A record that fails its checksum is
 reported on stderr as data_corrupt ("damaged_records"); counts go on.)";
-  cl.footer = "Exit 0, 1 (cannot read, or damaged records), 2 (usage).";
+  cl.exit_status(exit_ok, "the store was read and holds no damaged record");
+  cl.exit_status(exit_failed,
+                 "the store cannot be read, or it holds damaged records (each "
+                 "named on stderr)");
   declare_store_and_json(cl, *o);
   return [o] { return run_inspect(*o); };
 }
 
 int run_inspect(const store_and_json& p) {
-  auto kv = open_readonly(p.dir);
+  auto kv = open_readonly(p.dir, "inspect");
   if (!kv)
-    return 1;
+    return exit_failed;
   progress_line prog;
   result<store::store_summary> summary = error{errc::internal, "not read"};
   if (auto g = guarded(
@@ -86,8 +87,8 @@ int run_inspect(const store_and_json& p) {
     summary = std::move(g).err();
   prog.done();
   if (!summary) {
-    std::fprintf(stderr, "inspect: %s\n", summary.err().message.c_str());
-    return 1;
+    say("inspect", "%s", summary.err().message.c_str());
+    return exit_failed;
   }
   {
     const auto& info = summary->info;
@@ -113,7 +114,7 @@ int run_inspect(const store_and_json& p) {
       {"damaged_records", summary->damaged_records},
     };
     for (auto& e : summary->damaged)
-      std::fprintf(stderr, "%s\n", to_string(e).c_str());
+      say("inspect", "%s", to_string(e).c_str());
     if (p.json) {
       std::puts(out.dump().c_str());
     } else {
@@ -131,7 +132,7 @@ int run_inspect(const store_and_json& p) {
         std::printf("damaged_records  %llu\n",
                     static_cast<unsigned long long>(summary->damaged_records));
     }
-    return summary->damaged_records ? 1 : 0;
+    return summary->damaged_records ? exit_failed : exit_ok;
   }
 }
 
@@ -146,20 +147,21 @@ event decodes, no event id twice in a session, every record decodes, list
 indexes and scope rows well-formed, no orphan rows, the change log's rows
 decode and its sequence has no gap. Read-only; safe while an engine runs
 (it checks one snapshot); reads every store format (1 to 7) as it is.)";
-  cl.footer = "Exit 0 clean, 1 faults found (or unreadable), 2 usage.";
+  cl.exit_status(exit_ok, "the store is clean");
+  cl.exit_status(exit_failed, "faults found (listed on stdout), or the store cannot be read");
   declare_store_and_json(cl, *o);
   return [o] { return run_verify(*o); };
 }
 
 int run_verify(const store_and_json& p) {
-  auto kv = open_readonly(p.dir);
+  auto kv = open_readonly(p.dir, "verify");
   if (!kv)
-    return 1;
+    return exit_failed;
   progress_line prog;
   auto txn = store::begin_read(*kv);
   if (!txn) {
-    std::fprintf(stderr, "verify: %s\n", txn.err().message.c_str());
-    return 1;
+    say("verify", "%s", txn.err().message.c_str());
+    return exit_failed;
   }
   store::verify_report r;
   if (auto g = guarded(
@@ -200,11 +202,11 @@ int run_verify(const store_and_json& p) {
                   "finishes them when it next runs on the store)\n",
                   static_cast<unsigned long long>(r.purging));
   }
-  return r.ok() ? 0 : 1;
+  return r.ok() ? exit_ok : exit_failed;
 }
 
-// check_row_counts over the snapshot `txn`, each fault on stderr as
-// data_corrupt; whether there was none.
+// check_row_counts over the snapshot `txn`, each fault said on stderr as
+// `command`'s data_corrupt; whether there was none.
 bool reached_every_row(store::kv_read& txn, const char* command) {
   store::verify_report r;
   if (auto g = guarded("storage", [&] { r = store::check_row_counts(txn, true); }); !g) {
@@ -212,7 +214,7 @@ bool reached_every_row(store::kv_read& txn, const char* command) {
     r.messages.push_back(g.err().message);
   }
   for (auto& m : r.messages)
-    std::fprintf(stderr, "%s: data_corrupt: %s\n", command, m.c_str());
+    say(command, "data_corrupt: %s", m.c_str());
   return r.ok();
 }
 
@@ -281,7 +283,10 @@ The copy opens as a normal store. With DEST '-', the copy's data.mdb goes
 to standard output instead (not a terminal), as mdb_copy writes it: put it
 as data.mdb into an empty directory to open it. Progress on stderr when it
 is a terminal.)";
-  cl.footer = "Exit 0, 1 (failed), 2 (usage).";
+  cl.exit_status(exit_ok, "the copy is complete");
+  cl.exit_status(exit_failed,
+                 "the copy failed, or the store is damaged (the copy holds the "
+                 "damage); DEST keeps what was written");
   add_store_dir(cl, o->dir);
   cl.app.add_option("DEST", o->dest, "the directory to create, or - for standard output")
     ->required();
@@ -306,16 +311,16 @@ int run_backup(const backup_options& p) {
   std::error_code ec;
   if (!to_stdout) {
     if (!dest_is_free("backup", dest))
-      return 1;
+      return exit_failed;
     fs::create_directories(dest, ec);
     if (ec) {
-      std::fprintf(stderr, "backup: cannot create '%s': %s\n", dest.c_str(), ec.message().c_str());
-      return 1;
+      say("backup", "cannot create '%s': %s", dest.c_str(), ec.message().c_str());
+      return exit_failed;
     }
   }
-  auto kv = open_readonly(p.dir);
+  auto kv = open_readonly(p.dir, "backup");
   if (!kv)
-    return 1;
+    return exit_failed;
   auto t0 = std::chrono::steady_clock::now();
   std::uint64_t total = 0;
   if (struct stat st; ::stat((fs::path(p.dir) / "data.mdb").c_str(), &st) == 0)
@@ -356,26 +361,26 @@ int run_backup(const backup_options& p) {
       r = std::move(g).err();
   }
   if (!r) {
-    std::fprintf(stderr, "backup: %s\n", r.err().message.c_str());
-    return 1;
+    say("backup", "%s", r.err().message.c_str());
+    return exit_failed;
   }
   // A copy of a store whose rows are not all reachable carries the damage
   // (the copy is of the pages, or, compacted, of what the walk reached).
   {
     auto txn = store::begin_read(*kv);
     if (!txn) {
-      std::fprintf(stderr, "backup: %s\n", txn.err().message.c_str());
-      return 1;
+      say("backup", "%s", txn.err().message.c_str());
+      return exit_failed;
     }
     if (!reached_every_row(**txn, "backup")) {
-      std::fprintf(stderr,
-                   "backup: the store is damaged; the copy holds the damage (run "
-                   "`agentstate verify`, then `agentstate salvage`)\n");
-      return 1;
+      say("backup",
+          "the store is damaged; the copy holds the damage (run `agentstate verify`, "
+          "then `agentstate salvage`)");
+      return exit_failed;
     }
   }
   if (to_stdout)
-    return 0;
+    return exit_ok;
   auto size = fs::file_size(fs::path(dest) / "data.mdb", ec);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (p.json)
@@ -390,7 +395,7 @@ int run_backup(const backup_options& p) {
   else
     std::printf("backup of %s in %s: %.1f MiB in %.2f s%s\n", p.dir.c_str(), dest.c_str(),
                 (ec ? 0 : size) / 1048576.0, seconds, p.compact ? " (compacted)" : "");
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return std::fflush(stdout) == 0 ? exit_ok : exit_failed;
 }
 
 // -- dump and export ---------------------------------------------------------------
@@ -406,13 +411,16 @@ int export_common(const export_options& p, const char* command);
 
 runner define_dump(command_line& cl) {
   auto o = std::make_shared<export_options>();
-  cl.usage = "agentstate dump DIR [--app A [--user U [--session S]]]";
+  cl.usage = "agentstate dump DIR [--app NAME [--user ID [--session ID]]]";
   cl.description = R"(Prints the store (or one app, user or session of it) as JSON lines: a
 header, each session with its own state, its events, then user and app
 state. Read-only; safe while an engine runs. A session or scope with a
 damaged row is left out and reported on stderr (data_corrupt), the others
 printed; the exit is then 1.)";
-  cl.footer = "Exit 0, 1, 2 (usage).";
+  cl.exit_status(exit_ok, "every session and scope asked for was printed");
+  cl.exit_status(exit_failed,
+                 "the store cannot be read, or a damaged session or scope was left "
+                 "out (named on stderr)");
   add_store_dir(cl, o->dir);
   add_scope_filter(cl, o->scope, "only this");
   return [o] { return export_common(*o, "dump"); };
@@ -421,13 +429,17 @@ printed; the exit is then 1.)";
 runner define_export(command_line& cl) {
   auto o = std::make_shared<export_options>();
   cl.usage = "agentstate export DIR > FILE\n"
-             "agentstate export --to-adk-sqlite FILE DIR [--adk-flavor F]";
+             "agentstate export --to-adk-sqlite FILE DIR [--adk-flavor FLAVOR]";
   cl.description = R"(Writes the whole store as JSON lines that `agentstate import` turns back
 into the same store (export -> import -> export is byte-identical).
 Read-only; safe while an engine runs. A session or scope with a damaged
 row is left out and reported on stderr (data_corrupt), the others written;
 the exit is then 1. Progress on stderr when it is a terminal.)";
   cl.footer = std::string(adk::export_help);
+  cl.exit_status(exit_ok, "the whole store was written");
+  cl.exit_status(exit_failed,
+                 "the store cannot be read, a damaged session or scope was left out "
+                 "(named on stderr), or FILE cannot be written (nothing written)");
   add_store_dir(cl, o->dir);
   auto* to = cl.app
                .add_option("--to-adk-sqlite", o->adk.file,
@@ -437,7 +449,7 @@ the exit is then 1. Progress on stderr when it is a terminal.)";
                    .add_option("--adk-flavor", o->adk.flavor,
                                "with --to-adk-sqlite: adk-js (default), adk-python-database or\n"
                                "adk-python-sqlite")
-                   ->type_name("F");
+                   ->type_name("FLAVOR");
   return [o, to, flavor] {
     o->to_adk = to->count() > 0;
     o->has_flavor = flavor->count() > 0;
@@ -463,13 +475,13 @@ int export_common(const export_options& p, const char* command) {
     f.user = p.scope.user;
   if (p.scope.has_session())
     f.session = p.scope.session;
-  auto kv = open_readonly(p.dir);
+  auto kv = open_readonly(p.dir, command);
   if (!kv)
-    return 1;
+    return exit_failed;
   auto txn = store::begin_read(*kv);
   if (!txn) {
-    std::fprintf(stderr, "%s\n", txn.err().message.c_str());
-    return 1;
+    say(command, "%s", txn.err().message.c_str());
+    return exit_failed;
   }
   progress_line prog;
   std::uint64_t lines = 0, damaged = 0;
@@ -485,15 +497,15 @@ int export_common(const export_options& p, const char* command) {
                            },
                            [&](const error& e) {
                              ++damaged;
-                             std::fprintf(stderr, "%s\n", to_string(e).c_str());
+                             say(command, "%s", to_string(e).c_str());
                            });
                        });
       !g)
     n = std::move(g).err();
   prog.done();
   if (!n) {
-    std::fprintf(stderr, "%s\n", to_string(n.err()).c_str());
-    return 1;
+    say(command, "%s", to_string(n.err()).c_str());
+    return exit_failed;
   }
   // The whole store: every row the store holds must have been reachable,
   // or what was written is part of it (a row LMDB lost has no checksum to
@@ -501,88 +513,9 @@ int export_common(const export_options& p, const char* command) {
   if (!f.app && !reached_every_row(**txn, command))
     ++damaged;
   if (damaged)
-    std::fprintf(stderr, "%llu sessions or scopes left out: damaged (run `agentstate verify`)\n",
-                 static_cast<unsigned long long>(damaged));
-  return std::fflush(stdout) == 0 && damaged == 0 ? 0 : 1;
-}
-
-// -- import ------------------------------------------------------------------------
-
-struct import_options {
-  std::string dir;
-  bool json = false;
-  adk::import_args adk; ///< import --from-adk-sqlite
-};
-
-int run_import(const import_options& p);
-
-runner define_import(command_line& cl) {
-  auto o = std::make_shared<import_options>();
-  cl.usage = "agentstate import DIR [--json] < FILE\n"
-             "agentstate import --from-adk-sqlite FILE DIR [--skip-oversized]";
-  cl.description = R"(Reads JSON lines written by `agentstate export` into the store in DIR,
-which is created if missing and must hold no data. Takes the store's lock:
-no engine may have it open. Progress on stderr when it is a terminal.
-Exit 0, 1 (failed: the message names the line), 2 (usage).)";
-  cl.footer = std::string(adk::import_help);
-  add_store_dir(cl, o->dir);
-  add_json_flag(cl, o->json,
-                "imported_records, store (the\n"
-                "--from-adk-sqlite summary is always JSON)");
-  auto* from = cl.app
-                 .add_option("--from-adk-sqlite", o->adk.file,
-                             "read an ADK session store kept in SQLite instead of\n"
-                             "JSON lines")
-                 ->type_name("FILE");
-  auto* skip = cl.app.add_flag("--skip-oversized", o->adk.skip_oversized,
-                               "with --from-adk-sqlite: leave out the rows agentstate\n"
-                               "cannot take and import the rest");
-  return [o, from, skip] {
-    if (from->count() > 0) {
-      o->adk.dir = o->dir;
-      return adk::run_import(o->adk);
-    }
-    if (skip->count() > 0)
-      return usage_error("import", "--skip-oversized needs --from-adk-sqlite");
-    return run_import(*o);
-  };
-}
-
-int run_import(const import_options& p) {
-  auto target = open_import_target(p.dir);
-  if (!target)
-    return 1;
-  const std::string& dir = target->dir;
-  auto* kv = &target->kv;
-  progress_line prog;
-  // A file on standard input tells how far the read is (its offset; the
-  // stream reads ahead of the records by its buffer).
-  std::uint64_t input_bytes = 0;
-  if (struct stat st; ::fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode))
-    input_bytes = static_cast<std::uint64_t>(st.st_size);
-  std::ios::sync_with_stdio(false);
-  auto n = store::import_store(**kv, std::cin, [&](std::uint64_t k) {
-    std::string extra;
-    if (input_bytes) {
-      auto at = ::lseek(STDIN_FILENO, 0, SEEK_CUR);
-      char buf[64];
-      std::snprintf(buf, sizeof buf, " (%.0f of %.0f MiB read)", at < 0 ? 0.0 : at / 1048576.0,
-                    input_bytes / 1048576.0);
-      extra = buf;
-    }
-    prog.show("records", k, 0, extra);
-  });
-  prog.done();
-  if (!n) {
-    std::fprintf(stderr, "import: %s\n", n.err().message.c_str());
-    return 1;
-  }
-  if (p.json)
-    std::printf("%s\n", json{{"imported_records", *n}, {"store", dir}}.dump().c_str());
-  else
-    std::printf("imported %llu records into %s\n", static_cast<unsigned long long>(*n),
-                dir.c_str());
-  return std::fflush(stdout) == 0 ? 0 : 1;
+    say(command, "%llu sessions or scopes left out: damaged (run `agentstate verify`)",
+        static_cast<unsigned long long>(damaged));
+  return std::fflush(stdout) == 0 && damaged == 0 ? exit_ok : exit_failed;
 }
 
 const bool registered =
@@ -592,8 +525,7 @@ const bool registered =
   && register_command(
     {"backup", "a consistent copy of a store, taken while it is in use", define_backup})
   && register_command({"dump", "a store, app, user or session as JSON lines", define_dump})
-  && register_command({"export", "a whole store as JSON lines, for import", define_export})
-  && register_command({"import", "JSON lines from export into an empty store", define_import});
+  && register_command({"export", "a whole store as JSON lines, for import", define_export});
 
 } // namespace
 

@@ -81,7 +81,7 @@ int run_remote(const watch_options& o, const server::listen_spec& at, const watc
   if (!o.token_file.empty()) {
     auto t = read_token_file(o.token_file);
     if (!t) {
-      std::fprintf(stderr, "watch: %s\n", t.err().message.c_str());
+      say("watch", "%s", t.err().message.c_str());
       return watch_unreachable;
     }
     w.token = std::move(*t);
@@ -118,10 +118,8 @@ int run_watch(const watch_options& o) {
   if (o.from_start && !o.from.empty())
     return usage_error("watch", "--from and --from-start exclude each other");
   auto req = request_of(o);
-  if (!req) {
-    std::fprintf(stderr, "watch: %s\n", req.err().message.c_str());
-    return watch_usage;
-  }
+  if (!req)
+    return usage_error("watch", req.err().message);
   if (auto at = server_address(o.dir))
     return run_remote(o, *at, *req);
   if (o.tls || !o.tls_ca.empty() || !o.tls_cert.empty() || !o.tls_key.empty()
@@ -129,15 +127,16 @@ int run_watch(const watch_options& o) {
     return usage_error("watch",
                        "--token-file and the --tls options need a server address, not "
                        "a store directory");
-  auto kv = open_readonly(o.dir);
+  auto kv = open_readonly(o.dir, "watch");
   if (!kv)
-    return 1;
+    return watch_unreachable;
   auto fail = [](const error& e) {
-    std::fprintf(stderr, "watch: %s\n", to_string(e).c_str());
     if (e.oldest_cursor)
-      std::fprintf(stderr, "watch: the oldest cursor the log serves is %s\n",
-                   e.oldest_cursor->c_str());
-    return 1;
+      say("watch", "%s; the oldest cursor the log serves is %s", to_string(e).c_str(),
+          e.oldest_cursor->c_str());
+    else
+      say("watch", "%s", to_string(e).c_str());
+    return watch_unreachable;
   };
   std::string epoch;
   std::uint64_t after = 0;
@@ -161,12 +160,12 @@ int run_watch(const watch_options& o) {
   }
   // SIGINT/SIGTERM end the watch between pages: exit 0 naming the cursor printed up to.
   if (!install_stop_handlers()) {
-    std::fprintf(stderr, "watch: cannot install the signal handlers\n");
-    return 1;
+    say("watch", "cannot install the signal handlers");
+    return watch_unreachable;
   }
   std::string cursor = store::format_cursor(epoch, after);
   auto stopped = [&] {
-    std::fprintf(stderr, "watch: stopped at %s\n", cursor.c_str());
+    say("watch", "stopped at %s", cursor.c_str());
     return 0;
   };
   for (;;) {
@@ -183,13 +182,15 @@ int run_watch(const watch_options& o) {
     for (auto& c : page->changes)
       std::printf("%s\n", to_json(c).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     std::fflush(stdout);
-    if (std::ferror(stdout))
-      return 1;
+    if (std::ferror(stdout)) {
+      say("watch", "cannot write to standard output");
+      return watch_unreachable;
+    }
     after = end_seq;
     cursor = page->cursor;
     if (page->at_head) {
       if (o.once) {
-        std::fprintf(stderr, "watch: at %s\n", page->cursor.c_str());
+        say("watch", "at %s", page->cursor.c_str());
         return 0;
       }
       if (wait_stop(o.poll_ms))
@@ -200,7 +201,7 @@ int run_watch(const watch_options& o) {
 
 runner define_watch(command_line& cl) {
   auto o = std::make_shared<watch_options>();
-  cl.usage = "agentstate watch DIR [--app A [--user U [--session S]]]\n"
+  cl.usage = "agentstate watch DIR [--app NAME [--user ID [--session ID]]]\n"
              "  [--from CURSOR | --from-start] [--once]\n"
              "agentstate watch ADDR [--token-file FILE] [--tls [--tls-ca FILE]]\n"
              "  [same filters]";
@@ -220,43 +221,71 @@ the feed comes from its `watch` (--once: `read_changes` pages), the lines
 are the same as the DIR form's. The token comes from --token-file or the
 AGENTSTATE_TOKEN environment variable and is never printed. SIGINT or
 SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
-  cl.footer = "Exit 0 (--once at the head; or stopped by SIGINT/SIGTERM), 1 (cannot read\n"
-              "the store, or a cursor of another store or older than its retention;\n"
-              "cannot reach the server, TLS failed, the token file is unreadable), 2\n"
-              "(usage), 3 (the server answered an error: unauthenticated,\n"
-              "permission_denied, cursor_expired with the oldest cursor it serves, a bad\n"
-              "cursor), 4 (the server ended the watch: stderr names the reason and the\n"
-              "--from to resume with), 5 (the connection was lost: stderr names the\n"
-              "cursor printed up to, to resume with --from).";
+  cl.exit_status(watch_ok,
+                 "--once reached the newest change, or SIGINT/SIGTERM stopped the "
+                 "watch (stderr names the cursor)");
+  cl.exit_status(watch_unreachable,
+                 "the store cannot be read, or the cursor is of another store or older than "
+                 "its retention; the server cannot be reached, TLS failed, or the token file "
+                 "cannot be read");
+  cl.exit_status(watch_refused,
+                 "the server answered an error: unauthenticated, "
+                 "permission_denied, cursor_expired (with the oldest cursor it "
+                 "serves), a bad cursor");
+  cl.exit_status(watch_ended,
+                 "the server ended the watch (stderr names the reason and the "
+                 "--from to resume with)");
+  cl.exit_status(watch_lost,
+                 "the connection was lost (stderr names the cursor printed up to, "
+                 "to resume with --from)");
+  cl.environment = {{"AGENTSTATE_TOKEN",
+                     "ADDR: the token to authenticate with when no "
+                     "--token-file is given (never printed)"},
+                    {"SSL_CERT_FILE",
+                     "with --tls and no --tls-ca: OpenSSL's file of the "
+                     "system's CAs"},
+                    {"SSL_CERT_DIR",
+                     "with --tls and no --tls-ca: OpenSSL's directory of the "
+                     "system's CAs"}};
   cl.app.add_option("DIR|ADDR", o->dir, "the store directory, or a server's address")->required();
   add_scope_filter(cl, o->scope, "one");
   cl.app.add_flag("--include-sessions", o->include_sessions,
                   "with --app or --user: every change of their sessions too");
-  cl.app.add_option("--key-prefix", o->key_prefix,
-                    "only keys that start with it (\"user:cart\", \"app:\")");
-  cl.app.add_option("--from", o->from,
-                    "start after this cursor (from an append, a page, a line, an exit message)");
+  cl.app
+    .add_option("--key-prefix", o->key_prefix,
+                "only keys that start with PREFIX (\"user:cart\", \"app:\")")
+    ->type_name("PREFIX");
+  cl.app
+    .add_option("--from", o->from,
+                "start after this cursor (from an append, a page, a line, an exit message)")
+    ->type_name("CURSOR");
   cl.app.add_flag("--from-start", o->from_start,
                   "start at the oldest change the change log keeps (a replay)");
   cl.app.add_flag("--once", o->once, "print what is there up to the newest change, then exit");
-  o->poll_opt =
-    cl.app
-      .add_option("--poll-ms", o->poll_ms, "DIR: how often to look for new changes (default 200)")
-      ->range(1, 60000);
-  const std::string server = "Server (ADDR)";
+  o->poll_opt = cl.app
+                  .add_option("--poll-ms", o->poll_ms,
+                              "DIR: how often to look for new changes, in milliseconds (1..60000, "
+                              "default 200)")
+                  ->range(1, 60000);
+  const std::string server = "server (ADDR)";
   cl.app
     .add_option("--token-file", o->token_file,
                 "authenticate with the token in FILE (its first word; default: "
                 "$AGENTSTATE_TOKEN when set)")
+    ->type_name("FILE")
     ->group(server);
   cl.app
     .add_flag("--tls", o->tls, "connect with TLS, verifying the server against the system's CAs")
     ->group(server);
   cl.app.add_option("--tls-ca", o->tls_ca, "TLS, verifying the server against this PEM CA file")
+    ->type_name("FILE")
     ->group(server);
   cl.app.add_option("--tls-cert", o->tls_cert, "TLS client certificate (PEM; with --tls-key)")
+    ->type_name("FILE")
     ->group(server);
-  cl.app.add_option("--tls-key", o->tls_key, "its PEM private key")->group(server);
+  cl.app.add_option("--tls-key", o->tls_key, "its PEM private key")
+    ->type_name("FILE")
+    ->group(server);
   return [o] { return run_watch(*o); };
 }
 

@@ -22,6 +22,7 @@
 #include <mutex>
 
 #include "agentstate/client.hpp"
+#include "tools/cli.hpp"
 
 namespace agentstate::tools {
 
@@ -132,12 +133,12 @@ private:
     if (w_.from.empty() && !w_.from_start) {
       if (int rc = call("watch", w_.filter, answer); rc != watch_ok)
         return rc;
-      std::fprintf(stderr, "watch: at %s\n", text_of(answer, "cursor").c_str());
+      say("watch", "at %s", text_of(answer, "cursor").c_str());
       return watch_ok;
     }
     if (int rc = read_to_head(); rc != watch_ok)
       return rc;
-    std::fprintf(stderr, "watch: at %s\n", last_.c_str());
+    say("watch", "at %s", last_.c_str());
     return watch_ok;
   }
 
@@ -164,7 +165,7 @@ private:
   int run_live() {
     ::signal(SIGPIPE, SIG_IGN);
     if (!install_stop_handlers() || !box_.ok()) {
-      std::fprintf(stderr, "watch: pipe: %s\n", std::strerror(errno));
+      say("watch", "pipe: %s", std::strerror(errno));
       return watch_unreachable;
     }
     // --from-start: the log's pages up to the head, then a watch from there
@@ -215,8 +216,8 @@ private:
           if (auto oldest = text_of(p["error"], "oldest"); !oldest.empty())
             detail += " (the oldest cursor it serves is " + oldest + ")";
         }
-        std::fprintf(stderr, "watch: the server ended the watch (%s%s); resume with --from %s\n",
-                     reason.c_str(), detail.c_str(), last_.c_str());
+        say("watch", "the server ended the watch (%s%s); resume with --from %s", reason.c_str(),
+            detail.c_str(), last_.c_str());
         return watch_ended;
       }
       int wait = stopping ? remaining_ms(stop_deadline) : keepalive_ms;
@@ -225,7 +226,7 @@ private:
       pollfd p[2] = {{box_.fd(), POLLIN, 0}, {stopping ? -1 : stop_fd(), POLLIN, 0}};
       int n = ::poll(p, 2, wait);
       if (n < 0 && errno != EINTR) {
-        std::fprintf(stderr, "watch: poll: %s\n", std::strerror(errno));
+        say("watch", "poll: %s", std::strerror(errno));
         return watch_unreachable;
       }
       if (n == 0) {
@@ -283,22 +284,22 @@ private:
     else if (kind == "cursor_expired" && !text_of(data, "oldest").empty())
       hint = "; the oldest cursor it serves is " + text_of(data, "oldest") + " (resume with --from "
         + text_of(data, "oldest") + ", accepting the gap)";
-    std::fprintf(stderr, "watch: the server refused %s: %s: %s%s\n", method.c_str(), kind.c_str(),
-                 text_of(e, "message").c_str(), hint.c_str());
+    say("watch", "the server refused %s: %s: %s%s", method.c_str(), kind.c_str(),
+        text_of(e, "message").c_str(), hint.c_str());
     return watch_refused;
   }
 
   int lost(const std::string& why) {
     if (last_.empty())
-      std::fprintf(stderr, "watch: %s: %s\n", server::describe(w_.at).c_str(), why.c_str());
+      say("watch", "%s: %s", server::describe(w_.at).c_str(), why.c_str());
     else
-      std::fprintf(stderr, "watch: %s: %s; printed up to %s (resume with --from %s)\n",
-                   server::describe(w_.at).c_str(), why.c_str(), last_.c_str(), last_.c_str());
+      say("watch", "%s: %s; printed up to %s (resume with --from %s)",
+          server::describe(w_.at).c_str(), why.c_str(), last_.c_str(), last_.c_str());
     return watch_lost;
   }
 
   int stopped() {
-    std::fprintf(stderr, "watch: stopped at %s\n", last_.c_str());
+    say("watch", "stopped at %s", last_.c_str());
     return watch_ok;
   }
 
@@ -309,7 +310,7 @@ private:
         std::printf("%s\n", c.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     std::fflush(stdout);
     if (std::ferror(stdout)) {
-      std::fprintf(stderr, "watch: cannot write to standard output\n");
+      say("watch", "cannot write to standard output");
       return false;
     }
     return true;
@@ -380,8 +381,7 @@ int run_remote_watch(const remote_watch& w) {
   };
   auto c = rpc_client::connect(o);
   if (!c) {
-    std::fprintf(stderr, "watch: cannot reach %s: %s\n", server::describe(w.at).c_str(),
-                 c.err().message.c_str());
+    say("watch", "cannot reach %s: %s", server::describe(w.at).c_str(), c.err().message.c_str());
     return watch_unreachable;
   }
   feed f(**c, w, box, notes);

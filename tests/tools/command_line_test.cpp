@@ -28,8 +28,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const all_commands[] = {"backup", "bench",   "cluster", "demo",  "dump",  "export",
-                                    "import", "inspect", "salvage", "serve", "verify"};
+const char* const all_commands[] = {"backup", "bench",  "cluster", "demo",  "dump",
+                                    "export", "import", "inspect", "prune", "salvage",
+                                    "serve",  "verify", "watch"};
 
 struct ran {
   int rc = -1;
@@ -229,13 +230,13 @@ TEST_CASE("cli: bad usage is one line on stderr naming the problem and --help, e
     {{"export", "--to-adk-sqlite=x.sqlite", "d", "--adk-flavor=nope"}, "'nope'"},
     {{"import"}, "DIR is required"},
     {{"import", "d", "--skip-oversized"}, "--skip-oversized needs --from-adk-sqlite"},
-    {{"demo", "--agents=0"}, "--agents takes a number 1..100000"},
+    {{"demo", "--agents=0"}, "--agents takes a whole number 1..100000"},
     {{"demo", "--dir"}, "--dir"},
     {{"salvage", "a"}, "DEST is required"},
     {{"watch", "d", "--user=u"}, "--user needs --app"},
     {{"watch", "d", "--app", "a", "--session", "s", "--once"}, "--session needs --user"},
     {{"serve"}, "give exactly one of --store DIR and --memory"},
-    {{"serve", "--memory", "--max-line-bytes=0"}, "--max-line-bytes must be an integer"},
+    {{"serve", "--memory", "--max-line-bytes=0"}, "--max-line-bytes takes a whole number"},
     {{"serve", "--memory", "--durability", "maybe"}, "--durability must be sync or nosync"},
     {{"serve", "--memory", "--auth-file=/x"}, "--auth-file applies to --listen"},
     {{"cluster", "status", "--cluster=c"}, "--etcd is required"},

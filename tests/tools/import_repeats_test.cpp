@@ -294,10 +294,13 @@ TEST_CASE("backup and salvage share one DEST check: not empty, or not a director
     CAPTURE(command);
     auto r = run(std::string(command) + " " + src + " " + full);
     CHECK(r.rc == 1);
-    CHECK(r.err == std::string(command) + ": '" + full + "' exists and is not empty\n");
+    CHECK(r.err
+          == "agentstate " + std::string(command) + ": '" + full + "' exists and is not empty\n");
     r = run(std::string(command) + " " + src + " " + file);
     CHECK(r.rc == 1);
-    CHECK(r.err == std::string(command) + ": '" + file + "' exists and is not a directory\n");
+    CHECK(r.err
+          == "agentstate " + std::string(command) + ": '" + file
+            + "' exists and is not a directory\n");
     CHECK(run(std::string(command) + " " + src + " " + tmp.str() + "/new-" + command).rc == 0);
   }
 }
