@@ -235,6 +235,9 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # Depends: what a consumer of the static library compiles and links against.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
     "nlohmann-json3-dev (>= 3.9), libcaf-dev (>= 0.17), liblmdb-dev")
+# The headers and library were in the one package agentstate 0.1.0 (no Debian release).
+set(CPACK_DEBIAN_DEV_PACKAGE_BREAKS "agentstate (<< 0.1.0-1)")
+set(CPACK_DEBIAN_DEV_PACKAGE_REPLACES "agentstate (<< 0.1.0-1)")
 set(CPACK_DEBIAN_DEV_DESCRIPTION
     "embedded session engine for agent hosts: development files
 agentstate keeps agent sessions (ADK semantics): an append-only event log per
