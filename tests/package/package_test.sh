@@ -155,9 +155,10 @@ deb)
     [ "$fields" = "Package: ${pkg_deb%% *} Version: $deb_version Source: agentstate " ] \
       || fail "$(basename "${pkg_deb#* }"): $fields"
   done
-  # The tool's shared libraries (dpkg-shlibdeps) and adduser (its postinst); what a
-  # consumer of the static library compiles and links against.
-  depends_on "$tool_deb" "adduser libc6 libstdc++6 libcaf-core0.17 liblmdb0 libsqlite3-0 libssl3 libcurl4"
+  # The tool's shared libraries (dpkg-shlibdeps; names matched by prefix, as sonames
+  # and t64 suffixes vary between releases) and adduser (its postinst); what a consumer
+  # of the static library compiles and links against.
+  depends_on "$tool_deb" "adduser libc6 libstdc++6 libcaf-core liblmdb0 libsqlite3 libssl libcurl"
   depends_on "$dev_deb" "nlohmann-json3-dev libcaf-dev liblmdb-dev"
   lib="/usr/lib/$multiarch"
   deb_layout "$tool_deb" "/usr/bin/ /usr/share/man/man1/ /usr/share/doc/agentstate/ \
