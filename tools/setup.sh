@@ -30,12 +30,12 @@ if [ "$all" -eq 1 ]; then
   # mypy (bindings/python's type check), python3-venv, python3-pip and
   # python3-setuptools (bindings/python's offline install test), python3-pydantic
   # (bindings/python's ADK Session check), help2man (man pages), dpkg-dev, file and
-  # pkgconf (install and .deb tests), clang-format (tools/check_format.sh),
-  # libsimdjson-dev (json_readers_bench, the JSON readers' comparison), etcd-server and
-  # etcd-client (the cluster tier starts its own etcd).
+  # pkgconf (install and .deb tests), lintian (package_deb_install), clang-format
+  # (tools/check_format.sh), libsimdjson-dev (json_readers_bench, the JSON readers'
+  # comparison), etcd-server and etcd-client (the cluster tier starts its own etcd).
   packages+=(lmdb-utils openssl python3 python3-pytest mypy python3-venv python3-pip
              python3-setuptools python3-pydantic help2man dpkg-dev file pkgconf
-             clang-format libsimdjson-dev etcd-server etcd-client)
+             lintian clang-format libsimdjson-dev etcd-server etcd-client)
 fi
 missing=()
 for p in "${packages[@]}"; do
