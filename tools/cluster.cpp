@@ -32,8 +32,8 @@ struct cluster_args {
 };
 
 int fail(const std::string& action, const error& e) {
-  std::fprintf(stderr, "cluster %s: %s\n", action.c_str(), e.message.c_str());
-  return 1;
+  say("cluster", "%s: %s", action.c_str(), e.message.c_str());
+  return exit_failed;
 }
 
 int run_init(cluster::coordinator& c, const cluster_args& a) {
@@ -188,7 +188,7 @@ int run_drain(cluster::coordinator& c, const cluster_args& a) {
 
 runner define_cluster(command_line& cl) {
   auto a = std::make_shared<cluster_args>();
-  cl.usage = "agentstate cluster init --etcd URLS --cluster NAME [--shards S]\n"
+  cl.usage = "agentstate cluster init --etcd URLS --cluster NAME [--shards N]\n"
              "    [--expect-nodes N]\n"
              "agentstate cluster status --etcd URLS --cluster NAME [--json]\n"
              "agentstate cluster move SHARD NODE --etcd URLS --cluster NAME [--json]\n"
@@ -203,8 +203,10 @@ runner define_cluster(command_line& cl) {
                    "requests answer unavailable (retryable) while it is copied. drain moves every\n"
                    "shard of node NODE to the other live nodes, two at a time. Both reach the\n"
                    "nodes with a token granting '*' (--token-file, or $AGENTSTATE_TOKEN).";
-  cl.footer = "Exit status: 0 done; 1 etcd or a node could not be reached, the cluster exists\n"
-              "(init) or does not, a move failed (run it again: it carries on); 2 bad usage.";
+  cl.exit_status(exit_failed, "etcd or a node could not be reached, the cluster exists (init) or "
+                              "does not, or a move failed (run it again: it carries on)");
+  cl.environment.push_back(
+    {"AGENTSTATE_TOKEN", "move, drain: the token for the nodes when --token-file is not given"});
   cl.app.add_option("ACTION", a->action, "init, status, move or drain")
     ->required()
     ->type_name("ACTION");
@@ -216,7 +218,7 @@ runner define_cluster(command_line& cl) {
     ->required()
     ->type_name("NAME");
   cl.app.add_option("--shards", a->shards, "init: the shard count, fixed for good (default 256)")
-    ->type_name("S");
+    ->type_name("N");
   cl.app
     .add_option("--expect-nodes", a->expect_nodes,
                 "init: give shards out once this many nodes are live (default 1)")

@@ -9,6 +9,7 @@
 // shards left dropped their rows.
 #include <doctest/doctest.h>
 
+#include "cluster/coordinator.hpp"
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
 #include "support/cluster_nodes.hpp"
@@ -36,9 +37,9 @@ struct node_proc {
 };
 
 node_proc start_store_node(const test::etcd_process& etcd, const test::temp_dir& dir,
-                           const std::string& id) {
+                           const std::string& id, int port = 0) {
   std::vector<std::string> args{"--store",   dir.str() + "/" + id,
-                                "--listen",  "127.0.0.1:0",
+                                "--listen",  "127.0.0.1:" + std::to_string(port),
                                 "--cluster", "c",
                                 "--etcd",    etcd.url(),
                                 "--node-id", id,
@@ -54,6 +55,23 @@ node_proc start_store_node(const test::etcd_process& etcd, const test::temp_dir&
 
 json params_of(const std::string& app, const std::string& user) {
   return json{{"app_name", app}, {"user_id", user}, {"session_id", "s"}};
+}
+
+/// `method` at the node on `port` once it answers other than unavailable
+/// (REQUIREd ok within 10 s: each node's view of the map follows etcd on its
+/// own, so one may refuse a moved shard for a moment).
+std::optional<json> until_served(int port, const std::string& method, const json& params) {
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
+    auto r = client(port).call(method, params);
+    if (kind_of(r) != "unavailable") {
+      const std::string answer = r ? r->dump() : "no answer";
+      INFO(answer);
+      REQUIRE(ok(r));
+      return r;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(20ms); // bounded poll of another process's view of the map
+  }
 }
 
 std::string cluster_tool(const test::etcd_process& etcd, const std::string& args) {
@@ -288,4 +306,87 @@ TEST_CASE("cluster move refuses what it cannot do: bad shard, unknown node, bad 
   CHECK(kind_of(bad) == "invalid_argument");
   a.proc->signal(SIGTERM);
   CHECK(a.proc->wait_exit() == 0);
+}
+
+TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the move carries on, "
+          "and a move back undoes one and drops the abandoned copy") {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  test::init_cluster_c(etcd, 4, 2);
+  auto a = start_store_node(etcd, dir, "a");
+  auto b = start_store_node(etcd, dir, "b");
+  json map = test::settled_map({a.port, b.port});
+  auto c = cluster::make_etcd_coordinator(etcd.url(), "c");
+  REQUIRE(c.ok());
+  // A session on one of a's shards, with events.
+  std::string user;
+  std::uint32_t shard = 0;
+  for (int u = 0;; ++u) {
+    REQUIRE(u < 1000);
+    user = "u" + std::to_string(u);
+    shard = model::shard_of("app", user, 4);
+    if (map["shards"][shard]["owner"] == "a")
+      break;
+  }
+  const json p = params_of("app", user);
+  REQUIRE(ok(client(a.port).call("create_session", p)));
+  for (int i = 0; i < 5; ++i)
+    REQUIRE(ok(client(b.port).call(
+      "append_event", with(p, "event", {{"id", "e" + std::to_string(i)},
+                                        {"author", "t"},
+                                        {"actions", {{"state_delta", {{"n", i}}}}}}))));
+  // The move's first steps by hand: the shard marked moving, a's rows read
+  // once (which fences it there).
+  auto v = (*c)->load();
+  REQUIRE(v.ok());
+  auto moving = (*c)->set_shard(v->shards[shard], "a", v->shards[shard].epoch + 1, "b");
+  REQUIRE(moving.ok());
+  auto first = client(a.port).call("shard_export", json{{"shard", shard}, {"epoch", moving->epoch}});
+  REQUIRE(ok(first));
+  CHECK((*first)["result"]["sessions"] == 1);
+  auto refused = client(b.port).call(
+    "append_event", with(p, "event", {{"id", "x"}, {"author", "t"}, {"actions", json::object()}}));
+  CHECK(kind_of(refused) == "unavailable");
+  CHECK(read_text(dir.str() + "/a/cluster-moves.json").find("\"fenced\"") != std::string::npos);
+  // a dies and comes back on its store: it fences the shard again from its
+  // record, and the move carries on.
+  const int a_port = a.port;
+  a.proc->signal(SIGKILL);
+  a.proc->wait_exit();
+  a.proc.reset();
+  a = start_store_node(etcd, dir, "a", a_port);
+  auto moved = shell(cluster_tool(etcd, "move " + std::to_string(shard) + " b --json"), false);
+  INFO(moved.second);
+  REQUIRE(moved.first == 0);
+  CHECK(json::parse(moved.second)["sessions"] == 1);
+  auto read = until_served(a.port, "get_session", p); // forwarded to b
+  CHECK((*read)["result"]["version"] == 5);
+  CHECK((*read)["result"]["state"]["n"] == 4);
+  a.proc->wait_log("shard_moved_away");
+  // b's shard marked moving to a, a copy started there, then moved back to
+  // b: b serves it again, a drops its copy.
+  v = (*c)->load();
+  REQUIRE(v.ok());
+  auto back = (*c)->set_shard(v->shards[shard], "b", v->shards[shard].epoch + 1, "a");
+  REQUIRE(back.ok());
+  auto chunk = client(b.port).call("shard_export", json{{"shard", shard}, {"epoch", back->epoch}});
+  REQUIRE(ok(chunk));
+  REQUIRE(ok(client(a.port).call("shard_import", json{{"shard", shard},
+                                                      {"epoch", back->epoch},
+                                                      {"chunk", (*chunk)["result"]["chunk"]}})));
+  auto undone = shell(cluster_tool(etcd, "move " + std::to_string(shard) + " b --json"), false);
+  INFO(undone.second);
+  REQUIRE(undone.first == 0);
+  CHECK(json::parse(undone.second)["undone"] == true);
+  a.proc->wait_log("shard_copy_dropped");
+  b.proc->wait_log("shard_move_undone");
+  // Writes are served again.
+  auto again = until_served(
+    a.port, "append_event",
+    with(p, "event", {{"id", "e5"}, {"author", "t"}, {"actions", json::object()}}));
+  CHECK((*again)["result"]["version"] == 6);
+  for (auto* n : {&a, &b}) {
+    n->proc->signal(SIGTERM);
+    CHECK(n->proc->wait_exit() == 0);
+  }
 }
