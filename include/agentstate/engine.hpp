@@ -276,7 +276,8 @@ public:
 
   // -- the change feed (watch.hpp) ----------------------------------------------
 
-  /// Up to `limit` (1 to 10,000) changes after req.from that match `req`,
+  /// Up to `limit` (1 to 10,000) changes after req.from (none, or
+  /// from_start: from the oldest change the log keeps) that match `req`,
   /// in commit order, from one snapshot, on the calling thread. Examines at
   /// most 65,536 changes per call (the page's cursor is past the last one
   /// examined), so a narrow filter over a long log answers in bounded time,
@@ -294,7 +295,10 @@ public:
   result<std::string> head_cursor();
 
   /// Starts a watch: every change after req.from (none: after the newest
-  /// committed now) that matches `req`, in commit order, passed to
+  /// committed now; from_start: from the oldest change the log keeps, the
+  /// handle's cursor starting just before the oldest kept at the call, and
+  /// rows the retention trims before the watch's first read passed over,
+  /// never cursor_expired) that matches `req`, in commit order, passed to
   /// `on_changes` in batches (watch.hpp). A watch that falls behind re-reads
   /// the log later: nothing is dropped and no writer waits for it. Watches
   /// share the engine's delivery threads (as many as cores, up to 4, more
