@@ -140,8 +140,8 @@ void engine::read_changes(watch_request req, std::size_t limit, callback<change_
     return cb(std::move(r).err());
   if (limit < 1 || limit > 10000)
     return cb(error{errc::invalid_argument, "'limit' must be 1..10000"});
-  std::optional<std::uint64_t> after;
-  if (req.from) {
+  std::optional<std::uint64_t> after; // unset: from the oldest change kept
+  if (req.from && *req.from != from_start) {
     auto seq = store::parse_cursor(*req.from, core_->epoch);
     if (!seq)
       return cb(std::move(seq).err());
@@ -170,8 +170,9 @@ result<std::unique_ptr<watch_handle>> engine::watch(watch_request req, change_ha
     return std::move(r).err();
   if (!on_changes)
     return error{errc::invalid_argument, "a watch needs an on_changes callback"};
+  const bool oldest = req.from && *req.from == from_start;
   std::optional<std::uint64_t> from;
-  if (req.from) {
+  if (req.from && !oldest) {
     auto seq = store::parse_cursor(*req.from, core_->epoch);
     if (!seq)
       return std::move(seq).err();
@@ -186,8 +187,12 @@ result<std::unique_ptr<watch_handle>> engine::watch(watch_request req, change_ha
   if (from)
     if (auto ok = store::check_cursor(b, *from, core_->epoch); !ok)
       return std::move(ok).err();
-  return core_->hub->start(std::move(req), from.value_or(b.last), b.last, std::move(on_changes),
-                           std::move(on_end));
+  // From the start: just before the oldest change kept now (the head of an
+  // empty log).
+  if (oldest)
+    from = b.first != 0 ? b.first - 1 : b.last;
+  return core_->hub->start(std::move(req), from.value_or(b.last), b.last, oldest,
+                           std::move(on_changes), std::move(on_end));
 }
 
 void engine::delete_session(session_ref ref, callback<void> cb) {

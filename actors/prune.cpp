@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // engine::prune: a short-lived actor per call walks the store's update-time
 // index one bounded page at a time, each page from a fresh snapshot, and
-// sends each old session's actor an ordinary delete; the next page is read
-// once the page's deletes are answered (dry run: at once, as a message to
-// itself, so other actors run between pages).
-#include <atomic>
+// sends the store writer a delete of each old session guarded by its record
+// as the page read it (write_set::only_if): a session written after its page
+// was read stays. The next page is read once the page's deletes are answered
+// (dry run: at once, as a message to itself, so other actors run between
+// pages).
 #include <cmath>
-#include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,16 +21,14 @@
 #include "model/checks.hpp"
 #include "store/keys.hpp"
 #include "store/reads.hpp"
+#include "store/records.hpp"
 
 namespace agentstate::detail {
 /// Read and handle the next page.
 struct prune_step {};
-/// Every delete of the page in flight is answered.
-struct prune_page_done {};
 } // namespace agentstate::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::prune_step)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::prune_page_done)
 
 namespace agentstate {
 
@@ -43,25 +41,34 @@ constexpr std::size_t page_sessions = 256;
 constexpr std::size_t page_entries = 4096;
 constexpr std::size_t max_sample = 10000;
 
+/// An old session of a page, with its record as the page read it.
+struct prune_target {
+  session_ref ref;
+  store::write_set::record_guard seen;
+};
+
 /// One page of the walk.
 struct prune_page {
-  std::vector<session_ref> refs;
+  std::vector<prune_target> targets;
   bool end = false; ///< nothing after it
 };
 
 /// The sessions (of `app`, or of every app) last updated before `cutoff`
 /// whose by_update key is at or after `from`, up to page_sessions of them
-/// and page_entries entries examined; `from` moves past what was examined.
-/// Each app's entries run from its oldest, so the walk skips to the next app
-/// at the first entry that is not old. Throws kv_failure.
-prune_page walk_page(store::kv_read& txn, double cutoff, const std::string& app,
-                     std::string& from) {
+/// and page_entries entries examined, each with its record; `from` moves
+/// past what was examined. Each app's entries run from its oldest, so the
+/// walk skips to the next app at the first entry that is not old. An entry
+/// without a record is left (verify names it). Errors: data_corrupt (a
+/// damaged record). Throws kv_failure.
+result<prune_page> walk_page(store::kv_read& txn, double cutoff, const std::string& app,
+                             std::string& from) {
   prune_page page;
+  std::vector<session_ref> refs;
   const std::string prefix = app.empty() ? std::string() : app + '\0';
   if (from.empty())
     from = prefix;
   std::size_t examined = 0;
-  while (page.refs.size() < page_sessions && examined < page_entries) {
+  while (refs.size() < page_sessions && examined < page_entries) {
     std::optional<std::string> next_app;
     bool limited = false;
     txn.scan(store::table::by_update, prefix, from, [&](std::string_view k, std::string_view) {
@@ -76,12 +83,12 @@ prune_page walk_page(store::kv_read& txn, double cutoff, const std::string& app,
         }
         auto rest = store::split_key(k.substr(nul + 9), 2);
         if (rest.size() == 2)
-          page.refs.push_back(
+          refs.push_back(
             session_ref{std::string(k.substr(0, nul)), std::string(rest[1]), std::string(rest[0])});
       } // else: a malformed entry (verify names it); prune leaves it
       from.assign(k.data(), k.size());
       from.push_back('\0'); // the next key after k
-      limited = page.refs.size() >= page_sessions || examined >= page_entries;
+      limited = refs.size() >= page_sessions || examined >= page_entries;
       return !limited;
     });
     if (next_app) {
@@ -97,27 +104,38 @@ prune_page walk_page(store::kv_read& txn, double cutoff, const std::string& app,
       break;
     }
   }
+  for (auto& ref : refs) {
+    const auto skey = store::session_key(ref.app_name, ref.user_id, ref.session_id);
+    auto raw = txn.get(store::table::sessions, skey);
+    if (!raw)
+      continue;
+    auto rec = store::decode_record(skey, *raw);
+    if (!rec)
+      return error{errc::data_corrupt,
+                   "the record of session '" + ref.session_id + "' of app '" + ref.app_name
+                     + "' is damaged"};
+    page.targets.push_back({std::move(ref), {rec->version, rec->created, rec->last_update_time}});
+  }
   return page;
 }
 
-/// The deletes of one page, answered from session actors' threads.
-struct page_deletes {
-  std::vector<session_ref> refs;
-  std::vector<char> deleted; ///< per ref, set by its answer
-  std::atomic<std::size_t> left{0};
-  std::mutex mtx;
-  std::uint64_t failures = 0; ///< under mtx
-  std::optional<error> first; ///< under mtx
-};
-
 struct prune_state {
   engine_core* core = nullptr;
+  /// The store writer, taken at the call (engine_core::writer is reset by
+  /// close while this actor may still run).
+  writer_hdl writer;
   prune_request req;
   callback<prune_result> cb;
   prune_result out;
   std::string from; ///< where the walk resumes in by_update
   bool end = false; ///< the last page has been read
-  std::shared_ptr<page_deletes> inflight;
+  // The page's deletes in flight: their refs, and each one's outcome.
+  std::vector<session_ref> refs;
+  std::vector<char> deleted; ///< per ref: committed
+  std::size_t left = 0; ///< not yet answered
+  std::optional<error> first; ///< the first failure of the page
+
+  static inline const char* name = "agentstate.prune";
 };
 
 using prune_actor = caf::stateful_actor<prune_state>;
@@ -136,6 +154,23 @@ void take(prune_state& st, const session_ref& ref) {
     st.out.sample.push_back(ref);
 }
 
+void page_done(prune_actor* self);
+
+// The writer's verdict on delete `i` of the page: committed, left (the
+// session was written after the page read it, or is gone), or failed.
+void answered(prune_actor* self, std::size_t i, errc code, std::string message) {
+  auto& st = self->state;
+  if (code == errc::ok) {
+    st.deleted[i] = 1;
+  } else if (code != errc::condition_failed) {
+    ++st.out.failed;
+    if (!st.first)
+      st.first = error{code, std::move(message)};
+  }
+  if (--st.left == 0)
+    page_done(self);
+}
+
 void step(prune_actor* self) {
   auto& st = self->state;
   auto& core = *st.core;
@@ -150,71 +185,59 @@ void step(prune_actor* self) {
       st.out.stopped = std::move(txn).err();
       return finish(self);
     }
-    page = walk_page(**txn, st.out.cutoff, st.req.app_name, st.from);
+    auto read = walk_page(**txn, st.out.cutoff, st.req.app_name, st.from);
+    if (!read) {
+      st.out.stopped = std::move(read).err();
+      return finish(self);
+    }
+    page = std::move(*read);
   } catch (const store::kv_failure& f) {
     st.out.stopped = error{f.code, f.message};
     return finish(self);
   }
   st.end = page.end;
-  if (st.req.dry_run || page.refs.empty()) {
-    for (const auto& ref : page.refs)
-      take(st, ref);
-    if (st.req.progress && !page.refs.empty())
+  if (st.req.dry_run || page.targets.empty()) {
+    for (const auto& t : page.targets)
+      take(st, t.ref);
+    if (st.req.progress && !page.targets.empty())
       st.req.progress(st.out.sessions);
     if (st.end)
       return finish(self);
     self->send(self, prune_step{});
     return;
   }
-  auto d = std::make_shared<page_deletes>();
-  d->refs = std::move(page.refs);
-  d->deleted.assign(d->refs.size(), 0);
-  d->left = d->refs.size();
-  st.inflight = d;
-  caf::actor me = caf::actor_cast<caf::actor>(self);
-  for (std::size_t i = 0; i < d->refs.size(); ++i) {
-    auto answered = [d, me, i](result<void> r) {
-      if (r) {
-        d->deleted[i] = 1;
-      } else {
-        std::lock_guard<std::mutex> guard(d->mtx);
-        ++d->failures;
-        if (!d->first)
-          d->first = std::move(r).err();
-      }
-      if (d->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
-        caf::anon_send(me, prune_page_done{});
-    };
-    const auto& ref = d->refs[i];
-    delete_cmd cmd{answered};
-    auto key = session_registry_key(ref);
-    auto make = [&core, &ref] { return spawn_session_actor(core, ref); };
-    if (!core.sessions.route(key, std::move(cmd), make))
-      answered(error{errc::unavailable, "the engine is closing"});
+  st.refs.clear();
+  st.deleted.assign(page.targets.size(), 0);
+  st.left = page.targets.size();
+  st.first.reset();
+  for (std::size_t i = 0; i < page.targets.size(); ++i) {
+    auto& t = page.targets[i];
+    write_plan plan;
+    plan.ws.op = store::write_set::kind::remove;
+    plan.ws.app = t.ref.app_name;
+    plan.ws.user = t.ref.user_id;
+    plan.ws.id = t.ref.session_id;
+    plan.ws.only_if = t.seen;
+    st.refs.push_back(std::move(t.ref));
+    sent_to_writer(core);
+    self->request(st.writer, caf::infinite, write_cmd{std::move(plan)})
+      .then([self, i](write_reply& r) { answered(self, i, r.code, std::move(r.message)); },
+            [self, i](caf::error& e) {
+              answered(self, i, errc::unavailable, "store writer unreachable: " + to_string(e));
+            });
   }
 }
 
 void page_done(prune_actor* self) {
   auto& st = self->state;
-  auto d = std::move(st.inflight);
-  if (!d)
-    return;
-  // Every answer was given before the last one sent prune_page_done: the
-  // countdown's acq_rel orders their writes before this message.
-  std::optional<error> first;
-  {
-    std::lock_guard<std::mutex> guard(d->mtx);
-    st.out.failed += d->failures;
-    first = std::move(d->first);
-  }
-  for (std::size_t i = 0; i < d->refs.size(); ++i)
-    if (d->deleted[i])
-      take(st, d->refs[i]);
+  for (std::size_t i = 0; i < st.refs.size(); ++i)
+    if (st.deleted[i])
+      take(st, st.refs[i]);
   if (st.req.progress)
     st.req.progress(st.out.sessions);
-  if (first) {
+  if (st.first) {
     // Stop: a later page would likely fail the same way.
-    st.out.stopped = std::move(first);
+    st.out.stopped = std::move(st.first);
     return finish(self);
   }
   if (st.end)
@@ -222,17 +245,17 @@ void page_done(prune_actor* self) {
   self->send(self, prune_step{});
 }
 
-caf::behavior prune_behavior(prune_actor* self, engine_core* core, prune_request req,
-                             callback<prune_result> cb) {
+caf::behavior prune_behavior(prune_actor* self, engine_core* core, writer_hdl writer,
+                             prune_request req, callback<prune_result> cb) {
   auto& st = self->state;
   st.core = core;
+  st.writer = std::move(writer);
   st.out.cutoff = wall_now(*core) - req.older_than_s;
   st.req = std::move(req);
   st.cb = std::move(cb);
   self->send(self, prune_step{});
   return {
     [self](prune_step&) { step(self); },
-    [self](prune_page_done&) { page_done(self); },
   };
 }
 
@@ -248,7 +271,7 @@ void engine::prune(prune_request req, callback<prune_result> cb) {
     return cb(error{errc::invalid_argument, "'sample_limit' must be 0..10000"});
   if (core_->closed.load())
     return cb(error{errc::unavailable, "the engine is closing"});
-  core_->sys->spawn(prune_behavior, core_.get(), std::move(req), std::move(cb));
+  core_->sys->spawn(prune_behavior, core_.get(), core_->writer, std::move(req), std::move(cb));
 }
 
 result<prune_result> engine::prune(prune_request req) {

@@ -61,6 +61,9 @@ struct watcher : std::enable_shared_from_this<watcher> {
   // hub's mutex orders consecutive passes).
   std::uint64_t delivered = 0; ///< the cursor of the last batch delivered
   watch_hub::clock::time_point last_delivery{};
+  /// A watch from the start before its first page: that read starts at the
+  /// oldest change the log keeps then (at or after `cursor`).
+  bool oldest = false;
 
   std::mutex mtx;
   std::condition_variable cv; ///< `finished`
@@ -116,7 +119,9 @@ watcher::outcome watcher::pass(std::uint64_t skip) {
   }
   while (!ended) {
     std::uint64_t end_seq = at;
-    auto page = store::read_change_page(*core->kv, req, at, page_limits, core->epoch, &end_seq);
+    auto page = store::read_change_page(*core->kv, req,
+                                        oldest ? std::nullopt : std::optional<std::uint64_t>(at),
+                                        page_limits, core->epoch, &end_seq);
     if (!page) {
       failure = std::move(page).err();
       std::lock_guard<std::mutex> lk(mtx);
@@ -128,6 +133,7 @@ watcher::outcome watcher::pass(std::uint64_t skip) {
       ended = true;
       break;
     }
+    oldest = false;
     const auto now = watch_hub::clock::now();
     const bool progress =
       page->changes.empty() && end_seq > delivered && now - last_delivery >= progress_period;
@@ -256,13 +262,14 @@ bool watch_hub::add_worker() {
 }
 
 result<std::unique_ptr<watch_handle>> watch_hub::start(watch_request req, std::uint64_t after,
-                                                       std::uint64_t head,
+                                                       std::uint64_t head, bool oldest,
                                                        change_handler on_changes,
                                                        end_handler on_end) {
   auto w = std::make_shared<watcher>();
   w->core = &core_;
   w->hub = this;
   w->req = std::move(req);
+  w->oldest = oldest;
   w->on_changes = std::move(on_changes);
   w->on_end = std::move(on_end);
   w->cursor = after;

@@ -66,11 +66,13 @@ public:
   void published(std::uint64_t head);
 
   /// Starts a watch after sequence `after`; `head` is the newest committed
-  /// sequence now. Errors: unavailable (closing, or no thread can be
-  /// started).
+  /// sequence now. `oldest` (a watch from the start, `after` just before
+  /// the oldest change kept): its first read starts at the oldest change the
+  /// log keeps then, so rows trimmed since do not end it (cursor_expired).
+  /// Errors: unavailable (closing, or no thread can be started).
   result<std::unique_ptr<watch_handle>> start(watch_request req, std::uint64_t after,
-                                              std::uint64_t head, change_handler on_changes,
-                                              end_handler on_end);
+                                              std::uint64_t head, bool oldest,
+                                              change_handler on_changes, end_handler on_end);
 
   /// Ends every watch (reason closing), waits until each has called its
   /// on_end, and stops the hub's threads. REQUIRES: not called from a

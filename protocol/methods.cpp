@@ -414,9 +414,7 @@ namespace {
 
 prepare_result prepare_read_changes(const json& params) {
   param_reader p(params);
-  auto r = read_watch_request(p);
-  if (r.from && *r.from == "start") // the oldest change kept: as without `from`
-    r.from.reset();
+  auto r = read_watch_request(p); // `from` "start": the engine's from_start
   auto limit = p.optional_uint("limit").value_or(100);
   prepared x;
   x.op = [r = std::move(r), limit](engine& e, const reply_fn& reply) mutable {

@@ -295,12 +295,9 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   }
   if (watching) {
     param_reader reader(params);
-    if (name == "watch") {
+    if (name == "watch")
       d.watch = read_watch_request(reader);
-      if (d.watch->from && *d.watch->from == "start" && !reader.failure())
-        reader.fail("'from' \"start\" is for read_changes: read its pages from \"start\" "
-                    "until at_head, then watch from the last page's cursor");
-    } else
+    else
       d.unwatch = reader.required_string("watch_id");
     if (reader.failure()) {
       d.watch.reset();

@@ -353,6 +353,18 @@ result<bool> apply(kv_write& txn, const write_set& ws, change_log* log) {
       return true;
     }
     case write_set::kind::remove: {
+      if (ws.only_if) {
+        const auto& g = *ws.only_if;
+        const bool same = rec && rec->version == g.version
+          && bits_of(rec->created) == bits_of(g.created)
+          && bits_of(rec->last_update_time) == bits_of(g.last_update_time);
+        auto out = read_outbox(txn, skey);
+        if (!out)
+          return std::move(out).err();
+        if (!same || *out)
+          return error{errc::condition_failed,
+                       "session '" + ws.id + "' was written after it was read; it stays"};
+      }
       if (!rec)
         return false;
       if (rec->version > inline_delete_events) {

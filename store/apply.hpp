@@ -20,7 +20,8 @@ namespace agentstate::store {
 /// delete's every row. Precondition failures come back as errors
 /// (already_exists for a create of an existing id; not_found, or unavailable
 /// when an earlier append of the session failed so this one's version no
-/// longer follows) only before the first write: an error return leaves
+/// longer follows; condition_failed for a guarded delete, write_set::only_if,
+/// of a session written since) only before the first write: an error return leaves
 /// `txn` as it was. Throws kv_failure on storage failure, possibly after
 /// some of the write set's puts (the caller's savepoint takes them back).
 /// Every state row written keeps its scope's tally (store::state_tally):

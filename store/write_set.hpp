@@ -76,6 +76,15 @@ struct write_set {
   /// same app whose kept outcomes go (their senders no longer need them).
   std::string outcome;
   std::vector<std::string> forget;
+  /// remove (engine::prune): when set, the delete applies only while the
+  /// session is as it was read: a record with this version, creation and
+  /// last update time, and no append out at its app's home (an outbox row).
+  /// Otherwise the write set fails with condition_failed, writing nothing.
+  struct record_guard {
+    std::uint64_t version = 0;
+    double created = 0, last_update_time = 0;
+  };
+  std::optional<record_guard> only_if;
   /// append: app_writes are kept at the app's home, not here (a cluster
   /// node, store/outbox.hpp): they go into the change row only. And the
   /// session's outbox row at `version` is deleted in the same commit.

@@ -176,15 +176,18 @@ public:
   result<void> delete_app(std::string app_name);
 
   /// Deletes every session whose last update is older than
-  /// req.older_than_s (prune_request), through delete_session (each delete
-  /// in the change feed, a large session's rows purged in steps), in
+  /// req.older_than_s (prune_request), each delete as delete_session's
+  /// (in the change feed, a large session's rows purged in steps), in
   /// bounded steps beside other calls: each step reads one page of at most
   /// 256 such sessions (examining at most 4,096 index entries) from a fresh
   /// snapshot, and the next step starts once the page's deletes are
   /// answered, so memory stays bounded and other work interleaves. App and
   /// user state stay. A step after a failed delete does not start
-  /// (prune_result::stopped). A session updated after its step read it as
-  /// old is deleted all the same. Errors: invalid_argument (older_than_s,
+  /// (prune_result::stopped). A delete commits only if its session is still
+  /// as its step read it (the same version, creation and last update time,
+  /// no append out at its app's home): a session written after its step
+  /// read it (appended to, deleted, created again) stays, counted in
+  /// neither sessions nor failed. Errors: invalid_argument (older_than_s,
   /// app_name, sample_limit), unavailable (closing).
   void prune(prune_request req, callback<prune_result> cb);
   result<prune_result> prune(prune_request req);
@@ -339,7 +342,8 @@ public:
 
   // -- the change feed (watch.hpp) ----------------------------------------------
 
-  /// Up to `limit` (1 to 10,000) changes after req.from that match `req`,
+  /// Up to `limit` (1 to 10,000) changes after req.from (none, or
+  /// from_start: from the oldest change the log keeps) that match `req`,
   /// in commit order, from one snapshot, on the calling thread. Examines at
   /// most 65,536 changes per call (the page's cursor is past the last one
   /// examined), so a narrow filter over a long log answers in bounded time,
@@ -357,7 +361,10 @@ public:
   result<std::string> head_cursor();
 
   /// Starts a watch: every change after req.from (none: after the newest
-  /// committed now) that matches `req`, in commit order, passed to
+  /// committed now; from_start: from the oldest change the log keeps, the
+  /// handle's cursor starting just before the oldest kept at the call, and
+  /// rows the retention trims before the watch's first read passed over,
+  /// never cursor_expired) that matches `req`, in commit order, passed to
   /// `on_changes` in batches (watch.hpp). A watch that falls behind re-reads
   /// the log later: nothing is dropped and no writer waits for it. Watches
   /// share the engine's delivery threads (as many as cores, up to 4, more

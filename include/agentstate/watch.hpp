@@ -45,9 +45,14 @@ struct watch_request {
   bool include_sessions = false;
   std::string key_prefix;
   /// Exclusive: the first change delivered is the one after this cursor.
-  /// read_changes without it starts at the oldest change the log keeps.
+  /// from_start ("start"): from the oldest change the log keeps (never
+  /// cursor_expired). Unset: read_changes starts at the oldest change the
+  /// log keeps, a watch after the newest.
   std::optional<std::string> from;
 };
+
+/// The watch_request::from that names the oldest change the log keeps.
+inline constexpr const char* from_start = "start";
 
 /// remove_user / remove_app: delete_user / delete_app removed every session
 /// of a user (user_id set, session_id empty) or of an app (both empty) and
