@@ -50,9 +50,12 @@ struct engine_core {
   /// writer purges a step at a time between group commits and clears it
   /// once nothing is left. Written by the writer (and open) only.
   std::atomic<bool> purge_pending{false};
-  /// Counts committed delete_user / delete_app fences (store/scope_delete.hpp).
-  /// Session and scope actors compare it with the value they loaded under
-  /// and reload what they cache when it moved.
+  /// Moves when what actors cache may have changed under them: a committed
+  /// delete_user / delete_app fence (store/scope_delete.hpp), a guarded
+  /// delete of engine::prune, a range written or dropped
+  /// (engine::write_range, drop_range). Session and scope actors compare it
+  /// with the value they loaded under and reload what they cache when it
+  /// moved.
   std::atomic<std::uint64_t> fence_epoch{0};
   /// engine::fence_range's ranges: a write set in one fails unavailable at
   /// commit (writer.cpp). Read and changed under commit_mtx only.

@@ -154,11 +154,15 @@ result<std::uint64_t> engine::drop_range(hash_range r) {
     if (core_->closed.load())
       return closing();
     // Read from a fresh snapshot each step: the spans to empty, and what
-    // they hold now.
-    auto reader = store::shard_reader::open(*core_->kv, to_model(r));
-    if (!reader)
-      return std::move(reader).err();
-    auto c = (*reader)->next(at);
+    // they hold now. The snapshot ends before the write (a store whose
+    // writes wait for its readers, as the memory store's do).
+    result<store::shard_chunk> c = error{errc::internal, "not read"};
+    {
+      auto reader = store::shard_reader::open(*core_->kv, to_model(r));
+      if (!reader)
+        return std::move(reader).err();
+      c = (*reader)->next(at);
+    }
     if (!c)
       return std::move(c).err();
     range_chunk counted;

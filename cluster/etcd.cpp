@@ -282,7 +282,6 @@ bool unb64(std::string_view s, std::string& out) {
   return true;
 }
 
-
 std::string prefix_end(const std::string& prefix) {
   std::string end = prefix;
   while (!end.empty()) {

@@ -994,8 +994,8 @@ void rpc_session::answer_node_call(detail::decoded_request& d, std::size_t bytes
       if (r)
         return reply(detail::outcome{std::move(*r)});
       detail::rpc_failure f;
-      f.code = r.code() == errc::invalid_argument ? rpc_code::invalid_params
-                                                  : rpc_code::engine_error;
+      f.code =
+        r.code() == errc::invalid_argument ? rpc_code::invalid_params : rpc_code::engine_error;
       f.message = r.err().message;
       f.kind = to_string(r.code());
       reply(detail::outcome{std::move(f)});

@@ -124,8 +124,8 @@ void print_move(const move_report& r, bool as_json) {
                 "rows in %llu chunks; its requests were refused for %.0f ms\n",
                 r.shard, r.from.c_str(), r.to.c_str(), static_cast<unsigned long long>(r.epoch),
                 static_cast<unsigned long long>(r.sessions),
-                static_cast<unsigned long long>(r.rows),
-                static_cast<unsigned long long>(r.chunks), r.unavailable_ms);
+                static_cast<unsigned long long>(r.rows), static_cast<unsigned long long>(r.chunks),
+                r.unavailable_ms);
   }
   std::fflush(stdout);
 }
@@ -192,8 +192,10 @@ runner define_cluster(command_line& cl) {
              "    [--expect-nodes N]\n"
              "agentstate cluster status --etcd URLS --cluster NAME [--json]\n"
              "agentstate cluster move SHARD NODE --etcd URLS --cluster NAME [--json]\n"
-             "    [--token-file FILE] [--tls] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
-             "agentstate cluster drain NODE --etcd URLS --cluster NAME [--json] [...as move]";
+             "    [--token-file FILE] [--tls] [--tls-ca FILE]\n"
+             "    [--tls-cert FILE --tls-key FILE]\n"
+             "agentstate cluster drain NODE --etcd URLS --cluster NAME [--json]\n"
+             "    [options of move]";
   cl.description = "A cluster is several `agentstate serve` nodes holding disjoint shards of one\n"
                    "logical store; etcd holds its configuration (the shard map, the node\n"
                    "registry). init creates the cluster's keys (refused when it exists). status\n"
@@ -203,8 +205,9 @@ runner define_cluster(command_line& cl) {
                    "requests answer unavailable (retryable) while it is copied. drain moves every\n"
                    "shard of node NODE to the other live nodes, two at a time. Both reach the\n"
                    "nodes with a token granting '*' (--token-file, or $AGENTSTATE_TOKEN).";
-  cl.exit_status(exit_failed, "etcd or a node could not be reached, the cluster exists (init) or "
-                              "does not, or a move failed (run it again: it carries on)");
+  cl.exit_status(exit_failed,
+                 "etcd or a node could not be reached, the cluster exists (init) or "
+                 "does not, or a move failed (run it again: it carries on)");
   cl.environment.push_back(
     {"AGENTSTATE_TOKEN", "move, drain: the token for the nodes when --token-file is not given"});
   cl.app.add_option("ACTION", a->action, "init, status, move or drain")
@@ -239,7 +242,9 @@ runner define_cluster(command_line& cl) {
   cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
     ->type_name("FILE")
     ->group(nodes);
-  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")->type_name("FILE")->group(nodes);
+  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")
+    ->type_name("FILE")
+    ->group(nodes);
   return [a]() -> int {
     const bool takes_args = a->action == "move" || a->action == "drain";
     if (a->action != "init" && a->action != "status" && !takes_args)
@@ -259,7 +264,7 @@ runner define_cluster(command_line& cl) {
 }
 
 const bool registered = register_command(
-  {"cluster", "create, show and rebalance a cluster (etcd holds its configuration)",
+  {"cluster", "create, show and rebalance a cluster (configuration in etcd)",
    define_cluster});
 
 } // namespace

@@ -50,8 +50,8 @@ result<json> call_node(node_link& n, const move_options& o, const std::string& m
       why = r.value.err().message;
     }
     if (attempt >= o.retries)
-      return error{errc::unavailable, "node '" + n.id + "' at " + n.address + " (" + method
-                                        + "): " + why};
+      return error{errc::unavailable,
+                   "node '" + n.id + "' at " + n.address + " (" + method + "): " + why};
     std::this_thread::sleep_for(
       std::min(std::chrono::milliseconds(100) * (attempt + 1), std::chrono::milliseconds(2000)));
   }
@@ -62,8 +62,8 @@ result<const cluster::node_info*> live_node(const cluster::cluster_view& v, cons
                                             const char* what) {
   const auto* n = v.node(id);
   if (!n)
-    return error{errc::invalid_argument, std::string(what) + " '" + id + "' is not a node of "
-                                           + v.cluster};
+    return error{errc::invalid_argument,
+                 std::string(what) + " '" + id + "' is not a node of " + v.cluster};
   if (!n->alive)
     return error{errc::unavailable, std::string(what) + " '" + id + "' is down"};
   return n;
@@ -96,9 +96,9 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
   if (!v)
     return std::move(v).err();
   if (shard >= v->shards.size())
-    return error{errc::invalid_argument, "shard " + std::to_string(shard)
-                                           + " is beyond the cluster's "
-                                           + std::to_string(v->shards.size())};
+    return error{errc::invalid_argument,
+                 "shard " + std::to_string(shard) + " is beyond the cluster's "
+                   + std::to_string(v->shards.size())};
   move_report out;
   out.shard = shard;
   out.to = to;
@@ -163,8 +163,8 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
     return std::move(now).err();
   const auto& cur = now->shards[shard];
   if (cur.owner != e.owner || cur.epoch != e.epoch || cur.to != to)
-    return error{errc::version_conflict, "shard " + std::to_string(shard)
-                                           + " changed in the map while it was copied"};
+    return error{errc::version_conflict,
+                 "shard " + std::to_string(shard) + " changed in the map while it was copied"};
   auto done = c.set_shard(cur, to, cur.epoch + 1, "");
   if (!done)
     return std::move(done).err();
@@ -188,8 +188,8 @@ result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
     if (n.alive && n.id != node)
       load[n.id] = 0;
   if (load.empty())
-    return error{errc::invalid_argument, "no other node is live to take the shards of '" + node
-                                           + "'"};
+    return error{errc::invalid_argument,
+                 "no other node is live to take the shards of '" + node + "'"};
   for (auto& e : v->shards) {
     if (e.owner == node)
       todo.push_back(e.shard);
@@ -218,8 +218,9 @@ result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
       std::lock_guard<std::mutex> lock(mtx);
       if (!r) {
         if (!failed)
-          failed = error{r.code(), "shard " + std::to_string(shard) + " to node '" + to
-                                     + "': " + r.err().message};
+          failed =
+            error{r.code(),
+                  "shard " + std::to_string(shard) + " to node '" + to + "': " + r.err().message};
         return;
       }
       ++moved;

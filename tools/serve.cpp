@@ -613,10 +613,10 @@ int run_serve(serve_config& cfg) {
       member.reset();
       return finish_engine(eng, log, 1);
     }
-    net.set_node_calls([m](const std::string& method, json params,
-                           std::function<void(result<json>)> done) {
-      m->node_call(method, std::move(params), std::move(done));
-    });
+    net.set_node_calls(
+      [m](const std::string& method, json params, std::function<void(result<json>)> done) {
+        m->node_call(method, std::move(params), std::move(done));
+      });
   }
   signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
   net.run(eng);

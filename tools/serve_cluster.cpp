@@ -436,7 +436,7 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
                           : ": a node with --no-forward serves it only when it owns them all")
                      + " (docs/cluster.md)",
                    nullptr);
-  if (q.method == "watch" && q.from && !cluster::parse_merged_cursor(*q.from))
+  if (q.method == "watch" && q.from && *q.from != "start" && !cluster::parse_merged_cursor(*q.from))
     return refusal("invalid_argument",
                    "'from' is not a cursor of a watch or read across nodes (one starting "
                    "\"nodes:\", as such a watch or read answers it)",
@@ -463,10 +463,14 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
       json p = params;
       p["this_node"] = true;
       p.erase("from");
-      if (auto from = params.find("from"); from != params.end() && from->is_string())
-        if (auto at = cluster::parse_merged_cursor(from->get_ref<const std::string&>()))
+      if (auto from = params.find("from"); from != params.end() && from->is_string()) {
+        const auto& text = from->get_ref<const std::string&>();
+        if (text == "start")
+          p["from"] = text; // each node's log from the oldest change it keeps
+        else if (auto at = cluster::parse_merged_cursor(text))
           if (auto mine = at->find(ids[part]); mine != at->end())
             p["from"] = mine->second;
+      }
       return p;
     };
     if (q.method == "watch") {
@@ -512,17 +516,15 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
     r.span = [max = p_->max_response_bytes, ids, v](const json& params,
                                                     std::vector<protocol::span_answer> parts) {
       const auto shards = v->settings.shards;
-      return cluster::merge_pages(params, std::move(parts), max,
-                                  [&](std::size_t part, const json& s) {
-                                    auto app = s.find("app_name"), user = s.find("user_id");
-                                    if (app == s.end() || user == s.end() || !app->is_string()
-                                        || !user->is_string())
-                                      return true;
-                                    const auto shard = model::shard_of(
-                                      app->get_ref<const std::string&>(),
-                                      user->get_ref<const std::string&>(), shards);
-                                    return v->shards[shard].owner == ids[part];
-                                  });
+      return cluster::merge_pages(
+        params, std::move(parts), max, [&](std::size_t part, const json& s) {
+          auto app = s.find("app_name"), user = s.find("user_id");
+          if (app == s.end() || user == s.end() || !app->is_string() || !user->is_string())
+            return true;
+          const auto shard = model::shard_of(app->get_ref<const std::string&>(),
+                                             user->get_ref<const std::string&>(), shards);
+          return v->shards[shard].owner == ids[part];
+        });
     };
     // The sessions of nodes other than the app's home show its app: state
     // as read there once the page is merged.

@@ -133,8 +133,9 @@ struct shard_mover::impl {
     json r = json::parse(text.str(), nullptr, false);
     auto bad = [this] {
       return error{errc::data_corrupt,
-                   path + " is not a record of shard moves (a JSON object with 'fenced' and "
-                          "'importing': lists of {shard, shards})"};
+                   path
+                     + " is not a record of shard moves (a JSON object with 'fenced' and "
+                       "'importing': lists of {shard, shards})"};
     };
     if (!r.is_object())
       return bad();
@@ -206,9 +207,9 @@ struct shard_mover::impl {
     }
     auto v = view_at(static_cast<std::uint32_t>(std::min<std::uint64_t>(*shard, 65536)), *epoch);
     if (*shard >= v->shards.size())
-      return error{errc::invalid_argument, "shard " + std::to_string(*shard)
-                                             + " is beyond the cluster's "
-                                             + std::to_string(v->shards.size())};
+      return error{errc::invalid_argument,
+                   "shard " + std::to_string(*shard) + " is beyond the cluster's "
+                     + std::to_string(v->shards.size())};
     const auto s = static_cast<std::uint32_t>(*shard);
     const auto& e = v->shards[s];
     if (e.owner != id || e.to.empty() || e.epoch != *epoch)
@@ -256,9 +257,9 @@ struct shard_mover::impl {
       return error{errc::invalid_argument, "'chunk' is not base64"};
     auto v = view_at(static_cast<std::uint32_t>(std::min<std::uint64_t>(*shard, 65536)), *epoch);
     if (*shard >= v->shards.size())
-      return error{errc::invalid_argument, "shard " + std::to_string(*shard)
-                                             + " is beyond the cluster's "
-                                             + std::to_string(v->shards.size())};
+      return error{errc::invalid_argument,
+                   "shard " + std::to_string(*shard) + " is beyond the cluster's "
+                     + std::to_string(v->shards.size())};
     const auto s = static_cast<std::uint32_t>(*shard);
     const auto& e = v->shards[s];
     if (e.to != id || e.epoch != *epoch)
@@ -318,8 +319,8 @@ struct shard_mover::impl {
             continue;
           }
           log.info("shard_moved_away",
-                   "shard " + std::to_string(s) + " moved to node '" + e.owner + "': "
-                     + std::to_string(*dropped) + " sessions dropped here",
+                   "shard " + std::to_string(s) + " moved to node '" + e.owner
+                     + "': " + std::to_string(*dropped) + " sessions dropped here",
                    {{"shard", s}, {"epoch", e.epoch}, {"owner", e.owner}});
         } else {
           log.info("shard_move_undone",
@@ -384,10 +385,9 @@ struct shard_mover::impl {
       }
       if (job) {
         result<json> r = job->method == "shard_export" ? shard_export(job->params)
-          : job->method == "shard_import"              ? shard_import(job->params)
-                                                       : result<json>(error{
-                                            errc::invalid_argument,
-                                            "unknown method '" + job->method + "'"});
+          : job->method == "shard_import"
+          ? shard_import(job->params)
+          : result<json>(error{errc::invalid_argument, "unknown method '" + job->method + "'"});
         job->done(std::move(r));
         retry = true;
       }

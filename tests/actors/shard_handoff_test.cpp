@@ -108,8 +108,9 @@ TEST_CASE_TEMPLATE("shard handoff: a range copied chunk by chunk reads the same 
     auto ref = test::sref("chat", user_on(home), "s" + std::to_string(i));
     MUST(a->create_session(test::create_req(ref, {{"user:plan", "pro"}, {"k", i}})));
     for (int j = 0; j < 5; ++j)
-      test::append_ok(*a, ref, test::make_event({{"n", j}, {"app:total", i * 10 + j}},
-                                                "e" + std::to_string(i) + "-" + std::to_string(j)));
+      test::append_ok(*a, ref,
+                      test::make_event({{"n", j}, {"app:total", i * 10 + j}},
+                                       "e" + std::to_string(i) + "-" + std::to_string(j)));
     in.push_back(ref);
   }
   auto other = test::sref("chat", user_on(home, false), "x");

@@ -38,13 +38,13 @@ struct node_proc {
 
 node_proc start_store_node(const test::etcd_process& etcd, const test::temp_dir& dir,
                            const std::string& id, int port = 0) {
-  std::vector<std::string> args{"--store",   dir.str() + "/" + id,
-                                "--listen",  "127.0.0.1:" + std::to_string(port),
-                                "--cluster", "c",
-                                "--etcd",    etcd.url(),
-                                "--node-id", id,
+  std::vector<std::string> args{"--store",       dir.str() + "/" + id,
+                                "--listen",      "127.0.0.1:" + std::to_string(port),
+                                "--cluster",     "c",
+                                "--etcd",        etcd.url(),
+                                "--node-id",     id,
                                 "--lease-ttl-s", "2",
-                                "--log-format", "json"};
+                                "--log-format",  "json"};
   node_proc n;
   n.id = id;
   n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
@@ -157,8 +157,7 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
           std::optional<json> got;
           if (c)
             got = read ? c->call("get_session", params_of(app, user), "r", 10s)
-                       : c->call("append_event", with(params_of(app, user), "event", ev), "w",
-                                 10s);
+                       : c->call("append_event", with(params_of(app, user), "event", ev), "w", 10s);
           json done{{"process", w}, {"f", read ? "read" : "append"}, {"session", session}};
           if (ok(got)) {
             auto& res = (*got)["result"];
@@ -207,7 +206,8 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
     CHECK(report["shard"] == s);
     CHECK(report["from"] == from);
     CHECK(report["to"] == to);
-    CHECK(report["epoch"].get<std::uint64_t>() == map["shards"][s]["epoch"].get<std::uint64_t>() + 2);
+    CHECK(report["epoch"].get<std::uint64_t>()
+          == map["shards"][s]["epoch"].get<std::uint64_t>() + 2);
     if (used.count(s))
       CHECK(report["sessions"].get<std::uint64_t>() > 0);
     MESSAGE("shard ", s, " moved: ", report.dump());
@@ -331,17 +331,19 @@ TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the mov
   const json p = params_of("app", user);
   REQUIRE(ok(client(a.port).call("create_session", p)));
   for (int i = 0; i < 5; ++i)
-    REQUIRE(ok(client(b.port).call(
-      "append_event", with(p, "event", {{"id", "e" + std::to_string(i)},
-                                        {"author", "t"},
-                                        {"actions", {{"state_delta", {{"n", i}}}}}}))));
+    REQUIRE(ok(client(b.port).call("append_event",
+                                   with(p, "event",
+                                        {{"id", "e" + std::to_string(i)},
+                                         {"author", "t"},
+                                         {"actions", {{"state_delta", {{"n", i}}}}}}))));
   // The move's first steps by hand: the shard marked moving, a's rows read
   // once (which fences it there).
   auto v = (*c)->load();
   REQUIRE(v.ok());
   auto moving = (*c)->set_shard(v->shards[shard], "a", v->shards[shard].epoch + 1, "b");
   REQUIRE(moving.ok());
-  auto first = client(a.port).call("shard_export", json{{"shard", shard}, {"epoch", moving->epoch}});
+  auto first =
+    client(a.port).call("shard_export", json{{"shard", shard}, {"epoch", moving->epoch}});
   REQUIRE(ok(first));
   CHECK((*first)["result"]["sessions"] == 1);
   auto refused = client(b.port).call(
@@ -352,7 +354,10 @@ TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the mov
   // record, and the move carries on.
   const int a_port = a.port;
   a.proc->signal(SIGKILL);
-  a.proc->wait_exit();
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       a.proc->alive() && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
+  REQUIRE_FALSE(a.proc->alive());
   a.proc.reset();
   a = start_store_node(etcd, dir, "a", a_port);
   auto moved = shell(cluster_tool(etcd, "move " + std::to_string(shard) + " b --json"), false);
@@ -371,9 +376,9 @@ TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the mov
   REQUIRE(back.ok());
   auto chunk = client(b.port).call("shard_export", json{{"shard", shard}, {"epoch", back->epoch}});
   REQUIRE(ok(chunk));
-  REQUIRE(ok(client(a.port).call("shard_import", json{{"shard", shard},
-                                                      {"epoch", back->epoch},
-                                                      {"chunk", (*chunk)["result"]["chunk"]}})));
+  REQUIRE(ok(client(a.port).call(
+    "shard_import",
+    json{{"shard", shard}, {"epoch", back->epoch}, {"chunk", (*chunk)["result"]["chunk"]}})));
   auto undone = shell(cluster_tool(etcd, "move " + std::to_string(shard) + " b --json"), false);
   INFO(undone.second);
   REQUIRE(undone.first == 0);
@@ -381,9 +386,9 @@ TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the mov
   a.proc->wait_log("shard_copy_dropped");
   b.proc->wait_log("shard_move_undone");
   // Writes are served again.
-  auto again = until_served(
-    a.port, "append_event",
-    with(p, "event", {{"id", "e5"}, {"author", "t"}, {"actions", json::object()}}));
+  auto again =
+    until_served(a.port, "append_event",
+                 with(p, "event", {{"id", "e5"}, {"author", "t"}, {"actions", json::object()}}));
   CHECK((*again)["result"]["version"] == 6);
   for (auto* n : {&a, &b}) {
     n->proc->signal(SIGTERM);

@@ -817,6 +817,16 @@ TEST_CASE("serve --cluster: a watch of an app or of everything spans the nodes u
   for (std::size_t i = 0; i < rest.size(); ++i)
     CHECK(i <= barrier_at[owner_of[rest[i]["user_id"].get<std::string>()]]);
 
+  // From "start": every node's log from its oldest change, each change once.
+  client ws(fa.port);
+  auto wid_start = start_watch(ws, with(wp, "from", "start"));
+  std::multiset<change_key> replayed, everything(made.begin(), made.end());
+  everything.insert({ua, 4});
+  everything.insert({ub, 4});
+  for (auto& c : watched(ws, wid_start, everything.size()))
+    replayed.insert(key_of(c));
+  CHECK(replayed == everything);
+
   // A node's own cursor is not a merged one.
   auto own = ca.call("read_changes", {{"scope", "all"}, {"this_node", true}, {"limit", 1}});
   REQUIRE(ok(own));
