@@ -11,8 +11,8 @@
 #include "agentstate/json.hpp"
 #include "cluster/coordinator.hpp"
 #include "tools/cli.hpp"
+#include "tools/remote_flags.hpp"
 #include "tools/cluster_move.hpp"
-#include "tools/watch_remote.hpp"
 #include "tools/commands.hpp"
 
 namespace agentstate::tools {
@@ -27,8 +27,7 @@ struct cluster_args {
   std::uint32_t expect_nodes = 1;
   bool json = false;
   std::vector<std::string> args; ///< move: SHARD NODE; drain: NODE
-  std::string token_file, tls_ca, tls_cert, tls_key;
-  bool tls = false;
+  remote_flags remote;
 };
 
 int fail(const std::string& action, const error& e) {
@@ -132,22 +131,12 @@ void print_move(const move_report& r, bool as_json) {
 
 /// move and drain: the nodes' client options from the flags.
 result<move_options> node_options(const cluster_args& a) {
+  auto made = client_options_of(a.remote);
+  if (!made)
+    return std::move(made).err();
   move_options o;
-  if (a.tls_cert.empty() != a.tls_key.empty())
-    return error{errc::invalid_argument, "--tls-cert and --tls-key go together"};
-  o.node.tls = a.tls || !a.tls_ca.empty() || !a.tls_cert.empty();
-  o.node.tls_ca = a.tls_ca;
-  o.node.tls_cert = a.tls_cert;
-  o.node.tls_key = a.tls_key;
+  o.node = std::move(*made);
   o.node.connect_timeout = std::chrono::milliseconds(5000);
-  if (!a.token_file.empty()) {
-    auto t = read_token_file(a.token_file);
-    if (!t)
-      return std::move(t).err();
-    o.node.token = std::move(*t);
-  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
-    o.node.token = env;
-  }
   return o;
 }
 
@@ -158,10 +147,11 @@ int run_move(cluster::coordinator& c, const cluster_args& a) {
   unsigned long shard = std::strtoul(a.args[0].c_str(), &end, 10);
   if (a.args[0].empty() || *end != '\0' || a.args[0][0] == '-' || shard > 65535)
     return usage_error("cluster", "SHARD is a shard number, not '" + a.args[0] + "'");
+  if (auto problem = a.remote.problem(); !problem.empty())
+    return usage_error("cluster", problem);
   auto o = node_options(a);
   if (!o)
-    return o.code() == errc::invalid_argument ? usage_error("cluster", o.err().message)
-                                              : fail("move", o.err());
+    return fail("move", o.err());
   ::signal(SIGPIPE, SIG_IGN);
   auto r = move_shard(c, static_cast<std::uint32_t>(shard), a.args[1], *o);
   if (!r)
@@ -173,10 +163,11 @@ int run_move(cluster::coordinator& c, const cluster_args& a) {
 int run_drain(cluster::coordinator& c, const cluster_args& a) {
   if (a.args.size() != 1)
     return usage_error("cluster", "drain takes NODE");
+  if (auto problem = a.remote.problem(); !problem.empty())
+    return usage_error("cluster", problem);
   auto o = node_options(a);
   if (!o)
-    return o.code() == errc::invalid_argument ? usage_error("cluster", o.err().message)
-                                              : fail("drain", o.err());
+    return fail("drain", o.err());
   ::signal(SIGPIPE, SIG_IGN);
   auto r = drain_node(c, a.args[0], *o, [&a](const move_report& m) { print_move(m, a.json); });
   if (!r)
@@ -208,8 +199,7 @@ runner define_cluster(command_line& cl) {
   cl.exit_status(exit_failed,
                  "etcd or a node could not be reached, the cluster exists (init) or "
                  "does not, or a move failed (run it again: it carries on)");
-  cl.environment.push_back(
-    {"AGENTSTATE_TOKEN", "move, drain: the token for the nodes when --token-file is not given"});
+  cl.environment = remote_environment("move, drain: ");
   cl.app.add_option("ACTION", a->action, "init, status, move or drain")
     ->required()
     ->type_name("ACTION");
@@ -227,24 +217,7 @@ runner define_cluster(command_line& cl) {
                 "init: give shards out once this many nodes are live (default 1)")
     ->type_name("N");
   add_json_flag(cl, a->json);
-  const std::string nodes = "Reaching the nodes (move, drain)";
-  cl.app
-    .add_option("--token-file", a->token_file,
-                "authenticate with the token in FILE (its first word; default: "
-                "$AGENTSTATE_TOKEN when set)")
-    ->type_name("FILE")
-    ->group(nodes);
-  cl.app.add_flag("--tls", a->tls, "TLS, verifying the nodes against the system's CAs")
-    ->group(nodes);
-  cl.app.add_option("--tls-ca", a->tls_ca, "TLS, verifying the nodes against this PEM CA file")
-    ->type_name("FILE")
-    ->group(nodes);
-  cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
-    ->type_name("FILE")
-    ->group(nodes);
-  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")
-    ->type_name("FILE")
-    ->group(nodes);
+  add_remote_flags(cl, a->remote, "reaching the nodes (move, drain)", "the nodes");
   return [a]() -> int {
     const bool takes_args = a->action == "move" || a->action == "drain";
     if (a->action != "init" && a->action != "status" && !takes_args)
@@ -264,8 +237,7 @@ runner define_cluster(command_line& cl) {
 }
 
 const bool registered = register_command(
-  {"cluster", "create, show and rebalance a cluster (configuration in etcd)",
-   define_cluster});
+  {"cluster", "create, show and rebalance a cluster (configuration in etcd)", define_cluster});
 
 } // namespace
 

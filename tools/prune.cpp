@@ -18,8 +18,8 @@
 #include "agentstate/engine.hpp"
 #include "agentstate/json.hpp"
 #include "tools/cli.hpp"
+#include "tools/remote_flags.hpp"
 #include "tools/commands.hpp"
-#include "tools/watch_remote.hpp"
 
 namespace agentstate::tools {
 
@@ -32,8 +32,8 @@ struct prune_args {
   bool dry_run = false;
   bool json = false;
   // --address: a running server.
-  std::string address, token_file, tls_ca, tls_cert, tls_key;
-  bool tls = false;
+  std::string address;
+  remote_flags remote;
 };
 
 /// "90", "90s", "15m", "12h", "7d" as seconds; nullopt for anything else or
@@ -89,8 +89,7 @@ void print_outcome(const prune_args& a, std::uint64_t n, std::uint64_t failed, d
 }
 
 int run_local(const prune_args& a, double age) {
-  if (a.tls || !a.tls_ca.empty() || !a.tls_cert.empty() || !a.tls_key.empty()
-      || !a.token_file.empty())
+  if (a.remote.given())
     return usage_error("prune", "--token-file and the --tls options need --address");
   options o;
   o.dir = a.dir;
@@ -129,25 +128,16 @@ int run_local(const prune_args& a, double age) {
 
 // --address: the server's `prune` method over one connection.
 int run_remote(const prune_args& a, double age) {
-  if (a.tls_cert.empty() != a.tls_key.empty())
-    return usage_error("prune", "--tls-cert and --tls-key go together");
-  client_options o;
-  o.address = a.address;
-  o.tls = a.tls || !a.tls_ca.empty() || !a.tls_cert.empty();
-  o.tls_ca = a.tls_ca;
-  o.tls_cert = a.tls_cert;
-  o.tls_key = a.tls_key;
-  o.connect_timeout = std::chrono::milliseconds(10000);
-  if (!a.token_file.empty()) {
-    auto t = read_token_file(a.token_file);
-    if (!t) {
-      say("prune", "%s", t.err().message.c_str());
-      return exit_failed;
-    }
-    o.token = std::move(*t);
-  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
-    o.token = env;
+  if (auto problem = a.remote.problem(); !problem.empty())
+    return usage_error("prune", problem);
+  auto made = client_options_of(a.remote);
+  if (!made) {
+    say("prune", "%s", made.err().message.c_str());
+    return exit_failed;
   }
+  client_options o = std::move(*made);
+  o.address = a.address;
+  o.connect_timeout = std::chrono::milliseconds(10000);
   ::signal(SIGPIPE, SIG_IGN);
   auto c = rpc_client::connect(o);
   if (!c) {
@@ -219,15 +209,7 @@ node prunes its own store (with --app, only a node that owns every shard).)";
   cl.exit_status(exit_failed,
                  "the store cannot be opened (or is open elsewhere), a delete "
                  "failed, the server cannot be reached or answered an error");
-  cl.environment = {{"AGENTSTATE_TOKEN",
-                     "--address: the token to authenticate with when no "
-                     "--token-file is given (never printed)"},
-                    {"SSL_CERT_FILE",
-                     "with --tls and no --tls-ca: OpenSSL's file of the "
-                     "system's CAs"},
-                    {"SSL_CERT_DIR",
-                     "with --tls and no --tls-ca: OpenSSL's directory of the "
-                     "system's CAs"}};
+  cl.environment = remote_environment("--address: ");
   cl.app.add_option("DIR", a->dir, "the store directory (or --address)");
   cl.app
     .add_option("--older-than", a->older_than,
@@ -242,24 +224,7 @@ node prunes its own store (with --app, only a node that owns every shard).)";
   cl.app.add_option("--address", a->address, "a running server instead of DIR")
     ->type_name("ADDR")
     ->group(server);
-  cl.app
-    .add_option("--token-file", a->token_file,
-                "authenticate with the token in FILE (its first word; default: "
-                "$AGENTSTATE_TOKEN when set)")
-    ->type_name("FILE")
-    ->group(server);
-  cl.app
-    .add_flag("--tls", a->tls, "connect with TLS, verifying the server against the system's CAs")
-    ->group(server);
-  cl.app.add_option("--tls-ca", a->tls_ca, "TLS, verifying the server against this PEM CA file")
-    ->type_name("FILE")
-    ->group(server);
-  cl.app.add_option("--tls-cert", a->tls_cert, "TLS client certificate (PEM; with --tls-key)")
-    ->type_name("FILE")
-    ->group(server);
-  cl.app.add_option("--tls-key", a->tls_key, "its PEM private key")
-    ->type_name("FILE")
-    ->group(server);
+  add_remote_flags(cl, a->remote, server, "the server");
   return [a] { return run_prune(*a); };
 }
 

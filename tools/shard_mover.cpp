@@ -180,18 +180,49 @@ struct shard_mover::impl {
     return node.view();
   }
 
-  static std::string describe(const cluster::shard_entry& e) {
-    return "owner '" + e.owner + "', epoch " + std::to_string(e.epoch)
-      + (e.to.empty() ? std::string() : ", moving to '" + e.to + "'");
-  }
+  /// A step's shard, its epoch while it moves, and this node's view once
+  /// it has reached that epoch (view_at).
+  struct step {
+    std::uint32_t shard = 0;
+    std::uint64_t epoch = 0;
+    std::shared_ptr<const cluster::cluster_view> view;
+    const cluster::shard_entry& entry() const { return view->shards[shard]; }
+  };
 
-  result<json> shard_export(const json& params) {
+  /// params' shard and epoch, with the view. Errors: invalid_argument.
+  result<step> step_of(const json& params) {
     auto shard = unsigned_param(params, "shard");
     if (!shard)
       return std::move(shard).err();
     auto epoch = unsigned_param(params, "epoch");
     if (!epoch)
       return std::move(epoch).err();
+    auto v = view_at(static_cast<std::uint32_t>(std::min<std::uint64_t>(*shard, 65536)), *epoch);
+    if (*shard >= v->shards.size())
+      return error{errc::invalid_argument,
+                   "shard " + std::to_string(*shard) + " is beyond the cluster's "
+                     + std::to_string(v->shards.size())};
+    return step{static_cast<std::uint32_t>(*shard), *epoch, std::move(v)};
+  }
+
+  static std::string describe(const cluster::shard_entry& e) {
+    return "owner '" + e.owner + "', epoch " + std::to_string(e.epoch)
+      + (e.to.empty() ? std::string() : ", moving to '" + e.to + "'");
+  }
+
+  /// Records that this node `what`s shard `s` (of `shards`), durably,
+  /// before it acts on it.
+  result<void> mark_shard(std::uint32_t s, role what, std::uint32_t shards) {
+    if (auto m = marks.find(s); m != marks.end() && m->second.what == what)
+      return {};
+    marks[s] = {what, shards};
+    auto r = save();
+    if (!r)
+      marks.erase(s);
+    return r;
+  }
+
+  result<json> shard_export(const json& params) {
     std::string from;
     if (auto it = params.find("from"); it != params.end() && !it->is_null()) {
       if (!it->is_string())
@@ -205,25 +236,18 @@ struct shard_mover::impl {
         return error{errc::invalid_argument, "'max_bytes' must be 1024 to 16777216"};
       max_bytes = static_cast<std::size_t>(*m);
     }
-    auto v = view_at(static_cast<std::uint32_t>(std::min<std::uint64_t>(*shard, 65536)), *epoch);
-    if (*shard >= v->shards.size())
-      return error{errc::invalid_argument,
-                   "shard " + std::to_string(*shard) + " is beyond the cluster's "
-                     + std::to_string(v->shards.size())};
-    const auto s = static_cast<std::uint32_t>(*shard);
-    const auto& e = v->shards[s];
-    if (e.owner != id || e.to.empty() || e.epoch != *epoch)
+    auto st = step_of(params);
+    if (!st)
+      return std::move(st).err();
+    const auto s = st->shard;
+    const auto& e = st->entry();
+    if (e.owner != id || e.to.empty() || e.epoch != st->epoch)
       return error{errc::version_conflict,
                    "shard " + std::to_string(s) + " is not moving away from node '" + id
-                     + "' at epoch " + std::to_string(*epoch) + ": the map has " + describe(e)};
-    const auto shards = v->settings.shards;
-    if (auto m = marks.find(s); m == marks.end() || m->second.what != role::fenced) {
-      marks[s] = {role::fenced, shards};
-      if (auto r = save(); !r) {
-        marks.erase(s);
-        return std::move(r).err();
-      }
-    }
+                     + "' at epoch " + std::to_string(st->epoch) + ": the map has " + describe(e)};
+    const auto shards = st->view->settings.shards;
+    if (auto r = mark_shard(s, role::fenced, shards); !r)
+      return std::move(r).err();
     if (!fenced_here.count(s)) {
       if (auto r = eng.fence_range(range_of(s, shards)); !r)
         return std::move(r).err();
@@ -243,37 +267,24 @@ struct shard_mover::impl {
   }
 
   result<json> shard_import(const json& params) {
-    auto shard = unsigned_param(params, "shard");
-    if (!shard)
-      return std::move(shard).err();
-    auto epoch = unsigned_param(params, "epoch");
-    if (!epoch)
-      return std::move(epoch).err();
     auto chunk = params.find("chunk");
     if (chunk == params.end() || !chunk->is_string())
       return error{errc::invalid_argument, "'chunk' must be a string (shard_export's chunk)"};
     std::string bytes;
     if (!cluster::unb64(chunk->get_ref<const std::string&>(), bytes))
       return error{errc::invalid_argument, "'chunk' is not base64"};
-    auto v = view_at(static_cast<std::uint32_t>(std::min<std::uint64_t>(*shard, 65536)), *epoch);
-    if (*shard >= v->shards.size())
-      return error{errc::invalid_argument,
-                   "shard " + std::to_string(*shard) + " is beyond the cluster's "
-                     + std::to_string(v->shards.size())};
-    const auto s = static_cast<std::uint32_t>(*shard);
-    const auto& e = v->shards[s];
-    if (e.to != id || e.epoch != *epoch)
+    auto st = step_of(params);
+    if (!st)
+      return std::move(st).err();
+    const auto s = st->shard;
+    const auto& e = st->entry();
+    if (e.to != id || e.epoch != st->epoch)
       return error{errc::version_conflict,
                    "shard " + std::to_string(s) + " is not moving to node '" + id + "' at epoch "
-                     + std::to_string(*epoch) + ": the map has " + describe(e)};
-    const auto shards = v->settings.shards;
-    if (auto m = marks.find(s); m == marks.end() || m->second.what != role::importing) {
-      marks[s] = {role::importing, shards};
-      if (auto r = save(); !r) {
-        marks.erase(s);
-        return std::move(r).err();
-      }
-    }
+                     + std::to_string(st->epoch) + ": the map has " + describe(e)};
+    const auto shards = st->view->settings.shards;
+    if (auto r = mark_shard(s, role::importing, shards); !r)
+      return std::move(r).err();
     if (auto r = eng.write_range(range_of(s, shards), bytes); !r)
       return std::move(r).err();
     return json{{"shard", s}, {"bytes", bytes.size()}};

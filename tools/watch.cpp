@@ -14,6 +14,7 @@
 #include "store/change_feed.hpp"
 #include "store/change_log.hpp"
 #include "tools/cli.hpp"
+#include "tools/remote_flags.hpp"
 #include "tools/commands.hpp"
 #include "tools/fault_guard.hpp"
 #include "tools/watch_remote.hpp"
@@ -30,8 +31,7 @@ struct watch_options {
   bool from_start = false;
   unsigned poll_ms = 200;
   // The server form only.
-  std::string token_file, tls_ca, tls_cert, tls_key;
-  bool tls = false;
+  remote_flags remote;
   cli_option* poll_opt = nullptr;
 };
 
@@ -64,30 +64,26 @@ json filter_of(const watch_request& r) {
 int run_remote(const watch_options& o, const server::listen_spec& at, const watch_request& req) {
   if (o.poll_opt && o.poll_opt->count() > 0)
     return usage_error("watch", "--poll-ms is for a store directory, not a server");
-  if (o.tls_cert.empty() != o.tls_key.empty())
-    return usage_error("watch", "--tls-cert and --tls-key go together");
+  if (auto problem = o.remote.problem(); !problem.empty())
+    return usage_error("watch", problem);
+  auto made = client_options_of(o.remote);
+  if (!made) {
+    say("watch", "%s", made.err().message.c_str());
+    return watch_unreachable;
+  }
   remote_watch w;
   w.at = at;
   w.filter = filter_of(req);
   w.from = o.from;
   w.from_start = o.from_start;
   w.once = o.once;
-  w.tls_ca = o.tls_ca;
-  w.tls_cert = o.tls_cert;
-  w.tls_key = o.tls_key;
-  w.tls = o.tls || !o.tls_ca.empty() || !o.tls_cert.empty();
+  w.tls_ca = made->tls_ca;
+  w.tls_cert = made->tls_cert;
+  w.tls_key = made->tls_key;
+  w.tls = made->tls;
+  w.token = made->token;
   if (w.tls && at.type == server::listen_spec::kind::unix_socket)
     return usage_error("watch", "TLS is for TCP servers, not unix:PATH");
-  if (!o.token_file.empty()) {
-    auto t = read_token_file(o.token_file);
-    if (!t) {
-      say("watch", "%s", t.err().message.c_str());
-      return watch_unreachable;
-    }
-    w.token = std::move(*t);
-  } else if (const char* env = std::getenv("AGENTSTATE_TOKEN"); env && *env) {
-    w.token = env;
-  }
   return run_remote_watch(w);
 }
 
@@ -122,8 +118,7 @@ int run_watch(const watch_options& o) {
     return usage_error("watch", req.err().message);
   if (auto at = server_address(o.dir))
     return run_remote(o, *at, *req);
-  if (o.tls || !o.tls_ca.empty() || !o.tls_cert.empty() || !o.tls_key.empty()
-      || !o.token_file.empty())
+  if (o.remote.given())
     return usage_error("watch",
                        "--token-file and the --tls options need a server address, not "
                        "a store directory");
@@ -238,15 +233,7 @@ SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
   cl.exit_status(watch_lost,
                  "the connection was lost (stderr names the cursor printed up to, "
                  "to resume with --from)");
-  cl.environment = {{"AGENTSTATE_TOKEN",
-                     "ADDR: the token to authenticate with when no "
-                     "--token-file is given (never printed)"},
-                    {"SSL_CERT_FILE",
-                     "with --tls and no --tls-ca: OpenSSL's file of the "
-                     "system's CAs"},
-                    {"SSL_CERT_DIR",
-                     "with --tls and no --tls-ca: OpenSSL's directory of the "
-                     "system's CAs"}};
+  cl.environment = remote_environment("ADDR: ");
   cl.app.add_option("DIR|ADDR", o->dir, "the store directory, or a server's address")->required();
   add_scope_filter(cl, o->scope, "one");
   cl.app.add_flag("--include-sessions", o->include_sessions,
@@ -268,24 +255,7 @@ SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
                               "default 200)")
                   ->range(1, 60000);
   const std::string server = "server (ADDR)";
-  cl.app
-    .add_option("--token-file", o->token_file,
-                "authenticate with the token in FILE (its first word; default: "
-                "$AGENTSTATE_TOKEN when set)")
-    ->type_name("FILE")
-    ->group(server);
-  cl.app
-    .add_flag("--tls", o->tls, "connect with TLS, verifying the server against the system's CAs")
-    ->group(server);
-  cl.app.add_option("--tls-ca", o->tls_ca, "TLS, verifying the server against this PEM CA file")
-    ->type_name("FILE")
-    ->group(server);
-  cl.app.add_option("--tls-cert", o->tls_cert, "TLS client certificate (PEM; with --tls-key)")
-    ->type_name("FILE")
-    ->group(server);
-  cl.app.add_option("--tls-key", o->tls_key, "its PEM private key")
-    ->type_name("FILE")
-    ->group(server);
+  add_remote_flags(cl, o->remote, server, "the server");
   return [o] { return run_watch(*o); };
 }
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "model/shard.hpp"
 #include "store/outbox.hpp"
 #include "support/store_probe.hpp"
 #include "support/test_support.hpp"
@@ -89,14 +90,93 @@ struct two_nodes {
   test::test_engine origin;
   session_ref ref = test::sref("chat", "u", "s");
 
-  explicit two_nodes(test::store_kind k) : home(test::open_engine(k)) {
+  /// `answer_after`: the origin's options::app_home::answer_after.
+  explicit two_nodes(test::store_kind k,
+                     std::chrono::milliseconds answer_after = std::chrono::milliseconds(5000))
+    : home(test::open_engine(k)) {
     l.home = &*home;
-    origin = test::open_engine(k, [&](options& o) { o.app_home = hooks(l); });
+    origin = test::open_engine(k, [&](options& o) {
+      o.app_home = hooks(l);
+      o.app_home.answer_after = answer_after;
+    });
     MUST(origin->create_session(test::create_req(ref)));
   }
 };
 
+/// The shard range (of 4) holding user "u" of app "chat".
+hash_range range_of_u() {
+  auto r = model::shard_range(model::shard_of("chat", "u", 4), 4);
+  return {r.lo, r.hi};
+}
+
+/// Starts an append of e1 (app:count + 5) on the origin whose commit the
+/// origin's fence of the session's range refuses after the home applied its
+/// app: part; returns what its caller heard.
+result<append_result> append_fenced_after_home(two_nodes& t) {
+  auto& [home, l, origin, ref] = t;
+  REQUIRE(origin->opts().app_home.answer_after >= 1h); // its caller hears of the fence alone
+  l.refuse = 1 << 30; // every send answered unavailable: the origin sends again
+  // Shared: the answer may come after a failed wait below has ended the test.
+  auto heard = std::make_shared<std::promise<result<append_result>>>();
+  origin->append_event(with_app(ref, "e1", {{"k", 1}}, 5),
+                       [heard](result<append_result> r) { heard->set_value(std::move(r)); });
+  // Bounded poll of the origin's sends (its retry timer, another thread).
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       l.sent.load() == 0 && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(l.sent.load() > 0);
+  MUST(origin->fence_range(range_of_u()));
+  l.refuse = 0; // the next send is applied at the home; the commit is fenced
+  auto f = heard->get_future();
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  return f.get();
+}
+
 } // namespace
+
+TEST_CASE_TEMPLATE("app outbox: an append whose commit a shard move's fence refuses is left in "
+                   "the outbox and finished once by the engine the range moves to",
+                   S, test::memory_store, test::lmdb_store) {
+  two_nodes t(S::kind, 1h);
+  auto& [home, l, origin, ref] = t;
+  auto heard = append_fenced_after_home(t);
+  CHECK(heard.code() == errc::unavailable); // in doubt
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 5);
+  // The range moves: its rows, the outbox row among them, to the next engine.
+  auto next = test::open_engine(S::kind, [&](options& o) { o.app_home = hooks(l); });
+  std::string at;
+  do {
+    auto c = MUST(origin->read_range(range_of_u(), at));
+    MUST(next->write_range(range_of_u(), c.bytes));
+    at = c.next;
+  } while (!at.empty());
+  MUST(next->resume_range(range_of_u()));
+  // The retry with the same event id answers the append the next engine
+  // finished under the same write id (the home applied it once).
+  auto again = MUST(next->append_event(with_app(ref, "e1", {{"k", 1}}, 5)));
+  CHECK(again.version == 1);
+  CHECK(again.ev.actions.state_delta["app:count"] == 5);
+  auto s = test::get_existing(*next, ref);
+  CHECK(test::event_ids(s.events) == std::vector<std::string>{"e1"});
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 5);
+  MUST(origin->drop_range(range_of_u()));
+  CHECK_FALSE(test::get_maybe(*origin, ref).has_value());
+}
+
+TEST_CASE_TEMPLATE("app outbox: an append a shard move's fence left in the outbox is finished "
+                   "where it was when the move is undone",
+                   S, test::memory_store, test::lmdb_store) {
+  two_nodes t(S::kind, 1h);
+  auto& [home, l, origin, ref] = t;
+  CHECK(append_fenced_after_home(t).code() == errc::unavailable);
+  MUST(origin->unfence_range(range_of_u()));
+  auto again = MUST(origin->append_event(with_app(ref, "e1", {{"k", 1}}, 5)));
+  CHECK(again.version == 1);
+  auto s = test::get_existing(*origin, ref);
+  CHECK(test::event_ids(s.events) == std::vector<std::string>{"e1"});
+  CHECK(s.events[0].actions.state_delta["app:count"] == 5);
+  CHECK(MUST(home->get_app_state("chat")).value("count", 0) == 5);
+}
 
 TEST_CASE_TEMPLATE("app outbox: an append's app: part is applied at the home, the event stored "
                    "with its values",

@@ -9,6 +9,7 @@
 
 #include "model/shard.hpp"
 #include "server/net_support.hpp"
+#include "support/cluster_nodes.hpp"
 #include "support/etcd_process.hpp"
 #include "support/history.hpp"
 
@@ -42,25 +43,13 @@ int port_of_address(const std::string& address) {
   return std::stoi(address.substr(address.rfind(':') + 1));
 }
 
-struct node_proc {
-  std::unique_ptr<server_process> proc;
-  int port = 0;
-};
+using node_proc = test::cluster_node;
 
 node_proc start_node(const test::etcd_process& etcd, const test::temp_dir& dir,
                      const std::string& id, bool forward, int port = 0) {
-  std::vector<std::string> args{"--store", dir.str() + "/" + id};
-  for (const std::string& x :
-       std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(port), "--cluster", "c",
-                                "--etcd", etcd.url(), "--node-id", id, "--lease-ttl-s", "2"})
-    args.push_back(x);
-  if (!forward)
-    args.push_back("--no-forward");
-  node_proc n;
-  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
-  n.port = n.proc->port();
-  n.proc->wait_serving();
-  return n;
+  return test::start_store_cluster_node(etcd, dir, id, port,
+                                        forward ? std::vector<std::string>{}
+                                                : std::vector<std::string>{"--no-forward"});
 }
 
 /// One client thread's view: where each session is, from `moved` answers.

@@ -30,27 +30,11 @@ constexpr std::uint32_t shard_count = 16;
 constexpr int workers = 6;
 constexpr int sessions_per_worker = 4;
 
-struct node_proc {
-  std::string id;
-  std::unique_ptr<server_process> proc;
-  int port = 0;
-};
+using node_proc = test::cluster_node;
 
 node_proc start_store_node(const test::etcd_process& etcd, const test::temp_dir& dir,
                            const std::string& id, int port = 0) {
-  std::vector<std::string> args{"--store",       dir.str() + "/" + id,
-                                "--listen",      "127.0.0.1:" + std::to_string(port),
-                                "--cluster",     "c",
-                                "--etcd",        etcd.url(),
-                                "--node-id",     id,
-                                "--lease-ttl-s", "2",
-                                "--log-format",  "json"};
-  node_proc n;
-  n.id = id;
-  n.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
-  n.port = n.proc->port();
-  n.proc->wait_serving();
-  return n;
+  return test::start_store_cluster_node(etcd, dir, id, port, {"--log-format", "json"});
 }
 
 json params_of(const std::string& app, const std::string& user) {
@@ -86,8 +70,9 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
   test::etcd_process etcd;
   test::temp_dir dir;
   test::init_cluster_c(etcd, shard_count, 3);
+  const std::vector<std::string> ids{"a", "b", "c"};
   std::vector<node_proc> nodes;
-  for (const char* id : {"a", "b", "c"})
+  for (auto& id : ids)
     nodes.push_back(start_store_node(etcd, dir, id));
   std::vector<int> ports;
   for (auto& n : nodes)
@@ -269,9 +254,9 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
     CHECK(std::set<std::string>(listed.begin(), listed.end()).size() == users.size());
   }
   // The nodes the shards left dropped their rows there.
-  for (auto& n : nodes)
-    if (sources.count(n.id) || n.id == "c")
-      CHECK(n.proc->log().find("shard_moved_away") != std::string::npos);
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (sources.count(ids[i]) || ids[i] == "c")
+      CHECK(nodes[i].proc->log().find("shard_moved_away") != std::string::npos);
   for (auto& n : nodes) {
     n.proc->signal(SIGTERM);
     CHECK(n.proc->wait_exit() == 0);

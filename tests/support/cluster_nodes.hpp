@@ -50,6 +50,26 @@ inline cluster_node start_cluster_node(const etcd_process& etcd, const temp_dir&
   return n;
 }
 
+/// Node `id` of cluster "c" on an LMDB store at DIR/ID (kept across
+/// restarts), listening on loopback port `port` (0: a free one), with a 2 s
+/// lease and `extra` arguments; returns once it serves.
+inline cluster_node start_store_cluster_node(const etcd_process& etcd, const temp_dir& dir,
+                                             const std::string& id, int port = 0,
+                                             const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"--store",       dir.str() + "/" + id,
+                                "--listen",      "127.0.0.1:" + std::to_string(port),
+                                "--cluster",     "c",
+                                "--etcd",        etcd.url(),
+                                "--node-id",     id,
+                                "--lease-ttl-s", "2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  cluster_node n;
+  n.proc = std::make_unique<net::server_process>(args, dir.str() + "/" + id + ".log");
+  n.port = n.proc->port();
+  n.proc->wait_serving();
+  return n;
+}
+
 /// The cluster_map once every node of `ports` names an owner for every shard
 /// (authenticating with `token` when given); REQUIREs it within 15 s.
 inline json settled_map(const std::vector<int>& ports, const std::string& token = "") {
