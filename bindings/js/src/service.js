@@ -147,9 +147,10 @@ export class AgentStateSessionService extends BaseSessionService {
       session_id: requireName('sessionId', sessionId),
     };
     if (config !== undefined && config !== null) {
-      // ADK-JS treats 0 (and absent) as "no limit" and 0 as "no time filter".
+      // numRecentEvents: absent is every event, 0 none (as ADK's fix of #5730 has it;
+      // ADK-JS 2.0.0 reads 0 as every event). afterTimestamp 0 is no time filter.
       const n = optionalCount('config.numRecentEvents', config.numRecentEvents);
-      if (n) params.num_recent_events = n;
+      if (n !== undefined) params.num_recent_events = n;
       const after = config.afterTimestamp;
       if (after !== undefined && after !== null) {
         if (typeof after !== 'number' || !Number.isFinite(after)) {
