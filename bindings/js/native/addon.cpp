@@ -12,8 +12,9 @@
 //       refreshTtl?, changeRetention?: { maxEntries?, maxAgeMs? }, limits?: {
 //       maxEventBytes?, maxValueBytes?, maxStateBytes?, maxJsonDepth?, maxResponseBytes? }
 //       }, checked by the caller (a value of the wrong type throws TypeError here).
-//   submit(line)  hands one JSON-RPC request line to the stream; never blocks (lines
-//       queue for the stream's thread, which hands them in in order).
+//   submit(lines)  hands JSON-RPC request lines (one string, lines separated by '\n') to
+//       the stream; never blocks (they queue for the stream's thread, which hands them in
+//       in order, and is woken at most once per submit).
 //   take()  -> [lines, events]: the response (and notification) lines and the lifecycle
 //       events ({ type: 'open' | 'closed', kind?, message? }; kind set on failure)
 //       produced since the last take(). onReady() is called, on the JavaScript thread,
@@ -109,11 +110,19 @@ struct state {
   napi_env env = nullptr;
   bool hooked = false; ///< the environment cleanup hook is registered
 
-  void submit(std::string line) {
+  void submit(const std::string& lines) {
     std::lock_guard<std::mutex> g(mtx);
     if (closing)
       return;
-    in.push_back(std::move(line));
+    std::size_t start = 0;
+    while (start <= lines.size()) {
+      auto end = lines.find('\n', start);
+      if (end == std::string::npos)
+        end = lines.size();
+      if (end > start)
+        in.emplace_back(lines, start, end - start);
+      start = end + 1;
+    }
     if (waiting)
       cv.notify_one();
   }
@@ -296,7 +305,7 @@ public:
 private:
   Napi::Value submit(const Napi::CallbackInfo& info) {
     if (info.Length() < 1 || !info[0].IsString())
-      throw Napi::TypeError::New(info.Env(), "submit(line: string)");
+      throw Napi::TypeError::New(info.Env(), "submit(lines: string)");
     s_->submit(info[0].As<Napi::String>().Utf8Value());
     return info.Env().Undefined();
   }

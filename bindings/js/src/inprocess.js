@@ -9,8 +9,9 @@
 // - The store is opened on a thread of the addon's; calls made before it is open wait
 //   for it (in call order). A store that cannot be opened (locked by another process,
 //   bad options) fails those calls, every later one and close() with the engine's error.
-// - call() never blocks the event loop: the request goes to the addon's stream thread;
-//   answers come back through one thread-safe function, one JavaScript call per batch.
+// - call() never blocks the event loop: the requests of one turn of the event loop go to
+//   the addon's stream thread together (one hand-over, one wake-up); answers come back
+//   through one thread-safe function, one JavaScript call per batch.
 // - Every call settles exactly once: with the result, the engine's error as an
 //   AgentStateError (the protocol's code, kind and data), or kind 'unavailable' once
 //   the service is closed.
@@ -71,6 +72,8 @@ export class InProcessConnection {
   #pending = new Map();
   #nextId = 1;
   #held = []; // lines of calls made before the store is open
+  #queued = []; // lines of this turn, handed over by #flush
+  #flushScheduled = false;
   #opened = false;
   #closing = false;
   #closed = false;
@@ -119,9 +122,26 @@ export class InProcessConnection {
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject, method });
       this.#ref();
-      if (this.#opened) this.#engine.submit(line);
+      if (this.#opened) this.#enqueue(line);
       else this.#held.push(line);
     });
+  }
+
+  // JSON text holds no raw newline, so the turn's lines go over as one string.
+  #enqueue(line) {
+    this.#queued.push(line);
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(() => this.#flush());
+    }
+  }
+
+  #flush() {
+    this.#flushScheduled = false;
+    if (this.#queued.length === 0 || this.#closed) return;
+    const text = this.#queued.length === 1 ? this.#queued[0] : this.#queued.join('\n');
+    this.#queued = [];
+    this.#engine.submit(text);
   }
 
   // Waiting for an answer (or for the close) keeps node's event loop alive.
@@ -160,7 +180,8 @@ export class InProcessConnection {
     this.#opened = true;
     const held = this.#held;
     this.#held = [];
-    for (const line of held) this.#engine.submit(line);
+    for (const line of held) this.#queued.push(line);
+    this.#flush();
   }
 
   #onClosed(e) {
@@ -211,8 +232,12 @@ export class InProcessConnection {
     if (!this.#closing) {
       this.#ref();
       this.#closing = true;
-      // Calls held for the open were made before close(): they are handed in first.
-      this.#settled.then(() => this.#engine.close());
+      // Calls made before close() (held for the open, or queued in this turn) are handed
+      // in first.
+      this.#settled.then(() => {
+        this.#flush();
+        this.#engine.close();
+      });
     }
     await this.#ended;
     if (this.#openError) throw this.#openError;
