@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 // SPDX-License-Identifier: Apache-2.0
-// The ADK-JS session workloads on three session services in one run:
-//   agentstate: AgentStateSessionService on an LMDB store (--durability, default sync);
+// The ADK-JS session workloads on four session services in one run:
+//   inprocess:  AgentStateSessionService with the engine in this process (agentstate.node)
+//               on an LMDB store (--durability, default sync);
+//   agentstate: AgentStateSessionService on a spawned `agentstate serve` child process
+//               on an LMDB store (--durability);
 //   memory:     ADK-JS's InMemorySessionService;
 //   database:   ADK-JS's DatabaseSessionService on a SQLite file;
 //   wire:       (only when listed in --services) workload B sent straight over the
@@ -13,14 +16,18 @@
 //      session and appending its 20 events in order (64 appends in flight)   events/s
 //   C  one session of 10,000 events; getSession full (p50 of 20 reads) and
 //      with numRecentEvents 10 (p50 of 200 reads)                             ms
-// Prints each figure, then the ratios against the targets: agentstate >= 30x the
-// database service on every workload, and >= the in-memory service on B and both reads.
+// B also reports the CPU time spent per event: this process's (every thread: the
+// engine's too, in process) plus a spawned server's.
+// Prints each figure, then the ratios against the targets, for each agentstate service
+// (inprocess, agentstate): >= 30x the database service on every workload, and >= the
+// in-memory service on B and both reads.
 //
-// usage: node bench.mjs [--scale S] [--services agentstate,memory,database]
+// usage: node bench.mjs [--scale S] [--services inprocess,agentstate,memory,database]
 //                       [--durability sync|nosync] [--binary PATH]
 //                       [--events-per-session N (B's 20)]
 // Needs the agentstate binary (--binary, AGENTSTATE_BIN, or the repository's
-// build/bin/agentstate) and devDependencies installed (npm ci).
+// build/bin/agentstate), agentstate.node for inprocess (AGENTSTATE_ADDON, or the
+// repository's build/bindings/js/agentstate.node) and devDependencies installed (npm ci).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -35,7 +42,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const { values: opts } = parseArgs({
   options: {
     scale: { type: 'string', default: '1' },
-    services: { type: 'string', default: 'agentstate,memory,database' },
+    services: { type: 'string', default: 'inprocess,agentstate,memory,database' },
     durability: { type: 'string', default: 'sync' },
     binary: { type: 'string' },
     'events-per-session': { type: 'string', default: '20' },
@@ -45,7 +52,7 @@ const scale = Number(opts.scale);
 if (!(scale > 0)) throw new Error(`--scale must be a positive number, not ${opts.scale}`);
 const services = opts.services.split(',');
 for (const s of services) {
-  if (!['agentstate', 'memory', 'database', 'wire'].includes(s)) throw new Error(`unknown service '${s}'`);
+  if (!['inprocess', 'agentstate', 'memory', 'database', 'wire'].includes(s)) throw new Error(`unknown service '${s}'`);
 }
 const binary = opts.binary ?? process.env.AGENTSTATE_BIN ?? path.resolve(here, '../../build/bin/agentstate');
 
@@ -68,6 +75,11 @@ const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'agentstate-js-bench-'));
 process.on('exit', () => fs.rmSync(scratch, { recursive: true, force: true }));
 
 async function open(kind) {
+  if (kind === 'inprocess') {
+    const dir = fs.mkdtempSync(path.join(scratch, 'store-'));
+    const s = new AgentStateSessionService({ store: dir, durability: opts.durability });
+    return { service: s, close: () => s.close() };
+  }
   if (kind === 'agentstate') {
     const dir = fs.mkdtempSync(path.join(scratch, 'store-'));
     const s = new AgentStateSessionService({ store: dir, binary, durability: opts.durability });
@@ -106,6 +118,15 @@ async function workloadA(service) {
   return SIZES.aAppends / s;
 }
 
+// CPU time (user + system) of a spawned server, in microseconds: /proc/PID/stat's utime
+// and stime, in clock ticks of 10 ms (Linux's USER_HZ). 0 without a server.
+function serverCpuUs(service) {
+  const pid = service.serverPid;
+  if (pid === undefined) return 0;
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
 async function workloadB(service) {
   const sessions = [];
   for (let i = 0; i < SIZES.bSessions; i++) {
@@ -120,12 +141,17 @@ async function workloadB(service) {
       }
     }
   };
+  const cpu0 = process.cpuUsage();
+  const server0 = serverCpuUs(service);
   const t0 = performance.now();
   await Promise.all(Array.from({ length: SIZES.bInFlight }, chain));
   const s = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const events = SIZES.bSessions * SIZES.bEvents;
+  const cpuUs = { node: (cpu.user + cpu.system) / events, server: (serverCpuUs(service) - server0) / events };
   const check = await service.getSession({ appName: 'bench-b', userId: sessions[0].userId, sessionId: sessions[0].id });
   if (check.events.length !== SIZES.bEvents) throw new Error(`B: ${check.events.length} events stored, not ${SIZES.bEvents}`);
-  return (SIZES.bSessions * SIZES.bEvents) / s;
+  return { rate: events / s, cpuUs };
 }
 
 async function workloadC(service) {
@@ -195,8 +221,11 @@ for (const kind of services) {
   try {
     r.A = await workloadA(service);
     console.log(`${kind.padEnd(10)} A          ${fmt(r.A)}`);
-    r.B = await workloadB(service);
-    console.log(`${kind.padEnd(10)} B          ${fmt(r.B)}`);
+    const b = await workloadB(service);
+    r.B = b.rate;
+    r.B_cpu_us = b.cpuUs.node + b.cpuUs.server;
+    const server = b.cpuUs.server > 0 ? ` + ${b.cpuUs.server.toFixed(1)} server` : '';
+    console.log(`${kind.padEnd(10)} B          ${fmt(r.B)}; CPU ${b.cpuUs.node.toFixed(1)} us/event node${server}`);
     const c = await workloadC(service);
     r.C_full = c.full;
     r.C_recent = c.recent;
@@ -209,23 +238,24 @@ for (const kind of services) {
 }
 
 // Ratios: higher is better for agentstate (throughput over throughput, time over time).
-const ratio = (other, figure) => (figure.startsWith('C_')
-  ? results[other][figure] / results.agentstate[figure]
-  : results.agentstate[figure] / results[other][figure]);
+const ratio = (ours, other, figure) => (figure.startsWith('C_')
+  ? results[other][figure] / results[ours][figure]
+  : results[ours][figure] / results[other][figure]);
 const checks = [];
-if (results.agentstate) {
+for (const ours of ['inprocess', 'agentstate']) {
+  if (!results[ours]) continue;
   for (const figure of ['A', 'B', 'C_full', 'C_recent']) {
-    if (results.database) checks.push({ figure, other: 'database', ratio: ratio('database', figure), target: 30 });
+    if (results.database) checks.push({ service: ours, figure, other: 'database', ratio: ratio(ours, 'database', figure), target: 30 });
   }
   for (const figure of ['B', 'C_full', 'C_recent']) {
-    if (results.memory) checks.push({ figure, other: 'memory', ratio: ratio('memory', figure), target: 1 });
+    if (results.memory) checks.push({ service: ours, figure, other: 'memory', ratio: ratio(ours, 'memory', figure), target: 1 });
   }
   for (const figure of ['A']) {
-    if (results.memory) checks.push({ figure, other: 'memory', ratio: ratio('memory', figure), target: null });
+    if (results.memory) checks.push({ service: ours, figure, other: 'memory', ratio: ratio(ours, 'memory', figure), target: null });
   }
 }
 for (const c of checks) {
   const verdict = c.target === null ? '(no target)' : c.ratio >= c.target ? `>= ${c.target}x: met` : `>= ${c.target}x: MISSED`;
-  console.log(`ratio agentstate/${c.other.padEnd(8)} ${c.figure.padEnd(8)} ${c.ratio.toFixed(2)}x ${verdict}`);
+  console.log(`ratio ${c.service}/${c.other.padEnd(8)} ${c.figure.padEnd(8)} ${c.ratio.toFixed(2)}x ${verdict}`);
 }
 console.log(JSON.stringify({ scale, durability: opts.durability, sizes: SIZES, results, ratios: checks }));

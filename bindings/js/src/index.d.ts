@@ -69,11 +69,49 @@ export interface AgentStateTlsOptions {
   [option: string]: unknown;
 }
 
-/** What a spawned server (`store` or `memory`) takes; an `address` takes none of it. */
-interface SpawnOptions {
-  /** The agentstate binary; default `AGENTSTATE_BIN`, else `agentstate` on PATH. */
+/** The engine's limits (include/agentstate/options.hpp `limits`), in bytes. */
+export interface AgentStateLimits {
+  /** The largest event as stored (JSON), default 1 MiB. */
+  maxEventBytes?: number;
+  /** The largest state value, default 1 MiB. */
+  maxValueBytes?: number;
+  /** The largest initial state of a createSession, default 4 MiB. */
+  maxStateBytes?: number;
+  /** Nesting of each value given, default 64. */
+  maxJsonDepth?: number;
+  /** The largest answer one read builds, default 64 MiB. */
+  maxResponseBytes?: number;
+}
+
+/** The engine run in this process (`store` or `memory` without `spawn`) takes these. */
+interface EngineOptions {
+  /** Engine worker threads; default (0) one per core. */
+  threads?: number;
+  /** How long a waiting engine thread polls before it sleeps, in microseconds (default 50, at most 10000; 0: never polls). */
+  spinWaitUs?: number;
+  /** The store's size limit; past it writes fail with `storage_full` (default 64 GiB). */
+  maxStoreBytes?: number;
+  /** A session idle this long is passivated (default 60000). */
+  idleTimeoutMs?: number;
+  /** Sessions expire this long after creation (default 0: never). */
+  sessionTtlMs?: number;
+  /** Each stored append moves a session's expiry to `sessionTtlMs` past it. */
+  refreshTtl?: boolean;
+  /** How much of the change log is kept (default 1,000,000 changes, 7 days). */
+  changeRetention?: { maxEntries?: number; maxAgeMs?: number };
+  limits?: AgentStateLimits;
+}
+
+/** What a store (`store` or `memory`) takes; an `address` takes none of it. */
+interface StoreOptions {
+  /**
+   * Run `agentstate serve` as a child process instead of the engine in this process
+   * (implied by `binary`). The engine options are the engine's in this process only.
+   */
+  spawn?: boolean;
+  /** The agentstate binary to spawn (implies `spawn`); default `AGENTSTATE_BIN`, else `agentstate` on PATH. */
   binary?: string;
-  /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the server, not of the OS. */
+  /** `sync` (default): acknowledged after fsync; `nosync`: survives a crash of the process, not of the OS. */
   durability?: 'sync' | 'nosync';
   address?: never;
   addresses?: never;
@@ -81,6 +119,8 @@ interface SpawnOptions {
   token?: never;
   tls?: never;
 }
+
+type NoEngineOptions = { [K in keyof EngineOptions]?: never };
 
 /** What a running server (`address`) or cluster (`addresses`) takes. */
 interface ConnectOptions {
@@ -98,23 +138,38 @@ interface ConnectOptions {
   tls?: boolean | AgentStateTlsOptions;
   store?: never;
   memory?: never;
+  spawn?: never;
   binary?: never;
   durability?: never;
 }
 
 /** Exactly one of `store`, `memory`, `address` and `addresses`. */
 export type AgentStateSessionServiceOptions =
-  | (SpawnOptions & {
-      /** Spawn `agentstate serve --store DIR` (created if missing). */
+  | (StoreOptions & EngineOptions & {
+      /** The LMDB store in DIR (created if missing), opened by the engine in this process. */
+      store: string;
+      memory?: never;
+      spawn?: false;
+      binary?: never;
+    })
+  | (StoreOptions & EngineOptions & {
+      /** An in-memory store in this process: nothing is kept after close(). */
+      memory: true;
+      store?: never;
+      spawn?: false;
+      binary?: never;
+    })
+  | (StoreOptions & NoEngineOptions & {
+      /** With `spawn` or `binary`: `agentstate serve --store DIR` as a child process. */
       store: string;
       memory?: never;
     })
-  | (SpawnOptions & {
-      /** Spawn `agentstate serve --memory`: nothing is kept after close(). */
+  | (StoreOptions & NoEngineOptions & {
+      /** With `spawn` or `binary`: `agentstate serve --memory` as a child process. */
       memory: true;
       store?: never;
     })
-  | (ConnectOptions & {
+  | (ConnectOptions & NoEngineOptions & {
       /**
        * Connect to `agentstate serve --listen`: 'HOST:PORT' ('[::1]:7400' for IPv6) over
        * TCP, or 'unix:PATH' for a Unix socket.
@@ -123,7 +178,7 @@ export type AgentStateSessionServiceOptions =
       addresses?: never;
       retryForMs?: never;
     })
-  | (ConnectOptions & {
+  | (ConnectOptions & NoEngineOptions & {
       /**
        * Nodes of one cluster (`serve --cluster`), 'HOST:PORT' each; one is enough. A call
        * goes to the node that answered last, follows a `moved` answer to the owner's
@@ -147,7 +202,8 @@ type ServiceMethods = Pick<BaseSessionService,
 
 /**
  * ADK-JS's BaseSessionService stored in agentstate. All methods may be called
- * concurrently; they share one pipelined connection (one per node with `addresses`).
+ * concurrently; they share the engine in this process (`store`, `memory`), or one
+ * pipelined connection (a spawned server, `address`; one per node with `addresses`).
  * Methods reject with AgentStateError.
  */
 export declare class AgentStateSessionService extends BaseSessionService {
@@ -158,11 +214,13 @@ export declare class AgentStateSessionService extends BaseSessionService {
   deleteSession(request: Parameters<ServiceMethods['deleteSession']>[0]): Promise<void>;
   appendEvent(request: { session: Session; event: Event }): Promise<Event>;
   getOrCreateSession(request: Parameters<ServiceMethods['getOrCreateSession']>[0]): Promise<Session>;
-  /** The spawned server's process id; undefined when connected to an address or addresses. */
+  /** The spawned server's process id; undefined in this process and at an address or addresses. */
   readonly serverPid: number | undefined;
   /**
-   * Ends the connection after the answers already owed; a spawned server flushes and
-   * must exit 0 (else this rejects with kind 'unavailable'). Idempotent.
+   * Answers the calls already made, then: the engine in this process syncs and releases
+   * its store (rejecting with the engine's error when it could not open or close it); a
+   * spawned server flushes and must exit 0 (else this rejects with kind 'unavailable');
+   * a connection ends. Idempotent.
    */
   close(): Promise<void>;
 }

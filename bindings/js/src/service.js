@@ -4,15 +4,19 @@
 // Contract: each method keeps the meaning @google/adk 2.0.0 gives it (its
 // InMemorySessionService is the reference), with the stored data in agentstate; the
 // differences are deliberate and listed in README.md ("Where it differs from ADK-JS").
-// Many concurrent calls from one process are the normal case: they share one pipelined
-// connection (with `addresses`, one per cluster node: src/cluster.js, which also retries). Methods never block the event loop; each costs one round trip, except
-// listSessions (one per 1,000 sessions listed), getOrCreateSession (up to three) and
-// close().
+// Many concurrent calls from one process are the normal case: they share one engine
+// in this process (`store`, `memory`: src/inprocess.js), one pipelined connection to a
+// server (`address`, or a spawned one: src/connection.js), or one per cluster node
+// (`addresses`: src/cluster.js, which also retries). Every mode speaks the same
+// protocol requests and gets the same answers. Methods never block the event loop; each
+// costs one request, except listSessions (one per 1,000 sessions listed),
+// getOrCreateSession (up to three) and close().
 import path from 'node:path';
 import { BaseSessionService } from '@google/adk';
 import { ClusterConnection } from './cluster.js';
 import { Connection, parseAddress } from './connection.js';
 import { AgentStateError, invalid } from './errors.js';
+import { InProcessConnection } from './inprocess.js';
 import { eventFromWire, eventToWire, msToSeconds, secondsToMs, sessionFromWire } from './mapping.js';
 
 const PAGE_MAX = 1000;
@@ -49,11 +53,60 @@ function connectOptions(options, unix) {
   return out;
 }
 
+// The options of the engine in this process (src/inprocess.js, native/addon.cpp): the
+// engine's own options (include/agentstate/options.hpp), times in milliseconds.
+const ENGINE_COUNTS = ['threads', 'spinWaitUs', 'maxStoreBytes', 'idleTimeoutMs', 'sessionTtlMs'];
+const ENGINE_GROUPS = {
+  limits: ['maxEventBytes', 'maxValueBytes', 'maxStateBytes', 'maxJsonDepth', 'maxResponseBytes'],
+  changeRetention: ['maxEntries', 'maxAgeMs'],
+};
+const ENGINE_OPTIONS = [...ENGINE_COUNTS, 'refreshTtl', ...Object.keys(ENGINE_GROUPS)];
+
+function checkCount(what, value) {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw invalid(`${what} must be an integer >= 0, not ${String(value)}`);
+  }
+}
+
+// { store } or { memory } with the engine's options, checked, for InProcessConnection.
+function engineOptions(options) {
+  const out = {};
+  if (options.store !== undefined) out.store = path.resolve(options.store);
+  else out.memory = true;
+  if (options.durability !== undefined) out.durability = options.durability;
+  for (const key of ENGINE_COUNTS) {
+    if (options[key] !== undefined) {
+      checkCount(key, options[key]);
+      out[key] = options[key];
+    }
+  }
+  if (options.refreshTtl !== undefined) {
+    if (typeof options.refreshTtl !== 'boolean') throw invalid('refreshTtl must be a boolean');
+    out.refreshTtl = options.refreshTtl;
+  }
+  for (const [group, keys] of Object.entries(ENGINE_GROUPS)) {
+    const given = options[group];
+    if (given === undefined) continue;
+    if (given === null || typeof given !== 'object' || Array.isArray(given)) {
+      throw invalid(`${group} must be an object with any of ${keys.join(', ')}`);
+    }
+    const checked = {};
+    for (const [key, value] of Object.entries(given)) {
+      if (!keys.includes(key)) throw invalid(`unknown ${group} option '${key}' (known: ${keys.join(', ')})`);
+      checkCount(`${group}.${key}`, value);
+      checked[key] = value;
+    }
+    out[group] = checked;
+  }
+  return out;
+}
+
 function resolveTarget(options) {
   if (options === null || typeof options !== 'object') {
     throw invalid("options must be an object: { store: DIR } | { memory: true } | { address: 'HOST:PORT' | 'unix:PATH' } | { addresses: ['HOST:PORT', ...] }");
   }
-  const known = new Set(['store', 'memory', 'address', 'addresses', 'retryForMs', 'binary', 'durability', 'token', 'tls']);
+  const known = new Set(['store', 'memory', 'address', 'addresses', 'retryForMs', 'spawn', 'binary',
+    'durability', 'token', 'tls', ...ENGINE_OPTIONS]);
   for (const key of Object.keys(options)) {
     if (!known.has(key)) throw invalid(`unknown option '${key}' (known: ${[...known].join(', ')})`);
   }
@@ -65,6 +118,20 @@ function resolveTarget(options) {
   }
   if (durability !== undefined && durability !== 'sync' && durability !== 'nosync') {
     throw invalid(`durability must be 'sync' or 'nosync', not ${JSON.stringify(durability)}`);
+  }
+  if (options.spawn !== undefined && options.spawn !== true && options.spawn !== false) {
+    throw invalid('spawn must be a boolean');
+  }
+  const spawned = options.spawn === true || (binary !== undefined && options.spawn !== false);
+  if (options.spawn === false && binary !== undefined) {
+    throw invalid('binary applies to a spawned server (spawn: true)');
+  }
+  const engineGiven = ENGINE_OPTIONS.filter((k) => options[k] !== undefined);
+  if (engineGiven.length > 0 && (spawned || address !== undefined || addresses !== undefined)) {
+    throw invalid(`${engineGiven.join(', ')} apply to the engine in this process ({ store } or { memory: true } without spawn or binary)`);
+  }
+  if (options.spawn !== undefined && (address !== undefined || addresses !== undefined)) {
+    throw invalid('spawn applies to store and memory, not to an address');
   }
   if (options.retryForMs !== undefined && addresses === undefined) {
     throw invalid('retryForMs applies to addresses (the nodes of a cluster)');
@@ -87,17 +154,16 @@ function resolveTarget(options) {
     return { ...target, ...connectOptions(options, target.path !== undefined) };
   }
   if (token !== undefined) {
-    throw invalid('token applies to a server at an address; a spawned server needs none (its pipe is private)');
+    throw invalid('token applies to a server at an address; the engine in this process and a spawned server need none');
   }
-  if (options.tls !== undefined) throw invalid('tls applies to a server at an address, not to a spawned one');
-  let args;
+  if (options.tls !== undefined) throw invalid('tls applies to a server at an address, not to a store');
   if (store !== undefined) {
     if (typeof store !== 'string' || store === '') throw invalid('store must be a non-empty directory path');
-    args = ['serve', '--store', path.resolve(store)];
-  } else {
-    if (memory !== true) throw invalid('memory must be true when given');
-    args = ['serve', '--memory'];
+  } else if (memory !== true) {
+    throw invalid('memory must be true when given');
   }
+  if (!spawned) return { inProcess: engineOptions(options) };
+  const args = store !== undefined ? ['serve', '--store', path.resolve(store)] : ['serve', '--memory'];
   if (durability !== undefined) args.push('--durability', durability);
   if (binary !== undefined && (typeof binary !== 'string' || binary === '')) {
     throw invalid('binary must be a non-empty path');
@@ -111,16 +177,19 @@ export class AgentStateSessionService extends BaseSessionService {
 
   /**
    * @param {{store?: string, memory?: true, address?: string, addresses?: string[],
-   *          retryForMs?: number, binary?: string, durability?: 'sync'|'nosync',
-   *          token?: string, tls?: true|object}} options
+   *          retryForMs?: number, spawn?: boolean, binary?: string,
+   *          durability?: 'sync'|'nosync', token?: string, tls?: true|object}} options
+   *   (and the engine's options in this process: README.md, "Options")
    */
   constructor(options) {
     super();
     const target = resolveTarget(options);
-    this.#conn = target.cluster !== undefined ? new ClusterConnection(target.cluster) : new Connection(target);
+    if (target.inProcess !== undefined) this.#conn = new InProcessConnection(target.inProcess);
+    else if (target.cluster !== undefined) this.#conn = new ClusterConnection(target.cluster);
+    else this.#conn = new Connection(target);
   }
 
-  /** The spawned server's process id; undefined when connected to an address. */
+  /** The spawned server's process id; undefined in this process and at an address. */
   get serverPid() {
     return this.#conn.pid;
   }
@@ -147,9 +216,10 @@ export class AgentStateSessionService extends BaseSessionService {
       session_id: requireName('sessionId', sessionId),
     };
     if (config !== undefined && config !== null) {
-      // ADK-JS treats 0 (and absent) as "no limit" and 0 as "no time filter".
+      // numRecentEvents: absent is every event, 0 none (as ADK's fix of #5730 has it;
+      // ADK-JS 2.0.0 reads 0 as every event). afterTimestamp 0 is no time filter.
       const n = optionalCount('config.numRecentEvents', config.numRecentEvents);
-      if (n) params.num_recent_events = n;
+      if (n !== undefined) params.num_recent_events = n;
       const after = config.afterTimestamp;
       if (after !== undefined && after !== null) {
         if (typeof after !== 'number' || !Number.isFinite(after)) {

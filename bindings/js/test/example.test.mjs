@@ -6,11 +6,11 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { AgentStateSessionService } from '../src/index.js';
-import { agentstateBin, PACKAGE_DIR, scratchDir } from './support/env.mjs';
+import { agentstateBin, needsAddon, PACKAGE_DIR, scratchDir } from './support/env.mjs';
 
 const run = promisify(execFile);
 
-test('examples/quickstart.mjs runs and its session is in the store', async () => {
+test('examples/quickstart.mjs runs and its session is in the store', { skip: needsAddon() }, async () => {
   const store = path.join(scratchDir('quickstart'), 'data');
   const { stdout } = await run(process.execPath, ['examples/quickstart.mjs', store], {
     cwd: PACKAGE_DIR, env: { ...process.env, AGENTSTATE_BIN: agentstateBin() },

@@ -117,6 +117,9 @@ describe('createSession, getSession, deleteSession', () => {
       { numRecentEvents: 1, afterTimestamp: 2000 }, { numRecentEvents: 4, afterTimestamp: 3000 }];
     for (const config of configs) {
       const want = await ref.getSession({ appName: 'g', userId: 'u', sessionId: 'f', config });
+      // ADK-JS 2.0.0 reads numRecentEvents 0 as every event; ADK's fix of #5730 (and
+      // this service) as none.
+      if (config?.numRecentEvents === 0) want.events = [];
       const got = await service.getSession({ appName: 'g', userId: 'u', sessionId: 'f', config });
       assert.deepEqual(got.events.map((e) => e.id), want.events.map((e) => e.id), JSON.stringify(config));
       assert.deepEqual(asJson(got.events), asJson(want.events));
@@ -126,6 +129,19 @@ describe('createSession, getSession, deleteSession', () => {
     await assert.rejects(service.getSession({ appName: 'g', userId: 'u', sessionId: 'f', config: { afterTimestamp: 'x' } }),
       isKind('invalid_argument'));
     assert.equal(await service.getSession({ appName: 'g', userId: 'u', sessionId: 'missing' }), undefined);
+  });
+
+  test('numRecentEvents 0 answers no events, not every event (ADK #5730)', async () => {
+    const s = await service.createSession({ appName: 'g0', userId: 'u', sessionId: 'zero', state: { k: 1 } });
+    for (let i = 0; i < 3; i++) await service.appendEvent({ session: s, event: ev(`z${i}`, 1000 + i, { i }) });
+    const none = await service.getSession({ appName: 'g0', userId: 'u', sessionId: 'zero', config: { numRecentEvents: 0 } });
+    assert.deepEqual(none.events, []);
+    assert.deepEqual(none.state, { k: 1, i: 2 }, 'the state is whole');
+    const zeroAfter = await service.getSession({ appName: 'g0', userId: 'u', sessionId: 'zero',
+      config: { numRecentEvents: 0, afterTimestamp: 1000 } });
+    assert.deepEqual(zeroAfter.events, []);
+    const all = await service.getSession({ appName: 'g0', userId: 'u', sessionId: 'zero', config: {} });
+    assert.equal(all.events.length, 3);
   });
 
   test('deleteSession removes the session and its events, keeps app and user state', async () => {

@@ -29,12 +29,20 @@ export function agentstateBin() {
 export const CLUSTER_ADDRESS = process.env.AGENTSTATE_TEST_ADDRESS || undefined;
 
 /**
+ * In-process mode (test/support/inprocess_suite.mjs): 'memory' or 'store' when the
+ * services that tests would spawn a server for run the engine in the test's process;
+ * undefined otherwise.
+ */
+export const IN_PROCESS = process.env.AGENTSTATE_TEST_IN_PROCESS || undefined;
+
+/**
  * A test's `skip` option for a test that needs a server process of its own (it checks
  * the process: its spawn, its exit, its command line, its store's owner): the reason in
- * cluster mode, false otherwise.
+ * cluster mode and in in-process mode, false otherwise.
  */
 export function ownProcess(reason) {
-  return CLUSTER_ADDRESS ? `cluster mode: ${reason}` : false;
+  if (CLUSTER_ADDRESS) return `cluster mode: ${reason}`;
+  return IN_PROCESS ? `in-process mode: ${reason}` : false;
 }
 
 /** A new empty directory, removed when the process exits. */
@@ -47,4 +55,14 @@ export function scratchDir(tag) {
 /** A JSON copy: what survives storage (undefined members dropped, key order ignored by deepEqual). */
 export function asJson(value) {
   return JSON.parse(JSON.stringify(value));
+}
+
+/**
+ * A test's `skip` option for a test that needs agentstate.node (the engine in the test's
+ * process): the reason when the build tree has none (CTest sets AGENTSTATE_TEST_NO_ADDON
+ * in a sanitizer build), false otherwise.
+ */
+export function needsAddon() {
+  const why = process.env.AGENTSTATE_TEST_NO_ADDON;
+  return why ? `no addon: ${why}` : false;
 }

@@ -7,6 +7,18 @@ import type { AgentStateErrorKind, AgentStateSessionServiceOptions, AgentStateTl
 
 const base: BaseSessionService = new AgentStateSessionService({ store: './data' });
 new AgentStateSessionService({ memory: true, durability: 'nosync', binary: '/usr/bin/agentstate' });
+new AgentStateSessionService({ store: './data', spawn: true, durability: 'nosync' });
+new AgentStateSessionService({
+  store: './data', durability: 'nosync', threads: 2, maxStoreBytes: 1 << 30, idleTimeoutMs: 1000,
+  sessionTtlMs: 60_000, refreshTtl: true, changeRetention: { maxEntries: 10, maxAgeMs: 1000 },
+  limits: { maxEventBytes: 1024, maxResponseBytes: 1 << 20 },
+});
+// @ts-expect-error the engine's options are the in-process engine's, not a spawned server's
+new AgentStateSessionService({ memory: true, binary: '/usr/bin/agentstate', threads: 2 });
+// @ts-expect-error nor a server's at an address
+new AgentStateSessionService({ address: 'h:1', limits: { maxEventBytes: 1 } });
+// @ts-expect-error limits are counts
+new AgentStateSessionService({ memory: true, limits: { maxEventBytes: '1' } });
 new AgentStateSessionService({ address: '127.0.0.1:7400' });
 new AgentStateSessionService({ address: 'unix:/run/agentstate/sock', token: 'secret-token-0123456789' });
 new AgentStateSessionService({ address: 'db:7400', token: 't', tls: { ca: 'PEM', servername: 'db' } });
