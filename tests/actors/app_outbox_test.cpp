@@ -123,7 +123,7 @@ result<append_result> append_fenced_after_home(two_nodes& t) {
   // Bounded poll of the origin's sends (its retry timer, another thread).
   for (auto deadline = std::chrono::steady_clock::now() + 10s;
        l.sent.load() == 0 && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(1ms); // bounded poll of the origin's sends
   REQUIRE(l.sent.load() > 0);
   MUST(origin->fence_range(range_of_u()));
   l.refuse = 0; // the next send is applied at the home; the commit is fenced
