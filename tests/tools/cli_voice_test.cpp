@@ -17,68 +17,24 @@
 #include <sstream>
 
 #include "support/test_support.hpp"
+#include "support/tool_run.hpp"
 
 using namespace agentstate;
 namespace fs = std::filesystem;
 
 namespace {
 
-const char* const every_command[] = {"backup", "bench",  "cluster", "demo",  "dump",
-                                     "export", "import", "inspect", "prune", "salvage",
-                                     "serve",  "verify", "watch"};
-
-struct ran {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+const auto& every_command = test::all_commands;
+using test::describe;
+using test::ran;
+using test::slurp;
 
 /// Runs the tool with `args`, standard input from `in` (/dev/null when "");
 /// returns its exit code and what it wrote.
 ran run(const std::vector<std::string>& args, const std::string& in = "") {
-  test::temp_dir io;
-  auto out_path = io.path() / "out", err_path = io.path() / "err";
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int i = ::open(in.empty() ? "/dev/null" : in.c_str(), O_RDONLY);
-    int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (i < 0 || o < 0 || e < 0)
-      ::_exit(127);
-    ::dup2(i, 0);
-    ::dup2(o, 1);
-    ::dup2(e, 2);
-    std::vector<std::string> argv_s{AGENTSTATE_BIN};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(AGENTSTATE_BIN, argv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ran r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
-}
-
-std::string describe(const std::vector<std::string>& args, const ran& r) {
-  std::string cmd = "agentstate";
-  for (auto& a : args)
-    cmd += " " + a;
-  return cmd + " -> exit " + std::to_string(r.rc) + "\nstdout: " + r.out.substr(0, 600)
-    + "\nstderr: " + r.err.substr(0, 600);
+  test::streams s;
+  s.in = in;
+  return test::run_tool(args, s);
 }
 
 std::size_t lines_in(const std::string& s) {
