@@ -26,48 +26,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// What one watch received, checked as it arrives; a gate, when set, holds
-// every batch until it opens.
-struct start_sink {
-  std::mutex mtx;
-  std::vector<std::string> got;
-  std::string last_cursor;
-  bool backwards = false;
-  std::atomic<int> inside{0};
-  std::atomic<bool> ended{false};
-  watch_end end;
-  std::shared_future<void> gate;
-
-  change_handler handler() {
-    return [this](change_page p) {
-      inside.fetch_add(1);
-      if (gate.valid())
-        gate.wait();
-      {
-        std::lock_guard<std::mutex> lk(mtx);
-        for (auto& c : p.changes) {
-          if (!last_cursor.empty() && seq_of(c.cursor) <= seq_of(last_cursor))
-            backwards = true;
-          last_cursor = c.cursor;
-          got.push_back(describe_change(c, true));
-        }
-        last_cursor = p.cursor;
-      }
-      inside.fetch_sub(1);
-    };
-  }
-  end_handler ender() {
-    return [this](const watch_end& e) {
-      std::lock_guard<std::mutex> lk(mtx);
-      end = e;
-      ended = true;
-    };
-  }
-  std::vector<std::string> snapshot() {
-    std::lock_guard<std::mutex> lk(mtx);
-    return got;
-  }
-};
+using start_sink = test::watch_sink;
 
 // Opens a gate once: by open(), or on scope exit (a test that fails early
 // must not leave callbacks blocked).

@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/support/change_feed.hpp: builders and views of the change feed for
 // the feed's tests (watch requests, a change as one comparable line, a
-// cursor's sequence).
+// cursor's sequence, a watch's sink).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <future>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -59,5 +65,66 @@ inline std::vector<change> read_feed(engine& e, watch_request req, std::size_t p
 inline std::uint64_t seq_of(const std::string& cursor) {
   return std::stoull(cursor.substr(cursor.rfind('-') + 1));
 }
+
+/// What one watch received: every change, checked as it arrives (cursors
+/// only move forward, batches never overlap).
+struct watch_sink {
+  std::mutex mtx;
+  std::vector<std::string> got;
+  std::string last_cursor;
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> batches{0};
+  std::atomic<bool> ended{false};
+  watch_end end;
+  std::chrono::milliseconds delay{0};
+  /// When set, every batch first waits until it is open (a callback blocked
+  /// for as long as the test likes).
+  std::shared_future<void> gate;
+  std::size_t max_batch = 0;
+  bool backwards = false;
+
+  change_handler handler() {
+    return [this](change_page p) {
+      if (inside.fetch_add(1) != 0)
+        overlaps.fetch_add(1);
+      if (gate.valid())
+        gate.wait();
+      if (delay.count() > 0) // the input: a slow consumer
+        std::this_thread::sleep_for(delay);
+      {
+        std::lock_guard<std::mutex> lk(mtx);
+        max_batch = std::max(max_batch, p.changes.size());
+        for (auto& c : p.changes) {
+          if (!last_cursor.empty() && seq_of(c.cursor) <= seq_of(last_cursor))
+            backwards = true;
+          last_cursor = c.cursor;
+          got.push_back(describe_change(c, true));
+        }
+        if (!last_cursor.empty() && seq_of(p.cursor) < seq_of(last_cursor))
+          backwards = true;
+        last_cursor = p.cursor;
+      }
+      batches.fetch_add(1);
+      inside.fetch_sub(1);
+    };
+  }
+  end_handler ender() {
+    return [this](const watch_end& e) {
+      std::lock_guard<std::mutex> lk(mtx);
+      end = e;
+      ended = true;
+    };
+  }
+  std::vector<std::string> snapshot() {
+    std::lock_guard<std::mutex> lk(mtx);
+    return got;
+  }
+  /// The largest batch so far (a batch may still be running).
+  std::size_t largest_batch() {
+    std::lock_guard<std::mutex> lk(mtx);
+    return max_batch;
+  }
+};
 
 } // namespace agentstate::test
