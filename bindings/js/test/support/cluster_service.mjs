@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Cluster mode's src/index.js (test files import it through cluster_hooks.mjs): the
+// Cluster mode's src/index.js (test files import it through redirect_hooks.mjs): the
 // package's exports, with an AgentStateSessionService that, given the options of a
 // server it would start ({ memory: true } or { store: DIR }, with binary and durability),
 // connects to AGENTSTATE_TEST_ADDRESS instead (a cluster node that owns no shard:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// In-process mode's src/index.js (test files import it through inprocess_hooks.mjs): the
+// In-process mode's src/index.js (test files import it through redirect_hooks.mjs): the
 // package's exports, with an AgentStateSessionService that, given the options of a
 // server it would spawn ({ memory: true } or { store: DIR }, with binary, spawn and
 // durability), runs the engine in this process on the same store instead. With
