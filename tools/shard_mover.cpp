@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -122,12 +123,12 @@ struct shard_mover::impl {
   result<void> load() {
     if (path.empty())
       return {};
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && !ec)
+      return {}; // no move under way
     std::ifstream in(path);
-    if (!in) {
-      if (errno == ENOENT)
-        return {};
+    if (!in)
       return io_failure("cannot read", path);
-    }
     std::stringstream text;
     text << in.rdbuf();
     json r = json::parse(text.str(), nullptr, false);

@@ -17,6 +17,7 @@
 #include "support/history.hpp"
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -284,6 +285,14 @@ TEST_CASE("cluster move refuses what it cannot do: bad shard, unknown node, bad 
   auto alone = shell(cluster_tool(etcd, "drain a"));
   CHECK(alone.first == 1);
   CHECK(alone.second.find("no other node is live") != std::string::npos);
+  // A record of moves the node cannot read stops it at start, naming the file.
+  std::filesystem::create_directories(dir.str() + "/bad");
+  write_text(dir.str() + "/bad/cluster-moves.json", "{\"fenced\":7}\n");
+  server_process broken({"--store", dir.str() + "/bad", "--listen", "127.0.0.1:0", "--cluster", "c",
+                         "--etcd", etcd.url(), "--node-id", "bad", "--lease-ttl-s", "2"},
+                        dir.str() + "/bad.log");
+  CHECK(broken.wait_exit() == 1);
+  CHECK(broken.log().find("is not a record of shard moves") != std::string::npos);
   // The node's own methods need the cluster's shard in motion.
   auto r = client(a.port).call("shard_export", json{{"shard", 1}, {"epoch", 1}});
   CHECK(kind_of(r) == "version_conflict");
