@@ -28,17 +28,7 @@ namespace {
 
 using start_sink = test::watch_sink;
 
-// Opens a gate once: by open(), or on scope exit (a test that fails early
-// must not leave callbacks blocked).
-struct gate_guard {
-  std::promise<void>& p;
-  bool opened = false;
-  void open() {
-    if (!std::exchange(opened, true))
-      p.set_value();
-  }
-  ~gate_guard() { open(); }
-};
+using gate_guard = test::gate_opener;
 
 watch_request from_start_req(watch_request r) {
   r.from = from_start;

@@ -81,17 +81,7 @@ void expect_caught_up(engine& e, sink& s, const watch_request& req, const std::s
   CHECK(!s.backwards);
 }
 
-// Sets a gate's promise once: by open(), or when it goes out of scope (a
-// test that fails early must not leave a callback blocked forever).
-struct gate_opener {
-  std::promise<void>& p;
-  bool opened = false;
-  void open() {
-    if (!std::exchange(opened, true))
-      p.set_value();
-  }
-  ~gate_opener() { open(); }
-};
+using test::gate_opener;
 
 // Appends from `threads` threads, each to sessions of its own.
 // Session ids start with `tag`.

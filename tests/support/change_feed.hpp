@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agentstate/engine.hpp"
@@ -125,6 +126,18 @@ struct watch_sink {
     std::lock_guard<std::mutex> lk(mtx);
     return max_batch;
   }
+};
+
+/// Sets a watch_sink gate's promise once: by open(), or when it goes out of
+/// scope (a test that fails early must not leave a callback blocked forever).
+struct gate_opener {
+  std::promise<void>& p;
+  bool opened = false;
+  void open() {
+    if (!std::exchange(opened, true))
+      p.set_value();
+  }
+  ~gate_opener() { open(); }
 };
 
 } // namespace agentstate::test
