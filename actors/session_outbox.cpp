@@ -138,8 +138,7 @@ void fail_remote(session_actor_t self, const std::shared_ptr<remote_append>& r, 
     });
 }
 
-void answer_overdue(session_actor_t self, const std::shared_ptr<remote_append>& r,
-                    const error& why);
+void answer_overdue(session_actor_t self, const std::shared_ptr<remote_append>& r, const error& e);
 
 // The commit of `r` was refused because the session's shard is moving away
 // (engine::fence_range): its caller hears it is in doubt, the commands
@@ -151,7 +150,12 @@ void leave_for_next_owner(session_actor_t self, const std::shared_ptr<remote_app
                           const error& why) {
   auto& st = self->state;
   if (!st.remote_overdue)
-    answer_overdue(self, r, why);
+    answer_overdue(self, r,
+                   error{errc::unavailable,
+                         why.message
+                           + "; the write is in doubt: it is finished where the shard "
+                             "goes"
+                           + (r->create ? "" : "; retry it with the same event id")});
   if (r->outcome) {
     auto it = st.in_flight_ids.find(r->ev.id);
     if (it != st.in_flight_ids.end() && it->second == r->outcome)
@@ -486,17 +490,13 @@ void resume_remote_append(session_actor_t self) {
 
 namespace {
 
-// The home has been unreachable for answer_after: the caller hears that the
-// write is in doubt, and the session's waiting commands (and every command
-// until it is finished) are answered unavailable unread.
-void answer_overdue(session_actor_t self, const std::shared_ptr<remote_append>& r,
-                    const error& why) {
+// The caller hears `e`, that the write is in doubt (its home has been
+// unreachable for answer_after, or its shard is moving away), and the
+// session's waiting commands (and every command until it is finished) are
+// answered unavailable unread.
+void answer_overdue(session_actor_t self, const std::shared_ptr<remote_append>& r, const error& e) {
   auto& st = self->state;
   st.remote_overdue = true;
-  error e{errc::unavailable,
-          "the app's home cannot be reached (" + why.message
-            + "); the write is in doubt: it is finished when the home answers; retry it"
-            + (r->create ? "" : " with the same event id")};
   if (auto cb = std::exchange(r->cb, nullptr))
     cb(e);
   if (auto cb = std::exchange(r->create_cb, nullptr))
@@ -525,7 +525,12 @@ void on_app_sent(session_actor_t self, app_sent& msg) {
     if (out.code() == errc::unavailable) {
       const auto& home = st.core->opts.app_home;
       if (!st.remote_overdue && std::chrono::steady_clock::now() - r->started >= home.answer_after)
-        answer_overdue(self, r, out.err());
+        answer_overdue(
+          self, r,
+          error{errc::unavailable,
+                "the app's home cannot be reached (" + out.err().message
+                  + "); the write is in doubt: it is finished when the home answers; retry it"
+                  + (r->create ? "" : " with the same event id")});
       self->delayed_send(self, home.retry, app_sent{nullptr, true, r->write_id});
       return;
     }
