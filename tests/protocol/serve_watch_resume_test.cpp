@@ -5,6 +5,7 @@
 // output budget the watch pauses for room instead of holding a delivery
 // thread, and serve's resumer restarts it once the output drains; every
 // change arrives once, in commit order, and every request is answered.
+#include "support/serve_process.hpp"
 #include "support/test_support.hpp"
 
 #include <fcntl.h>
@@ -35,22 +36,10 @@ public:
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    std::vector<std::string> argv_s{AGENTSTATE_BIN, "serve"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    args.insert(args.begin(), "serve");
+    pid_ = spawn_tool(args, in[0], out[1], "");
     ::close(in[0]);
     ::close(out[1]);
-    REQUIRE(rc == 0);
     in_ = in[1];
     out_ = out[0];
   }

@@ -54,6 +54,36 @@ inline void collect_lines(int fd, std::mutex& mtx, std::condition_variable& cv,
 
 using namespace std::chrono_literals;
 
+/// Starts `agentstate ARGS` (the binary AGENTSTATE_BIN) with standard input
+/// from `in` (-1: /dev/null), standard output to `out`, and standard error
+/// to the file `err_path` (truncated; "": /dev/null). REQUIREs the spawn;
+/// returns the child's pid. The caller closes its copies of `in` and `out`.
+inline pid_t spawn_tool(const std::vector<std::string>& args, int in, int out,
+                        const std::string& err_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (in >= 0)
+    posix_spawn_file_actions_adddup2(&fa, in, 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out, 1);
+  if (err_path.empty())
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> argv_s{AGENTSTATE_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
 // The tool as a child process: requests go to its stdin, a thread collects
 // its stdout lines, stderr goes to a file.
 class server {
@@ -64,22 +94,10 @@ public:
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> argv_s{AGENTSTATE_BIN, "serve"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    args.insert(args.begin(), "serve");
+    pid_ = spawn_tool(args, in[0], out[1], err_path);
     ::close(in[0]);
     ::close(out[1]);
-    REQUIRE(rc == 0);
     in_ = in[1];
     out_ = out[0];
     reader_ = std::thread([this] { read_stdout(); });

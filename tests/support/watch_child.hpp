@@ -53,21 +53,10 @@ public:
     : err_path_(std::move(err_path)) {
     int out[2];
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> argv_s{AGENTSTATE_BIN, "watch"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid_, AGENTSTATE_BIN, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    std::vector<std::string> watch_args{"watch"};
+    watch_args.insert(watch_args.end(), args.begin(), args.end());
+    pid_ = spawn_tool(watch_args, -1, out[1], err_path_);
     ::close(out[1]);
-    REQUIRE(rc == 0);
     out_ = out[0];
     reader_ = std::thread([this] { read_stdout(); });
   }
