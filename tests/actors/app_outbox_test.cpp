@@ -40,6 +40,9 @@ struct home_link {
   std::atomic<int> refuse{0}; ///< answer this many sends `unavailable` first
   std::atomic<bool> mute{false}; ///< apply at the home, never answer
   std::atomic<bool> hold{false}; ///< neither apply nor answer
+  /// Set at the first send (a barrier for a test that waits for it).
+  std::promise<void> first_send;
+  std::atomic<bool> sent_once{false};
 };
 
 options::app_home_hooks hooks(home_link& l) {
@@ -47,6 +50,8 @@ options::app_home_hooks hooks(home_link& l) {
   h.here = [](const std::string& app) { return app != "chat"; };
   h.send = [&l](app_write_request req, callback<app_write_result> cb) {
     ++l.sent;
+    if (!l.sent_once.exchange(true))
+      l.first_send.set_value();
     if (l.hold)
       return;
     if (l.refuse > 0) {
@@ -120,11 +125,8 @@ result<append_result> append_fenced_after_home(two_nodes& t) {
   auto heard = std::make_shared<std::promise<result<append_result>>>();
   origin->append_event(with_app(ref, "e1", {{"k", 1}}, 5),
                        [heard](result<append_result> r) { heard->set_value(std::move(r)); });
-  // Bounded poll of the origin's sends (its retry timer, another thread).
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       l.sent.load() == 0 && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(1ms); // bounded poll of the origin's sends
-  REQUIRE(l.sent.load() > 0);
+  // The outbox row is committed before the first send.
+  REQUIRE(l.first_send.get_future().wait_for(10s) == std::future_status::ready);
   MUST(origin->fence_range(range_of_u()));
   l.refuse = 0; // the next send is applied at the home; the commit is fenced
   auto f = heard->get_future();
