@@ -17,8 +17,10 @@
 #include "support/history.hpp"
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
 namespace {
@@ -107,6 +109,8 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
   test::history_log h;
   std::atomic<bool> stop{false};
   std::atomic<int> acked{0}, refused{0};
+  std::mutex acked_mtx; // with acked_cv: the workers tell the test of each ack
+  std::condition_variable acked_cv;
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
@@ -151,8 +155,11 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
             done["value"] = read ? json{{"version", res["version"]}, {"events", res["events"]}}
                                  : json{{"version", res["version"]}, {"event", res["event"]}};
             h.add(done);
-            if (!read)
+            if (!read) {
+              std::lock_guard<std::mutex> lk(acked_mtx);
               ++acked;
+              acked_cv.notify_all();
+            }
             break;
           }
           std::string kind = got ? kind_of(got) : "";
@@ -171,12 +178,10 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
     });
 
   auto progress = [&](int n) {
-    // Bounded poll of the workers' progress (they run on their own threads).
+    // n more acks (within 20 s).
+    std::unique_lock<std::mutex> lk(acked_mtx);
     const int start = acked.load();
-    for (auto deadline = std::chrono::steady_clock::now() + 20s;
-         acked.load() < start + n && std::chrono::steady_clock::now() < deadline;)
-      std::this_thread::sleep_for(10ms); // bounded poll of the workers' progress
-    REQUIRE(acked.load() >= start + n);
+    REQUIRE(acked_cv.wait_for(lk, 20s, [&] { return acked.load() >= start + n; }));
   };
   progress(100);
   std::map<std::uint32_t, std::string> moved_to;
