@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The session actor's commands that read and write the session: create,
-// append (A1-A7), get, delete (actors/session_actor.hpp).
+// append (A1-A7), get, delete, prune's guarded delete
+// (actors/session_actor.hpp).
 #include "actors/session_actor.hpp"
 
 #include <caf/all.hpp>

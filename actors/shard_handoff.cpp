@@ -4,12 +4,14 @@
 // (store/shard_copy.hpp does the rows; docs/cluster.md, "Moving a shard").
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "actors/core.hpp"
 #include "agentstate/engine.hpp"
+#include "store/change_log.hpp"
 #include "store/keys.hpp"
 #include "store/outbox.hpp"
 #include "store/shard_copy.hpp"
@@ -132,6 +134,87 @@ result<range_chunk> engine::read_range(hash_range r, const std::string& from,
   return out;
 }
 
+result<std::uint64_t> engine::range_mark() {
+  if (core_->closed.load())
+    return closing();
+  try {
+    auto txn = core_->kv->begin_read();
+    return store::read_log_last(*txn);
+  } catch (const store::kv_failure& f) {
+    return error{f.code, f.message};
+  }
+}
+
+result<range_chunk> engine::read_range_since(hash_range r, std::uint64_t since,
+                                             const std::string& from, std::size_t max_bytes) {
+  if (core_->closed.load())
+    return closing();
+  auto at = decode_position(from);
+  if (!at)
+    return std::move(at).err();
+  try {
+    auto txn = core_->kv->begin_read();
+    const auto range = to_model(r);
+    store::shard_touched t;
+    std::optional<error> whole;
+    auto scanned = store::scan_changes(*txn, since, [&](const store::change_row& c) {
+      if (c.kind == change_kind::remove_app) {
+        whole = error{errc::condition_failed,
+                      "app '" + std::string(c.app) + "' was deleted since change "
+                        + std::to_string(since) + ": read the whole range again"};
+        return false;
+      }
+      if (!range.contains(model::user_hash(c.app, c.user)))
+        return true;
+      if (c.kind == change_kind::remove_user) {
+        whole = error{errc::condition_failed,
+                      "user '" + std::string(c.user) + "' of app '" + std::string(c.app)
+                        + "' was deleted since change " + std::to_string(since)
+                        + ": read the whole range again"};
+        return false;
+      }
+      t.sessions.push_back(
+        store::shard_index_key(c.app, c.user, store::session_key(c.app, c.user, c.id)));
+      t.users.push_back(store::user_scope_key(c.app, c.user));
+      return true;
+    });
+    if (!scanned)
+      return std::move(scanned).err();
+    if (whole)
+      return *whole;
+    for (auto* keys : {&t.sessions, &t.users}) {
+      std::sort(keys->begin(), keys->end());
+      keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
+    }
+    store::shard_reader reader(*txn, range);
+    store::shard_limits limits;
+    limits.max_bytes = std::max<std::size_t>(max_bytes, 1);
+    auto c = reader.next_touched(t, *at, limits);
+    if (!c)
+      return std::move(c).err();
+    range_chunk out;
+    count_rows(*c, out);
+    if (c->next.phase != store::shard_phase::done)
+      out.next = encode_position(c->next);
+    out.bytes = store::encode_chunk(*c);
+    return out;
+  } catch (const store::kv_failure& f) {
+    return error{f.code, f.message};
+  }
+}
+
+result<range_digest> engine::digest_range(hash_range r) {
+  if (core_->closed.load())
+    return closing();
+  auto reader = store::shard_reader::open(*core_->kv, to_model(r));
+  if (!reader)
+    return std::move(reader).err();
+  auto d = (*reader)->digest();
+  if (!d)
+    return std::move(d).err();
+  return range_digest{d->sessions, d->rows, d->bytes, d->crc};
+}
+
 result<void> engine::write_range(hash_range r, std::string_view chunk) {
   if (core_->closed.load())
     return closing();
@@ -140,6 +223,8 @@ result<void> engine::write_range(hash_range r, std::string_view chunk) {
     return std::move(c).err();
   if (!(c->range == to_model(r)))
     return error{errc::invalid_argument, "the chunk is of another range of the shard hash"};
+  if (auto f = fence_range(r); !f)
+    return f;
   std::lock_guard<std::mutex> lk(core_->commit_mtx);
   auto done = store::shard_writer::apply(*core_->kv, *c);
   // Cached records, event ids and scope values may be stale now.

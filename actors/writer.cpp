@@ -83,13 +83,13 @@ const char* range_fenced(const engine_core& core, const store::write_set& ws) {
   };
   using kind = store::write_set::kind;
   if (ws.op == kind::remove_app)
-    return "a shard of this node is moving to another node: deleting an app waits until "
+    return "a shard of this node is moving between nodes: deleting an app waits until "
            "it has";
   if (ws.op != kind::app_write && in(model::user_hash(ws.app, ws.user)))
-    return "the shard of this user is moving to another node";
+    return "the shard of this user is moving between nodes";
   if ((ws.op == kind::app_write || (!ws.app_writes.empty() && !ws.app_elsewhere))
       && in(model::app_hash(ws.app)))
-    return "the home shard of this app's app: state is moving to another node";
+    return "the home shard of this app's app: state is moving between nodes";
   return nullptr;
 }
 

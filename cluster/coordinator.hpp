@@ -56,6 +56,9 @@ struct shard_entry {
   /// its requests (they answer unavailable) while they are copied to `to`.
   std::string to;
   std::int64_t revision = 0; ///< the entry's revision in the coordinator (0: none)
+  /// With `to`: a first copy is being made while `owner` still serves the
+  /// shard (the step before the one that stops serving it).
+  bool copying = false;
 };
 
 struct cluster_view {
@@ -107,7 +110,8 @@ public:
   /// it changed; invalid_argument when epoch is not above expected.epoch or
   /// a name is not one. The new entry.
   virtual result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
-                                        std::uint64_t epoch, const std::string& to) = 0;
+                                        std::uint64_t epoch, const std::string& to,
+                                        bool copying = false) = 0;
 
   /// Several set_shard (with `to` "") in one atomic step: all or none
   /// (version_conflict when any entry changed).

@@ -5,7 +5,8 @@
 //   nodes/ID          {"address":"HOST:PORT"}                    the registry
 //   alive/ID          {"address":"HOST:PORT"}    under the node's lease
 //   controller        "ID"                       under the controller's lease
-//   shards/NNNNN      {"owner":"ID","epoch":E[,"to":"ID"]}   absent until first owned
+//   shards/NNNNN      {"owner":"ID","epoch":E[,"to":"ID"[,"copying":true]]}
+//                                                          absent until first owned
 #include <cstdio>
 #include <map>
 #include <utility>
@@ -146,6 +147,12 @@ public:
                          describe() + ": shard key '" + rest + "' is malformed"};
           e.to = to->get<std::string>();
         }
+        if (auto copying = s.find("copying"); copying != s.end()) {
+          if (!copying->is_boolean() || e.to.empty())
+            return error{errc::data_corrupt,
+                         describe() + ": shard key '" + rest + "' is malformed"};
+          e.copying = copying->get<bool>();
+        }
         e.revision = kv.mod_revision;
         shards[e.shard] = std::move(e);
       }
@@ -168,17 +175,20 @@ public:
   }
 
   result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
-                                std::uint64_t epoch, const std::string& to) override {
+                                std::uint64_t epoch, const std::string& to, bool copying) override {
     if (!to.empty())
       if (auto why = check_name("node id", to); !why.empty())
         return error{errc::invalid_argument, why};
-    auto r = put_shards({expected}, {owner}, {epoch}, {to});
+    if (copying && to.empty())
+      return error{errc::invalid_argument, "a shard is copied only to a node it moves to"};
+    auto r = put_shards({expected}, {owner}, {epoch}, {to}, copying);
     if (!r)
       return std::move(r).err();
     auto v = etcd_->range(shard_key(expected.shard));
     if (!v)
       return std::move(v).err();
-    shard_entry e{expected.shard, owner, epoch, to, v->kvs.empty() ? 0 : v->kvs[0].mod_revision};
+    shard_entry e{expected.shard, owner, epoch, to, v->kvs.empty() ? 0 : v->kvs[0].mod_revision,
+                  copying};
     return e;
   }
 
@@ -191,7 +201,7 @@ public:
   result<void> put_shards(const std::vector<shard_entry>& expected,
                           const std::vector<std::string>& owners,
                           const std::vector<std::uint64_t>& epochs,
-                          const std::vector<std::string>& tos) {
+                          const std::vector<std::string>& tos, bool copying = false) {
     if (expected.size() != owners.size() || expected.size() != epochs.size()
         || expected.size() != tos.size())
       return error{errc::invalid_argument, "set_shards: lists of different lengths"};
@@ -216,6 +226,8 @@ public:
       json value = {{"owner", owners[i]}, {"epoch", epochs[i]}};
       if (!tos[i].empty())
         value["to"] = tos[i];
+      if (copying)
+        value["copying"] = true;
       ops.push_back({etcd_op::kind::put, key, value.dump(), 0, {}});
     }
     auto t = etcd_->txn(cmp, ops, {});

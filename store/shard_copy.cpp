@@ -36,8 +36,15 @@ bool past_range(const model::hash_range& r, std::string_view k) {
   return r.hi != 0 && read_be64(k) >= r.hi;
 }
 
+// Whether `span` is an exact span (one key).
+bool exact(const shard_span& span) {
+  return !span.to_end && !span.after.empty() && span.after == span.last;
+}
+
 // Whether `key` (in its phase's order) lies in `span`.
 bool in_span(const shard_span& span, std::string_view key) {
+  if (exact(span))
+    return key == span.last;
   return (span.after.empty() || key > span.after) && (span.to_end || key <= span.last);
 }
 
@@ -77,6 +84,14 @@ std::string after_scope(std::string_view scope) {
   return std::string(scope) + '\x01';
 }
 
+// Where a scan of `span`'s scopes (user scopes, apps) starts: its first key
+// or later ("" : the phase's start).
+std::string scopes_from(const shard_span& span) {
+  if (exact(span))
+    return span.last;
+  return span.after.empty() ? std::string() : after_scope(span.after);
+}
+
 // The user of a user scope key, or nothing when the key is malformed.
 bool user_of(std::string_view scope, std::string_view& app, std::string_view& user) {
   auto p = split_key(scope, 2);
@@ -110,9 +125,10 @@ void drop_session(kv_write& txn, std::string_view app, std::string_view user, st
 // The target's sessions in `span` of `range` go, with their rows.
 result<void> clear_sessions(kv_write& txn, const model::hash_range& range, const shard_span& span) {
   std::vector<std::string> keys;
+  const bool one = exact(span);
   const std::string start = std::max(span.after, index_start(range));
   txn.scan(table::shard_index, {}, start, [&](std::string_view k, std::string_view) {
-    if (k == span.after)
+    if (k == span.after && !one)
       return true;
     if (past_range(range, k) || !(span.to_end || k <= span.last))
       return false;
@@ -138,7 +154,7 @@ result<void> clear_sessions(kv_write& txn, const model::hash_range& range, const
 // The target's user scopes in `span` whose hash is in `range` go.
 void clear_users(kv_write& txn, const model::hash_range& range, const shard_span& span) {
   std::vector<std::string> keys;
-  std::string at = span.after.empty() ? std::string() : after_scope(span.after);
+  std::string at = scopes_from(span);
   while (auto scope = next_user_scope(txn, at)) {
     if (!span.to_end && *scope > span.last)
       break;
@@ -158,7 +174,7 @@ void clear_users(kv_write& txn, const model::hash_range& range, const shard_span
 // in `range` go.
 void clear_apps(kv_write& txn, const model::hash_range& range, const shard_span& span) {
   std::vector<std::string> state, writes;
-  std::string at = span.after.empty() ? std::string() : after_scope(span.after);
+  std::string at = scopes_from(span);
   while (auto app = next_app(txn, at)) {
     if (!span.to_end && *app > span.last)
       break;
@@ -369,87 +385,109 @@ result<std::unique_ptr<shard_reader>> shard_reader::open(kv_store& kv, model::ha
   }
 }
 
+namespace {
+
+// Appends row k → v of table t to `span`, if it opens (else data_corrupt).
+result<void> take_row(shard_span& span, std::size_t& bytes, table t, std::string_view k,
+                      std::string_view v) {
+  if (!open_row(t, k, v, false))
+    return damaged(t, k);
+  span.rows.push_back({t, std::string(k), std::string(v)});
+  bytes += k.size() + v.size() + 9;
+  return {};
+}
+
+} // namespace
+
+result<void> shard_reader::take_session(shard_span& span, budget& b, std::string_view skey) {
+  auto raw = txn_.get(table::sessions, skey);
+  if (!raw)
+    return error{errc::data_corrupt,
+                 "the shard index names a missing session '" + printable(skey) + "'"};
+  if (auto r = take_row(span, b.bytes, table::sessions, skey, *raw); !r)
+    return r;
+  if (auto tally = txn_.get(table::session_state, skey))
+    if (auto r = take_row(span, b.bytes, table::session_state, skey, *tally); !r)
+      return r;
+  const std::string prefix = std::string(skey) + '\0';
+  std::optional<error> failed;
+  for (auto t : {table::session_state, table::events, table::outbox}) {
+    txn_.scan(t, prefix, {}, [&](std::string_view rk, std::string_view rv) {
+      auto r = take_row(span, b.bytes, t, rk, rv);
+      if (!r)
+        failed = r.err();
+      return r.ok();
+    });
+    if (failed)
+      return *failed;
+  }
+  if (auto origin = txn_.get(table::origins, skey))
+    return take_row(span, b.bytes, table::origins, skey, *origin);
+  return {};
+}
+
+result<void> shard_reader::take_user(shard_span& span, budget& b, std::string_view scope) {
+  if (auto tally = txn_.get(table::user_state, scope))
+    if (auto r = take_row(span, b.bytes, table::user_state, scope, *tally); !r)
+      return r;
+  std::optional<error> failed;
+  txn_.scan(table::user_state, std::string(scope) + '\0', {},
+            [&](std::string_view k, std::string_view v) {
+              auto r = take_row(span, b.bytes, table::user_state, k, v);
+              if (!r)
+                failed = r.err();
+              return r.ok();
+            });
+  if (failed)
+    return *failed;
+  return {};
+}
+
 result<bool> shard_reader::fill_sessions(shard_span& span, budget& b) {
   bool ended = true;
   std::optional<error> failed;
-  auto take = [&](table t, std::string_view k, std::string_view v) {
-    if (!open_row(t, k, v, false)) {
-      failed = damaged(t, k);
-      return false;
-    }
-    span.rows.push_back({t, std::string(k), std::string(v)});
-    b.bytes += k.size() + v.size() + 9;
-    return true;
-  };
-  txn_.scan(
-    table::shard_index, {}, span.after.empty() ? index_start(range_) : span.after,
-    [&](std::string_view k, std::string_view v) {
-      if (!span.after.empty() && k == span.after)
-        return true;
-      if (k.size() < 8) {
-        failed = damaged(table::shard_index, k);
-        return false;
-      }
-      if (past_range(range_, k))
-        return false;
-      if (b.full()) {
-        ended = false;
-        return false;
-      }
-      if (!open_row(table::shard_index, k, v, false)) {
-        failed = damaged(table::shard_index, k);
-        return false;
-      }
-      const std::string skey(k.substr(8));
-      auto p = split_key(skey, 3);
-      if (p.size() != 3 || read_be64(k) != model::user_hash(p[0], p[1])) {
-        failed = error{errc::data_corrupt,
-                       row_name(table::shard_index, k) + " is not under its session's hash"};
-        return false;
-      }
-      span.last = std::string(k);
-      ++b.items;
-      if (fenced(txn_, p[0], p[1]))
-        return true; // being deleted: gone for every reader
-      auto raw = txn_.get(table::sessions, skey);
-      if (!raw) {
-        failed =
-          error{errc::data_corrupt, row_name(table::shard_index, k) + " names a missing session"};
-        return false;
-      }
-      if (!take(table::sessions, skey, *raw))
-        return false;
-      if (auto tally = txn_.get(table::session_state, skey))
-        if (!take(table::session_state, skey, *tally))
-          return false;
-      const std::string prefix = skey + '\0';
-      for (auto t : {table::session_state, table::events, table::outbox}) {
-        txn_.scan(t, prefix, {},
-                  [&](std::string_view rk, std::string_view rv) { return take(t, rk, rv); });
-        if (failed)
-          return false;
-      }
-      if (auto origin = txn_.get(table::origins, skey))
-        if (!take(table::origins, skey, *origin))
-          return false;
-      return true;
-    });
+  txn_.scan(table::shard_index, {}, span.after.empty() ? index_start(range_) : span.after,
+            [&](std::string_view k, std::string_view v) {
+              if (!span.after.empty() && k == span.after)
+                return true;
+              if (k.size() < 8) {
+                failed = damaged(table::shard_index, k);
+                return false;
+              }
+              if (past_range(range_, k))
+                return false;
+              if (b.full()) {
+                ended = false;
+                return false;
+              }
+              if (!open_row(table::shard_index, k, v, false)) {
+                failed = damaged(table::shard_index, k);
+                return false;
+              }
+              const std::string skey(k.substr(8));
+              auto p = split_key(skey, 3);
+              if (p.size() != 3 || read_be64(k) != model::user_hash(p[0], p[1])) {
+                failed =
+                  error{errc::data_corrupt,
+                        row_name(table::shard_index, k) + " is not under its session's hash"};
+                return false;
+              }
+              span.last = std::string(k);
+              ++b.items;
+              if (fenced(txn_, p[0], p[1]))
+                return true; // being deleted: gone for every reader
+              if (auto r = take_session(span, b, skey); !r) {
+                failed = r.err();
+                return false;
+              }
+              return true;
+            });
   if (failed)
     return *failed;
   return ended;
 }
 
 result<bool> shard_reader::fill_users(shard_span& span, budget& b) {
-  std::optional<error> failed;
-  auto take = [&](std::string_view k, std::string_view v) {
-    if (!open_row(table::user_state, k, v, false)) {
-      failed = damaged(table::user_state, k);
-      return false;
-    }
-    span.rows.push_back({table::user_state, std::string(k), std::string(v)});
-    b.bytes += k.size() + v.size() + 9;
-    return true;
-  };
   std::string at = span.after.empty() ? std::string() : after_scope(span.after);
   while (auto scope = next_user_scope(txn_, at)) {
     if (b.full())
@@ -461,12 +499,8 @@ result<bool> shard_reader::fill_users(shard_span& span, budget& b) {
     if (!user_of(*scope, app, user) || !range_.contains(model::user_hash(app, user))
         || fenced(txn_, app, user))
       continue; // another shard's, malformed (verify names it), or being deleted
-    if (auto tally = txn_.get(table::user_state, *scope))
-      if (!take(*scope, *tally))
-        return *failed;
-    txn_.scan(table::user_state, *scope + '\0', {}, take);
-    if (failed)
-      return *failed;
+    if (auto r = take_user(span, b, *scope); !r)
+      return std::move(r).err();
   }
   return true;
 }
@@ -542,12 +576,122 @@ result<shard_chunk> shard_reader::next(const shard_position& from, const shard_l
   }
 }
 
+result<shard_chunk> shard_reader::next_touched(const shard_touched& t, const shard_position& from,
+                                               const shard_limits& limits) {
+  if (from.phase >= shard_phase::done)
+    return error{errc::invalid_argument, "the shard copy is done: there is no next chunk"};
+  try {
+    if (!txn_.shard_index())
+      return error{errc::invalid_argument,
+                   "the store keeps no shard index (a format before 11, opened read-only)"};
+    shard_chunk chunk;
+    chunk.range = range_;
+    budget b{limits};
+    shard_position at = from;
+    while (at.phase == shard_phase::sessions || at.phase == shard_phase::users) {
+      const bool sessions = at.phase == shard_phase::sessions;
+      const auto& keys = sessions ? t.sessions : t.users;
+      auto it =
+        at.after.empty() ? keys.begin() : std::upper_bound(keys.begin(), keys.end(), at.after);
+      for (; it != keys.end(); ++it) {
+        const std::string& k = *it;
+        std::string_view app, user, skey;
+        if (sessions) {
+          if (k.size() < 8 || read_be64(k) < range_.lo || past_range(range_, k))
+            continue;
+          skey = std::string_view(k).substr(8);
+          auto p = split_key(skey, 3);
+          if (p.size() != 3 || read_be64(k) != model::user_hash(p[0], p[1]))
+            continue; // not a shard index key: nothing of the range
+          app = p[0];
+          user = p[1];
+        } else if (!user_of(k, app, user) || !range_.contains(model::user_hash(app, user))) {
+          continue;
+        }
+        if (b.full()) {
+          chunk.next = at;
+          return chunk;
+        }
+        ++b.items;
+        shard_span span;
+        span.phase = at.phase;
+        span.after = span.last = k;
+        if (!fenced(txn_, app, user)) { // under a delete: gone, as next() reads it
+          if (sessions && txn_.get(table::shard_index, k)) {
+            if (auto r = take_session(span, b, skey); !r)
+              return std::move(r).err();
+          } else if (!sessions) {
+            if (auto r = take_user(span, b, k); !r)
+              return std::move(r).err();
+          }
+        }
+        chunk.spans.push_back(std::move(span));
+        at.after = k;
+      }
+      at = {sessions ? shard_phase::users : shard_phase::apps, {}};
+    }
+    if (at.phase == shard_phase::apps && !b.full()) {
+      shard_span span;
+      span.phase = at.phase;
+      span.after = at.after;
+      auto ended = fill_apps(span, b);
+      if (!ended)
+        return std::move(ended).err();
+      span.to_end = *ended;
+      at = *ended ? shard_position{shard_phase::done, {}}
+                  : shard_position{shard_phase::apps, span.last};
+      chunk.spans.push_back(std::move(span));
+    }
+    chunk.next = at;
+    return chunk;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
+result<shard_digest> shard_reader::digest() {
+  shard_digest d;
+  shard_limits limits;
+  limits.max_items = 4096;
+  shard_position at;
+  std::string head;
+  while (at.phase != shard_phase::done) {
+    auto c = next(at, limits);
+    if (!c)
+      return std::move(c).err();
+    for (auto& span : c->spans)
+      for (auto& row : span.rows) {
+        ++d.rows;
+        d.sessions += span.phase == shard_phase::sessions && row.t == table::sessions;
+        d.bytes += row.key.size() + row.value.size();
+        head.assign(1, static_cast<char>(row.t));
+        put_u32(head, static_cast<std::uint32_t>(row.key.size()));
+        put_u32(head, static_cast<std::uint32_t>(row.value.size()));
+        d.crc = crc32c_extend(d.crc, head);
+        d.crc = crc32c_extend(d.crc, row.key);
+        d.crc = crc32c_extend(d.crc, row.value);
+      }
+    at = c->next;
+  }
+  return d;
+}
+
 result<void> shard_writer::apply(kv_write& txn, const shard_chunk& chunk) {
+  const shard_span* before = nullptr;
   for (auto& span : chunk.spans) {
     if (span.phase >= shard_phase::done)
       return bad_chunk("a span of no phase");
-    if (!span.to_end && (span.last.empty() || span.last <= span.after))
+    if (!span.to_end && (span.last.empty() || span.last < span.after))
       return bad_chunk("a span that ends before it starts");
+    // Within a phase, a span starts after the one before ends: an exact
+    // span's key is past it, another's `after` is at or past it.
+    if (before
+        && (span.phase < before->phase
+            || (span.phase == before->phase
+                && (before->to_end
+                    || (exact(span) ? span.last <= before->last : span.after < before->last)))))
+      return bad_chunk("spans out of order, or overlapping");
+    before = &span;
     switch (span.phase) {
       case shard_phase::sessions: {
         if (auto r = clear_sessions(txn, chunk.range, span); !r)
@@ -633,8 +777,9 @@ result<shard_chunk> decode_chunk(std::string_view bytes) {
   c.next.phase = static_cast<shard_phase>(phase);
   c.next.after = p.str();
   auto spans = p.u32();
-  if (spans > 3)
-    return bad_chunk(std::to_string(spans) + " spans (a chunk has at most one per phase)");
+  // Each span takes at least 14 bytes.
+  if (spans > p.in.size() / 14)
+    return bad_chunk(std::to_string(spans) + " spans in " + std::to_string(p.in.size()) + " bytes");
   for (std::uint32_t i = 0; i < spans && p.ok; ++i) {
     shard_span s;
     phase = p.u8();

@@ -84,10 +84,12 @@ struct shard_row {
 };
 
 /// A span of one phase: the keys after `after` up to `last` (inclusive), or
-/// to the end of the phase with `to_end`; and the source's rows in it. A
-/// sessions span's rows are, per session, its record and then its other
-/// rows; a users span's its scopes' user_state rows; an apps span's app_state
-/// and app_writes rows.
+/// to the end of the phase with `to_end`; or, when `after` and `last` are
+/// the same key (not to_end), exactly that key (an exact span: one session,
+/// user scope or app, as a catch-up copies them). And the source's rows in
+/// it. A sessions span's rows are, per session, its record and then its
+/// other rows; a users span's its scopes' user_state rows; an apps span's
+/// app_state and app_writes rows.
 struct shard_span {
   shard_phase phase = shard_phase::sessions;
   std::string after, last;
@@ -95,9 +97,10 @@ struct shard_span {
   std::vector<shard_row> rows;
 };
 
-/// What one chunk carries: the range it belongs to, its spans (consecutive,
-/// in phase order), and the position the next chunk starts from (phase done:
-/// this is the last).
+/// What one chunk carries: the range it belongs to, its spans (in phase
+/// order, and within a phase in key order, none overlapping the one before),
+/// and the position the next chunk starts from (phase done: this is the
+/// last).
 struct shard_chunk {
   model::hash_range range;
   std::vector<shard_span> spans;
@@ -109,6 +112,25 @@ struct shard_limits {
   std::size_t max_items = 256;
   /// A chunk stops taking sessions or scopes once its rows pass this many bytes.
   std::size_t max_bytes = std::size_t{4} << 20;
+};
+
+/// What a catch-up copies (shard_reader::next_touched): the sessions (by
+/// shard index key) and the user scopes (app ‖ 0 ‖ user) that may have
+/// changed since an earlier copy, each sorted and without repeats. A key the
+/// source no longer holds is copied as its absence (the target drops it).
+struct shard_touched {
+  std::vector<std::string> sessions, users;
+};
+
+/// A range's rows in short: how many, and a CRC-32C of them in order (table,
+/// key and value of each, with their lengths). Two stores whose ranges hold
+/// the same rows have the same digest.
+struct shard_digest {
+  std::uint64_t sessions = 0, rows = 0, bytes = 0;
+  std::uint32_t crc = 0;
+  bool operator==(const shard_digest& o) const {
+    return sessions == o.sessions && rows == o.rows && bytes == o.bytes && crc == o.crc;
+  }
 };
 
 /// Reads a range's chunks from a store, in one read transaction of it.
@@ -131,12 +153,27 @@ public:
   /// errors.
   result<shard_chunk> next(const shard_position& from, const shard_limits& limits = {});
 
+  /// A catch-up's chunk that starts at `from`: an exact span for each of
+  /// `t`'s sessions and then each of its user scopes (those of the range),
+  /// then the whole apps phase as next() reads it. Applied in order after
+  /// an earlier copy of the range, the chunks leave the target's range as
+  /// this snapshot holds it, provided that nothing outside `t` and the apps
+  /// changed in the source since that copy. Errors: as next().
+  result<shard_chunk> next_touched(const shard_touched& t, const shard_position& from,
+                                   const shard_limits& limits = {});
+
+  /// The digest of the whole range as this snapshot holds it (the rows a
+  /// copy carries, in a copy's order). Errors: as next().
+  result<shard_digest> digest();
+
 private:
   shard_reader(std::unique_ptr<kv_read> own, model::hash_range range);
   struct budget;
   result<bool> fill_sessions(shard_span& span, budget& b);
   result<bool> fill_users(shard_span& span, budget& b);
   result<bool> fill_apps(shard_span& span, budget& b);
+  result<void> take_session(shard_span& span, budget& b, std::string_view skey);
+  result<void> take_user(shard_span& span, budget& b, std::string_view scope);
 
   std::unique_ptr<kv_read> own_;
   kv_read& txn_;

@@ -80,7 +80,11 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
       else if (s.to.empty())
         map.push_back({{"shard", s.shard}, {"owner", s.owner}, {"epoch", s.epoch}});
       else
-        map.push_back({{"shard", s.shard}, {"owner", s.owner}, {"epoch", s.epoch}, {"to", s.to}});
+        map.push_back({{"shard", s.shard},
+                       {"owner", s.owner},
+                       {"epoch", s.epoch},
+                       {"to", s.to},
+                       {"copying", s.copying}});
     }
     json out = {{"cluster", v->cluster},
                 {"revision", v->revision},
@@ -105,8 +109,9 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
   std::printf("shards on nodes that are down: %zu\n", on_down);
   for (auto& s : v->shards)
     if (!s.to.empty())
-      std::printf("shard %u is moving from node '%s' to node '%s' (epoch %llu)\n", s.shard,
-                  s.owner.c_str(), s.to.c_str(), static_cast<unsigned long long>(s.epoch));
+      std::printf("shard %u is moving from node '%s' to node '%s' (epoch %llu%s)\n", s.shard,
+                  s.owner.c_str(), s.to.c_str(), static_cast<unsigned long long>(s.epoch),
+                  s.copying ? ", copying while it serves" : ", not served");
   return 0;
 }
 

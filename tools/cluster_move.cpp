@@ -85,10 +85,73 @@ json move_report::to_json() const {
               {"sessions", sessions},
               {"rows", rows},
               {"bytes", bytes},
+              {"fenced_sessions", fenced_sessions},
+              {"whole_copy_fenced", whole_copy_fenced},
               {"unavailable_ms", unavailable_ms},
               {"nothing_to_do", nothing_to_do},
               {"undone", undone}};
 }
+
+namespace {
+
+/// The steps of one move, between the tool and the two nodes.
+struct mover_run {
+  cluster::coordinator& c;
+  const move_options& o;
+  std::uint32_t shard;
+  node_link from, into;
+  move_report& out;
+
+  /// Copies the shard from `from` to `into` at `epoch`: all of it, or with
+  /// `since`, what the owner's log names after it. Counts into `out` (and
+  /// `fenced`); the first chunk's "mark" into `mark`.
+  result<void> copy(std::uint64_t epoch, std::optional<std::uint64_t> since, std::uint64_t* fenced,
+                    std::optional<std::uint64_t>* mark) {
+    json next = nullptr;
+    do {
+      json ask = {{"shard", shard}, {"epoch", epoch}, {"max_bytes", o.chunk_bytes}};
+      if (!next.is_null())
+        ask["from"] = next;
+      if (since)
+        ask["since"] = *since;
+      auto chunk = call_node(from, o, "shard_export", ask);
+      if (!chunk)
+        return std::move(chunk).err();
+      auto text = chunk->find("chunk");
+      if (text == chunk->end() || !text->is_string() || !chunk->contains("next"))
+        return error{errc::internal,
+                     "node '" + from.id + "' answered shard_export without a chunk"};
+      if (mark && next.is_null() && chunk->contains("mark"))
+        *mark = count_of(*chunk, "mark");
+      out.bytes += text->get_ref<const std::string&>().size() / 4 * 3;
+      const auto sessions = count_of(*chunk, "sessions");
+      out.sessions += sessions;
+      if (fenced)
+        *fenced += sessions;
+      out.rows += count_of(*chunk, "rows");
+      ++out.chunks;
+      next = (*chunk)["next"];
+      json put = {{"shard", shard}, {"epoch", epoch}, {"chunk", std::move(*text)}};
+      if (auto r = call_node(into, o, "shard_import", put); !r)
+        return std::move(r).err();
+    } while (!next.is_null());
+    return {};
+  }
+
+  /// Whether the two nodes' digests of the shard agree.
+  result<bool> same(std::uint64_t epoch) {
+    json ask = {{"shard", shard}, {"epoch", epoch}};
+    auto a = call_node(from, o, "shard_digest", ask);
+    if (!a)
+      return std::move(a).err();
+    auto b = call_node(into, o, "shard_digest", ask);
+    if (!b)
+      return std::move(b).err();
+    return *a == *b;
+  }
+};
+
+} // namespace
 
 result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, const std::string& to,
                                const move_options& o) {
@@ -128,41 +191,57 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
   auto source = live_node(*v, e.owner, "the shard's owner");
   if (!source)
     return error{source.code(), source.err().message + ": its rows cannot be read"};
-  const auto started = clock_type::now();
-  if (e.to != to) { // not yet moving there: mark it
+  mover_run run{
+    c, o, shard, {e.owner, (*source)->address, nullptr}, {to, (*target)->address, nullptr}, out};
+  std::optional<std::uint64_t> mark;
+  if (e.to != to) { // not yet moving there: a first copy while the owner serves
+    auto set = c.set_shard(e, e.owner, e.epoch + 1, to, true);
+    if (!set)
+      return std::move(set).err();
+    e = *set;
+  }
+  auto stopped = clock_type::now();
+  if (e.copying) {
+    if (auto r = run.copy(e.epoch, std::nullopt, nullptr, &mark); !r)
+      return std::move(r).err();
+    stopped = clock_type::now();
     auto set = c.set_shard(e, e.owner, e.epoch + 1, to);
     if (!set)
       return std::move(set).err();
     e = *set;
   }
-  node_link from{e.owner, (*source)->address, nullptr};
-  node_link into{to, (*target)->address, nullptr};
-  json next = nullptr;
-  do {
-    json ask = {{"shard", shard}, {"epoch", e.epoch}, {"max_bytes", o.chunk_bytes}};
-    if (!next.is_null())
-      ask["from"] = next;
-    auto chunk = call_node(from, o, "shard_export", ask);
-    if (!chunk)
-      return std::move(chunk).err();
-    auto text = chunk->find("chunk");
-    if (text == chunk->end() || !text->is_string() || !chunk->contains("next"))
-      return error{errc::internal, "node '" + from.id + "' answered shard_export without a chunk"};
-    out.bytes += text->get_ref<const std::string&>().size() / 4 * 3;
-    out.sessions += count_of(*chunk, "sessions");
-    out.rows += count_of(*chunk, "rows");
-    ++out.chunks;
-    next = (*chunk)["next"];
-    json put = {{"shard", shard}, {"epoch", e.epoch}, {"chunk", std::move(*text)}};
-    if (auto r = call_node(into, o, "shard_import", put); !r)
+  bool caught_up = false;
+  if (mark) {
+    auto r = run.copy(e.epoch, mark, &out.fenced_sessions, nullptr);
+    if (r)
+      caught_up = true;
+    else if (r.code() != errc::cursor_expired && r.code() != errc::condition_failed)
       return std::move(r).err();
-  } while (!next.is_null());
+  }
+  if (caught_up) {
+    auto same = run.same(e.epoch);
+    if (!same)
+      return std::move(same).err();
+    caught_up = *same;
+  }
+  if (!caught_up) {
+    out.whole_copy_fenced = true;
+    if (auto r = run.copy(e.epoch, std::nullopt, &out.fenced_sessions, nullptr); !r)
+      return std::move(r).err();
+    auto same = run.same(e.epoch);
+    if (!same)
+      return std::move(same).err();
+    if (!*same)
+      return error{errc::data_corrupt,
+                   "after a whole copy, node '" + to + "''s rows of shard " + std::to_string(shard)
+                     + " differ from node '" + e.owner + "''s: the move stays where it is"};
+  }
   // The switch: only from the entry the copy was made under.
   auto now = c.load();
   if (!now)
     return std::move(now).err();
   const auto& cur = now->shards[shard];
-  if (cur.owner != e.owner || cur.epoch != e.epoch || cur.to != to)
+  if (cur.owner != e.owner || cur.epoch != e.epoch || cur.to != to || cur.copying)
     return error{errc::version_conflict,
                  "shard " + std::to_string(shard) + " changed in the map while it was copied"};
   auto done = c.set_shard(cur, to, cur.epoch + 1, "");
@@ -170,7 +249,7 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
     return std::move(done).err();
   out.epoch = done->epoch;
   out.unavailable_ms =
-    std::chrono::duration<double, std::milli>(clock_type::now() - started).count();
+    std::chrono::duration<double, std::milli>(clock_type::now() - stopped).count();
   return out;
 }
 

@@ -30,9 +30,18 @@ struct move_report {
   std::uint32_t shard = 0;
   std::string from, to;
   std::uint64_t epoch = 0; ///< the shard's epoch on `to`
+  /// Chunks, sessions, rows and bytes copied, first copy and catch-up.
   std::uint64_t chunks = 0, sessions = 0, rows = 0, bytes = 0;
-  /// From the fencing of the shard to the map's switch: how long its
-  /// requests answered unavailable.
+  /// Sessions copied while the shard was not served (the catch-up's, or
+  /// a whole copy's when the catch-up could not be used).
+  std::uint64_t fenced_sessions = 0;
+  /// The catch-up could not be used (the owner's change log no longer
+  /// held the first copy's start, a user or app was deleted meanwhile, the
+  /// copies' digests differed, or the move was found under way): the
+  /// shard was copied whole while it was not served.
+  bool whole_copy_fenced = false;
+  /// From the step that stopped serving the shard to the map's switch:
+  /// how long its requests answered unavailable.
   double unavailable_ms = 0;
   bool nothing_to_do = false; ///< it was on `to` already
   bool undone = false; ///< `to` was its owner: a move away was undone
@@ -40,14 +49,20 @@ struct move_report {
   json to_json() const;
 };
 
-/// Moves shard `shard` to node `to`: marks it moving in the map (epoch + 1),
-/// copies its rows from the owner to `to` chunk by chunk, and names `to`
-/// its owner (epoch + 2). A shard already moving to `to` is carried on from
-/// the start of its copy; one moving elsewhere is redirected; one moving
-/// away from `to` stays there (the move is undone). Errors:
+/// Moves shard `shard` to node `to`, in map steps each a compare-and-swap:
+/// it marks it copying to `to` (epoch + 1; the owner still serves it) and
+/// copies its rows from the owner to `to` chunk by chunk; marks it moving
+/// (epoch + 2; no node serves it), has the owner fence it and copies what
+/// its change log names since the first copy began; compares the two
+/// nodes' digests of the shard (copying it whole again when they differ);
+/// and names `to` its owner (epoch + 3). A shard already moving to `to` is
+/// carried on (a first copy from its start; a move that stopped serving it
+/// with a whole copy); one moving elsewhere is redirected; one moving away
+/// from `to` stays there (the move is undone). Errors:
 /// invalid_argument (no such shard or node), unavailable (the owner or `to`
 /// is down or cannot be reached, etcd cannot be reached), version_conflict
-/// (the map changed under the move: run it again), the nodes' errors.
+/// (the map changed under the move: run it again), data_corrupt (the
+/// digests differ after a whole copy), the nodes' errors.
 result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, const std::string& to,
                                const move_options& o);
 

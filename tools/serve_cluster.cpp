@@ -276,14 +276,14 @@ struct cluster_member::impl {
   std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
                                                    std::uint32_t shard) const {
     const auto& e = v.shards[shard];
-    if (e.owner == id && e.to.empty())
+    if (e.owner == id && (e.to.empty() || e.copying))
       return std::nullopt;
     json data = {{"shard", shard}, {"epoch", e.epoch}};
     if (e.owner.empty())
       return refusal("unavailable", "shard " + std::to_string(shard) + " has no owner yet",
                      std::move(data));
     data["owner"] = e.owner;
-    if (!e.to.empty()) {
+    if (!e.to.empty() && !e.copying) {
       data["to"] = e.to;
       return refusal("unavailable",
                      "shard " + std::to_string(shard) + " is moving from node '" + e.owner
@@ -683,7 +683,8 @@ result<json> cluster_member::cluster_map(const json& params) const {
     shards.push_back({{"shard", e.shard},
                       {"owner", e.owner.empty() ? json(nullptr) : json(e.owner)},
                       {"epoch", e.epoch},
-                      {"to", e.to.empty() ? json(nullptr) : json(e.to)}});
+                      {"to", e.to.empty() ? json(nullptr) : json(e.to)},
+                      {"copying", e.copying}});
   for (auto& n : v->nodes)
     nodes.push_back({{"id", n.id}, {"address", n.address}, {"alive", n.alive}});
   json out = {{"cluster", v->cluster},

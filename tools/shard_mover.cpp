@@ -223,6 +223,17 @@ struct shard_mover::impl {
     return r;
   }
 
+  /// Fences shard `s` in this engine once per process (a restart fences
+  /// again from the record).
+  result<void> fence_once(std::uint32_t s, std::uint32_t shards) {
+    if (fenced_here.count(s))
+      return {};
+    if (auto r = eng.fence_range(range_of(s, shards)); !r)
+      return r;
+    fenced_here.insert(s);
+    return {};
+  }
+
   result<json> shard_export(const json& params) {
     std::string from;
     if (auto it = params.find("from"); it != params.end() && !it->is_null()) {
@@ -237,6 +248,13 @@ struct shard_mover::impl {
         return error{errc::invalid_argument, "'max_bytes' must be 1024 to 16777216"};
       max_bytes = static_cast<std::size_t>(*m);
     }
+    std::optional<std::uint64_t> since;
+    if (params.contains("since")) {
+      auto m = unsigned_param(params, "since");
+      if (!m)
+        return std::move(m).err();
+      since = *m;
+    }
     auto st = step_of(params);
     if (!st)
       return std::move(st).err();
@@ -247,24 +265,40 @@ struct shard_mover::impl {
                    "shard " + std::to_string(s) + " is not moving away from node '" + id
                      + "' at epoch " + std::to_string(st->epoch) + ": the map has " + describe(e)};
     const auto shards = st->view->settings.shards;
-    if (auto r = mark_shard(s, role::fenced, shards); !r)
-      return std::move(r).err();
-    if (!fenced_here.count(s)) {
-      if (auto r = eng.fence_range(range_of(s, shards)); !r)
-        return std::move(r).err();
-      fenced_here.insert(s);
-      log.info("shard_fenced",
-               "shard " + std::to_string(s) + " is moving to node '" + e.to
-                 + "': its writes are refused here",
-               {{"shard", s}, {"epoch", e.epoch}, {"to", e.to}});
+    const auto r = range_of(s, shards);
+    json out = json::object();
+    if (e.copying) {
+      if (since)
+        return error{errc::invalid_argument,
+                     "'since' reads a shard this node no longer serves: shard " + std::to_string(s)
+                       + " is still served here while its first copy is made"};
+      if (from.empty()) { // the mark a catch-up counts from, before the first read
+        auto mark = eng.range_mark();
+        if (!mark)
+          return std::move(mark).err();
+        out["mark"] = *mark;
+      }
+    } else {
+      if (auto m = mark_shard(s, role::fenced, shards); !m)
+        return std::move(m).err();
+      const bool first = !fenced_here.count(s);
+      if (auto f = fence_once(s, shards); !f)
+        return std::move(f).err();
+      if (first)
+        log.info("shard_fenced",
+                 "shard " + std::to_string(s) + " is moving to node '" + e.to
+                   + "': its writes are refused here",
+                 {{"shard", s}, {"epoch", e.epoch}, {"to", e.to}});
     }
-    auto c = eng.read_range(range_of(s, shards), from, max_bytes);
+    auto c =
+      since ? eng.read_range_since(r, *since, from, max_bytes) : eng.read_range(r, from, max_bytes);
     if (!c)
       return std::move(c).err();
-    return json{{"chunk", cluster::b64(c->bytes)},
-                {"next", c->next.empty() ? json(nullptr) : json(c->next)},
-                {"sessions", c->sessions},
-                {"rows", c->rows}};
+    out["chunk"] = cluster::b64(c->bytes);
+    out["next"] = c->next.empty() ? json(nullptr) : json(c->next);
+    out["sessions"] = c->sessions;
+    out["rows"] = c->rows;
+    return out;
   }
 
   result<json> shard_import(const json& params) {
@@ -286,9 +320,38 @@ struct shard_mover::impl {
     const auto shards = st->view->settings.shards;
     if (auto r = mark_shard(s, role::importing, shards); !r)
       return std::move(r).err();
+    if (auto r = fence_once(s, shards); !r) // so nothing here writes, reaps or prunes it yet
+      return std::move(r).err();
     if (auto r = eng.write_range(range_of(s, shards), bytes); !r)
       return std::move(r).err();
     return json{{"shard", s}, {"bytes", bytes.size()}};
+  }
+
+  /// The digest of the shard's rows here: at its owner once it is not
+  /// served (fenced), or at the node it moves to.
+  result<json> shard_digest(const json& params) {
+    auto st = step_of(params);
+    if (!st)
+      return std::move(st).err();
+    const auto s = st->shard;
+    const auto& e = st->entry();
+    const auto shards = st->view->settings.shards;
+    const bool source = e.owner == id && !e.to.empty() && !e.copying;
+    if (e.epoch != st->epoch || !(source || e.to == id))
+      return error{errc::version_conflict,
+                   "shard " + std::to_string(s) + " is not moving to or from node '" + id
+                     + "' at epoch " + std::to_string(st->epoch)
+                     + " with its writes stopped: the map has " + describe(e)};
+    if (source) {
+      if (auto m = mark_shard(s, role::fenced, shards); !m)
+        return std::move(m).err();
+      if (auto f = fence_once(s, shards); !f)
+        return std::move(f).err();
+    }
+    auto d = eng.digest_range(range_of(s, shards));
+    if (!d)
+      return std::move(d).err();
+    return json{{"sessions", d->sessions}, {"rows", d->rows}, {"bytes", d->bytes}, {"crc", d->crc}};
   }
 
   /// Acts on each mark as view `v` has its shard. False when something
@@ -344,12 +407,19 @@ struct shard_mover::impl {
         fenced_here.erase(s);
       } else {
         if (e.to == id) {
+          if (!fenced_here.count(s)) { // a restart while the copy runs
+            if (auto f = eng.fence_range(r); !f)
+              ok = false;
+            else
+              fenced_here.insert(s);
+          }
           ++it;
           continue;
         }
         if (e.owner == id) {
-          if (auto w = eng.resume_range(r); !w)
+          if (auto w = eng.unfence_range(r); !w) // and wakes what waits in the outbox
             ok = false;
+          fenced_here.erase(s);
           log.info("shard_moved_here",
                    "shard " + std::to_string(s) + " is served by this node from epoch "
                      + std::to_string(e.epoch),
@@ -361,6 +431,9 @@ struct shard_mover::impl {
             ++it;
             continue;
           }
+          if (auto u = eng.unfence_range(r); !u)
+            ok = false;
+          fenced_here.erase(s);
           log.info("shard_copy_dropped",
                    "the copy of shard " + std::to_string(s) + " made here was abandoned ("
                      + describe(e) + "): " + std::to_string(*dropped) + " sessions dropped",
@@ -397,8 +470,9 @@ struct shard_mover::impl {
       }
       if (job) {
         result<json> r = job->method == "shard_export" ? shard_export(job->params)
-          : job->method == "shard_import"
-          ? shard_import(job->params)
+          : job->method == "shard_import"              ? shard_import(job->params)
+          : job->method == "shard_digest"
+          ? shard_digest(job->params)
           : result<json>(error{errc::invalid_argument, "unknown method '" + job->method + "'"});
         job->done(std::move(r));
         retry = true;
@@ -424,6 +498,11 @@ result<std::unique_ptr<shard_mover>> shard_mover::start(engine& eng, const clust
   auto p = std::make_unique<impl>(eng, n, std::move(id), std::move(store_dir), log);
   if (auto r = p->load(); !r)
     return std::move(r).err();
+  // Until the map says how each move the record names ended, its shard is
+  // fenced here: nothing writes, reaps or prunes rows this node may give up.
+  for (auto& [shard, m] : p->marks)
+    if (auto r = p->fence_once(shard, m.shards); !r)
+      return std::move(r).err();
   auto* raw = p.get();
   p->thread = std::thread([raw] { raw->run(); });
   return std::unique_ptr<shard_mover>(new shard_mover(std::move(p)));

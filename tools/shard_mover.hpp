@@ -1,22 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/shard_mover.hpp: a cluster node's side of `agentstate cluster move`
 // (docs/cluster.md, "Moving a shard"): the methods shard_export (at the
-// shard's owner) and shard_import (at the node it moves to), and what the
-// node does with the shard's rows once the map has moved on.
+// shard's owner), shard_import (at the node it moves to) and shard_digest
+// (at both), and what the node does with the shard's rows once the map has
+// moved on.
 //
 // A move of shard s from node A to node B, as the map shows it:
-//   {owner A, epoch E}            A serves s.
-//   {owner A, epoch E+1, to B}    No node serves s (requests answer
-//                                 unavailable). `cluster move` reads s's rows
-//                                 from A (shard_export; the first call fences
-//                                 s in A's engine, engine::fence_range, so no
-//                                 write of s commits at A after it) and
-//                                 writes them at B (shard_import).
-//   {owner B, epoch E+2}          B serves s; A drops its rows of s.
+//   {owner A, epoch E}                A serves s.
+//   {owner A, epoch E+1, to B,        A serves s. `cluster move` reads s's
+//    copying}                         rows from A (shard_export, whose first
+//                                     answer carries A's change-log mark) and
+//                                     writes them at B (shard_import: B fences
+//                                     s in its engine first, so nothing at B
+//                                     writes, reaps or prunes them).
+//   {owner A, epoch E+2, to B}        No node serves s (requests answer
+//                                     unavailable). The first shard_export at
+//                                     this epoch fences s in A's engine
+//                                     (engine::fence_range), so no write of s
+//                                     commits at A after it; with `since` (the
+//                                     mark) it reads what A's log names after
+//                                     the mark. shard_digest at both ends
+//                                     tells whether B holds what A holds.
+//   {owner B, epoch E+3}              B serves s (it lifts its fence and
+//                                     wakes the appends waiting in its
+//                                     outbox); A drops its rows of s.
 // Each node keeps what it is in the middle of in a file beside its store
 // (`cluster-moves.json`: the shards it fenced and the shards it is
-// importing), so that after a restart it fences again, or drops rows it
-// no longer owns; a node with --memory keeps it in memory. A node never
+// importing), so that after a restart it fences them again at once, and
+// then, as the map has each, keeps the fence, lifts it, or drops the rows
+// it no longer owns; a node with --memory keeps it in memory. A node never
 // drops rows of a shard it did not fence or import itself.
 #pragma once
 
@@ -47,7 +59,7 @@ public:
   shard_mover(const shard_mover&) = delete;
   shard_mover& operator=(const shard_mover&) = delete;
 
-  /// Runs shard_export or shard_import (`method`) with `params` on the
+  /// Runs shard_export, shard_import or shard_digest (`method`) with `params` on the
   /// mover's thread and calls `done` there. Errors: invalid_argument (bad
   /// params), version_conflict (the map does not show the move the params
   /// name, after waiting up to 5 s for this node's view to reach its

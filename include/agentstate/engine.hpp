@@ -103,6 +103,18 @@ struct range_chunk {
   std::uint64_t rows = 0; ///< rows it carries
 };
 
+/// A range's rows in short (engine::digest_range): their count and a
+/// CRC-32C over them in order. Two stores whose ranges hold the same rows
+/// have the same digest.
+struct range_digest {
+  std::uint64_t sessions = 0, rows = 0, bytes = 0;
+  std::uint32_t crc = 0;
+  bool operator==(const range_digest& o) const {
+    return sessions == o.sessions && rows == o.rows && bytes == o.bytes && crc == o.crc;
+  }
+  bool operator!=(const range_digest& o) const { return !(*this == o); }
+};
+
 namespace detail {
 struct engine_core;
 struct engine_factory; // internal: wrapped stores and the tests' access to internals
@@ -321,11 +333,33 @@ public:
   /// nothing of a damaged store is read), storage errors.
   result<range_chunk> read_range(hash_range r, const std::string& from,
                                  std::size_t max_bytes = std::size_t{4} << 20);
+  /// The sequence of the newest change in this store's log (0: none): the
+  /// mark a later read_range_since counts from. Take it before the first
+  /// read_range of a copy. Errors: storage errors.
+  result<std::uint64_t> range_mark();
+  /// A catch-up of a copy of `r` whose read_range calls all began after
+  /// range_mark() answered `since`: from one snapshot, the rows of every
+  /// session and user scope of r that a change after `since` names (its
+  /// absence, when it is gone), and every app scope of r, from `from` as
+  /// read_range pages. Applied (write_range) over that copy, the chunks
+  /// leave r as this snapshot holds it, provided that nothing else of r
+  /// changed: call it with r fenced, and compare digest_range at both ends
+  /// (a write that logs no change, such as a waiting append's outbox row
+  /// dropped after its failure, is not in it). Errors: cursor_expired (the
+  /// log no longer holds every change after `since`), condition_failed (a
+  /// change after `since` deletes a user of r or an app: read all of r
+  /// again with read_range), as read_range.
+  result<range_chunk> read_range_since(hash_range r, std::uint64_t since, const std::string& from,
+                                       std::size_t max_bytes = std::size_t{4} << 20);
+  /// The digest of every row of `r` (what read_range reads), from one
+  /// snapshot. Cost: a read of all of r. Errors: as read_range.
+  result<range_digest> digest_range(hash_range r);
   /// Applies a chunk of `r` that read_range read from another store, in one
   /// commit: what this store held in the spans the chunk covers is replaced
   /// by the chunk's rows, so the chunks of one reading, applied in order,
-  /// leave r as the source held it. Cached session and scope state is read
-  /// again. Errors: data_corrupt (a damaged chunk or a row whose seal
+  /// leave r as the source held it. It fences r first (fence_range): the
+  /// rows are not this engine's to write, reap or prune until
+  /// unfence_range. Cached session and scope state is read again. Errors: data_corrupt (a damaged chunk or a row whose seal
   /// fails), invalid_argument (a chunk that does not parse, or of another
   /// range), unavailable (a row under a delete in progress here), storage
   /// errors; a failed chunk changes nothing.

@@ -411,6 +411,20 @@ TEST_CASE("shard copy: a chunk whose checksum holds but whose contents are wrong
     c.spans.front().rows.push_back({table::session_state, k, "x"});
     refused(c, errc::invalid_argument);
   }
+  SUBCASE("a span that overlaps the one before") {
+    auto c = chunk;
+    c.spans.insert(c.spans.begin() + 1, c.spans.front());
+    refused(c, errc::invalid_argument);
+  }
+  SUBCASE("an exact span whose key the span before covers") {
+    auto c = chunk;
+    auto again = c.spans.front();
+    REQUIRE_FALSE(again.to_end);
+    again.after = again.last;
+    again.rows.clear();
+    c.spans.insert(c.spans.begin() + 1, again);
+    refused(c, errc::invalid_argument);
+  }
   CHECK(all_rows(dst.str()) == rows);
   verify_clean(dst.str());
 }
