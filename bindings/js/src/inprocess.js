@@ -15,7 +15,10 @@
 // - Every call settles exactly once: with the result, the engine's error as an
 //   AgentStateError (the protocol's code, kind and data), or kind 'unavailable' once
 //   the service is closed.
-// - While no call is waiting, the engine does not keep node's event loop alive; a
+// - The engine's `changes` and `watch_ended` notifications go to the watch they name
+//   (src/watch.js); close() ends the watches.
+// - While no call is waiting and no watch is live, the engine does not keep node's
+//   event loop alive; a
 //   process that exits without close() closes the engine on its way out (acknowledged
 //   writes are in the store).
 // - close() takes no new calls, answers those made before it, closes the engine (sync,
@@ -25,6 +28,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentStateError } from './errors.js';
+import { startWatch, WatchRouter } from './watch.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -86,6 +90,7 @@ export class InProcessConnection {
   #ended;
   #endedResolve;
   #describe;
+  #watches = new WatchRouter((n) => { if (n > 0) this.#ref(); else this.#unrefIfIdle(); });
 
   /** @param {object} options the addon's engine options (src/service.js checks them) */
   constructor(options) {
@@ -106,7 +111,11 @@ export class InProcessConnection {
     return undefined;
   }
 
-  call(method, params) {
+  /**
+   * Sends one request; resolves with its `result`, or with what `onResult(result)` gives:
+   * it runs as the answer is read, before the engine's next line.
+   */
+  call(method, params, onResult) {
     if (this.#failure) return Promise.reject(this.#failure);
     if (this.#closing) {
       return Promise.reject(new AgentStateError('unavailable', 'the session service is closed'));
@@ -120,7 +129,7 @@ export class InProcessConnection {
         `${method}: a value cannot be sent as JSON: ${err.message}`, { cause: err }));
     }
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject, method });
+      this.#pending.set(id, { resolve, reject, method, onResult });
       this.#ref();
       if (this.#opened) this.#enqueue(line);
       else this.#held.push(line);
@@ -153,7 +162,7 @@ export class InProcessConnection {
   }
 
   #unrefIfIdle() {
-    if (this.#referenced && !this.#closing && this.#pending.size === 0) {
+    if (this.#referenced && !this.#closing && this.#pending.size === 0 && this.#watches.size === 0) {
       this.#referenced = false;
       this.#engine.unref();
     }
@@ -202,17 +211,29 @@ export class InProcessConnection {
       this.#fail(new AgentStateError('internal', `the engine answered a line that is not JSON: ${line.slice(0, 200)}`));
       return;
     }
+    if (msg !== null && typeof msg === 'object' && msg.id === undefined) {
+      this.#watches.route(msg, line.length); // a notification for no watch of ours is dropped
+      return;
+    }
     const waiter = this.#pending.get(msg.id);
     if (waiter === undefined) {
-      if (msg.id === undefined) return; // a notification: no watch is started here
       const error = msg.error ? AgentStateError.fromRpc(msg.error, 'request')
         : new AgentStateError('internal', `the engine answered an unknown id ${JSON.stringify(msg.id)}`);
       this.#fail(error);
       return;
     }
     this.#pending.delete(msg.id);
-    if (msg.error !== undefined) waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
-    else waiter.resolve(msg.result);
+    if (msg.error !== undefined) {
+      waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
+    } else if (waiter.onResult !== undefined) {
+      try {
+        waiter.resolve(waiter.onResult(msg.result));
+      } catch (err) {
+        waiter.reject(err);
+      }
+    } else {
+      waiter.resolve(msg.result);
+    }
   }
 
   #fail(error) {
@@ -220,6 +241,12 @@ export class InProcessConnection {
     const waiting = [...this.#pending.values()];
     this.#pending.clear();
     for (const w of waiting) w.reject(this.#failure);
+    this.#watches.fail(this.#failure);
+  }
+
+  /** Starts a watch (params as the protocol's `watch`); resolves with the Watch. */
+  watch(params, options) {
+    return startWatch(this, this.#watches, params, options);
   }
 
   /**
