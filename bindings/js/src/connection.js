@@ -78,6 +78,7 @@ export class Connection {
   #held = null;
   // Settles when `authenticate` has been answered (or failed); null without a token.
   #authSettled = null;
+  #connected = false;
   #watches = new WatchRouter((n) => { if (n === 0 && this.#pending.size === 0) this.#ref(false); else if (n > 0) this.#ref(true); });
 
   /**
@@ -140,6 +141,7 @@ export class Connection {
         socket.setNoDelay(true);
       }
       this.#socket = socket;
+      socket.once(target.tls !== undefined ? 'secureConnect' : 'connect', () => { this.#connected = true; });
       this.#out = socket;
       this.#in = socket;
       socket.on('error', (err) => {
@@ -194,6 +196,14 @@ export class Connection {
   /** Whether the connection has failed: every call from now on rejects with its error. */
   get failed() {
     return this.#failure !== null;
+  }
+
+  /**
+   * Whether a socket connection was ever made (for a TLS one: its handshake done). Until
+   * it is, no request has reached a server.
+   */
+  get connected() {
+    return this.#connected;
   }
 
   /** The spawned server's process id; undefined for a socket. */

@@ -176,7 +176,15 @@ export type AgentStateSessionServiceOptions =
        */
       address: string;
       addresses?: never;
-      retryForMs?: never;
+      /**
+       * The connection survives the server's restart: it is opened again after a jittered
+       * exponential backoff (50 ms doubling up to 1 s), and calls whose answer was lost are
+       * sent again when that is safe (reads, deletes, appends: an event without an id gets
+       * one first); a `createSession` or `fork` in doubt rejects with kind 'unavailable'
+       * and `data.in_doubt`. A call is tried for this many milliseconds from its start
+       * (default 10000; 0: one try), then rejects with kind 'unavailable'.
+       */
+      retryForMs?: number;
     })
   | (ConnectOptions & NoEngineOptions & {
       /**

@@ -78,3 +78,20 @@ export function optionalCount(what, value, { min = 0 } = {}) {
   }
   return value;
 }
+
+// The checked `token` and `tls` options of a server at an address (or addresses).
+export function connectOptions(options, unix) {
+  const out = {};
+  if (options.token !== undefined) {
+    if (typeof options.token !== 'string' || options.token === '') throw invalid('token must be a non-empty string');
+    out.token = options.token;
+  }
+  if (options.tls !== undefined && options.tls !== false) {
+    if (unix) throw invalid('tls applies to a TCP address; a Unix socket is not encrypted');
+    if (options.tls !== true && (options.tls === null || typeof options.tls !== 'object' || Array.isArray(options.tls))) {
+      throw invalid("tls must be true or an object of node's tls.connect options");
+    }
+    out.tls = options.tls === true ? {} : options.tls;
+  }
+  return out;
+}

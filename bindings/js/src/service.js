@@ -6,8 +6,9 @@
 // differences are deliberate and listed in README.md ("Where it differs from ADK-JS").
 // Many concurrent calls from one process are the normal case: they share one engine
 // in this process (`store`, `memory`: src/inprocess.js), one pipelined connection to a
-// server (`address`, or a spawned one: src/connection.js), or one per cluster node
-// (`addresses`: src/cluster.js, which also retries). Every mode speaks the same
+// spawned server (src/connection.js) or to a server at an address (src/reconnect.js,
+// which reconnects and retries), or one per cluster node (`addresses`: src/cluster.js,
+// which also retries). Every mode speaks the same
 // protocol requests and gets the same answers. Methods never block the event loop; each
 // costs one request, except listSessions (one per 1,000 sessions listed),
 // getOrCreateSession (up to three) and close().
@@ -17,32 +18,16 @@ import { ClusterConnection } from './cluster.js';
 import { Connection, parseAddress } from './connection.js';
 import { AgentStateError, invalid } from './errors.js';
 import { InProcessConnection } from './inprocess.js';
+import { ReconnectingConnection } from './reconnect.js';
 import {
   eventFromWire, eventToWire, msToSeconds, secondsToMs, sessionFromWire, setSessionMeta,
 } from './mapping.js';
 import {
-  changeParams, optionalBoolean, optionalCount, optionalString, requireName, rewindParams, sessionParams,
+  changeParams, connectOptions, optionalBoolean, optionalCount, optionalString, requireName, rewindParams, sessionParams,
 } from './params.js';
 import { changeFromWire, checkMaxBufferBytes } from './watch.js';
 
 const PAGE_MAX = 1000;
-
-// The checked `token` and `tls` options of a server at an address (or addresses).
-function connectOptions(options, unix) {
-  const out = {};
-  if (options.token !== undefined) {
-    if (typeof options.token !== 'string' || options.token === '') throw invalid('token must be a non-empty string');
-    out.token = options.token;
-  }
-  if (options.tls !== undefined && options.tls !== false) {
-    if (unix) throw invalid('tls applies to a TCP address; a Unix socket is not encrypted');
-    if (options.tls !== true && (options.tls === null || typeof options.tls !== 'object' || Array.isArray(options.tls))) {
-      throw invalid("tls must be true or an object of node's tls.connect options");
-    }
-    out.tls = options.tls === true ? {} : options.tls;
-  }
-  return out;
-}
 
 // The options of the engine in this process (src/inprocess.js, native/addon.cpp): the
 // engine's own options (include/agentstate/options.hpp), times in milliseconds.
@@ -124,8 +109,8 @@ function resolveTarget(options) {
   if (options.spawn !== undefined && (address !== undefined || addresses !== undefined)) {
     throw invalid('spawn applies to store and memory, not to an address');
   }
-  if (options.retryForMs !== undefined && addresses === undefined) {
-    throw invalid('retryForMs applies to addresses (the nodes of a cluster)');
+  if (options.retryForMs !== undefined && addresses === undefined && address === undefined) {
+    throw invalid('retryForMs applies to a server at an address or the nodes of a cluster (address, addresses)');
   }
   if (addresses !== undefined) {
     if (durability !== undefined) {
@@ -142,7 +127,9 @@ function resolveTarget(options) {
     }
     if (binary !== undefined) throw invalid('binary applies to a server this service starts, not to address');
     const target = parseAddress(address);
-    return { ...target, ...connectOptions(options, target.path !== undefined) };
+    const reconnect = { ...target, ...connectOptions(options, target.path !== undefined) };
+    if (options.retryForMs !== undefined) reconnect.retryForMs = options.retryForMs;
+    return { reconnect };
   }
   if (token !== undefined) {
     throw invalid('token applies to a server at an address; the engine in this process and a spawned server need none');
@@ -177,6 +164,7 @@ export class AgentStateSessionService extends BaseSessionService {
     const target = resolveTarget(options);
     if (target.inProcess !== undefined) this.#conn = new InProcessConnection(target.inProcess);
     else if (target.cluster !== undefined) this.#conn = new ClusterConnection(target.cluster);
+    else if (target.reconnect !== undefined) this.#conn = new ReconnectingConnection(target.reconnect);
     else this.#conn = new Connection(target);
   }
 

@@ -23,6 +23,9 @@ new AgentStateSessionService({ address: 'h:1', limits: { maxEventBytes: 1 } });
 // @ts-expect-error limits are counts
 new AgentStateSessionService({ memory: true, limits: { maxEventBytes: '1' } });
 new AgentStateSessionService({ address: '127.0.0.1:7400' });
+new AgentStateSessionService({ address: '127.0.0.1:7400', retryForMs: 30_000 });
+// @ts-expect-error retryForMs is for a server at an address or a cluster
+new AgentStateSessionService({ memory: true, retryForMs: 5 });
 new AgentStateSessionService({ address: 'unix:/run/agentstate/sock', token: 'secret-token-0123456789' });
 new AgentStateSessionService({ address: 'db:7400', token: 't', tls: { ca: 'PEM', servername: 'db' } });
 new AgentStateSessionService({ address: 'db:7400', tls: true });
