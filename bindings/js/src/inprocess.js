@@ -36,9 +36,13 @@ const require = createRequire(import.meta.url);
 let addon;
 let addonError;
 
+/** Where a prebuilt addon for this platform is in the package (`npm pack` puts it there). */
+export const PREBUILD_DIR = path.join(here, '..', 'prebuilds', `${process.platform}-${process.arch}`);
+
 /**
  * Where agentstate.node is looked for: $AGENTSTATE_ADDON when set; else the package's
- * build/Release (a node-gyp style build), then the repository's CMake build tree.
+ * build/Release (a node-gyp style build), then the repository's CMake build tree; then
+ * (addonPath) the package's prebuilt addon for this platform, found by node-gyp-build.
  */
 export function addonCandidates() {
   if (process.env.AGENTSTATE_ADDON) return [process.env.AGENTSTATE_ADDON];
@@ -48,15 +52,28 @@ export function addonCandidates() {
   ];
 }
 
+/** The addon's file: the first candidate that exists, else the prebuilt one; throws Error saying where it looked. */
+export function addonPath() {
+  const tried = addonCandidates();
+  const file = tried.find((f) => fs.existsSync(f));
+  if (file !== undefined || process.env.AGENTSTATE_ADDON) {
+    if (file === undefined) throw new Error(`not found (AGENTSTATE_ADDON=${tried[0]})`);
+    return file;
+  }
+  try {
+    // prebuilds/PLATFORM-ARCH/agentstate.napi.LIBC.node, as node-gyp-build names them.
+    return require('node-gyp-build').resolve(path.join(here, '..'));
+  } catch (err) {
+    throw new Error(`not found (tried ${tried.join(', ')}, and ${PREBUILD_DIR}: ${err.message.trim()})`);
+  }
+}
+
 /** The loaded addon; throws AgentStateError (unavailable) saying where it looked. */
 export function loadAddon() {
   if (addon) return addon;
   if (addonError) throw addonError;
-  const tried = addonCandidates();
-  const file = tried.find((f) => fs.existsSync(f));
   try {
-    if (file === undefined) throw new Error(`not found (tried ${tried.join(', ')})`);
-    addon = require(file);
+    addon = require(addonPath());
     return addon;
   } catch (err) {
     addonError = new AgentStateError('unavailable',
