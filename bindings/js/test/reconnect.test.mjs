@@ -120,6 +120,30 @@ describe('a server at an address that restarts', () => {
     }
   });
 
+  test('a createSession whose answer is lost rejects as in doubt instead of being sent again', { timeout: 60_000 }, async () => {
+    const srv = await restartableServer('restart-in-doubt');
+    const service = new AgentStateSessionService({ address: srv.address, retryForMs: 30_000 });
+    try {
+      await service.createSession({ appName: APP, userId: 'u', sessionId: 'first' });
+      // The server is stopped (SIGSTOP), so the create is written and left unanswered,
+      // then killed: whether it ran cannot be known.
+      process.kill(srv.server.pid, 'SIGSTOP');
+      const pending = service.createSession({ appName: APP, userId: 'u', sessionId: 'in-doubt' });
+      pending.catch(() => {});
+      // The request is written by the connection's flush, one turn of the event loop after
+      // the call; one more turn lets the write reach the socket.
+      for (let i = 0; i < 2; i += 1) await new Promise((resolve) => { setImmediate(resolve); });
+      await srv.kill();
+      await assert.rejects(pending, (err) => isKind('unavailable')(err) && err.data.in_doubt === true
+        && /whether the call took effect is unknown/.test(err.message));
+      await srv.start();
+      assert.equal((await service.getSession({ appName: APP, userId: 'u', sessionId: 'first' })).id, 'first');
+    } finally {
+      await service.close();
+      await srv.stop();
+    }
+  });
+
   test('a watch ends with unavailable and its cursor when the server goes; a new watch from it misses nothing', { timeout: 60_000 }, async () => {
     const srv = await restartableServer('restart-watch');
     const service = new AgentStateSessionService({ address: srv.address, retryForMs: 30_000 });
