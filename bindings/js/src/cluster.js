@@ -164,6 +164,21 @@ export class ClusterConnection {
     }
   }
 
+  /**
+   * Starts a watch on the node that answered last (params as the protocol's `watch`;
+   * a watch of scope app or all there spans the cluster's nodes). Not retried: a watch
+   * that fails to start, or ends with its node, is resumed by a new watch from its cursor.
+   */
+  watch(params, options) {
+    if (this.#closed) return Promise.reject(new AgentStateError('unavailable', 'the session service is closed'));
+    const address = this.#addresses[this.#current];
+    const conn = this.#connection(address);
+    return conn.watch(params, options).catch((err) => {
+      if (conn.failed) this.#drop(address, conn);
+      throw err;
+    });
+  }
+
   /** Closes every connection after the answers already owed. Idempotent. */
   async close() {
     this.#closed = true;

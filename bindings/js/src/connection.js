@@ -12,15 +12,18 @@
 //   'unauthenticated'); the token never appears in an error message.
 // - Every call settles exactly once: with the result, with the server's error as an
 //   AgentStateError, or with kind 'unavailable' when the connection ends first.
-// - While no call is waiting, the connection does not keep node's event loop alive; a
-//   process that exits without close() closes the child's stdin, and the child flushes
-//   and exits by itself.
+// - The server's `changes` and `watch_ended` notifications go to the watch they name
+//   (src/watch.js); a watch ends with the connection.
+// - While no call is waiting and no watch is live, the connection does not keep node's
+//   event loop alive; a process that exits without close() closes the child's stdin,
+//   and the child flushes and exits by itself.
 // - close() ends the request stream, waits for the answers already owed, then for the
 //   child to exit (it must exit 0) or the socket to close.
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import tls from 'node:tls';
 import { AgentStateError, invalid } from './errors.js';
+import { startWatch, WatchRouter } from './watch.js';
 
 const NEWLINE = 10;
 // Write coalescing: while more than HOLD_WHILE requests are written and unanswered,
@@ -75,6 +78,8 @@ export class Connection {
   #held = null;
   // Settles when `authenticate` has been answered (or failed); null without a token.
   #authSettled = null;
+  #connected = false;
+  #watches = new WatchRouter((n) => { if (n === 0 && this.#pending.size === 0) this.#ref(false); else if (n > 0) this.#ref(true); });
 
   /**
    * @param {{ bin?: string, args?: string[], host?: string, port?: number, path?: string,
@@ -136,6 +141,7 @@ export class Connection {
         socket.setNoDelay(true);
       }
       this.#socket = socket;
+      socket.once(target.tls !== undefined ? 'secureConnect' : 'connect', () => { this.#connected = true; });
       this.#out = socket;
       this.#in = socket;
       socket.on('error', (err) => {
@@ -192,13 +198,24 @@ export class Connection {
     return this.#failure !== null;
   }
 
+  /**
+   * Whether a socket connection was ever made (for a TLS one: its handshake done). Until
+   * it is, no request has reached a server.
+   */
+  get connected() {
+    return this.#connected;
+  }
+
   /** The spawned server's process id; undefined for a socket. */
   get pid() {
     return this.#child ? this.#child.pid : undefined;
   }
 
-  /** Sends one request; resolves with its `result`. */
-  call(method, params) {
+  /**
+   * Sends one request; resolves with its `result`, or with what `onResult(result)` gives:
+   * it runs as the answer is read, before the stream's next line.
+   */
+  call(method, params, onResult) {
     if (this.#failure) return Promise.reject(this.#failure);
     if (this.#closing) {
       return Promise.reject(new AgentStateError('unavailable', 'the session service is closed'));
@@ -216,19 +233,19 @@ export class Connection {
         `${method}: the request is ${Buffer.byteLength(line)} bytes, over the server's line limit of ${MAX_LINE_BYTES}`));
     }
     return new Promise((resolve, reject) => {
-      const request = { id, line, method, resolve, reject };
+      const request = { id, line, method, resolve, reject, onResult };
       if (this.#held) this.#held.push(request);
       else this.#enqueue(request);
     });
   }
 
-  #enqueue({ id, line, method, resolve, reject }) {
+  #enqueue({ id, line, method, resolve, reject, onResult }) {
     if (this.#failure) {
       reject(this.#failure);
       return;
     }
     if (this.#pending.size === 0) this.#ref(true);
-    this.#pending.set(id, { resolve, reject, method });
+    this.#pending.set(id, { resolve, reject, method, onResult });
     this.#queued.push(line);
     this.#scheduleFlush();
   }
@@ -289,6 +306,11 @@ export class Connection {
         `${this.#describe} sent a line that is not JSON: ${line.slice(0, 200)}`));
       return;
     }
+    if (msg !== null && typeof msg === 'object' && msg.id === undefined
+        && typeof msg.method === 'string') {
+      this.#watches.route(msg, line.length); // a notification for no watch of ours is dropped
+      return;
+    }
     const waiter = this.#pending.get(msg.id);
     if (waiter === undefined) {
       // An answer with id null means the server could not read one of our lines: which
@@ -299,9 +321,18 @@ export class Connection {
       return;
     }
     this.#pending.delete(msg.id);
-    if (this.#pending.size === 0) this.#ref(false);
-    if (msg.error !== undefined) waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
-    else waiter.resolve(msg.result);
+    if (msg.error !== undefined) {
+      waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
+    } else if (waiter.onResult !== undefined) {
+      try {
+        waiter.resolve(waiter.onResult(msg.result));
+      } catch (err) {
+        waiter.reject(err);
+      }
+    } else {
+      waiter.resolve(msg.result);
+    }
+    if (this.#pending.size === 0 && this.#watches.size === 0) this.#ref(false);
     if (this.#queued.length > 0) this.#scheduleFlush();
   }
 
@@ -312,6 +343,12 @@ export class Connection {
     this.#queued = [];
     for (const w of waiting) w.reject(error);
     this.#failHeld(this.#failure);
+    this.#watches.fail(this.#failure);
+  }
+
+  /** Starts a watch (params as the protocol's `watch`); resolves with the Watch. */
+  watch(params, options) {
+    return startWatch(this, this.#watches, params, options);
   }
 
   /**

@@ -176,7 +176,15 @@ export type AgentStateSessionServiceOptions =
        */
       address: string;
       addresses?: never;
-      retryForMs?: never;
+      /**
+       * The connection survives the server's restart: it is opened again after a jittered
+       * exponential backoff (50 ms doubling up to 1 s), and calls whose answer was lost are
+       * sent again when that is safe (reads, deletes, appends: an event without an id gets
+       * one first); a `createSession` or `fork` in doubt rejects with kind 'unavailable'
+       * and `data.in_doubt`. A call is tried for this many milliseconds from its start
+       * (default 10000; 0: one try), then rejects with kind 'unavailable'.
+       */
+      retryForMs?: number;
     })
   | (ConnectOptions & NoEngineOptions & {
       /**
@@ -197,6 +205,103 @@ export type AgentStateSessionServiceOptions =
       address?: never;
     });
 
+/**
+ * A Session this package returns. What agentstate adds is set as non-enumerable members
+ * (outside ADK's Session shape: not in JSON, copies or deep comparisons), when known.
+ */
+export interface AgentStateSession extends Session {
+  /** How many events are stored (after appendEvent on this object: the append's version). */
+  version?: number;
+  /** The point in the change feed this session shows: readChanges or watch from it misses nothing. */
+  cursor?: string;
+  /** When the session expires, in epoch milliseconds; absent when it does not. */
+  expiresAt?: number;
+  /** With getSession's `asOfVersion`: the version shown; `app:` and `user:` state are the current ones. */
+  asOf?: { version: number; sharedState: 'current'; exact: boolean };
+}
+
+/** An atomic update of one state key, resolved at commit (docs/protocol.md, "append_event"). */
+export type AgentStateModify =
+  | { key: string; op: 'increment'; by: number }
+  | { key: string; op: 'append'; value: unknown }
+  | { key: string; op: 'merge'; value: Record<string, unknown> }
+  | { key: string; op: 'set_if_absent'; value: unknown }
+  | { key: string; op: 'compare_and_set'; expected: unknown; value: unknown };
+
+/** Names a session. */
+export interface AgentStateSessionKey {
+  appName: string;
+  userId: string;
+  sessionId: string;
+}
+
+/** The point of a rewind: just before an invocation's first event, or after version N - 1. */
+export type AgentStateRewindPoint =
+  | { beforeInvocationId: string; beforeVersion?: never }
+  | { beforeVersion: number; beforeInvocationId?: never };
+
+/** The change feed's filters (readChanges, watch). */
+export type AgentStateChangeScope =
+  | { scope: 'session'; appName: string; userId: string; sessionId: string }
+  | { scope: 'user'; appName: string; userId: string; sessionId?: never }
+  | { scope: 'app'; appName: string; userId?: never; sessionId?: never }
+  | { scope: 'all'; appName?: never; userId?: never; sessionId?: never };
+
+export type AgentStateChangeFilter = AgentStateChangeScope & {
+  /** `user`/`app`: every change of every session inside too, events included (default false). */
+  includeSessions?: boolean;
+  /** Only keys starting with it (as an event names them: 'user:cart'). */
+  keyPrefix?: string;
+  /** A cursor (a session's, a change's, a page's, a watch's) to start after, or 'start'. */
+  from?: string;
+};
+
+/** One committed change of the feed. */
+export interface AgentStateChange {
+  cursor: string;
+  kind: 'create' | 'append' | 'delete' | 'delete_user' | 'delete_app';
+  appName: string;
+  userId: string;
+  sessionId: string;
+  /** The session's version after the change. */
+  version: number;
+  /** The keys set, with their committed values (prefixed as in an event). */
+  stateDelta: Record<string, unknown>;
+  stateRemove: string[];
+  /** An append's event, when the read includes sessions. */
+  event?: Event;
+}
+
+/** A batch of a watch: changes in commit order, and the cursor after them. */
+export interface AgentStateChangeBatch {
+  changes: AgentStateChange[];
+  cursor: string;
+}
+
+/**
+ * A live watch of the change feed: an async iterator of batches. Batches received before
+ * the watch ended are handed out first; then iteration is done after close() (or
+ * `break`), and any other end rejects next() once with an AgentStateError whose `data`
+ * has `reason` and `resume_from`: kind 'unavailable' (the server shut down, the
+ * connection was lost), 'cursor_expired', 'permission_denied', 'too_large' (more than
+ * `maxBufferBytes` waited for the consumer), or the server's error kind. While live it
+ * keeps node's event loop alive.
+ */
+export declare class AgentStateWatch implements AsyncIterableIterator<AgentStateChangeBatch> {
+  private constructor();
+  /** The server's id of the watch. */
+  readonly id: string;
+  /** The point after the last batch handed out: a new watch from it misses and repeats nothing. */
+  readonly cursor: string;
+  /** Why and where it ended; undefined while live. */
+  readonly ended: { reason: string; resumeFrom: string } | undefined;
+  next(): Promise<IteratorResult<AgentStateChangeBatch, undefined>>;
+  return(): Promise<IteratorResult<AgentStateChangeBatch, undefined>>;
+  [Symbol.asyncIterator](): AgentStateWatch;
+  /** Unwatches, drops the batches not handed out, resolves with `cursor`. Idempotent. */
+  close(): Promise<string>;
+}
+
 type ServiceMethods = Pick<BaseSessionService,
   'createSession' | 'getSession' | 'listSessions' | 'deleteSession' | 'appendEvent' | 'getOrCreateSession'>;
 
@@ -208,12 +313,66 @@ type ServiceMethods = Pick<BaseSessionService,
  */
 export declare class AgentStateSessionService extends BaseSessionService {
   constructor(options: AgentStateSessionServiceOptions);
-  createSession(request: Parameters<ServiceMethods['createSession']>[0]): Promise<Session>;
-  getSession(request: Parameters<ServiceMethods['getSession']>[0]): Promise<Session | undefined>;
+  /**
+   * `ttlMs`: the session expires this long after creation (0: never; default: the
+   * engine's `sessionTtlMs` or the server's --session-ttl-s); `refreshTtl`: each stored
+   * append moves the expiry to `ttlMs` past it (needs a TTL). The protocol has no TTL
+   * update after creation.
+   */
+  createSession(request: Parameters<ServiceMethods['createSession']>[0] & {
+    ttlMs?: number; refreshTtl?: boolean;
+  }): Promise<AgentStateSession>;
+  /**
+   * `asOfVersion`: the session as it was after that version (0: as created), its `asOf`
+   * set; `applyRewinds`: without rewind events and the events they undid.
+   */
+  getSession(request: Parameters<ServiceMethods['getSession']>[0] & {
+    asOfVersion?: number; applyRewinds?: boolean;
+  }): Promise<AgentStateSession | undefined>;
   listSessions(request: Parameters<ServiceMethods['listSessions']>[0]): ReturnType<ServiceMethods['listSessions']>;
   deleteSession(request: Parameters<ServiceMethods['deleteSession']>[0]): Promise<void>;
-  appendEvent(request: { session: Session; event: Event }): Promise<Event>;
-  getOrCreateSession(request: Parameters<ServiceMethods['getOrCreateSession']>[0]): Promise<Session>;
+  /**
+   * `expectedVersion`: store it only at that version (else 'version_conflict' with
+   * `data.current_version`); `modify`: atomic updates resolved at commit (their results
+   * land in the event's `actions.stateDelta`; 'condition_failed' when a compare_and_set
+   * finds another value). Sets the session's `version` and `cursor`.
+   */
+  appendEvent(request: {
+    session: Session; event: Event; expectedVersion?: number; modify?: AgentStateModify[];
+  }): Promise<Event>;
+  /** Deletes the user's sessions and `user:` state. */
+  deleteUser(request: { appName: string; userId: string }): Promise<void>;
+  /** Deletes the app's sessions, its users' `user:` state and its `app:` state. */
+  deleteApp(request: { appName: string }): Promise<void>;
+  /**
+   * Appends the event restoring the session's own state at the point. `eventId`:
+   * re-sending a stored one answers the stored rewind.
+   */
+  rewind(request: AgentStateSessionKey & AgentStateRewindPoint & {
+    eventId?: string; expectedVersion?: number;
+  }): Promise<{ event: Event; version: number; cursor: string }>;
+  /** What rewind() would write now; writes nothing. */
+  rewindPlan(request: AgentStateSessionKey & AgentStateRewindPoint & { expectedVersion?: number }): Promise<{
+    stateDelta: Record<string, unknown>; stateRemove: string[]; beforeVersion: number; exact: boolean;
+  }>;
+  /** The session's invocations in the order of their first event. */
+  listInvocations(request: AgentStateSessionKey): Promise<Array<{
+    invocationId: string; firstVersion: number; lastVersion: number; events: number;
+    annulled: boolean; rewind: boolean;
+  }>>;
+  /** A new session with the source's events 1..atVersion and its state then (without events). */
+  fork(request: AgentStateSessionKey & { atVersion: number; newSessionId?: string }): Promise<AgentStateSession>;
+  /** One page of the change feed; pass `cursor` as the next `from`. */
+  readChanges(request: AgentStateChangeFilter & { limit?: number }): Promise<{
+    changes: AgentStateChange[]; cursor: string; atHead: boolean;
+  }>;
+  /**
+   * A live watch (`from` absent: from the newest change now). `maxBufferBytes` bounds
+   * what waits for the consumer (default 64 MiB). With `addresses`: on the node that
+   * answered last, not retried.
+   */
+  watch(request: AgentStateChangeFilter & { maxBufferBytes?: number }): Promise<AgentStateWatch>;
+  getOrCreateSession(request: Parameters<ServiceMethods['getOrCreateSession']>[0]): Promise<AgentStateSession>;
   /** The spawned server's process id; undefined in this process and at an address or addresses. */
   readonly serverPid: number | undefined;
   /**

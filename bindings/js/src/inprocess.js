@@ -15,7 +15,10 @@
 // - Every call settles exactly once: with the result, the engine's error as an
 //   AgentStateError (the protocol's code, kind and data), or kind 'unavailable' once
 //   the service is closed.
-// - While no call is waiting, the engine does not keep node's event loop alive; a
+// - The engine's `changes` and `watch_ended` notifications go to the watch they name
+//   (src/watch.js); close() ends the watches.
+// - While no call is waiting and no watch is live, the engine does not keep node's
+//   event loop alive; a
 //   process that exits without close() closes the engine on its way out (acknowledged
 //   writes are in the store).
 // - close() takes no new calls, answers those made before it, closes the engine (sync,
@@ -25,6 +28,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentStateError } from './errors.js';
+import { startWatch, WatchRouter } from './watch.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -32,9 +36,13 @@ const require = createRequire(import.meta.url);
 let addon;
 let addonError;
 
+/** Where a prebuilt addon for this platform is in the package (`npm pack` puts it there). */
+export const PREBUILD_DIR = path.join(here, '..', 'prebuilds', `${process.platform}-${process.arch}`);
+
 /**
  * Where agentstate.node is looked for: $AGENTSTATE_ADDON when set; else the package's
- * build/Release (a node-gyp style build), then the repository's CMake build tree.
+ * build/Release (a node-gyp style build), then the repository's CMake build tree; then
+ * (addonPath) the package's prebuilt addon for this platform, found by node-gyp-build.
  */
 export function addonCandidates() {
   if (process.env.AGENTSTATE_ADDON) return [process.env.AGENTSTATE_ADDON];
@@ -44,15 +52,28 @@ export function addonCandidates() {
   ];
 }
 
+/** The addon's file: the first candidate that exists, else the prebuilt one; throws Error saying where it looked. */
+export function addonPath() {
+  const tried = addonCandidates();
+  const file = tried.find((f) => fs.existsSync(f));
+  if (file !== undefined || process.env.AGENTSTATE_ADDON) {
+    if (file === undefined) throw new Error(`not found (AGENTSTATE_ADDON=${tried[0]})`);
+    return file;
+  }
+  try {
+    // prebuilds/PLATFORM-ARCH/agentstate.napi.LIBC.node, as node-gyp-build names them.
+    return require('node-gyp-build').resolve(path.join(here, '..'));
+  } catch (err) {
+    throw new Error(`not found (tried ${tried.join(', ')}, and ${PREBUILD_DIR}: ${err.message.trim()})`);
+  }
+}
+
 /** The loaded addon; throws AgentStateError (unavailable) saying where it looked. */
 export function loadAddon() {
   if (addon) return addon;
   if (addonError) throw addonError;
-  const tried = addonCandidates();
-  const file = tried.find((f) => fs.existsSync(f));
   try {
-    if (file === undefined) throw new Error(`not found (tried ${tried.join(', ')})`);
-    addon = require(file);
+    addon = require(addonPath());
     return addon;
   } catch (err) {
     addonError = new AgentStateError('unavailable',
@@ -86,6 +107,7 @@ export class InProcessConnection {
   #ended;
   #endedResolve;
   #describe;
+  #watches = new WatchRouter((n) => { if (n > 0) this.#ref(); else this.#unrefIfIdle(); });
 
   /** @param {object} options the addon's engine options (src/service.js checks them) */
   constructor(options) {
@@ -106,7 +128,11 @@ export class InProcessConnection {
     return undefined;
   }
 
-  call(method, params) {
+  /**
+   * Sends one request; resolves with its `result`, or with what `onResult(result)` gives:
+   * it runs as the answer is read, before the engine's next line.
+   */
+  call(method, params, onResult) {
     if (this.#failure) return Promise.reject(this.#failure);
     if (this.#closing) {
       return Promise.reject(new AgentStateError('unavailable', 'the session service is closed'));
@@ -120,7 +146,7 @@ export class InProcessConnection {
         `${method}: a value cannot be sent as JSON: ${err.message}`, { cause: err }));
     }
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject, method });
+      this.#pending.set(id, { resolve, reject, method, onResult });
       this.#ref();
       if (this.#opened) this.#enqueue(line);
       else this.#held.push(line);
@@ -153,7 +179,7 @@ export class InProcessConnection {
   }
 
   #unrefIfIdle() {
-    if (this.#referenced && !this.#closing && this.#pending.size === 0) {
+    if (this.#referenced && !this.#closing && this.#pending.size === 0 && this.#watches.size === 0) {
       this.#referenced = false;
       this.#engine.unref();
     }
@@ -202,17 +228,29 @@ export class InProcessConnection {
       this.#fail(new AgentStateError('internal', `the engine answered a line that is not JSON: ${line.slice(0, 200)}`));
       return;
     }
+    if (msg !== null && typeof msg === 'object' && msg.id === undefined) {
+      this.#watches.route(msg, line.length); // a notification for no watch of ours is dropped
+      return;
+    }
     const waiter = this.#pending.get(msg.id);
     if (waiter === undefined) {
-      if (msg.id === undefined) return; // a notification: no watch is started here
       const error = msg.error ? AgentStateError.fromRpc(msg.error, 'request')
         : new AgentStateError('internal', `the engine answered an unknown id ${JSON.stringify(msg.id)}`);
       this.#fail(error);
       return;
     }
     this.#pending.delete(msg.id);
-    if (msg.error !== undefined) waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
-    else waiter.resolve(msg.result);
+    if (msg.error !== undefined) {
+      waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
+    } else if (waiter.onResult !== undefined) {
+      try {
+        waiter.resolve(waiter.onResult(msg.result));
+      } catch (err) {
+        waiter.reject(err);
+      }
+    } else {
+      waiter.resolve(msg.result);
+    }
   }
 
   #fail(error) {
@@ -220,6 +258,12 @@ export class InProcessConnection {
     const waiting = [...this.#pending.values()];
     this.#pending.clear();
     for (const w of waiting) w.reject(this.#failure);
+    this.#watches.fail(this.#failure);
+  }
+
+  /** Starts a watch (params as the protocol's `watch`); resolves with the Watch. */
+  watch(params, options) {
+    return startWatch(this, this.#watches, params, options);
   }
 
   /**

@@ -235,9 +235,14 @@ export function eventFromWire(wire) {
   return out;
 }
 
-/** The protocol's Session (or SessionMeta) -> an ADK-JS Session. */
+/**
+ * The protocol's Session (or SessionMeta) -> an ADK-JS Session. What agentstate adds
+ * (`version`, `cursor`, `expiresAt` in milliseconds, `asOf`) is set as non-enumerable
+ * members when the server sent it: readable, but outside ADK's Session shape (not in
+ * JSON, copies or deep comparisons).
+ */
 export function sessionFromWire(wire) {
-  return {
+  const session = {
     id: wire.id,
     appName: wire.app_name,
     userId: wire.user_id,
@@ -245,4 +250,21 @@ export function sessionFromWire(wire) {
     events: Array.isArray(wire.events) ? wire.events.map(eventFromWire) : [],
     lastUpdateTime: secondsToMs(wire.last_update_time),
   };
+  setSessionMeta(session, {
+    version: wire.version,
+    cursor: wire.cursor,
+    expiresAt: typeof wire.expires_at === 'number' ? secondsToMs(wire.expires_at) : undefined,
+    asOf: wire.as_of !== null && typeof wire.as_of === 'object'
+      ? { version: wire.as_of.version, sharedState: wire.as_of.shared_state, exact: wire.as_of.exact }
+      : undefined,
+  });
+  return session;
+}
+
+/** Sets agentstate's members of a Session (non-enumerable, writable); undefined ones are skipped. */
+export function setSessionMeta(session, meta) {
+  for (const [key, value] of Object.entries(meta)) {
+    if (value === undefined) continue;
+    Object.defineProperty(session, key, { value, writable: true, enumerable: false, configurable: true });
+  }
 }

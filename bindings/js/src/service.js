@@ -6,8 +6,9 @@
 // differences are deliberate and listed in README.md ("Where it differs from ADK-JS").
 // Many concurrent calls from one process are the normal case: they share one engine
 // in this process (`store`, `memory`: src/inprocess.js), one pipelined connection to a
-// server (`address`, or a spawned one: src/connection.js), or one per cluster node
-// (`addresses`: src/cluster.js, which also retries). Every mode speaks the same
+// spawned server (src/connection.js) or to a server at an address (src/reconnect.js,
+// which reconnects and retries), or one per cluster node (`addresses`: src/cluster.js,
+// which also retries). Every mode speaks the same
 // protocol requests and gets the same answers. Methods never block the event loop; each
 // costs one request, except listSessions (one per 1,000 sessions listed),
 // getOrCreateSession (up to three) and close().
@@ -17,41 +18,16 @@ import { ClusterConnection } from './cluster.js';
 import { Connection, parseAddress } from './connection.js';
 import { AgentStateError, invalid } from './errors.js';
 import { InProcessConnection } from './inprocess.js';
-import { eventFromWire, eventToWire, msToSeconds, secondsToMs, sessionFromWire } from './mapping.js';
+import { ReconnectingConnection } from './reconnect.js';
+import {
+  eventFromWire, eventToWire, msToSeconds, secondsToMs, sessionFromWire, setSessionMeta,
+} from './mapping.js';
+import {
+  changeParams, connectOptions, optionalBoolean, optionalCount, optionalString, requireName, rewindParams, sessionParams,
+} from './params.js';
+import { changeFromWire, checkMaxBufferBytes } from './watch.js';
 
 const PAGE_MAX = 1000;
-
-function requireName(what, value) {
-  if (typeof value !== 'string') {
-    throw invalid(`${what} must be a string, not ${value === null ? 'null' : typeof value}`);
-  }
-  return value;
-}
-
-function optionalCount(what, value, { min = 0 } = {}) {
-  if (value === undefined || value === null) return undefined;
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw invalid(`${what} must be an integer >= ${min}, not ${String(value)}`);
-  }
-  return value;
-}
-
-// The checked `token` and `tls` options of a server at an address (or addresses).
-function connectOptions(options, unix) {
-  const out = {};
-  if (options.token !== undefined) {
-    if (typeof options.token !== 'string' || options.token === '') throw invalid('token must be a non-empty string');
-    out.token = options.token;
-  }
-  if (options.tls !== undefined && options.tls !== false) {
-    if (unix) throw invalid('tls applies to a TCP address; a Unix socket is not encrypted');
-    if (options.tls !== true && (options.tls === null || typeof options.tls !== 'object' || Array.isArray(options.tls))) {
-      throw invalid("tls must be true or an object of node's tls.connect options");
-    }
-    out.tls = options.tls === true ? {} : options.tls;
-  }
-  return out;
-}
 
 // The options of the engine in this process (src/inprocess.js, native/addon.cpp): the
 // engine's own options (include/agentstate/options.hpp), times in milliseconds.
@@ -133,8 +109,8 @@ function resolveTarget(options) {
   if (options.spawn !== undefined && (address !== undefined || addresses !== undefined)) {
     throw invalid('spawn applies to store and memory, not to an address');
   }
-  if (options.retryForMs !== undefined && addresses === undefined) {
-    throw invalid('retryForMs applies to addresses (the nodes of a cluster)');
+  if (options.retryForMs !== undefined && addresses === undefined && address === undefined) {
+    throw invalid('retryForMs applies to a server at an address or the nodes of a cluster (address, addresses)');
   }
   if (addresses !== undefined) {
     if (durability !== undefined) {
@@ -151,7 +127,9 @@ function resolveTarget(options) {
     }
     if (binary !== undefined) throw invalid('binary applies to a server this service starts, not to address');
     const target = parseAddress(address);
-    return { ...target, ...connectOptions(options, target.path !== undefined) };
+    const reconnect = { ...target, ...connectOptions(options, target.path !== undefined) };
+    if (options.retryForMs !== undefined) reconnect.retryForMs = options.retryForMs;
+    return { reconnect };
   }
   if (token !== undefined) {
     throw invalid('token applies to a server at an address; the engine in this process and a spawned server need none');
@@ -186,6 +164,7 @@ export class AgentStateSessionService extends BaseSessionService {
     const target = resolveTarget(options);
     if (target.inProcess !== undefined) this.#conn = new InProcessConnection(target.inProcess);
     else if (target.cluster !== undefined) this.#conn = new ClusterConnection(target.cluster);
+    else if (target.reconnect !== undefined) this.#conn = new ReconnectingConnection(target.reconnect);
     else this.#conn = new Connection(target);
   }
 
@@ -194,7 +173,13 @@ export class AgentStateSessionService extends BaseSessionService {
     return this.#conn.pid;
   }
 
-  async createSession({ appName, userId, state, sessionId } = {}) {
+  /**
+   * ADK's createSession; agentstate adds `ttlMs` (the session expires this long after
+   * its creation; 0: never; default: the engine's or server's) and `refreshTtl` (each
+   * stored append moves the expiry to `ttlMs` past it). The session's expiry is its
+   * `expiresAt` (milliseconds).
+   */
+  async createSession({ appName, userId, state, sessionId, ttlMs, refreshTtl } = {}) {
     const params = {
       app_name: requireName('appName', appName),
       user_id: requireName('userId', userId),
@@ -206,10 +191,23 @@ export class AgentStateSessionService extends BaseSessionService {
       if (typeof state !== 'object' || Array.isArray(state)) throw invalid('state must be an object');
       params.state = state;
     }
+    if (ttlMs !== undefined && ttlMs !== null) {
+      if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs) || ttlMs < 0) {
+        throw invalid(`ttlMs must be a finite number of milliseconds >= 0, not ${String(ttlMs)}`);
+      }
+      params.ttl_s = ttlMs / 1000;
+    }
+    const refresh = optionalBoolean('refreshTtl', refreshTtl);
+    if (refresh !== undefined) params.refresh_ttl = refresh;
     return sessionFromWire(await this.#conn.call('create_session', params));
   }
 
-  async getSession({ appName, userId, sessionId, config } = {}) {
+  /**
+   * ADK's getSession; agentstate adds `asOfVersion` (the session as it was after that
+   * version: its events up to it and its own state then; `asOf` says so) and
+   * `applyRewinds` (leave out rewind events and the events they undid).
+   */
+  async getSession({ appName, userId, sessionId, config, asOfVersion, applyRewinds } = {}) {
     const params = {
       app_name: requireName('appName', appName),
       user_id: requireName('userId', userId),
@@ -228,6 +226,10 @@ export class AgentStateSessionService extends BaseSessionService {
         if (after) params.after_timestamp = msToSeconds(after);
       }
     }
+    const asOf = optionalCount('asOfVersion', asOfVersion);
+    if (asOf !== undefined) params.as_of_version = asOf;
+    const rewinds = optionalBoolean('applyRewinds', applyRewinds);
+    if (rewinds !== undefined) params.apply_rewinds = rewinds;
     const wire = await this.#conn.call('get_session', params);
     return wire === null ? undefined : sessionFromWire(wire);
   }
@@ -322,19 +324,35 @@ export class AgentStateSessionService extends BaseSessionService {
    * lastUpdateTime set to the event's timestamp). Partial events are returned unstored.
    * When the event's id is already stored with a different event, nothing is changed:
    * the stored event is returned (and put into `session.events` in place of any copy).
+   *
+   * agentstate adds `expectedVersion` (store it only if the session is at that version,
+   * else kind 'version_conflict' with `data.current_version`) and `modify` (atomic
+   * updates of state keys resolved at commit, docs/protocol.md "append_event"; their
+   * results become the event's `actions.stateDelta` members of those keys). The
+   * session's `version` and `cursor` are set to the append's.
    */
-  async appendEvent({ session, event } = {}) {
+  async appendEvent({ session, event, expectedVersion, modify } = {}) {
     if (event === null || typeof event !== 'object') throw invalid('event must be an object');
     if (event.partial) return event;
     if (session === null || typeof session !== 'object') throw invalid('session must be a Session object');
     const wire = eventToWire(event);
-    const result = await this.#conn.call('append_event', {
+    const params = {
       app_name: requireName('session.appName', session.appName),
       user_id: requireName('session.userId', session.userId),
       session_id: requireName('session.id', session.id),
       event: wire,
-    });
+    };
+    const expected = optionalCount('expectedVersion', expectedVersion);
+    if (expected !== undefined) params.expected_version = expected;
+    if (modify !== undefined && modify !== null) {
+      if (!Array.isArray(modify) || modify.some((m) => m === null || typeof m !== 'object' || Array.isArray(m))) {
+        throw invalid('modify must be an array of { key, op, ... } objects');
+      }
+      params.modify = modify;
+    }
+    const result = await this.#conn.call('append_event', params);
     const stored = result.event;
+    setSessionMeta(session, { version: result.version, cursor: result.cursor });
     if (!isSameEvent(wire, stored)) {
       const kept = eventFromWire(stored);
       replaceOrPush(session.events, kept);
@@ -343,6 +361,14 @@ export class AgentStateSessionService extends BaseSessionService {
     // Server fill-ins (a generated id, the current time) become the caller's too.
     if (!event.id) event.id = stored.id;
     if (event.timestamp === undefined) event.timestamp = secondsToMs(stored.timestamp);
+    if (params.modify !== undefined) {
+      const delta = (stored.actions && stored.actions.state_delta) ?? {};
+      if (event.actions === null || typeof event.actions !== 'object') event.actions = {};
+      if (event.actions.stateDelta === null || typeof event.actions.stateDelta !== 'object') event.actions.stateDelta = {};
+      for (const { key } of params.modify) {
+        if (typeof key === 'string' && Object.hasOwn(delta, key)) event.actions.stateDelta[key] = delta[key];
+      }
+    }
     await this.#applyToSession(session, event);
     const removed = stored.actions && stored.actions.state_remove;
     if (Array.isArray(removed)) {
@@ -405,6 +431,105 @@ export class AgentStateSessionService extends BaseSessionService {
         `session '${request.sessionId}' was created by another caller and deleted before it could be read`);
     }
     return winner;
+  }
+
+  /**
+   * Deletes every session of the user and the user's `user:` state (one change of kind
+   * 'delete_user' in the feed).
+   */
+  async deleteUser({ appName, userId } = {}) {
+    await this.#conn.call('delete_user', {
+      app_name: requireName('appName', appName),
+      user_id: requireName('userId', userId),
+    });
+  }
+
+  /** Deletes every session of every user of the app, their `user:` state and the app's `app:` state. */
+  async deleteApp({ appName } = {}) {
+    await this.#conn.call('delete_app', { app_name: requireName('appName', appName) });
+  }
+
+  /**
+   * Appends the event that restores the session's own state as it was just before
+   * `beforeInvocationId`'s first event, or after version `beforeVersion` - 1 (exactly
+   * one). `eventId`: the rewind event's id (re-sending a stored one answers the stored
+   * event); `expectedVersion` as appendEvent's. Resolves with { event, version, cursor }.
+   */
+  async rewind(request = {}) {
+    const params = rewindParams(request);
+    const eventId = optionalString('eventId', request.eventId);
+    if (eventId !== undefined) params.event_id = eventId;
+    const r = await this.#conn.call('rewind_session', params);
+    return { event: eventFromWire(r.event), version: r.version, cursor: r.cursor };
+  }
+
+  /**
+   * What rewind() would write now, writing nothing: { stateDelta, stateRemove,
+   * beforeVersion, exact }.
+   */
+  async rewindPlan(request = {}) {
+    const r = await this.#conn.call('rewind_plan', rewindParams(request));
+    return {
+      stateDelta: r.state_delta ?? {},
+      stateRemove: r.state_remove ?? [],
+      beforeVersion: r.before_version,
+      exact: r.exact,
+    };
+  }
+
+  /**
+   * The session's invocations in the order of their first event: { invocationId,
+   * firstVersion, lastVersion, events, annulled, rewind } each.
+   */
+  async listInvocations(request = {}) {
+    const r = await this.#conn.call('list_invocations', sessionParams(request));
+    return r.map((i) => ({
+      invocationId: i.invocation_id,
+      firstVersion: i.first_version,
+      lastVersion: i.last_version,
+      events: i.events,
+      annulled: i.annulled,
+      rewind: i.rewind,
+    }));
+  }
+
+  /**
+   * A new session of the same app and user with the source's events 1..`atVersion` and
+   * its own state after that version (`newSessionId`, or a generated id). Resolves with
+   * the new Session, without events.
+   */
+  async fork({ atVersion, newSessionId, ...source } = {}) {
+    const params = sessionParams(source);
+    if (atVersion === undefined || atVersion === null) throw invalid('atVersion is required');
+    params.at_version = optionalCount('atVersion', atVersion);
+    const id = optionalString('newSessionId', newSessionId);
+    if (id !== undefined && id !== '') params.new_session_id = id;
+    return sessionFromWire(await this.#conn.call('fork_session', params));
+  }
+
+  /**
+   * One page of the change feed: { changes, cursor, atHead }. `scope` 'session', 'user',
+   * 'app' or 'all' with the names it takes; `from` a cursor (a session's, a change's, a
+   * page's, a watch's) or 'start'; `limit` 1..10000 (default 100). Pass `cursor` as the
+   * next `from`.
+   */
+  async readChanges(request = {}) {
+    const params = changeParams(request);
+    const limit = optionalCount('limit', request.limit, { min: 1 });
+    if (limit !== undefined) params.limit = limit;
+    const r = await this.#conn.call('read_changes', params);
+    return { changes: r.changes.map(changeFromWire), cursor: r.cursor, atHead: r.at_head };
+  }
+
+  /**
+   * A live Watch of the change feed (src/watch.js): the filters of readChanges, `from`
+   * absent: from the newest change now. `maxBufferBytes` bounds the batches waiting for
+   * the consumer (default 64 MiB). close() it when done.
+   */
+  async watch(request = {}) {
+    const params = changeParams(request);
+    const maxBufferBytes = checkMaxBufferBytes(request.maxBufferBytes);
+    return this.#conn.watch(params, { maxBufferBytes });
   }
 
   /**

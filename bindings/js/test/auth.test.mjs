@@ -114,9 +114,9 @@ describe('a server with --auth-file, over TCP and a Unix socket', () => {
   });
 });
 
-test('a Unix socket nobody listens on fails calls with unavailable', async () => {
+test('a Unix socket nobody listens on fails calls with unavailable once retryForMs has passed', async () => {
   const dir = scratchDir('nosock');
-  const s = new AgentStateSessionService({ address: `unix:${path.join(dir, 'none')}`, token: ALL });
+  const s = new AgentStateSessionService({ address: `unix:${path.join(dir, 'none')}`, token: ALL, retryForMs: 300 });
   await assert.rejects(s.listSessions({ appName: 'a' }), isKind('unavailable', (err) => {
     assert.match(err.message, /unix:.*none/);
   }));

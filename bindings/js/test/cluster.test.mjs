@@ -242,7 +242,8 @@ describe('a cluster through the addresses option', () => {
   test('bad cluster options are refused with invalid_argument', () => {
     const bad = [{ addresses: [] }, { addresses: '127.0.0.1:1' }, { addresses: ['nope'] },
       { addresses: ['127.0.0.1:1'], retryForMs: -1 }, { addresses: ['127.0.0.1:1'], retryForMs: '5' },
-      { addresses: ['127.0.0.1:1'], retryForMs: Infinity }, { address: '127.0.0.1:1', retryForMs: 5 },
+      { addresses: ['127.0.0.1:1'], retryForMs: Infinity }, { address: '127.0.0.1:1', retryForMs: -5 },
+      { memory: true, retryForMs: 5 },
       { addresses: ['127.0.0.1:1'], address: '127.0.0.1:1' }, { addresses: ['127.0.0.1:1'], binary: BIN },
       { addresses: ['unix:/tmp/x'], tls: true }, { addresses: ['127.0.0.1:1'], token: '' }];
     for (const options of bad) {

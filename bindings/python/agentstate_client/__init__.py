@@ -7,6 +7,9 @@ library only, Python >= 3.11.
   TCP (``ssl=`` for TLS, ``"unix:PATH"`` for a Unix socket, ``token=`` for a server with
   --auth-file). Requests may be awaited concurrently; responses are matched by id.
 - Client: the same methods, blocking, safe to call from many threads at once.
+- ReconnectingClient: AsyncClient's methods on one server at an address, surviving its
+  restart (reconnects with backoff, re-sends what is safe to re-send: appends by event id);
+  ClusterClient: the same over the nodes of a cluster.
 - AsyncWatch / Watch: a change-feed watch (``client.watch(...)``) as an iterator of batches.
 - errors: AgentStateError and one subclass per ``error.data.kind``.
 - results: the TypedDicts of the results (Session, Event, Change, ...).
@@ -15,7 +18,7 @@ library only, Python >= 3.11.
 from ._protocol import MAX_LINE_BYTES, MAX_LINE_DEPTH
 from .aio import AsyncClient, find_binary, parse_address
 from .blocking import Client, Watch
-from .cluster import ClusterClient
+from .cluster import ClusterClient, ReconnectingClient
 from .errors import (
     ENGINE_ERROR,
     INVALID_PARAMS,
@@ -72,7 +75,7 @@ __all__ = [
     "AgentStateError", "AlreadyExistsError", "NotFoundError", "InvalidArgumentError",
     "VersionConflictError", "TooLargeError", "StorageFullError", "IoError", "UnavailableError",
     "InternalError", "DataCorruptError", "UnauthenticatedError", "PermissionDeniedError",
-    "ConditionFailedError", "CursorExpiredError", "MovedError", "ClusterClient", "WatchOverflowError", "SpawnError", "ConnectionClosedError", "error_from_response",
+    "ConditionFailedError", "CursorExpiredError", "MovedError", "ClusterClient", "ReconnectingClient", "WatchOverflowError", "SpawnError", "ConnectionClosedError", "error_from_response",
     "error_from_watch_end",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "ENGINE_ERROR",
     "WatchStart", "JsonValue", "JsonObject", "EventActions", "Event", "AsOf", "SessionMeta",

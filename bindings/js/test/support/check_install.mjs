@@ -13,7 +13,7 @@ const [major] = process.versions.node.split('.').map(Number);
 if (major < 20) problems.push(`node ${process.versions.node} is older than 20`);
 const lock = JSON.parse(fs.readFileSync(path.join(dir, 'package-lock.json'), 'utf8'));
 for (const name of ['@google/adk', '@mikro-orm/core', '@mikro-orm/sqlite', 'sqlite3', 'typescript',
-  'node-addon-api', 'node-api-headers']) {
+  'node-addon-api', 'node-api-headers', 'node-gyp-build']) {
   const file = path.join(dir, 'node_modules', name, 'package.json');
   const want = lock.packages[`node_modules/${name}`]?.version;
   if (!fs.existsSync(file)) {

@@ -3,7 +3,10 @@
 import { BaseSessionService, createEvent, Runner, LlmAgent } from '@google/adk';
 import type { Event, Session } from '@google/adk';
 import { AgentStateError, AgentStateSessionService, ERROR_KINDS } from '@agentstate/adk';
-import type { AgentStateErrorKind, AgentStateSessionServiceOptions, AgentStateTlsOptions } from '@agentstate/adk';
+import type {
+  AgentStateChange, AgentStateErrorKind, AgentStateSession, AgentStateSessionServiceOptions, AgentStateTlsOptions,
+  AgentStateWatch,
+} from '@agentstate/adk';
 
 const base: BaseSessionService = new AgentStateSessionService({ store: './data' });
 new AgentStateSessionService({ memory: true, durability: 'nosync', binary: '/usr/bin/agentstate' });
@@ -20,6 +23,9 @@ new AgentStateSessionService({ address: 'h:1', limits: { maxEventBytes: 1 } });
 // @ts-expect-error limits are counts
 new AgentStateSessionService({ memory: true, limits: { maxEventBytes: '1' } });
 new AgentStateSessionService({ address: '127.0.0.1:7400' });
+new AgentStateSessionService({ address: '127.0.0.1:7400', retryForMs: 30_000 });
+// @ts-expect-error retryForMs is for a server at an address or a cluster
+new AgentStateSessionService({ memory: true, retryForMs: 5 });
 new AgentStateSessionService({ address: 'unix:/run/agentstate/sock', token: 'secret-token-0123456789' });
 new AgentStateSessionService({ address: 'db:7400', token: 't', tls: { ca: 'PEM', servername: 'db' } });
 new AgentStateSessionService({ address: 'db:7400', tls: true });
@@ -53,6 +59,34 @@ export async function use(service: AgentStateSessionService): Promise<number> {
   const same: Session = await service.getOrCreateSession({ appName: 'a', userId: 'u', sessionId: 's' });
   await service.deleteSession({ appName: 'a', userId: 'u', sessionId: same.id });
   const pid: number | undefined = service.serverPid;
+  const key = { appName: 'a', userId: 'u', sessionId: 's' };
+  const expiring: AgentStateSession = await service.createSession({ appName: 'a', userId: 'u', ttlMs: 1000, refreshTtl: true });
+  const version: number | undefined = expiring.version;
+  const then = await service.getSession({ ...key, asOfVersion: 1, applyRewinds: true });
+  const exact: boolean | undefined = then?.asOf?.exact;
+  await service.appendEvent({
+    session, event, expectedVersion: 1,
+    modify: [{ key: 'n', op: 'increment', by: 1 }, { key: 'k', op: 'compare_and_set', expected: 1, value: 2 }],
+  });
+  // @ts-expect-error increment takes `by`
+  await service.appendEvent({ session, event, modify: [{ key: 'n', op: 'increment', value: 1 }] });
+  await service.deleteUser({ appName: 'a', userId: 'u' });
+  await service.deleteApp({ appName: 'a' });
+  const plan = await service.rewindPlan({ ...key, beforeVersion: 2 });
+  const rewound = await service.rewind({ ...key, beforeInvocationId: 'i', eventId: 'rw', expectedVersion: 3 });
+  // @ts-expect-error one point only
+  await service.rewind({ ...key, beforeInvocationId: 'i', beforeVersion: 2 });
+  const invocations = await service.listInvocations(key);
+  const forked: AgentStateSession = await service.fork({ ...key, atVersion: 1, newSessionId: 'f' });
+  const page = await service.readChanges({ scope: 'user', appName: 'a', userId: 'u', includeSessions: true, from: 'start', limit: 10 });
+  // @ts-expect-error scope all names no app
+  await service.readChanges({ scope: 'all', appName: 'a' });
+  const watch: AgentStateWatch = await service.watch({ scope: 'session', ...key, from: page.cursor, maxBufferBytes: 1 << 20 });
+  for await (const batch of watch) {
+    const change: AgentStateChange = batch.changes[0];
+    if (change.kind === 'append' && change.event) break;
+  }
+  const resume: string = await watch.close();
   try {
     await service.close();
   } catch (err) {
@@ -63,5 +97,7 @@ export async function use(service: AgentStateSessionService): Promise<number> {
     }
   }
   return listed.totalPages + listed.totalItems + listed.page + listed.limit + event.timestamp
-    + (got?.events.length ?? 0) + (pid ?? 0) + String(options.durability).length;
+    + (got?.events.length ?? 0) + (pid ?? 0) + String(options.durability).length
+    + (version ?? 0) + Number(exact) + plan.beforeVersion + rewound.version + invocations.length
+    + forked.events.length + resume.length + Number(page.atHead);
 }
