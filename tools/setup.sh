@@ -21,9 +21,10 @@ esac
 # The build: compiler, CMake, the engine's libraries (CAF, LMDB and lmdbxx,
 # nlohmann_json), doctest (the test executables are configured by default), and the
 # tool's: SQLite (ADK stores), Asio and OpenSSL (serve's network layer, TLS), CLI11,
-# libcurl (the cluster's client of etcd).
+# libcurl (the cluster's client of etcd), cpp-httplib and pkgconf (the web console).
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
-          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev libcurl4-openssl-dev)
+          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev libcurl4-openssl-dev
+          libcpp-httplib-dev pkgconf)
 if [ "$all" -eq 1 ]; then
   # The tests: lmdb-utils (mdb_stat/mdb_dump in the storage suites), openssl (the TLS
   # tests' certificates and client), python3 and python3-pytest (bindings/python),
