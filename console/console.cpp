@@ -951,6 +951,12 @@ result<std::unique_ptr<console_server>> console_server::open(console_config cfg,
     return error{errc::invalid_argument, "the console's TLS certificate or key cannot be loaded"};
   std::size_t workers = p->cfg.max_streams + 8;
   p->http->new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let
+  // a second console bind a port already taken and share its connections.
+  p->http->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   p->http->set_keep_alive_timeout(2);
   p->http->set_payload_max_length(max_body_bytes);
   auto* ip = p.get();
