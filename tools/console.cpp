@@ -129,7 +129,9 @@ server holds, give that server --http instead (agentstate serve).)";
                  "the store cannot be opened or closed, the address cannot be bound, "
                  "or the token or TLS files cannot be read (the error is logged)");
   auto& app = cl.app;
-  app.add_option("--store", a->store, "LMDB store directory")->type_name("DIR")->required();
+  app.add_option("--store", a->store, "LMDB store directory (created if missing, as serve)")
+    ->type_name("DIR")
+    ->required();
   app
     .add_option("--http", a->http,
                 "where to serve ([HOST:]PORT; default 127.0.0.1:0, a free\n"

@@ -20,7 +20,7 @@ const TOKEN_ALPHA = 'console-test-token-alpha-only-002';
 const WAIT = 15000; // the bound of every wait for a condition
 
 const children = [];
-let dir, serve, listenAddr, consoleUrl, browser, rpc;
+let dir, authFile, serve, listenAddr, consoleUrl, browser, rpc;
 let ro; // the read-only `agentstate console`
 
 // Starts the tool and resolves once its log names every address in `want`
@@ -86,6 +86,7 @@ before(async () => {
   assert.ok(TOOL, 'AGENTSTATE names the agentstate tool');
   dir = mkdtempSync(join(tmpdir(), 'agentstate-console-'));
   const auth = join(dir, 'tokens');
+  authFile = auth;
   writeFileSync(auth, `${TOKEN_ALL} *\n${TOKEN_ALPHA} alpha\n`);
   chmodSync(auth, 0o600);
   const s = await start(['serve', '--store', join(dir, 'store'), '--listen', '127.0.0.1:0', '--auth-file', auth,
@@ -377,4 +378,23 @@ test('agentstate console without --http-actions is read-only', async () => {
   } finally {
     await ctx.close();
   }
+});
+
+test('serve re-reads --auth-file on SIGHUP for the console too: a removed token stops working', async () => {
+  const login = await fetch(consoleUrl + '/api/login', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ token: TOKEN_ALPHA }) });
+  assert.equal(login.status, 200);
+  const cookie = login.headers.get('set-cookie').split(';')[0];
+  const list = () => fetch(consoleUrl + '/api/apps/alpha/sessions', { headers: { Cookie: cookie } });
+  assert.equal((await list()).status, 200);
+  writeFileSync(authFile, `${TOKEN_ALL} *\n`);
+  serve.kill('SIGHUP');
+  // poll: the reload happens on serve's signal thread; bounded by WAIT.
+  const deadline = Date.now() + WAIT;
+  let status = 200;
+  while (status === 200 && Date.now() < deadline) {
+    status = (await list()).status;
+    if (status === 200) await new Promise((r) => setTimeout(r, 50)); // poll: see above
+  }
+  assert.equal(status, 401);
 });
