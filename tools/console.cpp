@@ -161,7 +161,6 @@ server holds, give that server --http instead (agentstate serve).)";
 } // namespace
 
 static const bool registered = register_command(
-  {"console", "a web console: a store's sessions, events and state in a browser, live",
-   define_console});
+  {"console", "a store's sessions, events and state in a browser, live", define_console});
 
 } // namespace agentstate::tools
