@@ -642,9 +642,9 @@ struct console_server::impl {
     std::uint64_t events = 50;
     if (auto* v = t.param("events")) {
       auto n = parse_count(*v, max_events);
-      if (!n || *n == 0)
+      if (!n)
         return send_error(res,
-                          bad("events must be a whole number 1.." + std::to_string(max_events)));
+                          bad("events must be a whole number 0.." + std::to_string(max_events)));
       events = *n;
     }
     p["num_recent_events"] = events;
@@ -808,7 +808,9 @@ struct console_server::impl {
           }
         }
         auto now = std::chrono::steady_clock::now();
-        if (out.empty() && now - *last_write > std::chrono::seconds(15))
+        // A comment every 5 s on a quiet stream: a page that went away is noticed at
+        // the next write, and its slot freed.
+        if (out.empty() && now - *last_write > std::chrono::seconds(5))
           out = ": keepalive\n\n";
         if (!out.empty()) {
           *last_write = now;

@@ -115,9 +115,10 @@ function follow(params, onChanges) {
 function crumbs(parts) {
   const c = $('crumbs');
   c.replaceChildren();
-  for (const [path, text] of parts) {
-    c.append(path ? link(path, text) : el('span', {}, text), el('span', { class: 'muted' }, '/'));
-  }
+  parts.forEach(([path, text], i) => {
+    if (i > 0) c.append(el('span', { class: 'muted' }, '/'));
+    c.append(path ? link(path, text) : el('span', {}, text));
+  });
 }
 
 function stateTable(title, obj, prefix) {
@@ -280,7 +281,19 @@ function shortened(text, cls) {
   return box;
 }
 
-function eventView(ev, version) {
+const shared = (k) => k.startsWith('app:') || k.startsWith('user:');
+
+// The session's own keys of a state (app: and user: keys are left out).
+function ownKeys(state) {
+  const out = {};
+  for (const [k, v] of Object.entries(state || {})) if (!shared(k)) out[k] = v;
+  return out;
+}
+
+// One event; `before` holds the session's own keys just before it, so each key it
+// sets or removes shows its value before (app: and user: keys show the new value
+// only: their history is not kept).
+function eventView(ev, version, before) {
   const parts = (ev.content && Array.isArray(ev.content.parts)) ? ev.content.parts : [];
   const body = [];
   for (const p of parts) {
@@ -291,17 +304,48 @@ function eventView(ev, version) {
     if (p && p.functionResponse) body.push(shortened('response ' + show(p.functionResponse), 'call'));
   }
   const actions = ev.actions || {};
+  const delta = actions.state_delta || {};
   const diff = el('div', { class: 'diff' });
-  for (const k of Object.keys(actions.state_delta || {}).sort())
-    diff.append(el('div', { class: 'set' }, `+ ${k} = ${show(actions.state_delta[k])}`));
-  for (const k of actions.state_remove || [])
-    diff.append(el('div', { class: 'rm' }, `- ${k}`));
+  for (const k of Object.keys(delta).sort()) {
+    if (!shared(k) && before && k in before)
+      diff.append(el('div', { class: 'set' }, `~ ${k}: ${show(before[k])} → ${show(delta[k])}`));
+    else diff.append(el('div', { class: 'set' }, `+ ${k} = ${show(delta[k])}`));
+  }
+  for (const k of actions.state_remove || []) {
+    const was = !shared(k) && before && k in before ? ` (was ${show(before[k])})` : '';
+    diff.append(el('div', { class: 'rm' }, `- ${k}${was}`));
+  }
   return el('article', { class: 'event', 'data-version': version, 'data-event-id': ev.id || '' },
     el('div', { class: 'event-head' },
       el('span', {}, `v${version}`), el('span', { class: 'author' }, ev.author || ''),
       el('span', { class: 'invocation' }, ev.invocation_id || ''), el('span', {}, time(ev.timestamp)),
       ev.partial ? el('span', {}, 'partial') : null),
     ...body, diff.childNodes.length ? diff : null);
+}
+
+// The views of `events` (versions first, first + 1, ...), newest first, each
+// diffed against the session's own keys before it, starting from the state
+// after version first - 1 (one more read).
+async function eventViews(path, events, first) {
+  let state = null;
+  if (events.length) {
+    try {
+      const r = await api(path + '?' + new URLSearchParams({ version: String(first - 1), events: '0' }));
+      state = ownKeys(r.state);
+    } catch (e) {
+      state = null; // the diffs then show new values only
+    }
+  }
+  const views = events.map((ev, i) => {
+    const v = eventView(ev, first + i, state);
+    if (state) {
+      const a = ev.actions || {};
+      for (const [k, val] of Object.entries(a.state_delta || {})) if (!shared(k)) state[k] = val;
+      for (const k of a.state_remove || []) delete state[k];
+    }
+    return v;
+  });
+  return views.reverse();
 }
 
 async function sessionPage(main, app, user, id, version) {
@@ -336,13 +380,13 @@ async function sessionPage(main, app, user, id, version) {
   const older = el('button', { id: 'older' }, 'Older events');
   const n = s.events.length;
   let first = s.version - n + 1; // the version of the first event shown
-  timeline.append(...s.events.map((ev, i) => eventView(ev, first + i)).reverse());
+  timeline.append(...await eventViews(path, s.events, first));
   older.hidden = first <= 1;
   older.addEventListener('click', async () => {
     try {
       const r = await api(path + '?' + new URLSearchParams({ events: '50', version: String(first - 1) }));
       const base = r.version - r.events.length + 1;
-      timeline.append(...r.events.map((ev, i) => eventView(ev, base + i)).reverse());
+      timeline.append(...await eventViews(path, r.events, base));
       first = base;
       older.hidden = first <= 1;
     } catch (e) {
@@ -397,9 +441,13 @@ function actionBar(app, user, id, s) {
     try {
       const plan = await api(planPath);
       const diff = el('div', { class: 'diff', id: 'rewind-plan' });
-      for (const k of Object.keys(plan.state_delta || {}).sort())
-        diff.append(el('div', { class: 'set' }, `+ ${k} = ${show(plan.state_delta[k])}`));
-      for (const k of plan.state_remove || []) diff.append(el('div', { class: 'rm' }, `- ${k}`));
+      const now = ownKeys(s.state);
+      for (const k of Object.keys(plan.state_delta || {}).sort()) {
+        diff.append(el('div', { class: 'set' }, k in now
+          ? `~ ${k}: ${show(now[k])} → ${show(plan.state_delta[k])}` : `+ ${k} = ${show(plan.state_delta[k])}`));
+      }
+      for (const k of plan.state_remove || [])
+        diff.append(el('div', { class: 'rm' }, `- ${k}${k in now ? ` (was ${show(now[k])})` : ''}`));
       if (!diff.childNodes.length) diff.append(el('div', {}, 'no session keys change'));
       confirmDialog(`Rewind before invocation ${inv.value}?`,
         [el('p', {}, `One rewind event is appended; the session's state returns to version ${plan.before_version - 1}:`), diff],

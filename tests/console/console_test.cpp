@@ -152,6 +152,9 @@ TEST_CASE("console API: bad percent-encoding, page sizes and versions are typed 
   CHECK(ok == 200);
   CHECK(session["result"]["version"] == 1);
   CHECK(session["result"]["events"].size() == 1);
+  auto [ok0, none] = get(c, "/api/apps/chat/users/alice/sessions/s1?version=2&events=0");
+  CHECK(ok0 == 200);
+  CHECK(none["result"]["events"].empty());
   auto [ok2, list] = get(c, "/api/apps/chat/sessions?page_size=1&total=1&prefix=s");
   CHECK(ok2 == 200);
   CHECK(list["result"]["total"] == 1);

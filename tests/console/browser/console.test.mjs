@@ -168,8 +168,11 @@ test('a scoped token sees its apps only, and event text is shown as text', async
     await page.click('article[data-event-id=ev-2] .show-all');
     assert.equal(await page.$eval('article[data-event-id=ev-2] .event-text', (e) => e.textContent), 'x'.repeat(1000));
     const diff = await page.$eval('article[data-event-id=ev-2] .diff', (e) => e.textContent);
+    assert.match(diff, /~ step: 1 → 2/);
     assert.match(diff, /\+ draft = "d"/);
-    assert.match(diff, /- topic/);
+    assert.match(diff, /- topic \(was "weather"\)/);
+    // The first event's diff starts from the state the session was created with.
+    assert.match(await page.$eval('article[data-event-id=ev-1] .diff', (e) => e.textContent), /\+ step = 1/);
     assert.match(await page.$eval('article[data-event-id=ev-2] .call', (e) => e.textContent), /lookup/);
     // The merged state, by scope.
     assert.match(await page.$eval('[data-scope="App state"]', (e) => e.textContent), /app:model/);
@@ -258,7 +261,8 @@ test('actions: CSRF and origin are checked; rewind shows its plan, fork and dele
     await page.waitForSelector('#rewind-plan', { visible: true, timeout: WAIT });
     const plan = await page.$eval('#rewind-plan', (e) => e.textContent);
     assert.match(plan, /\+ topic = "weather"/);
-    assert.match(plan, /- draft/);
+    assert.match(plan, /~ step: 2 → 1/);
+    assert.match(plan, /- draft \(was "d"\)/);
     await page.click('#dialog-confirm');
     // The dialog closes once the page shows the session after the action.
     await page.waitForSelector('#dialog[hidden]', { timeout: WAIT });
