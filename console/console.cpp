@@ -504,6 +504,8 @@ struct console_server::impl {
       const std::string& app = s[2];
       if (s.size() == 4 && s[3] == "sessions")
         return list(res, t, token, app, nullptr);
+      if (s.size() == 4 && s[3] == "users")
+        return users(res, t, token, app);
       if (s.size() == 4 && s[3] == "state")
         return reply(res, call(token, "get_app_state", {{"app_name", app}, {"with_cursor", true}}));
       if (s.size() >= 5 && s[3] == "users") {
@@ -636,6 +638,65 @@ struct console_server::impl {
     if (!prefix.empty())
       out["scanned_pages"] = pages;
     send_json(res, 200, {{"result", std::move(out)}});
+  }
+
+  /// An app's users, in user id order, with each one's number of sessions:
+  /// its sessions listed by id (user id, then session id), at most
+  /// max_scan_pages protocol pages of 100 per request, then one counting
+  /// list_sessions per user found. The page token continues after the last
+  /// session read; a user whose sessions a scan stopped inside is listed again
+  /// by the next page.
+  void users(httplib::Response& res, const target& t, const std::string& token,
+             const std::string& app) {
+    std::size_t page_size = 20;
+    if (auto* v = t.param("page_size")) {
+      auto n = parse_count(*v, 100);
+      if (!n || *n == 0)
+        return send_error(res, bad("page_size must be a whole number 1..100"));
+      page_size = *n;
+    }
+    json p = {{"app_name", app},         {"order_by", "id"},         {"order", "asc"},
+              {"shared_state", "once"},  {"session_tokens", true},   {"page_size", 100}};
+    if (auto* v = t.param("page_token"); v && !v->empty())
+      p["page_token"] = *v;
+    std::vector<std::string> found;
+    json next = nullptr;
+    bool full = false;
+    for (std::size_t pages = 0; pages < max_scan_pages && !full; ++pages) {
+      auto a = call(token, "list_sessions", p);
+      if (!a.ok)
+        return send_error(res, a.err);
+      next = a.result.value("next_page_token", json(nullptr));
+      for (auto& sj : a.result["sessions"]) {
+        std::string user = sj.value("user_id", "");
+        if (found.empty() || found.back() != user) {
+          if (found.size() == page_size) {
+            full = true; // `next` is the token after the previous session
+            break;
+          }
+          found.push_back(user);
+        }
+        next = sj.value("page_token", json(nullptr));
+      }
+      if (!full && a.result.value("next_page_token", json(nullptr)).is_null()) {
+        next = nullptr;
+        break;
+      }
+      p["page_token"] = next;
+    }
+    json list = json::array();
+    for (auto& user : found) {
+      auto a = call(token, "list_sessions",
+                    {{"app_name", app},
+                     {"user_id", user},
+                     {"page_size", 1},
+                     {"include_total", true},
+                     {"shared_state", "once"}});
+      if (!a.ok)
+        return send_error(res, a.err);
+      list.push_back({{"user_id", user}, {"sessions", a.result.value("total", json(nullptr))}});
+    }
+    send_json(res, 200, {{"result", {{"users", std::move(list)}, {"next_page_token", next}}}});
   }
 
   void session(httplib::Response& res, const target& t, const std::string& token, json p) {

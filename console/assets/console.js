@@ -237,12 +237,44 @@ function sessionList(app, user) {
   return { box, reload: () => load(true) };
 }
 
+// An app's users with their session counts, paged.
+function userList(app) {
+  const body = el('tbody');
+  const more = el('button', { id: 'more-users', hidden: '' }, 'More users');
+  const msg = el('div');
+  const seen = new Set();
+  let token = null;
+  async function load() {
+    const q = new URLSearchParams({ page_size: '20' });
+    if (token) q.set('page_token', token);
+    try {
+      const r = await api(`/api/apps/${seg(app)}/users?` + q.toString());
+      for (const u of r.users) {
+        if (seen.has(u.user_id)) continue; // a user a page boundary split
+        seen.add(u.user_id);
+        body.append(el('tr', { 'data-user': u.user_id }, el('td', {}, link(userPath(app, u.user_id), u.user_id)),
+          el('td', {}, String(u.sessions))));
+      }
+      token = r.next_page_token;
+      more.hidden = !token;
+    } catch (e) {
+      msg.replaceChildren(errorBox(e));
+    }
+  }
+  more.addEventListener('click', load);
+  load();
+  return el('section', { id: 'users' }, el('h2', {}, 'Users'), msg,
+    el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'user'), el('th', {}, 'sessions'))), body), more);
+}
+
 async function scopePage(main, app, user) {
   crumbs(user ? [[appPath(app), app], [null, user]] : [[null, app]]);
   main.replaceChildren(el('h1', {}, user ? `User ${user}` : `App ${app}`));
   let stateBox = el('div');
   const list = sessionList(app, user);
-  main.append(stateBox, list.box);
+  main.append(stateBox);
+  if (!user) main.append(userList(app));
+  main.append(list.box);
   try {
     const path = user ? `/api/apps/${seg(app)}/users/${seg(user)}/state` : `/api/apps/${seg(app)}/state`;
     const s = await api(path);

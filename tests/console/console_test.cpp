@@ -161,6 +161,61 @@ TEST_CASE("console API: bad percent-encoding, page sizes and versions are typed 
   CHECK(list["result"]["sessions"][0]["id"] == "s1");
 }
 
+TEST_CASE("console API: an app's users in id order with their counts, paged across scans") {
+  console_fixture f(false);
+  // 3 users: u1 with 250 sessions (more than two protocol pages), u2 with 1, u3 with 2.
+  auto add = [&](const std::string& user, int n) {
+    for (int i = 0; i < n; ++i) {
+      create_request c;
+      c.app_name = "many";
+      c.user_id = user;
+      c.session_id = "s" + std::to_string(i);
+      MUST(f.eng->create_session(c));
+    }
+  };
+  add("u1", 250);
+  add("u2", 1);
+  add("u3", 2);
+  auto c = f.client();
+  auto [s1, b1] = get(c, "/api/apps/many/users?page_size=2");
+  REQUIRE(s1 == 200);
+  CHECK(b1["result"]["users"]
+        == json::parse(R"([{"user_id":"u1","sessions":250},{"user_id":"u2","sessions":1}])"));
+  REQUIRE(b1["result"]["next_page_token"].is_string());
+  std::string tok = b1["result"]["next_page_token"];
+  auto [s2, b2] = get(c, "/api/apps/many/users?page_size=2&page_token=" + tok);
+  REQUIRE(s2 == 200);
+  CHECK(b2["result"]["users"] == json::parse(R"([{"user_id":"u3","sessions":2}])"));
+  CHECK(b2["result"]["next_page_token"].is_null());
+  // A user with more sessions than one request scans (10 pages of 100): the
+  // page ends inside it with a token, and the next page lists it again.
+  for (int i = 0; i < 1001; ++i) {
+    create_request cr;
+    cr.app_name = "huge";
+    cr.user_id = "a";
+    cr.session_id = "s" + std::to_string(i);
+    MUST(f.eng->create_session(cr));
+  }
+  create_request last;
+  last.app_name = "huge";
+  last.user_id = "b";
+  last.session_id = "only";
+  MUST(f.eng->create_session(last));
+  auto [h1, hb1] = get(c, "/api/apps/huge/users?page_size=2");
+  REQUIRE(h1 == 200);
+  CHECK(hb1["result"]["users"] == json::parse(R"([{"user_id":"a","sessions":1001}])"));
+  REQUIRE(hb1["result"]["next_page_token"].is_string());
+  std::string htok = hb1["result"]["next_page_token"];
+  auto [h2, hb2] = get(c, "/api/apps/huge/users?page_size=2&page_token=" + htok);
+  REQUIRE(h2 == 200);
+  CHECK(hb2["result"]["users"]
+        == json::parse(R"([{"user_id":"a","sessions":1001},{"user_id":"b","sessions":1}])"));
+  CHECK(hb2["result"]["next_page_token"].is_null());
+  auto [s3, b3] = get(c, "/api/apps/many/users?page_size=101");
+  CHECK(s3 == 400);
+  CHECK(kind_of(b3) == "invalid_argument");
+}
+
 TEST_CASE("console API: bodies of actions and logins are checked before anything runs") {
   console_fixture f(false);
   auto c = f.client();

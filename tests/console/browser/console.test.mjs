@@ -152,6 +152,9 @@ test('a scoped token sees its apps only, and event text is shown as text', async
     await page.goto(consoleUrl + '/apps/alpha');
     await page.waitForSelector('#sessions tr[data-session=s1]', { timeout: WAIT });
     await page.waitForFunction(() => document.getElementById('total').textContent === '2 sessions', { timeout: WAIT });
+    await page.waitForSelector('#users tr[data-user=u2]', { timeout: WAIT });
+    const users = await page.$$eval('#users tbody tr', (xs) => xs.map((x) => x.textContent));
+    assert.deepEqual(users, ['u11', 'u21']);
     await page.type('#prefix', 'oth');
     await page.waitForFunction(() => document.querySelectorAll('#sessions tbody tr').length === 1
       && document.querySelector('#sessions tbody tr').dataset.session === 'other', { timeout: WAIT });
