@@ -579,6 +579,10 @@ command line is read is one of them (event startup_failed, read_failed,
     if (auto why = check_cluster_flags(*parsed, a->cluster, tcp); !why.empty())
       return serve_usage_error(why);
     cfg.cluster = a->cluster;
+    // The console's requests do not pass through the node's routing: on a node
+    // they would read and write this node's shards only.
+    if (cfg.cluster.given && !cfg.http.empty())
+      return serve_usage_error("--http is not available on a cluster node");
     cfg.cluster.max_response_bytes = cfg.engine_opts.limits.max_response_bytes;
     return run_serve(cfg);
   };

@@ -20,6 +20,7 @@
 #include "protocol/auth.hpp"
 #include "server/log.hpp"
 #include "support/test_support.hpp"
+#include "support/tool_run.hpp"
 
 using namespace agentstate;
 
@@ -369,4 +370,33 @@ TEST_CASE("console_server::open: a malformed, unguarded or taken address is refu
     CHECK(r.err().code == errc::io_error);
   }
   MUST(eng->close());
+}
+
+TEST_CASE("agentstate console and serve --http: bad usage is exit 2 before any store is opened") {
+  test::temp_dir dir;
+  auto store = (dir.path() / "store").string();
+  struct usage_case {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  const usage_case cases[] = {
+    {{"console"}, "--store is required"},
+    {{"console", "--store", store, "--http", "nope"}, "--http needs [HOST:]PORT"},
+    {{"console", "--store", store, "--http", "unix:/tmp/s"}, "--http needs [HOST:]PORT"},
+    {{"console", "--store", store, "--tls-cert", "c.pem"}, "TLS needs both"},
+    {{"console", "--store", store, "--log-format", "xml"}, "--log-format must be"},
+    {{"serve", "--memory", "--http-actions"}, "--http-actions applies to --http"},
+    {{"serve", "--memory", "--http", "nope"}, "--http needs [HOST:]PORT"},
+    {{"serve", "--memory", "--listen", "127.0.0.1:0", "--cluster", "c", "--etcd",
+      "http://127.0.0.1:1", "--node-id", "n1", "--http", "127.0.0.1:0"},
+     "--http is not available on a cluster node"},
+  };
+  for (auto& k : cases) {
+    auto r = test::run_tool(k.args);
+    CAPTURE(r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.err.find(k.says) != std::string::npos);
+    CHECK(r.err.rfind("agentstate ", 0) == 0);
+  }
+  CHECK(!std::filesystem::exists(store));
 }
