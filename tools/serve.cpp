@@ -24,6 +24,7 @@
 
 #include "actors/worker_idle.hpp"
 #include "agentstate/engine.hpp"
+#include "console/console.hpp"
 #include "protocol/framing.hpp"
 #include "server/server.hpp"
 #include "tools/cli.hpp"
@@ -44,6 +45,9 @@ struct serve_config {
   server::server_config net;
   server::log_format log_format = server::log_format::text;
   cluster_flags cluster;
+  /// --http: the web console's address; empty: no console.
+  std::string http;
+  bool http_actions = false;
 };
 
 int serve_usage_error(const std::string& message) {
@@ -58,8 +62,8 @@ std::optional<std::uint64_t> parse_count(const std::string& s) {
 
 /// What the command line gave, as text; checked by check_args.
 struct serve_args {
-  std::string store, durability, log_format, auth_file, tls_cert, tls_key, tls_ca;
-  bool memory = false, create = false, insecure = false, refresh_ttl = false;
+  std::string store, durability, log_format, auth_file, tls_cert, tls_key, tls_ca, http;
+  bool memory = false, create = false, insecure = false, refresh_ttl = false, http_actions = false;
   bool has_store = false, has_auth_file = false;
   std::vector<std::string> listen;
   /// The options that take a count, by name, with their text.
@@ -249,6 +253,15 @@ std::optional<int> check_args(const serve_args& a, serve_config& cfg) {
       return serve_usage_error("--log-format must be text or json, not '" + a.log_format + "'");
   }
   cfg.net.auth_file = a.auth_file;
+  cfg.http = a.http;
+  cfg.http_actions = a.http_actions;
+  if (a.http_actions && a.http.empty())
+    return serve_usage_error("--http-actions applies to --http");
+  if (!a.http.empty()) {
+    auto spec = server::parse_listen(a.http);
+    if (!spec || spec->type != server::listen_spec::kind::tcp)
+      return serve_usage_error("--http needs [HOST:]PORT, not '" + a.http + "'");
+  }
   if (a.memory == cfg.have_store)
     return serve_usage_error("give exactly one of --store DIR and --memory");
   if (a.memory && mode)
@@ -383,6 +396,56 @@ int finish_engine(engine& eng, server::logger& log, int code) {
 
 int run_serve(serve_config& cfg);
 
+/// The web console of --http on `eng`, started; null when there is none or
+/// it could not start (`failed` is then set, the reason logged).
+/// `tokens` receives the console's token source (reloaded on SIGHUP).
+std::unique_ptr<console::console_server>
+start_console(const serve_config& cfg, engine& eng, server::logger& log,
+              std::shared_ptr<protocol::token_source>& tokens, bool& failed) {
+  failed = false;
+  if (cfg.http.empty())
+    return nullptr;
+  console::console_config c;
+  c.http = cfg.http;
+  c.insecure = cfg.net.insecure;
+  c.actions = cfg.http_actions;
+  c.store_dir = cfg.have_store ? cfg.engine_opts.dir : std::string();
+  c.max_line_depth = cfg.stream.rpc.max_line_depth;
+  if (cfg.net.tls)
+    c.tls = console::console_tls{cfg.net.tls->cert, cfg.net.tls->key, cfg.net.tls->client_ca};
+  if (!cfg.net.auth_file.empty()) {
+    auto t = protocol::token_table::load(cfg.net.auth_file);
+    if (!t) {
+      log.error("startup_failed", "--auth-file " + cfg.net.auth_file + ": " + t.err().message);
+      failed = true;
+      return nullptr;
+    }
+    tokens = std::make_shared<protocol::token_source>(std::move(*t));
+    c.tokens = tokens;
+  }
+  auto srv = console::console_server::open(c, eng, log);
+  if (!srv) {
+    log.error("startup_failed", srv.err().message);
+    failed = true;
+    return nullptr;
+  }
+  (*srv)->start();
+  return std::move(*srv);
+}
+
+/// Re-reads --auth-file for the console (the network server reloads its own).
+void reload_console_tokens(const serve_config& cfg, protocol::token_source* tokens,
+                           server::logger& log) {
+  if (!tokens)
+    return;
+  auto t = protocol::token_table::load(cfg.net.auth_file);
+  if (!t) {
+    log.warn("tokens_reload_failed", "console: " + t.err().message);
+    return;
+  }
+  tokens->replace(std::move(*t));
+}
+
 runner define_serve(command_line& cl) {
   auto a = std::make_shared<serve_args>();
   cl.usage = "agentstate serve (--store DIR | --memory) [options]";
@@ -477,6 +540,20 @@ command line is read is one of them (event startup_failed, read_failed,
       add_count(f);
       net_only.push_back(counts->back().first);
     }
+  const std::string console_group = "web console (docs/console.md)";
+  app
+    .add_option("--http", a->http,
+                "serve the web console at [HOST:]PORT (PORT 0 picks a\n"
+                "free port; logged as 'console on http://HOST:PORT');\n"
+                "tokens and TLS as for --listen; a HOST beyond loopback\n"
+                "needs --auth-file or --insecure")
+    ->type_name("ADDR")
+    ->group(console_group);
+  app
+    .add_flag("--http-actions", a->http_actions,
+              "the console offers delete, rewind and fork on the apps a\n"
+              "token grants (default: read-only)")
+    ->group(console_group);
   add_cluster_flags(cl, a->cluster);
   cli_app* parsed = &cl.app; // outlives the runner's call (parse_and_run)
   return [a, counts, net_only, store, auth, parsed] {
@@ -502,6 +579,10 @@ command line is read is one of them (event startup_failed, read_failed,
     if (auto why = check_cluster_flags(*parsed, a->cluster, tcp); !why.empty())
       return serve_usage_error(why);
     cfg.cluster = a->cluster;
+    // The console's requests do not pass through the node's routing: on a node
+    // they would read and write this node's shards only.
+    if (cfg.cluster.given && !cfg.http.empty())
+      return serve_usage_error("--http is not available on a cluster node");
     cfg.cluster.max_response_bytes = cfg.engine_opts.limits.max_response_bytes;
     return run_serve(cfg);
   };
@@ -531,6 +612,11 @@ int run_serve(serve_config& cfg) {
     if (!opened)
       return 1;
     auto& eng = *opened;
+    std::shared_ptr<protocol::token_source> console_tokens;
+    bool console_failed = false;
+    auto web = start_console(cfg, eng, log, console_tokens, console_failed);
+    if (console_failed)
+      return finish_engine(eng, log, 1);
     signals.start([&stop] { stop.raise(); },
                   [&log] { log.info("signal", "SIGHUP: nothing to reload on standard input"); });
     int code = 0;
@@ -538,6 +624,8 @@ int run_serve(serve_config& cfg) {
       log.error("read_failed", "reading requests: " + r.err().message);
       code = 1;
     }
+    if (web)
+      web->stop();
     code = finish_engine(eng, log, code);
     signals.stop();
     return code;
@@ -618,8 +706,24 @@ int run_serve(serve_config& cfg) {
         m->node_call(method, std::move(params), std::move(done));
       });
   }
-  signals.start([&net] { net.request_stop(); }, [&net] { net.reload_tokens(); });
+  std::shared_ptr<protocol::token_source> console_tokens;
+  bool console_failed = false;
+  auto web = start_console(cfg, eng, log, console_tokens, console_failed);
+  if (console_failed) {
+    if (member)
+      member->stop_moves();
+    link->store(nullptr);
+    member.reset();
+    return finish_engine(eng, log, 1);
+  }
+  signals.start([&net] { net.request_stop(); },
+                [&net, &cfg, &log, t = console_tokens.get()] {
+                  net.reload_tokens();
+                  reload_console_tokens(cfg, t, log);
+                });
   net.run(eng);
+  if (web)
+    web->stop();
   if (member)
     member->stop_moves(); // it uses the engine
   int code = finish_engine(eng, log, 0);

@@ -7,7 +7,8 @@
 #                           `agentstate demo` need: README command 1
 #   tools/setup.sh --all    also what the test suite and packaging need (README command 2):
 #                           the tests' helpers, etcd, the Python and JS bindings' runtimes,
-#                           node and `npm ci` in bindings/js, help2man, the style checker
+#                           node and `npm ci` in bindings/js, chromium and `npm ci` in
+#                           tests/console/browser, help2man, the style checker
 set -euo pipefail
 all=0
 case "${1:-}" in
@@ -21,9 +22,10 @@ esac
 # The build: compiler, CMake, the engine's libraries (CAF, LMDB and lmdbxx,
 # nlohmann_json), doctest (the test executables are configured by default), and the
 # tool's: SQLite (ADK stores), Asio and OpenSSL (serve's network layer, TLS), CLI11,
-# libcurl (the cluster's client of etcd).
+# libcurl (the cluster's client of etcd), cpp-httplib and pkgconf (the web console).
 packages=(g++ cmake make libcaf-dev liblmdb-dev liblmdb++-dev nlohmann-json3-dev
-          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev libcurl4-openssl-dev)
+          doctest-dev libsqlite3-dev libasio-dev libssl-dev libcli11-dev libcurl4-openssl-dev
+          libcpp-httplib-dev pkgconf)
 if [ "$all" -eq 1 ]; then
   # The tests: lmdb-utils (mdb_stat/mdb_dump in the storage suites), openssl (the TLS
   # tests' certificates and client), python3 and python3-pytest (bindings/python),
@@ -32,10 +34,11 @@ if [ "$all" -eq 1 ]; then
   # (bindings/python's ADK Session check), help2man (man pages), dpkg-dev, file and
   # pkgconf (install and .deb tests), lintian (package_deb_install), clang-format
   # (tools/check_format.sh), libsimdjson-dev (json_readers_bench, the JSON readers'
-  # comparison), etcd-server and etcd-client (the cluster tier starts its own etcd).
+  # comparison), etcd-server and etcd-client (the cluster tier starts its own etcd),
+  # chromium (the console's browser test).
   packages+=(lmdb-utils openssl python3 python3-pytest mypy python3-venv python3-pip
              python3-setuptools python3-pydantic help2man dpkg-dev file pkgconf
-             lintian clang-format libsimdjson-dev etcd-server etcd-client)
+             lintian clang-format libsimdjson-dev etcd-server etcd-client chromium)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -84,4 +87,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 else
   echo "setup: bindings/js node_modules up to date"
+fi
+
+# tests/console/browser (the console's browser test, puppeteer-core on the system
+# chromium): `npm ci` from its committed lock file, again only when it changed.
+console_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/console/browser"
+stamp="$console_dir/node_modules/.agentstate-lock-sha256"
+want="$(sha256sum "$console_dir/package-lock.json" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: npm ci in tests/console/browser (puppeteer-core; no browser download)"
+  (cd "$console_dir" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund)
+  echo "$want" > "$stamp"
+else
+  echo "setup: tests/console/browser node_modules up to date"
 fi
