@@ -655,8 +655,8 @@ struct console_server::impl {
         return send_error(res, bad("page_size must be a whole number 1..100"));
       page_size = *n;
     }
-    json p = {{"app_name", app},         {"order_by", "id"},         {"order", "asc"},
-              {"shared_state", "once"},  {"session_tokens", true},   {"page_size", 100}};
+    json p = {{"app_name", app},        {"order_by", "id"},       {"order", "asc"},
+              {"shared_state", "once"}, {"session_tokens", true}, {"page_size", 100}};
     if (auto* v = t.param("page_token"); v && !v->empty())
       p["page_token"] = *v;
     std::vector<std::string> found;

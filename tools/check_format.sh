@@ -14,7 +14,7 @@ case "${1:-}" in
   *) echo "check_format.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 command -v clang-format >/dev/null || { echo "check_format.sh: clang-format not found: run tools/setup.sh --all" >&2; exit 1; }
-mapfile -d '' files < <(find actors adapters client cluster examples include model protocol server store tests tools \
+mapfile -d '' files < <(find actors adapters client cluster console examples include model protocol server store tests tools \
   \( -path tests/package/consumer/build -o -name node_modules \) -prune -o \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' \) -print0)
 if ! clang-format "${mode[@]}" "${files[@]}"; then
   echo "check_format.sh: the files above differ from .clang-format; run tools/check_format.sh --fix" >&2

@@ -22,9 +22,9 @@
 
 namespace agentstate::test {
 
-inline const char* const all_commands[] = {"backup", "bench",  "cluster", "demo",  "dump",
-                                           "export", "import", "inspect", "prune", "salvage",
-                                           "serve",  "verify", "watch"};
+inline const char* const all_commands[] = {"backup",  "bench",  "cluster", "console", "dump",
+                                           "demo",    "export", "import",  "inspect", "prune",
+                                           "salvage", "serve",  "verify",  "watch"};
 
 struct ran {
   int rc = -1;

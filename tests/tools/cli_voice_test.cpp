@@ -87,6 +87,7 @@ TEST_CASE("cli voice: bad usage and failed work of every command: one line 'agen
     {{"bench"}, 2, "--workload is required"},
     {{"bench", "--workload=c", "--scale=0.001", "--dir=/proc"}, 1, "workload c: cannot create"},
     {{"cluster", "status", "--cluster=c"}, 2, "--etcd is required"},
+    {{"console"}, 2, "--store is required"},
     {{"demo", "--agents=x"}, 2, "--agents takes a whole number 1..100000, not 'x'"},
     {{"demo", "--dir", under_file}, 1, "open failed"},
     {{"dump", "d", "--app"}, 2, "--app needs a value (NAME)"},
@@ -122,8 +123,8 @@ TEST_CASE("cli voice: bad usage and failed work of every command: one line 'agen
             != std::string::npos);
     check_no_library_text(r.err);
   }
-  // Every command has a case of each kind above, but for the work of serve,
-  // whose failures are its log events (--log-format).
+  // Every command has a case of each kind above, but for the work of serve
+  // and console, whose failures are their log events (--log-format).
   for (auto cmd : every_command) {
     CAPTURE(cmd);
     bool usage = false, failed = false;
@@ -131,7 +132,7 @@ TEST_CASE("cli voice: bad usage and failed work of every command: one line 'agen
       if (c.args.front() == cmd)
         (c.rc == 2 ? usage : failed) = true;
     CHECK(usage);
-    CHECK((failed || std::string(cmd) == "serve"));
+    CHECK((failed || std::string(cmd) == "serve" || std::string(cmd) == "console"));
   }
   auto served = run({"serve", "--store", under_file});
   INFO(describe({"serve", "--store", under_file}, served));
