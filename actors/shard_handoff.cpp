@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// engine::fence_range, read_range, write_range, drop_range, resume_range:
+// engine::fence_range, read_range, read_range_since, digest_range,
+// write_range, merge_range, drop_range, resume_range:
 // a range of the shard hash leaving one store for another
 // (store/shard_copy.hpp does the rows; docs/cluster.md, "Moving a shard").
 #include <algorithm>
@@ -230,6 +231,22 @@ result<void> engine::write_range(hash_range r, std::string_view chunk) {
   // Cached records, event ids and scope values may be stale now.
   core_->fence_epoch.fetch_add(1);
   return done;
+}
+
+result<engine::range_merge> engine::merge_range(hash_range r, std::string_view chunk) {
+  if (core_->closed.load())
+    return closing();
+  auto c = store::decode_chunk(chunk);
+  if (!c)
+    return std::move(c).err();
+  if (!(c->range == to_model(r)))
+    return error{errc::invalid_argument, "the chunk is of another range of the shard hash"};
+  std::lock_guard<std::mutex> lk(core_->commit_mtx);
+  auto done = store::shard_writer::merge(*core_->kv, *c);
+  if (!done)
+    return std::move(done).err();
+  core_->fence_epoch.fetch_add(1); // cached misses may be sessions now
+  return range_merge{done->added, done->present, done->sessions};
 }
 
 result<std::uint64_t> engine::drop_range(hash_range r) {

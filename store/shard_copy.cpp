@@ -729,6 +729,145 @@ result<void> shard_writer::apply(kv_store& kv, const shard_chunk& chunk) {
   }
 }
 
+namespace {
+
+// The rows the target holds of session `skey`, as a copy carries them.
+std::vector<shard_row> held_session(kv_read& txn, const std::string& skey) {
+  std::vector<shard_row> out;
+  auto keep = [&out](table t, std::string_view k, std::string_view v) {
+    out.push_back({t, std::string(k), std::string(v)});
+    return true;
+  };
+  if (auto raw = txn.get(table::sessions, skey))
+    keep(table::sessions, skey, *raw);
+  else
+    return out;
+  if (auto tally = txn.get(table::session_state, skey))
+    keep(table::session_state, skey, *tally);
+  const std::string prefix = skey + '\0';
+  for (auto t : {table::session_state, table::events, table::outbox})
+    txn.scan(t, prefix, {}, [&](std::string_view k, std::string_view v) { return keep(t, k, v); });
+  if (auto origin = txn.get(table::origins, skey))
+    keep(table::origins, skey, *origin);
+  return out;
+}
+
+// The rows the target holds of scope `scope` in tables `ts` (its tally
+// under the scope's own key in the first).
+std::vector<shard_row> held_scope(kv_read& txn, const std::string& scope,
+                                  std::initializer_list<table> ts) {
+  std::vector<shard_row> out;
+  bool first = true;
+  for (auto t : ts) {
+    if (first)
+      if (auto tally = txn.get(t, scope))
+        out.push_back({t, scope, std::string(*tally)});
+    first = false;
+    txn.scan(t, scope + '\0', {}, [&](std::string_view k, std::string_view v) {
+      out.push_back({t, std::string(k), std::string(v)});
+      return true;
+    });
+  }
+  return out;
+}
+
+bool same_rows(const std::vector<shard_row>& a, std::vector<shard_row>::const_iterator b,
+               std::vector<shard_row>::const_iterator e) {
+  if (static_cast<std::size_t>(e - b) != a.size())
+    return false;
+  for (const auto& r : a) {
+    if (r.t != b->t || r.key != b->key || r.value != b->value)
+      return false;
+    ++b;
+  }
+  return true;
+}
+
+// The key a group of rows belongs to in `phase`: a session's key (its
+// record's), a user scope, an app.
+std::string group_of(shard_phase phase, const shard_row& r) {
+  if (phase == shard_phase::users)
+    return std::string(scope_of_row(table::user_state, r.key));
+  if (phase == shard_phase::apps)
+    return r.key.substr(0, r.key.find('\0'));
+  return r.key;
+}
+
+} // namespace
+
+result<shard_writer::merged> shard_writer::merge(kv_write& txn, const shard_chunk& chunk) {
+  merged out;
+  for (auto& span : chunk.spans) {
+    if (span.phase >= shard_phase::done)
+      return bad_chunk("a span of no phase");
+    const auto& rows = span.rows;
+    for (auto it = rows.begin(); it != rows.end();) {
+      // One group: a session (its record, then its rows), a user scope or an app.
+      if (span.phase == shard_phase::sessions && it->t != table::sessions)
+        return bad_chunk(row_name(it->t, it->key) + " comes before its session's record");
+      const std::string key = group_of(span.phase, *it);
+      auto end = std::next(it);
+      while (end != rows.end()
+             && (span.phase == shard_phase::sessions ? end->t != table::sessions
+                                                     : group_of(span.phase, *end) == key))
+        ++end;
+      shard_span one;
+      one.phase = span.phase;
+      one.rows.assign(it, end);
+      std::vector<shard_row> held;
+      std::string what;
+      if (span.phase == shard_phase::sessions) {
+        auto p = split_key(key, 3);
+        if (p.size() != 3)
+          return bad_chunk("malformed session key '" + printable(key) + "'");
+        set_shard_index_key(one.last, model::user_hash(p[0], p[1]), key);
+        held = held_session(txn, key);
+        what = "session '" + printable(p[2]) + "' of user '" + printable(p[1]) + "' of app '"
+          + printable(p[0]) + "'";
+      } else if (span.phase == shard_phase::users) {
+        one.last = key;
+        held = held_scope(txn, key, {table::user_state});
+        std::string_view app, user;
+        user_of(key, app, user);
+        what = "the user: state of user '" + printable(user) + "' of app '" + printable(app) + "'";
+      } else {
+        one.last = key;
+        held = held_scope(txn, key, {table::app_state, table::app_writes});
+        what = "the app: state of app '" + printable(key) + "'";
+      }
+      one.after = one.last; // an exact span: the group alone
+      if (held.empty()) {
+        auto r = span.phase == shard_phase::sessions ? write_sessions(txn, chunk.range, one)
+          : span.phase == shard_phase::users         ? write_users(txn, chunk.range, one)
+                                                     : write_apps(txn, chunk.range, one);
+        if (!r)
+          return std::move(r).err();
+        ++out.added;
+        out.sessions += span.phase == shard_phase::sessions;
+      } else if (same_rows(held, it, end)) {
+        ++out.present;
+      } else {
+        return error{errc::already_exists, what + " is here already, with other contents"};
+      }
+      it = end;
+    }
+  }
+  return out;
+}
+
+result<shard_writer::merged> shard_writer::merge(kv_store& kv, const shard_chunk& chunk) {
+  try {
+    auto w = kv.begin_write();
+    auto r = merge(*w, chunk);
+    if (!r)
+      return r; // the transaction aborts: the store is as it was
+    w->commit();
+    return r;
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+}
+
 std::string encode_chunk(const shard_chunk& chunk) {
   std::string out(chunk_magic);
   out.push_back(static_cast<char>(chunk_version));

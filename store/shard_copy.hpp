@@ -198,6 +198,23 @@ public:
   /// succeeds (an error leaves the store as it was). Errors: as apply,
   /// storage errors.
   static result<void> apply(kv_store& kv, const shard_chunk& chunk);
+
+  /// What merge did: sessions and scopes (user, app) written, and those
+  /// passed over because the target held them with the same rows.
+  struct merged {
+    std::uint64_t added = 0, present = 0, sessions = 0;
+  };
+  /// Adds a chunk's rows to a target that may hold other rows of its range
+  /// (a store being adopted into a cluster): nothing is deleted; each
+  /// session, user scope and app scope of the chunk that the target does not
+  /// hold is written as apply writes it, and one it holds with exactly the
+  /// chunk's rows is passed over (a merge run again). Errors:
+  /// already_exists (the target holds one of them with other rows; named),
+  /// and as apply; after an error `txn` holds part of the chunk.
+  static result<merged> merge(kv_write& txn, const shard_chunk& chunk);
+  /// merge in a write transaction of its own, committed only when it
+  /// succeeds.
+  static result<merged> merge(kv_store& kv, const shard_chunk& chunk);
 };
 
 /// The serialised chunk: "ASSC", a version byte, the range, the next

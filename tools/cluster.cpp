@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // agentstate cluster: creates a cluster's configuration in etcd and shows it
 // (docs/cluster.md).
+#include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -26,7 +28,7 @@ struct cluster_args {
   std::uint32_t shards = 256;
   std::uint32_t expect_nodes = 1;
   bool json = false;
-  std::vector<std::string> args; ///< move: SHARD NODE; drain: NODE
+  std::vector<std::string> args; ///< move: SHARD NODE; drain: NODE; adopt: DIR
   remote_flags remote;
 };
 
@@ -182,6 +184,48 @@ int run_drain(cluster::coordinator& c, const cluster_args& a) {
   return 0;
 }
 
+int run_adopt(cluster::coordinator& c, const cluster_args& a) {
+  if (a.args.size() != 1)
+    return usage_error("cluster", "adopt takes DIR");
+  if (auto problem = a.remote.problem(); !problem.empty())
+    return usage_error("cluster", problem);
+  const std::string& dir = a.args[0];
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "data.mdb", ec))
+    return fail("adopt", error{errc::not_found, "no store in '" + dir + "' (no data.mdb)"});
+  auto o = node_options(a);
+  if (!o)
+    return fail("adopt", o.err());
+  options opts;
+  opts.dir = dir;
+  // Only read: the store's expired sessions go with it (the cluster's
+  // reapers delete them there), none is deleted here.
+  opts.reap_interval = std::chrono::hours(24 * 365);
+  auto local = engine::open(opts);
+  if (!local)
+    return fail("adopt", error{local.code(), "cannot open '" + dir + "': " + local.err().message});
+  ::signal(SIGPIPE, SIG_IGN);
+  auto r = adopt_store(
+    c, **local, *o, [&a](std::uint32_t shard, const std::string& owner, const adopt_report& t) {
+      if (a.json)
+        return;
+      std::printf("shard %u: adopted by node '%s' (%llu sessions so far)\n", shard, owner.c_str(),
+                  static_cast<unsigned long long>(t.sessions));
+      std::fflush(stdout);
+    });
+  (*local)->close();
+  if (!r)
+    return fail("adopt", r.err());
+  if (a.json)
+    std::printf("%s\n", r->to_json().dump().c_str());
+  else
+    std::printf("adopted '%s' into %s: %llu sessions added, %llu sessions and scopes were there "
+                "already; '%s' is unchanged\n",
+                dir.c_str(), c.describe().c_str(), static_cast<unsigned long long>(r->sessions),
+                static_cast<unsigned long long>(r->present), dir.c_str());
+  return 0;
+}
+
 runner define_cluster(command_line& cl) {
   auto a = std::make_shared<cluster_args>();
   cl.usage = "agentstate cluster init --etcd URLS --cluster NAME [--shards N]\n"
@@ -191,6 +235,8 @@ runner define_cluster(command_line& cl) {
              "    [--token-file FILE] [--tls] [--tls-ca FILE]\n"
              "    [--tls-cert FILE --tls-key FILE]\n"
              "agentstate cluster drain NODE --etcd URLS --cluster NAME [--json]\n"
+             "    [options of move]\n"
+             "agentstate cluster adopt DIR --etcd URLS --cluster NAME [--json]\n"
              "    [options of move]";
   cl.description = "A cluster is several `agentstate serve` nodes holding disjoint shards of one\n"
                    "logical store; etcd holds its configuration (the shard map, the node\n"
@@ -199,16 +245,20 @@ runner define_cluster(command_line& cl) {
                    "shards without an owner or on nodes that are down, and those moving. move\n"
                    "copies shard SHARD from its owner to node NODE and makes NODE its owner; its\n"
                    "requests answer unavailable (retryable) while it is copied. drain moves every\n"
-                   "shard of node NODE to the other live nodes, two at a time. Both reach the\n"
-                   "nodes with a token granting '*' (--token-file, or $AGENTSTATE_TOKEN).";
+                   "shard of node NODE to the other live nodes, two at a time. adopt adds the\n"
+                   "store in DIR (a single-node store no process holds) to the cluster: each\n"
+                   "session, with its events and its user: and app: state, goes to its shard's\n"
+                   "owner; DIR is left as it was. They reach the nodes with a token granting '*'\n"
+                   "(--token-file, or $AGENTSTATE_TOKEN).";
   cl.exit_status(exit_failed,
                  "etcd or a node could not be reached, the cluster exists (init) or "
-                 "does not, or a move failed (run it again: it carries on)");
-  cl.environment = remote_environment("move, drain: ");
-  cl.app.add_option("ACTION", a->action, "init, status, move or drain")
+                 "does not, or a move or an adoption failed (run it again: it carries on)");
+  cl.environment = remote_environment("move, drain, adopt: ");
+  cl.app.add_option("ACTION", a->action, "init, status, move, drain or adopt")
     ->required()
     ->type_name("ACTION");
-  cl.app.add_option("ARGS", a->args, "move: SHARD NODE; drain: NODE")->type_name("ARGS");
+  cl.app.add_option("ARGS", a->args, "move: SHARD NODE; drain: NODE; adopt: DIR")
+    ->type_name("ARGS");
   cl.app.add_option("--etcd", a->etcd, "etcd's client URLs, comma-separated (http://HOST:PORT)")
     ->required()
     ->type_name("URLS");
@@ -222,12 +272,12 @@ runner define_cluster(command_line& cl) {
                 "init: give shards out once this many nodes are live (default 1)")
     ->type_name("N");
   add_json_flag(cl, a->json);
-  add_remote_flags(cl, a->remote, "reaching the nodes (move, drain)", "the nodes");
+  add_remote_flags(cl, a->remote, "reaching the nodes (move, drain, adopt)", "the nodes");
   return [a]() -> int {
-    const bool takes_args = a->action == "move" || a->action == "drain";
+    const bool takes_args = a->action == "move" || a->action == "drain" || a->action == "adopt";
     if (a->action != "init" && a->action != "status" && !takes_args)
       return usage_error("cluster",
-                         "ACTION is init, status, move or drain, not '" + a->action + "'");
+                         "ACTION is init, status, move, drain or adopt, not '" + a->action + "'");
     if (!takes_args && !a->args.empty())
       return usage_error("cluster", a->action + " takes no further arguments");
     auto c = cluster::make_etcd_coordinator(a->etcd, a->cluster);
@@ -237,6 +287,8 @@ runner define_cluster(command_line& cl) {
       return run_move(**c, *a);
     if (a->action == "drain")
       return run_drain(**c, *a);
+    if (a->action == "adopt")
+      return run_adopt(**c, *a);
     return a->action == "init" ? run_init(**c, *a) : run_status(**c, *a);
   };
 }

@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/etcd.hpp"
+#include "model/shard.hpp"
+
 namespace agentstate::tools {
 
 namespace {
@@ -313,6 +316,69 @@ result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
   if (failed)
     return *failed;
   return moved;
+}
+
+json adopt_report::to_json() const {
+  return json{{"shards", shards},     {"chunks", chunks}, {"bytes", bytes},
+              {"sessions", sessions}, {"added", added},   {"present", present}};
+}
+
+result<adopt_report> adopt_store(
+  cluster::coordinator& c, engine& local, const move_options& o,
+  const std::function<void(std::uint32_t, const std::string&, const adopt_report&)>& on_shard) {
+  auto v = c.load();
+  if (!v)
+    return std::move(v).err();
+  const auto count = v->settings.shards;
+  adopt_report out;
+  std::map<std::string, node_link> links;
+  for (std::uint32_t s = 0; s < count; ++s) {
+    const auto r = model::shard_range(s, count);
+    const hash_range range{r.lo, r.hi};
+    const auto& e = v->shards[s];
+    node_link* to = nullptr;
+    std::string at;
+    do {
+      auto chunk = local.read_range(range, at, o.chunk_bytes);
+      if (!chunk)
+        return error{chunk.code(),
+                     "reading the store's rows of shard " + std::to_string(s) + ": "
+                       + chunk.err().message};
+      at = chunk->next;
+      if (chunk->rows == 0)
+        continue;
+      if (!to) {
+        if (e.owner.empty())
+          return error{errc::unavailable,
+                       "shard " + std::to_string(s) + " has no owner yet: start the nodes first"};
+        if (!e.to.empty())
+          return error{errc::unavailable,
+                       "shard " + std::to_string(s) + " is moving to node '" + e.to
+                         + "': adopt again once it has moved"};
+        const std::string what = "shard " + std::to_string(s) + "'s owner";
+        auto owner = live_node(*v, e.owner, what.c_str());
+        if (!owner)
+          return std::move(owner).err();
+        auto it = links.find(e.owner);
+        if (it == links.end())
+          it = links.emplace(e.owner, node_link{e.owner, (*owner)->address, nullptr}).first;
+        to = &it->second;
+        ++out.shards;
+      }
+      json put = {{"shard", s}, {"epoch", e.epoch}, {"chunk", cluster::b64(chunk->bytes)}};
+      auto got = call_node(*to, o, "shard_adopt", put);
+      if (!got)
+        return error{got.code(), "shard " + std::to_string(s) + ": " + got.err().message};
+      ++out.chunks;
+      out.bytes += chunk->bytes.size();
+      out.sessions += count_of(*got, "sessions");
+      out.added += count_of(*got, "added");
+      out.present += count_of(*got, "present");
+    } while (!at.empty());
+    if (to && on_shard)
+      on_shard(s, e.owner, out);
+  }
+  return out;
 }
 
 } // namespace agentstate::tools

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "agentstate/client.hpp"
+#include "agentstate/engine.hpp"
 #include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
 #include "cluster/coordinator.hpp"
@@ -74,5 +75,31 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
 result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
                                const move_options& o,
                                const std::function<void(const move_report&)>& on_moved);
+
+/// What `cluster adopt` did.
+struct adopt_report {
+  std::uint32_t shards = 0; ///< shards the store held rows of
+  std::uint64_t chunks = 0, bytes = 0;
+  /// Sessions written, and sessions and scopes (user, app) written or found
+  /// in the cluster already with the same rows (an adoption run again).
+  std::uint64_t sessions = 0, added = 0, present = 0;
+
+  json to_json() const;
+};
+
+/// Adds everything a single-node store holds (`local`, an engine open on
+/// it) to the cluster: for each shard, the store's rows of it (read_range)
+/// to the shard's owner (node method shard_adopt, engine::merge_range), chunk
+/// by chunk; `on_shard` is called after each shard the store held rows of,
+/// with the shard, its owner and the totals so far. Sessions keep their
+/// ids, versions, times, events and rewinds; the `user:` and `app:` scopes
+/// go with them. Errors: unavailable (a shard without a live owner, or
+/// moving: run it again later), already_exists (the cluster holds a
+/// session or scope of the store with other contents: named), the nodes'
+/// errors; what was adopted before stays adopted, and running it again
+/// carries on.
+result<adopt_report> adopt_store(
+  cluster::coordinator& c, engine& local, const move_options& o,
+  const std::function<void(std::uint32_t, const std::string&, const adopt_report&)>& on_shard);
 
 } // namespace agentstate::tools

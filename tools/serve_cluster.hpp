@@ -88,7 +88,7 @@ public:
   /// Stops them (calls after it answer unavailable). REQUIRES: before the
   /// engine closes. Idempotent.
   void stop_moves();
-  /// rpc_config::node_call: shard_export, shard_import and shard_digest.
+  /// rpc_config::node_call: shard_export, shard_import, shard_digest and shard_adopt.
   void node_call(const std::string& method, json params,
                  std::function<void(result<json>)> done) const;
 

@@ -354,6 +354,30 @@ struct shard_mover::impl {
     return json{{"sessions", d->sessions}, {"rows", d->rows}, {"bytes", d->bytes}, {"crc", d->crc}};
   }
 
+  /// Adds an adopted store's chunk of a shard this node serves to its rows
+  /// (engine::merge_range).
+  result<json> shard_adopt(const json& params) {
+    auto chunk = params.find("chunk");
+    if (chunk == params.end() || !chunk->is_string())
+      return error{errc::invalid_argument, "'chunk' must be a string (a shard chunk)"};
+    std::string bytes;
+    if (!cluster::unb64(chunk->get_ref<const std::string&>(), bytes))
+      return error{errc::invalid_argument, "'chunk' is not base64"};
+    auto st = step_of(params);
+    if (!st)
+      return std::move(st).err();
+    const auto s = st->shard;
+    const auto& e = st->entry();
+    if (e.owner != id || !e.to.empty() || e.epoch != st->epoch)
+      return error{errc::version_conflict,
+                   "shard " + std::to_string(s) + " is not served by node '" + id + "' at epoch "
+                     + std::to_string(st->epoch) + ": the map has " + describe(e)};
+    auto m = eng.merge_range(range_of(s, st->view->settings.shards), bytes);
+    if (!m)
+      return std::move(m).err();
+    return json{{"added", m->added}, {"present", m->present}, {"sessions", m->sessions}};
+  }
+
   /// Acts on each mark as view `v` has its shard. False when something
   /// failed (tried again later).
   bool reconcile(const cluster::cluster_view& v) {
@@ -471,8 +495,9 @@ struct shard_mover::impl {
       if (job) {
         result<json> r = job->method == "shard_export" ? shard_export(job->params)
           : job->method == "shard_import"              ? shard_import(job->params)
-          : job->method == "shard_digest"
-          ? shard_digest(job->params)
+          : job->method == "shard_digest"              ? shard_digest(job->params)
+          : job->method == "shard_adopt"
+          ? shard_adopt(job->params)
           : result<json>(error{errc::invalid_argument, "unknown method '" + job->method + "'"});
         job->done(std::move(r));
         retry = true;

@@ -59,7 +59,8 @@ public:
   shard_mover(const shard_mover&) = delete;
   shard_mover& operator=(const shard_mover&) = delete;
 
-  /// Runs shard_export, shard_import or shard_digest (`method`) with `params` on the
+  /// Runs shard_export, shard_import, shard_digest or shard_adopt (`method`)
+  /// with `params` on the
   /// mover's thread and calls `done` there. Errors: invalid_argument (bad
   /// params), version_conflict (the map does not show the move the params
   /// name, after waiting up to 5 s for this node's view to reach its

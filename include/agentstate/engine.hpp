@@ -364,6 +364,22 @@ public:
   /// range), unavailable (a row under a delete in progress here), storage
   /// errors; a failed chunk changes nothing.
   result<void> write_range(hash_range r, std::string_view chunk);
+  /// What merge_range did: sessions and scopes (user, app) written, those
+  /// passed over because this store held them with the same rows, and the
+  /// sessions written.
+  struct range_merge {
+    std::uint64_t added = 0, present = 0, sessions = 0;
+  };
+  /// Adds a chunk of `r` that read_range read from another store to the
+  /// rows of r this store holds, in one commit, deleting nothing and
+  /// fencing nothing (a store adopted into a cluster, `cluster adopt`): a
+  /// session, user scope or app scope this store does not hold is written
+  /// with its rows (ids, versions, times and events as they were), and one
+  /// it holds with the same rows is passed over, so a merge run again
+  /// changes nothing. Nothing is logged in the change feed. Cached state is
+  /// read again. Errors: already_exists (this store holds one of them with
+  /// other rows: named; the chunk changes nothing), as write_range.
+  result<range_merge> merge_range(hash_range r, std::string_view chunk);
   /// Deletes every row of `r`, in commits of one chunk's rows each, logging
   /// nothing in the change feed (the rows moved; nothing was deleted).
   /// Cached state is read again. The sessions deleted. Errors: as

@@ -325,3 +325,56 @@ TEST_CASE_TEMPLATE("shard handoff: an imported range is not reaped before it is 
   t.advance(10ms); // now it is this engine's: the next tick reaps it
   CHECK(test::rows_under(b, store::table::sessions) == 0);
 }
+
+TEST_CASE_TEMPLATE("shard handoff: merge_range adds another store's range to the sessions held "
+                   "here, passes over what it added before, and refuses a session held here "
+                   "with other contents",
+                   S, test::memory_store, test::lmdb_store) {
+  auto old = test::open_engine(S::kind);
+  auto here = test::open_engine(S::kind);
+  const auto home = model::home_shard("chat", shards);
+  const auto r = range_of(home);
+  const auto user = user_on(home);
+  for (int i = 0; i < 3; ++i) {
+    auto ref = test::sref("chat", user, "old" + std::to_string(i));
+    MUST(old->create_session(test::create_req(ref, {{"user:plan", "pro"}, {"app:seen", i}})));
+    test::append_ok(*old, ref, test::make_event({{"n", i}}, "e" + std::to_string(i)));
+  }
+  // here holds a session of its own in the range, of another user.
+  std::string other;
+  for (int i = 0; other.empty(); ++i) {
+    REQUIRE(i < 10000);
+    auto u = "v" + std::to_string(i);
+    if (model::shard_of("chat", u, shards) == home)
+      other = u;
+  }
+  auto mine = test::sref("chat", other, "mine");
+  MUST(here->create_session(test::create_req(mine, {{"user:plan", "free"}})));
+  auto c = MUST(old->read_range(r, ""));
+  REQUIRE(c.next.empty());
+  auto m = MUST(here->merge_range(r, c.bytes));
+  CHECK(m.sessions == 3);
+  CHECK(m.present == 0);
+  for (int i = 0; i < 3; ++i) {
+    auto ref = test::sref("chat", user, "old" + std::to_string(i));
+    auto x = test::get_existing(*old, ref);
+    auto y = test::get_existing(*here, ref);
+    CHECK(x.version == y.version);
+    CHECK(x.last_update_time == y.last_update_time);
+    CHECK(test::event_ids(x.events) == test::event_ids(y.events));
+  }
+  CHECK(test::get_maybe(*here, mine).has_value()); // nothing deleted
+  CHECK(test::app_state(*here, "chat").value("seen", -1) == 2);
+  CHECK(test::user_state(*here, "chat", user) == json{{"plan", "pro"}});
+  // Again: everything is passed over.
+  auto again = MUST(here->merge_range(r, c.bytes));
+  CHECK(again.added == 0);
+  CHECK(again.present == m.added);
+  // A session here with other contents refuses the chunk, which changes nothing.
+  test::append_ok(*here, test::sref("chat", user, "old0"), test::make_event({{"n", 9}}, "x"));
+  CHECK_ERR(here->merge_range(r, c.bytes), errc::already_exists);
+  CHECK(test::get_existing(*here, test::sref("chat", user, "old0")).version == 2);
+  // The sessions merged are live here: appends and listings see them.
+  test::append_ok(*here, test::sref("chat", user, "old1"), test::make_event({{"n", 5}}, "y"));
+  CHECK(test::get_existing(*here, test::sref("chat", user, "old1")).version == 2);
+}
