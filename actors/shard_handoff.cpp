@@ -82,6 +82,26 @@ void count_rows(const store::shard_chunk& c, range_chunk& out) {
     }
 }
 
+/// The chunk of range `r` in `bytes`. Errors: decode_chunk's;
+/// invalid_argument (a chunk of another range).
+result<store::shard_chunk> decode_for(hash_range r, std::string_view bytes) {
+  auto c = store::decode_chunk(bytes);
+  if (c && !(c->range == to_model(r)))
+    return error{errc::invalid_argument, "the chunk is of another range of the shard hash"};
+  return c;
+}
+
+/// A chunk as the engine's callers get it: serialised, counted, with the
+/// next position as text.
+range_chunk to_range_chunk(const store::shard_chunk& c) {
+  range_chunk out;
+  count_rows(c, out);
+  if (c.next.phase != store::shard_phase::done)
+    out.next = encode_position(c.next);
+  out.bytes = store::encode_chunk(c);
+  return out;
+}
+
 } // namespace
 
 bool detail::range_fenced(engine_core& core, std::string_view app, std::string_view user) {
@@ -127,12 +147,7 @@ result<range_chunk> engine::read_range(hash_range r, const std::string& from,
   auto c = (*reader)->next(*at, limits);
   if (!c)
     return std::move(c).err();
-  range_chunk out;
-  count_rows(*c, out);
-  if (c->next.phase != store::shard_phase::done)
-    out.next = encode_position(c->next);
-  out.bytes = store::encode_chunk(*c);
-  return out;
+  return to_range_chunk(*c);
 }
 
 result<std::uint64_t> engine::range_mark() {
@@ -193,12 +208,7 @@ result<range_chunk> engine::read_range_since(hash_range r, std::uint64_t since,
     auto c = reader.next_touched(t, *at, limits);
     if (!c)
       return std::move(c).err();
-    range_chunk out;
-    count_rows(*c, out);
-    if (c->next.phase != store::shard_phase::done)
-      out.next = encode_position(c->next);
-    out.bytes = store::encode_chunk(*c);
-    return out;
+    return to_range_chunk(*c);
   } catch (const store::kv_failure& f) {
     return error{f.code, f.message};
   }
@@ -219,11 +229,9 @@ result<range_digest> engine::digest_range(hash_range r) {
 result<void> engine::write_range(hash_range r, std::string_view chunk) {
   if (core_->closed.load())
     return closing();
-  auto c = store::decode_chunk(chunk);
+  auto c = decode_for(r, chunk);
   if (!c)
     return std::move(c).err();
-  if (!(c->range == to_model(r)))
-    return error{errc::invalid_argument, "the chunk is of another range of the shard hash"};
   if (auto f = fence_range(r); !f)
     return f;
   std::lock_guard<std::mutex> lk(core_->commit_mtx);
@@ -236,11 +244,9 @@ result<void> engine::write_range(hash_range r, std::string_view chunk) {
 result<engine::range_merge> engine::merge_range(hash_range r, std::string_view chunk) {
   if (core_->closed.load())
     return closing();
-  auto c = store::decode_chunk(chunk);
+  auto c = decode_for(r, chunk);
   if (!c)
     return std::move(c).err();
-  if (!(c->range == to_model(r)))
-    return error{errc::invalid_argument, "the chunk is of another range of the shard hash"};
   std::lock_guard<std::mutex> lk(core_->commit_mtx);
   auto done = store::shard_writer::merge(*core_->kv, *c);
   if (!done)

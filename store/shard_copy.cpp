@@ -538,13 +538,23 @@ result<bool> shard_reader::fill_apps(shard_span& span, budget& b) {
   return true;
 }
 
-result<shard_chunk> shard_reader::next(const shard_position& from, const shard_limits& limits) {
+std::optional<error> shard_reader::unreadable(const shard_position& from) {
   if (from.phase >= shard_phase::done)
     return error{errc::invalid_argument, "the shard copy is done: there is no next chunk"};
   try {
     if (!txn_.shard_index())
       return error{errc::invalid_argument,
                    "the store keeps no shard index (a format before 11, opened read-only)"};
+  } catch (const kv_failure& f) {
+    return from_failure(f);
+  }
+  return std::nullopt;
+}
+
+result<shard_chunk> shard_reader::next(const shard_position& from, const shard_limits& limits) {
+  if (auto why = unreadable(from))
+    return *why;
+  try {
     shard_chunk chunk;
     chunk.range = range_;
     budget b{limits};
@@ -578,12 +588,9 @@ result<shard_chunk> shard_reader::next(const shard_position& from, const shard_l
 
 result<shard_chunk> shard_reader::next_touched(const shard_touched& t, const shard_position& from,
                                                const shard_limits& limits) {
-  if (from.phase >= shard_phase::done)
-    return error{errc::invalid_argument, "the shard copy is done: there is no next chunk"};
+  if (auto why = unreadable(from))
+    return *why;
   try {
-    if (!txn_.shard_index())
-      return error{errc::invalid_argument,
-                   "the store keeps no shard index (a format before 11, opened read-only)"};
     shard_chunk chunk;
     chunk.range = range_;
     budget b{limits};
@@ -717,16 +724,27 @@ result<void> shard_writer::apply(kv_write& txn, const shard_chunk& chunk) {
   return {};
 }
 
-result<void> shard_writer::apply(kv_store& kv, const shard_chunk& chunk) {
+namespace {
+
+// `write(txn)` in a write transaction of `kv`, committed only when it
+// succeeds (else it aborts: the store is as it was).
+template <class Write>
+auto in_write(kv_store& kv, Write write) -> decltype(write(std::declval<kv_write&>())) {
   try {
     auto w = kv.begin_write();
-    if (auto r = apply(*w, chunk); !r)
-      return r; // the transaction aborts: the store is as it was
-    w->commit();
-    return {};
+    auto r = write(*w);
+    if (r)
+      w->commit();
+    return r;
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
+}
+
+} // namespace
+
+result<void> shard_writer::apply(kv_store& kv, const shard_chunk& chunk) {
+  return in_write(kv, [&](kv_write& txn) { return apply(txn, chunk); });
 }
 
 namespace {
@@ -856,16 +874,7 @@ result<shard_writer::merged> shard_writer::merge(kv_write& txn, const shard_chun
 }
 
 result<shard_writer::merged> shard_writer::merge(kv_store& kv, const shard_chunk& chunk) {
-  try {
-    auto w = kv.begin_write();
-    auto r = merge(*w, chunk);
-    if (!r)
-      return r; // the transaction aborts: the store is as it was
-    w->commit();
-    return r;
-  } catch (const kv_failure& f) {
-    return from_failure(f);
-  }
+  return in_write(kv, [&](kv_write& txn) { return merge(txn, chunk); });
 }
 
 std::string encode_chunk(const shard_chunk& chunk) {

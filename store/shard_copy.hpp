@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -172,6 +173,8 @@ private:
   result<bool> fill_sessions(shard_span& span, budget& b);
   result<bool> fill_users(shard_span& span, budget& b);
   result<bool> fill_apps(shard_span& span, budget& b);
+  /// Why no chunk can be read from `from` (done, or no shard index), if so.
+  std::optional<error> unreadable(const shard_position& from);
   result<void> take_session(shard_span& span, budget& b, std::string_view skey);
   result<void> take_user(shard_span& span, budget& b, std::string_view scope);
 

@@ -83,6 +83,17 @@ hash_range range_of(std::uint32_t shard, std::uint32_t shards) {
   return {r.lo, r.hi};
 }
 
+/// params' "chunk" (base64) as bytes, or why not.
+result<std::string> chunk_param(const json& params) {
+  auto chunk = params.find("chunk");
+  if (chunk == params.end() || !chunk->is_string())
+    return error{errc::invalid_argument, "'chunk' must be a string (a shard chunk, base64)"};
+  std::string bytes;
+  if (!cluster::unb64(chunk->get_ref<const std::string&>(), bytes))
+    return error{errc::invalid_argument, "'chunk' is not base64"};
+  return bytes;
+}
+
 /// params[name] as an unsigned number, or why not.
 result<std::uint64_t> unsigned_param(const json& params, const char* name) {
   auto it = params.find(name);
@@ -302,12 +313,9 @@ struct shard_mover::impl {
   }
 
   result<json> shard_import(const json& params) {
-    auto chunk = params.find("chunk");
-    if (chunk == params.end() || !chunk->is_string())
-      return error{errc::invalid_argument, "'chunk' must be a string (shard_export's chunk)"};
-    std::string bytes;
-    if (!cluster::unb64(chunk->get_ref<const std::string&>(), bytes))
-      return error{errc::invalid_argument, "'chunk' is not base64"};
+    auto bytes = chunk_param(params);
+    if (!bytes)
+      return std::move(bytes).err();
     auto st = step_of(params);
     if (!st)
       return std::move(st).err();
@@ -322,9 +330,9 @@ struct shard_mover::impl {
       return std::move(r).err();
     if (auto r = fence_once(s, shards); !r) // so nothing here writes, reaps or prunes it yet
       return std::move(r).err();
-    if (auto r = eng.write_range(range_of(s, shards), bytes); !r)
+    if (auto r = eng.write_range(range_of(s, shards), *bytes); !r)
       return std::move(r).err();
-    return json{{"shard", s}, {"bytes", bytes.size()}};
+    return json{{"shard", s}, {"bytes", bytes->size()}};
   }
 
   /// The digest of the shard's rows here: at its owner once it is not
@@ -357,12 +365,9 @@ struct shard_mover::impl {
   /// Adds an adopted store's chunk of a shard this node serves to its rows
   /// (engine::merge_range).
   result<json> shard_adopt(const json& params) {
-    auto chunk = params.find("chunk");
-    if (chunk == params.end() || !chunk->is_string())
-      return error{errc::invalid_argument, "'chunk' must be a string (a shard chunk)"};
-    std::string bytes;
-    if (!cluster::unb64(chunk->get_ref<const std::string&>(), bytes))
-      return error{errc::invalid_argument, "'chunk' is not base64"};
+    auto bytes = chunk_param(params);
+    if (!bytes)
+      return std::move(bytes).err();
     auto st = step_of(params);
     if (!st)
       return std::move(st).err();
@@ -372,7 +377,7 @@ struct shard_mover::impl {
       return error{errc::version_conflict,
                    "shard " + std::to_string(s) + " is not served by node '" + id + "' at epoch "
                      + std::to_string(st->epoch) + ": the map has " + describe(e)};
-    auto m = eng.merge_range(range_of(s, st->view->settings.shards), bytes);
+    auto m = eng.merge_range(range_of(s, st->view->settings.shards), *bytes);
     if (!m)
       return std::move(m).err();
     return json{{"added", m->added}, {"present", m->present}, {"sessions", m->sessions}};

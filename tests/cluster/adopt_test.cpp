@@ -74,6 +74,16 @@ json write_single_store(const std::string& dir, const std::string& log) {
   return seen;
 }
 
+/// Cluster "c" of 8 shards on two LMDB nodes, "a" and "b", settled.
+std::pair<test::cluster_node, test::cluster_node> two_nodes(const test::etcd_process& etcd,
+                                                            const test::temp_dir& dir) {
+  test::init_cluster_c(etcd, 8, 2);
+  auto a = test::start_store_cluster_node(etcd, dir, "a");
+  auto b = test::start_store_cluster_node(etcd, dir, "b");
+  test::settled_map({a.port, b.port});
+  return {std::move(a), std::move(b)};
+}
+
 } // namespace
 
 TEST_CASE("cluster adopt: a single-node store's sessions read through every node as they did, "
@@ -82,10 +92,7 @@ TEST_CASE("cluster adopt: a single-node store's sessions read through every node
   test::temp_dir dir;
   const std::string single = dir.str() + "/single";
   const json seen = write_single_store(single, dir.str() + "/single.log");
-  test::init_cluster_c(etcd, 8, 2);
-  auto a = test::start_store_cluster_node(etcd, dir, "a");
-  auto b = test::start_store_cluster_node(etcd, dir, "b");
-  test::settled_map({a.port, b.port});
+  auto [a, b] = two_nodes(etcd, dir);
   // The cluster's own session of the same app, and one of another app.
   REQUIRE(ok(client(a.port).call("create_session", session_of("u9", "own"))));
   REQUIRE(ok(client(b.port).call(
@@ -171,10 +178,7 @@ TEST_CASE("cluster adopt: run again after it was cut off, it carries on and adds
   test::temp_dir dir;
   const std::string single = dir.str() + "/single";
   const json seen = write_single_store(single, dir.str() + "/single.log");
-  test::init_cluster_c(etcd, 8, 2);
-  auto a = test::start_store_cluster_node(etcd, dir, "a");
-  auto b = test::start_store_cluster_node(etcd, dir, "b");
-  test::settled_map({a.port, b.port});
+  auto [a, b] = two_nodes(etcd, dir);
   // b is down: the shards it owns cannot be adopted, the others are.
   b.proc->signal(SIGTERM);
   REQUIRE(b.proc->wait_exit() == 0);

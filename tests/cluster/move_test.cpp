@@ -61,6 +61,19 @@ std::optional<json> until_served(int port, const std::string& method, const json
   }
 }
 
+/// The first user "uN" of app "app" whose shard (of 4) node `owner` owns
+/// in `map`, and that shard.
+std::pair<std::string, std::uint32_t> user_owned_by(const json& map, const std::string& owner) {
+  for (int u = 0; u < 1000; ++u) {
+    std::string user = "u" + std::to_string(u);
+    auto shard = model::shard_of("app", user, 4);
+    if (map["shards"][shard]["owner"] == owner)
+      return {user, shard};
+  }
+  FAIL("no user of app 'app' on a shard of node '", owner, "'");
+  return {};
+}
+
 std::string cluster_tool(const test::etcd_process& etcd, const std::string& args) {
   return std::string(AGENTSTATE_BIN) + " cluster " + args + " --etcd " + etcd.url()
     + " --cluster c";
@@ -326,15 +339,7 @@ TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the mov
   auto c = cluster::make_etcd_coordinator(etcd.url(), "c");
   REQUIRE(c.ok());
   // A session on one of a's shards, with events.
-  std::string user;
-  std::uint32_t shard = 0;
-  for (int u = 0;; ++u) {
-    REQUIRE(u < 1000);
-    user = "u" + std::to_string(u);
-    shard = model::shard_of("app", user, 4);
-    if (map["shards"][shard]["owner"] == "a")
-      break;
-  }
+  const auto [user, shard] = user_owned_by(map, "a");
   const json p = params_of("app", user);
   REQUIRE(ok(client(a.port).call("create_session", p)));
   for (int i = 0; i < 5; ++i)
@@ -413,15 +418,7 @@ TEST_CASE("cluster move: the owner serves the shard while its first copy is made
   json map = test::settled_map({a.port, b.port});
   auto c = cluster::make_etcd_coordinator(etcd.url(), "c");
   REQUIRE(c.ok());
-  std::string user;
-  std::uint32_t shard = 0;
-  for (int u = 0;; ++u) {
-    REQUIRE(u < 1000);
-    user = "u" + std::to_string(u);
-    shard = model::shard_of("app", user, 4);
-    if (map["shards"][shard]["owner"] == "a")
-      break;
-  }
+  const auto [user, shard] = user_owned_by(map, "a");
   const json p = params_of("app", user);
   auto event = [](int i) {
     return json{
