@@ -46,6 +46,13 @@ struct delete_cmd {
   /// the time the actor reaches it.
   bool only_expired = false;
 };
+/// engine::prune's delete: applies only while the session is as prune read
+/// it (store::write_set::only_if), judged once no earlier write of the
+/// session is in flight; otherwise `cb` gets condition_failed.
+struct prune_delete_cmd {
+  store::write_set::record_guard only_if;
+  callback<void> cb;
+};
 /// REQUIRES: invocation_id validated and non-empty.
 struct begin_invocation_cmd {
   std::string invocation_id;
@@ -144,10 +151,11 @@ struct write_reply {
 /// A session actor: one per live session, routed by the registry.
 using session_actor_hdl =
   caf::typed_actor<caf::reacts_to<create_cmd>, caf::reacts_to<append_cmd>, caf::reacts_to<get_cmd>,
-                   caf::reacts_to<delete_cmd>, caf::reacts_to<begin_invocation_cmd>,
-                   caf::reacts_to<end_invocation_cmd>, caf::reacts_to<rewind_cmd>,
-                   caf::reacts_to<fork_cmd>, caf::reacts_to<shutdown_cmd>,
-                   caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>, caf::reacts_to<app_sent>>;
+                   caf::reacts_to<delete_cmd>, caf::reacts_to<prune_delete_cmd>,
+                   caf::reacts_to<begin_invocation_cmd>, caf::reacts_to<end_invocation_cmd>,
+                   caf::reacts_to<rewind_cmd>, caf::reacts_to<fork_cmd>,
+                   caf::reacts_to<shutdown_cmd>, caf::reacts_to<idle_tick>,
+                   caf::reacts_to<evict_cmd>, caf::reacts_to<app_sent>>;
 
 /// A user or app scope actor: one per live shared scope.
 using scope_actor_hdl = caf::typed_actor<caf::reacts_to<scope_get_cmd>,
@@ -166,6 +174,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::app_sent)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::append_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::get_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::delete_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::prune_delete_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::begin_invocation_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::end_invocation_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::rewind_cmd)

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // engine::prune: a short-lived actor per call walks the store's update-time
 // index one bounded page at a time, each page from a fresh snapshot, and
-// sends the store writer a delete of each old session guarded by its record
-// as the page read it (write_set::only_if): a session written after its page
-// was read stays. The next page is read once the page's deletes are answered
+// sends each old session's actor a delete guarded by its record as the page
+// read it (prune_delete_cmd): the actor, which orders the session's
+// writes, deletes it only if nothing was written since, so a session written
+// after its page was read stays, and no other actor's cached state is
+// invalidated. The next page is read once the page's deletes are answered
 // (dry run: at once, as a message to itself, so other actors run between
 // pages).
 #include <cmath>
@@ -26,9 +28,16 @@
 namespace agentstate::detail {
 /// Read and handle the next page.
 struct prune_step {};
+/// A session actor's verdict on delete `i` of the page.
+struct prune_answer {
+  std::size_t i = 0;
+  agentstate::errc code = agentstate::errc::ok;
+  std::string message;
+};
 } // namespace agentstate::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::prune_step)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::prune_answer)
 
 namespace agentstate {
 
@@ -121,9 +130,6 @@ result<prune_page> walk_page(store::kv_read& txn, double cutoff, const std::stri
 
 struct prune_state {
   engine_core* core = nullptr;
-  /// The store writer, taken at the call (engine_core::writer is reset by
-  /// close while this actor may still run).
-  writer_hdl writer;
   prune_request req;
   callback<prune_result> cb;
   prune_result out;
@@ -156,8 +162,8 @@ void take(prune_state& st, const session_ref& ref) {
 
 void page_done(prune_actor* self);
 
-// The writer's verdict on delete `i` of the page: committed, left (the
-// session was written after the page read it, or is gone), or failed.
+// The verdict on delete `i` of the page: committed, left (the session was
+// written after the page read it, or is gone), or failed.
 void answered(prune_actor* self, std::size_t i, errc code, std::string message) {
   auto& st = self->state;
   if (code == errc::ok) {
@@ -169,6 +175,15 @@ void answered(prune_actor* self, std::size_t i, errc code, std::string message) 
   }
   if (--st.left == 0)
     page_done(self);
+}
+
+// Answers delete `i` as a message to itself (never inside step).
+void answer_self(prune_actor* self, std::size_t i, errc code, std::string message) {
+  prune_answer a;
+  a.i = i;
+  a.code = code;
+  a.message = std::move(message);
+  self->send(self, std::move(a));
 }
 
 void step(prune_actor* self) {
@@ -210,21 +225,25 @@ void step(prune_actor* self) {
   st.deleted.assign(page.targets.size(), 0);
   st.left = page.targets.size();
   st.first.reset();
+  caf::actor me = caf::actor_cast<caf::actor>(self);
   for (std::size_t i = 0; i < page.targets.size(); ++i) {
     auto& t = page.targets[i];
-    write_plan plan;
-    plan.ws.op = store::write_set::kind::remove;
-    plan.ws.app = t.ref.app_name;
-    plan.ws.user = t.ref.user_id;
-    plan.ws.id = t.ref.session_id;
-    plan.ws.only_if = t.seen;
+    prune_delete_cmd cmd;
+    cmd.only_if = t.seen;
+    cmd.cb = [me, i](result<void> r) { // on the session actor's thread
+      prune_answer a;
+      a.i = i;
+      if (!r) {
+        a.code = r.code();
+        a.message = std::move(r).err().message;
+      }
+      caf::anon_send(me, std::move(a));
+    };
+    auto key = session_registry_key(t.ref);
+    auto make = [&core, &t] { return spawn_session_actor(core, t.ref); };
+    if (!core.sessions.route(key, std::move(cmd), make))
+      answer_self(self, i, errc::unavailable, "the engine is closing");
     st.refs.push_back(std::move(t.ref));
-    sent_to_writer(core);
-    self->request(st.writer, caf::infinite, write_cmd{std::move(plan)})
-      .then([self, i](write_reply& r) { answered(self, i, r.code, std::move(r.message)); },
-            [self, i](caf::error& e) {
-              answered(self, i, errc::unavailable, "store writer unreachable: " + to_string(e));
-            });
   }
 }
 
@@ -245,17 +264,17 @@ void page_done(prune_actor* self) {
   self->send(self, prune_step{});
 }
 
-caf::behavior prune_behavior(prune_actor* self, engine_core* core, writer_hdl writer,
-                             prune_request req, callback<prune_result> cb) {
+caf::behavior prune_behavior(prune_actor* self, engine_core* core, prune_request req,
+                             callback<prune_result> cb) {
   auto& st = self->state;
   st.core = core;
-  st.writer = std::move(writer);
   st.out.cutoff = wall_now(*core) - req.older_than_s;
   st.req = std::move(req);
   st.cb = std::move(cb);
   self->send(self, prune_step{});
   return {
     [self](prune_step&) { step(self); },
+    [self](prune_answer& a) { answered(self, a.i, a.code, std::move(a.message)); },
   };
 }
 
@@ -271,7 +290,7 @@ void engine::prune(prune_request req, callback<prune_result> cb) {
     return cb(error{errc::invalid_argument, "'sample_limit' must be 0..10000"});
   if (core_->closed.load())
     return cb(error{errc::unavailable, "the engine is closing"});
-  core_->sys->spawn(prune_behavior, core_.get(), core_->writer, std::move(req), std::move(cb));
+  core_->sys->spawn(prune_behavior, core_.get(), std::move(req), std::move(cb));
 }
 
 result<prune_result> engine::prune(prune_request req) {

@@ -47,6 +47,11 @@ void refuse(const session_state& st, rewind_cmd& c) {
   else
     c.cb(refused_unread(st));
 }
+void refuse(const session_state& st, prune_delete_cmd& c) {
+  // The session has a write out: it stays.
+  c.cb(error{errc::condition_failed,
+             "session '" + st.ref.session_id + "' has an append out at its app's home; it stays"});
+}
 template <class Cmd>
 void refuse(const session_state& st, Cmd& c) {
   if (c.cb)
@@ -100,6 +105,7 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
     command(self, on_append),
     command(self, on_get),
     command(self, on_delete),
+    command(self, on_prune_delete),
     command(self, on_begin_invocation),
     command(self, on_end_invocation),
     command(self, on_rewind),

@@ -21,6 +21,7 @@
 #include "actors/core.hpp"
 #include "actors/id_index.hpp"
 #include "actors/messages.hpp"
+#include "store/records.hpp"
 
 namespace agentstate::detail {
 
@@ -162,6 +163,8 @@ using session_actor_t = session_actor_hdl::stateful_pointer<session_state>;
 /// Reads the session record. On failure the actor stays unloaded (the next
 /// command tries again) and the error says why.
 result<void> load(session_actor_t self);
+/// load, also returning the record as read (none: no session).
+result<std::optional<store::session_record>> load_record(session_actor_t self);
 
 /// Answers queued commands from the front while they are ready; once the
 /// queue is empty after a failed write, re-reads the record and replays the
@@ -227,6 +230,7 @@ void on_create(session_actor_t self, create_cmd& cmd);
 void on_append(session_actor_t self, append_cmd& cmd);
 void on_get(session_actor_t self, get_cmd& cmd);
 void on_delete(session_actor_t self, delete_cmd& cmd);
+void on_prune_delete(session_actor_t self, prune_delete_cmd& cmd);
 
 /// What an append's commit answers (in order): the caller's `cb` (none for
 /// an append finished after a restart), A6's waiters through `outcome`, the

@@ -4,6 +4,10 @@
 // (actors/session_actor.hpp).
 #include "actors/session_actor.hpp"
 
+#include <cstring>
+#include <memory>
+#include <optional>
+
 #include <caf/all.hpp>
 
 #include "actors/prepare.hpp"
@@ -20,15 +24,17 @@ bool has_expired(const session_state& st) {
 
 namespace {
 
-// Queues the delete of this session (what delete_session writes); `done`
-// gets the writer's verdict.
-void submit_delete(session_actor_t self, std::function<void(result<void>)> done) {
+// Queues the delete of this session (what delete_session writes), guarded
+// by `only_if` when set; `done` gets the writer's verdict.
+void submit_delete(session_actor_t self, std::function<void(result<void>)> done,
+                   std::optional<store::write_set::record_guard> only_if = std::nullopt) {
   auto& st = self->state;
   write_plan plan;
   plan.ws.op = store::write_set::kind::remove;
   plan.ws.app = st.ref.app_name;
   plan.ws.user = st.ref.user_id;
   plan.ws.id = st.ref.session_id;
+  plan.ws.only_if = only_if;
   st.exists = false;
   st.version = 0;
   st.expires = 0;
@@ -44,6 +50,54 @@ void submit_delete(session_actor_t self, std::function<void(result<void>)> done)
       }
       done(std::move(r));
     });
+}
+
+bool same_time(double a, double b) {
+  std::uint64_t x = 0, y = 0;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
+}
+
+// engine::prune's delete (prune_delete_cmd). Judged once no write of this
+// session is in flight and a failed one has been resolved (later commands
+// wait in the stash meanwhile): the record the store holds then is the
+// session as of every command before this one, so the delete is queued only
+// if it is the record prune read, and every command after it sees the
+// session deleted. The writer checks the guard again in the delete's
+// transaction (with the outbox), so no cached state depends on this read
+// alone.
+void delete_if_unchanged(session_actor_t self, std::shared_ptr<prune_delete_cmd> c) {
+  auto& st = self->state;
+  if (!st.queue.empty() || st.stale) {
+    st.hold = true;
+    st.stash.push_front([self, c] { delete_if_unchanged(self, c); });
+    return;
+  }
+  if (st.loaded && st.fence_epoch != st.core->fence_epoch.load())
+    st.ids.reset(); // as ensure_loaded: the events may have changed under it
+  auto rec = load_record(self);
+  if (!rec) {
+    answer(self, [cb = std::move(c->cb), e = std::move(rec).err()] { cb(e); });
+    return;
+  }
+  const auto& g = c->only_if;
+  const auto& r = *rec;
+  if (!r) {
+    answer(self, [cb = std::move(c->cb), id = st.ref.session_id] {
+      cb(error{errc::condition_failed, "session '" + id + "' is gone"});
+    });
+    return;
+  }
+  if (r->version != g.version || !same_time(r->created, g.created)
+      || !same_time(r->last_update_time, g.last_update_time)) {
+    answer(self, [cb = std::move(c->cb), id = st.ref.session_id] {
+      cb(error{errc::condition_failed,
+               "session '" + id + "' was written after it was read; it stays"});
+    });
+    return;
+  }
+  submit_delete(self, std::move(c->cb), g);
 }
 
 } // namespace
@@ -276,6 +330,10 @@ void on_delete(session_actor_t self, delete_cmd& cmd) {
     return;
   }
   submit_delete(self, std::move(cmd.cb));
+}
+
+void on_prune_delete(session_actor_t self, prune_delete_cmd& cmd) {
+  delete_if_unchanged(self, std::make_shared<prune_delete_cmd>(std::move(cmd)));
 }
 
 } // namespace agentstate::detail

@@ -10,7 +10,7 @@
 
 namespace agentstate::detail {
 
-result<void> load(session_actor_t self) {
+result<std::optional<store::session_record>> load_record(session_actor_t self) {
   auto& st = self->state;
   st.loaded = false;
   // Read before the snapshot: a fence committed after it moves the epoch
@@ -27,6 +27,13 @@ result<void> load(session_actor_t self) {
   st.expires = *rec ? (**rec).expires : 0;
   st.refresh = *rec ? (**rec).refresh : 0;
   st.loaded = true;
+  return std::move(*rec);
+}
+
+result<void> load(session_actor_t self) {
+  auto r = load_record(self);
+  if (!r)
+    return std::move(r).err();
   return {};
 }
 

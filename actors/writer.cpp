@@ -158,10 +158,8 @@ void commit_group(engine_core& core, Plans& plans, std::vector<store::batch_entr
         core.fence_epoch.fetch_add(1);
         core.purge_pending.store(true, std::memory_order_relaxed);
       } else if (op == store::write_set::kind::remove) {
-        // A guarded delete (engine::prune) comes straight here, not through
-        // the session's actor: a live one reloads its record.
-        if (plans[i].ws.only_if)
-          core.fence_epoch.fetch_add(1);
+        // Every session delete comes from the session's actor (engine::prune's
+        // too), which knows of it: no cached state is stale.
         core.purge_pending.store(true, std::memory_order_relaxed);
       }
     }

@@ -17,6 +17,11 @@
 #                      /usr/share/doc/agentstate/{copyright,changelog.Debian.gz}
 #   libagentstate-dev  deb_dev: the dev files in /usr/lib/<multiarch>, the headers,
 #                      /usr/share/doc/libagentstate-dev/{copyright,changelog.Debian.gz}
+#   agentstate-dbgsym  deb_dbgsym: the tool's detached debug symbols,
+#                      /usr/lib/debug/.build-id/<xx>/<rest of its build-id>.debug, as
+#                      Debian's dh_strip makes them (gdb and debuginfod find them by
+#                      the build-id the stripped /usr/bin/agentstate keeps), and
+#                      /usr/share/doc/agentstate-dbgsym -> agentstate (it depends on it)
 # The deb_* components are EXCLUDE_FROM_ALL: only a component install (CPack's) puts
 # them anywhere, so `cmake --install` writes nothing outside its prefix. The packages'
 # paths are fixed (/usr, /etc) whatever CMAKE_INSTALL_PREFIX the build was configured
@@ -185,6 +190,36 @@ install(FILES ${AGENTSTATE_DEB_DIR}/agentstate.service
 install(FILES ${AGENTSTATE_DEB_DIR}/agentstate.default RENAME agentstate
         DESTINATION /etc/default COMPONENT deb_tool EXCLUDE_FROM_ALL)
 
+# The tool's debug information, split from the built (unstripped) tool: the symbols of
+# the stripped /usr/bin/agentstate, whose build-id names the file. Compressed, as
+# dh_strip writes them; read-only data, not executable.
+if(AGENTSTATE_BUILD_TOOLS)
+  find_program(AGENTSTATE_OBJCOPY NAMES objcopy REQUIRED)
+  find_program(AGENTSTATE_READELF NAMES readelf REQUIRED)
+  install(CODE "set(tool \"$<TARGET_FILE:agentstate>\")
+execute_process(COMMAND \"${AGENTSTATE_READELF}\" -n \"\${tool}\"
+  OUTPUT_VARIABLE notes RESULT_VARIABLE failed)
+if(failed OR NOT notes MATCHES \"Build ID: ([0-9a-f][0-9a-f])([0-9a-f]+)\")
+  message(FATAL_ERROR \"\${tool} has no build-id: its debug symbols cannot be named\")
+endif()
+set(dir \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/debug/.build-id/\${CMAKE_MATCH_1}\")
+set(debug \"\${dir}/\${CMAKE_MATCH_2}.debug\")
+file(MAKE_DIRECTORY \"\${dir}\")
+execute_process(COMMAND \"${AGENTSTATE_OBJCOPY}\" --only-keep-debug --compress-debug-sections
+  \"\${tool}\" \"\${debug}\" RESULT_VARIABLE failed)
+if(failed)
+  message(FATAL_ERROR \"objcopy --only-keep-debug \${tool}: \${failed}\")
+endif()
+execute_process(COMMAND chmod 0644 \"\${debug}\" RESULT_VARIABLE failed)
+if(failed)
+  message(FATAL_ERROR \"chmod 0644 \${debug}: \${failed}\")
+endif()
+set(doc \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATAROOTDIR}/doc\")
+file(MAKE_DIRECTORY \"\${doc}\")
+file(CREATE_LINK agentstate \"\${doc}/agentstate-dbgsym\" SYMBOLIC)" COMPONENT deb_dbgsym
+          EXCLUDE_FROM_ALL)
+endif()
+
 set(CPACK_PACKAGE_NAME agentstate)
 set(CPACK_PACKAGE_VENDOR "agentstate")
 set(CPACK_PACKAGE_CONTACT "agentstate developers <dev@agentstate.invalid>")
@@ -197,13 +232,14 @@ set(CPACK_SOURCE_GENERATOR "")
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL ${AGENTSTATE_DEB_DEV_COMPONENTS})
 if(AGENTSTATE_BUILD_TOOLS)
-  list(APPEND CPACK_COMPONENTS_ALL tool deb_tool)
+  list(APPEND CPACK_COMPONENTS_ALL tool deb_tool deb_dbgsym)
 endif()
 set(CPACK_COMPONENTS_GROUPING ONE_PER_GROUP)
 set(CPACK_COMPONENT_TOOL_GROUP tool)
 set(CPACK_COMPONENT_DEB_TOOL_GROUP tool)
 set(CPACK_COMPONENT_DEV_GROUP dev)
 set(CPACK_COMPONENT_DEB_DEV_GROUP dev)
+set(CPACK_COMPONENT_DEB_DBGSYM_GROUP dbgsym)
 # Executables are stripped in the packages (static archives are not: they keep the
 # symbols a consumer links against).
 set(CPACK_STRIP_FILES ON)
@@ -244,4 +280,9 @@ agentstate keeps agent sessions (ADK semantics): an append-only event log per
 session and scoped state (app:, user:, session, temp:) in LMDB, safe under
 concurrency. This package holds the C++17 static library, its headers, the
 CMake package (find_package(agentstate)) and the pkg-config file.")
+# What Debian's debhelper names and describes a tool's automatic debug symbols package.
+set(CPACK_DEBIAN_DBGSYM_PACKAGE_NAME agentstate-dbgsym)
+set(CPACK_DEBIAN_DBGSYM_PACKAGE_SECTION debug)
+set(CPACK_DEBIAN_DBGSYM_PACKAGE_DEPENDS "agentstate (= ${PROJECT_VERSION}-${AGENTSTATE_DEB_RELEASE})")
+set(CPACK_DEBIAN_DBGSYM_DESCRIPTION "debug symbols for agentstate")
 include(CPack)

@@ -81,7 +81,9 @@ have it open. Progress on stderr when it is a terminal.)";
   cl.exit_status(exit_ok, "every record was imported");
   cl.exit_status(exit_failed,
                  "the import failed: FILE cannot be read, DIR cannot be used, is locked or "
-                 "holds data, or a line is refused (the message names the line)");
+                 "holds data, or a line is refused (the message names the line); "
+                 "--from-adk-sqlite: FILE is no ADK session store this reads, or rows are "
+                 "beyond agentstate's limits (each named) without --skip-oversized");
   add_store_dir(cl, o->dir);
   auto* file =
     cl.app.add_option("FILE", o->file, "the JSON lines to read (absent or -: standard input)");

@@ -2,7 +2,8 @@
 // tools/watch_remote.cpp: `agentstate watch ADDR` (tools/watch_remote.hpp): a
 // client of `serve` over TCP, TLS or a Unix socket (agentstate/client.hpp) that
 // prints the `watch` notifications (or `read_changes` pages with --once) as
-// JSON lines.
+// JSON lines. --from-start live is one `watch` from "start" (on a server that
+// refuses "start", `read_changes` pages up to the head and a watch from there).
 #include "tools/watch_remote.hpp"
 
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <mutex>
 
 #include "agentstate/client.hpp"
+#include "agentstate/watch.hpp"
 #include "tools/cli.hpp"
 
 namespace agentstate::tools {
@@ -168,19 +170,25 @@ private:
       say("watch", "pipe: %s", std::strerror(errno));
       return watch_unreachable;
     }
-    // --from-start: the log's pages up to the head, then a watch from there
-    // (no change missed or repeated between them).
-    if (w_.from_start)
-      if (int rc = read_to_head(); rc != watch_ok)
-        return rc;
     json params = w_.filter;
-    if (!w_.from.empty() || w_.from_start)
-      params["from"] = w_.from_start ? last_ : w_.from;
+    if (!w_.from.empty())
+      params["from"] = w_.from;
+    else if (w_.from_start)
+      params["from"] = from_start; // the server replays its log, then goes on live
     json answer;
     inbox& box = box_;
     auto on_event = [&box](const watch_event& ev) { box.push(inbox::item{ev, std::nullopt}); };
-    if (int rc = finish("watch", c_.watch(params, on_event, milliseconds(answer_ms)), answer);
-        rc != watch_ok)
+    auto reply = c_.watch(params, on_event, milliseconds(answer_ms));
+    if (w_.from_start && start_refused(reply)) {
+      // A server older than the watch from "start" reads it as a cursor and
+      // refuses it: its log's pages up to the head, then a watch from there
+      // (no change missed or repeated between them).
+      if (int rc = read_to_head(); rc != watch_ok)
+        return rc;
+      params["from"] = last_;
+      reply = c_.watch(params, on_event, milliseconds(answer_ms));
+    }
+    if (int rc = finish("watch", std::move(reply), answer); rc != watch_ok)
       return rc;
     const std::string watch_id = text_of(answer, "watch_id");
     last_ = text_of(answer, "cursor");
@@ -245,6 +253,12 @@ private:
         });
       }
     }
+  }
+
+  /// Whether `reply` (of a watch from "start") is the server's invalid
+  /// params error: a server that takes no "start" (it names no cursor).
+  static bool start_refused(const rpc_reply& reply) {
+    return reply.answered && !reply.value && reply.value.code() == errc::invalid_argument;
   }
 
   /// Sends one request and waits for its answer. watch_ok with its result in

@@ -32,8 +32,9 @@ struct remote_watch {
   server::listen_spec at;
   json filter; ///< the scope params of watch/read_changes (no from, no limit)
   std::string from; ///< "" : from the newest change now
-  /// From the oldest change the server's log keeps (`from` empty): its
-  /// read_changes pages up to the head, then (live) a watch from there.
+  /// From the oldest change the server's log keeps (`from` empty): live, a
+  /// watch from "start" (a server that refuses it: its read_changes pages up
+  /// to the head, then a watch from there); --once, read_changes pages.
   bool from_start = false;
   bool once = false;
   std::string token; ///< "" : no authenticate request

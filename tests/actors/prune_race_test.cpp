@@ -6,13 +6,16 @@
 // delete reaches the writer after that write. A session written after its
 // page was read (appended to; deleted and created again) stays; the other
 // old sessions of the page go. A session prune deleted while its actor was
-// live is gone for that actor too: a create under its id succeeds.
+// live is gone for that actor too: a create under its id succeeds. A live
+// actor of a session prune leaves keeps its cached record (it reads it no
+// more often than before the prune).
 #include <string_view>
 
 #include <caf/local_actor.hpp>
 #include <caf/resumable.hpp>
 
 #include "support/deterministic.hpp"
+#include "support/fault_kv.hpp"
 #include "support/manual_clock.hpp"
 
 using namespace agentstate;
@@ -49,6 +52,30 @@ std::optional<session> read_now(engine& e, const session_ref& ref) {
 template <class T, class Start>
 result<T> call(test::deterministic_engine& t, Start&& start) {
   return t.call<T>(std::forward<Start>(start));
+}
+
+// test::open_deterministic over a store that counts its read transactions
+// in `reads` (fault_plan::calls; it fails none).
+test::deterministic_engine open_counting_reads(test::store_kind k, const test::manual_clock& clock,
+                                               std::shared_ptr<store::fault_plan>& reads) {
+  reads = std::make_shared<store::fault_plan>();
+  reads->target = store::fault_target::reads;
+  test::deterministic_engine t;
+  t.dir = std::make_unique<test::temp_dir>();
+  t.opts = test::make_options(k, t.dir->str());
+  clock.install(t.opts);
+  auto r = detail::engine_factory::open(
+    t.opts,
+    [reads](std::unique_ptr<store::kv_store> kv) {
+      return store::make_faulty_kv(std::move(kv), reads);
+    },
+    true);
+  INFO("engine_factory::open(deterministic) -> ", test::describe(r));
+  REQUIRE(r.ok());
+  t.eng = std::move(r).value();
+  t.sched = &dynamic_cast<caf::scheduler::test_coordinator&>(
+    detail::engine_factory::system_of(*t.eng).scheduler());
+  return t;
 }
 
 } // namespace
@@ -163,4 +190,40 @@ TEST_CASE_TEMPLATE("prune: a session deleted while its actor is live is gone for
     e.append_event(test::append_req(b, test::make_event(json{{"n", 1}})), cb);
   });
   CHECK(app.code() == errc::not_found);
+}
+
+TEST_CASE_TEMPLATE("prune_reloads_live_sessions: a live session actor that a prune leaves does not "
+                   "read its record again after the prune's deletes",
+                   S, test::memory_store, test::lmdb_store) {
+  test::manual_clock clock;
+  std::shared_ptr<store::fault_plan> reads;
+  auto t = open_counting_reads(S::kind, clock, reads);
+  auto& e = *t;
+  const auto live = test::sref("app", "u", "live"), old = test::sref("app", "u", "old");
+  for (const auto& ref : {live, old})
+    MUST(call<session>(t, [&](auto cb) { e.create_session(test::create_req(ref), cb); }));
+  clock.advance(1000); // "old" was last updated 1,000 s ago; "live" is appended to now
+  // The read transactions one append to the loaded "live" takes.
+  auto append_reads = [&](int n) {
+    const auto before = reads->calls.load();
+    MUST(call<append_result>(t, [&](auto cb) {
+      e.append_event(test::append_req(live, test::make_event(json{{"n", n}})), cb);
+    }));
+    return reads->calls.load() - before;
+  };
+  append_reads(1);
+  const auto plain = append_reads(2);
+
+  auto r = MUST(call<prune_result>(t, [&](auto cb) { e.prune(older_than(500), cb); }));
+  CHECK(r.sessions == 1);
+  REQUIRE(r.sample.size() == 1);
+  CHECK(r.sample[0].session_id == "old");
+  CHECK(!read_now(e, old));
+  // The delete went through "old"'s actor; "live"'s cached record is still
+  // good, so its next append reads no more than the one before the prune.
+  CHECK(append_reads(3) == plain);
+  auto kept = read_now(e, live);
+  REQUIRE(kept);
+  CHECK(kept->version == 3);
+  CHECK(kept->state["n"] == 3);
 }

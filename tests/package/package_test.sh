@@ -7,11 +7,15 @@
 # usage: package_test.sh MODE BUILD_DIR SOURCE_DIR VERSION WORK_DIR CXX
 #   install              cmake --install BUILD_DIR into WORK_DIR/prefix, then build the
 #                        consumer with find_package and with pkg-config, and run them
-#   deb                  cpack: the two Debian packages (agentstate, libagentstate-dev),
-#                        their names, fields, Depends, files, control files, copyright,
-#                        changelog and man pages; dpkg -x both into WORK_DIR/root, run its
-#                        agentstate --version and build and run the consumer against it
-#   deb-install          cpack, lintian (any error fails), dpkg --root install into a
+#   deb                  cpack: the three Debian packages (agentstate, libagentstate-dev,
+#                        agentstate-dbgsym), their names, fields, Depends, files, control
+#                        files, copyright, changelog and man pages; the tool's hardening
+#                        (PIE, RELRO, BIND_NOW, fortified functions, stack protector) and
+#                        its debug symbols under its build-id; dpkg -x them into
+#                        WORK_DIR/root, run its agentstate --version and build and run the
+#                        consumer against it
+#   deb-install          cpack, lintian (any error, or any hardening tag, fails), dpkg
+#                        --root install into a
 #                        fresh root made here, then the installed tool (--version, demo,
 #                        serve started the way agentstate.service starts it, its reload
 #                        signal), systemd-analyze verify of the unit, the consumer built
@@ -69,7 +73,7 @@ pkgconfig_consumer() {
 }
 
 # Builds the Debian packages from BUILD_DIR into WORK_DIR/cpack; sets deb_version,
-# multiarch, tool_deb and dev_deb.
+# multiarch, tool_deb, dev_deb and dbgsym_deb.
 build_debs() {
   step "cpack (the Debian packages)"
   (cd "$build" && cpack -G DEB -B "$work/cpack" > "$work/cpack.log" 2>&1) \
@@ -82,10 +86,11 @@ build_debs() {
   arch="$(dpkg --print-architecture)"
   tool_deb="$work/cpack/agentstate_${deb_version}_${arch}.deb"
   dev_deb="$work/cpack/libagentstate-dev_${deb_version}_${arch}.deb"
-  local made
-  made="$(cd "$work/cpack" && find . -maxdepth 1 -name '*.deb' | sed 's|^\./||' | sort | tr '\n' ' ')"
-  [ "$made" = "$(basename "$tool_deb") $(basename "$dev_deb") " ] \
-    || fail "cpack made '$made', not $(basename "$tool_deb") and $(basename "$dev_deb")"
+  dbgsym_deb="$work/cpack/agentstate-dbgsym_${deb_version}_${arch}.deb"
+  local made want
+  made="$(cd "$work/cpack" && find . -maxdepth 1 -name '*.deb' | sed 's|^\./||' | LC_ALL=C sort | tr '\n' ' ')"
+  want="$(printf '%s\n' "$tool_deb" "$dev_deb" "$dbgsym_deb" | xargs -n1 basename | LC_ALL=C sort | tr '\n' ' ')"
+  [ "$made" = "$want" ] || fail "cpack made '$made', not $want"
 }
 
 # Fails unless the Depends of .deb $1 names every package in $2 (a list).
@@ -150,7 +155,8 @@ install)
   ;;
 deb)
   build_debs
-  for pkg_deb in "agentstate $tool_deb" "libagentstate-dev $dev_deb"; do
+  for pkg_deb in "agentstate $tool_deb" "libagentstate-dev $dev_deb" \
+                 "agentstate-dbgsym $dbgsym_deb"; do
     fields="$(dpkg-deb -f "${pkg_deb#* }" Package Version Source | tr '\n' ' ')"
     [ "$fields" = "Package: ${pkg_deb%% *} Version: $deb_version Source: agentstate " ] \
       || fail "$(basename "${pkg_deb#* }"): $fields"
@@ -160,6 +166,9 @@ deb)
   # of the static library compiles and links against.
   depends_on "$tool_deb" "adduser libc6 libstdc++6 libcaf-core liblmdb0 libsqlite3 libssl libcurl"
   depends_on "$dev_deb" "nlohmann-json3-dev libcaf-dev liblmdb-dev"
+  [ "$(dpkg-deb -f "$dbgsym_deb" Depends)" = "agentstate (= $deb_version)" ] \
+    || fail "agentstate-dbgsym Depends: $(dpkg-deb -f "$dbgsym_deb" Depends)"
+  [ "$(dpkg-deb -f "$dbgsym_deb" Section)" = debug ] || fail "agentstate-dbgsym is not in debug"
   lib="/usr/lib/$multiarch"
   deb_layout "$tool_deb" "/usr/bin/ /usr/share/man/man1/ /usr/share/doc/agentstate/ \
 /usr/lib/systemd/system/ /etc/default/" "/usr/bin/agentstate \
@@ -187,6 +196,28 @@ $lib/cmake/agentstate/agentstateTargets.cmake $lib/pkgconfig/agentstate.pc \
   dpkg -x "$tool_deb" "$root"
   dpkg -x "$dev_deb" "$root"
   file -b "$root/usr/bin/agentstate" | grep -q ', stripped' || fail "agentstate is not stripped"
+  # Debian's hardening (dpkg-buildflags, hardening=+all), as lintian's hardening checks
+  # read it: a position-independent executable, full RELRO (the GNU_RELRO segment and
+  # immediate binding), fortified functions (__*_chk) and the stack protector.
+  elf="$root/usr/bin/agentstate"
+  readelf -hW "$elf" | grep -Eq '^ *Type: +DYN ' || fail "agentstate is not position-independent"
+  readelf -lW "$elf" | grep -q ' GNU_RELRO ' || fail "agentstate has no GNU_RELRO segment"
+  readelf -dW "$elf" | grep -Eq '\(FLAGS\) +.*BIND_NOW|\(BIND_NOW\)' \
+    || fail "agentstate is not linked with -z now (no BIND_NOW)"
+  dynsyms="$(readelf --dyn-syms -W "$elf")"
+  grep -Eq ' __[a-z0-9_]+_chk@' <<< "$dynsyms" \
+    || fail "agentstate calls no fortified function (_FORTIFY_SOURCE)"
+  grep -q ' __stack_chk_fail@' <<< "$dynsyms" || fail "agentstate has no stack protector"
+  # Its debug symbols: agentstate-dbgsym's file named by the tool's build-id.
+  build_id="$(readelf -nW "$elf" | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')"
+  [ "${#build_id}" -ge 16 ] || fail "agentstate has no build-id"
+  debug="/usr/lib/debug/.build-id/${build_id:0:2}/${build_id:2}.debug"
+  deb_layout "$dbgsym_deb" "/usr/lib/debug/.build-id/ /usr/share/doc/agentstate-dbgsym" "$debug"
+  dpkg -x "$dbgsym_deb" "$root"
+  [ "$(readelf -nW "$root$debug" | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')" = "$build_id" ] \
+    || fail "$debug is not the debug file of this agentstate"
+  readelf -SW "$root$debug" | grep -q ' \.debug_line ' || fail "$debug holds no line table"
+  readelf -SW "$root$debug" | grep -q ' \.symtab ' || fail "$debug holds no symbol table"
   for pkg in agentstate libagentstate-dev; do
     doc="$root/usr/share/doc/$pkg"
     head -1 "$doc/copyright" \
@@ -225,16 +256,22 @@ deb-install)
   step "lintian"
   command -v lintian > /dev/null || fail "lintian not found (tools/setup.sh --all installs it)"
   lintian_status=0
-  lintian --fail-on error --display-info "$tool_deb" "$dev_deb" > "$work/lintian.log" 2>&1 \
-    || lintian_status=$?
+  lintian --fail-on error --display-info "$tool_deb" "$dev_deb" "$dbgsym_deb" \
+    > "$work/lintian.log" 2>&1 || lintian_status=$?
   cat "$work/lintian.log"
   if [ "$lintian_status" != 0 ] || grep -q '^E: ' "$work/lintian.log"; then
     fail "lintian reports errors (exit $lintian_status)"
   fi
-  # The root holds only these two packages: their Depends must be what this machine has,
-  # the libraries and headers the installed tool and the consumer use.
-  for deb in "$tool_deb" "$dev_deb"; do
+  # Its hardening checks (hardening-no-relro, -no-bindnow, -no-fortify-functions, ...)
+  # at any level.
+  if grep -q ' hardening-' "$work/lintian.log"; then
+    fail "lintian finds the tool not hardened: $(grep ' hardening-' "$work/lintian.log")"
+  fi
+  # The root holds only these three packages: their other Depends must be what this
+  # machine has, the libraries and headers the installed tool and the consumer use.
+  for deb in "$tool_deb" "$dev_deb" "$dbgsym_deb"; do
     for dep in $(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/(.*)//; s/|.*//'); do
+      [ "$dep" != agentstate ] || continue # agentstate-dbgsym's, installed beside it
       dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' \
         || fail "$(basename "$deb") depends on $dep, which this machine lacks"
     done
@@ -247,7 +284,7 @@ deb-install)
   : > "$admin/status"
   : > "$admin/available"
   dpkg_root=(dpkg --root="$root" --log="$root/var/log/dpkg.log" --force-not-root --force-depends)
-  "${dpkg_root[@]}" --unpack "$tool_deb" "$dev_deb" > "$work/dpkg.log" 2>&1 \
+  "${dpkg_root[@]}" --unpack "$tool_deb" "$dev_deb" "$dbgsym_deb" > "$work/dpkg.log" 2>&1 \
     || { cat "$work/dpkg.log" >&2; fail "dpkg --unpack failed"; }
   # dpkg runs maintainer scripts chrooted into the root, which needs root privileges
   # and a system there (sh, adduser, deb-systemd-helper): the postinst (it makes the
@@ -256,13 +293,14 @@ deb-install)
   rm "$admin/info/agentstate.postinst"
   "${dpkg_root[@]}" --configure -a >> "$work/dpkg.log" 2>&1 \
     || { cat "$work/dpkg.log" >&2; fail "dpkg --configure failed"; }
-  status="$(dpkg-query --admindir="$admin" -W -f='${Package} ${Status}\n' | sort | tr '\n' ' ')"
-  [ "$status" = "agentstate install ok installed libagentstate-dev install ok installed " ] \
+  status="$(dpkg-query --admindir="$admin" -W -f='${Package} ${Status}\n' | LC_ALL=C sort | tr '\n' ' ')"
+  [ "$status" = "agentstate install ok installed agentstate-dbgsym install ok installed libagentstate-dev install ok installed " ] \
     || fail "dpkg status in the root: $status"
   dpkg-query --admindir="$admin" -W -f='${Conffiles}' agentstate | grep -q '^ /etc/default/agentstate ' \
     || fail "/etc/default/agentstate is not a conffile in the root"
   [ -f "$root/etc/default/agentstate" ] || fail "no /etc/default/agentstate in the root"
-  "${dpkg_root[@]}" --verify agentstate libagentstate-dev || fail "dpkg --verify in the root"
+  "${dpkg_root[@]}" --verify agentstate libagentstate-dev agentstate-dbgsym \
+    || fail "dpkg --verify in the root"
 
   step "the installed agentstate"
   tool="$root/usr/bin/agentstate"
@@ -366,7 +404,8 @@ deb-install)
   step "dpkg --purge"
   # As above: prerm and postrm (systemd, the store in /var/lib) would run chrooted.
   rm "$admin/info/agentstate.prerm" "$admin/info/agentstate.postrm"
-  "${dpkg_root[@]}" --purge agentstate libagentstate-dev >> "$work/dpkg.log" 2>&1 \
+  "${dpkg_root[@]}" --purge agentstate-dbgsym agentstate libagentstate-dev \
+    >> "$work/dpkg.log" 2>&1 \
     || { cat "$work/dpkg.log" >&2; fail "dpkg --purge failed"; }
   left="$(find "$root" -mindepth 1 ! -type d ! -path "$root/var/*")"
   [ -z "$left" ] || fail "purge left: $left"

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tool's one voice (tools/cli.hpp), through the real binary: every
 // command's bad usage and failed work is one line on stderr that starts
-// "agentstate CMD: ", with the exit code its --help lists; no library's text
-// (nlohmann's exceptions, CLI11's type words) in any --help or message; `help
-// CMD` is `CMD --help`; `import DIR FILE`; and the man pages help2man makes
+// "agentstate CMD: ", with the exit code its --help lists (the ADK import and
+// export too); no library's text (nlohmann's exceptions, CLI11's type words)
+// in any --help or message; `help CMD` is `CMD --help`; `import DIR FILE`; and the man pages help2man makes
 // from the --help texts (cmake/manpages.cmake) have SYNOPSIS, EXIT STATUS,
 // ENVIRONMENT and SEE ALSO.
 #include <doctest/doctest.h>
@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -139,6 +141,88 @@ TEST_CASE("cli voice: bad usage and failed work of every command: one line 'agen
   CHECK(served.rc == 1);
   CHECK(served.err.find("event=startup_failed") != std::string::npos);
   check_no_library_text(served.err);
+}
+
+TEST_CASE("cli voice: the ADK import and export (--from-adk-sqlite, --to-adk-sqlite) say "
+          "'agentstate import: ' and 'agentstate export: ' (was 'import: ', 'export: ')") {
+  test::temp_dir tmp;
+  const std::string fixtures = AGENTSTATE_ADK_FIXTURES;
+  const std::string garbage = tmp.str() + "/garbage.sqlite", taken = tmp.str() + "/taken.sqlite";
+  std::ofstream(garbage) << "not a database, only text long enough to hold a header's bytes\n";
+  std::ofstream(taken) << "keep me";
+  const std::string store = tmp.str() + "/store";
+  make_store(store);
+  const std::vector<voiced> cases = {
+    {{"import", "--from-adk-sqlite", tmp.str() + "/missing.sqlite", tmp.str() + "/i1"},
+     1,
+     "no such file"},
+    {{"import", "--from-adk-sqlite", garbage, tmp.str() + "/i2"}, 1, "not an SQLite database"},
+    {{"import", "--from-adk-sqlite", fixtures + "/adk_python_v0.sqlite", tmp.str() + "/i3"},
+     1,
+     "v0 session schema"},
+    {{"import", "--from-adk-sqlite", fixtures + "/adk_js.sqlite", store}, 1, "not empty"},
+    {{"import", "--from-adk-sqlite", garbage}, 2, "DIR is required"},
+    {{"export", "--to-adk-sqlite", taken, store}, 1, "exists"},
+    {{"export", "--to-adk-sqlite", tmp.str() + "/x.sqlite", tmp.str() + "/no-store"},
+     1,
+     "no store in"},
+    {{"export", "--to-adk-sqlite", tmp.str() + "/y.sqlite", store, "--adk-flavor", "nope"},
+     2,
+     "unknown --adk-flavor 'nope'"},
+  };
+  for (auto& c : cases) {
+    auto r = run(c.args);
+    INFO(describe(c.args, r));
+    CHECK(r.rc == c.rc);
+    CHECK(lines_in(r.err) == 1);
+    CHECK(r.err.rfind("agentstate " + c.args.front() + ": ", 0) == 0);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    if (c.rc == 2)
+      CHECK(r.err.find("run 'agentstate " + c.args.front() + " --help' for usage")
+            != std::string::npos);
+    check_no_library_text(r.err);
+  }
+  CHECK(slurp(taken) == "keep me");
+
+  // A row beyond agentstate's limits: a line naming it, then the verdict
+  // (exit 1, nothing written), or with --skip-oversized the line alone (exit 0).
+  const std::string big = tmp.str() + "/big.sqlite";
+  fs::copy_file(fixtures + "/adk_python_sqlite.sqlite", big);
+  {
+    sqlite3* h = nullptr;
+    REQUIRE(sqlite3_open_v2(big.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    const std::string sql = "INSERT INTO sessions VALUES ('weather_app', 'alice', '"
+      + std::string(101, 's') + "', '{}', 1.0, 2.0)";
+    char* msg = nullptr;
+    int rc = sqlite3_exec(h, sql.c_str(), nullptr, nullptr, &msg);
+    std::string why = msg ? msg : "";
+    sqlite3_free(msg);
+    sqlite3_close(h);
+    INFO(why);
+    REQUIRE(rc == SQLITE_OK);
+  }
+  for (bool skip : {false, true}) {
+    std::vector<std::string> args{"import", "--from-adk-sqlite", big,
+                                  tmp.str() + (skip ? "/skipped" : "/refused")};
+    if (skip)
+      args.push_back("--skip-oversized");
+    auto r = run(args);
+    INFO(describe(args, r));
+    CHECK(r.rc == (skip ? 0 : 1));
+    auto lines = lines_in(r.err);
+    CHECK(lines == (skip ? 1u : 2u));
+    std::istringstream in(r.err);
+    std::string line;
+    for (std::size_t i = 0; std::getline(in, line); ++i) {
+      CAPTURE(line);
+      CHECK(line.rfind(i == 0 ? (skip ? "agentstate import: skipping sessions "
+                                      : "agentstate import: cannot take sessions ")
+                              : "agentstate import: 1 row beyond agentstate's limits",
+                       0)
+            == 0);
+    }
+    check_no_library_text(r.err);
+  }
 }
 
 TEST_CASE("cli voice: a malformed JSON line is named in the tool's words, not nlohmann's") {

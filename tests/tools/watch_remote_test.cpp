@@ -5,7 +5,8 @@
 // arrive while another client appends; SIGTERM unwatches and names a cursor
 // that --from resumes with no gap and no duplicate; tokens (a wrong one is
 // refused, exit 3, never printed); a lost connection exits 5 naming the
-// cursor printed up to; the DIR-or-ADDR rule; usage errors exit 2.
+// cursor printed up to; --from-start live is one watch from "start"; the
+// DIR-or-ADDR rule; usage errors exit 2.
 #include "server/net_support.hpp"
 #include "support/serve_process.hpp"
 #include "support/watch_child.hpp"
@@ -240,6 +241,44 @@ TEST_CASE("watch ADDR live: lines arrive while another client appends; SIGTERM u
   CHECK(after.out.empty());
   auto everything = watch_tool(quote(f.store) + " --once --from " + start, f.path("e4"));
   CHECK(lines_of(everything.out) == before);
+}
+
+TEST_CASE("watch ADDR --from-start live: one watch from \"start\", no read_changes pages first, "
+          "replays the log and goes on live with the DIR form's lines") {
+  fixture f;
+  server_process srv({"--store", f.store, "--listen", "0"}, f.path("serve.log"));
+  int port = srv.port();
+  srv.wait_serving();
+  client c(port);
+  REQUIRE(c.connected());
+  write_content(c, 2, 5); // 12 changes before the watch starts
+  // The request lines the server has taken, over every connection (this
+  // stats call's own included).
+  auto requests = [&c] {
+    auto r = c.call("stats", json::object());
+    REQUIRE(ok(r));
+    return (*r)["result"]["server"]["requests"].get<std::uint64_t>();
+  };
+  const auto before = requests();
+  watch_child live(
+    {"127.0.0.1:" + std::to_string(port), "--from-start", "--app", "app", "--include-sessions"},
+    f.path("live"));
+  auto replayed = live.lines(12); // printed after its watch was answered
+  // Since `before`: the watch's one request and the stats call below.
+  CHECK(requests() - before == 2);
+  write_content(c, 1, 3, 10); // 4 more, while it watches
+  auto got = live.lines(16);
+  live.signal(SIGTERM);
+  CHECK(live.wait_exit() == 0);
+  CHECK(live.count() == 16);
+  INFO("live stderr: ", live.err());
+  auto dir =
+    watch_tool(quote(f.store) + " --once --from-start --app app --include-sessions", f.path("e1"));
+  CHECK(dir.rc == 0);
+  CHECK(lines_of(dir.out) == got);
+  CHECK(std::vector<std::string>(got.begin(), got.begin() + 12) == replayed);
+  srv.signal(SIGTERM);
+  CHECK(srv.wait_exit() == 0);
 }
 
 TEST_CASE("watch ADDR with --auth-file: the right token watches; a wrong or missing one is "

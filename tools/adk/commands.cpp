@@ -42,8 +42,6 @@ namespace agentstate::tools::adk {
 
 namespace fs = std::filesystem;
 
-namespace fs = std::filesystem;
-
 const char* flavor_name(flavor f) noexcept {
   switch (f) {
     case flavor::python_database: return "adk-python-database";
@@ -200,8 +198,8 @@ int run_import(const import_args& a) {
   const bool skip_ok = a.skip_oversized;
   auto src = source::open(file);
   if (!src) {
-    std::fprintf(stderr, "import: %s\n", src.err().message.c_str());
-    return 1;
+    say("import", "%s", src.err().message.c_str());
+    return exit_failed;
   }
   auto& s = **src;
   json summary = {{"source", file}, {"flavor", flavor_name(s.kind())}};
@@ -219,8 +217,8 @@ int run_import(const import_args& a) {
       auto more = p->next(line);
       if (!more) {
         prog.done();
-        std::fprintf(stderr, "import: %s\n", more.err().message.c_str());
-        return 1;
+        say("import", "%s", more.err().message.c_str());
+        return exit_failed;
       }
       if (!*more)
         break;
@@ -240,22 +238,22 @@ int run_import(const import_args& a) {
     summary["skipped"] = skipped_json(st.skipped);
   };
   for (auto& r : check.skipped)
-    std::fprintf(stderr, "import: %s %s %s: %s\n", skip_ok ? "skipping" : "cannot take",
-                 r.table.c_str(), summary_text(r.where).c_str(), r.reason.c_str());
+    say("import", "%s %s %s: %s", skip_ok ? "skipping" : "cannot take", r.table.c_str(),
+        summary_text(r.where).c_str(), r.reason.c_str());
   if (!check.skipped.empty() && !skip_ok) {
     fill(check);
     summary["imported"] = false;
     std::printf("%s\n", summary_text(summary).c_str());
-    std::fprintf(stderr,
-                 "import: %zu row%s beyond agentstate's limits or unreadable; nothing "
-                 "written (--skip-oversized leaves them out)\n",
-                 check.skipped.size(), check.skipped.size() == 1 ? "" : "s");
-    return 1;
+    say("import",
+        "%zu row%s beyond agentstate's limits or unreadable; nothing written "
+        "(--skip-oversized leaves them out)",
+        check.skipped.size(), check.skipped.size() == 1 ? "" : "s");
+    return exit_failed;
   }
   // Pass 2: the same records, into the store.
   auto target = open_import_target(a.dir);
   if (!target)
-    return 1;
+    return exit_failed;
   const std::string& dir = target->dir;
   auto* kv = &target->kv;
   read_stats done;
@@ -266,19 +264,19 @@ int run_import(const import_args& a) {
     **kv, in, [&](std::uint64_t k) { prog("imported records", k, records_checked); });
   prog.done();
   if (buf.failure) {
-    std::fprintf(stderr, "import: %s\n", buf.failure->message.c_str());
-    return 1;
+    say("import", "%s", buf.failure->message.c_str());
+    return exit_failed;
   }
   if (!n) {
-    std::fprintf(stderr, "import: %s\n", n.err().message.c_str());
-    return 1;
+    say("import", "%s", n.err().message.c_str());
+    return exit_failed;
   }
   summary["records"] = *n;
   fill(done);
   summary["imported"] = true;
   summary["store"] = dir;
   std::printf("%s\n", summary_text(summary).c_str());
-  return 0;
+  return exit_ok;
 }
 
 int run_export(const export_args& a) {
@@ -294,21 +292,21 @@ int run_export(const export_args& a) {
   const std::string& file = a.file;
   auto kv = store::open_lmdb_readonly(a.dir);
   if (!kv) {
-    std::fprintf(stderr, "export: %s\n", kv.err().message.c_str());
-    return 1;
+    say("export", "%s", kv.err().message.c_str());
+    return exit_failed;
   }
   progress_line prog;
   auto txn = store::begin_read(**kv);
   if (!txn) {
-    std::fprintf(stderr, "export: %s\n", txn.err().message.c_str());
-    return 1;
+    say("export", "%s", txn.err().message.c_str());
+    return exit_failed;
   }
   {
     auto r = write_file(**txn, file, f, [&](std::uint64_t n) { prog("exported records", n); });
     prog.done();
     if (!r) {
-      std::fprintf(stderr, "export: %s\n", r.err().message.c_str());
-      return 1;
+      say("export", "%s", r.err().message.c_str());
+      return exit_failed;
     }
     std::printf("%s\n",
                 summary_text(json{{"file", file},
@@ -318,7 +316,7 @@ int run_export(const export_args& a) {
                                   {"user_states", r->user_states},
                                   {"app_states", r->app_states}})
                   .c_str());
-    return 0;
+    return exit_ok;
   }
 }
 
