@@ -51,9 +51,9 @@ struct engine_core {
   /// once nothing is left. Written by the writer (and open) only.
   std::atomic<bool> purge_pending{false};
   /// Moves when what actors cache may have changed under them: a committed
-  /// delete_user / delete_app fence (store/scope_delete.hpp), a guarded
-  /// delete of engine::prune, a range written or dropped
-  /// (engine::write_range, drop_range). Session and scope actors compare it
+  /// delete_user / delete_app fence (store/scope_delete.hpp), a range
+  /// written, merged or dropped (engine::write_range, merge_range,
+  /// drop_range). Session and scope actors compare it
   /// with the value they loaded under and reload what they cache when it
   /// moved.
   std::atomic<std::uint64_t> fence_epoch{0};

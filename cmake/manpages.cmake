@@ -7,7 +7,7 @@
 # continuation lines first, then the description, options and notes, then
 # "exit status:" and "environment:" last. The usage lines become the page's
 # SYNOPSIS, the two last blocks its EXIT STATUS and ENVIRONMENT sections (through a
-# help2man --include file, with SEE ALSO); help2man reads the rest as the
+# help2man --include file, with FILES and SEE ALSO); help2man reads the rest as the
 # DESCRIPTION and, from the first "arguments:" or "options:" heading, OPTIONS.
 #
 # Inputs (-D): AGENTSTATE_EXE (the built tool), HELP2MAN, MAN_DIR (output directory,
@@ -164,9 +164,19 @@ function(make_page page help name see_also)
   file(COPY "${MAN_DIR}/wrappers/tmp/${page}" DESTINATION "${MAN_DIR}/wrappers"
        FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                         WORLD_READ WORLD_EXECUTE)
+  # FILES: a store's files, on every page; a node's and the service's, on serve's.
+  string(CONCAT files ".TP\n.I DIR/data.mdb\nthe store's data (LMDB) in its directory DIR (\\-\\-store "
+            "for serve and console)\n.TP\n.I DIR/lock.mdb\nLMDB's reader table; while a process "
+            "holds the store, another is refused naming its pid\n")
+  if(page STREQUAL "agentstate-serve" OR page STREQUAL "agentstate")
+    string(APPEND files ".TP\n.I DIR/cluster-moves.json\nserve \\-\\-cluster: the shard "
+           "moves this node is in the middle of (docs/cluster.md)\n.TP\n"
+           ".I /etc/default/agentstate\nthe options of the packaged service, "
+           "agentstate.service, which runs serve on /var/lib/agentstate\n")
+  endif()
   file(WRITE "${MAN_DIR}/wrappers/${page}.h2m"
        "[SYNOPSIS]\n${synopsis}\n[EXIT STATUS]\n${exit_roff}\n[ENVIRONMENT]\n${env_roff}\n"
-       "[SEE ALSO]\n${see_also}")
+       "[FILES]\n${files}\n[SEE ALSO]\n${see_also}")
 
   execute_process(COMMAND "${HELP2MAN}" ${common} "--name=${name}"
                           "--output=${MAN_DIR}/${page}.1"

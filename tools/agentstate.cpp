@@ -104,17 +104,22 @@ int main(int argc, char** argv) {
       return help(argc, argv);
   }
   // No command: the tool's own options.
+  // An unknown command or option is refused before --help is honoured:
+  // `agentstate nosuch --help` names nosuch and exits 2.
+  for (int i = 1; i < argc; ++i) {
+    const std::string x = argv[i];
+    if (x != "-h" && x != "--help" && x != "--version")
+      return usage_error("",
+                         x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
+                                                     : "unknown command '" + x + "'");
+  }
   auto t = parse_tool_args(argc, argv);
+  if (!t.problem.empty())
+    return usage_error("", t.problem);
   if (t.help) {
     usage(stdout);
     return std::fflush(stdout) == 0 ? exit_ok : exit_failed;
   }
-  if (!t.problem.empty())
-    return usage_error("", t.problem);
-  for (auto& x : t.rest)
-    return usage_error("",
-                       x.size() > 1 && x[0] == '-' ? "unknown option '" + x + "'"
-                                                   : "unknown command '" + x + "'");
   if (t.version) {
     std::puts("agentstate " AGENTSTATE_VERSION_STRING);
     return exit_ok;

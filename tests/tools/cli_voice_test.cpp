@@ -5,7 +5,7 @@
 // export too); no library's text (nlohmann's exceptions, CLI11's type words)
 // in any --help or message; `help CMD` is `CMD --help`; `import DIR FILE`; and the man pages help2man makes
 // from the --help texts (cmake/manpages.cmake) have SYNOPSIS, EXIT STATUS,
-// ENVIRONMENT and SEE ALSO.
+// ENVIRONMENT, FILES and SEE ALSO.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -326,7 +326,8 @@ TEST_CASE("cli voice: import DIR FILE reads FILE; - and no FILE read standard in
   CHECK(both.err.find("--from-adk-sqlite names its own file") != std::string::npos);
 }
 
-TEST_CASE("cli voice: the man pages have SYNOPSIS, EXIT STATUS, ENVIRONMENT and SEE ALSO") {
+TEST_CASE("cli voice: the man pages have SYNOPSIS, EXIT STATUS, ENVIRONMENT, FILES and SEE "
+          "ALSO") {
   // The pages as the build makes them (cmake/manpages.cmake, run by the
   // agentstate_man target), made here from this build's tool.
   const std::string help2man = "/usr/bin/help2man";
@@ -347,8 +348,9 @@ TEST_CASE("cli voice: the man pages have SYNOPSIS, EXIT STATUS, ENVIRONMENT and 
   for (auto name : {"agentstate", "agentstate-import", "agentstate-watch", "agentstate-salvage"}) {
     auto text = page(name);
     INFO(name, ":\n", text.substr(0, 3000));
-    for (auto section : {".SH SYNOPSIS\n", ".SH DESCRIPTION\n", ".SH OPTIONS\n",
-                         ".SH \"EXIT STATUS\"\n", ".SH ENVIRONMENT\n", ".SH \"SEE ALSO\"\n"})
+    for (auto section :
+         {".SH SYNOPSIS\n", ".SH DESCRIPTION\n", ".SH OPTIONS\n", ".SH \"EXIT STATUS\"\n",
+          ".SH ENVIRONMENT\n", ".SH FILES\n", ".SH \"SEE ALSO\"\n"})
       CHECK(text.find(section) != std::string::npos);
     check_no_library_text(text);
   }
@@ -358,4 +360,5 @@ TEST_CASE("cli voice: the man pages have SYNOPSIS, EXIT STATUS, ENVIRONMENT and 
   CHECK(page("agentstate-salvage").find(".TP\n.B 3\n") != std::string::npos);
   CHECK(page("agentstate-watch").find(".TP\n.B AGENTSTATE_TOKEN\n") != std::string::npos);
   CHECK(page("agentstate").find(".BR agentstate-watch (1)") != std::string::npos);
+  CHECK(page("agentstate-serve").find(".I DIR/cluster-moves.json\n") != std::string::npos);
 }

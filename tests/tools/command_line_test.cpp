@@ -134,6 +134,9 @@ TEST_CASE("cli: bad usage is one line on stderr naming the problem and --help, e
     {{}, "no command given"},
     {{"no-such-command"}, "unknown command 'no-such-command'"},
     {{"--bogus"}, "unknown option '--bogus'"},
+    // Regression: `agentstate nosuch --help` printed the tool's help and exited 0.
+    {{"no-such-command", "--help"}, "unknown command 'no-such-command'"},
+    {{"--help", "--bogus"}, "unknown option '--bogus'"},
     {{"inspect"}, "DIR is required"},
     {{"inspect", "d", "--bogus"}, "unknown option '--bogus'"},
     {{"verify", "a", "b"}, "unexpected argument 'b'"},
