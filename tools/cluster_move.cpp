@@ -99,7 +99,6 @@ namespace {
 
 /// The steps of one move, between the tool and the two nodes.
 struct mover_run {
-  cluster::coordinator& c;
   const move_options& o;
   std::uint32_t shard;
   node_link from, into;
@@ -195,7 +194,7 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
   if (!source)
     return error{source.code(), source.err().message + ": its rows cannot be read"};
   mover_run run{
-    c, o, shard, {e.owner, (*source)->address, nullptr}, {to, (*target)->address, nullptr}, out};
+    o, shard, {e.owner, (*source)->address, nullptr}, {to, (*target)->address, nullptr}, out};
   std::optional<std::uint64_t> mark;
   if (e.to != to) { // not yet moving there: a first copy while the owner serves
     auto set = c.set_shard(e, e.owner, e.epoch + 1, to, true);
