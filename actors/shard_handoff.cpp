@@ -12,6 +12,7 @@
 
 #include "actors/core.hpp"
 #include "agentstate/engine.hpp"
+#include "model/text.hpp"
 #include "store/change_log.hpp"
 #include "store/keys.hpp"
 #include "store/outbox.hpp"
@@ -40,14 +41,6 @@ std::string encode_position(const store::shard_position& p) {
   return out;
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  return -1;
-}
-
 result<store::shard_position> decode_position(const std::string& text) {
   store::shard_position p;
   if (text.empty())
@@ -60,7 +53,7 @@ result<store::shard_position> decode_position(const std::string& text) {
     return bad();
   p.phase = static_cast<store::shard_phase>(text[0] - '0');
   for (std::size_t i = 1; i < text.size(); i += 2) {
-    int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
+    int hi = model::hex_digit(text[i]), lo = model::hex_digit(text[i + 1]);
     if (hi < 0 || lo < 0)
       return bad();
     p.after += static_cast<char>(hi * 16 + lo);

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "client/transport.hpp"
+#include "model/text.hpp"
 
 namespace agentstate {
 
@@ -193,23 +194,13 @@ private:
     return true;
   }
 
-  static int hex(char c) {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    return -1;
-  }
-
   /// \uXXXX after the backslash and 'u' were taken; its code unit.
   bool unit(unsigned& out) {
     if (end_ - p_ < 4)
       return false;
     out = 0;
     for (int i = 0; i < 4; ++i) {
-      int h = hex(*p_++);
+      int h = model::hex_digit(*p_++);
       if (h < 0)
         return false;
       out = out * 16 + static_cast<unsigned>(h);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "console/assets.hpp"
+#include "model/text.hpp"
 #include "protocol/rpc_session.hpp"
 #include "server/address.hpp"
 
@@ -110,16 +111,6 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /// Strict percent-decoding of one path segment or query value: every '%'
 /// starts two hex digits, and the bytes are UTF-8. `plus_space`: '+' is a
 /// space (query strings).
@@ -131,7 +122,7 @@ std::optional<std::string> percent_decode(std::string_view s, bool plus_space) {
     if (c == '%') {
       if (s.size() - i < 3)
         return std::nullopt;
-      int h = hex_value(s[i + 1]), l = hex_value(s[i + 2]);
+      int h = model::hex_digit(s[i + 1]), l = model::hex_digit(s[i + 2]);
       if (h < 0 || l < 0)
         return std::nullopt;
       out.push_back(static_cast<char>(h * 16 + l));

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "model/json_text.hpp"
+#include "model/text.hpp"
 
 namespace agentstate::model {
 
@@ -52,16 +53,6 @@ bool key_before(std::string_view a, std::string_view b) {
   const std::uint64_t zero_backslash = (backslash - ones) & ~backslash;
   const std::uint64_t control = (w - ones * 0x20) & ~w;
   return ((zero_quote | zero_backslash | control) & highs) | (w & highs);
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
 }
 
 // A cursor over JSON text in the stored form (see parse_stored_text). Every
@@ -114,7 +105,7 @@ public:
         return false;
       int cp = 0;
       for (int k = 0; k < 4; ++k) {
-        int h = hex_value(p_[k]);
+        int h = model::hex_digit(p_[k]);
         if (h < 0)
           return false;
         cp = (cp << 4) | h;

@@ -16,4 +16,15 @@ constexpr std::string_view trim(std::string_view s,
   return s.substr(b, s.find_last_not_of(chars) - b + 1);
 }
 
+/// The value of hex digit `c` (0-9, a-f, A-F), or -1.
+constexpr int hex_digit(char c) noexcept {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
 } // namespace agentstate::model

@@ -22,7 +22,7 @@
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import tls from 'node:tls';
-import { AgentStateError, invalid } from './errors.js';
+import { AgentStateError, invalid, settleCall } from './errors.js';
 import { startWatch, WatchRouter } from './watch.js';
 
 const NEWLINE = 10;
@@ -321,17 +321,7 @@ export class Connection {
       return;
     }
     this.#pending.delete(msg.id);
-    if (msg.error !== undefined) {
-      waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
-    } else if (waiter.onResult !== undefined) {
-      try {
-        waiter.resolve(waiter.onResult(msg.result));
-      } catch (err) {
-        waiter.reject(err);
-      }
-    } else {
-      waiter.resolve(msg.result);
-    }
+    settleCall(waiter, msg);
     if (this.#pending.size === 0 && this.#watches.size === 0) this.#ref(false);
     if (this.#queued.length > 0) this.#scheduleFlush();
   }

@@ -40,3 +40,24 @@ export const ERROR_KINDS = Object.freeze([
 export function invalid(message) {
   return new AgentStateError('invalid_argument', message);
 }
+
+/**
+ * Settles a waiting call with its answer `msg` (a JSON-RPC response): rejects with the
+ * server's error, or resolves with the result (through `waiter.onResult` when set; what it
+ * throws rejects the call).
+ * @param {{ method: string, resolve: Function, reject: Function, onResult?: Function }} waiter
+ * @param {{ result?: unknown, error?: object }} msg
+ */
+export function settleCall(waiter, msg) {
+  if (msg.error !== undefined) {
+    waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
+  } else if (waiter.onResult !== undefined) {
+    try {
+      waiter.resolve(waiter.onResult(msg.result));
+    } catch (err) {
+      waiter.reject(err);
+    }
+  } else {
+    waiter.resolve(msg.result);
+  }
+}

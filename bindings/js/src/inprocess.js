@@ -27,7 +27,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AgentStateError } from './errors.js';
+import { AgentStateError, settleCall } from './errors.js';
 import { startWatch, WatchRouter } from './watch.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -240,17 +240,7 @@ export class InProcessConnection {
       return;
     }
     this.#pending.delete(msg.id);
-    if (msg.error !== undefined) {
-      waiter.reject(AgentStateError.fromRpc(msg.error, waiter.method));
-    } else if (waiter.onResult !== undefined) {
-      try {
-        waiter.resolve(waiter.onResult(msg.result));
-      } catch (err) {
-        waiter.reject(err);
-      }
-    } else {
-      waiter.resolve(msg.result);
-    }
+    settleCall(waiter, msg);
   }
 
   #fail(error) {
