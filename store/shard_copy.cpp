@@ -559,31 +559,37 @@ result<shard_chunk> shard_reader::next(const shard_position& from, const shard_l
     chunk.range = range_;
     budget b{limits};
     shard_position at = from;
-    while (at.phase != shard_phase::done) {
-      shard_span span;
-      span.phase = at.phase;
-      span.after = at.after;
-      auto ended = at.phase == shard_phase::sessions ? fill_sessions(span, b)
-        : at.phase == shard_phase::users             ? fill_users(span, b)
-                                                     : fill_apps(span, b);
-      if (!ended)
-        return std::move(ended).err();
-      span.to_end = *ended;
-      const std::string last = span.last;
-      chunk.spans.push_back(std::move(span));
-      if (!*ended) {
-        at.after = last;
-        break;
-      }
-      at = {static_cast<shard_phase>(static_cast<std::uint8_t>(at.phase) + 1), {}};
-      if (b.full())
-        break;
-    }
+    if (auto r = fill_phases(chunk, at, b); !r)
+      return std::move(r).err();
     chunk.next = at;
     return chunk;
   } catch (const kv_failure& f) {
     return from_failure(f);
   }
+}
+
+result<void> shard_reader::fill_phases(shard_chunk& chunk, shard_position& at, budget& b) {
+  while (at.phase != shard_phase::done) {
+    shard_span span;
+    span.phase = at.phase;
+    span.after = at.after;
+    auto ended = at.phase == shard_phase::sessions ? fill_sessions(span, b)
+      : at.phase == shard_phase::users             ? fill_users(span, b)
+                                                   : fill_apps(span, b);
+    if (!ended)
+      return std::move(ended).err();
+    span.to_end = *ended;
+    const std::string last = span.last;
+    chunk.spans.push_back(std::move(span));
+    if (!*ended) {
+      at.after = last;
+      break;
+    }
+    at = {static_cast<shard_phase>(static_cast<std::uint8_t>(at.phase) + 1), {}};
+    if (b.full())
+      break;
+  }
+  return {};
 }
 
 result<shard_chunk> shard_reader::next_touched(const shard_touched& t, const shard_position& from,
@@ -637,18 +643,9 @@ result<shard_chunk> shard_reader::next_touched(const shard_touched& t, const sha
       }
       at = {sessions ? shard_phase::users : shard_phase::apps, {}};
     }
-    if (at.phase == shard_phase::apps && !b.full()) {
-      shard_span span;
-      span.phase = at.phase;
-      span.after = at.after;
-      auto ended = fill_apps(span, b);
-      if (!ended)
-        return std::move(ended).err();
-      span.to_end = *ended;
-      at = *ended ? shard_position{shard_phase::done, {}}
-                  : shard_position{shard_phase::apps, span.last};
-      chunk.spans.push_back(std::move(span));
-    }
+    if (!b.full()) // the apps phase, whole, as next() reads it
+      if (auto r = fill_phases(chunk, at, b); !r)
+        return std::move(r).err();
     chunk.next = at;
     return chunk;
   } catch (const kv_failure& f) {

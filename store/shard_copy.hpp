@@ -173,6 +173,9 @@ private:
   result<bool> fill_sessions(shard_span& span, budget& b);
   result<bool> fill_users(shard_span& span, budget& b);
   result<bool> fill_apps(shard_span& span, budget& b);
+  /// Spans from `at` on, phase after phase, until the budget is full or
+  /// the copy is done; `at` ends where the next chunk starts.
+  result<void> fill_phases(shard_chunk& chunk, shard_position& at, budget& b);
   /// Why no chunk can be read from `from` (done, or no shard index), if so.
   std::optional<error> unreadable(const shard_position& from);
   result<void> take_session(shard_span& span, budget& b, std::string_view skey);
