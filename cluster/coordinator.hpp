@@ -2,14 +2,17 @@
 // cluster/coordinator.hpp: the seam between agentstate's nodes and the service
 // that holds a cluster's configuration (etcd: cluster/etcd_coordinator.cpp).
 // The coordinator holds configuration only, never session data: the settings
-// fixed at creation (the shard count), the node registry (each node's address,
-// and whether its lease is live), the shard map (each shard's owner and
-// epoch), and which node is the controller (the one that gives shards never
-// owned to live nodes).
+// fixed at creation (the shard count, the replicas kept of each shard), the
+// node registry (each node's address, and whether its lease is live), the
+// shard map (each shard's owner, epoch, replicas and in-sync set), and which
+// node is the controller (the one that gives shards never owned to live
+// nodes).
 //
 // Rules every implementation keeps:
-// - Every change of a shard is a compare-and-swap on the shard's revision, and
-//   its epoch only increases; a shard never owned has no entry (revision 0).
+// - Every change of a shard is a compare-and-swap on the shard's revision; a
+//   shard never owned has no entry (revision 0). Its epoch only increases: a
+//   change of its owner, replicas or move raises it; a change of its in-sync
+//   set alone keeps it (the owner's term goes on).
 // - A node is alive while its membership's lease is: a node that stops
 //   renewing it disappears from the live set after the lease's TTL.
 // - load() is one consistent snapshot at one revision; revisions increase.
@@ -39,7 +42,17 @@ struct cluster_settings {
   /// The controller gives never-owned shards out only once this many nodes are
   /// live, so that nodes started together share them evenly.
   std::uint32_t expect_nodes = 1;
+  /// The copies kept of each shard (1..7): its owner (the primary) and
+  /// replicas - 1 followers, each on another node. At most expect_nodes.
+  std::uint32_t replicas = 1;
+  /// The in-sync set below which a shard takes no write (1..replicas).
+  std::uint32_t min_insync = 1;
 };
+
+/// The default min_insync for `replicas` copies: a majority of them.
+constexpr std::uint32_t majority(std::uint32_t replicas) {
+  return replicas / 2 + 1;
+}
 
 struct node_info {
   std::string id;
@@ -59,7 +72,17 @@ struct shard_entry {
   /// With `to`: a first copy is being made while `owner` still serves the
   /// shard (the step before the one that stops serving it).
   bool copying = false;
+  /// Every node keeping a copy, the owner first, each once (empty when never
+  /// owned; {owner} in a cluster of one replica).
+  std::vector<std::string> replicas;
+  /// The replicas in sync with the owner, the owner among them, in the
+  /// order of `replicas` (empty when never owned).
+  std::vector<std::string> isr;
 };
+
+/// "" when `e`'s owner, replicas and in-sync set are consistent (see
+/// shard_entry), else why not. A never-owned entry (no owner) has neither.
+std::string check_entry(const shard_entry& e);
 
 struct cluster_view {
   std::string cluster;
@@ -105,19 +128,27 @@ public:
   /// The cluster as it is now. not_found when it was never created.
   virtual result<cluster_view> load() = 0;
 
-  /// Sets shard `expected.shard` to (owner, epoch, to) if its entry is
-  /// still `expected` (same revision; 0: never owned). version_conflict when
-  /// it changed; invalid_argument when epoch is not above expected.epoch or
-  /// a name is not one. The new entry.
-  virtual result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
-                                        std::uint64_t epoch, const std::string& to,
-                                        bool copying = false) = 0;
+  /// Replaces each shard `expected[i].shard` by `next[i]` (its owner, epoch,
+  /// to, copying, replicas and in-sync set; revision and shard ignored) if
+  /// every entry is still as expected (same revision; 0: never owned), in
+  /// one atomic step: all or none. version_conflict when any changed;
+  /// invalid_argument when a next entry is inconsistent (check_entry), names
+  /// a bad node id, or breaks the epoch rule above; at most 60 shards. The
+  /// revision of the step (every changed entry's new revision).
+  virtual result<std::int64_t> update_shards(const std::vector<shard_entry>& expected,
+                                             const std::vector<shard_entry>& next) = 0;
+
+  /// Sets shard `expected.shard` to (owner, epoch, to) with update_shards:
+  /// the replicas are {owner} when expected kept one copy, else expected's
+  /// with owner first; the in-sync set likewise. The new entry.
+  result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
+                                std::uint64_t epoch, const std::string& to, bool copying = false);
 
   /// Several set_shard (with `to` "") in one atomic step: all or none
-  /// (version_conflict when any entry changed).
-  virtual result<void> set_shards(const std::vector<shard_entry>& expected,
-                                  const std::vector<std::string>& owners,
-                                  const std::vector<std::uint64_t>& epochs) = 0;
+  /// (version_conflict when any entry changed; at most 60).
+  result<void> set_shards(const std::vector<shard_entry>& expected,
+                          const std::vector<std::string>& owners,
+                          const std::vector<std::uint64_t>& epochs);
 
   /// Registers node `id` at `address` and makes it live for `ttl`.
   /// already_exists when a live node holds `id` (another process, or this one
@@ -133,6 +164,12 @@ public:
                              const std::function<bool(std::int64_t)>& on,
                              const std::atomic<bool>& stop) = 0;
 };
+
+/// "" when this build's nodes and tools (serve, move, drain, adopt) work
+/// on `v`'s cluster, else why not: a cluster keeping more than one copy of
+/// each shard is created, mapped and shown (init, the controller, status),
+/// but its nodes do not replicate yet, so none serves it.
+std::string replicas_not_served(const cluster_view& v);
 
 /// A cluster or node name: 1..64 of [A-Za-z0-9._-], not starting with '.' or
 /// '-'. "" when `name` is one, else why not (naming `what`).

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // cluster/etcd_coordinator.cpp: the coordinator on etcd. A cluster NAME is the
 // keys under /agentstate/NAME/ (docs/cluster.md):
-//   settings          {"shards":S,"expect_nodes":N,"format":1}   written once
+//   settings          {"shards":S,"expect_nodes":N,"replicas":R,"min_insync":M,
+//                      "format":1}                             written once
 //   nodes/ID          {"address":"HOST:PORT"}                    the registry
 //   alive/ID          {"address":"HOST:PORT"}    under the node's lease
 //   controller        "ID"                       under the controller's lease
-//   shards/NNNNN      {"owner":"ID","epoch":E[,"to":"ID"[,"copying":true]]}
-//                                                          absent until first owned
+//   shards/NNNNN      {"owner":"ID","epoch":E[,"to":"ID"[,"copying":true]]
+//                      [,"replicas":[IDS],"isr":[IDS]]}   absent until first owned
+//                      (replicas and isr only when R > 1; else both are [owner])
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <utility>
@@ -22,6 +25,22 @@ namespace {
 /// etcd's default limit of operations in one transaction is 128; a batch of
 /// shards takes two per shard (compare, put).
 constexpr std::size_t max_batch = 60;
+
+/// Reads member `name` of `s`, when present, as an array of node ids into
+/// `out`; false when it is not one.
+bool read_names(const json& s, const char* name, std::vector<std::string>& out) {
+  auto it = s.find(name);
+  if (it == s.end())
+    return true;
+  if (!it->is_array() || it->size() > 7)
+    return false;
+  for (auto& x : *it) {
+    if (!x.is_string() || !check_name("node id", x.get<std::string>()).empty())
+      return false;
+    out.push_back(x.get<std::string>());
+  }
+  return true;
+}
 
 std::string shard_key_suffix(std::uint32_t shard) {
   char buf[16];
@@ -86,8 +105,24 @@ public:
       return error{errc::invalid_argument,
                    "the expected node count must be 1..shards, not "
                      + std::to_string(s.expect_nodes)};
+    if (s.replicas < 1 || s.replicas > 7)
+      return error{errc::invalid_argument,
+                   "the replica count must be 1..7, not " + std::to_string(s.replicas)};
+    if (s.replicas > s.expect_nodes)
+      return error{errc::invalid_argument,
+                   "a cluster keeping " + std::to_string(s.replicas)
+                     + " replicas of each shard expects at least as many nodes, not "
+                     + std::to_string(s.expect_nodes)};
+    if (s.min_insync < 1 || s.min_insync > s.replicas)
+      return error{errc::invalid_argument,
+                   "the minimum in-sync count must be 1..replicas (" + std::to_string(s.replicas)
+                     + "), not " + std::to_string(s.min_insync)};
     const std::string key = root_ + "settings";
-    json value = {{"shards", s.shards}, {"expect_nodes", s.expect_nodes}, {"format", 1}};
+    json value = {{"shards", s.shards},
+                  {"expect_nodes", s.expect_nodes},
+                  {"replicas", s.replicas},
+                  {"min_insync", s.min_insync},
+                  {"format", 1}};
     auto t = etcd_->txn({{key, etcd_compare::target::create_revision, 0, {}}},
                         {{etcd_op::kind::put, key, value.dump(), 0, {}}}, {});
     if (!t)
@@ -116,6 +151,19 @@ public:
           return error{errc::data_corrupt, describe() + ": the settings key is malformed"};
         v.settings.shards = s["shards"].get<std::uint32_t>();
         v.settings.expect_nodes = s.value("expect_nodes", 1u);
+        auto count = [&s](const char* name) -> std::int64_t {
+          auto it = s.find(name);
+          if (it == s.end())
+            return 1; // a cluster created before replicas: one copy
+          return it->is_number_unsigned()
+            ? static_cast<std::int64_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), 1000))
+            : -1;
+        };
+        auto r = count("replicas"), m = count("min_insync");
+        if (r < 1 || r > 7 || m < 1 || m > r)
+          return error{errc::data_corrupt, describe() + ": the settings key is malformed"};
+        v.settings.replicas = static_cast<std::uint32_t>(r);
+        v.settings.min_insync = static_cast<std::uint32_t>(m);
         have_settings = true;
       } else if (rest == "controller") {
         v.controller = kv.value;
@@ -153,6 +201,15 @@ public:
                          describe() + ": shard key '" + rest + "' is malformed"};
           e.copying = copying->get<bool>();
         }
+        if (!read_names(s, "replicas", e.replicas) || !read_names(s, "isr", e.isr))
+          return error{errc::data_corrupt, describe() + ": shard key '" + rest + "' is malformed"};
+        if (e.replicas.empty() && !e.owner.empty())
+          e.replicas = {e.owner};
+        if (e.isr.empty() && !e.owner.empty())
+          e.isr = {e.owner};
+        if (auto why = check_entry(e); !why.empty())
+          return error{errc::data_corrupt,
+                       describe() + ": shard key '" + rest + "' is inconsistent: " + why};
         e.revision = kv.mod_revision;
         shards[e.shard] = std::move(e);
       }
@@ -174,60 +231,53 @@ public:
     return v;
   }
 
-  result<shard_entry> set_shard(const shard_entry& expected, const std::string& owner,
-                                std::uint64_t epoch, const std::string& to, bool copying) override {
-    if (!to.empty())
-      if (auto why = check_name("node id", to); !why.empty())
-        return error{errc::invalid_argument, why};
-    if (copying && to.empty())
-      return error{errc::invalid_argument, "a shard is copied only to a node it moves to"};
-    auto r = put_shards({expected}, {owner}, {epoch}, {to}, copying);
-    if (!r)
-      return std::move(r).err();
-    auto v = etcd_->range(shard_key(expected.shard));
-    if (!v)
-      return std::move(v).err();
-    shard_entry e{expected.shard, owner, epoch, to, v->kvs.empty() ? 0 : v->kvs[0].mod_revision,
-                  copying};
-    return e;
-  }
-
-  result<void> set_shards(const std::vector<shard_entry>& expected,
-                          const std::vector<std::string>& owners,
-                          const std::vector<std::uint64_t>& epochs) override {
-    return put_shards(expected, owners, epochs, std::vector<std::string>(expected.size()));
-  }
-
-  result<void> put_shards(const std::vector<shard_entry>& expected,
-                          const std::vector<std::string>& owners,
-                          const std::vector<std::uint64_t>& epochs,
-                          const std::vector<std::string>& tos, bool copying = false) {
-    if (expected.size() != owners.size() || expected.size() != epochs.size()
-        || expected.size() != tos.size())
-      return error{errc::invalid_argument, "set_shards: lists of different lengths"};
+  result<std::int64_t> update_shards(const std::vector<shard_entry>& expected,
+                                     const std::vector<shard_entry>& next) override {
+    if (expected.size() != next.size())
+      return error{errc::invalid_argument, "update_shards: lists of different lengths"};
     if (expected.size() > max_batch)
       return error{errc::invalid_argument,
-                   "set_shards: at most " + std::to_string(max_batch) + " shards in one step"};
+                   "update_shards: at most " + std::to_string(max_batch) + " shards in one step"};
     std::vector<etcd_compare> cmp;
     std::vector<etcd_op> ops;
     for (std::size_t i = 0; i < expected.size(); ++i) {
-      if (epochs[i] <= expected[i].epoch)
-        return error{errc::invalid_argument,
-                     "shard " + std::to_string(expected[i].shard) + ": the new epoch "
-                       + std::to_string(epochs[i]) + " is not above "
-                       + std::to_string(expected[i].epoch)};
-      if (auto why = check_name("node id", owners[i]); !why.empty())
-        return error{errc::invalid_argument, why};
-      const std::string key = shard_key(expected[i].shard);
-      if (expected[i].revision == 0)
+      const shard_entry& was = expected[i];
+      const shard_entry& e = next[i];
+      const std::string what = "shard " + std::to_string(was.shard) + ": ";
+      if (auto why = check_name("node id", e.owner); !why.empty())
+        return error{errc::invalid_argument, what + why};
+      if (!e.to.empty())
+        if (auto why = check_name("node id", e.to); !why.empty())
+          return error{errc::invalid_argument, what + why};
+      if (e.copying && e.to.empty())
+        return error{errc::invalid_argument, what + "a shard is copied only to a node it moves to"};
+      if (auto why = check_entry(e); !why.empty())
+        return error{errc::invalid_argument, what + why};
+      for (auto& id : e.replicas)
+        if (auto why = check_name("node id", id); !why.empty())
+          return error{errc::invalid_argument, what + why};
+      const bool same_term = was.revision != 0 && e.owner == was.owner && e.to == was.to
+        && e.copying == was.copying && e.replicas == was.replicas;
+      if (e.epoch < was.epoch || (e.epoch == was.epoch && !same_term))
+        return error{
+          errc::invalid_argument,
+          what + "the new epoch " + std::to_string(e.epoch) + " is not above "
+            + std::to_string(was.epoch)
+            + (e.epoch == was.epoch ? " (only the in-sync set may change within an epoch)" : "")};
+      const std::string key = shard_key(was.shard);
+      if (was.revision == 0)
         cmp.push_back({key, etcd_compare::target::create_revision, 0, {}});
       else
-        cmp.push_back({key, etcd_compare::target::mod_revision, expected[i].revision, {}});
-      json value = {{"owner", owners[i]}, {"epoch", epochs[i]}};
-      if (!tos[i].empty())
-        value["to"] = tos[i];
-      if (copying)
+        cmp.push_back({key, etcd_compare::target::mod_revision, was.revision, {}});
+      json value = {{"owner", e.owner}, {"epoch", e.epoch}};
+      if (!e.to.empty())
+        value["to"] = e.to;
+      if (e.copying)
         value["copying"] = true;
+      if (e.replicas.size() > 1) {
+        value["replicas"] = e.replicas;
+        value["isr"] = e.isr;
+      }
       ops.push_back({etcd_op::kind::put, key, value.dump(), 0, {}});
     }
     auto t = etcd_->txn(cmp, ops, {});
@@ -235,7 +285,7 @@ public:
       return std::move(t).err();
     if (!t->succeeded)
       return error{errc::version_conflict, "the shard map changed since it was read"};
-    return {};
+    return t->revision;
   }
 
   result<std::unique_ptr<membership>> join(const std::string& id, const std::string& address,
@@ -287,11 +337,112 @@ private:
 
 } // namespace
 
+std::string check_entry(const shard_entry& e) {
+  if (e.owner.empty())
+    return e.replicas.empty() && e.isr.empty() && e.to.empty()
+      ? ""
+      : "a shard without an owner has no replicas, in-sync set or move";
+  if (e.replicas.empty() || e.replicas[0] != e.owner)
+    return "its replicas must start with its owner '" + e.owner + "'";
+  for (std::size_t i = 0; i < e.replicas.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (e.replicas[i] == e.replicas[j])
+        return "node '" + e.replicas[i] + "' is named twice among its replicas";
+  if (e.isr.empty() || e.isr[0] != e.owner)
+    return "its in-sync set must start with its owner '" + e.owner + "'";
+  std::size_t at = 0; // the isr is a subsequence of the replicas
+  for (auto& id : e.isr) {
+    while (at < e.replicas.size() && e.replicas[at] != id)
+      ++at;
+    if (at == e.replicas.size())
+      return "its in-sync set names '" + id
+        + "', which is not one of its replicas (or not in their order)";
+    ++at;
+  }
+  return "";
+}
+
+namespace {
+
+/// `expected` given to `owner` at `epoch` (moving to `to`): the replicas are
+/// {owner} when it kept one copy, else its own with owner first; the in-sync
+/// set likewise.
+result<shard_entry> handed(const shard_entry& expected, const std::string& owner,
+                           std::uint64_t epoch, const std::string& to, bool copying) {
+  shard_entry next;
+  next.shard = expected.shard;
+  next.owner = owner;
+  next.epoch = epoch;
+  next.to = to;
+  next.copying = copying;
+  if (expected.replicas.size() <= 1) {
+    next.replicas = {owner};
+    next.isr = {owner};
+    return next;
+  }
+  auto owner_first = [&owner](const std::vector<std::string>& ids) {
+    std::vector<std::string> out{owner};
+    for (auto& id : ids)
+      if (id != owner)
+        out.push_back(id);
+    return out;
+  };
+  next.replicas = owner_first(expected.replicas);
+  next.isr = owner_first(expected.isr);
+  if (next.replicas.size() > expected.replicas.size())
+    return error{errc::invalid_argument,
+                 "shard " + std::to_string(expected.shard) + " keeps "
+                   + std::to_string(expected.replicas.size())
+                   + " replicas: its owner can only become one of them"};
+  return next;
+}
+
+} // namespace
+
+result<shard_entry> coordinator::set_shard(const shard_entry& expected, const std::string& owner,
+                                           std::uint64_t epoch, const std::string& to,
+                                           bool copying) {
+  auto next = handed(expected, owner, epoch, to, copying);
+  if (!next)
+    return std::move(next).err();
+  auto r = update_shards({expected}, {*next});
+  if (!r)
+    return std::move(r).err();
+  next->revision = *r;
+  return std::move(*next);
+}
+
+result<void> coordinator::set_shards(const std::vector<shard_entry>& expected,
+                                     const std::vector<std::string>& owners,
+                                     const std::vector<std::uint64_t>& epochs) {
+  if (expected.size() != owners.size() || expected.size() != epochs.size())
+    return error{errc::invalid_argument, "set_shards: lists of different lengths"};
+  std::vector<shard_entry> next;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    auto e = handed(expected[i], owners[i], epochs[i], "", false);
+    if (!e)
+      return std::move(e).err();
+    next.push_back(std::move(*e));
+  }
+  auto r = update_shards(expected, next);
+  if (!r)
+    return std::move(r).err();
+  return {};
+}
+
 const node_info* cluster_view::node(const std::string& id) const {
   for (auto& n : nodes)
     if (n.id == id)
       return &n;
   return nullptr;
+}
+
+std::string replicas_not_served(const cluster_view& v) {
+  if (v.settings.replicas <= 1)
+    return "";
+  return "cluster '" + v.cluster + "' keeps " + std::to_string(v.settings.replicas)
+    + " replicas of each shard; nodes that replicate shards are not built yet, so no node "
+      "serves it and no shard of it moves (create it with --replicas 1)";
 }
 
 std::string check_name(const std::string& what, const std::string& name) {

@@ -124,44 +124,65 @@ struct node::impl {
   }
 
   /// Gives the never-owned shards of `v` to its live nodes; false when the
-  /// map changed meanwhile (the next load retries).
+  /// map changed meanwhile (the next load retries). Each shard's owner is the
+  /// live node owning fewest shards, its followers the settings.replicas - 1
+  /// other live nodes keeping fewest copies (ties by id both ways). Gives
+  /// nothing while fewer nodes than that are live.
   bool assign(const cluster_view& v) {
-    std::vector<std::string> live;
+    std::map<std::string, std::size_t> owned, copies; // by live id
     for (auto& n : v.nodes)
-      if (n.alive)
-        live.push_back(n.id);
-    if (live.empty())
+      if (n.alive) {
+        owned[n.id] = 0;
+        copies[n.id] = 0;
+      }
+    const std::size_t r = v.settings.replicas;
+    if (owned.empty() || owned.size() < r)
       return true;
-    std::map<std::string, std::size_t> count;
-    for (auto& id : live)
-      count[id] = 0;
-    for (auto& s : v.shards)
-      if (!s.owner.empty() && count.count(s.owner))
-        ++count[s.owner];
-    std::vector<shard_entry> expected;
-    std::vector<std::string> owners;
-    std::vector<std::uint64_t> epochs;
+    for (auto& s : v.shards) {
+      if (owned.count(s.owner))
+        ++owned[s.owner];
+      for (auto& id : s.replicas)
+        if (copies.count(id))
+          ++copies[id];
+    }
+    std::vector<shard_entry> expected, next;
     auto flush = [&]() -> bool {
       if (expected.empty())
         return true;
-      auto r = coord->set_shards(expected, owners, epochs);
+      auto done = coord->update_shards(expected, next);
       expected.clear();
-      owners.clear();
-      epochs.clear();
-      return r.ok();
+      next.clear();
+      return done.ok();
     };
     for (auto& s : v.shards) {
       if (!s.owner.empty())
         continue;
-      // The live node with the fewest shards; ties by id (std::map order).
-      auto best = count.begin();
-      for (auto it = count.begin(); it != count.end(); ++it)
+      auto best = owned.begin(); // std::map order: ties go to the lower id
+      for (auto it = owned.begin(); it != owned.end(); ++it)
         if (it->second < best->second)
           best = it;
       ++best->second;
+      shard_entry e;
+      e.shard = s.shard;
+      e.owner = best->first;
+      e.epoch = s.epoch + 1;
+      e.replicas = {e.owner};
+      ++copies[e.owner];
+      while (e.replicas.size() < r) {
+        const std::string* pick = nullptr;
+        std::size_t fewest = 0;
+        for (auto& [id, n] : copies)
+          if (std::find(e.replicas.begin(), e.replicas.end(), id) == e.replicas.end()
+              && (!pick || n < fewest)) {
+            pick = &id;
+            fewest = n;
+          }
+        ++copies[*pick];
+        e.replicas.push_back(*pick);
+      }
+      e.isr = e.replicas; // nothing written yet: every copy is in sync
       expected.push_back(s);
-      owners.push_back(best->first);
-      epochs.push_back(s.epoch + 1);
+      next.push_back(std::move(e));
       if (expected.size() == 50 && !flush())
         return false;
     }

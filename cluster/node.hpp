@@ -13,8 +13,9 @@
 // the shards that were never owned once `settings.expect_nodes` nodes are live
 // and the live set has not changed for `settle`: each to the live node owning
 // the fewest shards (ties by id), so nodes started together end with S/N ± 1
-// each. A shard with an owner keeps it, live or not: moving it is an
-// operator's act.
+// each; with settings.replicas R > 1, each also to the R - 1 other live nodes
+// keeping the fewest copies (ties by id), all of them in sync. A shard with an
+// owner keeps it, live or not: moving it is an operator's act.
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // agentstate cluster: creates a cluster's configuration in etcd and shows it
 // (docs/cluster.md).
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -27,6 +28,9 @@ struct cluster_args {
   std::string cluster;
   std::uint32_t shards = 256;
   std::uint32_t expect_nodes = 1;
+  std::uint32_t replicas = 1;
+  std::uint32_t min_insync = 0; ///< 0: a majority of replicas
+  bool expect_nodes_given = false;
   bool json = false;
   std::vector<std::string> args; ///< move: SHARD NODE; drain: NODE; adopt: DIR
   remote_flags remote;
@@ -40,18 +44,29 @@ int fail(const std::string& action, const error& e) {
 int run_init(cluster::coordinator& c, const cluster_args& a) {
   cluster::cluster_settings s;
   s.shards = a.shards;
-  s.expect_nodes = a.expect_nodes;
+  s.replicas = a.replicas;
+  s.expect_nodes = a.expect_nodes_given ? a.expect_nodes : std::max(a.expect_nodes, a.replicas);
+  s.min_insync = a.min_insync == 0 ? cluster::majority(a.replicas) : a.min_insync;
   if (auto r = c.create(s); !r)
     return fail("init", r.err());
-  if (a.json)
+  if (a.json) {
     std::printf("%s\n",
-                json{{"cluster", c.name()}, {"shards", s.shards}, {"expect_nodes", s.expect_nodes}}
+                json{{"cluster", c.name()},
+                     {"shards", s.shards},
+                     {"expect_nodes", s.expect_nodes},
+                     {"replicas", s.replicas},
+                     {"min_insync", s.min_insync}}
                   .dump()
                   .c_str());
-  else
-    std::printf("created %s: %u shards; shards are given out once %u node%s live\n",
-                c.describe().c_str(), s.shards, s.expect_nodes,
-                s.expect_nodes == 1 ? " is" : "s are");
+    return 0;
+  }
+  std::printf("created %s: %u shards; shards are given out once %u node%s live\n",
+              c.describe().c_str(), s.shards, s.expect_nodes,
+              s.expect_nodes == 1 ? " is" : "s are");
+  if (s.replicas > 1)
+    std::printf("each shard keeps %u replicas and takes writes while %u are in sync; nodes that "
+                "replicate are not built yet: no node serves this cluster\n",
+                s.replicas, s.min_insync);
   return 0;
 }
 
@@ -59,14 +74,20 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
   auto v = c.load();
   if (!v)
     return fail("status", v.err());
-  std::map<std::string, std::size_t> owned;
-  std::size_t unowned = 0, on_down = 0;
+  std::map<std::string, std::size_t> owned, copies;
+  std::size_t unowned = 0, on_down = 0, under = 0, below = 0;
   for (auto& s : v->shards) {
     if (s.owner.empty()) {
       ++unowned;
       continue;
     }
     ++owned[s.owner];
+    for (auto& id : s.replicas)
+      ++copies[id];
+    if (s.isr.size() < s.replicas.size())
+      ++under;
+    if (s.isr.size() < v->settings.min_insync)
+      ++below;
     auto* n = v->node(s.owner);
     if (!n || !n->alive)
       ++on_down;
@@ -74,24 +95,35 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
   if (a.json) {
     json nodes = json::array(), map = json::array(), without = json::array();
     for (auto& n : v->nodes)
-      nodes.push_back(
-        {{"id", n.id}, {"address", n.address}, {"alive", n.alive}, {"shards", owned[n.id]}});
+      nodes.push_back({{"id", n.id},
+                       {"address", n.address},
+                       {"alive", n.alive},
+                       {"shards", owned[n.id]},
+                       {"copies", copies[n.id]}});
     for (auto& s : v->shards) {
-      if (s.owner.empty())
+      if (s.owner.empty()) {
         without.push_back(s.shard);
-      else if (s.to.empty())
-        map.push_back({{"shard", s.shard}, {"owner", s.owner}, {"epoch", s.epoch}});
-      else
-        map.push_back({{"shard", s.shard},
-                       {"owner", s.owner},
-                       {"epoch", s.epoch},
-                       {"to", s.to},
-                       {"copying", s.copying}});
+        continue;
+      }
+      json e = {{"shard", s.shard}, {"owner", s.owner}, {"epoch", s.epoch}};
+      if (!s.to.empty()) {
+        e["to"] = s.to;
+        e["copying"] = s.copying;
+      }
+      if (v->settings.replicas > 1) {
+        e["replicas"] = s.replicas;
+        e["isr"] = s.isr;
+      }
+      map.push_back(std::move(e));
     }
     json out = {{"cluster", v->cluster},
                 {"revision", v->revision},
                 {"shards", v->settings.shards},
                 {"expect_nodes", v->settings.expect_nodes},
+                {"replicas", v->settings.replicas},
+                {"min_insync", v->settings.min_insync},
+                {"under_replicated", under},
+                {"below_min_insync", below},
                 {"controller", v->controller.empty() ? json(nullptr) : json(v->controller)},
                 {"nodes", std::move(nodes)},
                 {"map", std::move(map)},
@@ -102,11 +134,19 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
   }
   std::printf("%s: %u shards, revision %lld\n", c.describe().c_str(), v->settings.shards,
               static_cast<long long>(v->revision));
+  if (v->settings.replicas > 1)
+    std::printf("replicas: %u per shard, writes while %u are in sync; %zu shards have a "
+                "replica out of sync, %zu have fewer than %u in sync\n",
+                v->settings.replicas, v->settings.min_insync, under, below, v->settings.min_insync);
   std::printf("controller: %s\n", v->controller.empty() ? "(none)" : v->controller.c_str());
   std::printf("nodes: %zu\n", v->nodes.size());
-  for (auto& n : v->nodes)
-    std::printf("  %-20s %-24s %-5s %zu shards\n", n.id.c_str(), n.address.c_str(),
+  for (auto& n : v->nodes) {
+    std::printf("  %-20s %-24s %-5s %zu shards", n.id.c_str(), n.address.c_str(),
                 n.alive ? "alive" : "down", owned[n.id]);
+    if (v->settings.replicas > 1)
+      std::printf(", %zu copies", copies[n.id]);
+    std::printf("\n");
+  }
   std::printf("shards without an owner: %zu\n", unowned);
   std::printf("shards on nodes that are down: %zu\n", on_down);
   for (auto& s : v->shards)
@@ -114,6 +154,16 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
       std::printf("shard %u is moving from node '%s' to node '%s' (epoch %llu%s)\n", s.shard,
                   s.owner.c_str(), s.to.c_str(), static_cast<unsigned long long>(s.epoch),
                   s.copying ? ", copying while it serves" : ", not served");
+  if (v->settings.replicas > 1)
+    for (auto& s : v->shards)
+      if (!s.owner.empty() && s.isr.size() < s.replicas.size()) {
+        std::string out;
+        for (auto& id : s.replicas)
+          if (std::find(s.isr.begin(), s.isr.end(), id) == s.isr.end())
+            out += (out.empty() ? "" : ", ") + id;
+        std::printf("shard %u (owner '%s', epoch %llu): out of sync: %s\n", s.shard,
+                    s.owner.c_str(), static_cast<unsigned long long>(s.epoch), out.c_str());
+      }
   return 0;
 }
 
@@ -229,7 +279,7 @@ int run_adopt(cluster::coordinator& c, const cluster_args& a) {
 runner define_cluster(command_line& cl) {
   auto a = std::make_shared<cluster_args>();
   cl.usage = "agentstate cluster init --etcd URLS --cluster NAME [--shards N]\n"
-             "    [--expect-nodes N]\n"
+             "    [--expect-nodes N] [--replicas R [--min-insync M]]\n"
              "agentstate cluster status --etcd URLS --cluster NAME [--json]\n"
              "agentstate cluster move SHARD NODE --etcd URLS --cluster NAME [--json]\n"
              "    [--token-file FILE] [--tls] [--tls-ca FILE]\n"
@@ -267,13 +317,25 @@ runner define_cluster(command_line& cl) {
     ->type_name("NAME");
   cl.app.add_option("--shards", a->shards, "init: the shard count, fixed for good (default 256)")
     ->type_name("N");
+  auto* expect = cl.app
+                   .add_option("--expect-nodes", a->expect_nodes,
+                               "init: give shards out once this many nodes are live (default 1, "
+                               "or R with --replicas R)")
+                   ->type_name("N");
   cl.app
-    .add_option("--expect-nodes", a->expect_nodes,
-                "init: give shards out once this many nodes are live (default 1)")
-    ->type_name("N");
+    .add_option("--replicas", a->replicas,
+                "init: the copies kept of each shard, on as many nodes (1..7, default 1; "
+                "nodes that replicate are not built yet)")
+    ->type_name("R");
+  cl.app
+    .add_option("--min-insync", a->min_insync,
+                "init: the in-sync copies a shard needs to take writes (1..R, default a "
+                "majority of R)")
+    ->type_name("M");
   add_json_flag(cl, a->json);
   add_remote_flags(cl, a->remote, "reaching the nodes (move, drain, adopt)", "the nodes");
-  return [a]() -> int {
+  return [a, expect]() -> int {
+    a->expect_nodes_given = expect->count() > 0;
     const bool takes_args = a->action == "move" || a->action == "drain" || a->action == "adopt";
     if (a->action != "init" && a->action != "status" && !takes_args)
       return usage_error("cluster",

@@ -160,6 +160,8 @@ result<move_report> move_shard(cluster::coordinator& c, std::uint32_t shard, con
   auto v = c.load();
   if (!v)
     return std::move(v).err();
+  if (auto why = replicas_not_served(*v); !why.empty())
+    return error{errc::invalid_argument, why};
   if (shard >= v->shards.size())
     return error{errc::invalid_argument,
                  "shard " + std::to_string(shard) + " is beyond the cluster's "
@@ -261,6 +263,8 @@ result<std::size_t> drain_node(cluster::coordinator& c, const std::string& node,
   auto v = c.load();
   if (!v)
     return std::move(v).err();
+  if (auto why = replicas_not_served(*v); !why.empty())
+    return error{errc::invalid_argument, why};
   if (!v->node(node))
     return error{errc::invalid_argument, "'" + node + "' is not a node of " + v->cluster};
   std::vector<std::uint32_t> todo;
@@ -328,6 +332,8 @@ result<adopt_report> adopt_store(
   auto v = c.load();
   if (!v)
     return std::move(v).err();
+  if (auto why = replicas_not_served(*v); !why.empty())
+    return error{errc::invalid_argument, why};
   const auto count = v->settings.shards;
   adopt_report out;
   std::map<std::string, node_link> links;

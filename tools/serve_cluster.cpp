@@ -329,6 +329,11 @@ cluster_member::join(const cluster_flags& f, const std::string& address, server:
   auto c = cluster::make_etcd_coordinator(f.etcd, f.cluster);
   if (!c)
     return std::move(c).err();
+  auto seen = (*c)->load();
+  if (!seen)
+    return std::move(seen).err();
+  if (auto why = replicas_not_served(*seen); !why.empty())
+    return error{errc::invalid_argument, why};
   cluster::node::config cfg;
   cfg.id = f.node_id;
   cfg.address = address;

@@ -185,6 +185,115 @@ TEST_CASE("a shard changes only by compare-and-swap on its revision, with a high
   CHECK(c->set_shard(after->shards[3], "bad/name", 1, "").code() == errc::invalid_argument);
 }
 
+TEST_CASE("a replicated cluster's settings and shard entries: replicas, in-sync set, epochs") {
+  test::etcd_process etcd;
+  auto c = coordinator_of(etcd, "rep");
+  cluster::cluster_settings bad;
+  bad.shards = 8;
+  bad.expect_nodes = 3;
+  bad.replicas = 4; // more copies than nodes
+  CHECK(c->create(bad).code() == errc::invalid_argument);
+  bad.replicas = 8;
+  bad.expect_nodes = 8;
+  CHECK(c->create(bad).code() == errc::invalid_argument);
+  bad.replicas = 3;
+  bad.min_insync = 4;
+  CHECK(c->create(bad).code() == errc::invalid_argument);
+  bad.min_insync = 0;
+  CHECK(c->create(bad).code() == errc::invalid_argument);
+  CHECK(c->load().code() == errc::not_found); // nothing refused was written
+  cluster::cluster_settings s;
+  s.shards = 8;
+  s.expect_nodes = 3;
+  s.replicas = 3;
+  s.min_insync = cluster::majority(3);
+  REQUIRE(c->create(s).ok());
+  auto v = c->load();
+  REQUIRE(v.ok());
+  CHECK(v->settings.replicas == 3);
+  CHECK(v->settings.min_insync == 2);
+  CHECK(v->shards[0].replicas.empty());
+  CHECK(v->shards[0].isr.empty());
+
+  cluster::shard_entry e;
+  e.owner = "a";
+  e.epoch = 1;
+  e.replicas = {"a", "b", "c"};
+  e.isr = {"a", "b", "c"};
+  auto first = c->update_shards({v->shards[0]}, {e});
+  REQUIRE(first.ok());
+  auto seen = c->load();
+  REQUIRE(seen.ok());
+  CHECK(seen->shards[0].replicas == e.replicas);
+  CHECK(seen->shards[0].isr == e.isr);
+  CHECK(seen->shards[0].revision == *first);
+
+  // Within an epoch only the in-sync set changes (a follower dropped, added back).
+  auto shrunk = e;
+  shrunk.isr = {"a", "c"};
+  auto dropped = c->update_shards({seen->shards[0]}, {shrunk});
+  REQUIRE(dropped.ok());
+  auto stale = seen->shards[0];
+  CHECK(c->update_shards({stale}, {e}).code() == errc::version_conflict);
+  seen = c->load();
+  REQUIRE(seen.ok());
+  CHECK(seen->shards[0].epoch == 1);
+  CHECK(seen->shards[0].isr == std::vector<std::string>{"a", "c"});
+  auto new_owner = shrunk;
+  new_owner.owner = "c";
+  new_owner.replicas = {"c", "a", "b"};
+  new_owner.isr = {"c", "a"};
+  CHECK(c->update_shards({seen->shards[0]}, {new_owner}).code() == errc::invalid_argument);
+  new_owner.epoch = 2;
+  REQUIRE(c->update_shards({seen->shards[0]}, {new_owner}).ok());
+
+  // Inconsistent entries are refused and change nothing.
+  seen = c->load();
+  REQUIRE(seen.ok());
+  auto wrong = [&](std::vector<std::string> replicas, std::vector<std::string> isr) {
+    auto x = new_owner;
+    x.epoch = 3;
+    x.replicas = std::move(replicas);
+    x.isr = std::move(isr);
+    return c->update_shards({seen->shards[0]}, {x}).code();
+  };
+  CHECK(wrong({"a", "c"}, {"c"}) == errc::invalid_argument); // the owner is not first
+  CHECK(wrong({"c", "a", "a"}, {"c"}) == errc::invalid_argument); // twice
+  CHECK(wrong({"c", "a"}, {"c", "b"}) == errc::invalid_argument); // isr beyond replicas
+  CHECK(wrong({"c", "a"}, {"a"}) == errc::invalid_argument); // isr without the owner
+  CHECK(wrong({"c", "a", "b"}, {"c", "b", "a"}) == errc::invalid_argument); // not in order
+  CHECK(wrong({"c", "bad/name"}, {"c"}) == errc::invalid_argument);
+  auto unchanged = c->load();
+  REQUIRE(unchanged.ok());
+  CHECK(unchanged->shards[0].epoch == 2);
+  CHECK(unchanged->shards[0].revision == seen->shards[0].revision);
+
+  // set_shard keeps the replicas, owner first; a node that keeps no copy
+  // cannot become the owner.
+  auto moved = c->set_shard(unchanged->shards[0], "b", 3, "");
+  REQUIRE(moved.ok());
+  CHECK(moved->replicas == std::vector<std::string>{"b", "c", "a"});
+  CHECK(moved->isr == std::vector<std::string>{"b", "c", "a"});
+  CHECK(c->set_shard(*moved, "d", 4, "").code() == errc::invalid_argument);
+
+  // An entry written inconsistently by someone else reads as data_corrupt.
+  auto eps = cluster::etcd_client::parse_endpoints(etcd.url());
+  REQUIRE(eps.ok());
+  cluster::etcd_client::config ec;
+  ec.endpoints = *eps;
+  auto raw = cluster::etcd_client::make(ec);
+  REQUIRE(raw.ok());
+  auto put = (*raw)->txn({},
+                         {{cluster::etcd_op::kind::put,
+                           "/agentstate/rep/shards/00001",
+                           R"({"owner":"a","epoch":1,"replicas":["b","a"],"isr":["a"]})",
+                           0,
+                           {}}},
+                         {});
+  REQUIRE(put.ok());
+  CHECK(c->load().code() == errc::data_corrupt);
+}
+
 TEST_CASE("a node is live while its lease is, and one id cannot be live twice") {
   test::etcd_process etcd;
   auto c = coordinator_of(etcd, "live");

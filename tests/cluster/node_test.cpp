@@ -42,6 +42,45 @@ bool all_owned(const cluster::cluster_view& v) {
 
 } // namespace
 
+TEST_CASE("with 3 replicas, four nodes started together keep 3 copies of every shard, spread") {
+  test::etcd_process etcd;
+  auto c = shared_coordinator(etcd, "replicated");
+  cluster::cluster_settings s;
+  s.shards = 64;
+  s.expect_nodes = 4;
+  s.replicas = 3;
+  s.min_insync = 2;
+  REQUIRE(c->create(s).ok());
+  std::vector<std::unique_ptr<cluster::node>> nodes;
+  for (auto id : {"n1", "n2", "n3", "n4"})
+    nodes.push_back(start_node(c, id));
+  for (auto& n : nodes)
+    REQUIRE(n->wait_for(all_owned, 10s));
+  auto v = nodes[0]->view();
+  std::map<std::string, int> owned, copies;
+  for (auto& e : v->shards) {
+    CHECK(e.epoch == 1);
+    CHECK(cluster::check_entry(e) == "");
+    REQUIRE(e.replicas.size() == 3);
+    CHECK(e.isr == e.replicas); // nothing written yet: all in sync
+    ++owned[e.owner];
+    for (auto& id : e.replicas)
+      ++copies[id];
+  }
+  REQUIRE(owned.size() == 4);
+  REQUIRE(copies.size() == 4);
+  for (auto& [id, k] : owned) {
+    INFO(id, " owns ", k);
+    CHECK(k >= 64 / 4 - 1);
+    CHECK(k <= 64 / 4 + 1);
+  }
+  for (auto& [id, k] : copies) {
+    INFO(id, " keeps ", k, " copies");
+    CHECK(k >= 64 * 3 / 4 - 2);
+    CHECK(k <= 64 * 3 / 4 + 2);
+  }
+}
+
 TEST_CASE("three nodes started together own every shard within 5 s, S/3 +- 1 each") {
   test::etcd_process etcd;
   auto c = shared_coordinator(etcd, "three");
