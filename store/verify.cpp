@@ -13,6 +13,7 @@
 #include "store/purge.hpp"
 #include "store/reads.hpp"
 #include "store/records.hpp"
+#include "store/replica.hpp"
 #include "store/scope_delete.hpp"
 #include "store/tree_counts.hpp"
 
@@ -179,6 +180,12 @@ verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)
     else if (!known_format(*fmt))
       c.fault("meta: format " + std::string(*fmt) + ", expected "
               + std::to_string(oldest_format_version) + " to " + std::to_string(format_version));
+    // The replica positions (store/replica.hpp): each row decodes.
+    txn.scan(table::meta, replica_key_prefix, {}, [&](std::string_view k, std::string_view v) {
+      if (auto p = decode_replica_row(k, v); !p)
+        c.fault(p.err().message);
+      return true;
+    });
     const bool legacy = txn.legacy_values();
     // Formats before 5 have no creation-order indexes.
     const bool created_index = fmt && known_format(*fmt) >= 5;

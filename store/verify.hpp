@@ -45,7 +45,8 @@ struct verify_report {
 /// app being deleted, whose events are not checked); origins are JSON
 /// objects of existing sessions; each session that expires has its expiry
 /// entry and every entry its session; the change log's rows decode and
-/// their sequence has no gap. Cost: one pass over every table.
+/// their sequence has no gap; every replica position row (table meta,
+/// store/replica.hpp) is intact. Cost: one pass over every table.
 /// `progress(sessions_done)` is called every 10,000 sessions. Never throws:
 /// a storage failure is reported as a fault.
 verify_report verify_store(kv_read& txn, const std::function<void(std::uint64_t)>& progress = {});
