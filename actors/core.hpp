@@ -27,6 +27,7 @@
 #include "store/change_log.hpp"
 #include "store/kv.hpp"
 #include "store/lock.hpp"
+#include "store/replica.hpp"
 
 namespace agentstate::detail {
 
@@ -60,6 +61,17 @@ struct engine_core {
   /// engine::fence_range's ranges: a write set in one fails unavailable at
   /// commit (writer.cpp). Read and changed under commit_mtx only.
   std::vector<model::hash_range> range_fences;
+  /// engine::lead_range's ranges: the epoch this engine's writes of each
+  /// commit under, and the position of the last one committed (written in
+  /// the same transaction, store/replica.hpp). Their write sets are shipped
+  /// through opts.replicator and answered once it confirms them (writer.cpp).
+  /// Read and changed under commit_mtx only.
+  struct led_range {
+    model::hash_range range;
+    std::uint64_t epoch = 0;
+    store::replica_position pos;
+  };
+  std::vector<led_range> led;
   std::unique_ptr<store::kv_store> kv;
   /// Held by every commit (the writer's group commits, try_commit_inline) and
   /// purge step, with its change-log state and scope notices, so commits

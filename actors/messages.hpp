@@ -134,6 +134,14 @@ struct stop_writer_cmd {};
 /// Wakes the writer to purge what an inline commit deleted (core.hpp,
 /// try_commit_inline); no answer.
 struct purge_cmd {};
+/// A replicator's verdict on shipment `id` (options::replicator, from any
+/// thread): the writer then answers the write sets that waited for it, with
+/// `code` and `message` when it is not ok.
+struct shipped_cmd {
+  std::uint64_t id = 0;
+  errc code = errc::ok;
+  std::string message;
+};
 /// The writer's answer to write_cmd and flush_cmd: ok, or the error. A
 /// late-bound write set's binding comes back resolved. `spent` is the write
 /// set itself, handed back so that its memory is freed by the session
@@ -163,9 +171,10 @@ using scope_actor_hdl = caf::typed_actor<caf::reacts_to<scope_get_cmd>,
                                          caf::reacts_to<idle_tick>, caf::reacts_to<evict_cmd>>;
 
 /// The store writer (a detached blocking actor; its handle is typed).
-using writer_hdl = caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
-                                    caf::replies_to<flush_cmd>::with<write_reply>,
-                                    caf::reacts_to<stop_writer_cmd>, caf::reacts_to<purge_cmd>>;
+using writer_hdl =
+  caf::typed_actor<caf::replies_to<write_cmd>::with<write_reply>,
+                   caf::replies_to<flush_cmd>::with<write_reply>, caf::reacts_to<stop_writer_cmd>,
+                   caf::reacts_to<purge_cmd>, caf::reacts_to<shipped_cmd>>;
 
 } // namespace agentstate::detail
 
@@ -188,4 +197,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::flush_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::stop_writer_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::purge_cmd)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::shipped_cmd)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(agentstate::detail::write_reply)

@@ -45,6 +45,19 @@ void commit_or_restore(kv_write& txn, change_log* log, const std::optional<chang
   }
 }
 
+// Calls `seal` (when set) with the entries of [from, to) that succeeded.
+void seal_txn(kv_write& txn, const std::vector<batch_entry>& entries, std::size_t from,
+              std::size_t to, const seal_fn& seal) {
+  if (!seal)
+    return;
+  std::vector<std::size_t> ok;
+  for (std::size_t i = from; i < to; ++i)
+    if (entries[i].code == errc::ok)
+      ok.push_back(i);
+  if (!ok.empty())
+    seal(txn, ok);
+}
+
 // Runs `fn`, one transaction's work; if it throws, every entry not already
 // failed fails with that error: the transaction, or its commit, failed and
 // none of them is stored.
@@ -69,7 +82,8 @@ void or_fail_rest(std::vector<batch_entry>& entries, F&& fn) {
 // the transaction aborted and every outcome reset, when an entry throws (it
 // may have written part of itself, which only a savepoint can take back) or
 // is late (resolve accumulates into it, so it cannot run twice).
-bool commit_direct(kv_store& kv, std::vector<batch_entry>& entries, change_log* log) {
+bool commit_direct(kv_store& kv, std::vector<batch_entry>& entries, change_log* log,
+                   const seal_fn& seal) {
   for (auto& e : entries)
     if (e.late)
       return false;
@@ -88,8 +102,10 @@ bool commit_direct(kv_store& kv, std::vector<batch_entry>& entries, change_log* 
         fail(e, r.code(), r.err().message);
       }
     }
-    if (ok > 0)
+    if (ok > 0) {
       trim(*txn, log, ok);
+      seal_txn(*txn, entries, 0, entries.size(), seal);
+    }
   } catch (...) { // kv_failure, bad_alloc, a throwing put of any kind
     for (auto& e : entries) {
       e.code = errc::ok;
@@ -126,7 +142,7 @@ result<void> resolve_and_apply(kv_write& txn, std::vector<batch_entry>& entries,
 
 // A savepoint per entry, so an entry that throws part-way fails alone.
 void commit_isolated(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
-                     change_log* log) {
+                     change_log* log, const seal_fn& seal) {
   const auto saved = log ? std::optional<change_log>(*log) : std::nullopt;
   or_fail_rest(entries, [&] {
     auto txn = kv.begin_write();
@@ -153,6 +169,7 @@ void commit_isolated(kv_store& kv, std::vector<batch_entry>& entries, const reso
     }
     if (ok > 0) {
       trim(*txn, log, ok);
+      seal_txn(*txn, entries, 0, entries.size(), seal);
       commit_or_restore(*txn, log, saved);
     }
   });
@@ -161,7 +178,7 @@ void commit_isolated(kv_store& kv, std::vector<batch_entry>& entries, const reso
 // For a store that cannot nest transactions (an LMDB writable map, nosync):
 // one transaction per entry. Costs a commit (no flush in nosync) per entry.
 void commit_each(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
-                 change_log* log) {
+                 change_log* log, const seal_fn& seal) {
   for (std::size_t i = 0; i < entries.size(); ++i) {
     auto& e = entries[i];
     const auto saved = log ? std::optional<change_log>(*log) : std::nullopt;
@@ -171,6 +188,7 @@ void commit_each(kv_store& kv, std::vector<batch_entry>& entries, const resolve_
       auto r = resolve_and_apply(*txn, entries, i, resolve, log);
       if (r) {
         trim(*txn, log, 1);
+        seal_txn(*txn, entries, i, i + 1, seal);
         commit_or_restore(*txn, log, saved);
       } else { // the transaction aborts as it goes out of scope
         fail(e, r.code(), r.err().message);
@@ -191,14 +209,14 @@ void commit_each(kv_store& kv, std::vector<batch_entry>& entries, const resolve_
 } // namespace
 
 void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
-                  change_log* log, double now) {
+                  change_log* log, double now, const seal_fn& seal) {
   if (log)
     log->now = now;
-  if (!commit_direct(kv, entries, log)) {
+  if (!commit_direct(kv, entries, log, seal)) {
     if (kv.nests())
-      commit_isolated(kv, entries, resolve, log);
+      commit_isolated(kv, entries, resolve, log, seal);
     else
-      commit_each(kv, entries, resolve, log);
+      commit_each(kv, entries, resolve, log, seal);
   }
   for (auto& e : entries)
     if (e.code != errc::ok)

@@ -34,6 +34,14 @@ struct batch_entry {
 /// most once per entry: an entry it failed is not retried.
 using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
 
+/// Called once for each transaction of a commit_batch that is about to
+/// commit, after its write sets were applied, with the indexes (ascending)
+/// of the entries it holds that succeeded. It may write rows of its own to
+/// `txn` (throwing kv_failure as the writers do: the transaction then fails
+/// whole). Every earlier entry's outcome is final when it runs; it may be
+/// called again for entries of a transaction that did not commit.
+using seal_fn = std::function<void(kv_write& txn, const std::vector<std::size_t>& ok)>;
+
 /// Commits `entries` (fills each one's outcome). With a `log`, each entry
 /// that changes the store takes the next commit sequence and writes its
 /// change row in its own (nested) transaction, stamped with `now` (epoch
@@ -46,8 +54,9 @@ using resolve_fn = std::function<result<void>(kv_read& txn, std::size_t i)>;
 /// transaction. Never throws. Cost: LMDB copies each page a transaction
 /// dirties once per (nested) transaction, so the straight path saves a page
 /// copy for every page two write sets share.
+/// With a `seal`, calls it before each transaction commits.
 void commit_batch(kv_store& kv, std::vector<batch_entry>& entries, const resolve_fn& resolve,
-                  change_log* log, double now);
+                  change_log* log, double now, const seal_fn& seal = {});
 
 /// One transaction that puts one row and commits: what a bare commit costs
 /// on the store's disk (the bench's reference). Storage errors as results.

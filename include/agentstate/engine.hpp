@@ -390,6 +390,40 @@ public:
   /// errors.
   result<void> resume_range(hash_range r);
 
+  // -- replicating a range of the shard hash (a cluster node's part of a
+  //    shard's replicas, docs/cluster.md) -------------------------------------
+  // Blocking, on the calling thread; they take the commit lock.
+
+  /// Makes this engine the leader of `r` under `epoch`: from the return on,
+  /// each write set committed in r also stores r's position (its epoch, the
+  /// next sequence number) in the same commit and is shipped through
+  /// options::replicator; its answer waits for the replicator. Lifts a
+  /// fence of r. A write set that would write two ranges of which one is
+  /// led (an append writing app: keys of an app homed in another range:
+  /// send those through options::app_home) and every delete_app fail
+  /// unavailable while any range is led. The position r's writes follow.
+  /// Errors: invalid_argument (no replicator; `epoch` below the epoch of
+  /// r's stored position), unavailable (closing), storage errors.
+  result<replica_position> lead_range(hash_range r, std::uint64_t epoch);
+  /// Ends the lead of `r` and fences it: its writes fail unavailable until
+  /// it is led again or unfenced. Write sets already shipped are still
+  /// answered as the replicator says.
+  result<void> unlead_range(hash_range r);
+  /// The position of `r` in this store ({0, 0}: none). Errors: data_corrupt
+  /// (a damaged position row), storage errors.
+  result<replica_position> range_position(hash_range r);
+  /// Applies a shipment's `batch` of range `r` as a follower, in one commit
+  /// with r's new position: fences r first (this engine does not write it
+  /// itself), then refuses, changing nothing, a batch whose epoch is below
+  /// that of r's position (condition_failed: a deposed leader's) or that
+  /// does not follow r's position (version_conflict: a gap, or a store
+  /// that diverged; the message gives both positions). A write set that
+  /// does not apply here as it did at the leader means the stores diverged:
+  /// data_corrupt, nothing written. Nothing is logged in the change feed.
+  /// The position reached. Errors also: invalid_argument (not a batch),
+  /// unavailable (closing), storage errors.
+  result<replica_position> apply_replica(hash_range r, std::string_view batch);
+
   // -- the change feed (watch.hpp) ----------------------------------------------
 
   /// Up to `limit` (1 to 10,000) changes after req.from (none, or

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "agentstate/error.hpp"
 #include "agentstate/json.hpp"
 #include "agentstate/types.hpp"
 
@@ -104,6 +105,24 @@ enum class create_policy {
   always,
   /// Never: a directory without data.mdb is refused with not_found.
   never,
+};
+
+/// How far a replicated range's writes have reached in a store: the epoch
+/// the last one was committed under and its sequence number in the range
+/// (1, 2, ... across epochs; {0, 0}: none yet).
+struct replica_position {
+  std::uint64_t epoch = 0;
+  std::uint64_t seq = 0;
+};
+
+/// A run of write sets committed, in commit order, in the range [lo, hi) of
+/// the shard hash that an engine leads (engine::lead_range), for the range's
+/// followers: `batch` (engine::apply_replica's input) carries them; they
+/// follow position `prev` and end at `last`.
+struct replica_shipment {
+  std::uint64_t lo = 0, hi = 0;
+  replica_position prev, last;
+  std::string batch;
 };
 
 struct options {
@@ -243,6 +262,17 @@ struct options {
   /// the system clock. Called from any of the engine's threads at once:
   /// REQUIRES thread-safe, non-blocking, and never throwing.
   std::function<double()> wall_clock;
+  /// A cluster node's replication of the ranges this engine leads
+  /// (engine::lead_range): called with each run of write sets committed in
+  /// one of them, in commit order per range, on the engine's writer thread
+  /// (it must not block); it calls `done` exactly once, from any thread,
+  /// when the range's followers hold the run durably (ok), or with the
+  /// error to answer when they cannot. The answers of those writes wait for
+  /// `done`: ok answers them as committed; an error answers each with it
+  /// (the write stays committed here: in doubt) and ends the lead of the
+  /// range, which is fenced (engine::fence_range) until it is led again.
+  /// Unset: lead_range is refused.
+  std::function<void(replica_shipment, std::function<void(result<void>)> done)> replicator;
   /// Derived keys (see derived_key); checked by engine::open.
   std::vector<derived_key> derived;
 };

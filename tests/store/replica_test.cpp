@@ -568,7 +568,7 @@ std::unique_ptr<store::kv_store> engine_store(test::temp_dir& dir) {
   return store::open_lmdb_kv(dir.str(), false, std::uint64_t{1} << 30);
 }
 
-std::optional<replica_position> position(store::kv_read& txn, model::hash_range r) {
+std::optional<store::replica_position> position(store::kv_read& txn, model::hash_range r) {
   auto p = store::read_replica_position(txn, r.lo, r.hi);
   INFO(test::describe(p));
   REQUIRE(p.ok());
@@ -606,9 +606,9 @@ TEST_CASE("replica: position rows round-trip per shard on LMDB and verify passes
   }
   {
     auto r = kv->begin_read();
-    CHECK(position(*r, s0) == replica_position{1, 9});
-    CHECK(position(*r, s1) == replica_position{1, 7});
-    CHECK(position(*r, s3) == replica_position{2, std::numeric_limits<std::uint64_t>::max()});
+    CHECK(position(*r, s0) == store::replica_position{1, 9});
+    CHECK(position(*r, s1) == store::replica_position{1, 7});
+    CHECK(position(*r, s3) == store::replica_position{2, std::numeric_limits<std::uint64_t>::max()});
     CHECK_FALSE(position(*r, model::shard_range(2, 4)).has_value());
     // A range that shares a bound with a stored one has none.
     CHECK_FALSE(position(*r, {s0.lo, s1.hi}).has_value());
@@ -641,9 +641,9 @@ TEST_CASE("replica: position rows round-trip per shard on LMDB and verify passes
   }
   {
     auto r = kv->begin_read();
-    CHECK(position(*r, s0) == replica_position{2, 10});
+    CHECK(position(*r, s0) == store::replica_position{2, 10});
     CHECK_FALSE(position(*r, s1).has_value());
-    CHECK(position(*r, s3) == replica_position{2, std::numeric_limits<std::uint64_t>::max()});
+    CHECK(position(*r, s3) == store::replica_position{2, std::numeric_limits<std::uint64_t>::max()});
   }
   CHECK(verified(*kv).ok());
 }
@@ -676,7 +676,7 @@ TEST_CASE("replica: a damaged position row reads as data_corrupt and verify name
                  "the replica position of shard [0x0000000000000000, "
                  "0x8000000000000000) is damaged"));
       // The other shard's row still reads.
-      CHECK(position(*r, s1) == replica_position{1, 2});
+      CHECK(position(*r, s1) == store::replica_position{1, 2});
     }
     auto report = verified(*kv);
     CHECK(report.faults == 1);

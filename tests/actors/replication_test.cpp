@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+// engine::lead_range, apply_replica, range_position and options::replicator
+// (actors/replication.cpp, writer.cpp) between two real LMDB stores: what a
+// leader ships, applied at a follower, leaves the follower's range equal to
+// the leader's; a write is answered only once the replicator confirms it, and
+// a refused shipment answers it in doubt and stops the range; a follower
+// refuses batches of a lower epoch, out of order, damaged, or that do not
+// apply as they did at the leader, changing nothing; positions survive a
+// restart and carry on under a new epoch.
+#include <doctest/doctest.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace agentstate;
+using namespace std::chrono_literals;
+
+const hash_range everything{0, 0}; // [0, end of the hash space)
+
+bool same(const replica_position& a, const replica_position& b) {
+  return a.epoch == b.epoch && a.seq == b.seq;
+}
+
+/// A replicator whose shipments wait in a queue until the test confirms them.
+struct held_replicator {
+  struct held {
+    replica_shipment s;
+    std::function<void(result<void>)> done;
+  };
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::deque<held> q;
+
+  void operator()(replica_shipment s, std::function<void(result<void>)> done) {
+    std::lock_guard<std::mutex> lk(mtx);
+    q.push_back({std::move(s), std::move(done)});
+    cv.notify_all();
+  }
+  /// The next shipment, waiting for it (bounded: 10 s).
+  held next(const char* what) {
+    INFO("waiting for the shipment of " << std::string(what));
+    std::unique_lock<std::mutex> lk(mtx);
+    REQUIRE(cv.wait_for(lk, 10s, [&] { return !q.empty(); }));
+    auto h = std::move(q.front());
+    q.pop_front();
+    return h;
+  }
+};
+
+/// A callback's answer, waited for (bounded: 10 s).
+template <class T>
+struct answer {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::optional<result<T>> got;
+
+  callback<T> cb() {
+    return [this](result<T> r) {
+      std::lock_guard<std::mutex> lk(mtx);
+      got.emplace(std::move(r));
+      cv.notify_all();
+    };
+  }
+  bool arrived() {
+    std::lock_guard<std::mutex> lk(mtx);
+    return got.has_value();
+  }
+  result<T> wait() {
+    std::unique_lock<std::mutex> lk(mtx);
+    REQUIRE(cv.wait_for(lk, 10s, [&] { return got.has_value(); }));
+    return std::move(*got);
+  }
+};
+
+/// An engine on an LMDB store in `dir` with `replicator`.
+std::unique_ptr<engine> open_with(
+  const std::string& dir,
+  std::function<void(replica_shipment, std::function<void(result<void>)>)> replicator = {}) {
+  options o;
+  o.dir = dir;
+  o.mode = durability::nosync;
+  o.replicator = std::move(replicator);
+  auto r = engine::open(o);
+  INFO(test::describe(r));
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+/// A mix of writes: creates with state on all three scopes, appends with
+/// deltas, a modify resolved at commit, a delete.
+void write_mix(engine& e, int n) {
+  for (int i = 0; i < n; ++i) {
+    const std::string id = "s" + std::to_string(i);
+    const std::string user = "u" + std::to_string(i % 3);
+    MUST(e.create_session(test::create_req("chat", user, id, {{"k", i}, {"user:seen", true}})));
+    test::append_ok(e, test::sref("chat", user, id),
+                    test::make_event({{"step", 1}, {"app:last", id}, {"user:name", user}}));
+    auto a = test::append_req(test::sref("chat", user, id), test::make_event());
+    a.modify.push_back(modify_ops::increment("app:count", 1));
+    MUST(e.append_event(std::move(a)));
+  }
+  MUST(e.delete_session(test::sref("chat", "u0", "s0")));
+}
+
+} // namespace
+
+TEST_CASE("a leader's shipments applied at a follower leave both ranges equal") {
+  test::temp_dir dir;
+  auto follower = open_with(dir.str() + "/b");
+  auto leader = open_with(dir.str() + "/a", [&](replica_shipment s, auto done) {
+    auto r = follower->apply_replica({s.lo, s.hi}, s.batch);
+    if (!r) {
+      done(std::move(r).err());
+      return;
+    }
+    CHECK(same(*r, s.last));
+    done({});
+  });
+  auto start = MUST(leader->lead_range(everything, 1));
+  CHECK(same(start, {0, 0}));
+  write_mix(*leader, 6);
+  auto pa = MUST(leader->range_position(everything));
+  auto pb = MUST(follower->range_position(everything));
+  CHECK(pa.epoch == 1);
+  CHECK(pa.seq == 6 * 3 + 1); // a create and two appends each, and the delete
+  CHECK(same(pa, pb));
+  auto da = MUST(leader->digest_range(everything));
+  auto db = MUST(follower->digest_range(everything));
+  CHECK(da.sessions == 5);
+  CHECK(da.rows == db.rows);
+  CHECK(da.crc == db.crc);
+  // The modify was resolved at the leader; the follower holds its outcome.
+  CHECK(test::app_state(*leader, "chat")["count"] == 6);
+  // The follower fenced the range: it does not write it itself.
+  auto own = follower->create_session(test::create_req("chat", "u1", "mine"));
+  CHECK(own.code() == errc::unavailable);
+}
+
+TEST_CASE("a led range's write is answered only when its shipment is confirmed") {
+  test::temp_dir dir;
+  held_replicator held;
+  auto leader = open_with(
+    dir.str() + "/a", [&](replica_shipment s, auto done) { held(std::move(s), std::move(done)); });
+  MUST(leader->lead_range(everything, 3));
+  answer<session> created;
+  leader->create_session(test::create_req("chat", "u", "s"), created.cb());
+  auto h = held.next("the create");
+  // The shipment was handed over after the write committed and its answer
+  // was put aside: only `done` delivers it.
+  CHECK_FALSE(created.arrived());
+  CHECK(same(h.s.prev, {0, 0}));
+  CHECK(same(h.s.last, {3, 1}));
+  h.done({});
+  MUST(created.wait());
+
+  // A refused shipment answers its write in doubt and stops the range.
+  answer<append_result> appended;
+  leader->append_event(
+    test::append_req(test::sref("chat", "u", "s"), test::make_event(json::object(), "e1")),
+    appended.cb());
+  auto refused = held.next("e1");
+  CHECK(same(refused.s.prev, {3, 1}));
+  refused.done(error{errc::unavailable, "a follower is out of reach"});
+  auto r = appended.wait();
+  CHECK(r.code() == errc::unavailable);
+  CHECK(r.err().message.find("in doubt") != std::string::npos);
+  auto next = leader->append_event(
+    test::append_req(test::sref("chat", "u", "s"), test::make_event(json::object(), "e2")));
+  CHECK(next.code() == errc::unavailable);
+  // Led again (a new epoch), it carries on from the position it stored.
+  auto at = MUST(leader->lead_range(everything, 4));
+  CHECK(same(at, {3, 2}));
+  answer<append_result> again;
+  leader->append_event(
+    test::append_req(test::sref("chat", "u", "s"), test::make_event(json::object(), "e3")),
+    again.cb());
+  auto third = held.next("e3");
+  CHECK(same(third.s.prev, {3, 2}));
+  CHECK(same(third.s.last, {4, 3}));
+  third.done({});
+  // e1 stayed committed here (in doubt), e2 was refused.
+  CHECK(MUST(again.wait()).version == 2);
+  auto s = test::get_existing(*leader, test::sref("chat", "u", "s"));
+  CHECK(test::event_ids(s.events) == std::vector<std::string>{"e1", "e3"});
+}
+
+TEST_CASE("a follower refuses a batch of a lower epoch, out of order, damaged or diverged") {
+  test::temp_dir dir;
+  std::vector<replica_shipment> shipped;
+  auto leader = open_with(dir.str() + "/a", [&](replica_shipment s, auto done) {
+    shipped.push_back(std::move(s)); // on the writer thread, one at a time
+    done({});
+  });
+  MUST(leader->lead_range(everything, 2));
+  MUST(leader->create_session(test::create_req("chat", "u", "s")));
+  test::append_ok(*leader, test::sref("chat", "u", "s"), test::make_event({{"x", 1}}));
+  test::append_ok(*leader, test::sref("chat", "u", "s"), test::make_event({{"x", 2}}));
+  MUST(leader->close());
+  REQUIRE(shipped.size() == 3);
+
+  auto follower = open_with(dir.str() + "/b");
+  // Out of order: the second before the first.
+  auto gap = follower->apply_replica(everything, shipped[1].batch);
+  CHECK(gap.code() == errc::version_conflict);
+  CHECK(gap.err().message.find("(epoch 0, seq 0)") != std::string::npos);
+  // Not a batch, or one damaged in transit.
+  CHECK(follower->apply_replica(everything, "nonsense").code() == errc::invalid_argument);
+  auto damaged = shipped[0].batch;
+  damaged[damaged.size() / 2] ^= 0x20;
+  CHECK(follower->apply_replica(everything, damaged).code() == errc::invalid_argument);
+  CHECK(same(MUST(follower->range_position(everything)), {0, 0}));
+  MUST(follower->apply_replica(everything, shipped[0].batch));
+  // The same batch twice does not follow where the follower is.
+  CHECK(follower->apply_replica(everything, shipped[0].batch).code() == errc::version_conflict);
+  MUST(follower->apply_replica(everything, shipped[1].batch));
+  MUST(follower->apply_replica(everything, shipped[2].batch));
+  CHECK(same(MUST(follower->range_position(everything)), {2, 3}));
+  CHECK(test::get_existing(*follower, test::sref("chat", "u", "s")).state["x"] == 2);
+
+  // A store that diverged: its copy already holds the session the first
+  // write creates, so the create does not apply as it did at the leader.
+  auto diverged = open_with(dir.str() + "/c");
+  MUST(diverged->create_session(test::create_req("chat", "u", "s")));
+  auto bad = diverged->apply_replica(everything, shipped[0].batch);
+  CHECK(bad.code() == errc::data_corrupt);
+  CHECK(same(MUST(diverged->range_position(everything)), {0, 0}));
+
+  // A deposed leader's batch (a lower epoch than the follower's position).
+  test::temp_dir dir2;
+  std::vector<replica_shipment> newer;
+  auto reopened = open_with(dir.str() + "/a", [&](replica_shipment s, auto done) {
+    newer.push_back(std::move(s));
+    done({});
+  });
+  CHECK(reopened->lead_range(everything, 1).code() == errc::invalid_argument); // below epoch 2
+  CHECK(same(MUST(reopened->lead_range(everything, 5)), {2, 3}));
+  test::append_ok(*reopened, test::sref("chat", "u", "s"), test::make_event({{"x", 3}}));
+  REQUIRE(newer.size() == 1);
+  MUST(follower->apply_replica(everything, newer[0].batch));
+  CHECK(same(MUST(follower->range_position(everything)), {5, 4}));
+  auto deposed = open_with(dir2.str() + "/old", [&](replica_shipment s, auto done) {
+    newer.push_back(std::move(s));
+    done({});
+  });
+  MUST(deposed->lead_range(everything, 4));
+  MUST(deposed->create_session(test::create_req("chat", "v", "t")));
+  REQUIRE(newer.size() == 2);
+  auto stale = follower->apply_replica(everything, newer[1].batch);
+  CHECK(stale.code() == errc::condition_failed);
+  CHECK(same(MUST(follower->range_position(everything)), {5, 4}));
+}
