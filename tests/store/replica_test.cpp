@@ -608,7 +608,8 @@ TEST_CASE("replica: position rows round-trip per shard on LMDB and verify passes
     auto r = kv->begin_read();
     CHECK(position(*r, s0) == store::replica_position{1, 9});
     CHECK(position(*r, s1) == store::replica_position{1, 7});
-    CHECK(position(*r, s3) == store::replica_position{2, std::numeric_limits<std::uint64_t>::max()});
+    CHECK(position(*r, s3)
+          == store::replica_position{2, std::numeric_limits<std::uint64_t>::max()});
     CHECK_FALSE(position(*r, model::shard_range(2, 4)).has_value());
     // A range that shares a bound with a stored one has none.
     CHECK_FALSE(position(*r, {s0.lo, s1.hi}).has_value());
@@ -643,7 +644,8 @@ TEST_CASE("replica: position rows round-trip per shard on LMDB and verify passes
     auto r = kv->begin_read();
     CHECK(position(*r, s0) == store::replica_position{2, 10});
     CHECK_FALSE(position(*r, s1).has_value());
-    CHECK(position(*r, s3) == store::replica_position{2, std::numeric_limits<std::uint64_t>::max()});
+    CHECK(position(*r, s3)
+          == store::replica_position{2, std::numeric_limits<std::uint64_t>::max()});
   }
   CHECK(verified(*kv).ok());
 }
