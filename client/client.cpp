@@ -6,6 +6,7 @@
 // and the end of a connection completing every call exactly once.
 #include "agentstate/client.hpp"
 
+#include <csignal>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -13,6 +14,8 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+
+#include <pthread.h>
 
 #include "client/transport.hpp"
 #include "model/text.hpp"
@@ -370,8 +373,27 @@ struct rpc_client::impl {
 
   void start_thread() {
     work.emplace(io.get_executor());
-    thread = std::thread([this] { io.run(); });
+    thread = std::thread([this] {
+      // A write to a pipe whose reader is gone fails with EPIPE here
+      // instead of raising SIGPIPE in the process (sockets use
+      // MSG_NOSIGNAL).
+      sigset_t pipe_signal;
+      sigemptyset(&pipe_signal);
+      sigaddset(&pipe_signal, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+      io.run();
+    });
     io_thread = thread.get_id();
+  }
+
+  /// Takes the connected stream `s` and starts reading. I/O thread.
+  void begin(std::unique_ptr<client_detail::stream> s) {
+    conn = std::move(s);
+    {
+      std::lock_guard<std::mutex> g(mtx);
+      open = true;
+    }
+    start_read();
   }
 
   // -- calls -------------------------------------------------------------------
@@ -831,25 +853,48 @@ result<std::unique_ptr<rpc_client>> rpc_client::connect(const client_options& o)
           raw->ended = true;
           return connected.set_value(std::move(s).err());
         }
-        raw->conn = std::move(*s);
-        {
-          std::lock_guard<std::mutex> g(raw->mtx);
-          raw->open = true;
-        }
-        raw->start_read();
+        raw->begin(std::move(*s));
         connected.set_value(result<void>());
       });
   });
   auto r = f.get();
   if (!r)
     return std::move(r).err();
-  std::unique_ptr<rpc_client> c(new rpc_client(p));
-  if (!o.token.empty()) {
-    auto left = std::chrono::duration_cast<duration>(deadline - clock_type::now());
-    auto reply = c->call("authenticate", json{{"token", o.token}}, std::max(left, duration(1)));
-    if (!reply.value)
-      return std::move(reply.value).err();
-  }
+  return authenticated(std::unique_ptr<rpc_client>(new rpc_client(p)), o.token, deadline);
+}
+
+result<std::unique_ptr<rpc_client>> rpc_client::adopt(int read_fd, int write_fd,
+                                                      const client_options& o) {
+  if (o.tls)
+    return error{errc::invalid_argument, "TLS is for TCP addresses, not descriptors"};
+  auto deadline = clock_type::now() + o.connect_timeout;
+  auto p = std::make_shared<impl>(o);
+  p->opts.max_line_bytes = std::max<std::size_t>(o.max_line_bytes, 1024);
+  p->opts.max_send_queue_bytes = std::max<std::size_t>(o.max_send_queue_bytes, 1024);
+  p->name = "fd:" + std::to_string(read_fd) + "/" + std::to_string(write_fd);
+  auto s = client_detail::adopt_stream(p->io, read_fd, write_fd);
+  if (!s)
+    return std::move(s).err();
+  p->start_thread();
+  impl* raw = p.get();
+  std::promise<void> started;
+  asio::post(p->io, [raw, &s, &started] {
+    raw->begin(std::move(*s));
+    started.set_value();
+  });
+  started.get_future().get();
+  return authenticated(std::unique_ptr<rpc_client>(new rpc_client(p)), o.token, deadline);
+}
+
+result<std::unique_ptr<rpc_client>>
+rpc_client::authenticated(std::unique_ptr<rpc_client> c, const std::string& token,
+                          std::chrono::steady_clock::time_point deadline) {
+  if (token.empty())
+    return c;
+  auto left = std::chrono::duration_cast<duration>(deadline - clock_type::now());
+  auto reply = c->call("authenticate", json{{"token", token}}, std::max(left, duration(1)));
+  if (!reply.value)
+    return std::move(reply.value).err();
   return c;
 }
 

@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // client/transport.cpp: connecting the stream of client/transport.hpp (TCP,
-// Unix socket, TLS) with a bound on the whole attempt.
+// Unix socket, TLS) with a bound on the whole attempt, and the stream over a
+// caller's pair of descriptors.
 #include "client/transport.hpp"
 
 #include <asio/ssl.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
 
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -44,6 +51,33 @@ private:
 
 public:
   S sock;
+};
+
+/// Reads from one descriptor and writes to another (a child's stdout and
+/// stdin), or both on one when `write_` is empty.
+class fd_stream final : public stream {
+public:
+  fd_stream(asio::io_context& io, int read_fd, int write_fd) : read_(io, read_fd) {
+    if (write_fd != read_fd)
+      write_.emplace(io, write_fd);
+  }
+
+  void read_some(asio::mutable_buffer b, io_handler h) override {
+    read_.async_read_some(b, std::move(h));
+  }
+  void write(asio::const_buffer b, io_handler h) override {
+    asio::async_write(write_ ? *write_ : read_, b, std::move(h));
+  }
+  void close() override {
+    asio::error_code ec;
+    read_.close(ec);
+    if (write_)
+      write_->close(ec);
+  }
+
+private:
+  asio::posix::stream_descriptor read_;
+  std::optional<asio::posix::stream_descriptor> write_;
 };
 
 /// One connection attempt: resolve (TCP), connect, TLS handshake; the timer
@@ -181,6 +215,16 @@ bool expect_host(SSL* ssl, const std::string& host) {
   return SSL_set1_host(ssl, host.c_str()) == 1 && SSL_set_tlsext_host_name(ssl, host.c_str()) == 1;
 }
 
+/// A close-on-exec duplicate of `fd`, or invalid_argument naming it.
+result<int> duplicate(int fd, const char* role) {
+  int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (d < 0)
+    return error{errc::invalid_argument,
+                 std::string("cannot use descriptor ") + std::to_string(fd) + " to " + role + ": "
+                   + std::strerror(errno)};
+  return d;
+}
+
 } // namespace
 
 result<server::listen_spec> parse_address(const std::string& address) {
@@ -234,6 +278,20 @@ void connect_stream(asio::io_context& io, const server::listen_spec& at, const c
     c->start_unix();
   else
     c->start_tcp();
+}
+
+result<std::unique_ptr<stream>> adopt_stream(asio::io_context& io, int read_fd, int write_fd) {
+  auto r = duplicate(read_fd, "read from");
+  if (!r)
+    return std::move(r).err();
+  if (write_fd == read_fd)
+    return std::unique_ptr<stream>(std::make_unique<fd_stream>(io, *r, *r));
+  auto w = duplicate(write_fd, "write to");
+  if (!w) {
+    ::close(*r);
+    return std::move(w).err();
+  }
+  return std::unique_ptr<stream>(std::make_unique<fd_stream>(io, *r, *w));
 }
 
 } // namespace agentstate::client_detail
