@@ -57,9 +57,20 @@ public:
 /// stdin), or both on one when `write_` is empty.
 class fd_stream final : public stream {
 public:
-  fd_stream(asio::io_context& io, int read_fd, int write_fd) : read_(io, read_fd) {
-    if (write_fd != read_fd)
-      write_.emplace(io, write_fd);
+  explicit fd_stream(asio::io_context& io) : read_(io) {}
+
+  /// Takes `read_fd` and `write_fd` (the same for one descriptor). On an
+  /// error (a descriptor the reactor cannot watch, such as a regular file)
+  /// `write_fd` is not taken, and `read_fd` is when `read_taken` says so.
+  asio::error_code assign(int read_fd, int write_fd, bool& read_taken) {
+    asio::error_code ec;
+    read_.assign(read_fd, ec);
+    read_taken = !ec;
+    if (ec || write_fd == read_fd)
+      return ec;
+    write_.emplace(read_.get_executor());
+    write_->assign(write_fd, ec);
+    return ec;
   }
 
   void read_some(asio::mutable_buffer b, io_handler h) override {
@@ -284,14 +295,28 @@ result<std::unique_ptr<stream>> adopt_stream(asio::io_context& io, int read_fd, 
   auto r = duplicate(read_fd, "read from");
   if (!r)
     return std::move(r).err();
-  if (write_fd == read_fd)
-    return std::unique_ptr<stream>(std::make_unique<fd_stream>(io, *r, *r));
-  auto w = duplicate(write_fd, "write to");
-  if (!w) {
-    ::close(*r);
-    return std::move(w).err();
+  int w = *r;
+  if (write_fd != read_fd) {
+    auto d = duplicate(write_fd, "write to");
+    if (!d) {
+      ::close(*r);
+      return std::move(d).err();
+    }
+    w = *d;
   }
-  return std::unique_ptr<stream>(std::make_unique<fd_stream>(io, *r, *w));
+  auto s = std::make_unique<fd_stream>(io);
+  bool read_taken = false;
+  if (auto ec = s->assign(*r, w, read_taken)) {
+    s.reset(); // closes what it took
+    if (!read_taken)
+      ::close(*r);
+    if (w != *r)
+      ::close(w);
+    return error{errc::invalid_argument,
+                 "cannot use descriptors " + std::to_string(read_fd) + "/"
+                   + std::to_string(write_fd) + ": " + ec.message()};
+  }
+  return std::unique_ptr<stream>(std::move(s));
 }
 
 } // namespace agentstate::client_detail
