@@ -6,6 +6,7 @@
 // and the end of a connection completing every call exactly once.
 #include "agentstate/client.hpp"
 
+#include <array>
 #include <csignal>
 #include <cstring>
 #include <future>
@@ -104,10 +105,11 @@ std::optional<std::uint64_t> id_in_head(std::string_view head) {
 /// below 64 levels of nesting. Accepts exactly the texts
 /// `json::accept` does (RFC 8259: UTF-8 checked, surrogate escapes
 /// paired, numbers within a double's range), except a leading byte order
-/// mark.
+/// mark. With `max_depth`, a text nested deeper is refused too.
 class json_checker {
 public:
-  explicit json_checker(std::string_view t) : p_(t.data()), end_(t.data() + t.size()) {}
+  explicit json_checker(std::string_view t, std::size_t max_depth = std::size_t(-1))
+    : p_(t.data()), end_(t.data() + t.size()), max_depth_(max_depth) {}
 
   /// True when the whole text is one JSON value.
   bool one_value() {
@@ -121,8 +123,17 @@ public:
 private:
   const char* p_;
   const char* end_;
+  std::size_t max_depth_;
   /// The open containers, innermost last: '{' or '['.
   std::string open_;
+  /// plain_[b]: byte b stands for itself in a string (printable ASCII but
+  /// the quote and the backslash).
+  static constexpr std::array<bool, 256> plain_ = [] {
+    std::array<bool, 256> t{};
+    for (int b = 0x20; b < 0x80; ++b)
+      t[static_cast<std::size_t>(b)] = b != '"' && b != '\\';
+    return t;
+  }();
 
   void ws() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r'))
@@ -145,6 +156,8 @@ private:
       char c = *p_;
       if (c == '{' || c == '[') {
         ++p_;
+        if (open_.size() >= max_depth_)
+          return false;
         open_.push_back(c);
         if (take(c == '{' ? '}' : ']')) {
           open_.pop_back();
@@ -215,6 +228,12 @@ private:
   bool string() {
     ++p_;
     while (p_ < end_) {
+      // Printable ASCII other than the quote and the backslash, at a
+      // table's lookup a byte.
+      while (p_ < end_ && plain_[static_cast<unsigned char>(*p_)])
+        ++p_;
+      if (p_ >= end_)
+        return false;
       auto c = static_cast<unsigned char>(*p_);
       if (c == '"')
         return ++p_, true;
@@ -319,6 +338,34 @@ private:
 /// True when `text` is one JSON value (json_checker).
 bool is_one_json_value(std::string_view text) {
   return json_checker(text).one_value();
+}
+
+/// The JSON object `text` holds, or nullopt when it is not one JSON object
+/// nested at most `max_depth` deep: checked first, so the parser needs no
+/// per-token callback.
+std::optional<json> parse_object(std::string_view text, std::size_t max_depth) {
+  if (!json_checker(text, max_depth).one_value())
+    return std::nullopt;
+  auto v = json::parse(text.begin(), text.end(), nullptr, false);
+  if (!v.is_object())
+    return std::nullopt;
+  return v;
+}
+
+/// `name` written as a JSON string: quoted as it is when it needs no escape
+/// (a method's name), else by the JSON writer; an error when it is not UTF-8.
+result<std::string> json_name(const std::string& name) {
+  bool plain = true;
+  for (unsigned char c : name)
+    plain = plain && c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+  if (!plain)
+    return dump_json(json(name));
+  std::string out;
+  out.reserve(name.size() + 2);
+  out += '"';
+  out += name;
+  out += '"';
+  return out;
 }
 
 } // namespace
@@ -441,7 +488,7 @@ struct rpc_client::impl {
   void submit_raw(const std::string& method, std::string_view params_text, raw_reply_handler done,
                   duration deadline) {
     pending p{nullptr, nullptr, std::move(done), std::nullopt, deadline};
-    auto name_text = dump_json(json(method));
+    auto name_text = json_name(method);
     if (!name_text)
       return finish(
         p, failed(errc::invalid_argument, "cannot write the request: " + name_text.err().message));
@@ -722,8 +769,8 @@ struct rpc_client::impl {
   /// Handles a line through its parsed value; `taken` is the call it answers
   /// when that was already removed from the table.
   void handle_parsed(std::string_view text, std::optional<pending> taken) {
-    auto parsed = parse_json(text, max_reply_depth);
-    if (!parsed || !parsed->is_object()) {
+    auto parsed = parse_object(text, max_reply_depth);
+    if (!parsed) {
       if (taken)
         finish(*taken,
                failed(errc::unavailable, "the server sent a line that is not a JSON object"));
