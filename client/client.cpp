@@ -6,6 +6,8 @@
 // and the end of a connection completing every call exactly once.
 #include "agentstate/client.hpp"
 
+#include <array>
+#include <csignal>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -13,6 +15,8 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+
+#include <pthread.h>
 
 #include "client/transport.hpp"
 #include "model/text.hpp"
@@ -101,10 +105,11 @@ std::optional<std::uint64_t> id_in_head(std::string_view head) {
 /// below 64 levels of nesting. Accepts exactly the texts
 /// `json::accept` does (RFC 8259: UTF-8 checked, surrogate escapes
 /// paired, numbers within a double's range), except a leading byte order
-/// mark.
+/// mark. With `max_depth`, a text nested deeper is refused too.
 class json_checker {
 public:
-  explicit json_checker(std::string_view t) : p_(t.data()), end_(t.data() + t.size()) {}
+  explicit json_checker(std::string_view t, std::size_t max_depth = std::size_t(-1))
+    : p_(t.data()), end_(t.data() + t.size()), max_depth_(max_depth) {}
 
   /// True when the whole text is one JSON value.
   bool one_value() {
@@ -118,8 +123,17 @@ public:
 private:
   const char* p_;
   const char* end_;
+  std::size_t max_depth_;
   /// The open containers, innermost last: '{' or '['.
   std::string open_;
+  /// plain_[b]: byte b stands for itself in a string (printable ASCII but
+  /// the quote and the backslash).
+  static constexpr std::array<bool, 256> plain_ = [] {
+    std::array<bool, 256> t{};
+    for (int b = 0x20; b < 0x80; ++b)
+      t[static_cast<std::size_t>(b)] = b != '"' && b != '\\';
+    return t;
+  }();
 
   void ws() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r'))
@@ -142,6 +156,8 @@ private:
       char c = *p_;
       if (c == '{' || c == '[') {
         ++p_;
+        if (open_.size() >= max_depth_)
+          return false;
         open_.push_back(c);
         if (take(c == '{' ? '}' : ']')) {
           open_.pop_back();
@@ -212,6 +228,12 @@ private:
   bool string() {
     ++p_;
     while (p_ < end_) {
+      // Printable ASCII other than the quote and the backslash, at a
+      // table's lookup a byte.
+      while (p_ < end_ && plain_[static_cast<unsigned char>(*p_)])
+        ++p_;
+      if (p_ >= end_)
+        return false;
       auto c = static_cast<unsigned char>(*p_);
       if (c == '"')
         return ++p_, true;
@@ -318,6 +340,34 @@ bool is_one_json_value(std::string_view text) {
   return json_checker(text).one_value();
 }
 
+/// The JSON object `text` holds, or nullopt when it is not one JSON object
+/// nested at most `max_depth` deep: checked first, so the parser needs no
+/// per-token callback.
+std::optional<json> parse_object(std::string_view text, std::size_t max_depth) {
+  if (!json_checker(text, max_depth).one_value())
+    return std::nullopt;
+  auto v = json::parse(text.begin(), text.end(), nullptr, false);
+  if (!v.is_object())
+    return std::nullopt;
+  return v;
+}
+
+/// `name` written as a JSON string: quoted as it is when it needs no escape
+/// (a method's name), else by the JSON writer; an error when it is not UTF-8.
+result<std::string> json_name(const std::string& name) {
+  bool plain = true;
+  for (unsigned char c : name)
+    plain = plain && c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+  if (!plain)
+    return dump_json(json(name));
+  std::string out;
+  out.reserve(name.size() + 2);
+  out += '"';
+  out += name;
+  out += '"';
+  return out;
+}
+
 } // namespace
 
 struct rpc_client::impl {
@@ -370,8 +420,27 @@ struct rpc_client::impl {
 
   void start_thread() {
     work.emplace(io.get_executor());
-    thread = std::thread([this] { io.run(); });
+    thread = std::thread([this] {
+      // A write to a pipe whose reader is gone fails with EPIPE here
+      // instead of raising SIGPIPE in the process (sockets use
+      // MSG_NOSIGNAL).
+      sigset_t pipe_signal;
+      sigemptyset(&pipe_signal);
+      sigaddset(&pipe_signal, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+      io.run();
+    });
     io_thread = thread.get_id();
+  }
+
+  /// Takes the connected stream `s` and starts reading. I/O thread.
+  void begin(std::unique_ptr<client_detail::stream> s) {
+    conn = std::move(s);
+    {
+      std::lock_guard<std::mutex> g(mtx);
+      open = true;
+    }
+    start_read();
   }
 
   // -- calls -------------------------------------------------------------------
@@ -419,7 +488,7 @@ struct rpc_client::impl {
   void submit_raw(const std::string& method, std::string_view params_text, raw_reply_handler done,
                   duration deadline) {
     pending p{nullptr, nullptr, std::move(done), std::nullopt, deadline};
-    auto name_text = dump_json(json(method));
+    auto name_text = json_name(method);
     if (!name_text)
       return finish(
         p, failed(errc::invalid_argument, "cannot write the request: " + name_text.err().message));
@@ -700,8 +769,8 @@ struct rpc_client::impl {
   /// Handles a line through its parsed value; `taken` is the call it answers
   /// when that was already removed from the table.
   void handle_parsed(std::string_view text, std::optional<pending> taken) {
-    auto parsed = parse_json(text, max_reply_depth);
-    if (!parsed || !parsed->is_object()) {
+    auto parsed = parse_object(text, max_reply_depth);
+    if (!parsed) {
       if (taken)
         finish(*taken,
                failed(errc::unavailable, "the server sent a line that is not a JSON object"));
@@ -831,25 +900,48 @@ result<std::unique_ptr<rpc_client>> rpc_client::connect(const client_options& o)
           raw->ended = true;
           return connected.set_value(std::move(s).err());
         }
-        raw->conn = std::move(*s);
-        {
-          std::lock_guard<std::mutex> g(raw->mtx);
-          raw->open = true;
-        }
-        raw->start_read();
+        raw->begin(std::move(*s));
         connected.set_value(result<void>());
       });
   });
   auto r = f.get();
   if (!r)
     return std::move(r).err();
-  std::unique_ptr<rpc_client> c(new rpc_client(p));
-  if (!o.token.empty()) {
-    auto left = std::chrono::duration_cast<duration>(deadline - clock_type::now());
-    auto reply = c->call("authenticate", json{{"token", o.token}}, std::max(left, duration(1)));
-    if (!reply.value)
-      return std::move(reply.value).err();
-  }
+  return authenticated(std::unique_ptr<rpc_client>(new rpc_client(p)), o.token, deadline);
+}
+
+result<std::unique_ptr<rpc_client>> rpc_client::adopt(int read_fd, int write_fd,
+                                                      const client_options& o) {
+  if (o.tls)
+    return error{errc::invalid_argument, "TLS is for TCP addresses, not descriptors"};
+  auto deadline = clock_type::now() + o.connect_timeout;
+  auto p = std::make_shared<impl>(o);
+  p->opts.max_line_bytes = std::max<std::size_t>(o.max_line_bytes, 1024);
+  p->opts.max_send_queue_bytes = std::max<std::size_t>(o.max_send_queue_bytes, 1024);
+  p->name = "fd:" + std::to_string(read_fd) + "/" + std::to_string(write_fd);
+  auto s = client_detail::adopt_stream(p->io, read_fd, write_fd);
+  if (!s)
+    return std::move(s).err();
+  p->start_thread();
+  impl* raw = p.get();
+  std::promise<void> started;
+  asio::post(p->io, [raw, &s, &started] {
+    raw->begin(std::move(*s));
+    started.set_value();
+  });
+  started.get_future().get();
+  return authenticated(std::unique_ptr<rpc_client>(new rpc_client(p)), o.token, deadline);
+}
+
+result<std::unique_ptr<rpc_client>>
+rpc_client::authenticated(std::unique_ptr<rpc_client> c, const std::string& token,
+                          std::chrono::steady_clock::time_point deadline) {
+  if (token.empty())
+    return c;
+  auto left = std::chrono::duration_cast<duration>(deadline - clock_type::now());
+  auto reply = c->call("authenticate", json{{"token", token}}, std::max(left, duration(1)));
+  if (!reply.value)
+    return std::move(reply.value).err();
   return c;
 }
 

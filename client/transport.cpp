@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // client/transport.cpp: connecting the stream of client/transport.hpp (TCP,
-// Unix socket, TLS) with a bound on the whole attempt.
+// Unix socket, TLS) with a bound on the whole attempt, and the stream over a
+// caller's pair of descriptors.
 #include "client/transport.hpp"
 
 #include <asio/ssl.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
 
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -44,6 +51,44 @@ private:
 
 public:
   S sock;
+};
+
+/// Reads from one descriptor and writes to another (a child's stdout and
+/// stdin), or both on one when `write_` is empty.
+class fd_stream final : public stream {
+public:
+  explicit fd_stream(asio::io_context& io) : read_(io) {}
+
+  /// Takes `read_fd` and `write_fd` (the same for one descriptor). On an
+  /// error (a descriptor the reactor cannot watch, such as a regular file)
+  /// `write_fd` is not taken, and `read_fd` is when `read_taken` says so.
+  asio::error_code assign(int read_fd, int write_fd, bool& read_taken) {
+    asio::error_code ec;
+    read_.assign(read_fd, ec);
+    read_taken = !ec;
+    if (ec || write_fd == read_fd)
+      return ec;
+    write_.emplace(read_.get_executor());
+    write_->assign(write_fd, ec);
+    return ec;
+  }
+
+  void read_some(asio::mutable_buffer b, io_handler h) override {
+    read_.async_read_some(b, std::move(h));
+  }
+  void write(asio::const_buffer b, io_handler h) override {
+    asio::async_write(write_ ? *write_ : read_, b, std::move(h));
+  }
+  void close() override {
+    asio::error_code ec;
+    read_.close(ec);
+    if (write_)
+      write_->close(ec);
+  }
+
+private:
+  asio::posix::stream_descriptor read_;
+  std::optional<asio::posix::stream_descriptor> write_;
 };
 
 /// One connection attempt: resolve (TCP), connect, TLS handshake; the timer
@@ -181,6 +226,16 @@ bool expect_host(SSL* ssl, const std::string& host) {
   return SSL_set1_host(ssl, host.c_str()) == 1 && SSL_set_tlsext_host_name(ssl, host.c_str()) == 1;
 }
 
+/// A close-on-exec duplicate of `fd`, or invalid_argument naming it.
+result<int> duplicate(int fd, const char* role) {
+  int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (d < 0)
+    return error{errc::invalid_argument,
+                 std::string("cannot use descriptor ") + std::to_string(fd) + " to " + role + ": "
+                   + std::strerror(errno)};
+  return d;
+}
+
 } // namespace
 
 result<server::listen_spec> parse_address(const std::string& address) {
@@ -234,6 +289,34 @@ void connect_stream(asio::io_context& io, const server::listen_spec& at, const c
     c->start_unix();
   else
     c->start_tcp();
+}
+
+result<std::unique_ptr<stream>> adopt_stream(asio::io_context& io, int read_fd, int write_fd) {
+  auto r = duplicate(read_fd, "read from");
+  if (!r)
+    return std::move(r).err();
+  int w = *r;
+  if (write_fd != read_fd) {
+    auto d = duplicate(write_fd, "write to");
+    if (!d) {
+      ::close(*r);
+      return std::move(d).err();
+    }
+    w = *d;
+  }
+  auto s = std::make_unique<fd_stream>(io);
+  bool read_taken = false;
+  if (auto ec = s->assign(*r, w, read_taken)) {
+    s.reset(); // closes what it took
+    if (!read_taken)
+      ::close(*r);
+    if (w != *r)
+      ::close(w);
+    return error{errc::invalid_argument,
+                 "cannot use descriptors " + std::to_string(read_fd) + "/"
+                   + std::to_string(write_fd) + ": " + ec.message()};
+  }
+  return std::unique_ptr<stream>(std::move(s));
 }
 
 } // namespace agentstate::client_detail

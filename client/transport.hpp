@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // client/transport.hpp: the byte stream under rpc_client (client/client.cpp):
-// a TCP, Unix-socket or TLS connection made on an Asio io_context. Internal
-// to agentstate_client.
+// a TCP, Unix-socket or TLS connection made on an Asio io_context, or a pair
+// of descriptors handed over by the caller. Internal to agentstate_client.
 #pragma once
 
 #include <asio.hpp>
@@ -47,5 +47,11 @@ bool is_end_of_stream(const asio::error_code& ec);
 void connect_stream(asio::io_context& io, const server::listen_spec& at, const client_options& o,
                     std::chrono::milliseconds timeout,
                     std::function<void(result<std::unique_ptr<stream>>)> done);
+
+/// A stream over duplicates of `read_fd` and `write_fd` (one duplicate when
+/// they are the same descriptor, e.g. a socket), on `io`; the caller's
+/// descriptors stay open and its own. invalid_argument when a descriptor
+/// cannot be duplicated (not open).
+result<std::unique_ptr<stream>> adopt_stream(asio::io_context& io, int read_fd, int write_fd);
 
 } // namespace agentstate::client_detail

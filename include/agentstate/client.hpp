@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // agentstate/client.hpp: a client of `agentstate serve` (docs/protocol.md):
-// JSON-RPC 2.0 lines over TCP, TLS or a Unix socket, with an optional token,
+// JSON-RPC 2.0 lines over TCP, TLS, a Unix socket or a pair of descriptors
+// (a child's stdin and stdout pipes, see rpc_client::adopt), with an optional token,
 // many requests in flight on one connection (pipelining, matched by id), a
 // deadline per call, and the `watch` change feed. Library agentstate_client.
 //
@@ -13,7 +14,8 @@
 // handler must not throw: an exception that escapes one is caught and
 // dropped so the I/O thread goes on. Every other member may be called from
 // any thread at any time. There is no reconnection: once the connection has
-// ended, connect a new client.
+// ended, connect a new client. A write to a pipe whose reader has gone ends
+// the connection (EPIPE); it raises no SIGPIPE (the I/O thread blocks it).
 //
 // Memory: request bytes waiting to be sent are capped (max_send_queue_bytes),
 // and so is a reply line being read (max_line_bytes). Calls in flight are
@@ -148,6 +150,22 @@ public:
   /// server's error for a refused token (unauthenticated).
   static result<std::unique_ptr<rpc_client>> connect(const client_options& o);
 
+  /// A client on a byte stream the caller already has: requests are written
+  /// to `write_fd` and responses read from `read_fd` (a server child's stdin
+  /// and stdout pipes, as `agentstate serve` without --listen serves them),
+  /// or both on one descriptor (a connected socket) when they are equal.
+  /// The client works on close-on-exec duplicates of them, which it closes
+  /// when the connection ends; the caller's descriptors stay open and its
+  /// own (closing its copy of a child's stdin is what ends that child's
+  /// input, once the client is gone too). Both are set non-blocking (the
+  /// flag belongs to the open file, shared with the caller's copies). Of
+  /// `o`, the token (sent as connect() does, within o.connect_timeout) and
+  /// the limits and on_server_error apply; o.address is not read; server()
+  /// is "fd:READ/WRITE". Errors: invalid_argument (a descriptor that is not
+  /// open, or o.tls), and the server's error for a refused token.
+  static result<std::unique_ptr<rpc_client>> adopt(int read_fd, int write_fd,
+                                                   const client_options& o = {});
+
   /// Closes the connection (see close()) and joins the I/O thread.
   /// REQUIRES: not called from one of this client's handlers.
   ~rpc_client();
@@ -214,7 +232,7 @@ public:
   bool connected() const;
 
   /// The server as messages name it: "HOST:PORT", "[HOST]:PORT" or
-  /// "unix:PATH".
+  /// "unix:PATH"; "fd:READ/WRITE" for a client made by adopt().
   const std::string& server() const;
 
   /// Request bytes queued and not yet taken by the socket.
@@ -226,6 +244,11 @@ public:
 private:
   struct impl;
   explicit rpc_client(std::shared_ptr<impl> p);
+  /// `c` once it has sent `authenticate` with `token` (when not empty) and
+  /// it was accepted before `deadline`; else the error.
+  static result<std::unique_ptr<rpc_client>>
+  authenticated(std::unique_ptr<rpc_client> c, const std::string& token,
+                std::chrono::steady_clock::time_point deadline);
   std::shared_ptr<impl> p_;
 };
 

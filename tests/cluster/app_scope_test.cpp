@@ -69,13 +69,8 @@ json increment_params(const std::string& user, const std::string& id) {
 /// reads their answers; REQUIREs each to succeed and returns the results in
 /// the order sent.
 std::vector<json> pipelined(client& c, const std::vector<std::pair<std::string, json>>& lines) {
-  std::string out;
   for (std::size_t i = 0; i < lines.size(); ++i)
-    out +=
-      json{{"jsonrpc", "2.0"}, {"id", i}, {"method", lines[i].first}, {"params", lines[i].second}}
-        .dump()
-      + "\n";
-  REQUIRE(c.send(out));
+    REQUIRE(c.send_line(rpc(i, lines[i].first, lines[i].second)));
   std::vector<json> results(lines.size());
   for (std::size_t k = 0; k < lines.size(); ++k) {
     auto r = c.next(30s);
@@ -120,7 +115,6 @@ TEST_CASE("cluster app: scope: 300 sessions x 10 increments through three nodes 
     for (int i = 0; i < sessions; ++i)
       per[static_cast<std::size_t>(i + r) % 3].push_back(
         {"append_event", increment_params("u" + std::to_string(i), "e" + std::to_string(r))});
-    std::string out[3];
     for (std::size_t k = 0; k < 3; ++k) {
       for (std::size_t i = 0; i < per[k].size(); ++i) {
         const auto& p = per[k][i].second;
@@ -129,11 +123,8 @@ TEST_CASE("cluster app: scope: 300 sessions x 10 increments through three nodes 
                {"f", "append"},
                {"session", session_of(p)},
                {"value", {{"event", p["event"]}}}});
-        out[k] +=
-          json{{"jsonrpc", "2.0"}, {"id", i}, {"method", per[k][i].first}, {"params", p}}.dump()
-          + "\n";
+        REQUIRE(via[k].send_line(rpc(i, per[k][i].first, p)));
       }
-      REQUIRE(via[k].send(out[k]));
     }
     for (std::size_t k = 0; k < 3; ++k)
       for (std::size_t n = 0; n < per[k].size(); ++n) {

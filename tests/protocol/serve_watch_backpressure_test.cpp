@@ -85,8 +85,8 @@ std::map<int, std::string> append_many(client& c, int first, int count, int sess
 /// Reads `c` until every watch's cursor has reached `until` (a cursor of
 /// this store); adds what arrives to `got`, returns the bytes read and
 /// raises `longest` to the longest line's.
-std::uint64_t read_until(client& c, std::map<std::string, delivered>& got, const std::string& until,
-                         std::uint64_t& longest) {
+std::uint64_t read_until(raw_socket& c, std::map<std::string, delivered>& got,
+                         const std::string& until, std::uint64_t& longest) {
   std::uint64_t bytes = 0;
   auto behind = [&] {
     for (auto& [id, d] : got)
@@ -131,7 +131,8 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
                       "--durability", "nosync", "--max-output-bytes", std::to_string(budget)},
                      (dir.path() / "stderr.txt").string());
   const int port = srv.port();
-  client writer(port), stalled(port), probe(port);
+  client writer(port), probe(port);
+  raw_socket stalled(port); // raw: it stops reading, on a small receive buffer
   REQUIRE(writer.connected());
   REQUIRE(stalled.connected());
   REQUIRE(probe.connected());

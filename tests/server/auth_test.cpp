@@ -227,8 +227,10 @@ TEST_CASE("serve --auth-file: no token, a wrong token: every method but ping is 
   }
   // Bad params are no way around it either.
   CHECK(kind_of(c.call("get_session", json{{"app_name", 5}})) == "unauthenticated");
-  // A notification is not run.
-  REQUIRE(c.send_line(
+  // A notification is not run. Raw: a notification (no id) is what a
+  // client that numbers its requests does not send.
+  raw_socket n(s.port);
+  REQUIRE(n.send_line(
     json{{"jsonrpc", "2.0"},
          {"method", "create_session"},
          {"params", json{{"app_name", "chat"}, {"user_id", "u"}, {"session_id", "sneaky"}}}}));
@@ -240,9 +242,11 @@ TEST_CASE("serve --auth-file: no token, a wrong token: every method but ping is 
     INFO("method ", method, " after a wrong token");
     CHECK(kind_of(c.call(method, params)) == "unauthenticated");
   }
-  // A correct token opens the connection; the notification created nothing.
+  // A correct token opens the connection; the notification created nothing
+  // (read on its own connection, after it).
   REQUIRE(ok(c.call("authenticate", json{{"token", tok_all}})));
-  auto got = c.call("get_session", sref_params("chat", "sneaky"));
+  REQUIRE(ok(n.call("authenticate", json{{"token", tok_all}})));
+  auto got = n.call("get_session", sref_params("chat", "sneaky"));
   REQUIRE(ok(got));
   CHECK((*got)["result"].is_null());
 
@@ -331,7 +335,7 @@ TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused au
   };
   // Starts an app watch with sessions on `c`; returns its watch_id after
   // the change carrying `marker` arrived on it.
-  auto watch_until = [&](client& c, const std::string& app, const std::string& marker) {
+  auto watch_until = [&](raw_socket& c, const std::string& app, const std::string& marker) {
     auto r = c.call("watch", json{{"scope", "app"}, {"app_name", app}, {"include_sessions", true}});
     REQUIRE(ok(r));
     auto id = (*r)["result"]["watch_id"].get<std::string>();
@@ -346,7 +350,7 @@ TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused au
   // Reads `c` up to the answer of a ping (an open method: answered after a
   // revocation too); returns the lines before it. The watch_ended came
   // first, so a change would have had to come before the answer.
-  auto until_pong = [&](client& c) {
+  auto until_pong = [&](raw_socket& c) {
     REQUIRE(c.send_line(rpc("barrier", "ping")));
     std::vector<json> lines;
     for (;;) {
@@ -372,8 +376,10 @@ TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused au
     CHECK(ended == 1);
   };
 
+  // The watchers are raw: a change sent after its watch ended must be seen,
+  // where a client drops a change of a watch it no longer has.
   SUBCASE("SIGHUP removes the token") {
-    client w(s.port);
+    raw_socket w(s.port);
     REQUIRE(ok(w.call("authenticate", json{{"token", tok_two}})));
     auto id = watch_until(w, "mail", "before-revocation");
     write_text(s.tokens, tok_all + " *\n" + tok_chat + " chat\n");
@@ -395,7 +401,7 @@ TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused au
     CHECK(kind_of(w.call("get_app_state", json{{"app_name", "mail"}})) == "unauthenticated");
   }
   SUBCASE("a refused re-authenticate") {
-    client w(s.port);
+    raw_socket w(s.port);
     REQUIRE(ok(w.call("authenticate", json{{"token", tok_chat}})));
     auto id = watch_until(w, "chat", "before-reauth");
     REQUIRE(
@@ -423,9 +429,10 @@ TEST_CASE("regression: a revoked token keeps streaming: a reload or a refused au
 TEST_CASE("regression: unauthenticated connections hold slots forever: they share a few slots, "
           "newcomers displace the oldest") {
   auth_server s({"--max-connections", "8", "--max-unauthenticated", "2"});
-  std::vector<std::unique_ptr<client>> squatters;
+  // Raw: a displaced one reads the server's null-id error line as sent.
+  std::vector<std::unique_ptr<raw_socket>> squatters;
   for (int i = 0; i < 8; ++i) {
-    squatters.push_back(std::make_unique<client>(s.port));
+    squatters.push_back(std::make_unique<raw_socket>(s.port));
     REQUIRE(ok(squatters.back()->call("ping")));
   }
   // Each newcomer displaced the oldest: six were told and closed.
@@ -454,7 +461,7 @@ TEST_CASE("regression: unauthenticated connections hold slots forever: pings do 
   auth_server s({"--auth-timeout-s", "1"});
   client good(s.port);
   REQUIRE(ok(good.call("authenticate", json{{"token", tok_all}})));
-  client squatter(s.port);
+  raw_socket squatter(s.port); // raw: the server's null-id error line is read as sent
   // A ping every 100 ms (the wait for a line in between), up to 10 s: the
   // connection is never idle, and its 1 s deadline passes.
   std::optional<json> told;
@@ -494,7 +501,7 @@ TEST_CASE("regression: unfinished request lines are bounded per connection only:
     return (*st)["result"]["server"]["bytes_in"].get<std::uint64_t>();
   };
   // Before authentication a line may not pass 64 KiB.
-  client anon(s.port);
+  raw_socket anon(s.port); // raw: a line sent in pieces
   const std::string head = R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":")";
   REQUIRE(anon.send(head + std::string(200 * 1024, 'a')));
   REQUIRE(anon.send("\"}}\n"));
@@ -508,10 +515,11 @@ TEST_CASE("regression: unfinished request lines are bounded per connection only:
   // Authenticated, three clients each start a 1.5 MiB line: together they
   // pass the 4 MiB budget, so the line that passes it is discarded as it
   // arrives.
-  std::vector<std::unique_ptr<client>> big;
+  // Raw: each holds an unfinished line.
+  std::vector<std::unique_ptr<raw_socket>> big;
   const std::size_t piece = 1536 * 1024;
   for (int i = 0; i < 3; ++i) {
-    big.push_back(std::make_unique<client>(s.port));
+    big.push_back(std::make_unique<raw_socket>(s.port));
     REQUIRE(ok(big.back()->call("authenticate", json{{"token", tok_all}})));
   }
   auto before = bytes_in();

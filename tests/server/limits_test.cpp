@@ -39,7 +39,7 @@ TEST_CASE("limits: one connection over --max-connections gets one error line and
     held.push_back(std::make_unique<client>(port));
     REQUIRE(ok(held.back()->call("ping")));
   }
-  client over(port);
+  raw_socket over(port); // raw: the refusal is a line with a null id
   REQUIRE(over.connected());
   auto r = over.next(5s);
   REQUIRE(r);
@@ -71,7 +71,7 @@ TEST_CASE("limits: an idle connection is told and closed after --idle-timeout-s;
   fixture f;
   server_process srv({"--listen", "0", "--memory", "--idle-timeout-s", "1"}, f.log_path());
   int port = srv.port();
-  client idle(port);
+  raw_socket idle(port); // raw: the server's null-id error line is read as sent
   client busy(port);
   REQUIRE(ok(idle.call("ping")));
   // The busy client sends a request every 250 ms (the input: gaps well under
@@ -104,7 +104,7 @@ TEST_CASE("limits: a request line not completed within --line-timeout-s closes t
   server_process srv(
     {"--listen", "0", "--memory", "--line-timeout-s", "1", "--idle-timeout-s", "60"}, f.log_path());
   int port = srv.port();
-  client slow(port);
+  raw_socket slow(port); // raw: a line sent a byte at a time, never finished
   client other(port);
   REQUIRE(slow.send(R"({"jsonrpc":"2.0","id":1,)"));
   // One byte every 100 ms (the input: never idle, never done; waited for as
@@ -150,7 +150,7 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
   long base = srv.status("VmRSS");
   REQUIRE(base > 0);
 
-  client hog(port);
+  raw_socket hog(port); // raw: it reads nothing until the test says
   std::string batch;
   for (int i = 0; i < 300; ++i)
     batch += rpc(i, "get_app_state", json{{"app_name", "big"}}).dump() + "\n";
@@ -227,7 +227,7 @@ TEST_CASE("regression: the per-connection output cap can be bypassed: small answ
                      {"state", json{{"app:blob", std::string(900 * 1024, 'x')}}}};
   REQUIRE(ok(admin.call("create_session", create)));
 
-  client hog(port);
+  raw_socket hog(port); // raw: it reads nothing until the test says
   REQUIRE(ok(hog.call("get_app_state", json{{"app_name", "big"}})));
   for (int i = 0; i < 200; ++i)
     REQUIRE(ok(hog.call("ping", nullptr, i)));
@@ -273,11 +273,12 @@ TEST_CASE("limits: partial lines cost about their bytes, and the line timeout fr
   REQUIRE(ok(admin.call("ping")));
   long base = srv.status("VmRSS");
   const std::size_t each = 15u << 20;
-  std::vector<std::unique_ptr<client>> senders;
+  // Raw: each sends a line's first 15 MiB and no more.
+  std::vector<std::unique_ptr<raw_socket>> senders;
   std::string piece = R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":")";
   piece += std::string(each - piece.size(), 'p');
   for (int i = 0; i < 8; ++i) {
-    senders.push_back(std::make_unique<client>(port));
+    senders.push_back(std::make_unique<raw_socket>(port));
     REQUIRE(senders.back()->send(piece));
   }
   auto deadline = std::chrono::steady_clock::now() + 10s * slowdown;
@@ -309,7 +310,7 @@ TEST_CASE("limits: --max-in-flight holds a pipeline without blocking anyone; not
     {"--listen", "0", "--memory", "--max-in-flight", "1", "--max-line-bytes", "1000"},
     f.log_path());
   int port = srv.port();
-  client c(port);
+  raw_socket c(port); // raw: notifications and a line over --max-line-bytes
   client other(port);
   REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
   std::string batch;
@@ -353,9 +354,10 @@ TEST_CASE("limits: under a 64-descriptor limit the cap follows the limit; client
   MESSAGE("connection cap under RLIMIT_NOFILE 64: ", cap);
   CHECK(cap < 64);
   CHECK(srv.log().find("event=max_connections_lowered") != std::string::npos);
-  std::vector<std::unique_ptr<client>> clients;
+  // Raw: a refused one reads the server's null-id error line as its answer.
+  std::vector<std::unique_ptr<raw_socket>> clients;
   for (int i = 0; i < 60; ++i)
-    clients.push_back(std::make_unique<client>(port));
+    clients.push_back(std::make_unique<raw_socket>(port));
   int served = 0, refused = 0, silent = 0;
   for (auto& c : clients) {
     auto r = c->call("ping", nullptr, "p", 3s);

@@ -125,12 +125,9 @@ TEST_CASE("listeners: SIGTERM answers requests in flight, refuses new connection
   int port = srv.port();
   client c(port);
   REQUIRE(ok(c.call("create_session", sref_params("app", "s"))));
-  std::string batch;
   for (int i = 0; i < 200; ++i)
-    batch +=
-      rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "a"}})).dump()
-      + "\n";
-  REQUIRE(c.send(batch));
+    REQUIRE(c.send_line(
+      rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "a"}}))));
   auto first = c.next();
   REQUIRE(ok(first));
   srv.signal(SIGTERM);

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/server/net_support.hpp: the network server as a child process
 // (`agentstate serve --listen ...`, optionally under a wrapper such as
-// prlimit), blocking TCP / Unix-socket clients, and TLS material made with the
-// openssl CLI. Shared by the tests under tests/server/.
+// prlimit), a blocking client of the protocol built on agentstate::rpc_client,
+// a raw socket for the bytes no client sends, and TLS material made with the
+// openssl CLI. Shared by the tests under tests/server/ and the others that
+// drive a server over the network.
 // REQUIRES: the including target defines AGENTSTATE_BIN.
 #pragma once
 
 #include "support/sanitizers.hpp"
 #include "support/test_support.hpp"
+
+#include "agentstate/client.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -23,7 +27,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <deque>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -191,12 +198,15 @@ private:
   pid_t pid_ = -1;
 };
 
-/// A blocking client on TCP loopback or a Unix socket. No doctest assertions
-/// inside (usable from worker threads): failures come back as empty results.
-class client {
+/// A blocking TCP loopback or Unix socket that sends the bytes it is given:
+/// raw because the tests using it send what no client would (malformed,
+/// oversize or half-written lines, ids of any type, slow reads, floods).
+/// No doctest assertions inside (usable from worker threads): failures come
+/// back as empty results.
+class raw_socket {
 public:
   /// TCP to 127.0.0.1:port.
-  explicit client(int port) {
+  explicit raw_socket(int port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -208,7 +218,7 @@ public:
     }
   }
   /// A Unix socket at `path`.
-  explicit client(const std::string& path) {
+  explicit raw_socket(const std::string& path) {
     fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -218,13 +228,13 @@ public:
       fd_ = -1;
     }
   }
-  ~client() {
+  ~raw_socket() {
     if (fd_ >= 0)
       ::close(fd_);
   }
-  client(const client&) = delete;
-  client& operator=(const client&) = delete;
-  client(client&& o) noexcept : fd_(o.fd_), buf_(std::move(o.buf_)) { o.fd_ = -1; }
+  raw_socket(const raw_socket&) = delete;
+  raw_socket& operator=(const raw_socket&) = delete;
+  raw_socket(raw_socket&& o) noexcept : fd_(o.fd_), buf_(std::move(o.buf_)) { o.fd_ = -1; }
 
   bool connected() const { return fd_ >= 0; }
   int fd() const { return fd_; }
@@ -312,6 +322,121 @@ public:
 private:
   int fd_ = -1;
   std::string buf_;
+};
+
+/// A blocking client of the protocol on TCP loopback or a Unix socket, built
+/// on agentstate::rpc_client (which picks the wire ids). Responses come back
+/// as the server's response objects, `id` being the label the test gave;
+/// watches started here queue their notifications (`changes`,
+/// `watch_ended`) for next(). No doctest assertions inside (usable from
+/// worker threads): failures come back as empty results.
+class client {
+public:
+  /// TCP to 127.0.0.1:port.
+  explicit client(int port) : client("127.0.0.1:" + std::to_string(port), 0) {}
+  /// A Unix socket at `path`.
+  explicit client(const std::string& path) : client("unix:" + path, 0) {}
+
+  bool connected() const { return rpc_ && rpc_->connected(); }
+  /// The library client underneath (null when connecting failed).
+  rpc_client* rpc() const { return rpc_.get(); }
+
+  /// Sends one request and waits for its response (the response object,
+  /// `id` set to `id`); nullopt when it is not answered within `t` or the
+  /// connection is lost. A `watch` call queues its notifications for next().
+  std::optional<json> call(const std::string& method, json params = nullptr, json id = "call",
+                           std::chrono::milliseconds t = 10s) {
+    if (!rpc_)
+      return std::nullopt;
+    auto st = state_;
+    auto r = method == "watch" ? rpc_->watch(
+               std::move(params), [st](const watch_event& ev) { st->notify(ev); }, t)
+                               : rpc_->call(method, std::move(params), t);
+    return response_of(std::move(r), std::move(id));
+  }
+
+  /// Sends request `req` (`{"id","method","params"}`) without waiting; its
+  /// response is queued for next() in the order the server's lines came,
+  /// notifications included. False when the connection is closed.
+  bool send_line(const json& req) {
+    if (!connected() || !req.is_object() || !req.contains("method"))
+      return false;
+    auto st = state_;
+    json id = req.value("id", json());
+    auto done = [st, id](rpc_reply r) {
+      if (auto resp = response_of(std::move(r), id))
+        st->push(std::move(*resp));
+      else
+        st->wake();
+    };
+    json params = req.value("params", json());
+    const auto method = req["method"].get<std::string>();
+    if (method == "watch")
+      rpc_->watch_async(
+        std::move(params), [st](const watch_event& ev) { st->notify(ev); }, std::move(done));
+    else
+      rpc_->call_async(method, std::move(params), std::move(done));
+    return true;
+  }
+
+  /// The next queued response or notification; nullopt when none comes
+  /// within `t`, or when the connection has ended and none is left (noticed
+  /// at once while a call or watch is outstanding, else at `t`).
+  std::optional<json> next(std::chrono::milliseconds t = 10s) {
+    std::unique_lock<std::mutex> lock(state_->mtx);
+    state_->cv.wait_for(lock, t, [&] { return !state_->queue.empty() || !connected(); });
+    if (state_->queue.empty())
+      return std::nullopt;
+    auto m = std::move(state_->queue.front());
+    state_->queue.pop_front();
+    return m;
+  }
+
+private:
+  struct queue_state {
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::deque<json> queue;
+
+    void push(json m) {
+      std::lock_guard<std::mutex> g(mtx);
+      queue.push_back(std::move(m));
+      cv.notify_all();
+    }
+    void wake() {
+      std::lock_guard<std::mutex> g(mtx);
+      cv.notify_all();
+    }
+    void notify(const watch_event& ev) {
+      if (ev.what == watch_event::kind::lost)
+        return wake();
+      push(json{{"jsonrpc", "2.0"},
+                {"method", ev.what == watch_event::kind::ended ? "watch_ended" : "changes"},
+                {"params", ev.params}});
+    }
+  };
+
+  client(const std::string& address, int) {
+    client_options o;
+    o.address = address;
+    o.max_line_bytes = std::size_t(1) << 30;
+    if (auto c = rpc_client::connect(o))
+      rpc_ = std::move(*c);
+  }
+
+  static std::optional<json> response_of(rpc_reply r, json id) {
+    if (!r.answered)
+      return std::nullopt;
+    json out{{"jsonrpc", "2.0"}, {"id", std::move(id)}};
+    if (r.value)
+      out["result"] = std::move(*r.value);
+    else
+      out["error"] = std::move(r.error_object);
+    return out;
+  }
+
+  std::shared_ptr<queue_state> state_ = std::make_shared<queue_state>();
+  std::unique_ptr<rpc_client> rpc_;
 };
 
 inline json rpc(json id, const std::string& method, json params = nullptr) {

@@ -36,7 +36,8 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
   long rss_before = srv.status("VmRSS");
 
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<client> idle;
+  // Raw sockets: 2,000 connections without a client thread each.
+  std::vector<raw_socket> idle;
   idle.reserve(idle_count);
   for (int i = 0; i < idle_count; ++i) {
     idle.emplace_back(port);
@@ -79,8 +80,8 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
   st = server_stats(admin);
   INFO("stats: ", st.dump());
   CHECK(st["connections_open"] == idle_count + 2);
-  // One over the cap: an error line, then closed.
-  client over(port);
+  // One over the cap: an error line, then closed (read off the wire).
+  raw_socket over(port);
   auto r = over.next(5s);
   REQUIRE(r);
   CHECK(kind_of(r) == "unavailable");

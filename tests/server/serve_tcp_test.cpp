@@ -52,7 +52,7 @@ TEST_CASE("serve --listen: concurrent clients, per-connection order, SIGTERM exi
   {
     client c(port);
     REQUIRE(c.connected());
-    REQUIRE(c.send(request(1, "create_session", session_params("shared")).dump() + "\n"));
+    REQUIRE(c.send_line(request(1, "create_session", session_params("shared"))));
     auto r = c.next();
     REQUIRE(r);
     INFO("response: ", r->dump());
@@ -70,21 +70,20 @@ TEST_CASE("serve --listen: concurrent clients, per-connection order, SIGTERM exi
       if (!report.connected)
         return;
       auto own = "own-" + std::to_string(k);
-      // Everything pipelined in one write: create, then own and shared
-      // appends interleaved, then a read of each.
-      std::string batch = request("create", "create_session", session_params(own)).dump() + "\n";
+      // Everything pipelined: create, then own and shared appends
+      // interleaved, then a read of each.
+      std::vector<json> batch{request("create", "create_session", session_params(own))};
       for (int i = 0; i < per_client; ++i) {
-        batch +=
-          request("own-" + std::to_string(i), "append_event", append_params(own)).dump() + "\n";
-        batch +=
-          request("shared-" + std::to_string(i), "append_event", append_params("shared")).dump()
-          + "\n";
+        batch.push_back(request("own-" + std::to_string(i), "append_event", append_params(own)));
+        batch.push_back(
+          request("shared-" + std::to_string(i), "append_event", append_params("shared")));
       }
-      batch += request("get", "get_session", session_params(own)).dump() + "\n";
-      if (!c.send(batch)) {
-        report.problems.push_back("send failed");
-        return;
-      }
+      batch.push_back(request("get", "get_session", session_params(own)));
+      for (const auto& req : batch)
+        if (!c.send_line(req)) {
+          report.problems.push_back("send failed");
+          return;
+        }
       std::map<std::string, json> got;
       const int want = 2 + 2 * per_client;
       while (static_cast<int>(got.size()) < want) {
@@ -135,7 +134,7 @@ TEST_CASE("serve --listen: concurrent clients, per-connection order, SIGTERM exi
   // A connection left open does not keep the server from stopping.
   client idle(port);
   REQUIRE(idle.connected());
-  REQUIRE(idle.send(request("s", "stats", json::object()).dump() + "\n"));
+  REQUIRE(idle.send_line(request("s", "stats", json::object())));
   REQUIRE(idle.next());
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit() == 0);
@@ -174,7 +173,7 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
   temp_dir dir;
   server_process srv({"--listen", "127.0.0.1:0", "--memory"}, (dir.path() / "stderr.txt").string());
   int port = srv.port();
-  client c(port);
+  raw_socket c(port); // raw: it never reads its responses
   REQUIRE(c.connected());
   auto create = session_params("big");
   create["state"] = json{{"blob", std::string(100 * 1024, 'x')}};
@@ -231,7 +230,7 @@ TEST_CASE("serve --listen: a reader slower than its responses gets every one, in
   temp_dir dir;
   server_process srv({"--listen", "127.0.0.1:0", "--memory"}, (dir.path() / "stderr.txt").string());
   int port = srv.port();
-  client c(port);
+  raw_socket c(port); // raw: it reads its responses only when the test says
   REQUIRE(c.connected());
   const int sessions = 4;
   for (int k = 0; k < sessions; ++k) {
@@ -303,10 +302,12 @@ TEST_CASE("serve --listen: clients that reset while answered leave the others wh
     std::lock_guard<std::mutex> guard(problems_mtx);
     problems.push_back(std::move(p));
   };
-  // A steady client: each of its calls gets its own answer, in order.
+  // A steady client: each of its calls gets its own answer, in order. Raw:
+  // a line of another connection must fail its checks, where a client that
+  // matches answers by id would drop it unseen.
   int steady_calls = 0;
   std::thread steady([&] {
-    client c(port);
+    raw_socket c(port);
     if (!c.connected())
       return problem("steady: cannot connect");
     if (!c.call("create_session", session_params("steady")))
@@ -322,7 +323,7 @@ TEST_CASE("serve --listen: clients that reset while answered leave the others wh
   for (int k = 0; k < 3; ++k)
     resetters.emplace_back([&, k] {
       for (int round = 0; round < 15; ++round) {
-        client c(port);
+        raw_socket c(port); // raw: closed with a reset, answers still coming
         if (!c.connected())
           return problem("resetter: cannot connect");
         auto own = "reset-" + std::to_string(k) + "-" + std::to_string(round);

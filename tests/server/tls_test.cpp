@@ -48,8 +48,9 @@ TEST_CASE("tls: a client trusting the server's CA is served; one trusting anothe
   CHECK(bad_out.find("CERTIFICATE_VERIFY_FAILED") != std::string::npos);
 
   // Plain JSON-RPC to the TLS port: no JSON answer, the connection closes.
+  // Raw: the bytes in place of a TLS handshake.
   {
-    client plain(port);
+    raw_socket plain(port);
     REQUIRE(plain.connected());
     REQUIRE(plain.send(ping_line + "\n"));
     auto line = plain.next_raw(3s);

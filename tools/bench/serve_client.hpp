@@ -1,19 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/bench/serve_client.hpp: `agentstate serve` as a child process of the
-// bench, and the client that drives it over a real pipe (its stdin/stdout) or
-// over loopback TCP connections: a closed loop of pipelined requests run by
-// one thread with poll(2), so the client's own cost per request stays small
-// next to the server's on a 2-core machine.
+// bench (the --via workloads and workload k), its stdin/stdout on pipes. The
+// bench's requests go through agentstate::rpc_client (rpc_client::adopt
+// over the pipes, rpc_client::connect over TCP).
 #pragma once
 
 #include <sys/types.h>
 
-#include <cstddef>
-#include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -69,51 +64,5 @@ private:
 /// This running binary's path (/proc/self/exe resolved), the `serve` the --via
 /// workloads and workload k start unless --serve-bin names another.
 std::string self_binary();
-
-/// A connected TCP socket to "HOST:PORT" or "[HOST]:PORT" (TCP_NODELAY), or
-/// -1 with `why`. HOST is a numeric address or a name (resolved, every
-/// address tried in turn); PORT is numeric. The socket is blocking.
-int connect_tcp(const std::string& address, std::string& why);
-
-/// A connected Unix-domain stream socket at `path`, or -1 with `why` (a path
-/// of 108 bytes or more cannot be named). The socket is blocking.
-int connect_unix(const std::string& path, std::string& why);
-
-/// One client stream: the descriptor requests are written to and the one
-/// responses are read from (the same socket over TCP).
-struct stream_fds {
-  int write_fd = -1;
-  int read_fd = -1;
-};
-
-/// The parts of a response line a bench needs, read without a JSON parser from
-/// the server's own compact form ({"jsonrpc":"2.0","id":N,"result":...}).
-struct response_view {
-  bool well_formed = false; ///< the prefix and a whole-number id were found
-  std::uint64_t id = 0;
-  bool ok = false; ///< a "result" member, not an "error"
-  std::string_view line;
-};
-
-/// Reads `line` as above. A line in another form comes back !well_formed
-/// (the caller reports it as an error).
-response_view read_response(std::string_view line);
-
-/// The number after the last "version": in `line`, or -1 when there is none.
-std::int64_t last_version(std::string_view line);
-
-/// Runs a closed loop of requests over `streams` on the calling thread until
-/// `outstanding()` is zero after at least one response, or a stream fails.
-/// `start(i, out)` appends stream i's first request lines (each ending in
-/// '\n') to `out`; `on_line(i, line, out)` handles each response line of
-/// stream i and may append follow-up requests to `out`. The loop writes each
-/// stream's queued lines in as few write(2)s as it can, and reads with a
-/// 256 KiB buffer. Returns "" on success, or why it stopped: a stream closed
-/// or failed, or no response for 60 s. Descriptors are set non-blocking.
-std::string
-run_requests(const std::vector<stream_fds>& streams,
-             const std::function<void(std::size_t, std::string&)>& start,
-             const std::function<void(std::size_t, std::string_view, std::string&)>& on_line,
-             const std::function<std::size_t()>& outstanding);
 
 } // namespace agentstate::tools::bench

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Over 600 lines: workloads a, b and c via serve share the client loop, the serve child
 // and the in-process counterparts that each compares with.
-// tools/bench/via_workloads.cpp: workloads a, b and c through `agentstate
-// serve` (via_workloads.hpp): the client loop over the protocol, the same
-// shapes in-process, and their lines.
+// tools/bench/via_workloads.cpp: workloads a, b, c and h through `agentstate
+// serve` (via_workloads.hpp): the client loop on agentstate::rpc_client (over
+// the child's pipes with rpc_client::adopt, or TCP), the same shapes
+// in-process, and their lines.
 #include "tools/bench/via_workloads.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agentstate/client.hpp"
 #include "tools/bench/serve_client.hpp"
 #include "tools/bench/session_load.hpp"
 
@@ -48,15 +52,7 @@ namespace {
 
 constexpr std::size_t pipeline_window = 256; // a and c's loads: appends in flight
 
-// -- request lines ------------------------------------------------------------------
-
-void put_head(std::string& out, std::uint64_t id, const char* method) {
-  out += R"({"jsonrpc":"2.0","id":)";
-  out += std::to_string(id);
-  out += R"(,"method":")";
-  out += method;
-  out += R"(","params":{)";
-}
+// -- request params -----------------------------------------------------------------
 
 // The bench's names are plain ASCII: no escaping needed.
 void put_ref(std::string& out, const session_ref& r) {
@@ -69,10 +65,10 @@ void put_ref(std::string& out, const session_ref& r) {
   out += '"';
 }
 
-void put_create(std::string& out, std::uint64_t id, const session_ref& r) {
-  put_head(out, id, "create_session");
+void put_create(std::string& out, const session_ref& r) {
+  out += '{';
   put_ref(out, r);
-  out += "}}\n";
+  out += '}';
 }
 
 // step_delta(k).dump(), written directly: the client pays a few string
@@ -89,15 +85,15 @@ void put_step_delta(std::string& out, std::size_t k) {
   out += '}';
 }
 
-// make_append(ref, step_delta(k)) as a request line.
-void put_append(std::string& out, std::uint64_t id, const session_ref& r, std::size_t k) {
-  put_head(out, id, "append_event");
+// make_append(ref, step_delta(k)) as append_event's params.
+void put_append(std::string& out, const session_ref& r, std::size_t k) {
+  out += '{';
   put_ref(out, r);
   out += R"(,"event":{"author":"bench","invocation_id":"inv-)";
   out += r.session_id;
   out += R"(","actions":{"state_delta":)";
   put_step_delta(out, k);
-  out += "}}}}\n";
+  out += "}}}";
 }
 
 // Whether put_step_delta writes step_delta(k).dump() for the first 1,000
@@ -115,19 +111,41 @@ bool check_step_text(std::size_t n, error_log& errors) {
   return true;
 }
 
-void put_get(std::string& out, std::uint64_t id, const session_ref& r,
-             std::optional<std::size_t> recent) {
-  put_head(out, id, "get_session");
+void put_get(std::string& out, const session_ref& r, std::optional<std::size_t> recent) {
+  out += '{';
   put_ref(out, r);
   if (recent) {
     out += R"(,"num_recent_events":)";
     out += std::to_string(*recent);
   }
-  out += "}}\n";
+  out += '}';
 }
 
 std::string excerpt(std::string_view line) {
   return std::string(line.substr(0, 300)) + (line.size() > 300 ? "..." : "");
+}
+
+/// The number after the last "version": in a result's text, or -1 when there
+/// is none.
+std::int64_t last_version(std::string_view text) {
+  static constexpr std::string_view key = R"("version":)";
+  auto at = text.rfind(key);
+  if (at == std::string_view::npos)
+    return -1;
+  std::int64_t n = 0;
+  std::size_t digits = 0;
+  for (auto p = at + key.size(); p < text.size() && text[p] >= '0' && text[p] <= '9'; ++p)
+    if (++digits <= 18)
+      n = n * 10 + (text[p] - '0');
+  return digits == 0 || digits > 18 ? -1 : n;
+}
+
+/// What a call that failed says: the server's error object, or why the
+/// client ended it.
+std::string failure_of(const rpc_raw_reply& r) {
+  if (r.answered && !r.error_object.is_null())
+    return excerpt(r.error_object.dump());
+  return "(not answered) " + r.value.err().message;
 }
 
 // -- the client loop ----------------------------------------------------------------
@@ -140,130 +158,196 @@ struct loop_shape {
   std::size_t jobs = 1, steps = 1, chains = 1, depth = 1;
 };
 
-/// Appends request `step` of job `job` with id `id` to `out`.
-using put_fn =
-  std::function<void(std::string& out, std::uint64_t id, std::size_t job, std::size_t step)>;
-/// Checks the response (a "result") to request `step` of job `job`; "" when
-/// it is right, else what is wrong.
+/// Writes the params of request `step` of job `job` to `params` (empty).
+using put_fn = std::function<void(std::string& params, std::size_t job, std::size_t step)>;
+/// Checks the result text of request `step` of job `job`; "" when it is
+/// right, else what is wrong.
 using check_fn =
-  std::function<std::string(std::size_t job, std::size_t step, std::string_view line)>;
+  std::function<std::string(std::size_t job, std::size_t step, std::string_view result)>;
 
 struct loop_result {
   double seconds = 0;
   std::uint64_t answered = 0;
 };
 
-/// Runs `shape` over `streams`; each request's latency (written to answered)
-/// lands in `lat` at index job*steps+step. A failed request or check is
-/// logged on `errors` and ends its job; no new job starts after one.
-loop_result run_loop(const std::vector<stream_fds>& streams, const loop_shape& shape,
-                     const put_fn& put, const check_fn& check, samples& lat, error_log& errors) {
+/// One run of run_loop. Stream i's state is touched only on its client's
+/// I/O thread: its chains start in the answer to a ping, and every request
+/// after is issued in the answer to an earlier one (call_raw_async).
+class request_loop {
+public:
+  request_loop(std::vector<std::unique_ptr<rpc_client>>& clients, const loop_shape& shape,
+               std::string method, const put_fn& put, const check_fn& check, samples& lat,
+               error_log& errors)
+    : clients_(clients), shape_(shape), method_(std::move(method)), put_(put), check_(check),
+      lat_(lat), errors_(errors), streams_(clients.size()), chain_of_job_(shape.jobs, 0),
+      sent_(shape.jobs * shape.steps) {}
+
+  loop_result run() {
+    const std::size_t total = shape_.jobs * shape_.steps;
+    lat_.us.assign(total, 0.0);
+    streams_left_ = streams_.size();
+    auto t0 = steady::now();
+    for (std::size_t i = 0; i < streams_.size(); ++i)
+      clients_[i]->call_async("ping", nullptr, [this, i](rpc_reply r) {
+        if (!r.value) {
+          errors_.add("client: ping: " + r.value.err().message);
+          failed_ = true;
+          return finish(i);
+        }
+        start(i);
+      });
+    {
+      std::unique_lock<std::mutex> lock(done_mtx_);
+      done_cv_.wait(lock, [&] { return streams_left_ == 0; });
+    }
+    loop_result r;
+    r.seconds = since(t0);
+    std::uint64_t issued = 0;
+    for (auto& s : streams_) {
+      r.answered += s.answered;
+      issued += s.issued;
+    }
+    if (r.answered < issued)
+      lat_.us.resize(std::min<std::size_t>(lat_.us.size(), r.answered));
+    return r;
+  }
+
+private:
   struct chain {
     std::size_t job = 0, next_step = 0, answered = 0;
+    bool busy = false; ///< it has a job
   };
-  const std::size_t n_streams = streams.size();
-  const std::size_t total = shape.jobs * shape.steps;
-  std::vector<std::vector<chain>> chains(n_streams);
-  std::vector<std::size_t> next_job(n_streams, 0); // the stream's m-th job is m*S+i
-  std::vector<std::uint32_t> chain_of_job(shape.jobs, 0);
-  std::vector<steady::time_point> sent(total);
-  lat.us.assign(total, 0.0);
-  std::uint64_t issued = 0, answered = 0;
-  bool failed = false, broken = false;
+  struct stream {
+    std::vector<chain> chains;
+    std::size_t next_job = 0; ///< the stream's m-th job is m*S+i
+    std::size_t active = 0; ///< busy chains
+    std::uint64_t issued = 0, answered = 0;
+    bool finished = false;
+    std::string params;
+  };
 
-  auto issue = [&](std::string& out, chain& c) {
-    while (c.next_step < shape.steps && c.next_step - c.answered < shape.depth) {
-      auto index = c.job * shape.steps + c.next_step;
-      put(out, index + 1, c.job, c.next_step);
-      sent[index] = steady::now();
-      ++c.next_step;
-      ++issued;
-    }
-  };
-  // Gives chain `c` of stream i its stream's next job; false when none is left.
-  auto take_job = [&](std::size_t i, std::size_t ci, std::string& out) {
-    if (failed)
-      return false;
-    auto j = next_job[i] * n_streams + i;
-    if (j >= shape.jobs)
-      return false;
-    ++next_job[i];
-    auto& c = chains[i][ci];
-    c = chain{j, 0, 0};
-    chain_of_job[j] = static_cast<std::uint32_t>(ci);
-    issue(out, c);
-    return true;
-  };
-  auto start = [&](std::size_t i, std::string& out) {
-    chains[i].resize(shape.chains);
-    for (std::size_t ci = 0; ci < shape.chains; ++ci)
-      if (!take_job(i, ci, out))
-        break;
-  };
-  auto on_line = [&](std::size_t i, std::string_view line, std::string& out) {
-    auto v = read_response(line);
-    if (!v.well_formed || v.id == 0 || v.id > total) {
-      errors.add("unreadable response: " + excerpt(line));
-      failed = broken = true;
+  void start(std::size_t i) {
+    auto& s = streams_[i];
+    s.chains.resize(shape_.chains);
+    for (std::size_t ci = 0; ci < shape_.chains && !failed_ && !s.finished; ++ci)
+      take_job(i, ci);
+    if (s.active == 0)
+      finish(i);
+  }
+
+  /// Gives chain `ci` of stream i its stream's next job; when none is left
+  /// (or a request failed) the chain is idle from then on, and the stream
+  /// finishes with its last busy chain.
+  void take_job(std::size_t i, std::size_t ci) {
+    auto& s = streams_[i];
+    auto& c = s.chains[ci];
+    const auto j = s.next_job * streams_.size() + i;
+    if (failed_ || j >= shape_.jobs) {
+      if (c.busy) {
+        c.busy = false;
+        if (--s.active == 0)
+          finish(i);
+      }
       return;
     }
-    auto index = v.id - 1;
-    auto job = index / shape.steps, step = index % shape.steps;
-    lat.us[index] = us_between(sent[index], steady::now());
-    ++answered;
-    if (!v.ok) {
-      errors.add("request " + std::to_string(step) + " of job " + std::to_string(job)
-                 + " failed: " + excerpt(line));
-      failed = true;
-    } else if (auto bad = check(job, step, line); !bad.empty()) {
-      errors.add("request " + std::to_string(step) + " of job " + std::to_string(job) + ": " + bad);
-      failed = true;
+    ++s.next_job;
+    if (!c.busy) {
+      c.busy = true;
+      ++s.active;
     }
-    auto ci = chain_of_job[job];
-    auto& c = chains[i][ci];
-    ++c.answered;
-    if (!failed)
-      issue(out, c);
-    if (c.answered == c.next_step && (failed || c.next_step == shape.steps))
-      take_job(i, ci, out);
-  };
-  auto t0 = steady::now();
-  auto why = run_requests(streams, start, on_line,
-                          [&] { return broken ? std::uint64_t{0} : issued - answered; });
-  loop_result r;
-  r.seconds = since(t0);
-  r.answered = answered;
-  if (!why.empty())
-    errors.add("client: " + why);
-  if (answered < issued || why.size())
-    lat.us.resize(std::min<std::size_t>(lat.us.size(), answered));
-  return r;
-}
+    c.job = j;
+    c.next_step = c.answered = 0;
+    chain_of_job_[j] = static_cast<std::uint32_t>(ci);
+    issue(i, ci);
+  }
 
-/// One request on `s` and its response line ("" with an error logged when
-/// the call cannot be made).
-std::string call_one(const stream_fds& s, const std::string& line, error_log& errors) {
-  std::string response;
-  bool done = false;
-  auto why = run_requests(
-    {s}, [&](std::size_t, std::string& out) { out += line; },
-    [&](std::size_t, std::string_view l, std::string&) {
-      response = std::string(l);
-      done = true;
-    },
-    [&] { return done ? std::size_t{0} : std::size_t{1}; });
-  if (!why.empty())
-    errors.add("client: " + why);
-  return response;
+  /// Issues chain ci's requests up to its depth. A call refused at once
+  /// completes inside call_raw_async: the chain's counts are settled first.
+  void issue(std::size_t i, std::size_t ci) {
+    auto& s = streams_[i];
+    for (;;) {
+      auto& c = s.chains[ci];
+      if (failed_ || c.next_step >= shape_.steps || c.next_step - c.answered >= shape_.depth)
+        return;
+      const std::size_t index = c.job * shape_.steps + c.next_step;
+      s.params.clear();
+      put_(s.params, c.job, c.next_step);
+      ++c.next_step;
+      ++s.issued;
+      sent_[index] = steady::now();
+      clients_[i]->call_raw_async(method_, s.params,
+                                  [this, index](rpc_raw_reply r) { on_reply(index, r); });
+    }
+  }
+
+  void on_reply(std::size_t index, const rpc_raw_reply& r) {
+    const auto now = steady::now();
+    const std::size_t job = index / shape_.steps, step = index % shape_.steps;
+    const std::size_t i = job % streams_.size();
+    auto& s = streams_[i];
+    if (r.answered) {
+      lat_.us[index] = us_between(sent_[index], now);
+      ++s.answered;
+    }
+    if (!r.value) {
+      errors_.add("request " + std::to_string(step) + " of job " + std::to_string(job)
+                  + " failed: " + failure_of(r));
+      failed_ = true;
+    } else if (auto bad = check_(job, step, *r.value); !bad.empty()) {
+      errors_.add("request " + std::to_string(step) + " of job " + std::to_string(job) + ": "
+                  + bad);
+      failed_ = true;
+    }
+    const auto ci = chain_of_job_[job];
+    auto& c = s.chains[ci];
+    ++c.answered;
+    issue(i, ci);
+    if (c.answered == c.next_step && (failed_ || c.next_step == shape_.steps))
+      take_job(i, ci);
+  }
+
+  /// Stream i has no chain left; once per stream.
+  void finish(std::size_t i) {
+    if (streams_[i].finished)
+      return;
+    streams_[i].finished = true;
+    std::lock_guard<std::mutex> g(done_mtx_);
+    --streams_left_;
+    done_cv_.notify_all();
+  }
+
+  std::vector<std::unique_ptr<rpc_client>>& clients_;
+  const loop_shape shape_;
+  const std::string method_;
+  const put_fn& put_;
+  const check_fn& check_;
+  samples& lat_;
+  error_log& errors_;
+  std::vector<stream> streams_;
+  std::vector<std::uint32_t> chain_of_job_;
+  std::vector<steady::time_point> sent_;
+  std::atomic<bool> failed_{false};
+  std::mutex done_mtx_;
+  std::condition_variable done_cv_;
+  std::size_t streams_left_ = 0;
+};
+
+/// Runs `shape` of `method` calls over `clients`, one stream each; each
+/// request's latency (call to answer) lands in `lat` at index
+/// job*steps+step. A failed request or check is logged on `errors` and ends
+/// its job; no new job starts after one.
+loop_result run_loop(std::vector<std::unique_ptr<rpc_client>>& clients, const loop_shape& shape,
+                     const char* method, const put_fn& put, const check_fn& check, samples& lat,
+                     error_log& errors) {
+  return request_loop(clients, shape, method, put, check, lat, errors).run();
 }
 
 // -- serve as a child ---------------------------------------------------------------
 
-/// The running server and the client's streams to it.
+/// The running server and the clients connected to it.
 struct served {
   std::unique_ptr<serve_child> child;
-  std::vector<int> sockets;
-  std::vector<stream_fds> streams;
+  std::vector<std::unique_ptr<rpc_client>> clients;
   double cpu0 = 0, client_cpu0 = 0;
 
   void cpu_start() {
@@ -281,7 +365,7 @@ struct served {
 };
 
 /// Starts serve on a fresh store (x.dir) with the run's durability, and
-/// connects `connections` streams (tcp; stdio has one).
+/// connects `connections` clients (tcp; stdio has one, on the child's pipes).
 bool start_serve(run_ctx& x, const config& cfg, std::size_t connections, served& s) {
   auto store_args = serve_store_args(x, cfg, x.dir);
   if (!store_args)
@@ -299,44 +383,35 @@ bool start_serve(run_ctx& x, const config& cfg, std::size_t connections, served&
     x.errors.add(why);
     return false;
   }
-  if (!tcp) {
-    s.streams.push_back({s.child->stdin_fd(), s.child->stdout_fd()});
-    return true;
-  }
-  for (std::size_t i = 0; i < connections; ++i) {
-    int fd = connect_tcp(s.child->address(), why);
-    if (fd < 0) {
-      x.errors.add(why);
+  client_options o;
+  o.address = s.child->address();
+  for (std::size_t i = 0; i < (tcp ? connections : 1); ++i) {
+    auto c = tcp ? rpc_client::connect(o)
+                 : rpc_client::adopt(s.child->stdout_fd(), s.child->stdin_fd(), o);
+    if (!c) {
+      x.errors.add("client: " + c.err().message);
       return false;
     }
-    s.sockets.push_back(fd);
-    s.streams.push_back({fd, fd});
+    s.clients.push_back(std::move(*c));
   }
   return true;
 }
 
 /// serve's engine stats (the "stats" method), as a bench line's "serve_stats".
 ojson serve_stats(served& s, error_log& errors) {
-  auto line = call_one(s.streams.front(),
-                       R"({"jsonrpc":"2.0","id":1,"method":"stats"})"
-                       "\n",
-                       errors);
-  ojson out;
-  auto parsed = ojson::parse(line, nullptr, false);
-  if (parsed.is_discarded() || !parsed.contains("result")) {
-    errors.add("stats: " + excerpt(line));
-    return out;
+  auto r = s.clients.front()->call("stats", nullptr);
+  if (!r.value) {
+    errors.add("stats: " + r.value.err().message);
+    return ojson();
   }
   return pick_stats(
-    parsed["result"],
+    ojson::parse(r.value->dump()),
     {"appends", "commits", "batched_writes", "max_batch", "sessions_live", "mean_batch"});
 }
 
-/// Closes the client's side and stops serve; its exit status must be 0.
+/// Closes the clients and stops serve; its exit status must be 0.
 void stop_serve(run_ctx& x, served& s) {
-  for (int fd : s.sockets)
-    ::close(fd);
-  s.sockets.clear();
+  s.clients.clear();
   if (!s.child)
     return;
   int code = s.child->stop();
@@ -426,20 +501,21 @@ loop_result pipelined_appends(served& s, const session_ref& ref, std::size_t n, 
                               error_log& errors) {
   loop_shape shape{1, n, 1, pipeline_window};
   return run_loop(
-    s.streams, shape,
-    [&](std::string& out, std::uint64_t id, std::size_t, std::size_t k) {
-      put_append(out, id, ref, k);
-    },
+    s.clients, shape, "append_event",
+    [&](std::string& params, std::size_t, std::size_t k) { put_append(params, ref, k); },
     check_append_version, lat, errors);
 }
 
 bool create_one(served& s, const session_ref& ref, error_log& errors) {
-  std::string line;
-  put_create(line, 1, ref);
-  auto r = read_response(call_one(s.streams.front(), line, errors));
-  if (!r.ok)
-    errors.add("create_session failed: " + excerpt(r.line));
-  return r.ok;
+  std::string params;
+  put_create(params, ref);
+  std::promise<rpc_raw_reply> got;
+  s.clients.front()->call_raw_async("create_session", params,
+                                    [&got](rpc_raw_reply r) { got.set_value(std::move(r)); });
+  auto r = got.get_future().get();
+  if (!r.value)
+    errors.add("create_session failed: " + failure_of(r));
+  return r.value.ok();
 }
 
 std::string target_a(const config& cfg, double& target) {
@@ -529,7 +605,7 @@ ojson via_a(const config& cfg) {
       s.cpu_start();
       auto r = pipelined_appends(s, ref, n, lat, x.errors);
       double eps = report_appends(
-        x, s, r, "append ack through serve (written to answered), 256 in flight", lat, in);
+        x, s, r, "append ack through serve (call to answer), 256 in flight", lat, in);
       return eps >= target;
     });
   return x.finish(tdesc, ok && x.errors.count == 0);
@@ -566,26 +642,24 @@ ojson via_b(const config& cfg) {
     },
     conns,
     [&](served& s, const ojson& in) {
-      const std::size_t chains = std::max<std::size_t>(1, width / s.streams.size());
+      const std::size_t chains = std::max<std::size_t>(1, width / s.clients.size());
       samples create_lat, lat;
       run_loop(
-        s.streams, {sessions, 1, chains, 1},
-        [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t) {
-          put_create(out, id, ref_of(j));
-        },
+        s.clients, {sessions, 1, chains, 1}, "create_session",
+        [&](std::string& params, std::size_t j, std::size_t) { put_create(params, ref_of(j)); },
         [](std::size_t, std::size_t, std::string_view) { return std::string(); }, create_lat,
         x.errors);
       if (x.errors.count != 0)
         return false;
       s.cpu_start();
       auto r = run_loop(
-        s.streams, {sessions, per, chains, 1},
-        [&](std::string& out, std::uint64_t id, std::size_t j, std::size_t k) {
-          put_append(out, id, ref_of(j), k);
+        s.clients, {sessions, per, chains, 1}, "append_event",
+        [&](std::string& params, std::size_t j, std::size_t k) {
+          put_append(params, ref_of(j), k);
         },
         check_append_version, lat, x.errors);
-      double eps = report_appends(
-        x, s, r, "append ack through serve (written to answered), 64 chains", lat, in);
+      double eps =
+        report_appends(x, s, r, "append ack through serve (call to answer), 64 chains", lat, in);
       return in.contains("events_per_s") && eps / in["events_per_s"].get<double>() >= 0.7;
     });
   return x.finish(tdesc, ok && x.errors.count == 0);
@@ -636,24 +710,19 @@ ojson via_c(const config& cfg) {
                      samples& lat) {
       std::size_t first_size = 0;
       run_loop(
-        s.streams, {1, times, 1, 1},
-        [&](std::string& out, std::uint64_t id, std::size_t, std::size_t) {
-          put_get(out, id, ref, num);
-        },
-        [&](std::size_t, std::size_t step, std::string_view line) -> std::string {
-          // The id's digits vary; what follows it does not.
-          auto result_size = line.size() - std::min(line.size(), line.find(R"(,"result":)"));
+        s.clients, {1, times, 1, 1}, "get_session",
+        [&](std::string& params, std::size_t, std::size_t) { put_get(params, ref, num); },
+        [&](std::size_t, std::size_t step, std::string_view result) -> std::string {
           if (step > 0)
-            return result_size == first_size ? "" : "the session's text changed between reads";
-          first_size = result_size;
-          auto j = ojson::parse(line, nullptr, false);
-          if (j.is_discarded() || !j.contains("result") || !j["result"].is_object())
-            return "not a session: " + excerpt(line);
-          auto& res = j["result"];
+            return result.size() == first_size ? "" : "the session's text changed between reads";
+          first_size = result.size();
+          auto res = ojson::parse(result, nullptr, false);
+          if (res.is_discarded() || !res.is_object())
+            return "not a session: " + excerpt(result);
           if (res.value("version", std::uint64_t{0}) != n || !res.contains("events")
               || res["events"].size() != want)
             return "expected version " + std::to_string(n) + " and " + std::to_string(want)
-              + " events: " + excerpt(line);
+              + " events: " + excerpt(result);
           return "";
         },
         lat, x.errors);
@@ -688,66 +757,99 @@ ojson via_h(const config& cfg) {
   x.describe("the change feed through serve: a watch of everything on the stream, then appends "
              "awaited one at a time (request and notification on one stream)",
              {{"via", cfg.via}, {"events", n}, {"connections", 1}});
-  const char* tdesc = "p50_us <= 1000 (an append's request written to its change's "
-                      "notification read)";
+  const char* tdesc = "p50_us <= 1000 (an append's call to its change's notification read)";
   if (!check_step_text(n, x.errors))
     return x.finish(tdesc, false);
   bool ok = false;
   served s;
   const session_ref ref{"bench-h", "u0", "s0"};
+  // The loop's state, touched on the client's I/O thread only (the watch's
+  // events and the answers; the first append goes out in a ping's answer),
+  // but `done`, which the test thread waits for. Declared before the client
+  // goes (stop_serve), which ends the watch with `lost`.
+  samples deliver, ack;
+  std::size_t sent = 0;
+  bool want_change = false, want_answer = false, done = false;
+  steady::time_point written;
+  std::mutex done_mtx;
+  std::condition_variable done_cv;
+  std::function<void()> send_next;
+  auto finish = [&] {
+    std::lock_guard<std::mutex> g(done_mtx);
+    done = true;
+    done_cv.notify_all();
+  };
+  // The next append once both its predecessor's answer and change came.
+  auto step = [&] {
+    if (want_change || want_answer)
+      return;
+    if (sent < n && x.errors.count == 0)
+      send_next();
+    else
+      finish();
+  };
+  auto stop = [&](const std::string& why) {
+    x.errors.add(why);
+    sent = n;
+    want_change = false;
+  };
   if (start_serve(x, cfg, 1, s) && create_one(s, ref, x.errors)) {
-    auto w = call_one(s.streams.front(),
-                      R"({"jsonrpc":"2.0","id":2,"method":"watch","params":{"scope":"all"}})"
-                      "\n",
-                      x.errors);
-    if (!read_response(w).ok)
-      x.errors.add("watch failed: " + excerpt(w));
-    samples deliver, ack;
-    std::size_t sent = 0;
-    bool want_change = false, want_answer = false;
-    steady::time_point written;
-    auto send_next = [&](std::string& out) {
-      put_append(out, 100 + sent, ref, sent);
-      written = steady::now();
+    rpc_client& c = *s.clients.front();
+    send_next = [&] {
+      std::string params;
+      put_append(params, ref, sent);
       want_change = want_answer = true;
       ++sent;
+      written = steady::now();
+      c.call_raw_async("append_event", params, [&](rpc_raw_reply r) {
+        auto now = steady::now();
+        if (!r.value)
+          stop("append failed: " + failure_of(r));
+        else
+          ack.us.push_back(us_between(written, now));
+        want_answer = false;
+        step();
+      });
     };
-    const std::string_view changes_prefix = R"({"jsonrpc":"2.0","method":"changes")";
+    auto w = c.watch(json{{"scope", "all"}}, [&](const watch_event& ev) {
+      auto now = steady::now();
+      if (done)
+        return;
+      if (ev.what != watch_event::kind::changes) {
+        stop("the watch ended: "
+             + (ev.what == watch_event::kind::lost ? ev.why.message : ev.params.dump()));
+        return step();
+      }
+      if (ev.params["changes"].empty())
+        return; // progress
+      if (!want_change)
+        stop("a change nobody waited for: " + excerpt(ev.params.dump()));
+      deliver.us.push_back(us_between(written, now));
+      want_change = false;
+      step();
+    });
+    if (!w.value)
+      x.errors.add("watch failed: " + w.value.err().message);
     s.cpu_start();
     auto t0 = steady::now();
-    auto why = run_requests(
-      s.streams, [&](std::size_t, std::string& out) { send_next(out); },
-      [&](std::size_t, std::string_view line, std::string& out) {
-        auto now = steady::now();
-        if (line.substr(0, changes_prefix.size()) == changes_prefix) {
-          if (line.find(R"("changes":[])") != std::string_view::npos)
-            return; // progress
-          if (!want_change) {
-            x.errors.add("a change nobody waited for: " + excerpt(line));
-            sent = n; // stop
-          }
-          deliver.us.push_back(us_between(written, now));
-          want_change = false;
-        } else {
-          auto r = read_response(line);
-          if (!r.ok) {
-            x.errors.add("append failed: " + excerpt(line));
-            sent = n;
-            want_change = false;
-          }
-          ack.us.push_back(us_between(written, now));
-          want_answer = false;
+    if (w.value)
+      c.call_async("ping", nullptr, [&](rpc_reply r) {
+        if (!r.value) {
+          x.errors.add("client: ping: " + r.value.err().message);
+          return finish();
         }
-        if (!want_change && !want_answer && sent < n && x.errors.count == 0)
-          send_next(out);
-      },
-      [&] { return std::size_t(want_change || want_answer || (sent < n && x.errors.count == 0)); });
+        send_next();
+      });
+    else
+      finish();
+    {
+      std::unique_lock<std::mutex> lock(done_mtx);
+      done_cv.wait(lock, [&] { return done; });
+    }
     double secs = since(t0);
-    if (!why.empty())
-      x.errors.add("client: " + why);
     x.out["events_per_s"] = round_to(double(ack.us.size()) / secs, 0);
     put_headline_latency(x.out,
-                         "delivery: an append's request written to its change's notification read "
+                         "delivery: an append's call to its change's notification read "
                          "(ack_: to its answer read; one append at a time)",
                          deliver);
     put_latency(x.out, "ack_", ack);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/bench/via_workloads.hpp: workloads a, b and c through `agentstate
 // serve` (`bench --via stdio|tcp`): the same shapes driven over the JSON-RPC
-// protocol by a client in the bench process, each next to the same shape run
-// in-process on the engine's async API in the same run, with the ratio.
+// protocol by agentstate::rpc_client in the bench process (over the child's
+// pipes, or loopback TCP), each next to the same shape run in-process on the
+// engine's async API in the same run, with the ratio.
 //
 //   a  one session, 20,000* appends pipelined with 256 in flight (one stream)
 //   b  1,000* sessions over 100 users, 20 appends each, 64 in flight as 64
@@ -12,8 +13,8 @@
 //      anything), then get_session awaited one at a time: num_recent_events=10
 //      (1,000 reads) and full (200 reads); in-process: get_session_json
 //   h  the change feed: one stream watches everything, then 2,000* appends
-//      awaited one at a time; the request's write to its change's
-//      notification (no in-process counterpart: workload h has it)
+//      awaited one at a time; an append's call to its change's notification
+//      (no in-process counterpart: workload h has it)
 //
 // Each returns its JSON line (run_ctx::finish) and never throws for a failed
 // call: errors are counted in the line. The child `serve` runs on a fresh
