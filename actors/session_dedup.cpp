@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A6 in the session actor: an event id in flight or stored answers with that
-// append's outcome (actors/session_actor.hpp).
+// append's outcome (actors/session_actor.hpp); a stored one, unavailable
+// while the session's range is fenced.
 #include "actors/session_actor.hpp"
 
 #include "store/reads.hpp"
@@ -74,6 +75,14 @@ bool answer_duplicate(session_actor_t self, append_cmd& cmd) {
   auto found = find_stored(st, ev.id);
   if (!found) {
     answer(self, [cb = std::move(cmd.cb), e = std::move(found).err()] { cb(e); });
+    return true;
+  }
+  if (*found && range_fenced(*st.core, st.ref.app_name, st.ref.user_id)) {
+    // Not this engine's to answer now: a replicated range whose replicas
+    // may lack the stored event, or a range moving away (engine::fence_range).
+    answer(self, [cb = std::move(cmd.cb)] {
+      cb(error{errc::unavailable, "the shard of this session is not served here now; retry"});
+    });
     return true;
   }
   if (*found) {

@@ -165,10 +165,9 @@ public:
                              const std::atomic<bool>& stop) = 0;
 };
 
-/// "" when this build's nodes and tools (serve, move, drain, adopt) work
-/// on `v`'s cluster, else why not: a cluster keeping more than one copy of
-/// each shard is created, mapped and shown (init, the controller, status),
-/// but its nodes do not replicate yet, so none serves it.
+/// "" when `cluster move`, `drain` and `adopt` work on `v`'s cluster, else
+/// why not: moving the shards of a cluster keeping more than one copy of
+/// each is not built yet.
 std::string replicas_not_served(const cluster_view& v);
 
 /// A cluster or node name: 1..64 of [A-Za-z0-9._-], not starting with '.' or

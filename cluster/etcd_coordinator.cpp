@@ -441,8 +441,8 @@ std::string replicas_not_served(const cluster_view& v) {
   if (v.settings.replicas <= 1)
     return "";
   return "cluster '" + v.cluster + "' keeps " + std::to_string(v.settings.replicas)
-    + " replicas of each shard; nodes that replicate shards are not built yet, so no node "
-      "serves it and no shard of it moves (create it with --replicas 1)";
+    + " replicas of each shard: moving, draining and adopting into a cluster with replicas "
+      "is not built yet";
 }
 
 std::string check_name(const std::string& what, const std::string& name) {

@@ -38,7 +38,7 @@ struct decoded_request {
   /// `cluster_map`'s params: such a request has neither `run` nor `refusal`
   /// and is answered by the session (rpc_config::cluster_map).
   std::optional<json> cluster_map;
-  /// the params of shard_export, shard_import, shard_digest or shard_adopt (rpc_config::node_call), the
+  /// the params of shard_export, shard_import, shard_digest, shard_adopt or replicate (rpc_config::node_call), the
   /// same way.
   std::optional<json> node_call;
   /// `authenticate`'s token. Set only for an authenticate request with a

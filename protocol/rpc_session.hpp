@@ -229,8 +229,8 @@ struct rpc_config {
   /// method is unknown here (method_not_found). An error answers with its
   /// kind. Called on the reader's thread; must not block for long or throw.
   std::function<result<json>(const json& params)> cluster_map;
-  /// A cluster node's own methods `shard_export`, `shard_import`, `shard_digest` and `shard_adopt` (the
-  /// steps of `cluster move`, docs/protocol.md): called with the method's
+  /// A cluster node's own methods `shard_export`, `shard_import`, `shard_digest`, `shard_adopt` and `replicate` (the
+  /// steps of `cluster move` and a replicated shard's runs, docs/protocol.md): called with the method's
   /// name and params (an object) once the access check passed (they need a
   /// token granting '*'); `done` is called exactly once, on any thread.
   /// Empty: the methods are unknown here (method_not_found). Must not block

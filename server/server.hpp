@@ -153,7 +153,7 @@ public:
     std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
       forward);
 
-  /// A cluster node's shard_export, shard_import, shard_digest and shard_adopt for every connection
+  /// A cluster node's shard_export, shard_import, shard_digest, shard_adopt and replicate for every connection
   /// (protocol::rpc_config::node_call). REQUIRES: before run().
   void set_node_calls(protocol::node_call_fn call);
 

@@ -64,9 +64,8 @@ int run_init(cluster::coordinator& c, const cluster_args& a) {
               c.describe().c_str(), s.shards, s.expect_nodes,
               s.expect_nodes == 1 ? " is" : "s are");
   if (s.replicas > 1)
-    std::printf("each shard keeps %u replicas and takes writes while %u are in sync; nodes that "
-                "replicate are not built yet: no node serves this cluster\n",
-                s.replicas, s.min_insync);
+    std::printf("each shard keeps %u replicas and takes writes while %u are in sync\n", s.replicas,
+                s.min_insync);
   return 0;
 }
 
@@ -324,8 +323,8 @@ runner define_cluster(command_line& cl) {
                    ->type_name("N");
   cl.app
     .add_option("--replicas", a->replicas,
-                "init: the copies kept of each shard, on as many nodes (1..7, default 1; "
-                "nodes that replicate are not built yet)")
+                "init: the copies kept of each shard, each on another node (1..7, default "
+                "1; move, drain and adopt need 1)")
     ->type_name("R");
   cl.app
     .add_option("--min-insync", a->min_insync,

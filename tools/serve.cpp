@@ -655,6 +655,15 @@ int run_serve(serve_config& cfg) {
       }
       m->send_app_write(std::move(req), std::move(cb));
     };
+    cfg.engine_opts.replicator = [link](replica_shipment s,
+                                        std::function<void(result<void>)> done) {
+      auto* m = link->load();
+      if (!m) {
+        done(error{errc::unavailable, "this node has left its cluster"});
+        return;
+      }
+      m->ship(std::move(s), std::move(done));
+    };
   }
   auto opened = open_engine(cfg, log);
   if (!opened)

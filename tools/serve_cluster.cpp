@@ -3,6 +3,7 @@
 // shard map, its peer connections and its app: scope (docs/cluster.md).
 // Over 600 lines: the three share one impl (the map's view, the peers).
 #include "tools/serve_cluster.hpp"
+#include "tools/shard_replicator.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -61,6 +62,11 @@ struct cluster_member::impl {
   std::unique_ptr<cluster::node> node;
   /// Set by start_moves; its thread ends before the engine closes.
   std::unique_ptr<shard_mover> mover;
+  /// Set by start_moves in a cluster with replicas; stopped before the
+  /// engine closes.
+  std::unique_ptr<shard_replicator> replicator;
+  std::shared_ptr<cluster::coordinator> coord;
+  std::chrono::milliseconds lag_timeout{1000};
   std::string id;
   bool forwarding = false;
   std::size_t max_response_bytes = 0; ///< cluster_flags::max_response_bytes
@@ -310,6 +316,7 @@ cluster_member::join(const cluster_flags& f, const std::string& address, server:
   auto p = std::make_unique<impl>();
   p->id = f.node_id;
   p->forwarding = !f.no_forward;
+  p->lag_timeout = std::chrono::milliseconds(f.lag_timeout_ms);
   p->max_response_bytes = f.max_response_bytes;
   // A peer's answer is as long as this node's own may be (the response
   // limit), plus the envelope.
@@ -329,11 +336,6 @@ cluster_member::join(const cluster_flags& f, const std::string& address, server:
   auto c = cluster::make_etcd_coordinator(f.etcd, f.cluster);
   if (!c)
     return std::move(c).err();
-  auto seen = (*c)->load();
-  if (!seen)
-    return std::move(seen).err();
-  if (auto why = replicas_not_served(*seen); !why.empty())
-    return error{errc::invalid_argument, why};
   cluster::node::config cfg;
   cfg.id = f.node_id;
   cfg.address = address;
@@ -351,7 +353,8 @@ cluster_member::join(const cluster_flags& f, const std::string& address, server:
                + std::to_string(v.revision) + ")",
              {{"owned", owned}, {"shards", v.shards.size()}, {"revision", v.revision}});
   };
-  auto n = cluster::node::start(std::shared_ptr<cluster::coordinator>(std::move(*c)), cfg);
+  p->coord = std::shared_ptr<cluster::coordinator>(std::move(*c));
+  auto n = cluster::node::start(p->coord, cfg);
   if (!n)
     return std::move(n).err();
   p->node = std::move(*n);
@@ -595,16 +598,44 @@ result<void> cluster_member::start_moves(engine& eng, const std::string& store_d
   if (!m)
     return std::move(m).err();
   p_->mover = std::move(*m);
+  if (p_->node->view()->settings.replicas > 1) {
+    shard_replicator::config rc;
+    rc.id = p_->id;
+    rc.lag_timeout = p_->lag_timeout;
+    rc.send = [this](const std::string& peer, const std::string& method, json params,
+                     protocol::forward_done done) {
+      forward(peer, method, std::move(params), std::move(done));
+    };
+    p_->replicator = shard_replicator::start(eng, *p_->node, p_->coord, std::move(rc), log);
+  }
   return {};
 }
 
 void cluster_member::stop_moves() {
+  if (p_->replicator)
+    p_->replicator->stop();
   if (p_->mover)
     p_->mover->stop();
 }
 
+void cluster_member::ship(replica_shipment s, std::function<void(result<void>)> done) const {
+  if (!p_->replicator) {
+    done(error{errc::unavailable, "node '" + p_->id + "' is not ready to replicate yet"});
+    return;
+  }
+  p_->replicator->ship(std::move(s), std::move(done));
+}
+
 void cluster_member::node_call(const std::string& method, json params,
                                std::function<void(result<json>)> done) const {
+  if (method == "replicate") {
+    if (!p_->replicator) {
+      done(error{errc::unavailable, "node '" + p_->id + "' does not replicate shards"});
+      return;
+    }
+    p_->replicator->replicate(std::move(params), std::move(done));
+    return;
+  }
   if (!p_->mover) {
     done(error{errc::unavailable, "node '" + p_->id + "' is not ready to move shards yet"});
     return;
@@ -615,6 +646,10 @@ void cluster_member::node_call(const std::string& method, json params,
 bool cluster_member::app_here(const std::string& app) const {
   auto v = p_->node->view();
   if (!v || v->shards.empty())
+    return false;
+  // With replicas, an app's app: writes are the home shard's own write sets
+  // (shipped with it), never part of another shard's.
+  if (v->settings.replicas > 1)
     return false;
   return v->shards[model::home_shard(app, v->settings.shards)].owner == p_->id;
 }

@@ -39,6 +39,9 @@ struct cluster_flags {
   std::string tls_cert, tls_key;
   bool no_forward = false;
   std::uint64_t lease_ttl_s = 5;
+  /// --lag-timeout-ms: with replicas, how long a follower may take to apply
+  /// what the owner sent before it leaves the in-sync set.
+  std::uint64_t lag_timeout_ms = 1000;
   /// Set by serve: the engine's response limit, which a listing merged
   /// from several nodes keeps to as well.
   std::size_t max_response_bytes = std::size_t{64} << 20;
@@ -73,7 +76,9 @@ public:
   result<json> cluster_map(const json& params) const;
 
   /// options::app_home::here: whether this node owns app `app`'s home
-  /// shard in its current view of the map (false before it has one).
+  /// shard in its current view of the map (false before it has one, and
+  /// always in a cluster that keeps replicas: there every app: write is its
+  /// home shard's own write, sent as apply_app_write, to this node too).
   bool app_here(const std::string& app) const;
   /// options::app_home::send: the app: part of an append made here, to the
   /// owner of the app's home shard as apply_app_write over the peer
@@ -82,13 +87,20 @@ public:
   void send_app_write(app_write_request req, callback<app_write_result> cb) const;
 
   /// Starts the node's side of shard moves (tools/shard_mover.hpp) over
-  /// `eng`, its record in `store_dir` ("" : memory). Errors as
-  /// shard_mover::start. REQUIRES: once; `eng` outlives stop_moves().
+  /// `eng`, its record in `store_dir` ("" : memory), and, in a cluster that
+  /// keeps replicas, of its shards' replication (tools/shard_replicator.hpp).
+  /// Errors as shard_mover::start. REQUIRES: once; `eng` outlives
+  /// stop_moves().
   result<void> start_moves(engine& eng, const std::string& store_dir, server::logger& log);
   /// Stops them (calls after it answer unavailable). REQUIRES: before the
   /// engine closes. Idempotent.
   void stop_moves();
-  /// rpc_config::node_call: shard_export, shard_import, shard_digest and shard_adopt.
+  /// options::replicator: a run of writes of a shard this node leads, to its
+  /// in-sync followers (shard_replicator::ship); unavailable before
+  /// start_moves or in a cluster of one replica.
+  void ship(replica_shipment s, std::function<void(result<void>)> done) const;
+  /// rpc_config::node_call: shard_export, shard_import, shard_digest,
+  /// shard_adopt and replicate.
   void node_call(const std::string& method, json params,
                  std::function<void(result<json>)> done) const;
 

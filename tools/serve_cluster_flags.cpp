@@ -46,11 +46,19 @@ void add_cluster_flags(command_line& cl, cluster_flags& f) {
                 "it stops serving this long after it last reached etcd")
     ->type_name("N")
     ->group(group);
+  cl.app
+    .add_option("--lag-timeout-ms", f.lag_timeout_ms,
+                "with replicas: a follower that has not applied what this\n"
+                "node sent within this long leaves the shard's in-sync set\n"
+                "(default 1000)")
+    ->type_name("MS")
+    ->group(group);
 }
 
 std::string check_cluster_flags(const cli_app& app, cluster_flags& f, bool tcp_listener) {
-  for (const char* name : {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward",
-                           "--lease-ttl-s", "--node-token-file", "--peer-tls-ca"})
+  for (const char* name :
+       {"--cluster", "--etcd", "--node-id", "--advertise", "--no-forward", "--lease-ttl-s",
+        "--node-token-file", "--peer-tls-ca", "--lag-timeout-ms"})
     if (app.get_option(name)->count() > 0)
       f.given = true;
   if (!f.given)
@@ -67,6 +75,8 @@ std::string check_cluster_flags(const cli_app& app, cluster_flags& f, bool tcp_l
            "--peer-tls-ca FILE: the CAs of the other nodes' certificates";
   if (f.lease_ttl_s < 1 || f.lease_ttl_s > 3600)
     return "--lease-ttl-s must be an integer 1..3600";
+  if (f.lag_timeout_ms < 10 || f.lag_timeout_ms > 600000)
+    return "--lag-timeout-ms must be an integer 10..600000";
   if (auto why = cluster::check_name("cluster name", f.cluster); !why.empty())
     return why;
   if (auto why = cluster::check_name("node id", f.node_id); !why.empty())

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/shard_replicator.hpp: a cluster node's part in its shards' replicas
+// (docs/cluster.md, "Replicas"), in a cluster that keeps R > 1 copies of each
+// shard.
+//
+// As the map shows it, for each shard s:
+// - owner here (not moving): the node leads s in its engine under the map's
+//   epoch (engine::lead_range). Each run of write sets committed in s goes to
+//   every other member of s's in-sync set as node method `replicate`; the
+//   writes are answered once all of them have applied it (durably, as their
+//   store's durability makes a commit). Per follower one request is in flight
+//   per shard; the runs that wait meanwhile go together in the next.
+// - a follower here: the node applies what the owner sends
+//   (engine::apply_replica).
+// - not led here: fenced in the engine, so that no write of it commits here
+//   unshipped (a shard given to this node answers unavailable until its
+//   lead begins, within 20 ms of the view that shows it). The node logs event
+//   `replicas` (leads, follows, revision) when the number it leads changes.
+//
+// A follower that refuses a run, cannot be reached, or has not answered
+// within `lag_timeout` is removed from s's in-sync set by a compare-and-swap
+// in the coordinator (the epoch stays), never below settings.min_insync: the
+// writes that waited for it are then answered. When removing it would leave
+// fewer than min_insync, those writes are answered unavailable (in doubt:
+// committed at the owner) and the engine stops leading s (it fences it) until
+// the map changes again. A follower out of the in-sync set gets nothing more
+// and stays out: bringing it back (a copy of the shard, then the runs) is not
+// built yet.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "agentstate/engine.hpp"
+#include "agentstate/error.hpp"
+#include "agentstate/json.hpp"
+#include "cluster/coordinator.hpp"
+#include "cluster/node.hpp"
+#include "protocol/rpc_session.hpp"
+#include "server/log.hpp"
+
+namespace agentstate::tools {
+
+class shard_replicator {
+public:
+  struct config {
+    std::string id; ///< this node's id
+    std::chrono::milliseconds lag_timeout{1000};
+    /// Sends a request to the peer at an address (cluster_member::forward).
+    std::function<void(const std::string& peer, const std::string& method, json params,
+                       protocol::forward_done done)>
+      send;
+  };
+
+  /// Starts the replicator's thread for node `n` over engine `eng`; it acts
+  /// on every view of the map (lead, unlead, fence) and on followers that
+  /// lag. `eng`, `n`, `coord` and `log` must outlive it.
+  static std::unique_ptr<shard_replicator> start(engine& eng, const cluster::node& n,
+                                                 std::shared_ptr<cluster::coordinator> coord,
+                                                 config cfg, server::logger& log);
+  /// stop().
+  ~shard_replicator();
+  shard_replicator(const shard_replicator&) = delete;
+  shard_replicator& operator=(const shard_replicator&) = delete;
+
+  /// options::replicator: sends `s` to the in-sync followers of its shard
+  /// and calls `done` once all have applied it (or with why not). Never
+  /// blocks.
+  void ship(replica_shipment s, std::function<void(result<void>)> done);
+
+  /// The node method `replicate` at a follower: params {shard, epoch,
+  /// batches: [base64 of replica batches, in order]}; applies each
+  /// (engine::apply_replica) on the replicator's apply thread, one request
+  /// at a time, and calls `done` there. Result {shard, epoch, seq}: the
+  /// position reached. Errors: invalid_argument (bad params),
+  /// condition_failed (this node is not a follower of the shard in its view
+  /// of the map, or the sender's epoch is below the map's), unavailable
+  /// (stopping), the engine's. Never blocks.
+  void replicate(json params, std::function<void(result<json>)> done);
+
+  /// Ends the thread; later shipments answer unavailable. Idempotent.
+  /// REQUIRES: before the engine closes.
+  void stop();
+
+  struct impl;
+
+private:
+  explicit shard_replicator(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> p_;
+};
+
+} // namespace agentstate::tools
