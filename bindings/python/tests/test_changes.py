@@ -278,6 +278,8 @@ def test_blocking_watch_iterates_and_resumes(agentstate_bin, store):
     with Client.spawn(store, binary=agentstate_bin) as c:
         c.create_session(APP, "u", "s")
         with c.watch("session", **SESSION) as w:
+            # The timeout path itself: nothing is appended yet, so no batch can come
+            # whatever the wait; 0.05 s is how long next_batch waits, not a race.
             with pytest.raises(TimeoutError):
                 w.next_batch(timeout=0.05)
 
