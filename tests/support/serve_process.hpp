@@ -165,10 +165,15 @@ public:
     return out;
   }
 
-  /// True when no further stdout line arrives within `t`.
-  bool quiet_for(std::chrono::milliseconds t) {
-    std::unique_lock<std::mutex> lock(mtx_);
-    return !cv_.wait_for(lock, t, [this] { return !lines_.empty(); });
+  /// The stdout lines not yet taken, once the child has exited (wait_exit)
+  /// and its stdout has reached end of file: what it wrote after the lines
+  /// taken, all of it (a barrier, not a wait for silence).
+  std::deque<std::string> rest() {
+    REQUIRE(pid_ == -1);
+    if (reader_.joinable())
+      reader_.join();
+    std::lock_guard<std::mutex> guard(mtx_);
+    return std::exchange(lines_, {});
   }
 
   /// Sends one request and waits for its response (REQUIREs no other

@@ -278,6 +278,8 @@ def test_blocking_watch_iterates_and_resumes(agentstate_bin, store):
     with Client.spawn(store, binary=agentstate_bin) as c:
         c.create_session(APP, "u", "s")
         with c.watch("session", **SESSION) as w:
+            # The timeout path itself: nothing is appended yet, so no batch can come
+            # whatever the wait; 0.05 s is how long next_batch waits, not a race.
             with pytest.raises(TimeoutError):
                 w.next_batch(timeout=0.05)
 
@@ -311,18 +313,19 @@ def test_with_cursor_states_and_get_session_cursor_read_then_watch(tcp_server):
                 pytest.skip("this agentstate binary answers get_session without a cursor "
                             "(a protocol before Session.cursor and with_cursor)")
             n = 200
+            first_stored = asyncio.Event()
 
             async def appender():
                 for i in range(1, n + 1):
                     await writer.append_event(APP, "u", "s", {"author": "w", "actions": {
                         "state_delta": {"user:n": i, "app:n": i, "x": i}}})
+                    first_stored.set()
             writing = asyncio.create_task(appender())
-            # Read while appends commit, then watch from the read's cursor: together they
-            # see every version exactly once.
-            for _ in range(10000):  # bounded poll: each read is a round trip to the child
-                if (seen := await reader.get_session(APP, "u", "s"))["version"] > 0:
-                    break
-                await asyncio.sleep(0)  # why: a turn of the event loop for the appender
+            # Read while appends commit (once the first is acknowledged, so the read shows
+            # it), then watch from the read's cursor: together they see every version
+            # exactly once.
+            await first_stored.wait()
+            seen = await reader.get_session(APP, "u", "s")
             assert seen["version"] > 0
             async with reader.watch("session", app_name=APP, user_id="u", session_id="s",
                                     from_=seen["cursor"]) as w:
