@@ -160,8 +160,9 @@ store::seal_fn led_seal(engine_core& core, const std::vector<int>& range_of,
 }
 
 // store::commit_batch over the plans no range fence refuses; the others
-// fail unavailable. `range_of[i]`: plan i's led range (led_index), or -1.
-// REQUIRES: core.commit_mtx held, entries built.
+// fail unavailable. `range_of[i]`: plan i's led range (led_index), or -1;
+// empty while no range is led. REQUIRES: core.commit_mtx held, entries
+// built.
 template <class Plans>
 void commit_unfenced(engine_core& core, Plans& plans, std::vector<store::batch_entry>& entries,
                      const std::vector<int>& range_of) {
@@ -185,7 +186,7 @@ void commit_unfenced(engine_core& core, Plans& plans, std::vector<store::batch_e
     } else {
       open.push_back(entries[i]);
       at.push_back(i);
-      open_range.push_back(range_of[i]);
+      open_range.push_back(range_of.empty() ? -1 : range_of[i]);
     }
   }
   if (open.empty())
@@ -249,12 +250,13 @@ void commit_group(engine_core& core, Plans& plans, std::vector<store::batch_entr
                   std::vector<int>* ship_of = nullptr) {
   core.committing.store(true, std::memory_order_relaxed);
   entries.clear();
-  std::vector<int> range_of;
+  std::vector<int> range_of; // empty (all -1) while no range is led: no allocation
   for (write_plan& plan : plans) {
     auto& e = entries.emplace_back();
     e.ws = &plan.ws;
     e.late = plan.late != nullptr;
-    range_of.push_back(led_index(core, plan.ws));
+    if (!core.led.empty())
+      range_of.push_back(led_index(core, plan.ws));
   }
   commit_unfenced(core, plans, entries, range_of);
   if (out && ship_of)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -110,6 +111,22 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       }
     }
     return out;
+  }
+
+  /// The shard state of `shard`, or null. REQUIRES: mtx held.
+  shard_state* find(std::uint32_t shard) {
+    auto it = shards.find(shard);
+    return it == shards.end() ? nullptr : &it->second;
+  }
+
+  /// Follower `f` no longer holds back the pendings of `st` up to sequence
+  /// number `upto`; the answers that wait for nobody now. REQUIRES: mtx held.
+  std::vector<std::function<void(result<void>)>> release(shard_state& st, const std::string& f,
+                                                         std::uint64_t upto) {
+    for (auto& p : st.pendings)
+      if (p.last <= upto)
+        p.waiting.erase(f);
+    return ready(st);
   }
 
   /// Every pending answer of `st`, taken out, and its followers' queues
@@ -238,12 +255,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     std::vector<std::function<void(result<void>)>> dones;
     {
       std::lock_guard<std::mutex> lock(mtx);
-      auto it = shards.find(shard);
-      if (it == shards.end())
+      auto* st = find(shard);
+      if (!st)
         return;
-      auto& st = it->second;
-      auto fit = st.followers.find(f);
-      if (fit == st.followers.end() || fit->second.gen != gen)
+      auto fit = st->followers.find(f);
+      if (fit == st->followers.end() || fit->second.gen != gen)
         return; // a request this node gave up on
       fit->second.in_flight = false;
       if (!r) {
@@ -251,10 +267,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         cv.notify_all();
         return;
       }
-      for (auto& p : st.pendings)
-        if (p.last <= last)
-          p.waiting.erase(f);
-      dones = ready(st);
+      dones = release(*st, f, last);
     }
     answer(dones, {});
     pump(shard, f);
@@ -274,10 +287,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       std::uint64_t epoch = 0;
       {
         std::lock_guard<std::mutex> lock(mtx);
-        auto it = shards.find(shard);
-        if (it == shards.end())
+        auto* st = find(shard);
+        if (!st)
           return;
-        epoch = it->second.epoch;
+        epoch = st->epoch;
       }
       if (e.owner != cfg.id || e.epoch != epoch) {
         fail_shard(shard, "the map moved on");
@@ -309,18 +322,15 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       std::vector<std::function<void(result<void>)>> dones;
       {
         std::lock_guard<std::mutex> lock(mtx);
-        auto it = shards.find(shard);
-        if (it == shards.end())
+        auto* st = find(shard);
+        if (!st)
           return;
-        auto& st = it->second;
-        st.dropped.insert(f);
-        auto& fol = st.followers[f];
+        st->dropped.insert(f);
+        auto& fol = st->followers[f];
         fol.queued.clear();
         fol.in_flight = false;
-        ++fol.gen;
-        for (auto& p : st.pendings)
-          p.waiting.erase(f);
-        dones = ready(st);
+        ++fol.gen; // its answers to requests already sent are ignored
+        dones = release(*st, f, std::numeric_limits<std::uint64_t>::max());
       }
       answer(dones, {});
       return;
@@ -332,10 +342,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     std::vector<std::function<void(result<void>)>> dones;
     {
       std::lock_guard<std::mutex> lock(mtx);
-      auto it = shards.find(shard);
-      if (it == shards.end())
+      auto* st = find(shard);
+      if (!st)
         return;
-      dones = abandon(it->second);
+      dones = abandon(*st);
     }
     if (!dones.empty())
       log.error("isr", "shard " + std::to_string(shard) + " takes no writes: " + why,

@@ -8,6 +8,7 @@
 // instead of raising SIGPIPE, and descriptors that cannot be used.
 #include "server/net_support.hpp"
 #include "support/test_support.hpp"
+#include "support/counter.hpp"
 
 #include "agentstate/client.hpp"
 
@@ -88,22 +89,7 @@ private:
   int stdin_ = -1, stdout_ = -1;
 };
 
-/// Counts completions; wait() blocks until a number is reached.
-struct counter {
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::size_t n = 0;
-
-  void add() {
-    std::lock_guard<std::mutex> g(mtx);
-    ++n;
-    cv.notify_all();
-  }
-  bool wait(std::size_t want, std::chrono::milliseconds t = 60s) {
-    std::unique_lock<std::mutex> lock(mtx);
-    return cv.wait_for(lock, t, [&] { return n >= want; });
-  }
-};
+using test::counter;
 
 std::unique_ptr<rpc_client> adopt_pipes(piped_serve& s, const client_options& o = {}) {
   auto c = rpc_client::adopt(s.stdout_fd(), s.stdin_fd(), o);

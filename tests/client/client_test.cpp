@@ -9,6 +9,7 @@
 // where a test needs calls to stay unanswered.
 #include "server/net_support.hpp"
 #include "support/test_support.hpp"
+#include "support/counter.hpp"
 
 #include "agentstate/client.hpp"
 
@@ -21,27 +22,7 @@ using namespace agentstate::test::net;
 
 namespace {
 
-/// Counts completions; wait() blocks until a number is reached.
-struct counter {
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::size_t n = 0;
-
-  void add() {
-    std::lock_guard<std::mutex> g(mtx);
-    ++n;
-    cv.notify_all();
-  }
-  /// True once `want` completions came, false after `t`.
-  bool wait(std::size_t want, std::chrono::milliseconds t = 60s) {
-    std::unique_lock<std::mutex> lock(mtx);
-    return cv.wait_for(lock, t, [&] { return n >= want; });
-  }
-  std::size_t value() {
-    std::lock_guard<std::mutex> g(mtx);
-    return n;
-  }
-};
+using test::counter;
 
 struct fixture {
   temp_dir dir;

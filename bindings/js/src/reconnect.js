@@ -178,8 +178,10 @@ export class ReconnectingConnection {
   }
 
   // Opens connections until one answers a ping, pausing between tries, while calls wait;
-  // then writes the waiting calls on it in their order.
+  // then writes the waiting calls on it in their order. The first try is at once: a pause
+  // left from an earlier outage would spend a new call's whole retryForMs before any try.
   async #reconnectLoop() {
+    this.#wait = 0;
     for (;;) {
       const next = this.#expire();
       if (this.#closed || this.#waiting.length === 0) return;
