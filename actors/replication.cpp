@@ -13,6 +13,7 @@
 #include "agentstate/engine.hpp"
 #include "store/apply.hpp"
 #include "store/replica.hpp"
+#include "store/shard_copy.hpp"
 
 namespace agentstate {
 
@@ -108,6 +109,24 @@ result<replica_position> engine::range_position(hash_range r) {
     if (!pos)
       return std::move(pos).err();
     return to_public(*pos);
+  } catch (const store::kv_failure& f) {
+    return error{f.code, f.message};
+  }
+}
+
+result<std::pair<replica_position, range_digest>> engine::replica_state(hash_range r) {
+  if (core_->closed.load())
+    return closing();
+  try {
+    auto txn = core_->kv->begin_read();
+    auto pos = stored_position(*txn, r);
+    if (!pos)
+      return std::move(pos).err();
+    store::shard_reader reader(*txn, to_model(r));
+    auto d = reader.digest();
+    if (!d)
+      return std::move(d).err();
+    return std::make_pair(to_public(*pos), range_digest{d->sessions, d->rows, d->bytes, d->crc});
   } catch (const store::kv_failure& f) {
     return error{f.code, f.message};
   }

@@ -233,6 +233,37 @@ int run_drain(cluster::coordinator& c, const cluster_args& a) {
   return 0;
 }
 
+int run_verify(cluster::coordinator& c, const cluster_args& a) {
+  if (!a.args.empty())
+    return usage_error("cluster", "verify takes no further arguments");
+  if (auto problem = a.remote.problem(); !problem.empty())
+    return usage_error("cluster", problem);
+  auto o = node_options(a);
+  if (!o)
+    return fail("verify", o.err());
+  o->retries = 2; // a node that is down is reported, not waited for
+  ::signal(SIGPIPE, SIG_IGN);
+  auto r = verify_replicas(c, *o, [&a](const json& p) {
+    if (a.json)
+      return;
+    std::printf("shard %u at node '%s': %s\n", p["shard"].get<std::uint32_t>(),
+                p["node"].get<std::string>().c_str(), p["why"].get<std::string>().c_str());
+    std::fflush(stdout);
+  });
+  if (!r)
+    return fail("verify", r.err());
+  if (a.json)
+    std::printf("%s\n", r->to_json().dump().c_str());
+  else
+    std::printf("%u replicated shards: %llu in-sync copies compared with their owners, %llu "
+                "equal, %llu different; %llu copies out of sync (not compared)\n",
+                r->shards, static_cast<unsigned long long>(r->copies),
+                static_cast<unsigned long long>(r->equal),
+                static_cast<unsigned long long>(r->different),
+                static_cast<unsigned long long>(r->out_of_sync));
+  return r->different == 0 ? 0 : exit_failed;
+}
+
 int run_adopt(cluster::coordinator& c, const cluster_args& a) {
   if (a.args.size() != 1)
     return usage_error("cluster", "adopt takes DIR");
@@ -286,6 +317,8 @@ runner define_cluster(command_line& cl) {
              "agentstate cluster drain NODE --etcd URLS --cluster NAME [--json]\n"
              "    [options of move]\n"
              "agentstate cluster adopt DIR --etcd URLS --cluster NAME [--json]\n"
+             "    [options of move]\n"
+             "agentstate cluster verify --etcd URLS --cluster NAME [--json]\n"
              "    [options of move]";
   cl.description = "A cluster is several `agentstate serve` nodes holding disjoint shards of one\n"
                    "logical store; etcd holds its configuration (the shard map, the node\n"
@@ -297,13 +330,16 @@ runner define_cluster(command_line& cl) {
                    "shard of node NODE to the other live nodes, two at a time. adopt adds the\n"
                    "store in DIR (a single-node store no process holds) to the cluster: each\n"
                    "session, with its events and its user: and app: state, goes to its shard's\n"
-                   "owner; DIR is left as it was. They reach the nodes with a token granting '*'\n"
+                   "owner; DIR is left as it was. verify compares, online, every in-sync copy\n"
+                   "of every replicated shard with its owner's (position and digest) and exits 1\n"
+                   "when one differs. They reach the nodes with a token granting '*'\n"
                    "(--token-file, or $AGENTSTATE_TOKEN).";
   cl.exit_status(exit_failed,
                  "etcd or a node could not be reached, the cluster exists (init) or "
-                 "does not, or a move or an adoption failed (run it again: it carries on)");
+                 "does not, a move or an adoption failed (run it again: it carries on), or "
+                 "verify found a copy that differs");
   cl.environment = remote_environment("move, drain, adopt: ");
-  cl.app.add_option("ACTION", a->action, "init, status, move, drain or adopt")
+  cl.app.add_option("ACTION", a->action, "init, status, move, drain, adopt or verify")
     ->required()
     ->type_name("ACTION");
   cl.app.add_option("ARGS", a->args, "move: SHARD NODE; drain: NODE; adopt: DIR")
@@ -332,14 +368,14 @@ runner define_cluster(command_line& cl) {
                 "majority of R)")
     ->type_name("M");
   add_json_flag(cl, a->json);
-  add_remote_flags(cl, a->remote, "reaching the nodes (move, drain, adopt)", "the nodes");
+  add_remote_flags(cl, a->remote, "reaching the nodes (move, drain, adopt, verify)", "the nodes");
   return [a, expect]() -> int {
     a->expect_nodes_given = expect->count() > 0;
     const bool takes_args = a->action == "move" || a->action == "drain" || a->action == "adopt";
-    if (a->action != "init" && a->action != "status" && !takes_args)
-      return usage_error("cluster",
-                         "ACTION is init, status, move, drain or adopt, not '" + a->action + "'");
-    if (!takes_args && !a->args.empty())
+    if (a->action != "init" && a->action != "status" && a->action != "verify" && !takes_args)
+      return usage_error(
+        "cluster", "ACTION is init, status, move, drain, adopt or verify, not '" + a->action + "'");
+    if (!takes_args && a->action != "verify" && !a->args.empty())
       return usage_error("cluster", a->action + " takes no further arguments");
     auto c = cluster::make_etcd_coordinator(a->etcd, a->cluster);
     if (!c)
@@ -350,6 +386,8 @@ runner define_cluster(command_line& cl) {
       return run_drain(**c, *a);
     if (a->action == "adopt")
       return run_adopt(**c, *a);
+    if (a->action == "verify")
+      return run_verify(**c, *a);
     return a->action == "init" ? run_init(**c, *a) : run_status(**c, *a);
   };
 }

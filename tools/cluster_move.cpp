@@ -386,4 +386,83 @@ result<adopt_report> adopt_store(
   return out;
 }
 
+json verify_report::to_json() const {
+  return json{{"shards", shards},       {"copies", copies},           {"equal", equal},
+              {"different", different}, {"out_of_sync", out_of_sync}, {"problems", problems}};
+}
+
+result<verify_report> verify_replicas(cluster::coordinator& c, const move_options& o,
+                                      const std::function<void(const json&)>& on_problem) {
+  auto v = c.load();
+  if (!v)
+    return std::move(v).err();
+  verify_report out;
+  std::map<std::string, node_link> links;
+  auto state_at = [&](const std::string& id, std::uint32_t s) -> result<json> {
+    auto* n = v->node(id);
+    if (!n)
+      return error{errc::unavailable, "node '" + id + "' is not registered"};
+    auto& link = links[id];
+    link.id = id;
+    link.address = n->address;
+    return call_node(link, o, "replica_state", json{{"shard", s}});
+  };
+  auto problem = [&](json p) {
+    ++out.different;
+    if (on_problem)
+      on_problem(p);
+    out.problems.push_back(std::move(p));
+  };
+  for (auto& e : v->shards) {
+    if (e.owner.empty() || e.replicas.size() < 2)
+      continue;
+    ++out.shards;
+    for (auto& id : e.replicas) {
+      if (id == e.owner)
+        continue;
+      if (std::find(e.isr.begin(), e.isr.end(), id) == e.isr.end()) {
+        ++out.out_of_sync;
+        continue;
+      }
+      ++out.copies;
+      // Writes go on: a copy may be a few runs behind its owner for a moment.
+      // Both are read again until their positions meet (bounded: 10 tries).
+      json owner, copy;
+      std::string why;
+      for (int attempt = 0; attempt < 10; ++attempt) {
+        auto a = state_at(e.owner, e.shard);
+        auto b = state_at(id, e.shard);
+        if (!a || !b) {
+          why = !a ? a.err().message : b.err().message;
+          break;
+        }
+        owner = std::move(*a);
+        copy = std::move(*b);
+        if (owner["epoch"] == copy["epoch"] && owner["seq"] == copy["seq"])
+          break;
+        // bounded poll: the follower applies what its owner sent on its own thread
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      json p = {{"shard", e.shard}, {"owner", e.owner}, {"node", id}};
+      if (!why.empty()) {
+        p["why"] = "cannot be read: " + why;
+        problem(std::move(p));
+      } else if (owner["epoch"] != copy["epoch"] || owner["seq"] != copy["seq"]) {
+        p["why"] = "at another position than its owner";
+        p["at"] = copy;
+        p["owner_at"] = owner;
+        problem(std::move(p));
+      } else if (owner != copy) {
+        p["why"] = "holds other rows than its owner at the same position";
+        p["at"] = copy;
+        p["owner_at"] = owner;
+        problem(std::move(p));
+      } else {
+        ++out.equal;
+      }
+    }
+  }
+  return out;
+}
+
 } // namespace agentstate::tools

@@ -102,4 +102,24 @@ result<adopt_report> adopt_store(
   cluster::coordinator& c, engine& local, const move_options& o,
   const std::function<void(std::uint32_t, const std::string&, const adopt_report&)>& on_shard);
 
+/// What `cluster verify` found.
+struct verify_report {
+  std::uint32_t shards = 0; ///< replicated shards with an owner
+  /// In-sync followers compared with their owners, those equal, those that
+  /// differ or could not be read, and followers out of sync (not compared).
+  std::uint64_t copies = 0, equal = 0, different = 0, out_of_sync = 0;
+  json problems = json::array(); ///< one object per copy that differs
+  json to_json() const;
+};
+
+/// Compares every in-sync follower of every shard with the shard's owner,
+/// online (node method replica_state: position and digest from one
+/// snapshot at each): equal when both are at the same position with the
+/// same digest. A follower behind its owner is read again (10 tries, 100 ms
+/// apart) until the positions meet; one still elsewhere, with other rows at
+/// the same position, or that cannot be read is a problem, passed to
+/// `on_problem` as found. Errors: etcd's.
+result<verify_report> verify_replicas(cluster::coordinator& c, const move_options& o,
+                                      const std::function<void(const json&)>& on_problem);
+
 } // namespace agentstate::tools

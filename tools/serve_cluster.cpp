@@ -628,12 +628,15 @@ void cluster_member::ship(replica_shipment s, std::function<void(result<void>)> 
 
 void cluster_member::node_call(const std::string& method, json params,
                                std::function<void(result<json>)> done) const {
-  if (method == "replicate") {
+  if (method == "replicate" || method == "replica_state") {
     if (!p_->replicator) {
       done(error{errc::unavailable, "node '" + p_->id + "' does not replicate shards"});
       return;
     }
-    p_->replicator->replicate(std::move(params), std::move(done));
+    if (method == "replicate")
+      p_->replicator->replicate(std::move(params), std::move(done));
+    else
+      p_->replicator->replica_state(std::move(params), std::move(done));
     return;
   }
   if (!p_->mover) {

@@ -83,8 +83,14 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   /// Lag removals for the thread to make: (shard, follower, why).
   std::vector<std::tuple<std::uint32_t, std::string, std::string>> lagging; ///< guarded by mtx
   std::thread worker;
-  /// replicate requests for the apply thread. Guarded by mtx.
-  std::deque<std::pair<json, std::function<void(result<json>)>>> applies;
+  /// replicate and replica_state requests for the apply thread. Guarded by
+  /// mtx.
+  struct apply_job {
+    std::string method;
+    json params;
+    std::function<void(result<json>)> done;
+  };
+  std::deque<apply_job> applies;
   std::condition_variable apply_cv;
   std::thread applier;
 
@@ -427,11 +433,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  void queue_apply(json params, std::function<void(result<json>)> done) {
+  void queue_apply(std::string method, json params, std::function<void(result<json>)> done) {
     {
       std::lock_guard<std::mutex> lock(mtx);
       if (!stopping) {
-        applies.emplace_back(std::move(params), std::move(done));
+        applies.push_back({std::move(method), std::move(params), std::move(done)});
         apply_cv.notify_one();
         return;
       }
@@ -441,7 +447,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
 
   void apply_loop() {
     for (;;) {
-      std::pair<json, std::function<void(result<json>)>> job;
+      apply_job job;
       {
         std::unique_lock<std::mutex> lock(mtx);
         apply_cv.wait(lock, [this] { return stopping || !applies.empty(); });
@@ -450,8 +456,26 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         job = std::move(applies.front());
         applies.pop_front();
       }
-      job.second(replicate(job.first));
+      job.done(job.method == "replicate" ? replicate(job.params) : state(job.params));
     }
+  }
+
+  /// replica_state: {shard} -> this node's position and digest of it.
+  result<json> state(const json& params) {
+    auto v = node.view();
+    const auto count = v->settings.shards;
+    auto s = params.is_object() ? params.find("shard") : params.end();
+    if (!params.is_object() || s == params.end() || !s->is_number_unsigned()
+        || s->get<std::uint64_t>() >= count)
+      return error{errc::invalid_argument,
+                   "replica_state takes shard, 0.." + std::to_string(count - 1)};
+    const auto shard = s->get<std::uint32_t>();
+    auto st = eng.replica_state(range_of(shard, count));
+    if (!st)
+      return std::move(st).err();
+    const auto& [pos, d] = *st;
+    return json{{"shard", shard}, {"epoch", pos.epoch}, {"seq", pos.seq}, {"sessions", d.sessions},
+                {"rows", d.rows}, {"bytes", d.bytes},   {"crc", d.crc}};
   }
 
   result<json> replicate(const json& params) {
@@ -494,7 +518,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
 
   void stop() {
     std::map<std::uint32_t, shard_state> left;
-    std::deque<std::pair<json, std::function<void(result<json>)>>> unapplied;
+    std::deque<apply_job> unapplied;
     {
       std::lock_guard<std::mutex> lock(mtx);
       if (stopping)
@@ -509,8 +533,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       worker.join();
     if (applier.joinable())
       applier.join();
-    for (auto& [params, done] : unapplied)
-      done(error{errc::unavailable, "node '" + cfg.id + "' is stopping"});
+    for (auto& job : unapplied)
+      job.done(error{errc::unavailable, "node '" + cfg.id + "' is stopping"});
     for (auto& [s, st] : left) {
       auto dones = abandon(st);
       answer(dones, error{errc::unavailable, "node '" + cfg.id + "' is stopping"});
@@ -541,7 +565,11 @@ void shard_replicator::ship(replica_shipment s, std::function<void(result<void>)
 }
 
 void shard_replicator::replicate(json params, std::function<void(result<json>)> done) {
-  p_->queue_apply(std::move(params), std::move(done));
+  p_->queue_apply("replicate", std::move(params), std::move(done));
+}
+
+void shard_replicator::replica_state(json params, std::function<void(result<json>)> done) {
+  p_->queue_apply("replica_state", std::move(params), std::move(done));
 }
 
 void shard_replicator::stop() {

@@ -80,6 +80,12 @@ public:
   /// (stopping), the engine's. Never blocks.
   void replicate(json params, std::function<void(result<json>)> done);
 
+  /// The node method `replica_state`: params {shard}; this node's position
+  /// and digest of the shard from one snapshot (engine::replica_state), on
+  /// the apply thread. Result {shard, epoch, seq, sessions, rows, bytes,
+  /// crc}. Errors: invalid_argument, the engine's. Never blocks.
+  void replica_state(json params, std::function<void(result<json>)> done);
+
   /// Ends the thread; later shipments answer unavailable. Idempotent.
   /// REQUIRES: before the engine closes.
   void stop();

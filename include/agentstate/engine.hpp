@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "agentstate/error.hpp"
@@ -412,6 +413,11 @@ public:
   /// The position of `r` in this store ({0, 0}: none). Errors: data_corrupt
   /// (a damaged position row), storage errors.
   result<replica_position> range_position(hash_range r);
+  /// `r`'s position and the digest of its rows (digest_range), from one
+  /// snapshot: two copies at the same position hold the same rows when
+  /// their digests are equal. Cost: a read of all of r. Errors: as
+  /// range_position and digest_range.
+  result<std::pair<replica_position, range_digest>> replica_state(hash_range r);
   /// Applies a shipment's `batch` of range `r` as a follower, in one commit
   /// with r's new position: fences r first (this engine does not write it
   /// itself), then refuses, changing nothing, a batch whose epoch is below

@@ -61,11 +61,15 @@ struct replicated {
     }
   }
 
+  /// `agentstate cluster REST` on this cluster.
+  std::string tool(const std::string& rest) const {
+    return std::string(AGENTSTATE_BIN) + " cluster " + rest + " --etcd " + etcd.url()
+      + " --cluster c";
+  }
+
   /// The cluster's status (cluster status --json).
   json status() const {
-    auto r = shell(std::string(AGENTSTATE_BIN) + " cluster status --json --etcd " + etcd.url()
-                     + " --cluster c",
-                   false);
+    auto r = shell(tool("status --json"), false);
     REQUIRE(r.first == 0);
     return json::parse(r.second);
   }
@@ -190,6 +194,13 @@ TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica
 
   auto status = c.status();
   CHECK(status["under_replicated"] == 0);
+  // Online, every in-sync copy matches its owner's.
+  auto verified = shell(c.tool("verify --json"), false);
+  INFO(verified.second);
+  CHECK(verified.first == 0);
+  auto report = json::parse(verified.second);
+  CHECK(report["copies"] == shard_count * 2);
+  CHECK(report["equal"] == shard_count * 2);
   for (auto& node : c.n) {
     node.proc->signal(SIGTERM);
     CHECK(node.proc->wait_exit() == 0);
@@ -204,6 +215,28 @@ TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica
   }
   h.check(c.dir.str() + "/history.jsonl");
   CHECK(check_replicas_equal(status, stores) == static_cast<int>(shard_count) * 2);
+
+  // A copy changed behind the cluster's back (a session written into node
+  // b's store where b only follows) is found by verify, at the same position.
+  std::string foreign;
+  for (int i = 0; foreign.empty(); ++i)
+    if (c.owner_of("x" + std::to_string(i)) != "b")
+      foreign = "x" + std::to_string(i);
+  MUST(stores["b"]->create_session(test::create_req("app", foreign, "s")));
+  for (auto& [id, e] : stores)
+    MUST(e->close());
+  stores.clear();
+  for (std::size_t k = 0; k < c.n.size(); ++k)
+    c.n[k] = test::start_store_cluster_node(
+      c.etcd, c.dir, std::string(1, static_cast<char>('a' + k)), 0, {"--lag-timeout-ms", "500"});
+  auto found = shell(c.tool("verify --json"), false);
+  INFO(found.second);
+  CHECK(found.first == 1);
+  auto problems = json::parse(found.second)["problems"];
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0]["node"] == "b");
+  CHECK(problems[0]["shard"] == model::shard_of("app", foreign, shard_count));
+  CHECK(problems[0]["why"] == "holds other rows than its owner at the same position");
 }
 
 TEST_CASE("a follower killed with kill -9 leaves the in-sync sets; its peers' shards go on") {
@@ -249,6 +282,13 @@ TEST_CASE("a follower killed with kill -9 leaves the in-sync sets; its peers' sh
       on_c = "v" + std::to_string(i);
   auto refused = via[0].call("create_session", ref_params(on_c));
   CHECK(kind_of(refused) == "unavailable");
+  // verify names the copies it cannot compare: those on c, and those of the
+  // shards c owns.
+  auto verified = shell(c.tool("verify --json"), false);
+  INFO(verified.second);
+  CHECK(verified.first == 1);
+  for (auto& p : json::parse(verified.second)["problems"])
+    CHECK((p["node"] == "c" || p["owner"] == "c"));
 
   for (std::size_t k = 0; k < 2; ++k) {
     c.n[k].proc->signal(SIGTERM);
