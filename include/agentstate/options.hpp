@@ -271,7 +271,9 @@ struct options {
   /// `done`: ok answers them as committed; an error answers each with it
   /// (the write stays committed here: in doubt) and ends the lead of the
   /// range, which is fenced (engine::fence_range) until it is led again.
-  /// Unset: lead_range is refused.
+  /// `done` may be called until the engine is destroyed, never after (stop
+  /// the replicator before closing the engine). Unset: lead_range is
+  /// refused.
   std::function<void(replica_shipment, std::function<void(result<void>)> done)> replicator;
   /// Derived keys (see derived_key); checked by engine::open.
   std::vector<derived_key> derived;
