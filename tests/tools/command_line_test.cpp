@@ -163,7 +163,7 @@ TEST_CASE("cli: bad usage is one line on stderr naming the problem and --help, e
     {{"serve", "--memory", "--auth-file=/x"}, "--auth-file applies to --listen"},
     {{"cluster", "status", "--cluster=c"}, "--etcd is required"},
     {{"cluster", "frob", "--etcd=http://h", "--cluster=c"},
-     "ACTION is init, status, move, drain or adopt"},
+     "ACTION is init, status, move, drain, adopt or verify"},
     {{"cluster", "status", "--etcd=ftp://h", "--cluster=c"}, "not an http:// or https:// URL"},
     {{"cluster", "init", "--etcd=http://h", "--cluster=a/b"}, "a cluster name is"},
     {{"bench"}, "--workload is required"},
