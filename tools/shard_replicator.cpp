@@ -378,6 +378,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         } else {
           log.error("replicas", "cannot lead shard " + std::to_string(s) + ": " + r.err().message,
                     {{"shard", s}});
+          if (!fenced.count(s) && eng.fence_range(range_of(s, count)))
+            fenced.insert(s); // not led: none of its writes commits here
         }
       } else if (!leads && it != led.end()) {
         eng.unlead_range(range_of(s, count)); // fences it
