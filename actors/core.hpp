@@ -145,6 +145,12 @@ scope_actor_hdl spawn_scope_actor(engine_core& core, std::string app,
 /// engine::fence_range now. Takes commit_mtx.
 bool range_fenced(engine_core& core, std::string_view app, std::string_view user);
 
+/// Adds `r` to core.range_fences (once). REQUIRES: core.commit_mtx held.
+void add_fence(engine_core& core, const model::hash_range& r);
+/// Ends the lead of `r` (engine::lead_range) and fences it: engine::unlead_range,
+/// and a shipment the replicator refused. REQUIRES: core.commit_mtx held.
+void end_lead(engine_core& core, const model::hash_range& r);
+
 /// Starts the actors of the sessions `skeys` (session keys): each session
 /// with an append waiting in the outbox finishes it when its actor starts.
 void wake_sessions(engine_core& core, const std::vector<std::string>& skeys);

@@ -52,6 +52,20 @@ void remove_fence(engine_core& core, const model::hash_range& r) {
 
 } // namespace
 
+void detail::add_fence(engine_core& core, const model::hash_range& r) {
+  auto& f = core.range_fences;
+  if (std::find(f.begin(), f.end(), r) == f.end())
+    f.push_back(r);
+}
+
+void detail::end_lead(engine_core& core, const model::hash_range& r) {
+  auto& led = core.led;
+  led.erase(std::remove_if(led.begin(), led.end(),
+                           [&](const engine_core::led_range& x) { return x.range == r; }),
+            led.end());
+  add_fence(core, r);
+}
+
 result<replica_position> engine::lead_range(hash_range r, std::uint64_t epoch) {
   if (core_->closed.load())
     return closing();
@@ -89,14 +103,7 @@ result<void> engine::unlead_range(hash_range r) {
   if (core_->closed.load())
     return closing();
   std::lock_guard<std::mutex> lk(core_->commit_mtx);
-  const auto range = to_model(r);
-  auto& led = core_->led;
-  led.erase(std::remove_if(led.begin(), led.end(),
-                           [&](const engine_core::led_range& x) { return x.range == range; }),
-            led.end());
-  auto& f = core_->range_fences;
-  if (std::find(f.begin(), f.end(), range) == f.end())
-    f.push_back(range);
+  end_lead(*core_, to_model(r));
   return {};
 }
 

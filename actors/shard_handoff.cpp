@@ -110,9 +110,7 @@ result<void> engine::fence_range(hash_range r) {
   if (core_->closed.load())
     return closing();
   std::lock_guard<std::mutex> lk(core_->commit_mtx);
-  auto& f = core_->range_fences;
-  if (std::find(f.begin(), f.end(), to_model(r)) == f.end())
-    f.push_back(to_model(r));
+  add_fence(*core_, to_model(r));
   return {};
 }
 

@@ -357,16 +357,7 @@ void ship(engine_core& core, std::vector<replica_shipment>& out,
         // The range's followers may lack what this node committed: it
         // takes no more writes until it is led again.
         std::lock_guard<std::mutex> lk(c->commit_mtx);
-        auto& led = c->led;
-        led.erase(std::remove_if(led.begin(), led.end(),
-                                 [&](const engine_core::led_range& x) {
-                                   return x.range.lo == lo && x.range.hi == hi;
-                                 }),
-                  led.end());
-        auto& f = c->range_fences;
-        const model::hash_range range{lo, hi};
-        if (std::find(f.begin(), f.end(), range) == f.end())
-          f.push_back(range);
+        end_lead(*c, model::hash_range{lo, hi});
       }
       caf::anon_send(c->writer, std::move(msg));
     });
