@@ -347,17 +347,24 @@ void ship(engine_core& core, std::vector<replica_shipment>& out,
   for (std::size_t k = 0; k < out.size(); ++k) {
     const std::uint64_t id = ids[k];
     const auto lo = out[k].lo, hi = out[k].hi;
+    const auto epoch = out[k].last.epoch;
     engine_core* c = &core;
-    core.opts.replicator(std::move(out[k]), [c, id, lo, hi](result<void> r) {
+    core.opts.replicator(std::move(out[k]), [c, id, lo, hi, epoch](result<void> r) {
       shipped_cmd msg;
       msg.id = id;
       if (!r) {
         msg.code = r.code();
         msg.message = r.err().message;
         // The range's followers may lack what this node committed: it
-        // takes no more writes until it is led again.
+        // takes no more writes until it is led again (a lead begun since,
+        // at another epoch, stays).
+        const model::hash_range range{lo, hi};
         std::lock_guard<std::mutex> lk(c->commit_mtx);
-        end_lead(*c, model::hash_range{lo, hi});
+        for (auto& x : c->led)
+          if (x.range == range && x.epoch == epoch) {
+            end_lead(*c, range);
+            break;
+          }
       }
       caf::anon_send(c->writer, std::move(msg));
     });

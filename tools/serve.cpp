@@ -4,6 +4,7 @@
 // `agentstate serve`: the engine behind the JSON-RPC protocol (docs/protocol.md)
 // on standard input/output, or on TCP, TLS and Unix-socket listeners through
 // the network server (server/server.hpp).
+#include <filesystem>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -665,6 +666,10 @@ int run_serve(serve_config& cfg) {
       m->ship(std::move(s), std::move(done));
     };
   }
+  // A store made now holds no copy of any shard, whatever the map says.
+  std::error_code absent;
+  const bool new_store =
+    !cfg.have_store || !std::filesystem::exists(cfg.engine_opts.dir + "/data.mdb", absent);
   auto opened = open_engine(cfg, log);
   if (!opened)
     return 1;
@@ -703,7 +708,8 @@ int run_serve(serve_config& cfg) {
       };
     net.set_routing([m](const protocol::route_query& q) { return m->route(q); },
                     [m](const json& params) { return m->cluster_map(params); }, std::move(forward));
-    if (auto r = m->start_moves(eng, cfg.have_store ? cfg.engine_opts.dir : std::string(), log);
+    if (auto r =
+          m->start_moves(eng, cfg.have_store ? cfg.engine_opts.dir : std::string(), new_store, log);
         !r) {
       log.error("startup_failed", "cannot start the node's shard moves: " + r.err().message);
       link->store(nullptr);

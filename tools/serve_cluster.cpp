@@ -563,7 +563,7 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
       const std::shared_ptr<rpc_client>& c, const std::string& failed) mutable {
       if (!c) {
         done(error{errc::unavailable,
-                   "node '" + id + "' cannot reach the shard's owner at " + peer + ": " + failed},
+                   "node '" + id + "' cannot reach the node at " + peer + ": " + failed},
              nullptr);
         return;
       }
@@ -592,7 +592,7 @@ void cluster_member::forward(const std::string& peer, const std::string& method,
     });
 }
 
-result<void> cluster_member::start_moves(engine& eng, const std::string& store_dir,
+result<void> cluster_member::start_moves(engine& eng, const std::string& store_dir, bool new_store,
                                          server::logger& log) {
   auto m = shard_mover::start(eng, *p_->node, p_->id, store_dir, log);
   if (!m)
@@ -602,6 +602,7 @@ result<void> cluster_member::start_moves(engine& eng, const std::string& store_d
     shard_replicator::config rc;
     rc.id = p_->id;
     rc.lag_timeout = p_->lag_timeout;
+    rc.new_store = new_store;
     rc.send = [this](const std::string& peer, const std::string& method, json params,
                      protocol::forward_done done) {
       forward(peer, method, std::move(params), std::move(done));
@@ -628,13 +629,15 @@ void cluster_member::ship(replica_shipment s, std::function<void(result<void>)> 
 
 void cluster_member::node_call(const std::string& method, json params,
                                std::function<void(result<json>)> done) const {
-  if (method == "replicate" || method == "replica_state") {
+  if (method == "replicate" || method == "replica_state" || method == "replica_position") {
     if (!p_->replicator) {
       done(error{errc::unavailable, "node '" + p_->id + "' does not replicate shards"});
       return;
     }
     if (method == "replicate")
       p_->replicator->replicate(std::move(params), std::move(done));
+    else if (method == "replica_position")
+      p_->replicator->replica_position(std::move(params), std::move(done));
     else
       p_->replicator->replica_state(std::move(params), std::move(done));
     return;

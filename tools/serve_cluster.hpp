@@ -88,10 +88,12 @@ public:
 
   /// Starts the node's side of shard moves (tools/shard_mover.hpp) over
   /// `eng`, its record in `store_dir` ("" : memory), and, in a cluster that
-  /// keeps replicas, of its shards' replication (tools/shard_replicator.hpp).
+  /// keeps replicas, of its shards' replication (tools/shard_replicator.hpp;
+  /// `new_store`: the store was made at this start, so it holds no copy).
   /// Errors as shard_mover::start. REQUIRES: once; `eng` outlives
   /// stop_moves().
-  result<void> start_moves(engine& eng, const std::string& store_dir, server::logger& log);
+  result<void> start_moves(engine& eng, const std::string& store_dir, bool new_store,
+                           server::logger& log);
   /// Stops them (calls after it answer unavailable). REQUIRES: before the
   /// engine closes. Idempotent.
   void stop_moves();

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: one impl; leading, following and failing over share its
+// shard states, rings of kept runs and threads.
 // tools/shard_replicator.cpp: see shard_replicator.hpp. One thread acts on
 // the map's views (lead, unlead, fence) and on followers that lag (removing
-// them from the in-sync set in the coordinator); shipments and answers run
-// on the threads that bring them, under one mutex.
+// them from the in-sync set in the coordinator), one fails over dead
+// owners' shards and confirms this node's own at start, one applies what
+// followers receive; shipments and answers run on the threads that bring
+// them, under one mutex.
 #include "tools/shard_replicator.hpp"
 
 #include <algorithm>
@@ -24,6 +28,7 @@ namespace agentstate::tools {
 
 namespace {
 
+using position_t = ::agentstate::replica_position;
 using clock = std::chrono::steady_clock;
 
 hash_range range_of(std::uint32_t s, std::uint32_t shards) {
@@ -40,6 +45,29 @@ bool has(const std::vector<std::string>& ids, const std::string& id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+bool same(const position_t& a, const position_t& b) {
+  return a.epoch == b.epoch && a.seq == b.seq;
+}
+
+bool before(const position_t& a, const position_t& b) {
+  return a.epoch < b.epoch || (a.epoch == b.epoch && a.seq < b.seq);
+}
+
+std::string text(const position_t& p) {
+  return "(epoch " + std::to_string(p.epoch) + ", seq " + std::to_string(p.seq) + ")";
+}
+
+/// How long a copy leading no shard waits before it checks again whether it
+/// may lead a shard it owned when it started, or fail over a dead owner's.
+constexpr auto failover_recheck = std::chrono::milliseconds(200);
+/// How long a shard whose writes failed (a follower it could not drop, the
+/// coordinator out of reach) waits before it is led again.
+constexpr auto relead_wait = std::chrono::milliseconds(500);
+/// The recent batches kept per shard for followers to catch up from: at most
+/// this many, and at most ring_budget / shards bytes (at least 256 KiB).
+constexpr std::size_t ring_entries = 4096;
+constexpr std::size_t ring_budget = std::size_t{64} << 20;
+
 } // namespace
 
 struct shard_replicator::impl : std::enable_shared_from_this<impl> {
@@ -49,42 +77,71 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   config cfg;
   server::logger& log;
 
+  using batch_ptr = std::shared_ptr<const std::string>;
+  using done_fn = std::function<void(result<void>)>;
+
   /// A run of write sets as shipped, up to sequence number `last`.
   struct run {
     std::uint64_t last = 0;
-    std::string batch;
+    batch_ptr batch;
   };
   /// A shipment's answer: `done` once no follower in `waiting` is left.
   struct pending {
     std::uint64_t last = 0;
-    std::function<void(result<void>)> done;
+    done_fn done;
     std::set<std::string> waiting;
   };
   struct follower {
     std::deque<run> queued;
+    /// A request to it is out: a replicate, or the replica_position that
+    /// begins a lead.
     bool in_flight = false;
     clock::time_point sent_at;
     std::uint64_t gen = 0; ///< answers of an older request are ignored
   };
-  /// A shard this node leads, at `epoch`.
+  /// A shard this node leads, at `epoch`, from position `start`.
   struct shard_state {
     std::uint64_t epoch = 0;
+    position_t start;
     std::map<std::string, follower> followers;
     std::deque<pending> pendings;
     /// Followers this node removed from the in-sync set (its view may
     /// not show it yet).
     std::set<std::string> dropped;
   };
+  /// A batch this node committed (leading) or applied (following), kept so
+  /// that a follower behind it can catch up from it.
+  struct kept {
+    position_t prev, last;
+    batch_ptr batch;
+  };
+  struct ring {
+    std::deque<kept> entries; ///< a chain: each one's prev is the last one's last
+    std::size_t bytes = 0;
+  };
 
   std::mutex mtx;
   std::condition_variable cv;
   bool stopping = false;
   std::map<std::uint32_t, shard_state> shards; ///< guarded by mtx
+  std::map<std::uint32_t, ring> rings; ///< guarded by mtx
+  std::size_t ring_cap = 0; ///< bytes per shard's ring
   /// Lag removals for the thread to make: (shard, follower, why).
   std::vector<std::tuple<std::uint32_t, std::string, std::string>> lagging; ///< guarded by mtx
+  /// Shards whose lead the engine ended (a write answered with an error),
+  /// to be led again at that epoch from the time given. Guarded by mtx.
+  std::map<std::uint32_t, std::pair<clock::time_point, std::uint64_t>> relead;
+  /// Shards this node owned when it started: led only once the failover
+  /// thread confirmed that its copy holds every acknowledged write, else
+  /// handed to a follower that does (see hand_over). Guarded by mtx.
+  std::set<std::uint32_t> unconfirmed;
+  bool refollow = false; ///< guarded by mtx: follow the view again now
+  /// The store is new and the node is still in in-sync sets of shards it
+  /// follows (config::new_store). Guarded by mtx.
+  bool leaving = false;
   std::thread worker;
-  /// replicate and replica_state requests for the apply thread. Guarded by
-  /// mtx.
+  /// replicate, replica_state and replica_position requests for the apply
+  /// thread. Guarded by mtx.
   struct apply_job {
     std::string method;
     json params;
@@ -93,20 +150,34 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   std::deque<apply_job> applies;
   std::condition_variable apply_cv;
   std::thread applier;
+  std::condition_variable failover_cv;
+  bool failover_wake = false; ///< guarded by mtx
+  std::thread failer;
 
-  // The thread's own (no lock): the epoch each shard is led at, the shards fenced here as a follower.
+  // The worker's own (no lock): the epoch each shard is led at, the shards
+  // fenced here as a follower.
   std::map<std::uint32_t, std::uint64_t> led;
   std::set<std::uint32_t> fenced;
   bool logged = false;
+  // The failover thread's own: shards whose failover it reported it cannot
+  // make yet.
+  std::set<std::uint32_t> stuck;
 
   impl(engine& e, const cluster::node& n, std::shared_ptr<cluster::coordinator> c, config f,
        server::logger& l)
     : eng(e), node(n), coord(std::move(c)), cfg(std::move(f)), log(l) {}
 
+  error not_serving() const {
+    return error{errc::unavailable,
+                 "node '" + cfg.id
+                   + "' cannot reach the cluster's coordinator: the write is committed here "
+                     "but not acknowledged (in doubt)"};
+  }
+
   /// The answers of shard `s`'s pendings that wait for nobody now, taken
   /// out in order. REQUIRES: mtx held.
-  std::vector<std::function<void(result<void>)>> ready(shard_state& st) {
-    std::vector<std::function<void(result<void>)>> out;
+  std::vector<done_fn> ready(shard_state& st) {
+    std::vector<done_fn> out;
     auto it = st.pendings.begin();
     while (it != st.pendings.end()) {
       if (it->waiting.empty()) {
@@ -127,8 +198,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
 
   /// Follower `f` no longer holds back the pendings of `st` up to sequence
   /// number `upto`; the answers that wait for nobody now. REQUIRES: mtx held.
-  std::vector<std::function<void(result<void>)>> release(shard_state& st, const std::string& f,
-                                                         std::uint64_t upto) {
+  std::vector<done_fn> release(shard_state& st, const std::string& f, std::uint64_t upto) {
     for (auto& p : st.pendings)
       if (p.last <= upto)
         p.waiting.erase(f);
@@ -137,8 +207,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
 
   /// Every pending answer of `st`, taken out, and its followers' queues
   /// emptied (what they lack is not confirmed). REQUIRES: mtx held.
-  std::vector<std::function<void(result<void>)>> abandon(shard_state& st) {
-    std::vector<std::function<void(result<void>)>> out;
+  std::vector<done_fn> abandon(shard_state& st) {
+    std::vector<done_fn> out;
     for (auto& p : st.pendings)
       out.push_back(std::move(p.done));
     st.pendings.clear();
@@ -150,7 +220,58 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     return out;
   }
 
-  static void answer(std::vector<std::function<void(result<void>)>>& dones, result<void> r) {
+  /// Keeps batch `b` (prev -> last) of `shard` in its ring; a batch that
+  /// does not follow the ring's last one starts it anew. REQUIRES: mtx held.
+  void remember(std::uint32_t shard, position_t prev, position_t last, batch_ptr b) {
+    auto& r = rings[shard];
+    if (!r.entries.empty() && !same(r.entries.back().last, prev)) {
+      r.entries.clear();
+      r.bytes = 0;
+    }
+    r.bytes += b->size();
+    r.entries.push_back({prev, last, std::move(b)});
+    while (r.entries.size() > 1 && (r.bytes > ring_cap || r.entries.size() > ring_entries)) {
+      r.bytes -= r.entries.front().batch->size();
+      r.entries.pop_front();
+    }
+  }
+
+  /// The kept batches of `shard` that take a copy at `from` to `to`, in
+  /// order; none when the ring does not hold all of them. REQUIRES: mtx held.
+  std::optional<std::vector<run>> catch_up(std::uint32_t shard, position_t from, position_t to) {
+    auto it = rings.find(shard);
+    if (it == rings.end())
+      return std::nullopt;
+    std::vector<run> out;
+    auto at = from;
+    bool on = false;
+    for (auto& k : it->second.entries) {
+      if (!on && !same(k.prev, from))
+        continue;
+      on = true;
+      if (!same(k.prev, at) || before(to, k.last))
+        return std::nullopt;
+      out.push_back({k.last.seq, k.batch});
+      at = k.last;
+      if (same(at, to))
+        return out;
+    }
+    return std::nullopt;
+  }
+
+  /// Answers `dones` with `r`, as this node's lease allows: a success only
+  /// while it serves. Any error ended the engine's lead of `shard` at
+  /// `epoch`: it is led again after relead_wait.
+  void settle(std::uint32_t shard, std::uint64_t epoch, std::vector<done_fn>& dones,
+              result<void> r) {
+    if (dones.empty())
+      return;
+    if (r && !node.serving())
+      r = not_serving();
+    if (!r) {
+      std::lock_guard<std::mutex> lock(mtx);
+      relead[shard] = {clock::now() + relead_wait, epoch};
+    }
     for (auto& d : dones)
       d(r);
   }
@@ -160,28 +281,25 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     const auto count = v->settings.shards;
     const auto shard = shard_at(s.lo, count);
     const auto& e = v->shards[shard];
+    const auto epoch = s.last.epoch;
     std::vector<std::string> to_pump;
-    std::vector<std::function<void(result<void>)>> old;
     std::optional<result<void>> now; // the answer, when it is known at once
     {
       std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(shard);
       if (stopping) {
         now = error{errc::unavailable, "node '" + cfg.id + "' is stopping"};
-      } else if (e.owner != cfg.id || !e.to.empty()) {
+      } else if (e.owner != cfg.id || !e.to.empty() || !st || st->epoch != epoch) {
         now = error{errc::unavailable,
                     "node '" + cfg.id + "' no longer leads shard " + std::to_string(shard)
                       + " (the map moved on)"};
       } else {
-        auto& st = shards[shard];
-        if (st.epoch != e.epoch) {
-          old = abandon(st);
-          st = shard_state{};
-          st.epoch = e.epoch;
-        }
+        auto batch = std::make_shared<const std::string>(std::move(s.batch));
+        remember(shard, s.prev, s.last, batch);
         std::vector<std::string> followers;
         std::size_t in_sync = 0;
         for (auto& id : e.isr)
-          if (!st.dropped.count(id)) {
+          if (!st->dropped.count(id)) {
             ++in_sync;
             if (id != cfg.id)
               followers.push_back(id);
@@ -199,18 +317,16 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
           p.done = std::move(done);
           for (auto& f : followers) {
             p.waiting.insert(f);
-            st.followers[f].queued.push_back({s.last.seq, s.batch});
+            st->followers[f].queued.push_back({s.last.seq, batch});
           }
-          st.pendings.push_back(std::move(p));
+          st->pendings.push_back(std::move(p));
           to_pump = std::move(followers);
         }
       }
     }
-    answer(
-      old,
-      error{errc::unavailable, "shard " + std::to_string(shard) + " has a new epoch in the map"});
     if (now) {
-      done(std::move(*now));
+      std::vector<done_fn> one{std::move(done)};
+      settle(shard, epoch, one, std::move(*now));
       return;
     }
     for (auto& f : to_pump)
@@ -234,7 +350,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         return;
       json batches = json::array();
       while (!fol.queued.empty()) {
-        batches.push_back(cluster::b64(fol.queued.front().batch));
+        batches.push_back(cluster::b64(*fol.queued.front().batch));
         last = fol.queued.front().last;
         fol.queued.pop_front();
       }
@@ -258,7 +374,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
 
   void answered(std::uint32_t shard, const std::string& f, std::uint64_t gen, std::uint64_t last,
                 result<json> r) {
-    std::vector<std::function<void(result<void>)>> dones;
+    std::vector<done_fn> dones;
+    std::uint64_t epoch = 0;
     {
       std::lock_guard<std::mutex> lock(mtx);
       auto* st = find(shard);
@@ -273,10 +390,83 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         cv.notify_all();
         return;
       }
+      epoch = st->epoch;
       dones = release(*st, f, last);
     }
-    answer(dones, {});
+    settle(shard, epoch, dones, {});
     pump(shard, f);
+  }
+
+  /// Asks follower `f` of `shard` where its copy is, the first step of a
+  /// lead (positioned() has the answer).
+  void ask_position(std::uint32_t shard, const std::string& f, std::uint64_t gen) {
+    auto v = node.view();
+    const auto* n = v->node(f);
+    if (!n) {
+      std::lock_guard<std::mutex> lock(mtx);
+      lagging.emplace_back(shard, f, "it is not a registered node");
+      cv.notify_all();
+      return;
+    }
+    std::weak_ptr<impl> self = shared_from_this();
+    cfg.send(n->address, "replica_position", json{{"shards", json::array({shard})}},
+             [self, shard, f, gen](result<json> r, json) {
+               if (auto p = self.lock())
+                 p->positioned(shard, f, gen, std::move(r));
+             });
+  }
+
+  /// Follower `f`'s position of `shard`: in step with the lead's start, or
+  /// behind it by batches this node keeps (queued first), or dropped.
+  void positioned(std::uint32_t shard, const std::string& f, std::uint64_t gen, result<json> r) {
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(shard);
+      if (!st)
+        return;
+      auto fit = st->followers.find(f);
+      if (fit == st->followers.end() || fit->second.gen != gen)
+        return;
+      auto& fol = fit->second;
+      fol.in_flight = false;
+      std::string why;
+      position_t at;
+      if (!r)
+        why = r.err().message;
+      else if (!read_position(*r, shard, at))
+        why = "its answer to replica_position has no position of shard " + std::to_string(shard);
+      else if (!same(at, st->start)) {
+        auto missing = catch_up(shard, at, st->start);
+        if (!missing)
+          why = "its copy at " + text(at) + " does not lead to this node's, where the lead began, "
+            + text(st->start) + ", by writes this node keeps";
+        else
+          fol.queued.insert(fol.queued.begin(), missing->begin(), missing->end());
+      }
+      if (!why.empty()) {
+        lagging.emplace_back(shard, f, why);
+        cv.notify_all();
+        return;
+      }
+    }
+    pump(shard, f);
+  }
+
+  /// Position `at` of `shard` in a replica_position answer; false when it has none.
+  static bool read_position(const json& answer, std::uint32_t shard, position_t& at) {
+    if (!answer.is_object() || !answer.contains("positions") || !answer["positions"].is_array())
+      return false;
+    for (auto& p : answer["positions"]) {
+      if (!p.is_object() || p.value("shard", json()) != json(shard))
+        continue;
+      auto e = p.find("epoch");
+      auto q = p.find("seq");
+      if (e == p.end() || q == p.end() || !e->is_number_unsigned() || !q->is_number_unsigned())
+        return false;
+      at = {e->get<std::uint64_t>(), q->get<std::uint64_t>()};
+      return true;
+    }
+    return false;
   }
 
   /// Removes follower `f` of `shard` from the in-sync set (the thread's).
@@ -325,7 +515,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
                    + "' left the in-sync set: " + why,
                  {{"shard", shard}, {"node", f}, {"epoch", e.epoch}, {"isr", next.isr}});
       }
-      std::vector<std::function<void(result<void>)>> dones;
+      std::vector<done_fn> dones;
       {
         std::lock_guard<std::mutex> lock(mtx);
         auto* st = find(shard);
@@ -338,25 +528,79 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         ++fol.gen; // its answers to requests already sent are ignored
         dones = release(*st, f, std::numeric_limits<std::uint64_t>::max());
       }
-      answer(dones, {});
+      settle(shard, epoch, dones, {});
       return;
     }
     fail_shard(shard, "the shard's entry kept changing");
   }
 
   void fail_shard(std::uint32_t shard, const std::string& why) {
-    std::vector<std::function<void(result<void>)>> dones;
+    std::vector<done_fn> dones;
+    std::uint64_t epoch = 0;
     {
       std::lock_guard<std::mutex> lock(mtx);
       auto* st = find(shard);
       if (!st)
         return;
+      epoch = st->epoch;
       dones = abandon(*st);
     }
     if (!dones.empty())
       log.error("isr", "shard " + std::to_string(shard) + " takes no writes: " + why,
                 {{"shard", shard}});
-    answer(dones, error{errc::unavailable, why});
+    settle(shard, epoch, dones, error{errc::unavailable, why});
+  }
+
+  /// Begins leading shard `s` of entry `e` at e's epoch: its state first
+  /// (so that what the engine ships from the lead on finds it), then the
+  /// engine's lead, then each in-sync follower's position (positioned()).
+  void begin_lead(std::uint32_t s, const cluster::shard_entry& e, std::uint32_t count) {
+    std::vector<done_fn> old;
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      if (auto* st = find(s))
+        old = abandon(*st);
+      relead.erase(s);
+      auto& st = shards[s];
+      st = shard_state{};
+      st.epoch = e.epoch;
+      for (auto& id : e.isr)
+        if (id != cfg.id) { // nothing is sent before its position is known
+          st.followers[id].in_flight = true;
+          st.followers[id].sent_at = clock::now();
+        }
+    }
+    for (auto& d : old)
+      d(error{errc::unavailable, "shard " + std::to_string(s) + " is led anew"});
+    auto r = eng.lead_range(range_of(s, count), e.epoch);
+    std::vector<std::pair<std::string, std::uint64_t>> ask;
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(s);
+      if (r && st) {
+        st->start = *r;
+        for (auto& [id, f] : st->followers) {
+          f.sent_at = clock::now();
+          ask.emplace_back(id, ++f.gen);
+        }
+      } else if (st) {
+        old = abandon(*st);
+        shards.erase(s);
+      }
+    }
+    if (!r) {
+      for (auto& d : old)
+        d(error{errc::unavailable, "shard " + std::to_string(s) + " is not led"});
+      log.error("replicas", "cannot lead shard " + std::to_string(s) + ": " + r.err().message,
+                {{"shard", s}});
+      if (!fenced.count(s) && eng.fence_range(range_of(s, count)))
+        fenced.insert(s); // not led: none of its writes commits here
+      return;
+    }
+    led[s] = e.epoch;
+    fenced.erase(s);
+    for (auto& [f, gen] : ask)
+      ask_position(s, f, gen);
   }
 
   /// Leads, unleads and fences as view `v` has it: every shard this node
@@ -365,31 +609,48 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   /// Logs event `replicas` when the number of shards it leads changes.
   void follow_view(const cluster::cluster_view& v) {
     const auto count = v.settings.shards;
-    const auto before = led.size();
+    const auto before_count = led.size();
+    std::set<std::uint32_t> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      for (auto it = unconfirmed.begin(); it != unconfirmed.end();) {
+        const auto& e = v.shards[*it];
+        if (e.owner != cfg.id || !e.to.empty())
+          it = unconfirmed.erase(it); // no longer this node's to confirm
+        else
+          ++it;
+      }
+      waiting = unconfirmed;
+    }
     for (std::uint32_t s = 0; s < count; ++s) {
       const auto& e = v.shards[s];
-      const bool leads = e.owner == cfg.id && e.to.empty();
+      const bool leads = e.owner == cfg.id && e.to.empty() && !waiting.count(s);
       auto it = led.find(s);
       if (leads && (it == led.end() || it->second != e.epoch)) {
-        auto r = eng.lead_range(range_of(s, count), e.epoch);
-        if (r) {
-          led[s] = e.epoch;
-          fenced.erase(s);
-        } else {
-          log.error("replicas", "cannot lead shard " + std::to_string(s) + ": " + r.err().message,
-                    {{"shard", s}});
-          if (!fenced.count(s) && eng.fence_range(range_of(s, count)))
-            fenced.insert(s); // not led: none of its writes commits here
-        }
+        begin_lead(s, e, count);
       } else if (!leads && it != led.end()) {
         eng.unlead_range(range_of(s, count)); // fences it
         led.erase(it);
         fenced.insert(s);
+        std::vector<done_fn> dones;
+        std::uint64_t epoch = 0;
+        {
+          std::lock_guard<std::mutex> lock(mtx);
+          if (auto* st = find(s)) {
+            epoch = st->epoch;
+            dones = abandon(*st);
+            shards.erase(s);
+          }
+        }
+        for (auto& d : dones)
+          d(error{errc::unavailable,
+                  "node '" + cfg.id + "' no longer leads shard " + std::to_string(s)
+                    + " (the map moved on at epoch " + std::to_string(epoch) + ")"});
       }
       if (!leads && !fenced.count(s) && eng.fence_range(range_of(s, count)))
         fenced.insert(s);
     }
-    if (led.size() != before || !logged) {
+    if (led.size() != before_count || !logged) {
       logged = true;
       std::size_t follows = 0;
       for (auto& e : v.shards)
@@ -409,9 +670,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     const auto tick = std::chrono::milliseconds(20);
     for (;;) {
       std::vector<std::tuple<std::uint32_t, std::string, std::string>> todo;
+      std::vector<std::pair<std::uint32_t, std::uint64_t>> due;
+      bool again = false;
       {
         std::unique_lock<std::mutex> lock(mtx);
-        cv.wait_for(lock, tick, [this] { return stopping || !lagging.empty(); });
+        cv.wait_for(lock, tick, [this] { return stopping || !lagging.empty() || refollow; });
         if (stopping)
           return;
         const auto now = clock::now();
@@ -424,16 +687,327 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
               ++f.gen;
             }
         todo.swap(lagging);
+        for (auto it = relead.begin(); it != relead.end();) {
+          if (it->second.first <= now) {
+            due.emplace_back(it->first, it->second.second);
+            it = relead.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        again = refollow;
+        refollow = false;
+      }
+      for (auto& [s, epoch] : due) {
+        auto it = led.find(s);
+        if (it != led.end() && it->second == epoch) {
+          led.erase(it); // the engine's lead ended: follow_view leads it again
+          again = true;
+        }
       }
       auto v = node.view();
-      if (v->revision != seen) {
+      if (v->revision != seen || again) {
         seen = v->revision;
         follow_view(*v);
+        std::lock_guard<std::mutex> lock(mtx);
+        failover_wake = true;
+        failover_cv.notify_all();
       }
       for (auto& [s, f, why] : todo)
         drop(s, f, why);
     }
   }
+
+  // -- failover ---------------------------------------------------------------
+
+  /// The positions that live in-sync members answer for the shards asked of
+  /// each (peer id -> shards), within the lag timeout: peer -> shard ->
+  /// position. A peer that does not answer in time is left out.
+  std::map<std::string, std::map<std::uint32_t, position_t>>
+  gather_positions(const cluster::cluster_view& v,
+                   const std::map<std::string, std::vector<std::uint32_t>>& ask) {
+    struct gathered {
+      std::mutex m;
+      std::condition_variable cv;
+      std::size_t left = 0;
+      std::map<std::string, json> answers;
+    };
+    auto g = std::make_shared<gathered>();
+    std::vector<std::pair<std::string, std::string>> to; // (id, address)
+    for (auto& [id, list] : ask)
+      if (const auto* n = v.node(id))
+        to.emplace_back(id, n->address);
+    g->left = to.size();
+    for (auto& [id, address] : to)
+      cfg.send(address, "replica_position", json{{"shards", ask.at(id)}},
+               [g, id = id](result<json> r, json) {
+                 std::lock_guard<std::mutex> lock(g->m);
+                 if (r)
+                   g->answers[id] = std::move(*r);
+                 --g->left;
+                 g->cv.notify_all();
+               });
+    std::map<std::string, json> answers;
+    {
+      std::unique_lock<std::mutex> lock(g->m);
+      g->cv.wait_for(lock, cfg.lag_timeout, [&] { return g->left == 0; });
+      answers = g->answers;
+    }
+    std::map<std::string, std::map<std::uint32_t, position_t>> out;
+    for (auto& [id, answer] : answers)
+      for (auto s : ask.at(id)) {
+        position_t at;
+        if (read_position(answer, s, at))
+          out[id][s] = at;
+      }
+    return out;
+  }
+
+  /// Entry `e` with `owner` leading it at the next epoch, first of its
+  /// replicas, and `members` (with owner) its in-sync set.
+  static cluster::shard_entry handed(const cluster::shard_entry& e, const std::string& owner,
+                                     const std::set<std::string>& members) {
+    auto next = e;
+    next.owner = owner;
+    next.epoch = e.epoch + 1;
+    next.to.clear();
+    next.copying = false;
+    next.replicas = {owner};
+    for (auto& id : e.replicas)
+      if (id != owner)
+        next.replicas.push_back(id);
+    next.isr.clear();
+    for (auto& id : next.replicas)
+      if (id == owner || members.count(id))
+        next.isr.push_back(id);
+    return next;
+  }
+
+  /// Decides the shards `take` (their owner is down and this node is their
+  /// first live in-sync member) and `mine` (owned by this node when it
+  /// started, not led yet), from the positions of their live in-sync
+  /// copies:
+  /// - a dead owner's shard goes, at the next epoch, to the copy furthest
+  ///   on (every in-sync copy holds every acknowledged write; the furthest
+  ///   also holds most of what was not acknowledged), with every copy that
+  ///   answered in sync, once at least min_insync copies answer;
+  /// - a shard of this node's is led by it when some in-sync copy that
+  ///   answers is where this node's is and none is further on; else it goes
+  ///   to the furthest of the others (this node's copy may lack what was
+  ///   acknowledged, from a lost or replaced store, or hold what never was),
+  ///   and this node leaves its in-sync set. It waits while no other
+  ///   in-sync copy answers (unless there is none).
+  void hand_over(const cluster::cluster_view& v, const std::vector<std::uint32_t>& take,
+                 const std::vector<std::uint32_t>& mine) {
+    const auto count = v.settings.shards;
+    std::map<std::string, std::vector<std::uint32_t>> ask;
+    auto ask_isr = [&](std::uint32_t s) {
+      const auto& e = v.shards[s];
+      for (auto& id : e.isr) {
+        const auto* n = v.node(id);
+        if (id != cfg.id && id != e.owner && n && n->alive)
+          ask[id].push_back(s);
+      }
+    };
+    for (auto s : take)
+      ask_isr(s);
+    for (auto s : mine)
+      ask_isr(s);
+    auto got = ask.empty() ? decltype(gather_positions(v, ask)){} : gather_positions(v, ask);
+    std::vector<cluster::shard_entry> expected, next;
+    std::vector<std::string> notes;
+    std::vector<std::uint32_t> keep;
+    auto position_of = [&](const std::string& id, std::uint32_t s) -> std::optional<position_t> {
+      auto it = got.find(id);
+      if (it == got.end())
+        return std::nullopt;
+      auto p = it->second.find(s);
+      return p == it->second.end() ? std::nullopt : std::optional<position_t>(p->second);
+    };
+    for (auto s : take) {
+      const auto& e = v.shards[s];
+      auto own = eng.range_position(range_of(s, count));
+      if (!own)
+        continue;
+      std::set<std::string> members{cfg.id};
+      std::string best = cfg.id;
+      position_t far = *own;
+      for (auto& id : e.isr) {
+        if (id == cfg.id || id == e.owner)
+          continue;
+        auto p = position_of(id, s);
+        if (!p)
+          continue;
+        members.insert(id);
+        if (before(far, *p)) {
+          far = *p;
+          best = id;
+        }
+      }
+      if (members.size() < v.settings.min_insync) {
+        if (stuck.insert(s).second)
+          log.warn("failover",
+                   "shard " + std::to_string(s) + ": its owner '" + e.owner + "' is down and "
+                     + std::to_string(members.size()) + " of its in-sync copies answer, fewer than "
+                     + std::to_string(v.settings.min_insync) + ": it waits",
+                   {{"shard", s}, {"owner", e.owner}});
+        continue;
+      }
+      expected.push_back(e);
+      next.push_back(handed(e, best, members));
+      notes.push_back("shard " + std::to_string(s) + ": its owner '" + e.owner + "' is down: node '"
+                      + best + "' leads it at epoch " + std::to_string(e.epoch + 1) + " from "
+                      + text(far));
+    }
+    for (auto s : mine) {
+      const auto& e = v.shards[s];
+      auto own = eng.range_position(range_of(s, count));
+      if (!own)
+        continue;
+      bool others = false, equal = false, behind = false;
+      std::set<std::string> members;
+      std::string best;
+      position_t far;
+      for (auto& id : e.isr) {
+        if (id == cfg.id)
+          continue;
+        others = true;
+        auto p = position_of(id, s);
+        if (!p)
+          continue;
+        members.insert(id);
+        equal = equal || same(*p, *own);
+        behind = behind || before(*own, *p);
+        if (best.empty() || before(far, *p)) {
+          far = *p;
+          best = id;
+        }
+      }
+      if (!others || (equal && !behind)) {
+        keep.push_back(s);
+        continue;
+      }
+      if (members.empty())
+        continue; // no other in-sync copy answers: wait
+      expected.push_back(e);
+      next.push_back(handed(e, best, members));
+      notes.push_back("shard " + std::to_string(s) + ": this node's copy at " + text(*own)
+                      + " is not where its in-sync copies are: node '" + best
+                      + "' leads it at epoch " + std::to_string(e.epoch + 1) + " from "
+                      + text(far));
+    }
+    if (!keep.empty()) {
+      std::lock_guard<std::mutex> lock(mtx);
+      for (auto s : keep)
+        unconfirmed.erase(s);
+      refollow = true;
+      cv.notify_all();
+    }
+    for (std::size_t at = 0; at < expected.size(); at += 50) {
+      const auto end = std::min(expected.size(), at + 50);
+      std::vector<cluster::shard_entry> ex(expected.begin() + at, expected.begin() + end);
+      std::vector<cluster::shard_entry> nx(next.begin() + at, next.begin() + end);
+      auto done = coord->update_shards(ex, nx);
+      if (!done)
+        continue; // the map changed (or etcd is out of reach): the next pass decides again
+      for (auto k = at; k < end; ++k) {
+        stuck.erase(nx[k - at].shard);
+        log.warn("failover", notes[k],
+                 {{"shard", nx[k - at].shard},
+                  {"owner", nx[k - at].owner},
+                  {"epoch", nx[k - at].epoch},
+                  {"isr", nx[k - at].isr}});
+      }
+    }
+  }
+
+  /// Removes this node from the in-sync set of every shard it follows (its
+  /// store is new); true when none is left.
+  bool leave_isrs() {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto v = coord->load();
+      if (!v)
+        return false;
+      std::vector<cluster::shard_entry> expected, next;
+      for (auto& e : v->shards)
+        if (e.owner != cfg.id && has(e.isr, cfg.id)) {
+          expected.push_back(e);
+          next.push_back(e);
+          auto& isr = next.back().isr;
+          isr.erase(std::remove(isr.begin(), isr.end(), cfg.id), isr.end());
+        }
+      bool changed = false;
+      for (std::size_t at = 0; at < expected.size(); at += 50) {
+        const auto end = std::min(expected.size(), at + 50);
+        auto done = coord->update_shards({expected.begin() + at, expected.begin() + end},
+                                         {next.begin() + at, next.begin() + end});
+        if (!done && done.code() != errc::version_conflict)
+          return false;
+        changed = changed || !done;
+      }
+      if (!changed) {
+        if (!expected.empty())
+          log.warn("isr",
+                   "node '" + cfg.id + "''s store is new: it left the in-sync sets of the "
+                     + std::to_string(expected.size()) + " shards it follows",
+                   {{"shards", expected.size()}});
+        std::lock_guard<std::mutex> lock(mtx);
+        leaving = false;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void failover_loop() {
+    for (;;) {
+      bool leave = false;
+      {
+        std::unique_lock<std::mutex> lock(mtx);
+        failover_cv.wait_for(lock, failover_recheck, [this] { return stopping || failover_wake; });
+        if (stopping)
+          return;
+        failover_wake = false;
+        leave = leaving;
+      }
+      if (leave && !leave_isrs())
+        continue;
+      auto v = node.view();
+      if (!node.serving())
+        continue;
+      std::set<std::uint32_t> waiting;
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        waiting = unconfirmed;
+      }
+      std::vector<std::uint32_t> take, mine;
+      for (std::uint32_t s = 0; s < v->settings.shards; ++s) {
+        const auto& e = v->shards[s];
+        if (e.owner.empty() || !e.to.empty())
+          continue;
+        if (e.owner == cfg.id) {
+          if (waiting.count(s))
+            mine.push_back(s);
+          continue;
+        }
+        const auto* o = v->node(e.owner);
+        if (o && o->alive)
+          continue;
+        for (auto& id : e.isr) {
+          const auto* n = v->node(id);
+          if (id == e.owner || !n || !n->alive)
+            continue;
+          if (id == cfg.id)
+            take.push_back(s);
+          break; // the first live in-sync member acts
+        }
+      }
+      if (!take.empty() || !mine.empty())
+        hand_over(*v, take, mine);
+    }
+  }
+
+  // -- the apply thread -------------------------------------------------------
 
   void queue_apply(std::string method, json params, std::function<void(result<json>)> done) {
     {
@@ -458,7 +1032,22 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         job = std::move(applies.front());
         applies.pop_front();
       }
-      job.done(job.method == "replicate" ? replicate(job.params) : state(job.params));
+      bool refuse = false;
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        refuse = leaving && job.method != "replica_state";
+      }
+      if (refuse)
+        job.done(error{errc::unavailable,
+                       "node '" + cfg.id
+                         + "''s store is new: it leaves the in-sync sets of the shards it "
+                           "follows first"});
+      else if (job.method == "replicate")
+        job.done(replicate(job.params));
+      else if (job.method == "replica_position")
+        job.done(positions(job.params));
+      else
+        job.done(state(job.params));
     }
   }
 
@@ -478,6 +1067,29 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     const auto& [pos, d] = *st;
     return json{{"shard", shard}, {"epoch", pos.epoch}, {"seq", pos.seq}, {"sessions", d.sessions},
                 {"rows", d.rows}, {"bytes", d.bytes},   {"crc", d.crc}};
+  }
+
+  /// replica_position: {shards: [S...]} -> {positions: [{shard, epoch, seq}]}.
+  result<json> positions(const json& params) {
+    auto v = node.view();
+    const auto count = v->settings.shards;
+    auto list = params.is_object() ? params.find("shards") : params.end();
+    const std::string usage = "replica_position takes shards, a non-empty array of at most "
+      + std::to_string(count) + " shards, each 0.." + std::to_string(count - 1);
+    if (!params.is_object() || list == params.end() || !list->is_array() || list->empty()
+        || list->size() > count)
+      return error{errc::invalid_argument, usage};
+    json out = json::array();
+    for (auto& s : *list) {
+      if (!s.is_number_unsigned() || s.get<std::uint64_t>() >= count)
+        return error{errc::invalid_argument, usage};
+      const auto shard = s.get<std::uint32_t>();
+      auto p = eng.range_position(range_of(shard, count));
+      if (!p)
+        return std::move(p).err();
+      out.push_back({{"shard", shard}, {"epoch", p->epoch}, {"seq", p->seq}});
+    }
+    return json{{"positions", std::move(out)}};
   }
 
   result<json> replicate(const json& params) {
@@ -505,17 +1117,25 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       return error{errc::condition_failed,
                    "shard " + std::to_string(shard) + " is at epoch " + std::to_string(e.epoch)
                      + ": its sender at epoch " + std::to_string(epoch) + " no longer leads it"};
-    replica_position at;
+    std::vector<batch_ptr> runs;
     for (auto& b : *bs) {
       std::string bytes;
       if (!b.is_string() || !cluster::unb64(b.get_ref<const std::string&>(), bytes))
         return bad("batches holds base64 texts");
-      auto r = eng.apply_replica(range_of(shard, count), bytes);
+      runs.push_back(std::make_shared<const std::string>(std::move(bytes)));
+    }
+    auto at = eng.range_position(range_of(shard, count));
+    if (!at)
+      return std::move(at).err();
+    for (auto& b : runs) {
+      auto r = eng.apply_replica(range_of(shard, count), *b);
       if (!r)
         return std::move(r).err();
+      std::lock_guard<std::mutex> lock(mtx);
+      remember(shard, *at, *r, b);
       at = *r;
     }
-    return json{{"shard", shard}, {"epoch", at.epoch}, {"seq", at.seq}};
+    return json{{"shard", shard}, {"epoch", at->epoch}, {"seq", at->seq}};
   }
 
   void stop() {
@@ -528,18 +1148,19 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       stopping = true;
       cv.notify_all();
       apply_cv.notify_all();
+      failover_cv.notify_all();
       left.swap(shards);
       unapplied.swap(applies);
     }
-    if (worker.joinable())
-      worker.join();
-    if (applier.joinable())
-      applier.join();
+    for (auto* t : {&worker, &applier, &failer})
+      if (t->joinable())
+        t->join();
     for (auto& job : unapplied)
       job.done(error{errc::unavailable, "node '" + cfg.id + "' is stopping"});
     for (auto& [s, st] : left) {
       auto dones = abandon(st);
-      answer(dones, error{errc::unavailable, "node '" + cfg.id + "' is stopping"});
+      for (auto& d : dones)
+        d(error{errc::unavailable, "node '" + cfg.id + "' is stopping"});
     }
   }
 };
@@ -549,10 +1170,20 @@ shard_replicator::start(engine& eng, const cluster::node& n,
                         std::shared_ptr<cluster::coordinator> coord, config cfg,
                         server::logger& log) {
   auto p = std::make_shared<impl>(eng, n, std::move(coord), std::move(cfg), log);
-  p->follow_view(*n.view());
+  auto v = n.view();
+  p->ring_cap =
+    std::max<std::size_t>(std::size_t{256} << 10, ring_budget / std::max(1u, v->settings.shards));
+  for (auto& e : v->shards)
+    if (e.owner == p->cfg.id && e.to.empty())
+      p->unconfirmed.insert(e.shard); // its copy may lack what was acknowledged
+  p->leaving = p->cfg.new_store;
+  if (p->leaving)
+    p->leave_isrs(); // else the failover thread tries again
+  p->follow_view(*v);
   auto* raw = p.get();
   p->worker = std::thread([raw] { raw->loop(); });
   p->applier = std::thread([raw] { raw->apply_loop(); });
+  p->failer = std::thread([raw] { raw->failover_loop(); });
   return std::unique_ptr<shard_replicator>(new shard_replicator(std::move(p)));
 }
 
@@ -572,6 +1203,10 @@ void shard_replicator::replicate(json params, std::function<void(result<json>)> 
 
 void shard_replicator::replica_state(json params, std::function<void(result<json>)> done) {
   p_->queue_apply("replica_state", std::move(params), std::move(done));
+}
+
+void shard_replicator::replica_position(json params, std::function<void(result<json>)> done) {
+  p_->queue_apply("replica_position", std::move(params), std::move(done));
 }
 
 void shard_replicator::stop() {

@@ -5,11 +5,18 @@
 //
 // As the map shows it, for each shard s:
 // - owner here (not moving): the node leads s in its engine under the map's
-//   epoch (engine::lead_range). Each run of write sets committed in s goes to
-//   every other member of s's in-sync set as node method `replicate`; the
-//   writes are answered once all of them have applied it (durably, as their
-//   store's durability makes a commit). Per follower one request is in flight
-//   per shard; the runs that wait meanwhile go together in the next.
+//   epoch (engine::lead_range). A lead begins by asking each other member of
+//   s's in-sync set where its copy is (node method `replica_position`): one
+//   behind is sent the batches it lacks from those this node keeps (its
+//   recent commits and applies of s, up to 64 MiB over all shards); one it
+//   cannot bring to the lead's start leaves the in-sync set. Then each run
+//   of write sets committed in s goes to every other in-sync member as node
+//   method `replicate`; the writes are answered once all of them have
+//   applied it (durably, as their store's durability makes a commit), and
+//   only while the node serves (cluster::node::serving: its lease is good
+//   by its own clock), else unavailable (in doubt). Per follower one
+//   request is in flight per shard; the runs that wait meanwhile go together
+//   in the next.
 // - a follower here: the node applies what the owner sends
 //   (engine::apply_replica).
 // - not led here: fenced in the engine, so that no write of it commits here
@@ -22,10 +29,20 @@
 // in the coordinator (the epoch stays), never below settings.min_insync: the
 // writes that waited for it are then answered. When removing it would leave
 // fewer than min_insync, those writes are answered unavailable (in doubt:
-// committed at the owner) and the engine stops leading s (it fences it) until
-// the map changes again. A follower out of the in-sync set gets nothing more
+// committed at the owner), and the engine stops leading s; it leads it
+// again 500 ms later. A follower out of the in-sync set gets nothing more
 // and stays out: bringing it back (a copy of the shard, then the runs) is not
 // built yet.
+//
+// Failover (log event `failover`): when s's owner is down (its lease
+// expired), the first live member of s's in-sync set asks the others where
+// their copies are and, once at least min_insync copies answer, gives s by
+// one compare-and-swap to the copy furthest on, at the next epoch, with the
+// copies that answered in sync. A node that starts owning shards (a restart)
+// leads each only once an in-sync copy that answers is where its own is and
+// none is further on; otherwise it gives the shard the same way to the
+// furthest of the others and leaves its in-sync set (its copy may have lost
+// what was acknowledged, with its store, or hold what never was).
 #pragma once
 
 #include <chrono>
@@ -48,15 +65,22 @@ public:
   struct config {
     std::string id; ///< this node's id
     std::chrono::milliseconds lag_timeout{1000};
+    /// The node's store was made at this start: before it answers
+    /// replica_position or applies a replicate, the node leaves the in-sync
+    /// set of every shard it follows (its copies are empty, whatever the map
+    /// says).
+    bool new_store = false;
     /// Sends a request to the peer at an address (cluster_member::forward).
     std::function<void(const std::string& peer, const std::string& method, json params,
                        protocol::forward_done done)>
       send;
   };
 
-  /// Starts the replicator's thread for node `n` over engine `eng`; it acts
+  /// Starts the replicator's threads for node `n` over engine `eng`: one acts
   /// on every view of the map (lead, unlead, fence) and on followers that
-  /// lag. `eng`, `n`, `coord` and `log` must outlive it.
+  /// lag, one fails over dead owners' shards and confirms this node's own,
+  /// one applies what followers receive. `eng`, `n`, `coord` and `log` must
+  /// outlive it.
   static std::unique_ptr<shard_replicator> start(engine& eng, const cluster::node& n,
                                                  std::shared_ptr<cluster::coordinator> coord,
                                                  config cfg, server::logger& log);
@@ -86,7 +110,14 @@ public:
   /// crc}. Errors: invalid_argument, the engine's. Never blocks.
   void replica_state(json params, std::function<void(result<json>)> done);
 
-  /// Ends the thread; later shipments answer unavailable. Idempotent.
+  /// The node method `replica_position`: params {shards: [S...]} (1 to the
+  /// cluster's shard count); this node's position of each (engine::
+  /// range_position), on the apply thread, after every replicate received
+  /// before it. Result {positions: [{shard, epoch, seq}]}. Errors:
+  /// invalid_argument, the engine's. Never blocks.
+  void replica_position(json params, std::function<void(result<json>)> done);
+
+  /// Ends the threads; later shipments answer unavailable. Idempotent.
   /// REQUIRES: before the engine closes.
   void stop();
 
