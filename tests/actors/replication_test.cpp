@@ -107,6 +107,47 @@ void write_mix(engine& e, int n) {
   MUST(e.delete_session(test::sref("chat", "u0", "s0")));
 }
 
+/// An engine on a store of kind `k` (in `dir` for LMDB) with `replicator`.
+std::unique_ptr<engine> open_kind(
+  test::store_kind k, const std::string& dir,
+  std::function<void(replica_shipment, std::function<void(result<void>)>)> replicator = {}) {
+  auto o = test::make_options(k, dir);
+  o.replicator = std::move(replicator);
+  auto r = engine::open(o);
+  INFO(test::describe(r));
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+/// A replicator that confirms every shipment at once and keeps it.
+struct kept_shipments {
+  std::mutex mtx;
+  std::vector<replica_shipment> all;
+
+  std::function<void(replica_shipment, std::function<void(result<void>)>)> replicator() {
+    return [this](replica_shipment s, std::function<void(result<void>)> done) {
+      {
+        std::lock_guard<std::mutex> lk(mtx);
+        all.push_back(std::move(s));
+      }
+      done({});
+    };
+  }
+  /// The shipments kept so far whose writes come after `at`, in order. A
+  /// shipment never straddles `at` when `at` is a position a snapshot saw.
+  std::vector<replica_shipment> after(const replica_position& at) {
+    std::lock_guard<std::mutex> lk(mtx);
+    std::vector<replica_shipment> out;
+    for (auto& s : all) {
+      if (s.last.seq <= at.seq)
+        continue;
+      CHECK(s.prev.seq >= at.seq);
+      out.push_back(s);
+    }
+    return out;
+  }
+};
+
 } // namespace
 
 TEST_CASE("a leader's shipments applied at a follower leave both ranges equal") {
@@ -258,4 +299,33 @@ TEST_CASE("a follower refuses a batch of a lower epoch, out of order, damaged or
   auto stale = follower->apply_replica(everything, newer[1].batch);
   CHECK(stale.code() == errc::condition_failed);
   CHECK(same(MUST(follower->range_position(everything)), {5, 4}));
+}
+
+TEST_CASE("a follower's user and app state reads show the shipments it applies (stale cache)") {
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(test::store_kind::lmdb, dir.str() + "/a", shipped.replicator());
+  auto follower = open_kind(test::store_kind::lmdb, dir.str() + "/b");
+  MUST(leader->lead_range(everything, 1));
+  const auto ref = test::sref("chat", "u", "s");
+  MUST(leader->create_session(test::create_req(ref, {{"user:seen", 1}})));
+  test::append_ok(*leader, ref, test::make_event({{"app:x", 1}}));
+  for (auto& s : shipped.after({0, 0}))
+    MUST(follower->apply_replica(everything, s.batch));
+  // The follower's scope actors load and keep the state.
+  CHECK(test::user_state(*follower, "chat", "u") == json{{"seen", 1}});
+  CHECK(test::app_state(*follower, "chat") == json{{"x", 1}});
+  auto ev = test::make_event({{"user:seen", 2}, {"app:y", "text"}});
+  ev.actions.state_remove = {"app:x"};
+  test::append_ok(*leader, ref, std::move(ev));
+  for (auto& s : shipped.after({1, 2}))
+    MUST(follower->apply_replica(everything, s.batch));
+  CHECK(test::user_state(*follower, "chat", "u") == json{{"seen", 2}});
+  CHECK(test::app_state(*follower, "chat") == json{{"y", "text"}});
+  CHECK(test::app_state(*follower, "chat") == test::app_state(*leader, "chat"));
+  MUST(leader->delete_user("chat", "u"));
+  for (auto& s : shipped.after({1, 3}))
+    MUST(follower->apply_replica(everything, s.batch));
+  CHECK(same(MUST(follower->range_position(everything)), {1, 4}));
+  CHECK(test::user_state(*follower, "chat", "u") == json::object());
 }
