@@ -1,0 +1,550 @@
+// SPDX-License-Identifier: Apache-2.0
+// Partitions and pauses in a cluster of 3 replicas (docs/cluster.md,
+// "Replicas", "Failures and their cost"): three `serve --cluster` nodes a, b,
+// c on LMDB stores, 8 shards, a 2 s lease, --lag-timeout-ms 500 and a real
+// etcd. Node c is cut off by a TCP proxy of the test (tests/support/tcp_proxy.hpp)
+// from etcd or from its peers, or paused with SIGSTOP past its lease. Every
+// attempt of every append is recorded, each append retried with its event id
+// until acknowledged, and the history checker judges the run against the
+// sessions' final logs read from their owners' stores once the nodes stopped:
+// nothing acknowledged is lost, whichever node acknowledged it. Afterwards c
+// is repaired back into every in-sync set, and each in-sync copy holds what
+// its owner holds.
+#include <doctest/doctest.h>
+
+#include "model/shard.hpp"
+#include "server/net_support.hpp"
+#include "support/cluster_nodes.hpp"
+#include "support/etcd_process.hpp"
+#include "support/history.hpp"
+#include "support/tcp_proxy.hpp"
+
+#include <signal.h>
+
+#include <functional>
+#include <map>
+#include <set>
+
+namespace {
+
+using namespace agentstate;
+using namespace agentstate::test::net;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t shard_count = 8;
+const std::vector<std::string> ids{"a", "b", "c"};
+constexpr std::size_t node_c = 2;
+
+json ref_params(const std::string& user) {
+  return json{{"app_name", "app"}, {"user_id", user}, {"session_id", "s"}};
+}
+
+json session_of(const std::string& user) {
+  return json::array({"app", user, "s"});
+}
+
+std::string message_of(const json& answer) {
+  return answer.contains("error") ? answer["error"].value("message", std::string()) : "";
+}
+
+/// Where node c is cut off from, through the fixture's proxy.
+enum class proxied {
+  nothing, ///< no proxy
+  etcd, ///< c reaches etcd only through the proxy
+  peers, ///< c is advertised at the proxy: its peers reach it only through it
+};
+
+/// Three nodes a, b, c of cluster "c" (8 shards, 3 replicas, 2 in sync at
+/// least) on LMDB stores under DIR/ID, with c behind `proxy` as `proxied`
+/// says, and the map once every shard is owned and led.
+struct partitioned {
+  test::etcd_process etcd;
+  test::temp_dir dir;
+  std::unique_ptr<test::tcp_proxy> proxy;
+  std::vector<test::cluster_node> n;
+  json map;
+
+  explicit partitioned(proxied where) {
+    auto r = shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
+                   + " --cluster c --shards " + std::to_string(shard_count) + " --replicas 3");
+    INFO(r.second);
+    REQUIRE(r.first == 0);
+    n.push_back(start("a", etcd.url()));
+    n.push_back(start("b", etcd.url()));
+    if (where == proxied::etcd) {
+      const auto colon = etcd.url().rfind(':');
+      proxy = std::make_unique<test::tcp_proxy>(std::stoi(etcd.url().substr(colon + 1)));
+      n.push_back(start("c", "http://127.0.0.1:" + std::to_string(proxy->port())));
+    } else if (where == proxied::peers) {
+      const int listen = test::free_loopback_port();
+      proxy = std::make_unique<test::tcp_proxy>(listen);
+      n.push_back(start("c", etcd.url(), listen,
+                        {"--advertise", "127.0.0.1:" + std::to_string(proxy->port())}));
+    } else {
+      n.push_back(start("c", etcd.url()));
+    }
+    map = test::settled_map({n[0].port, n[1].port, n[2].port});
+    for (std::size_t k = 0; k < n.size(); ++k) {
+      int owned = 0;
+      for (auto& s : map["shards"])
+        owned += s["owner"] == ids[k] ? 1 : 0;
+      n[k].proc->wait_log("node '" + ids[k] + "' leads (" + std::to_string(owned) + ") shards");
+    }
+  }
+
+  /// Node `id` on its store, reaching etcd at `etcd_url`, listening on
+  /// loopback port `port` (0: a free one), with a 2 s lease, a 500 ms lag
+  /// timeout and `extra`; returns once it serves.
+  test::cluster_node start(const std::string& id, const std::string& etcd_url, int port = 0,
+                           const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> args{"--store",          dir.str() + "/" + id,
+                                  "--listen",         "127.0.0.1:" + std::to_string(port),
+                                  "--cluster",        "c",
+                                  "--etcd",           etcd_url,
+                                  "--node-id",        id,
+                                  "--lease-ttl-s",    "2",
+                                  "--lag-timeout-ms", "500"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    test::cluster_node node;
+    node.proc = std::make_unique<server_process>(args, dir.str() + "/" + id + ".log");
+    node.port = node.proc->port();
+    node.proc->wait_serving();
+    return node;
+  }
+
+  std::string tool(const std::string& rest) const {
+    return std::string(AGENTSTATE_BIN) + " cluster " + rest + " --etcd " + etcd.url()
+      + " --cluster c";
+  }
+
+  /// The cluster's status in etcd (cluster status --json).
+  json status() const {
+    auto r = shell(tool("status --json"), false);
+    REQUIRE(r.first == 0);
+    return json::parse(r.second);
+  }
+
+  /// The status once every copy of every shard is in sync again (the
+  /// owners repair the others); REQUIREs it within 30 s.
+  json in_sync() const {
+    for (auto deadline = std::chrono::steady_clock::now() + 30s;;) {
+      auto st = status();
+      if (st["under_replicated"] == 0)
+        return st;
+      INFO("status: ", st.dump());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(100ms); // poll of the nodes' repairs (other processes)
+    }
+  }
+
+  /// The shard map as node k sees it.
+  json map_at(std::size_t k) const {
+    client cl(n[k].port);
+    auto r = cl.call("cluster_map", json::object());
+    REQUIRE(ok(r));
+    return (*r)["result"];
+  }
+
+  /// Whether node k's map names no shard of `users` owned by `id`.
+  bool none_owned_by(std::size_t k, const std::string& id,
+                     const std::vector<std::string>& users) const {
+    auto m = map_at(k);
+    for (auto& u : users)
+      if (m["shards"][model::shard_of("app", u, shard_count)]["owner"] == id)
+        return false;
+    return true;
+  }
+
+  /// Node k's log from byte `from` on.
+  std::string log_after(std::size_t k, std::size_t from) const {
+    auto text = n[k].proc->log();
+    return from < text.size() ? text.substr(from) : std::string();
+  }
+
+  /// Waits (10 s at most) until node k's log from byte `from` on holds
+  /// `needle`.
+  void wait_log_after(std::size_t k, std::size_t from, const std::string& needle) const {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
+      if (log_after(k, from).find(needle) != std::string::npos)
+        return;
+      INFO("waiting for '", needle, "' in ", ids[k], "'s log: ", log_after(k, from));
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(20ms); // poll of a serve child's log file
+    }
+  }
+};
+
+/// The node of `via` an attempt of user i goes through.
+using route_fn = std::function<std::size_t(std::size_t user, int attempt)>;
+/// Called with every answer: the node it came through, the user, the answer.
+using seen_fn = std::function<void(std::size_t via, std::size_t user, const json& answer)>;
+
+void add_attempt(test::history_log& h, const std::string& process, const std::string& user,
+                 const json& ev) {
+  h.add({{"process", process},
+         {"type", "invoke"},
+         {"f", "append"},
+         {"session", session_of(user)},
+         {"value", {{"event", ev}}}});
+}
+
+void add_outcome(test::history_log& h, const std::string& process, const std::string& user,
+                 const json& a) {
+  if (ok(a))
+    h.add({{"process", process},
+           {"type", "ok"},
+           {"f", "append"},
+           {"session", session_of(user)},
+           {"value", {{"version", a["result"]["version"]}, {"event", a["result"]["event"]}}}});
+  else
+    h.add({{"process", process},
+           {"type", "info"},
+           {"f", "append"},
+           {"session", session_of(user)},
+           {"value", {{"error", kind_of(a)}}}});
+}
+
+/// Append `id` of user `u` with its request id `i` (the user's index):
+/// increments of a session key and a user: key.
+json append_call(std::size_t i, const std::string& u, const json& ev) {
+  json p = ref_params(u);
+  p["event"] = ev;
+  p["modify"] = json::array({{{"key", "step"}, {"op", "increment"}, {"by", 1}},
+                             {{"key", "user:n"}, {"op", "increment"}, {"by", 1}}});
+  return rpc(i, "append_event", p);
+}
+
+/// Round `r` of the appends of `users` (event id USER-eR, process USER):
+/// each attempt pipelined through `via[route(i, attempt)]`, an attempt that
+/// answers an error retried with the same event id, for at most 30 s;
+/// every attempt recorded in `h`, every answer shown to `seen`.
+void append_round(std::vector<client>& via, const std::vector<std::string>& users, int r,
+                  test::history_log& h, const route_fn& route, const seen_fn& seen = {}) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  std::vector<std::size_t> left(users.size());
+  for (std::size_t i = 0; i < users.size(); ++i)
+    left[i] = i;
+  for (int attempt = 0; !left.empty(); ++attempt) {
+    INFO("round ", r, ", attempt ", attempt, ", ", left.size(), " appends left");
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    if (attempt > 0) // why: a bounded pause between retries while the map changes
+      std::this_thread::sleep_for(50ms);
+    std::vector<std::vector<std::size_t>> sent(via.size());
+    for (auto i : left) {
+      const auto k = route(i, attempt);
+      json ev = {{"author", "t"}, {"id", users[i] + "-e" + std::to_string(r)}};
+      add_attempt(h, users[i], users[i], ev);
+      REQUIRE(via[k].send_line(append_call(i, users[i], ev)));
+      sent[k].push_back(i);
+    }
+    left.clear();
+    for (std::size_t k = 0; k < via.size(); ++k)
+      for (std::size_t m = 0; m < sent[k].size(); ++m) {
+        auto a = via[k].next(30s);
+        REQUIRE(a);
+        const auto i = (*a)["id"].get<std::size_t>();
+        add_outcome(h, users[i], users[i], *a);
+        if (seen)
+          seen(k, i, *a);
+        if (!ok(a))
+          left.push_back(i);
+      }
+  }
+}
+
+/// An engine on node `id`'s store (the node stopped).
+std::unique_ptr<engine> open_store(const test::temp_dir& dir, const std::string& id) {
+  return test::open_store_dir(dir.str() + "/" + id);
+}
+
+/// User `u`'s session as `store` holds it: {version, events}.
+json final_of(engine& store, const std::string& u) {
+  auto text = store.get_session_json(test::get_req(test::sref("app", u, "s")));
+  INFO(test::describe(text));
+  REQUIRE(text.ok());
+  auto s = json::parse(*text);
+  return {{"version", s["version"]}, {"events", s["events"]}};
+}
+
+hash_range range_of(std::uint32_t s) {
+  auto r = model::shard_range(s, shard_count);
+  return {r.lo, r.hi};
+}
+
+/// CHECKs that every member of each shard's in-sync set (in `status`)
+/// among `stores` holds what the shard's owner holds; the copies checked.
+int check_replicas_equal(const json& status,
+                         std::map<std::string, std::unique_ptr<engine>>& stores) {
+  int checked = 0;
+  for (auto& e : status["map"]) {
+    const std::uint32_t s = e["shard"];
+    const std::string owner = e["owner"];
+    auto want = stores[owner]->digest_range(range_of(s));
+    auto at = stores[owner]->range_position(range_of(s));
+    REQUIRE(want.ok());
+    REQUIRE(at.ok());
+    for (auto& f : e["isr"]) {
+      const std::string id = f;
+      if (id == owner)
+        continue;
+      INFO("shard ", s, " at ", id, " against its owner ", owner);
+      auto got = stores[id]->digest_range(range_of(s));
+      auto pos = stores[id]->range_position(range_of(s));
+      REQUIRE(got.ok());
+      REQUIRE(pos.ok());
+      CHECK(got->rows == want->rows);
+      CHECK(got->crc == want->crc);
+      CHECK(pos->epoch == at->epoch);
+      CHECK(pos->seq == at->seq);
+      ++checked;
+    }
+  }
+  return checked;
+}
+
+/// Stops the nodes (SIGTERM), adds each user's final log, read from its
+/// shard's owner in `status`, to `h`, checks `h` with the history checker
+/// and every in-sync copy against its owner.
+void finish(partitioned& c, const std::vector<std::string>& users, const json& status,
+            test::history_log& h) {
+  for (auto& node : c.n) {
+    node.proc->signal(SIGTERM);
+    CHECK(node.proc->wait_exit() == 0);
+  }
+  std::map<std::string, std::unique_ptr<engine>> stores;
+  for (auto& id : ids)
+    stores[id] = open_store(c.dir, id);
+  for (auto& u : users) {
+    const std::string owner = status["map"][model::shard_of("app", u, shard_count)]["owner"];
+    h.add({{"type", "final"}, {"session", session_of(u)}, {"value", final_of(*stores[owner], u)}});
+  }
+  h.check(c.dir.str() + "/history.jsonl");
+  CHECK(check_replicas_equal(status, stores) == static_cast<int>(shard_count) * 2);
+}
+
+/// 24 users (over every shard) with their sessions created; `on_c` gets
+/// those whose shard c owns in `c.map`.
+std::vector<std::string> users_of(partitioned& c, std::vector<client>& via,
+                                  std::vector<std::string>& on_c) {
+  std::vector<std::string> users;
+  for (int i = 0; i < 24; ++i)
+    users.push_back("u" + std::to_string(i));
+  for (std::size_t i = 0; i < users.size(); ++i) {
+    REQUIRE(ok(via[i % 3].call("create_session", ref_params(users[i]))));
+    if (c.map["shards"][model::shard_of("app", users[i], shard_count)]["owner"] == "c")
+      on_c.push_back(users[i]);
+  }
+  REQUIRE_FALSE(on_c.empty());
+  return users;
+}
+
+std::vector<client> clients_of(const partitioned& c) {
+  std::vector<client> via;
+  for (auto& node : c.n)
+    via.emplace_back(node.port);
+  return via;
+}
+
+} // namespace
+
+TEST_CASE("an owner cut off from etcd stops acknowledging before its shards fail over; nothing "
+          "acknowledged is lost") {
+  partitioned c(proxied::etcd);
+  auto via = clients_of(c);
+  std::vector<std::string> on_c;
+  const auto users = users_of(c, via, on_c);
+  test::history_log h;
+  int round = 0;
+  auto rotate = [&](std::size_t i, int attempt) {
+    return (i + static_cast<std::size_t>(round + attempt)) % 3;
+  };
+  for (; round < 2; ++round)
+    append_round(via, users, round, h, rotate);
+
+  std::vector<std::size_t> from;
+  for (auto& node : c.n)
+    from.push_back(node.proc->log().size());
+  c.proxy->cut();
+  // c cannot renew its lease: within its TTL it refuses every write, and
+  // from then on acknowledges none; its shards fail over to a and b. The
+  // appends go on through all three nodes meanwhile.
+  bool refused = false;
+  int acked_after_refusal = 0;
+  auto seen = [&](std::size_t k, std::size_t, const json& a) {
+    if (k != node_c)
+      return;
+    if (!ok(a) && message_of(a).find("cannot reach the cluster's coordinator") != std::string::npos)
+      refused = true;
+    else if (ok(a) && refused)
+      ++acked_after_refusal;
+  };
+  for (auto deadline = std::chrono::steady_clock::now() + 20s;; ++round) {
+    append_round(via, users, round, h, rotate, seen);
+    if (refused && c.none_owned_by(0, "c", on_c) && c.none_owned_by(1, "c", on_c))
+      break;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+  }
+  for (int end = round + 3; ++round < end;) // c's users now through their new owners
+    append_round(via, users, round, h, rotate, seen);
+  CHECK(acked_after_refusal == 0);
+  const auto taken = c.log_after(0, from[0]) + c.log_after(1, from[1]);
+  CHECK(taken.find("event=failover") != std::string::npos);
+  CHECK(taken.find("its owner 'c' is down: node '") != std::string::npos);
+  auto status = c.status();
+  for (auto& u : on_c)
+    CHECK(status["map"][model::shard_of("app", u, shard_count)]["owner"] != "c");
+
+  // Healed: c joins again, leads none of the shards it lost, and is
+  // repaired back into their in-sync sets while the appends go on.
+  c.proxy->heal();
+  c.wait_log_after(node_c, from[node_c], "node 'c' leads 0 shards");
+  append_round(via, users, round++, h, rotate);
+  c.in_sync();
+  append_round(via, users, round++, h, rotate);
+  CHECK((c.log_after(0, from[0]) + c.log_after(1, from[1])).find("' is back in the in-sync set")
+        != std::string::npos);
+  status = c.in_sync();
+  finish(c, users, status, h);
+}
+
+TEST_CASE("a follower cut off from its owner leaves the in-sync set and is repaired when it comes "
+          "back") {
+  partitioned c(proxied::peers);
+  auto via = clients_of(c);
+  std::vector<std::string> on_c;
+  const auto users = users_of(c, via, on_c);
+  const std::set<std::string> c_users(on_c.begin(), on_c.end());
+  test::history_log h;
+  int round = 0;
+  auto rotate = [&](std::size_t i, int attempt) {
+    return (i + static_cast<std::size_t>(round + attempt)) % 3;
+  };
+  // While c's peers cannot reach it, c's own users go to c (a forward to c
+  // would wait for the partition); the others through every node (c reaches
+  // its peers).
+  auto around = [&](std::size_t i, int attempt) {
+    return c_users.count(users[i]) ? node_c : rotate(i, attempt);
+  };
+  for (; round < 2; ++round)
+    append_round(via, users, round, h, rotate);
+
+  // First a silent partition (the lag timeout), then one that closes the
+  // connections (the replicate calls fail).
+  for (bool silent : {true, false}) {
+    const std::string how = silent ? "blackholed" : "cut";
+    INFO("partition: ", how);
+    std::vector<std::size_t> from;
+    for (auto& node : c.n)
+      from.push_back(node.proc->log().size());
+    if (silent)
+      c.proxy->blackhole();
+    else
+      c.proxy->cut();
+    // a and b drop c from the in-sync sets of their shards; the writes go
+    // on everywhere (c keeps leading its own shards: a and b answer it).
+    auto c_left = [&] {
+      auto st = c.status();
+      for (auto& e : st["map"]) {
+        if (e["owner"] == "c")
+          continue;
+        for (auto& id : e["isr"])
+          if (id == "c")
+            return false;
+      }
+      return true;
+    };
+    for (auto deadline = std::chrono::steady_clock::now() + 20s;; ++round) {
+      append_round(via, users, round, h, around);
+      if (c_left())
+        break;
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+    }
+    for (int end = round + 3; ++round < end;)
+      append_round(via, users, round, h, around);
+    const auto dropped = c.log_after(0, from[0]) + c.log_after(1, from[1]);
+    CHECK(dropped.find("event=isr") != std::string::npos);
+    CHECK(dropped.find("node 'c' left the in-sync set") != std::string::npos);
+    auto status = c.status();
+    for (auto& u : on_c) // c's own shards stayed its own
+      CHECK(status["map"][model::shard_of("app", u, shard_count)]["owner"] == "c");
+
+    c.proxy->heal();
+    c.in_sync();
+    CHECK((c.log_after(0, from[0]) + c.log_after(1, from[1])).find("' is back in the in-sync set")
+          != std::string::npos);
+    append_round(via, users, round++, h, rotate);
+  }
+  auto status = c.in_sync();
+  finish(c, users, status, h);
+}
+
+TEST_CASE("an owner paused past its lease (SIGSTOP) acknowledges nothing after it resumes") {
+  partitioned c(proxied::nothing);
+  auto via = clients_of(c);
+  std::vector<std::string> on_c;
+  const auto users = users_of(c, via, on_c);
+  test::history_log h;
+  int round = 0;
+  auto rotate = [&](std::size_t i, int attempt) {
+    return (i + static_cast<std::size_t>(round + attempt)) % 3;
+  };
+  auto a_or_b = [&](std::size_t i, int attempt) {
+    return (i + static_cast<std::size_t>(round + attempt)) % 2;
+  };
+  for (; round < 2; ++round)
+    append_round(via, users, round, h, rotate);
+
+  std::vector<std::size_t> from;
+  for (auto& node : c.n)
+    from.push_back(node.proc->log().size());
+  // Appends of c's users sent to c, pipelined, right before it stops
+  // (process pause-USER, event USER-p), and right after it resumes
+  // (resume-USER, USER-q): the checker judges whatever c answers them.
+  // Request ids: i for pause-, on_c.size() + i for resume-.
+  auto send_to_c = [&](const std::string& tag, const std::string& suffix, std::size_t id0) {
+    for (std::size_t i = 0; i < on_c.size(); ++i) {
+      json ev = {{"author", "t"}, {"id", on_c[i] + suffix}};
+      add_attempt(h, tag + on_c[i], on_c[i], ev);
+      REQUIRE(via[node_c].send_line(append_call(id0 + i, on_c[i], ev)));
+    }
+  };
+  send_to_c("pause-", "-p", 0);
+  c.n[node_c].proc->signal(SIGSTOP);
+  // c's lease expires in etcd; a or b takes over c's shards (a bounded poll
+  // of their maps), then c's users append through a and b, and a and b drop
+  // c from the in-sync sets of theirs (it does not answer).
+  for (auto deadline = std::chrono::steady_clock::now() + 15s;
+       !(c.none_owned_by(0, "c", on_c) && c.none_owned_by(1, "c", on_c));) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(50ms); // poll of a's and b's failover (other processes)
+  }
+  for (int end = round + 3; round < end; ++round)
+    append_round(via, users, round, h, a_or_b);
+  const auto taken = c.log_after(0, from[0]) + c.log_after(1, from[1]);
+  CHECK(taken.find("its owner 'c' is down: node '") != std::string::npos);
+
+  c.n[node_c].proc->signal(SIGCONT);
+  send_to_c("resume-", "-q", on_c.size());
+  int acked = 0;
+  for (std::size_t m = 0; m < 2 * on_c.size(); ++m) {
+    auto a = via[node_c].next(30s);
+    REQUIRE(a);
+    const auto id = (*a)["id"].get<std::size_t>();
+    const auto i = id % on_c.size();
+    add_outcome(h, (id < on_c.size() ? "pause-" : "resume-") + on_c[i], on_c[i], *a);
+    acked += ok(a) ? 1 : 0;
+  }
+  MESSAGE("c acknowledged ", acked, " of the ", 2 * on_c.size(),
+          " appends sent to it around its pause");
+  // c leads none of the shards it lost and is repaired back.
+  c.wait_log_after(node_c, from[node_c], "node 'c' leads 0 shards");
+  append_round(via, users, round++, h, rotate);
+  auto status = c.in_sync();
+  CHECK((c.log_after(0, from[0]) + c.log_after(1, from[1])).find("' is back in the in-sync set")
+        != std::string::npos);
+  append_round(via, users, round++, h, rotate);
+  status = c.in_sync();
+  for (auto& u : on_c)
+    CHECK(status["map"][model::shard_of("app", u, shard_count)]["owner"] != "c");
+  finish(c, users, status, h);
+}
