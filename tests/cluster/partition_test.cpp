@@ -118,11 +118,18 @@ struct partitioned {
       + " --cluster c";
   }
 
-  /// The cluster's status in etcd (cluster status --json).
+  /// The cluster's status in etcd (cluster status --json), asked again (5
+  /// times at most) while the tool cannot reach etcd in time (a busy
+  /// machine).
   json status() const {
-    auto r = shell(tool("status --json"), false);
-    REQUIRE(r.first == 0);
-    return json::parse(r.second);
+    for (int attempt = 1;; ++attempt) {
+      auto r = shell(tool("status --json"), false);
+      INFO("cluster status exited ", r.first, ": ", r.second);
+      if (r.first == 0)
+        return json::parse(r.second);
+      REQUIRE(attempt < 5);
+      std::this_thread::sleep_for(200ms); // why: a bounded pause before the tool runs again
+    }
   }
 
   /// The status once every copy of every shard is in sync again (the
@@ -477,12 +484,8 @@ TEST_CASE("a node whose lead ended as it lost the shard logs that it leads 0 sha
 // back in the set. From then on etcd names the copy in sync while its owner
 // acknowledges every write without it: the set never loses c while c is cut
 // off (the wait for c_left fails), or an in-sync copy ends behind its owner
-// (check_replicas_equal fails). Under load it also fails two other ways,
-// not yet explained (reported with their logs): a repair started while c
-// was blackholed neither ends nor fails within 30 s of the heal (in_sync
-// fails), and a node answers neither a client's append nor a peer's
-// replica_copy for 30 s (append_round fails). Run with --no-skip to see
-// them (several runs at once make them likelier).
+// (check_replicas_equal fails). Run with --no-skip to see it (several runs
+// at once make it likelier).
 TEST_CASE("a follower cut off from its owner leaves the in-sync set and is repaired when it comes "
           "back"
           * doctest::skip()) {
