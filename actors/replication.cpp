@@ -12,6 +12,7 @@
 #include "actors/core.hpp"
 #include "agentstate/engine.hpp"
 #include "store/apply.hpp"
+#include "store/format.hpp"
 #include "store/replica.hpp"
 #include "store/shard_copy.hpp"
 
@@ -43,6 +44,46 @@ result<store::replica_position> stored_position(store::kv_read& txn, hash_range 
   if (!p)
     return std::move(p).err();
   return p->value_or(store::replica_position{});
+}
+
+/// Tells the live user and app actors about the shared-scope writes of a
+/// batch applied in the commit `txn_id`, as the writer tells them about its
+/// own commits, so that their reads show the batch. Cached state a write
+/// does not say (a deleted scope, a value that does not parse) is read
+/// again by every actor.
+void notify_applied(engine_core& core, std::vector<store::write_set>& sets, std::uint64_t txn_id) {
+  bool reload = false;
+  auto send = [&](std::vector<store::state_write>& writes, const std::string& key) {
+    scope_commit msg;
+    msg.txn_id = txn_id; // no change-log sequence: a follower logs nothing
+    msg.writes.reserve(writes.size());
+    for (auto& w : writes) {
+      json value;
+      if (!w.erase) {
+        auto v = parse_json(w.text, store::stored_json_depth);
+        if (!v) {
+          reload = true;
+          return;
+        }
+        value = std::move(*v);
+      }
+      msg.writes.push_back({std::move(w.key), std::move(value), w.erase});
+    }
+    core.scopes.route(key, std::move(msg), nullptr, true);
+  };
+  using kind = store::write_set::kind;
+  for (auto& ws : sets) {
+    if (ws.op == kind::remove_user || ws.op == kind::remove_app) {
+      reload = true;
+      continue;
+    }
+    if (!ws.user_writes.empty())
+      send(ws.user_writes, user_registry_key(ws.app, ws.user));
+    if (!ws.app_writes.empty() && !ws.app_elsewhere)
+      send(ws.app_writes, app_registry_key(ws.app));
+  }
+  if (reload)
+    core.fence_epoch.fetch_add(1);
 }
 
 void remove_fence(engine_core& core, const model::hash_range& r) {
@@ -186,7 +227,9 @@ result<replica_position> engine::apply_replica(hash_range r, std::string_view ba
     }
     const store::replica_position reached{b->epoch, pos->seq + sets.size()};
     store::put_replica_position(*txn, r.lo, r.hi, reached);
+    const auto txn_id = txn->txn_id();
     txn->commit();
+    notify_applied(*core_, sets, txn_id);
     const bool deletes = std::any_of(sets.begin(), sets.end(), [](const store::write_set& ws) {
       using kind = store::write_set::kind;
       return ws.op == kind::remove || ws.op == kind::remove_user;

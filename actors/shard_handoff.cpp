@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/core.hpp"
+#include "actors/range_chunks.hpp"
 #include "agentstate/engine.hpp"
 #include "model/text.hpp"
 #include "store/change_log.hpp"
@@ -97,6 +98,19 @@ range_chunk to_range_chunk(const store::shard_chunk& c) {
 
 } // namespace
 
+result<range_chunk> detail::read_chunk(store::shard_reader& reader, const std::string& from,
+                                       std::size_t max_bytes) {
+  auto at = decode_position(from);
+  if (!at)
+    return std::move(at).err();
+  store::shard_limits limits;
+  limits.max_bytes = std::max<std::size_t>(max_bytes, 1);
+  auto c = reader.next(*at, limits);
+  if (!c)
+    return std::move(c).err();
+  return to_range_chunk(*c);
+}
+
 bool detail::range_fenced(engine_core& core, std::string_view app, std::string_view user) {
   const auto h = model::user_hash(app, user);
   std::lock_guard<std::mutex> lk(core.commit_mtx);
@@ -127,18 +141,10 @@ result<range_chunk> engine::read_range(hash_range r, const std::string& from,
                                        std::size_t max_bytes) {
   if (core_->closed.load())
     return closing();
-  auto at = decode_position(from);
-  if (!at)
-    return std::move(at).err();
   auto reader = store::shard_reader::open(*core_->kv, to_model(r));
   if (!reader)
     return std::move(reader).err();
-  store::shard_limits limits;
-  limits.max_bytes = std::max<std::size_t>(max_bytes, 1);
-  auto c = (*reader)->next(*at, limits);
-  if (!c)
-    return std::move(c).err();
-  return to_range_chunk(*c);
+  return read_chunk(**reader, from, max_bytes);
 }
 
 result<std::uint64_t> engine::range_mark() {

@@ -116,6 +116,30 @@ struct range_digest {
   bool operator!=(const range_digest& o) const { return !(*this == o); }
 };
 
+/// One snapshot of a range of the shard hash and its replica position, for
+/// copying the range to a follower (engine::snapshot_range). Its position,
+/// chunks and digest all come from that one snapshot, whatever the engine
+/// commits after it was taken. Not thread-safe: one call at a time, from any
+/// thread. REQUIRES, of a snapshot of an LMDB store (a read transaction of
+/// the store): destroyed before its engine's close() (or destruction)
+/// begins. A snapshot of a memory store is a copy that holds nothing of the
+/// engine: it may outlive the engine.
+class range_snapshot {
+public:
+  virtual ~range_snapshot() = default;
+  /// The range's replica position in the snapshot ({0, 0}: none).
+  virtual replica_position position() const = 0;
+  /// As engine::read_range, every chunk from this one snapshot: the chunks
+  /// from "" to the one whose `next` is "", applied in order with
+  /// engine::write_range, leave a range as the snapshot holds it.
+  /// Errors: as read_range; unavailable (an LMDB store's engine closing).
+  virtual result<range_chunk> read(const std::string& from,
+                                   std::size_t max_bytes = std::size_t{4} << 20) = 0;
+  /// The digest of the range's rows in the snapshot (as digest_range).
+  /// Cost: a read of all of the range. Errors: as read.
+  virtual result<range_digest> digest() = 0;
+};
+
 namespace detail {
 struct engine_core;
 struct engine_factory; // internal: wrapped stores and the tests' access to internals
@@ -429,6 +453,49 @@ public:
   /// The position reached. Errors also: invalid_argument (not a batch),
   /// unavailable (closing), storage errors.
   result<replica_position> apply_replica(hash_range r, std::string_view batch);
+
+  // Repairing a follower's copy of a range (one that fell out of the
+  // range's in-sync set, or a node that restarted): the leader takes
+  // snapshot_range(r); the follower calls begin_replica_copy(r), then
+  // write_range(r, chunk) for each of the snapshot's chunks in order, then
+  // end_replica_copy(r, snapshot's position, snapshot's digest); the
+  // leader's shipments whose `prev` is that position then apply on top
+  // (apply_replica). A chunk that writes a user or app whose delete this
+  // store is still purging answers unavailable: write it again later.
+
+  /// A snapshot of `r` and its replica position (range_snapshot), for a
+  /// follower's copy. It holds no lock of this engine: writes go on while
+  /// it is read, and none after the call is in it. Where the store's writes
+  /// wait for its open readers (durability::memory), the call copies all of
+  /// r into memory of the snapshot's own, holding back this engine's
+  /// commits while it does (a read of all of r), so its later calls hold
+  /// nothing of the store; otherwise (LMDB) it keeps one read transaction
+  /// open until it is destroyed, and the pages that writes free meanwhile
+  /// are not reused before then (the store's file may grow). Errors:
+  /// unavailable (closing), data_corrupt (a damaged position row; with
+  /// durability::memory also a damaged row of r), storage errors.
+  result<std::unique_ptr<range_snapshot>> snapshot_range(hash_range r);
+  /// Starts replacing this store's copy of `r` by a leader's snapshot:
+  /// fences r (fence_range), then deletes r's position row in one commit
+  /// and every row of r in commits of one chunk's rows each (as drop_range:
+  /// nothing is logged in the change feed). Until end_replica_copy stores a
+  /// position, r is at position {0, 0}: a copy cut off part-way (a crash)
+  /// accepts no shipment but the first of a range's history (whose `prev`
+  /// is {0, 0}) until it is copied again. Cached session and scope state is
+  /// read again. REQUIRES: r is not led here (lead_range) until
+  /// end_replica_copy answers. Errors: condition_failed (this engine leads
+  /// r), unavailable (closing), as drop_range (what was deleted before
+  /// stays deleted).
+  result<void> begin_replica_copy(hash_range r);
+  /// Ends a copy that begin_replica_copy began and write_range filled: when
+  /// r's rows have the digest `expected` (the snapshot's), stores
+  /// `position` (the snapshot's) as r's position, in one commit ({0, 0}:
+  /// none is stored); r stays fenced. Holds back this engine's commits
+  /// while it reads all of r. Cached session and scope state is read again.
+  /// Errors: data_corrupt (r's rows have another digest: both are named;
+  /// nothing changed, r's position stays as it was), condition_failed
+  /// (this engine leads r), unavailable (closing), storage errors.
+  result<void> end_replica_copy(hash_range r, replica_position position, range_digest expected);
 
   // -- the change feed (watch.hpp) ----------------------------------------------
 

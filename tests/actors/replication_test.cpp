@@ -13,6 +13,7 @@
 #include <deque>
 #include <mutex>
 
+#include "model/shard.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -107,6 +108,106 @@ void write_mix(engine& e, int n) {
   MUST(e.delete_session(test::sref("chat", "u0", "s0")));
 }
 
+/// An engine on a store of kind `k` (in `dir` for LMDB) with `replicator`.
+std::unique_ptr<engine> open_kind(
+  test::store_kind k, const std::string& dir,
+  std::function<void(replica_shipment, std::function<void(result<void>)>)> replicator = {}) {
+  auto o = test::make_options(k, dir);
+  o.replicator = std::move(replicator);
+  auto r = engine::open(o);
+  INFO(test::describe(r));
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+/// A replicator that confirms every shipment at once and keeps it.
+struct kept_shipments {
+  std::mutex mtx;
+  std::vector<replica_shipment> all;
+
+  std::function<void(replica_shipment, std::function<void(result<void>)>)> replicator() {
+    return [this](replica_shipment s, std::function<void(result<void>)> done) {
+      {
+        std::lock_guard<std::mutex> lk(mtx);
+        all.push_back(std::move(s));
+      }
+      done({});
+    };
+  }
+  /// The shipments kept so far whose writes come after `at`, in order. A
+  /// shipment never straddles `at` when `at` is a position a snapshot saw.
+  std::vector<replica_shipment> after(const replica_position& at) {
+    std::lock_guard<std::mutex> lk(mtx);
+    std::vector<replica_shipment> out;
+    for (auto& s : all) {
+      if (s.last.seq <= at.seq)
+        continue;
+      CHECK(s.prev.seq >= at.seq);
+      out.push_back(s);
+    }
+    return out;
+  }
+};
+
+/// The half of the hash space that holds app `app`, and the other half.
+std::pair<hash_range, hash_range> halves_for(const std::string& app) {
+  const hash_range low{0, std::uint64_t{1} << 63}, high{std::uint64_t{1} << 63, 0};
+  if (model::hash_range{low.lo, low.hi}.contains(model::app_hash(app)))
+    return {low, high};
+  return {high, low};
+}
+
+/// `n` user ids of app `app` whose sessions are in `r` (inside) or not.
+std::vector<std::string> users_of(const std::string& app, hash_range r, bool inside,
+                                  std::size_t n) {
+  std::vector<std::string> out;
+  for (int i = 0; out.size() < n && i < 10000; ++i) {
+    const std::string u = "u" + std::to_string(i);
+    if (model::hash_range{r.lo, r.hi}.contains(model::user_hash(app, u)) == inside)
+      out.push_back(u);
+  }
+  REQUIRE(out.size() == n);
+  return out;
+}
+
+/// Every chunk of `snap`, from the start, `max_bytes` at a time.
+std::vector<range_chunk> all_chunks(range_snapshot& snap, std::size_t max_bytes,
+                                    std::string from = {}) {
+  std::vector<range_chunk> out;
+  for (int i = 0; i < 10000; ++i) {
+    auto c = MUST(snap.read(from, max_bytes));
+    from = c.next;
+    out.push_back(std::move(c));
+    if (from.empty())
+      return out;
+  }
+  FAIL("the snapshot's chunks do not end");
+  return out;
+}
+
+/// Copies `snap` to `follower`'s range `r`, `max_bytes` a chunk: the chunks
+/// applied.
+std::size_t copy_snapshot(engine& follower, hash_range r, range_snapshot& snap,
+                          std::size_t max_bytes) {
+  MUST(follower.begin_replica_copy(r));
+  auto chunks = all_chunks(snap, max_bytes);
+  for (auto& c : chunks)
+    MUST(follower.write_range(r, c.bytes));
+  MUST(follower.end_replica_copy(r, snap.position(), MUST(snap.digest())));
+  return chunks.size();
+}
+
+/// Sessions in `r` with state in all three scopes: for each of `users`, a
+/// create with user: state and two appends, one writing app: state, with a
+/// long event so that a small chunk holds one session.
+void write_scopes(engine& e, const std::vector<std::string>& users, const std::string& prefix) {
+  for (std::size_t i = 0; i < users.size(); ++i) {
+    const auto ref = test::sref("chat", users[i], prefix + std::to_string(i));
+    MUST(e.create_session(test::create_req(ref, {{"k", i}, {"user:seen", prefix}})));
+    test::append_ok(e, ref, test::make_event({{"note", test::bytes(2000)}}));
+    test::append_ok(e, ref, test::make_event({{"app:last", ref.session_id}, {"user:n", i}}));
+  }
+}
 } // namespace
 
 TEST_CASE("a leader's shipments applied at a follower leave both ranges equal") {
@@ -258,4 +359,230 @@ TEST_CASE("a follower refuses a batch of a lower epoch, out of order, damaged or
   auto stale = follower->apply_replica(everything, newer[1].batch);
   CHECK(stale.code() == errc::condition_failed);
   CHECK(same(MUST(follower->range_position(everything)), {5, 4}));
+}
+
+TEST_CASE("a follower's user and app state reads show the shipments it applies (stale cache)") {
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(test::store_kind::lmdb, dir.str() + "/a", shipped.replicator());
+  auto follower = open_kind(test::store_kind::lmdb, dir.str() + "/b");
+  MUST(leader->lead_range(everything, 1));
+  const auto ref = test::sref("chat", "u", "s");
+  MUST(leader->create_session(test::create_req(ref, {{"user:seen", 1}})));
+  test::append_ok(*leader, ref, test::make_event({{"app:x", 1}}));
+  for (auto& s : shipped.after({0, 0}))
+    MUST(follower->apply_replica(everything, s.batch));
+  // The follower's scope actors load and keep the state.
+  CHECK(test::user_state(*follower, "chat", "u") == json{{"seen", 1}});
+  CHECK(test::app_state(*follower, "chat") == json{{"x", 1}});
+  auto ev = test::make_event({{"user:seen", 2}, {"app:y", "text"}});
+  ev.actions.state_remove = {"app:x"};
+  test::append_ok(*leader, ref, std::move(ev));
+  for (auto& s : shipped.after({1, 2}))
+    MUST(follower->apply_replica(everything, s.batch));
+  CHECK(test::user_state(*follower, "chat", "u") == json{{"seen", 2}});
+  CHECK(test::app_state(*follower, "chat") == json{{"y", "text"}});
+  CHECK(test::app_state(*follower, "chat") == test::app_state(*leader, "chat"));
+  MUST(leader->delete_user("chat", "u"));
+  for (auto& s : shipped.after({1, 3}))
+    MUST(follower->apply_replica(everything, s.batch));
+  CHECK(same(MUST(follower->range_position(everything)), {1, 4}));
+  CHECK(test::user_state(*follower, "chat", "u") == json::object());
+}
+
+TEST_CASE_TEMPLATE("a follower copied from a leader's snapshot takes the shipments after it", S,
+                   test::memory_store, test::lmdb_store) {
+  const auto kind = S::kind;
+  test::temp_dir dir;
+  const auto [r, rest] = halves_for("chat");
+  const auto in = users_of("chat", r, true, 4);
+  const auto out = users_of("chat", r, false, 1);
+  kept_shipments shipped, old_shipped;
+
+  // The follower's copy diverged: it followed a leader of an earlier epoch
+  // that wrote what the new leader never had, and it holds rows outside r.
+  auto follower = open_kind(kind, dir.str() + "/b");
+  const auto keep = test::sref("chat", out[0], "keep");
+  MUST(follower->create_session(test::create_req(keep, {{"mine", true}, {"user:own", 1}})));
+  test::append_ok(*follower, keep, test::make_event({{"step", 1}}));
+  {
+    auto old = open_kind(kind, dir.str() + "/c", old_shipped.replicator());
+    MUST(old->lead_range(r, 1));
+    write_scopes(*old, {in[0], in[1]}, "stale");
+    for (auto& s : old_shipped.after({0, 0}))
+      MUST(follower->apply_replica(r, s.batch));
+    MUST(old->close());
+  }
+  CHECK(same(MUST(follower->range_position(r)), {1, 6}));
+  CHECK(test::user_state(*follower, "chat", in[0])["seen"] == "stale"); // cached by its actor
+  const auto rest_before = MUST(follower->digest_range(rest));
+  const auto keep_before = test::get_existing(*follower, keep);
+
+  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  CHECK(same(MUST(leader->lead_range(r, 2)), {0, 0}));
+  write_scopes(*leader, in, "s");
+  const auto at_snapshot = MUST(leader->replica_state(r));
+  auto snap = MUST(leader->snapshot_range(r));
+  CHECK(same(snap->position(), at_snapshot.first));
+  CHECK(same(snap->position(), {2, 12}));
+
+  // Writes go on while the snapshot is held, between its chunks, and are
+  // not in it.
+  auto first = MUST(snap->read("", 1));
+  REQUIRE_FALSE(first.next.empty());
+  CHECK(first.sessions == 1);
+  const auto late = test::sref("chat", in[2], "late");
+  answer<session> created;
+  leader->create_session(test::create_req(late, {{"user:seen", "late"}}), created.cb());
+  MUST(created.wait());
+  answer<append_result> appended;
+  leader->append_event(
+    test::append_req(test::sref("chat", in[0], "s0"), test::make_event({{"app:last", "late"}})),
+    appended.cb());
+  MUST(appended.wait());
+  MUST(leader->delete_session(test::sref("chat", in[1], "s1")));
+  auto chunks = all_chunks(*snap, 1, first.next);
+  chunks.insert(chunks.begin(), first);
+  CHECK(chunks.size() >= 4); // a session a chunk, then the scopes
+  std::uint64_t sessions = 0;
+  for (auto& c : chunks)
+    sessions += c.sessions;
+  CHECK(sessions == 4);
+  const auto snap_digest = MUST(snap->digest());
+  CHECK(snap_digest == at_snapshot.second);
+  CHECK(snap_digest != MUST(leader->digest_range(r)));
+
+  // The copy replaces the follower's rows of r, and only those.
+  MUST(follower->begin_replica_copy(r));
+  CHECK(same(MUST(follower->range_position(r)), {0, 0}));
+  CHECK(MUST(follower->digest_range(r)).rows == 0);
+  for (auto& c : chunks)
+    MUST(follower->write_range(r, c.bytes));
+  MUST(follower->end_replica_copy(r, snap->position(), snap_digest));
+  CHECK(same(MUST(follower->range_position(r)), snap->position()));
+  CHECK(MUST(follower->digest_range(r)) == snap_digest);
+  CHECK_FALSE(test::get_maybe(*follower, test::sref("chat", in[0], "stale0")));
+  CHECK_FALSE(test::get_maybe(*follower, late));
+  CHECK(test::get_maybe(*follower, test::sref("chat", in[1], "s1")));
+  CHECK(test::user_state(*follower, "chat", in[0])["seen"] == "s"); // read again
+  CHECK(test::app_state(*follower, "chat")["last"] == "s3");
+  CHECK(MUST(follower->digest_range(rest)) == rest_before);
+  auto kept = test::get_existing(*follower, keep);
+  CHECK(kept.version == keep_before.version);
+  CHECK(kept.state["mine"] == true);
+  CHECK(kept.state["user:own"] == 1);
+  CHECK(kept.events.size() == keep_before.events.size());
+
+  // The leader's shipments after the snapshot apply on top of it.
+  CHECK(same(MUST(leader->range_position(r)), {2, 15}));
+  const auto later = shipped.after(snap->position());
+  for (auto& s : later)
+    MUST(follower->apply_replica(r, s.batch));
+  CHECK(same(MUST(follower->range_position(r)), MUST(leader->range_position(r))));
+  CHECK(MUST(follower->digest_range(r)) == MUST(leader->digest_range(r)));
+  CHECK(test::get_maybe(*follower, late));
+  CHECK_FALSE(test::get_maybe(*follower, test::sref("chat", in[1], "s1")));
+  CHECK(test::app_state(*follower, "chat") == test::app_state(*leader, "chat"));
+  CHECK(test::user_state(*follower, "chat", in[2]) == test::user_state(*leader, "chat", in[2]));
+  snap.reset(); // before the leader closes
+}
+
+TEST_CASE("a replica copy cut off part-way takes no shipment until it is copied again") {
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(test::store_kind::lmdb, dir.str() + "/a", shipped.replicator());
+  MUST(leader->lead_range(everything, 1));
+  const std::vector<std::string> users{"a", "b", "c"};
+  write_scopes(*leader, users, "s");
+  auto follower = open_kind(test::store_kind::lmdb, dir.str() + "/b");
+  for (auto& s : shipped.after({0, 0})) // the follower falls behind after the first three
+    if (s.last.seq <= 3)
+      MUST(follower->apply_replica(everything, s.batch));
+  CHECK(same(MUST(follower->range_position(everything)), {1, 3}));
+  write_scopes(*leader, users, "t");
+  auto snap = MUST(leader->snapshot_range(everything));
+  CHECK(same(snap->position(), {1, 18}));
+  MUST(follower->begin_replica_copy(everything));
+  auto first = MUST(snap->read("", 1));
+  REQUIRE_FALSE(first.next.empty());
+  MUST(follower->write_range(everything, first.bytes));
+  MUST(follower->close());
+  follower = open_kind(test::store_kind::lmdb, dir.str() + "/b");
+
+  test::append_ok(*leader, test::sref("chat", "a", "s0"), test::make_event({{"x", 1}}));
+  const auto next = shipped.after(snap->position());
+  REQUIRE(next.size() == 1);
+  CHECK(same(MUST(follower->range_position(everything)), {0, 0}));
+  const auto cut = MUST(follower->digest_range(everything));
+  CHECK(cut.sessions == 1);
+  auto refused = follower->apply_replica(everything, next[0].batch);
+  CHECK(refused.code() == errc::version_conflict);
+  // Nor does the shipment it would have taken before the copy began.
+  auto old = shipped.after({1, 3});
+  REQUIRE_FALSE(old.empty());
+  CHECK(follower->apply_replica(everything, old[0].batch).code() == errc::version_conflict);
+  CHECK(same(MUST(follower->range_position(everything)), {0, 0}));
+  CHECK(MUST(follower->digest_range(everything)) == cut);
+
+  // Copied again, whole, it takes the shipment.
+  CHECK(copy_snapshot(*follower, everything, *snap, 1) >= 6);
+  MUST(follower->apply_replica(everything, next[0].batch));
+  CHECK(same(MUST(follower->range_position(everything)), {1, 19}));
+  CHECK(MUST(follower->digest_range(everything)) == MUST(leader->digest_range(everything)));
+  snap.reset();
+}
+
+TEST_CASE("end_replica_copy refuses a copy whose rows have another digest") {
+  kept_shipments shipped;
+  auto leader = open_kind(test::store_kind::memory, {}, shipped.replicator());
+  MUST(leader->lead_range(everything, 3));
+  write_scopes(*leader, {"a", "b"}, "s");
+  auto snap = MUST(leader->snapshot_range(everything));
+  const auto want = MUST(snap->digest());
+  auto follower = open_kind(test::store_kind::memory, {});
+  MUST(follower->begin_replica_copy(everything));
+  auto chunks = all_chunks(*snap, 1);
+  REQUIRE(chunks.size() >= 2);
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) // all but the last
+    MUST(follower->write_range(everything, chunks[i].bytes));
+  auto partial = follower->end_replica_copy(everything, snap->position(), want);
+  CHECK(partial.code() == errc::data_corrupt);
+  CHECK(same(MUST(follower->range_position(everything)), {0, 0}));
+  MUST(follower->write_range(everything, chunks.back().bytes));
+  auto wrong = want;
+  wrong.crc ^= 1;
+  auto bad = follower->end_replica_copy(everything, snap->position(), wrong);
+  CHECK(bad.code() == errc::data_corrupt);
+  char crcs[2][16];
+  std::snprintf(crcs[0], sizeof crcs[0], "%08x", static_cast<unsigned>(want.crc));
+  std::snprintf(crcs[1], sizeof crcs[1], "%08x", static_cast<unsigned>(wrong.crc));
+  CHECK(bad.err().message.find(crcs[0]) != std::string::npos);
+  CHECK(bad.err().message.find(crcs[1]) != std::string::npos);
+  CHECK(same(MUST(follower->range_position(everything)), {0, 0}));
+  MUST(follower->end_replica_copy(everything, snap->position(), want));
+  CHECK(same(MUST(follower->range_position(everything)), {3, 6}));
+  CHECK(MUST(follower->digest_range(everything)) == want);
+  // A memory store's snapshot is a copy of its own: it outlives its engine.
+  MUST(leader->close());
+  CHECK(MUST(snap->digest()) == want);
+  CHECK(MUST(snap->read("", 1)).sessions == 1);
+}
+
+TEST_CASE("a led range takes no replica copy") {
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(test::store_kind::lmdb, dir.str() + "/a", shipped.replicator());
+  MUST(leader->lead_range(everything, 1));
+  write_scopes(*leader, {"a"}, "s");
+  const auto before = MUST(leader->replica_state(everything));
+  auto begun = leader->begin_replica_copy(everything);
+  CHECK(begun.code() == errc::condition_failed);
+  auto ended = leader->end_replica_copy(everything, {1, 3}, before.second);
+  CHECK(ended.code() == errc::condition_failed);
+  const auto after = MUST(leader->replica_state(everything));
+  CHECK(same(after.first, before.first));
+  CHECK(after.second == before.second);
+  // Nor was the range fenced: the leader writes it on.
+  test::append_ok(*leader, test::sref("chat", "a", "s0"), test::make_event({{"x", 1}}));
+  CHECK(same(MUST(leader->range_position(everything)), {1, 4}));
 }
