@@ -246,7 +246,7 @@ decoded_request decode_request(std::string_view line, std::size_t max_depth) {
   const bool cluster_map = name == "cluster_map";
   const bool node_call = name == "shard_export" || name == "shard_import" || name == "shard_digest"
     || name == "shard_adopt" || name == "replicate" || name == "replica_state"
-    || name == "replica_position";
+    || name == "replica_position" || name == "replica_copy";
   if (!prepare && !authenticate && !watching && !cluster_map && !node_call) {
     if (d.notification)
       return d;

@@ -629,7 +629,8 @@ void cluster_member::ship(replica_shipment s, std::function<void(result<void>)> 
 
 void cluster_member::node_call(const std::string& method, json params,
                                std::function<void(result<json>)> done) const {
-  if (method == "replicate" || method == "replica_state" || method == "replica_position") {
+  if (method == "replicate" || method == "replica_state" || method == "replica_position"
+      || method == "replica_copy") {
     if (!p_->replicator) {
       done(error{errc::unavailable, "node '" + p_->id + "' does not replicate shards"});
       return;
@@ -638,6 +639,8 @@ void cluster_member::node_call(const std::string& method, json params,
       p_->replicator->replicate(std::move(params), std::move(done));
     else if (method == "replica_position")
       p_->replicator->replica_position(std::move(params), std::move(done));
+    else if (method == "replica_copy")
+      p_->replicator->replica_copy(std::move(params), std::move(done));
     else
       p_->replicator->replica_state(std::move(params), std::move(done));
     return;

@@ -67,6 +67,16 @@ constexpr auto relead_wait = std::chrono::milliseconds(500);
 /// this many, and at most ring_budget / shards bytes (at least 256 KiB).
 constexpr std::size_t ring_entries = 4096;
 constexpr std::size_t ring_budget = std::size_t{64} << 20;
+/// A replicate request carries runs up to about this many bytes (before
+/// base64), at least one.
+constexpr std::size_t request_bytes = std::size_t{4} << 20;
+/// A repair's chunks of a shard's rows, and the rate it sends them at, so
+/// that a copy leaves the node's disk and network to its clients too.
+constexpr std::size_t repair_chunk_bytes = std::size_t{1} << 20;
+constexpr std::size_t repair_bytes_per_s = std::size_t{32} << 20;
+/// How long a repair that failed waits before the shard's copy on that
+/// node is tried again.
+constexpr auto repair_retry = std::chrono::seconds(1);
 
 } // namespace
 
@@ -98,16 +108,23 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     bool in_flight = false;
     clock::time_point sent_at;
     std::uint64_t gen = 0; ///< answers of an older request are ignored
+    /// Out of the in-sync set, being copied (repair): it gets every run, but
+    /// no write waits for it, and no lag removes it.
+    bool catching_up = false;
   };
   /// A shard this node leads, at `epoch`, from position `start`.
   struct shard_state {
     std::uint64_t epoch = 0;
+    std::uint64_t lead = 0; ///< which lead of this node it is (impl::leads)
     position_t start;
     std::map<std::string, follower> followers;
     std::deque<pending> pendings;
     /// Followers this node removed from the in-sync set (its view may
     /// not show it yet).
     std::set<std::string> dropped;
+    /// Copies that caught up after a repair: in sync from then on, whether
+    /// or not the view shows them in the in-sync set yet.
+    std::set<std::string> joining;
   };
   /// A batch this node committed (leading) or applied (following), kept so
   /// that a follower behind it can catch up from it.
@@ -124,6 +141,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   std::condition_variable cv;
   bool stopping = false;
   std::map<std::uint32_t, shard_state> shards; ///< guarded by mtx
+  std::uint64_t leads = 0; ///< guarded by mtx: the leads begun
   std::map<std::uint32_t, ring> rings; ///< guarded by mtx
   std::size_t ring_cap = 0; ///< bytes per shard's ring
   /// Lag removals for the thread to make: (shard, follower, why).
@@ -153,6 +171,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   std::condition_variable failover_cv;
   bool failover_wake = false; ///< guarded by mtx
   std::thread failer;
+  std::condition_variable repair_cv;
+  std::thread repairer;
 
   // The worker's own (no lock): the epoch each shard is led at, the shards
   // fenced here as a follower.
@@ -304,6 +324,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
             if (id != cfg.id)
               followers.push_back(id);
           }
+        for (auto& id : st->joining)
+          if (!has(e.isr, id) && !st->dropped.count(id)) {
+            ++in_sync;
+            followers.push_back(id);
+          }
         if (in_sync < v->settings.min_insync) {
           now =
             error{errc::unavailable,
@@ -322,6 +347,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
           st->pendings.push_back(std::move(p));
           to_pump = std::move(followers);
         }
+        for (auto& [id, fol] : st->followers)
+          if (fol.catching_up) { // every committed run; no write waits for it
+            fol.queued.push_back({s.last.seq, batch});
+            to_pump.push_back(id);
+          }
       }
     }
     if (now) {
@@ -349,7 +379,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       if (fol.in_flight || fol.queued.empty())
         return;
       json batches = json::array();
-      while (!fol.queued.empty()) {
+      std::size_t bytes = 0;
+      while (!fol.queued.empty() && bytes < request_bytes) {
+        bytes += fol.queued.front().batch->size();
         batches.push_back(cluster::b64(*fol.queued.front().batch));
         last = fol.queued.front().last;
         fol.queued.pop_front();
@@ -522,7 +554,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         if (!st)
           return;
         st->dropped.insert(f);
+        st->joining.erase(f);
         auto& fol = st->followers[f];
+        fol.catching_up = false;
         fol.queued.clear();
         fol.in_flight = false;
         ++fol.gen; // its answers to requests already sent are ignored
@@ -564,6 +598,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       auto& st = shards[s];
       st = shard_state{};
       st.epoch = e.epoch;
+      st.lead = ++leads;
       for (auto& id : e.isr)
         if (id != cfg.id) { // nothing is sent before its position is known
           st.followers[id].in_flight = true;
@@ -680,7 +715,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         const auto now = clock::now();
         for (auto& [s, st] : shards)
           for (auto& [id, f] : st.followers)
-            if (f.in_flight && now - f.sent_at > cfg.lag_timeout) {
+            if (f.in_flight && !f.catching_up && now - f.sent_at > cfg.lag_timeout) {
               lagging.emplace_back(
                 s, id, "no answer within " + std::to_string(cfg.lag_timeout.count()) + " ms");
               f.in_flight = false;
@@ -1007,6 +1042,276 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
+  // -- repair -----------------------------------------------------------------
+
+  /// Calls node method `method` at `address`; its answer, or unavailable
+  /// when none came within `limit`.
+  result<json> call(const std::string& address, const std::string& method, json params,
+                    std::chrono::milliseconds limit) {
+    struct waiter {
+      std::mutex m;
+      std::condition_variable cv;
+      std::optional<result<json>> r;
+    };
+    auto w = std::make_shared<waiter>();
+    cfg.send(address, method, std::move(params), [w](result<json> r, json) {
+      std::lock_guard<std::mutex> lock(w->m);
+      w->r = std::move(r);
+      w->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(w->m);
+    if (!w->cv.wait_for(lock, limit, [&] { return w->r.has_value(); }))
+      return error{errc::unavailable,
+                   "node at " + address + " did not answer " + method + " within "
+                     + std::to_string(limit.count()) + " ms"};
+    return std::move(*w->r);
+  }
+
+  /// Follower `f` of `shard`, while it is still the copy a repair in lead
+  /// `lead` is making; else null. REQUIRES: mtx held.
+  follower* copying(std::uint32_t shard, std::uint64_t lead, const std::string& f) {
+    auto* st = find(shard);
+    if (!st || st->lead != lead || st->dropped.count(f))
+      return nullptr;
+    auto it = st->followers.find(f);
+    return it == st->followers.end() || !it->second.catching_up ? nullptr : &it->second;
+  }
+
+  /// Gives up the repair of `f`'s copy of `shard` in lead `lead`, before
+  /// it joined the in-sync set: it gets nothing more.
+  void give_up(std::uint32_t shard, std::uint64_t lead, const std::string& f) {
+    std::vector<done_fn> dones;
+    std::uint64_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(shard);
+      if (!st || st->lead != lead)
+        return;
+      epoch = st->epoch;
+      st->dropped.insert(f);
+      st->joining.erase(f);
+      auto it = st->followers.find(f);
+      if (it != st->followers.end()) {
+        it->second.catching_up = false;
+        it->second.queued.clear();
+        it->second.in_flight = false;
+        ++it->second.gen;
+      }
+      dones = release(*st, f, std::numeric_limits<std::uint64_t>::max());
+    }
+    settle(shard, epoch, dones, {});
+  }
+
+  /// Copies shard `s` (led here at e.epoch) to node `f` at `address`, whose
+  /// copy is out of the in-sync set, and brings it back into the set: a
+  /// snapshot of the shard (taken after f starts getting every run
+  /// committed, so that the runs after the snapshot reach it) sent in
+  /// chunks of 1 MiB at most 32 MiB/s (node method replica_copy), then the
+  /// runs committed since, then, once it holds all of them, the writes wait
+  /// for it and a compare-and-swap adds it to the in-sync set.
+  result<void> repair(std::uint32_t s, const cluster::shard_entry& e, const std::string& f,
+                      const std::string& address, std::uint32_t count) {
+    const auto range = range_of(s, count);
+    const auto epoch = e.epoch;
+    std::uint64_t lead = 0;
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(s);
+      if (stopping || !st || st->epoch != epoch)
+        return error{errc::unavailable, "the lead moved on"};
+      lead = st->lead;
+      auto& fol = st->followers[f];
+      const auto gen = fol.gen + 1;
+      fol = follower{};
+      fol.gen = gen;
+      fol.catching_up = true;
+      fol.in_flight = true; // nothing is sent before the copy is in place
+      st->dropped.erase(f);
+      st->joining.erase(f);
+    }
+    auto fail = [&](error why) -> result<void> {
+      give_up(s, lead, f);
+      return why;
+    };
+    // Once it joined, it leaves the in-sync set as a lagging follower does
+    // (the compare-and-swap that added it may have happened).
+    auto fail_joined = [&](error why) -> result<void> {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(s);
+      if (st && st->lead == lead) {
+        lagging.emplace_back(s, f, why.message);
+        cv.notify_all();
+      }
+      return why;
+    };
+    auto snap = eng.snapshot_range(range);
+    if (!snap)
+      return fail(std::move(snap).err());
+    const auto at = (*snap)->position();
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* fol = copying(s, lead, f);
+      if (!fol)
+        return fail(error{errc::unavailable, "the lead moved on"});
+      // The snapshot holds the runs up to its position already.
+      while (!fol->queued.empty() && fol->queued.front().last <= at.seq)
+        fol->queued.pop_front();
+    }
+    log.info("repair",
+             "shard " + std::to_string(s) + ": copying it to node '" + f + "' at " + text(at),
+             {{"shard", s}, {"node", f}, {"epoch", at.epoch}, {"seq", at.seq}});
+    const auto t0 = clock::now();
+    auto step = [&](json p) {
+      p["shard"] = s;
+      p["epoch"] = epoch;
+      return call(address, "replica_copy", std::move(p), std::chrono::seconds(30));
+    };
+    if (auto r = step({{"op", "begin"}}); !r)
+      return fail(std::move(r).err());
+    std::string from;
+    std::uint64_t sent = 0, rows = 0;
+    do {
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        if (stopping || !copying(s, lead, f))
+          return fail(error{errc::unavailable, "the lead moved on"});
+      }
+      auto c = (*snap)->read(from, repair_chunk_bytes);
+      if (!c)
+        return fail(std::move(c).err());
+      if (auto r = step({{"op", "chunk"}, {"chunk", cluster::b64(c->bytes)}}); !r)
+        return fail(std::move(r).err());
+      sent += c->bytes.size();
+      rows += c->rows;
+      from = c->next;
+      // Throttled: the bytes sent stay within repair_bytes_per_s since t0.
+      const auto due = t0 + std::chrono::microseconds(sent * 1000000 / repair_bytes_per_s);
+      std::unique_lock<std::mutex> lock(mtx);
+      repair_cv.wait_until(lock, due, [this] { return stopping; });
+    } while (!from.empty());
+    auto d = (*snap)->digest();
+    if (!d)
+      return fail(std::move(d).err());
+    snap->reset(); // the store's pages go back to its writes
+    if (auto r = step(
+          {{"op", "end"},
+           {"position", {{"epoch", at.epoch}, {"seq", at.seq}}},
+           {"digest",
+            {{"sessions", d->sessions}, {"rows", d->rows}, {"bytes", d->bytes}, {"crc", d->crc}}}});
+        !r)
+      return fail(std::move(r).err());
+    {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* fol = copying(s, lead, f);
+      if (!fol)
+        return fail(error{errc::unavailable, "the lead moved on"});
+      fol->in_flight = false;
+    }
+    pump(s, f); // the runs committed since the snapshot
+    // Caught up once nothing waits for it nor is in flight: from then on
+    // every write waits for it.
+    const auto deadline = clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mtx);
+      auto* fol = copying(s, lead, f);
+      if (stopping || !fol)
+        return fail(error{errc::unavailable, "it fell out while it caught up"});
+      if (fol->queued.empty() && !fol->in_flight) {
+        fol->catching_up = false;
+        find(s)->joining.insert(f);
+        break;
+      }
+      if (clock::now() > deadline)
+        return fail(error{errc::unavailable, "it did not catch up within 30 s"});
+      // poll: the follower's answers arrive on other threads
+      repair_cv.wait_for(lock, std::chrono::milliseconds(10), [this] { return stopping; });
+    }
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto cur = coord->load();
+      if (!cur)
+        return fail_joined(std::move(cur).err());
+      const auto& ce = cur->shards[s];
+      if (ce.owner != cfg.id || ce.epoch != epoch)
+        return fail_joined(error{errc::unavailable, "the map moved on"});
+      if (has(ce.isr, f))
+        return {};
+      auto next = ce;
+      next.isr.clear();
+      for (auto& id : ce.replicas)
+        if (id == f || has(ce.isr, id))
+          next.isr.push_back(id);
+      auto done = coord->update_shards({ce}, {next});
+      if (done) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0);
+        log.info("isr",
+                 "shard " + std::to_string(s) + ": node '" + f
+                   + "' is back in the in-sync set, copied at " + text(at) + " ("
+                   + std::to_string(rows) + " rows, " + std::to_string(sent) + " bytes, "
+                   + std::to_string(ms.count()) + " ms)",
+                 {{"shard", s},
+                  {"node", f},
+                  {"isr", next.isr},
+                  {"rows", rows},
+                  {"bytes", sent},
+                  {"ms", ms.count()}});
+        return {};
+      }
+      if (done.code() != errc::version_conflict)
+        return fail_joined(std::move(done).err());
+    }
+    return fail_joined(error{errc::unavailable, "the shard's entry kept changing"});
+  }
+
+  /// Repairs, one at a time, the copies out of the in-sync set of the
+  /// shards this node leads, on live nodes; a failed one is tried again
+  /// after repair_retry.
+  void repair_loop() {
+    std::map<std::pair<std::uint32_t, std::string>, clock::time_point> later;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mtx);
+        repair_cv.wait_for(lock, failover_recheck, [this] { return stopping; });
+        if (stopping)
+          return;
+      }
+      if (!node.serving())
+        continue;
+      auto v = node.view();
+      std::vector<std::pair<std::uint32_t, std::uint64_t>> leading;
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        for (auto& [s, st] : shards)
+          leading.emplace_back(s, st.epoch);
+      }
+      for (auto& [s, epoch] : leading) {
+        const auto& e = v->shards[s];
+        if (e.owner != cfg.id || e.epoch != epoch || !e.to.empty())
+          continue;
+        for (auto& f : e.replicas) {
+          const auto* n = v->node(f);
+          if (f == cfg.id || has(e.isr, f) || !n || !n->alive)
+            continue;
+          const auto key = std::make_pair(s, f);
+          auto it = later.find(key);
+          if (it != later.end() && clock::now() < it->second)
+            continue;
+          if (auto r = repair(s, e, f, n->address, v->settings.shards); r) {
+            later.erase(key);
+          } else {
+            log.warn("repair",
+                     "shard " + std::to_string(s) + ": copying it to node '" + f
+                       + "' failed: " + r.err().message,
+                     {{"shard", s}, {"node", f}});
+            later[key] = clock::now() + repair_retry;
+          }
+          std::lock_guard<std::mutex> lock(mtx);
+          if (stopping)
+            return;
+        }
+      }
+    }
+  }
+
   // -- the apply thread -------------------------------------------------------
 
   void queue_apply(std::string method, json params, std::function<void(result<json>)> done) {
@@ -1046,6 +1351,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         job.done(replicate(job.params));
       else if (job.method == "replica_position")
         job.done(positions(job.params));
+      else if (job.method == "replica_copy")
+        job.done(copy_step(job.params));
       else
         job.done(state(job.params));
     }
@@ -1090,6 +1397,75 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       out.push_back({{"shard", shard}, {"epoch", p->epoch}, {"seq", p->seq}});
     }
     return json{{"positions", std::move(out)}};
+  }
+
+  /// replica_copy: one step of a repair of this node's copy of a shard
+  /// (shard_replicator::replica_copy).
+  result<json> copy_step(const json& params) {
+    auto bad = [](const std::string& why) { return error{errc::invalid_argument, why}; };
+    const std::string usage =
+      "replica_copy takes shard, epoch and op: begin, chunk (with chunk, base64) or end (with "
+      "position {epoch, seq} and digest {sessions, rows, bytes, crc})";
+    if (!params.is_object())
+      return bad(usage);
+    auto s = params.find("shard");
+    auto ep = params.find("epoch");
+    auto op = params.find("op");
+    if (s == params.end() || !s->is_number_unsigned() || ep == params.end()
+        || !ep->is_number_unsigned() || op == params.end() || !op->is_string())
+      return bad(usage);
+    auto v = node.view();
+    const auto count = v->settings.shards;
+    if (s->get<std::uint64_t>() >= count)
+      return bad("shard " + s->dump() + " is beyond the cluster's " + std::to_string(count));
+    const auto shard = s->get<std::uint32_t>();
+    const auto epoch = ep->get<std::uint64_t>();
+    const auto& e = v->shards[shard];
+    if (e.owner == cfg.id || !has(e.replicas, cfg.id))
+      return error{errc::condition_failed,
+                   "node '" + cfg.id + "' keeps no copy of shard " + std::to_string(shard)
+                     + " that another leads"};
+    if (epoch < e.epoch)
+      return error{errc::condition_failed,
+                   "shard " + std::to_string(shard) + " is at epoch " + std::to_string(e.epoch)
+                     + ": its sender at epoch " + std::to_string(epoch) + " no longer leads it"};
+    const auto range = range_of(shard, count);
+    const auto& what = op->get_ref<const std::string&>();
+    auto uint_of = [](const json& o, const char* k, std::uint64_t& out) {
+      auto it = o.is_object() ? o.find(k) : o.end();
+      if (it == o.end() || !it->is_number_unsigned())
+        return false;
+      out = it->get<std::uint64_t>();
+      return true;
+    };
+    if (what == "begin") {
+      if (auto r = eng.begin_replica_copy(range); !r)
+        return std::move(r).err();
+      std::lock_guard<std::mutex> lock(mtx);
+      rings.erase(shard); // what it kept no longer leads anywhere
+    } else if (what == "chunk") {
+      auto c = params.find("chunk");
+      std::string bytes;
+      if (c == params.end() || !c->is_string()
+          || !cluster::unb64(c->get_ref<const std::string&>(), bytes))
+        return bad(usage);
+      if (auto r = eng.write_range(range, bytes); !r)
+        return std::move(r).err();
+    } else if (what == "end") {
+      const json pos = params.value("position", json());
+      const json dig = params.value("digest", json());
+      std::uint64_t pe = 0, pq = 0, ds = 0, dr = 0, db = 0, dc = 0;
+      if (!uint_of(pos, "epoch", pe) || !uint_of(pos, "seq", pq) || !uint_of(dig, "sessions", ds)
+          || !uint_of(dig, "rows", dr) || !uint_of(dig, "bytes", db) || !uint_of(dig, "crc", dc)
+          || dc > std::numeric_limits<std::uint32_t>::max())
+        return bad(usage);
+      range_digest want{ds, dr, db, static_cast<std::uint32_t>(dc)};
+      if (auto r = eng.end_replica_copy(range, {pe, pq}, want); !r)
+        return std::move(r).err();
+    } else {
+      return bad(usage);
+    }
+    return json{{"shard", shard}, {"op", what}};
   }
 
   result<json> replicate(const json& params) {
@@ -1149,10 +1525,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       cv.notify_all();
       apply_cv.notify_all();
       failover_cv.notify_all();
+      repair_cv.notify_all();
       left.swap(shards);
       unapplied.swap(applies);
     }
-    for (auto* t : {&worker, &applier, &failer})
+    for (auto* t : {&worker, &applier, &failer, &repairer})
       if (t->joinable())
         t->join();
     for (auto& job : unapplied)
@@ -1184,6 +1561,7 @@ shard_replicator::start(engine& eng, const cluster::node& n,
   p->worker = std::thread([raw] { raw->loop(); });
   p->applier = std::thread([raw] { raw->apply_loop(); });
   p->failer = std::thread([raw] { raw->failover_loop(); });
+  p->repairer = std::thread([raw] { raw->repair_loop(); });
   return std::unique_ptr<shard_replicator>(new shard_replicator(std::move(p)));
 }
 
@@ -1207,6 +1585,10 @@ void shard_replicator::replica_state(json params, std::function<void(result<json
 
 void shard_replicator::replica_position(json params, std::function<void(result<json>)> done) {
   p_->queue_apply("replica_position", std::move(params), std::move(done));
+}
+
+void shard_replicator::replica_copy(json params, std::function<void(result<json>)> done) {
+  p_->queue_apply("replica_copy", std::move(params), std::move(done));
 }
 
 void shard_replicator::stop() {

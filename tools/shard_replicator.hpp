@@ -30,9 +30,15 @@
 // writes that waited for it are then answered. When removing it would leave
 // fewer than min_insync, those writes are answered unavailable (in doubt:
 // committed at the owner), and the engine stops leading s; it leads it
-// again 500 ms later. A follower out of the in-sync set gets nothing more
-// and stays out: bringing it back (a copy of the shard, then the runs) is not
-// built yet.
+// again 500 ms later.
+//
+// Repair (log events `repair`, `isr`): a copy out of the in-sync set on a
+// live node is copied again by the owner, one copy at a time per owner: a
+// snapshot of the shard (engine::snapshot_range) in chunks of 1 MiB at most
+// 32 MiB/s (node method `replica_copy` at the copy's node), then the runs
+// committed since; once it holds them all, every write waits for it and a
+// compare-and-swap adds it to the in-sync set. A repair that fails is tried
+// again a second later.
 //
 // Failover (log event `failover`): when s's owner is down (its lease
 // expired), the first live member of s's in-sync set asks the others where
@@ -79,7 +85,8 @@ public:
   /// Starts the replicator's threads for node `n` over engine `eng`: one acts
   /// on every view of the map (lead, unlead, fence) and on followers that
   /// lag, one fails over dead owners' shards and confirms this node's own,
-  /// one applies what followers receive. `eng`, `n`, `coord` and `log` must
+  /// one repairs copies out of the in-sync set of the shards it leads, one
+  /// applies what followers receive. `eng`, `n`, `coord` and `log` must
   /// outlive it.
   static std::unique_ptr<shard_replicator> start(engine& eng, const cluster::node& n,
                                                  std::shared_ptr<cluster::coordinator> coord,
@@ -116,6 +123,17 @@ public:
   /// before it. Result {positions: [{shard, epoch, seq}]}. Errors:
   /// invalid_argument, the engine's. Never blocks.
   void replica_position(json params, std::function<void(result<json>)> done);
+
+  /// The node method `replica_copy`, one step of a repair of this node's
+  /// copy of a shard that another node leads, on the apply thread: params
+  /// {shard, epoch, op}, op "begin" (engine::begin_replica_copy), "chunk"
+  /// with `chunk` (base64 of a range_snapshot chunk; engine::write_range) or
+  /// "end" with `position` {epoch, seq} and `digest` {sessions, rows,
+  /// bytes, crc} (engine::end_replica_copy). Result {shard, op}. Errors:
+  /// invalid_argument, condition_failed (this node keeps no copy of the
+  /// shard that another leads in its view, or the sender's epoch is below
+  /// the map's), the engine's. Never blocks.
+  void replica_copy(json params, std::function<void(result<json>)> done);
 
   /// Ends the threads; later shipments answer unavailable. Idempotent.
   /// REQUIRES: before the engine closes.
