@@ -46,6 +46,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 
 namespace {
 
@@ -406,20 +407,43 @@ json status_of(const test::etcd_process& etcd) {
   return json::parse(r.second);
 }
 
-/// The status once all three nodes are live and every copy of every shard
-/// is in sync (the owners repair the others); REQUIREs it within `t`.
-json wait_in_sync(const test::etcd_process& etcd, std::chrono::seconds t) {
+/// The last `n` lines of node `id`'s log (`proc`) about its copies (events
+/// isr, repair, failover), for a failure's message.
+std::string copy_events(const std::string& id, const server_process& proc, std::size_t n = 12) {
+  std::vector<std::string> lines;
+  std::istringstream in(proc.log());
+  for (std::string l; std::getline(in, l);)
+    if (l.find("event=isr") != std::string::npos || l.find("event=repair") != std::string::npos
+        || l.find("event=failover") != std::string::npos)
+      lines.push_back(l);
+  std::string out = "node '" + id + "':\n";
+  for (std::size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i)
+    out += "  " + lines[i] + "\n";
+  return out;
+}
+
+/// The status once all three nodes of `n` are live and every copy of every
+/// shard is in sync (the owners repair the others); REQUIREs it within `t`
+/// (failing with the status and the nodes' latest copy events).
+json wait_in_sync(const test::etcd_process& etcd, std::vector<test::cluster_node>& n,
+                  std::chrono::seconds t) {
   const auto deadline = steady::now() + t;
   for (;;) {
     auto st = status_of(etcd);
     int alive = 0;
-    for (auto& n : st["nodes"])
-      alive += n["alive"] == true ? 1 : 0;
+    for (auto& node : st["nodes"])
+      alive += node["alive"] == true ? 1 : 0;
     if (alive == 3 && st["under_replicated"] == 0 && st["below_min_insync"] == 0
         && st["unowned"].empty())
       return st;
-    INFO("status: ", st.dump());
-    REQUIRE(steady::now() < deadline);
+    if (steady::now() >= deadline) {
+      std::string events;
+      for (std::size_t k = 0; k < n.size(); ++k)
+        events += copy_events(node_ids[k], *n[k].proc);
+      INFO("status: ", st.dump());
+      INFO(events);
+      FAIL("the copies are not all in sync after ", t.count(), " s");
+    }
     std::this_thread::sleep_for(100ms); // poll of the nodes' repairs (other processes)
   }
 }
@@ -527,7 +551,7 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
   REQUIRE(load.acked() >= sessions);
 
   for (int round = 1; round <= rounds; ++round) {
-    auto st = wait_in_sync(etcd, 60s);
+    auto st = wait_in_sync(etcd, n, 60s);
     // The victim: the node whose shards hold the most sessions.
     std::map<std::string, int> load_on;
     std::map<std::string, std::set<std::uint32_t>> owned;
@@ -564,7 +588,7 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
             "): first acknowledged append to one of ", "its shards ", took->count(),
             " ms after the kill; ", load.acked() - acked_before,
             " appends acknowledged since the kill");
-    wait_in_sync(etcd, 60s);
+    wait_in_sync(etcd, n, 60s);
   }
   // The load goes on to the end: a round's last acknowledgements, then stop.
   const long acked_after_rounds = load.acked();
@@ -577,7 +601,7 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
   MESSAGE("appends acknowledged: ", load.acked(), ", answers in doubt (retried): ", load.in_doubt(),
           ", version conflicts: ", load.conflicts(), ", reads: ", load.reads());
 
-  auto status = wait_in_sync(etcd, 60s);
+  auto status = wait_in_sync(etcd, n, 60s);
   for (auto& node : n) {
     node.proc->signal(SIGTERM);
     CHECK(node.proc->wait_exit() == 0);
