@@ -585,7 +585,7 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
     failover_ms.push_back(took->count());
     MESSAGE("round ", round, ": killed '", id, "' (", owned[id].size(), " shards, ", load_on[id],
             " sessions", std::string(wipe ? ", store deleted" : ""),
-            "): first acknowledged append to one of ", "its shards ", took->count(),
+            "): first acknowledged append to one of its shards ", took->count(),
             " ms after the kill; ", load.acked() - acked_before,
             " appends acknowledged since the kill");
     wait_in_sync(etcd, n, 60s);
