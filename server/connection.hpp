@@ -126,6 +126,9 @@ struct shared_state {
   std::function<result<json>(const json&)> cluster_map;
   protocol::node_call_fn node_call;
   std::function<void(const std::string&, const std::string&, json, protocol::forward_done)> forward;
+  /// A cluster node's own figures: the "cluster" member of the server's
+  /// stats; empty: none.
+  std::function<json()> cluster_stats;
   /// server_config::idle: where a worker leaves its direct write; null: none.
   protocol::idle_hook idle = nullptr;
   /// Where request lines of at least `decode_off_thread_bytes` bytes are

@@ -629,6 +629,8 @@ struct network_server::impl {
       j["unauthenticated"] = unauthenticated.size();
     }
     j["partial_line_bytes"] = sh->partial_bytes.load();
+    if (sh->cluster_stats)
+      j["cluster"] = sh->cluster_stats();
     return j;
   }
 
@@ -723,6 +725,10 @@ void network_server::set_routing(
 
 void network_server::set_node_calls(protocol::node_call_fn call) {
   impl_->sh->node_call = std::move(call);
+}
+
+void network_server::set_cluster_stats(std::function<json()> figures) {
+  impl_->sh->cluster_stats = std::move(figures);
 }
 
 std::vector<std::string> network_server::addresses() const {

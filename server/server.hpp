@@ -157,6 +157,11 @@ public:
   /// (protocol::rpc_config::node_call). REQUIRES: before run().
   void set_node_calls(protocol::node_call_fn call);
 
+  /// A cluster node's figures, added to `stats`'s "server" member as
+  /// "cluster" (called on any thread, per stats request). REQUIRES: before
+  /// run().
+  void set_cluster_stats(std::function<json()> figures);
+
 private:
   struct impl;
   explicit network_server(std::unique_ptr<impl> p);

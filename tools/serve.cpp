@@ -720,6 +720,7 @@ int run_serve(serve_config& cfg) {
       [m](const std::string& method, json params, std::function<void(result<json>)> done) {
         m->node_call(method, std::move(params), std::move(done));
       });
+    net.set_cluster_stats([m] { return m->stats(); });
   }
   std::shared_ptr<protocol::token_source> console_tokens;
   bool console_failed = false;

@@ -612,6 +612,16 @@ result<void> cluster_member::start_moves(engine& eng, const std::string& store_d
   return {};
 }
 
+json cluster_member::stats() const {
+  auto v = p_->node->view();
+  const auto owns = std::count_if(v->shards.begin(), v->shards.end(),
+                                  [&](const cluster::shard_entry& e) { return e.owner == p_->id; });
+  json out{{"node", p_->id}, {"owns", owns}, {"serving", p_->node->serving()}};
+  if (p_->replicator)
+    out["replication"] = p_->replicator->stats();
+  return out;
+}
+
 void cluster_member::stop_moves() {
   if (p_->replicator)
     p_->replicator->stop();

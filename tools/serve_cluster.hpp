@@ -97,6 +97,10 @@ public:
   /// Stops them (calls after it answer unavailable). REQUIRES: before the
   /// engine closes. Idempotent.
   void stop_moves();
+  /// The node's figures for `stats` ("cluster" in its "server" member):
+  /// {node, owns (shards), serving, replication (shard_replicator::stats,
+  /// in a cluster keeping replicas)}. Any thread.
+  json stats() const;
   /// options::replicator: a run of writes of a shard this node leads, to its
   /// in-sync followers (shard_replicator::ship); unavailable before
   /// start_moves or in a cluster of one replica.

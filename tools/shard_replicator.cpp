@@ -142,6 +142,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   bool stopping = false;
   std::map<std::uint32_t, shard_state> shards; ///< guarded by mtx
   std::uint64_t leads = 0; ///< guarded by mtx: the leads begun
+  /// Counted for stats(): shards this node failed over or gave away, copies
+  /// it removed from an in-sync set, copies it repaired. Guarded by mtx.
+  std::uint64_t failovers = 0, removals = 0, repairs = 0;
   std::map<std::uint32_t, ring> rings; ///< guarded by mtx
   std::size_t ring_cap = 0; ///< bytes per shard's ring
   /// Lag removals for the thread to make: (shard, follower, why).
@@ -541,6 +544,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
           fail_shard(shard,
                      "cannot remove node '" + f + "' from the in-sync set: " + done.err().message);
           return;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mtx);
+          ++removals;
         }
         log.warn("isr",
                  "shard " + std::to_string(shard) + ": node '" + f
@@ -945,6 +952,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       auto done = coord->update_shards(ex, nx);
       if (!done)
         continue; // the map changed (or etcd is out of reach): the next pass decides again
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        failovers += end - at;
+      }
       for (auto k = at; k < end; ++k) {
         stuck.erase(nx[k - at].shard);
         log.warn("failover", notes[k],
@@ -1242,6 +1253,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
           next.isr.push_back(id);
       auto done = coord->update_shards({ce}, {next});
       if (done) {
+        {
+          std::lock_guard<std::mutex> lock(mtx);
+          ++repairs;
+        }
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0);
         log.info("isr",
                  "shard " + std::to_string(s) + ": node '" + f
@@ -1514,6 +1529,59 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     return json{{"shard", shard}, {"epoch", at->epoch}, {"seq", at->seq}};
   }
 
+  json stats() {
+    auto v = node.view();
+    std::size_t follows = 0;
+    for (auto& e : v->shards)
+      follows += e.owner != cfg.id && has(e.replicas, cfg.id) ? 1 : 0;
+    struct behind {
+      std::uint32_t shard;
+      std::string node;
+      std::size_t queued;
+      std::int64_t in_flight_ms;
+      bool catching_up;
+    };
+    std::vector<behind> list;
+    json out;
+    const auto now = clock::now();
+    std::lock_guard<std::mutex> lock(mtx);
+    std::size_t waiting = 0;
+    for (auto& [s, st] : shards) {
+      waiting += st.pendings.size();
+      for (auto& [id, f] : st.followers)
+        if (!st.dropped.count(id) && (f.in_flight || !f.queued.empty() || f.catching_up))
+          list.push_back(
+            {s, id, f.queued.size(),
+             f.in_flight
+               ? std::chrono::duration_cast<std::chrono::milliseconds>(now - f.sent_at).count()
+               : 0,
+             f.catching_up});
+    }
+    std::sort(list.begin(), list.end(), [](const behind& a, const behind& b) {
+      return a.in_flight_ms != b.in_flight_ms ? a.in_flight_ms > b.in_flight_ms
+                                              : a.queued > b.queued;
+    });
+    json slowest = json::array();
+    for (std::size_t i = 0; i < list.size() && i < 16; ++i)
+      slowest.push_back({{"shard", list[i].shard},
+                         {"node", list[i].node},
+                         {"queued_runs", list[i].queued},
+                         {"in_flight_ms", list[i].in_flight_ms},
+                         {"catching_up", list[i].catching_up}});
+    std::size_t kept = 0;
+    for (auto& [s, r] : rings)
+      kept += r.bytes;
+    return json{{"leads", shards.size()},
+                {"follows", follows},
+                {"writes_waiting", waiting},
+                {"followers_behind", list.size()},
+                {"slowest_followers", std::move(slowest)},
+                {"kept_run_bytes", kept},
+                {"failovers", failovers},
+                {"isr_removals", removals},
+                {"repairs", repairs}};
+  }
+
   void stop() {
     std::map<std::uint32_t, shard_state> left;
     std::deque<apply_job> unapplied;
@@ -1589,6 +1657,10 @@ void shard_replicator::replica_position(json params, std::function<void(result<j
 
 void shard_replicator::replica_copy(json params, std::function<void(result<json>)> done) {
   p_->queue_apply("replica_copy", std::move(params), std::move(done));
+}
+
+json shard_replicator::stats() const {
+  return p_->stats();
 }
 
 void shard_replicator::stop() {

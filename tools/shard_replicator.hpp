@@ -135,6 +135,16 @@ public:
   /// the map's), the engine's. Never blocks.
   void replica_copy(json params, std::function<void(result<json>)> done);
 
+  /// Figures for `stats`: {leads, follows, writes_waiting (answers waiting
+  /// for followers), followers_behind (followers of the shards it leads
+  /// with runs queued or a request out, or being copied),
+  /// slowest_followers (up to 16 of them, the longest request out first:
+  /// {shard, node, queued_runs, in_flight_ms, catching_up}),
+  /// kept_run_bytes (the runs kept for followers to catch up from),
+  /// failovers (shards this node gave to a copy by compare-and-swap),
+  /// isr_removals, repairs (copies it brought back)}. Any thread.
+  json stats() const;
+
   /// Ends the threads; later shipments answer unavailable. Idempotent.
   /// REQUIRES: before the engine closes.
   void stop();

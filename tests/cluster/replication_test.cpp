@@ -84,6 +84,7 @@ struct replicated {
       auto st = status();
       if (st["under_replicated"] == 0)
         return st;
+      INFO("status: ", st.dump());
       REQUIRE(std::chrono::steady_clock::now() < deadline);
       std::this_thread::sleep_for(100ms); // poll of the nodes' repairs (other processes)
     }
@@ -177,6 +178,7 @@ std::chrono::milliseconds run_appends_retrying(std::vector<client>& via,
       for (std::size_t k = 0; k < via.size(); ++k)
         for (std::size_t m = 0; m < sent[k].size(); ++m) {
           auto a = via[k].next(30s);
+          INFO("an answer through node ", k, " of round ", r, ", attempt ", attempt);
           REQUIRE(a);
           const auto i = (*a)["id"].get<std::size_t>();
           if (!ok(a)) {
@@ -392,6 +394,20 @@ void kill_owner(bool wipe_and_restart) {
   run_appends_retrying(via, users, 1, h, 5);
   c.in_sync();
   run_appends_retrying(via, users, 1, h, 6);
+  // The nodes' stats count what they did.
+  std::uint64_t leads = 0, failovers = 0, repairs = 0;
+  for (auto& node : via) {
+    auto st = node.call("stats");
+    REQUIRE(ok(st));
+    const auto& r = (*st)["result"]["server"]["cluster"]["replication"];
+    leads += r["leads"].get<std::uint64_t>();
+    failovers += r["failovers"].get<std::uint64_t>();
+    repairs += r["repairs"].get<std::uint64_t>();
+    CHECK(r["writes_waiting"] == 0);
+  }
+  CHECK(leads == shard_count);
+  CHECK(failovers >= 1);
+  CHECK(repairs >= 1);
 
   status = c.in_sync();
   for (auto& u : users)

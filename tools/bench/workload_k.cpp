@@ -7,7 +7,10 @@
 //              every connection to node 1, which forwards the other nodes'
 //              shards;
 //   smart      the same three nodes, each session's requests sent to its
-//              shard's owner (from cluster_map), 3 connections per node.
+//              shard's owner (from cluster_map), 3 connections per node;
+//   replicated three nodes of a cluster keeping 3 copies of each shard (2 in
+//              sync at least), routed as smart: each append acknowledged
+//              once both followers applied it.
 // The forwarded hop is shown twice: under load (forwarded p50 less one
 // node's, the target's figure, queueing included) and one request at a time
 // (one_in_flight: node 1's own session against one it forwards).
@@ -290,6 +293,81 @@ ojson phase(run_ctx& x, const std::vector<session_ref>& refs, std::size_t per, s
   return out;
 }
 
+/// Creates cluster `name` (256 shards, `replicas` copies of each) in the etcd
+/// at `url`, starts its three nodes and waits (bounded, 20 s) until every
+/// node's view names every shard's owner and, with replicas, each node leads
+/// the shards it owns; owner_of[j] is refs[j]'s owner's index.
+void start_cluster(run_ctx& x, const config& cfg, const std::string& url, const std::string& name,
+                   std::uint32_t replicas, const std::vector<session_ref>& refs, node (&nodes)[3],
+                   std::vector<int>& owner_of) {
+  const std::uint32_t shards = 256;
+  auto coord = cluster::make_etcd_coordinator(url, name);
+  cluster::cluster_settings settings;
+  settings.shards = shards;
+  settings.expect_nodes = 3;
+  settings.replicas = replicas;
+  settings.min_insync = cluster::majority(replicas);
+  if (!coord || !(*coord)->create(settings)) {
+    x.errors.add("cannot create cluster '" + name + "' in etcd at " + url);
+    return;
+  }
+  for (int i = 0; i < 3 && x.errors.count == 0; ++i)
+    start_node(x, cfg, {"--cluster", name, "--etcd", url, "--node-id", "n" + std::to_string(i)},
+               nodes[i]);
+  if (x.errors.count != 0)
+    return;
+  // Every shard owned in every node's view (bounded poll of the nodes'
+  // controller and watches): a node answers `unavailable` for a shard until
+  // its own view names the owner, and, with replicas, until it leads it.
+  std::vector<std::unique_ptr<rpc_client>> probes;
+  for (auto& n : nodes)
+    if (auto c = connect(x, n.child->address()))
+      probes.push_back(std::move(c));
+  bool settled = false;
+  int owned[3] = {0, 0, 0};
+  for (auto deadline = steady::now() + std::chrono::seconds(20);
+       probes.size() == std::size(nodes) && !settled && steady::now() < deadline;) {
+    json map;
+    settled = true;
+    for (auto& probe : probes) {
+      auto r = probe->call("cluster_map", json::object());
+      settled = settled && r.value && r.value->contains("shards");
+      if (settled) {
+        map = std::move(*r.value);
+        for (auto& s : map["shards"])
+          settled = settled && s["owner"].is_string();
+      }
+    }
+    if (settled) {
+      for (std::size_t j = 0; j < refs.size(); ++j) {
+        auto shard = model::shard_of(refs[j].app_name, refs[j].user_id, shards);
+        owner_of[j] = map["shards"][shard]["owner"].get<std::string>().back() - '0';
+      }
+      for (auto& s : map["shards"])
+        ++owned[s["owner"].get<std::string>().back() - '0'];
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50)); // bounded poll, see above
+    }
+  }
+  if (!settled) {
+    x.errors.add("the cluster's shards were not all owned within 20 s");
+    return;
+  }
+  if (replicas < 2)
+    return;
+  for (int i = 0; i < 3; ++i) {
+    const auto line = "leads " + std::to_string(owned[i]) + " shards";
+    auto deadline = steady::now() + std::chrono::seconds(20);
+    while (nodes[i].child->stderr_text().find(line) == std::string::npos) {
+      if (steady::now() > deadline) {
+        x.errors.add("node n" + std::to_string(i) + " did not lead its shards within 20 s");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20)); // bounded poll of its log
+    }
+  }
+}
+
 } // namespace
 
 ojson workload_k(const config& cfg) {
@@ -298,14 +376,14 @@ ojson workload_k(const config& cfg) {
   const std::size_t users = std::min<std::size_t>(100, sessions);
   const std::uint32_t shards = 256;
   x.describe("b's appends through one serve and through a 3-node cluster (forwarded; routed "
-             "by cluster_map), in one run",
+             "by cluster_map; routed, with 3 replicas), in one run",
              {{"sessions", sessions},
               {"users", users},
               {"events", sessions * per},
               {"in_flight", std::min(width, sessions)},
               {"nodes", 3},
               {"shards", shards}});
-  const char* target = "forwarded ratio_to_one_node >= 0.6, smart >= 0.8, "
+  const char* target = "forwarded ratio_to_one_node >= 0.6, smart >= 0.8, replicated >= 0.4, "
                        "forward_hop_p50_us <= 200";
   std::vector<session_ref> refs;
   for (std::size_t j = 0; j < sessions; ++j)
@@ -336,54 +414,10 @@ ojson workload_k(const config& cfg) {
     x.errors.add(why);
     return x.finish(target, false);
   }
-  auto coord = cluster::make_etcd_coordinator(etcd->url(), "bench");
-  cluster::cluster_settings settings;
-  settings.shards = shards;
-  settings.expect_nodes = 3;
-  if (!coord || !(*coord)->create(settings)) {
-    x.errors.add("cannot create the cluster in etcd at " + etcd->url());
-    return x.finish(target, false);
-  }
   node nodes[3];
-  for (int i = 0; i < 3 && x.errors.count == 0; ++i)
-    start_node(x, cfg,
-               {"--cluster", "bench", "--etcd", etcd->url(), "--node-id", "n" + std::to_string(i)},
-               nodes[i]);
-  ojson forwarded, smart;
   std::vector<int> owner_of(sessions, 0);
-  if (x.errors.count == 0) {
-    // Every shard owned in every node's view (bounded poll of the nodes'
-    // controller and watches, 20 s): a node answers `unavailable` for a
-    // shard until its own view names the owner.
-    std::vector<std::unique_ptr<rpc_client>> probes;
-    for (auto& n : nodes)
-      if (auto c = connect(x, n.child->address()))
-        probes.push_back(std::move(c));
-    bool settled = false;
-    for (auto deadline = steady::now() + std::chrono::seconds(20);
-         probes.size() == std::size(nodes) && !settled && steady::now() < deadline;) {
-      json map;
-      settled = true;
-      for (auto& probe : probes) {
-        auto r = probe->call("cluster_map", json::object());
-        settled = settled && r.value && r.value->contains("shards");
-        if (settled) {
-          map = std::move(*r.value);
-          for (auto& s : map["shards"])
-            settled = settled && s["owner"].is_string();
-        }
-      }
-      if (settled)
-        for (std::size_t j = 0; j < sessions; ++j) {
-          auto shard = model::shard_of(refs[j].app_name, refs[j].user_id, shards);
-          owner_of[j] = map["shards"][shard]["owner"].get<std::string>().back() - '0';
-        }
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(50)); // bounded poll, see above
-    }
-    if (!settled)
-      x.errors.add("the cluster's shards were not all owned within 20 s");
-  }
+  ojson forwarded, smart, replicated;
+  start_cluster(x, cfg, etcd->url(), "bench", 1, refs, nodes, owner_of);
   if (x.errors.count == 0) {
     // Forwarded: every connection to node 0; each phase on sessions of its own.
     std::vector<std::unique_ptr<rpc_client>> clients;
@@ -440,9 +474,28 @@ ojson workload_k(const config& cfg) {
   }
   for (auto& n : nodes)
     stop_node(x, n);
+  if (x.errors.count == 0) {
+    // Replicated: three copies of each shard, each session to its owner.
+    node rnodes[3];
+    start_cluster(x, cfg, etcd->url(), "bench-r", 3, refs, rnodes, owner_of);
+    std::vector<std::unique_ptr<rpc_client>> clients[3];
+    for (int i = 0; i < 3 && x.errors.count == 0; ++i)
+      for (int c = 0; c < 3 && x.errors.count == 0; ++c)
+        clients[i].push_back(connect(x, rnodes[i].child->address()));
+    if (x.errors.count == 0)
+      replicated = phase(x, refs, per, width, [&](std::size_t j) -> rpc_client& {
+        auto& of = clients[owner_of[j]];
+        return *of[j % of.size()];
+      });
+    for (int i = 0; i < 3; ++i)
+      clients[i].clear();
+    for (auto& n : rnodes)
+      stop_node(x, n);
+  }
   etcd.reset();
   x.out["forwarded"] = forwarded;
   x.out["smart"] = smart;
+  x.out["replicated"] = replicated;
   bool meets = false;
   if (x.errors.count == 0 && one.contains("events_per_s") && forwarded.contains("events_per_s")
       && smart.contains("events_per_s")) {
@@ -454,6 +507,13 @@ ojson workload_k(const config& cfg) {
     x.out["smart"]["ratio_to_one_node"] = round_to(s, 3);
     x.out["forward_hop_p50_us"] = round_to(hop, 1);
     meets = f >= 0.6 && s >= 0.8 && hop <= 200;
+    if (replicated.contains("events_per_s")) {
+      double r = replicated["events_per_s"].get<double>() / base;
+      x.out["replicated"]["ratio_to_one_node"] = round_to(r, 3);
+      meets = meets && r >= 0.4;
+    } else {
+      meets = false;
+    }
   }
   return x.finish(target, meets);
 }
