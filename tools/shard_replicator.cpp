@@ -1159,15 +1159,21 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     if (!snap)
       return fail(std::move(snap).err());
     const auto at = (*snap)->position();
-    {
+    // Each check takes the lock and lets it go before fail() takes it again.
+    auto moved_on = [&](const std::function<void(follower&)>& then = {}) {
       std::lock_guard<std::mutex> lock(mtx);
       auto* fol = copying(s, lead, f);
-      if (!fol)
-        return fail(error{errc::unavailable, "the lead moved on"});
-      // The snapshot holds the runs up to its position already.
-      while (!fol->queued.empty() && fol->queued.front().last <= at.seq)
-        fol->queued.pop_front();
-    }
+      if (stopping || !fol)
+        return true;
+      if (then)
+        then(*fol);
+      return false;
+    };
+    if (moved_on([&](follower& fol) { // the snapshot holds the runs up to its position
+          while (!fol.queued.empty() && fol.queued.front().last <= at.seq)
+            fol.queued.pop_front();
+        }))
+      return fail(error{errc::unavailable, "the lead moved on"});
     log.info("repair",
              "shard " + std::to_string(s) + ": copying it to node '" + f + "' at " + text(at),
              {{"shard", s}, {"node", f}, {"epoch", at.epoch}, {"seq", at.seq}});
@@ -1182,11 +1188,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     std::string from;
     std::uint64_t sent = 0, rows = 0;
     do {
-      {
-        std::lock_guard<std::mutex> lock(mtx);
-        if (stopping || !copying(s, lead, f))
-          return fail(error{errc::unavailable, "the lead moved on"});
-      }
+      if (moved_on())
+        return fail(error{errc::unavailable, "the lead moved on"});
       auto c = (*snap)->read(from, repair_chunk_bytes);
       if (!c)
         return fail(std::move(c).err());
@@ -1197,8 +1200,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       from = c->next;
       // Throttled: the bytes sent stay within repair_bytes_per_s since t0.
       const auto due = t0 + std::chrono::microseconds(sent * 1000000 / repair_bytes_per_s);
-      std::unique_lock<std::mutex> lock(mtx);
-      repair_cv.wait_until(lock, due, [this] { return stopping; });
+      {
+        std::unique_lock<std::mutex> lock(mtx);
+        repair_cv.wait_until(lock, due, [this] { return stopping; });
+      }
     } while (!from.empty());
     auto d = (*snap)->digest();
     if (!d)
@@ -1211,31 +1216,32 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
             {{"sessions", d->sessions}, {"rows", d->rows}, {"bytes", d->bytes}, {"crc", d->crc}}}});
         !r)
       return fail(std::move(r).err());
-    {
-      std::lock_guard<std::mutex> lock(mtx);
-      auto* fol = copying(s, lead, f);
-      if (!fol)
-        return fail(error{errc::unavailable, "the lead moved on"});
-      fol->in_flight = false;
-    }
+    if (moved_on([](follower& fol) { fol.in_flight = false; }))
+      return fail(error{errc::unavailable, "the lead moved on"});
     pump(s, f); // the runs committed since the snapshot
     // Caught up once nothing waits for it nor is in flight: from then on
     // every write waits for it.
     const auto deadline = clock::now() + std::chrono::seconds(30);
     for (;;) {
-      std::unique_lock<std::mutex> lock(mtx);
-      auto* fol = copying(s, lead, f);
-      if (stopping || !fol)
-        return fail(error{errc::unavailable, "it fell out while it caught up"});
-      if (fol->queued.empty() && !fol->in_flight) {
-        fol->catching_up = false;
-        find(s)->joining.insert(f);
-        break;
+      std::string why;
+      {
+        std::unique_lock<std::mutex> lock(mtx);
+        auto* fol = copying(s, lead, f);
+        if (stopping || !fol) {
+          why = "it fell out while it caught up";
+        } else if (fol->queued.empty() && !fol->in_flight) {
+          fol->catching_up = false;
+          find(s)->joining.insert(f);
+          break;
+        } else if (clock::now() > deadline) {
+          why = "it did not catch up within 30 s";
+        } else {
+          // poll: the follower's answers arrive on other threads
+          repair_cv.wait_for(lock, std::chrono::milliseconds(10), [this] { return stopping; });
+          continue;
+        }
       }
-      if (clock::now() > deadline)
-        return fail(error{errc::unavailable, "it did not catch up within 30 s"});
-      // poll: the follower's answers arrive on other threads
-      repair_cv.wait_for(lock, std::chrono::milliseconds(10), [this] { return stopping; });
+      return fail(error{errc::unavailable, why});
     }
     for (int attempt = 0; attempt < 5; ++attempt) {
       auto cur = coord->load();

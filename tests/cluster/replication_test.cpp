@@ -18,6 +18,7 @@
 #include "support/history.hpp"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -62,6 +63,14 @@ struct replicated {
         owned += s["owner"] == id ? 1 : 0;
       n[k].proc->wait_log("node '" + id + "' leads (" + std::to_string(owned) + ") shards");
     }
+  }
+
+  /// The nodes' logs, for a failure's message.
+  std::string logs() const {
+    std::string out;
+    for (auto& node : n)
+      out += node.proc->log() + "\n----\n";
+    return out + shell(tool("status --json"), false).second;
   }
 
   /// `agentstate cluster REST` on this cluster.
@@ -146,7 +155,8 @@ void run_appends(std::vector<client>& via, const std::vector<std::string>& users
 std::chrono::milliseconds run_appends_retrying(std::vector<client>& via,
                                                const std::vector<std::string>& users, int rounds,
                                                test::history_log& h, int round0,
-                                               const std::set<std::string>& timed = {}) {
+                                               const std::set<std::string>& timed = {},
+                                               const std::function<std::string()>& diag = {}) {
   const auto t0 = std::chrono::steady_clock::now();
   std::chrono::milliseconds first_timed{0};
   for (int r = round0; r < round0 + rounds; ++r) {
@@ -155,6 +165,8 @@ std::chrono::milliseconds run_appends_retrying(std::vector<client>& via,
     for (std::size_t i = 0; i < users.size(); ++i)
       left[i] = i;
     for (int attempt = 0; !left.empty(); ++attempt) {
+      if (std::chrono::steady_clock::now() >= deadline && diag)
+        MESSAGE(diag());
       REQUIRE(std::chrono::steady_clock::now() < deadline);
       if (attempt > 0) // why: a bounded pause between retries while the map changes
         std::this_thread::sleep_for(50ms);
@@ -179,6 +191,8 @@ std::chrono::milliseconds run_appends_retrying(std::vector<client>& via,
         for (std::size_t m = 0; m < sent[k].size(); ++m) {
           auto a = via[k].next(30s);
           INFO("an answer through node ", k, " of round ", r, ", attempt ", attempt);
+          if (!a && diag)
+            MESSAGE(diag());
           REQUIRE(a);
           const auto i = (*a)["id"].get<std::size_t>();
           if (!ok(a)) {
@@ -467,7 +481,7 @@ TEST_CASE("three nodes killed and started again, one without its store: it leads
       c.etcd, c.dir, std::string(1, static_cast<char>('a' + k)), 0, {"--lag-timeout-ms", "500"});
   for (auto& node : c.n)
     via.emplace_back(node.port);
-  run_appends_retrying(via, users, 2, h, 3);
+  run_appends_retrying(via, users, 2, h, 3, {}, [&c] { return c.logs(); });
   // c's copies are made again from the owners.
   auto status = c.in_sync();
   std::map<std::string, std::string> owner;
