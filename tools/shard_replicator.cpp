@@ -181,7 +181,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   // fenced here as a follower.
   std::map<std::uint32_t, std::uint64_t> led;
   std::set<std::uint32_t> fenced;
-  bool logged = false;
+  /// The number of shards led when event `replicas` was last logged (none
+  /// yet: nullopt).
+  std::optional<std::size_t> logged;
   // The failover thread's own: shards whose failover it reported it cannot
   // make yet.
   std::set<std::uint32_t> stuck;
@@ -596,6 +598,15 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   /// (so that what the engine ships from the lead on finds it), then the
   /// engine's lead, then each in-sync follower's position (positioned()).
   void begin_lead(std::uint32_t s, const cluster::shard_entry& e, std::uint32_t count) {
+    // The in-sync set as the coordinator has it now, with the view's: a copy
+    // this node added back may not be in the view yet, and every write must
+    // wait for it.
+    auto isr = e.isr;
+    if (auto cur = coord->load(); cur && cur->shards[s].owner == cfg.id) {
+      for (auto& id : cur->shards[s].isr)
+        if (!has(isr, id))
+          isr.push_back(id);
+    }
     std::vector<done_fn> old;
     {
       std::lock_guard<std::mutex> lock(mtx);
@@ -606,10 +617,12 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       st = shard_state{};
       st.epoch = e.epoch;
       st.lead = ++leads;
-      for (auto& id : e.isr)
+      for (auto& id : isr)
         if (id != cfg.id) { // nothing is sent before its position is known
           st.followers[id].in_flight = true;
           st.followers[id].sent_at = clock::now();
+          if (!has(e.isr, id))
+            st.joining.insert(id);
         }
     }
     for (auto& d : old)
@@ -651,7 +664,6 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   /// Logs event `replicas` when the number of shards it leads changes.
   void follow_view(const cluster::cluster_view& v) {
     const auto count = v.settings.shards;
-    const auto before_count = led.size();
     std::set<std::uint32_t> waiting;
     {
       std::lock_guard<std::mutex> lock(mtx);
@@ -670,10 +682,14 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       auto it = led.find(s);
       if (leads && (it == led.end() || it->second != e.epoch)) {
         begin_lead(s, e, count);
-      } else if (!leads && it != led.end()) {
-        eng.unlead_range(range_of(s, count)); // fences it
-        led.erase(it);
-        fenced.insert(s);
+      } else if (!leads) {
+        // Its lead, and its state: a lead the engine ended (relead due) has
+        // a state still.
+        if (it != led.end()) {
+          eng.unlead_range(range_of(s, count)); // fences it
+          led.erase(it);
+          fenced.insert(s);
+        }
         std::vector<done_fn> dones;
         std::uint64_t epoch = 0;
         {
@@ -692,8 +708,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       if (!leads && !fenced.count(s) && eng.fence_range(range_of(s, count)))
         fenced.insert(s);
     }
-    if (led.size() != before_count || !logged) {
-      logged = true;
+    if (logged != led.size()) {
+      logged = led.size();
       std::size_t follows = 0;
       for (auto& e : v.shards)
         follows += e.owner != cfg.id && has(e.replicas, cfg.id) ? 1 : 0;
@@ -1131,6 +1147,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       if (stopping || !st || st->epoch != epoch)
         return error{errc::unavailable, "the lead moved on"};
       lead = st->lead;
+      if (st->joining.count(f))
+        return {}; // repaired already: in sync, the view has not shown it yet
       auto& fol = st->followers[f];
       const auto gen = fol.gen + 1;
       fol = follower{};
@@ -1243,7 +1261,16 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       }
       return fail(error{errc::unavailable, why});
     }
+    // Still in step (not dropped since it joined), then added; dropped
+    // while the compare-and-swap was out, it leaves the set again.
+    auto joined = [&] {
+      std::lock_guard<std::mutex> lock(mtx);
+      auto* st = find(s);
+      return st && st->lead == lead && st->joining.count(f) && !st->dropped.count(f);
+    };
     for (int attempt = 0; attempt < 5; ++attempt) {
+      if (!joined())
+        return error{errc::unavailable, "it fell out once it caught up"};
       auto cur = coord->load();
       if (!cur)
         return fail_joined(std::move(cur).err());
@@ -1258,6 +1285,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         if (id == f || has(ce.isr, id))
           next.isr.push_back(id);
       auto done = coord->update_shards({ce}, {next});
+      if (done && !joined())
+        return fail_joined(error{errc::unavailable, "it fell out as it rejoined"});
       if (done) {
         {
           std::lock_guard<std::mutex> lock(mtx);
