@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// engine::lead_range, unlead_range, range_position, apply_replica: a range of
+// engine::lead_range, unlead_range, range_position, apply_replica(s): a range of
 // the shard hash replicated from the engine that leads it to the engines
 // that follow it (store/replica.hpp has the encodings and position rows; the
 // writer, writer.cpp, stores a led range's positions and ships its writes).
 #include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -181,66 +185,189 @@ result<std::pair<replica_position, range_digest>> engine::replica_state(hash_ran
 }
 
 result<replica_position> engine::apply_replica(hash_range r, std::string_view batch) {
-  if (core_->closed.load())
-    return closing();
-  auto b = store::decode_replica_batch(batch);
-  if (!b)
-    return error{errc::invalid_argument, "not a replica batch: " + b.err().message};
+  auto out = apply_replicas({{r, batch}});
+  return std::move(out.front());
+}
+
+namespace {
+
+/// An input of apply_replicas, decoded.
+struct replica_item {
+  model::hash_range range;
+  store::replica_position prev;
+  std::uint64_t epoch = 0;
   std::vector<store::write_set> sets;
-  sets.reserve(b->sets.size());
-  for (auto& text_of_set : b->sets) {
-    auto ws = store::decode_write_set(text_of_set);
-    if (!ws)
-      return error{errc::invalid_argument, "not a replica batch: " + ws.err().message};
-    sets.push_back(std::move(*ws));
+  /// Why it is refused whatever the others do (not a batch, a led range, a
+  /// write set that does not apply): it takes no part in any transaction.
+  std::optional<error> excluded;
+  /// Why it does not follow its range's position in the transaction now
+  /// being built.
+  std::optional<error> refused;
+  /// Its range's position with it, once it applied.
+  store::replica_position reached;
+};
+
+/// A range's position in the transaction being built.
+struct range_at {
+  model::hash_range range;
+  result<store::replica_position> pos; ///< or why it cannot be read
+  bool advanced = false; ///< an input of it applied
+  std::size_t last_refused = 0; ///< 1 + the index of its last refused input; 0: none
+};
+
+/// Why `it` is refused when it does not follow `at`'s position, as
+/// apply_replica states.
+std::optional<error> check_follows(const replica_item& it, const range_at& at) {
+  if (!at.pos)
+    return at.pos.err();
+  const auto& pos = *at.pos;
+  if (it.epoch < pos.epoch)
+    return error{errc::condition_failed,
+                 "a batch of epoch " + std::to_string(it.epoch)
+                   + " is below this replica's position " + text(pos)
+                   + ": its sender no longer leads the range"};
+  if (!(it.prev == pos)) {
+    std::string why = "the batch follows " + text(it.prev) + " but this replica is at " + text(pos);
+    if (at.last_refused > 0)
+      why += " (input " + std::to_string(at.last_refused - 1)
+        + " of the same range in this call was refused)";
+    return error{errc::version_conflict, std::move(why)};
   }
-  if (auto f = fence_range(r); !f)
-    return std::move(f).err();
+  return std::nullopt;
+}
+
+void raise_max(std::atomic<std::uint64_t>& x, std::uint64_t v) {
+  auto cur = x.load(std::memory_order_relaxed);
+  while (v > cur && !x.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+} // namespace
+
+std::vector<result<replica_position>> engine::apply_replicas(const std::vector<replica_input>& in) {
+  auto every = [&in](const error& e) {
+    return std::vector<result<replica_position>>(in.size(), e);
+  };
+  if (core_->closed.load())
+    return every(closing());
+  std::vector<replica_item> items(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    auto& it = items[i];
+    it.range = to_model(in[i].range);
+    auto b = store::decode_replica_batch(in[i].batch);
+    if (!b) {
+      it.excluded = error{errc::invalid_argument, "not a replica batch: " + b.err().message};
+      continue;
+    }
+    it.prev = b->prev;
+    it.epoch = b->epoch;
+    it.sets.reserve(b->sets.size());
+    for (auto& text_of_set : b->sets) {
+      auto ws = store::decode_write_set(text_of_set);
+      if (!ws) {
+        it.excluded = error{errc::invalid_argument, "not a replica batch: " + ws.err().message};
+        break;
+      }
+      it.sets.push_back(std::move(*ws));
+    }
+  }
   std::lock_guard<std::mutex> lk(core_->commit_mtx);
-  const auto range = to_model(r);
-  for (auto& x : core_->led)
-    if (x.range == range)
-      return error{errc::condition_failed,
-                   "this node leads the range (epoch " + std::to_string(x.epoch)
-                     + "): it follows no other node's writes of it"};
+  for (auto& it : items) {
+    if (it.excluded)
+      continue;
+    // This engine does not write the range itself from now on, even where
+    // it still leads it (a leader deposed that has not heard yet).
+    add_fence(*core_, it.range);
+    auto led = std::find_if(core_->led.begin(), core_->led.end(),
+                            [&](const engine_core::led_range& x) { return x.range == it.range; });
+    if (led != core_->led.end())
+      it.excluded = error{errc::condition_failed,
+                          "this node leads the range (epoch " + std::to_string(led->epoch)
+                            + "): it follows no other node's writes of it"};
+  }
   try {
-    auto txn = core_->kv->begin_write();
-    auto pos = stored_position(*txn, r);
-    if (!pos)
-      return std::move(pos).err();
-    if (b->epoch < pos->epoch)
-      return error{errc::condition_failed,
-                   "a batch of epoch " + std::to_string(b->epoch)
-                     + " is below this replica's position " + text(*pos)
-                     + ": its sender no longer leads the range"};
-    if (!(b->prev == *pos))
-      return error{errc::version_conflict,
-                   "the batch follows " + text(b->prev) + " but this replica is at " + text(*pos)};
-    for (std::size_t i = 0; i < sets.size(); ++i) {
-      auto applied = store::apply(*txn, sets[i], nullptr);
-      if (!applied)
-        return error{errc::data_corrupt,
-                     "write " + std::to_string(pos->seq + i + 1)
-                       + " of the batch does not apply at this replica as it did at its "
-                         "leader (the stores diverged): "
-                       + applied.err().message};
+    // Each pass but the last excludes one more input (a write set of it did
+    // not apply): at most in.size() + 1 passes.
+    for (;;) {
+      auto txn = core_->kv->begin_write();
+      std::vector<range_at> ranges;
+      auto range_of = [&](const model::hash_range& r) -> range_at& {
+        for (auto& x : ranges)
+          if (x.range == r)
+            return x;
+        ranges.push_back({r, stored_position(*txn, {r.lo, r.hi})});
+        return ranges.back();
+      };
+      bool diverged = false, any = false;
+      for (std::size_t i = 0; i < items.size() && !diverged; ++i) {
+        auto& it = items[i];
+        it.refused.reset();
+        auto& at = range_of(it.range);
+        if (it.excluded) {
+          at.last_refused = i + 1;
+          continue;
+        }
+        if ((it.refused = check_follows(it, at))) {
+          at.last_refused = i + 1;
+          continue;
+        }
+        for (std::size_t k = 0; k < it.sets.size(); ++k) {
+          auto applied = store::apply(*txn, it.sets[k], nullptr);
+          if (!applied) { // the transaction may hold part of it: begin again without it
+            it.excluded = error{errc::data_corrupt,
+                                "write " + std::to_string(at.pos->seq + k + 1)
+                                  + " of the batch does not apply at this replica as it did at its "
+                                    "leader (the stores diverged): "
+                                  + applied.err().message};
+            diverged = true;
+            break;
+          }
+        }
+        if (diverged)
+          break;
+        it.reached = {it.epoch, at.pos->seq + it.sets.size()};
+        at.pos = it.reached;
+        at.advanced = any = true;
+      }
+      if (diverged)
+        continue; // txn aborts as it goes out of scope
+      std::vector<result<replica_position>> out;
+      out.reserve(items.size());
+      for (auto& it : items) {
+        if (it.excluded)
+          out.emplace_back(*it.excluded);
+        else if (it.refused)
+          out.emplace_back(*it.refused);
+        else
+          out.emplace_back(to_public(it.reached));
+      }
+      if (!any)
+        return out;
+      for (auto& at : ranges)
+        if (at.advanced)
+          store::put_replica_position(*txn, at.range.lo, at.range.hi, *at.pos);
+      const auto txn_id = txn->txn_id();
+      txn->commit();
+      std::vector<store::write_set> sets;
+      for (auto& it : items)
+        if (!it.excluded && !it.refused)
+          std::move(it.sets.begin(), it.sets.end(), std::back_inserter(sets));
+      core_->stats.commits.fetch_add(1, std::memory_order_relaxed);
+      core_->stats.batched_writes.fetch_add(sets.size(), std::memory_order_relaxed);
+      raise_max(core_->stats.max_batch, sets.size());
+      notify_applied(*core_, sets, txn_id);
+      const bool deletes = std::any_of(sets.begin(), sets.end(), [](const store::write_set& ws) {
+        using kind = store::write_set::kind;
+        return ws.op == kind::remove || ws.op == kind::remove_user;
+      });
+      if (deletes) { // their rows beyond a commit's share are purged in steps by the writer
+        core_->purge_pending.store(true, std::memory_order_relaxed);
+        caf::anon_send(core_->writer, purge_cmd{});
+      }
+      return out;
     }
-    const store::replica_position reached{b->epoch, pos->seq + sets.size()};
-    store::put_replica_position(*txn, r.lo, r.hi, reached);
-    const auto txn_id = txn->txn_id();
-    txn->commit();
-    notify_applied(*core_, sets, txn_id);
-    const bool deletes = std::any_of(sets.begin(), sets.end(), [](const store::write_set& ws) {
-      using kind = store::write_set::kind;
-      return ws.op == kind::remove || ws.op == kind::remove_user;
-    });
-    if (deletes) { // their rows beyond a commit's share are purged in steps by the writer
-      core_->purge_pending.store(true, std::memory_order_relaxed);
-      caf::anon_send(core_->writer, purge_cmd{});
-    }
-    return to_public(reached);
   } catch (const store::kv_failure& f) {
-    return error{f.code, f.message};
+    return every(error{f.code, f.message});
   }
 }
 

@@ -243,7 +243,7 @@ result<std::unique_ptr<node>> node::start(std::shared_ptr<coordinator> c, config
   p->coord = std::move(c);
   p->cfg = std::move(cfg);
   auto wait = p->cfg.join_wait.count() > 0 ? clock::duration(p->cfg.join_wait)
-                                           : clock::duration(p->cfg.ttl + std::chrono::seconds(1));
+                                           : clock::duration(p->cfg.ttl * 3);
   auto give_up = clock::now() + wait;
   for (;;) {
     auto sent = clock::now();

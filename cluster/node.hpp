@@ -38,7 +38,9 @@ public:
     std::chrono::milliseconds settle{500}; ///< see above
     /// How long start() retries a join refused because the id is live (a
     /// restart within the old lease's TTL).
-    std::chrono::milliseconds join_wait{0}; ///< 0 : ttl + 1 s
+    /// (etcd expires a lease on its own schedule, later than its TTL when
+    /// it is busy.)
+    std::chrono::milliseconds join_wait{0}; ///< 0 : 3 × ttl
     /// Called with the first view and then with every view of a higher
     /// revision, one call at a time, on the node's own threads (start()'s
     /// caller, then the control thread). Must not block or throw.

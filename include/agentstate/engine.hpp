@@ -450,9 +450,34 @@ public:
   /// that diverged; the message gives both positions). A write set that
   /// does not apply here as it did at the leader means the stores diverged:
   /// data_corrupt, nothing written. Nothing is logged in the change feed.
-  /// The position reached. Errors also: invalid_argument (not a batch),
-  /// unavailable (closing), storage errors.
+  /// The position reached. Errors also: condition_failed (this engine
+  /// leads r; r is fenced all the same), invalid_argument (not a batch),
+  /// unavailable (closing), storage errors. apply_replicas with one input.
   result<replica_position> apply_replica(hash_range r, std::string_view batch);
+  /// One shipment's batch for apply_replicas.
+  struct replica_input {
+    hash_range range;
+    std::string_view batch;
+  };
+  /// Applies the batches of several shipments (of one range or several,
+  /// each range's in its order) in ONE commit: each input as apply_replica
+  /// would apply it alone, in the order given, every range's new position
+  /// stored in the same commit. An input refused (for any of
+  /// apply_replica's reasons) changes nothing and does not stop the others:
+  /// the commit holds exactly the inputs that applied, and a later input
+  /// of the same range is checked against the position the range reached
+  /// without it (one that followed it no longer follows: version_conflict,
+  /// the message naming the refused input). So the outcome equals calling
+  /// apply_replica for each input in turn, at the cost of one commit. The
+  /// result for each input, in order: the position its range reached with
+  /// it, or why it was refused. The commit counts in stats() (commits,
+  /// batched_writes, max_batch) as a group commit of the write sets that
+  /// applied. `batch` is read during the call only. Errors of the whole
+  /// call, answered to every input, nothing applied: unavailable (closing),
+  /// storage errors (of the commit or of any write). Cost: a diverged input
+  /// (data_corrupt) is found only by applying it, so each one found costs
+  /// the group a transaction begun again without it.
+  std::vector<result<replica_position>> apply_replicas(const std::vector<replica_input>& in);
 
   // Repairing a follower's copy of a range (one that fell out of the
   // range's in-sync set, or a node that restarted): the leader takes

@@ -6,14 +6,19 @@
 // a refused shipment answers it in doubt and stops the range; a follower
 // refuses batches of a lower epoch, out of order, damaged, or that do not
 // apply as they did at the leader, changing nothing; positions survive a
-// restart and carry on under a new epoch.
+// restart and carry on under a new epoch. apply_replicas applies several
+// shipments (of several ranges) in one commit with the outcome of applying
+// them one at a time, and all or nothing on a storage failure.
 #include <doctest/doctest.h>
 
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 
+#include "actors/engine_factory.hpp"
 #include "model/shard.hpp"
+#include "store/replica.hpp"
+#include "support/fault_kv.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -207,6 +212,78 @@ void write_scopes(engine& e, const std::vector<std::string>& users, const std::s
     test::append_ok(e, ref, test::make_event({{"note", test::bytes(2000)}}));
     test::append_ok(e, ref, test::make_event({{"app:last", ref.session_id}, {"user:n", i}}));
   }
+}
+
+/// The hash space in four equal ranges.
+std::vector<hash_range> quarters() {
+  const std::uint64_t q = std::uint64_t{1} << 62;
+  return {{0, q}, {q, 2 * q}, {2 * q, 3 * q}, {3 * q, 0}};
+}
+
+/// For `n` users of app "chat" in `r`: a session `prefix`i created with
+/// user: state and one append writing user: state (no app: state, which
+/// lives in the app's home range).
+void write_users(engine& e, hash_range r, std::size_t n, const std::string& prefix) {
+  const auto users = users_of("chat", r, true, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto ref = test::sref("chat", users[i], prefix + std::to_string(i));
+    MUST(e.create_session(test::create_req(ref, {{"k", i}, {"user:seen", prefix}})));
+    test::append_ok(e, ref, test::make_event({{"user:n", i}}));
+  }
+}
+
+/// The shipments in `all` of range `r`, in order.
+std::vector<replica_shipment> of_range(const std::vector<replica_shipment>& all, hash_range r) {
+  std::vector<replica_shipment> out;
+  for (auto& s : all)
+    if (s.lo == r.lo && s.hi == r.hi)
+      out.push_back(s);
+  return out;
+}
+
+engine::replica_input input(const replica_shipment& s) {
+  return {{s.lo, s.hi}, s.batch};
+}
+
+/// Applies `in` to `group` in one apply_replicas call and to `single` one
+/// input at a time, checking that each input has the same outcome both
+/// ways, that `group` committed once (none when nothing applied), and that
+/// both followers end with the same positions and rows in `ranges`.
+std::vector<result<replica_position>>
+group_equals_single(engine& group, engine& single, const std::vector<engine::replica_input>& in,
+                    const std::vector<hash_range>& ranges) {
+  const auto commits = group.stats().commits;
+  auto got = group.apply_replicas(in);
+  REQUIRE(got.size() == in.size());
+  bool applied = false;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    CAPTURE(i);
+    auto one = single.apply_replica(in[i].range, in[i].batch);
+    INFO("group: " << test::describe(got[i]) << "; one at a time: " << test::describe(one));
+    CHECK(got[i].code() == one.code());
+    if (got[i] && one)
+      CHECK(same(*got[i], *one));
+    applied = applied || got[i].ok();
+  }
+  CHECK(group.stats().commits - commits == (applied ? 1u : 0u));
+  for (auto& r : ranges) {
+    CHECK(same(MUST(group.range_position(r)), MUST(single.range_position(r))));
+    CHECK(MUST(group.digest_range(r)) == MUST(single.digest_range(r)));
+  }
+  return got;
+}
+
+/// An engine on a store of kind `k` in `dir` whose store calls `plan` counts
+/// (and fails as it says).
+std::unique_ptr<engine> open_faulty(test::store_kind k, const std::string& dir,
+                                    const std::shared_ptr<store::fault_plan>& plan) {
+  auto r = detail::engine_factory::open(test::make_options(k, dir),
+                                        [plan](std::unique_ptr<store::kv_store> kv) {
+                                          return store::make_faulty_kv(std::move(kv), plan);
+                                        });
+  INFO(test::describe(r));
+  REQUIRE(r.ok());
+  return std::move(r).value();
 }
 } // namespace
 
@@ -585,4 +662,268 @@ TEST_CASE("a led range takes no replica copy") {
   // Nor was the range fenced: the leader writes it on.
   test::append_ok(*leader, test::sref("chat", "a", "s0"), test::make_event({{"x", 1}}));
   CHECK(same(MUST(leader->range_position(everything)), {1, 4}));
+}
+
+TEST_CASE_TEMPLATE("apply_replicas applies several ranges' shipments in one commit", S,
+                   test::memory_store, test::lmdb_store) {
+  const auto kind = S::kind;
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  const auto q = quarters();
+  for (auto& r : q)
+    MUST(leader->lead_range(r, 1));
+  for (auto& r : q)
+    write_users(*leader, r, 2, "s");
+  const auto all = shipped.after({0, 0});
+  REQUIRE(all.size() == 16); // 4 ranges, 2 sessions each, a create and an append each
+  std::vector<engine::replica_input> in;
+  for (auto& s : all)
+    in.push_back(input(s));
+  auto group = open_kind(kind, dir.str() + "/b");
+  auto single = open_kind(kind, dir.str() + "/c");
+  const auto before = group->stats();
+  const auto single_before = single->stats();
+  auto got = group_equals_single(*group, *single, in, q);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    CAPTURE(i);
+    INFO(test::describe(got[i]));
+    REQUIRE(got[i].ok());
+    CHECK(same(*got[i], all[i].last));
+  }
+  const auto after = group->stats();
+  CHECK(after.commits - before.commits == 1);
+  CHECK(after.batched_writes - before.batched_writes == 16);
+  CHECK(after.max_batch >= 16);
+  CHECK(single->stats().commits - single_before.commits == 16);
+  for (auto& r : q) {
+    CHECK(same(MUST(group->range_position(r)), {1, 4}));
+    CHECK(same(MUST(group->range_position(r)), MUST(leader->range_position(r))));
+    CHECK(MUST(group->digest_range(r)) == MUST(leader->digest_range(r)));
+  }
+  // Every range was fenced, and reads show the writes (the scope actors
+  // were told).
+  const auto u = users_of("chat", q[2], true, 1)[0];
+  CHECK(test::user_state(*group, "chat", u) == test::user_state(*leader, "chat", u));
+  auto own = group->create_session(test::create_req("chat", u, "mine"));
+  CHECK(own.code() == errc::unavailable);
+  // An empty call commits nothing.
+  CHECK(group->apply_replicas({}).empty());
+  CHECK(group->stats().commits == after.commits);
+}
+
+TEST_CASE_TEMPLATE("apply_replicas refuses a gap, a lower epoch or a damaged batch and applies "
+                   "the rest",
+                   S, test::memory_store, test::lmdb_store) {
+  const auto kind = S::kind;
+  test::temp_dir dir;
+  const hash_range low{0, std::uint64_t{1} << 63}, high{std::uint64_t{1} << 63, 0};
+  kept_shipments shipped;
+  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  MUST(leader->lead_range(low, 1));
+  MUST(leader->lead_range(high, 1));
+  write_users(*leader, low, 2, "s");
+  write_users(*leader, high, 2, "s");
+  MUST(leader->lead_range(low, 2));
+  write_users(*leader, low, 1, "t");
+  const auto a = of_range(shipped.after({0, 0}), low);
+  const auto b = of_range(shipped.after({0, 0}), high);
+  REQUIRE(a.size() == 6);
+  REQUIRE(b.size() == 4);
+  CHECK(same(a[4].prev, {1, 4}));
+  CHECK(same(a[4].last, {2, 5}));
+  // A deposed leader of low (epoch 1) writes on.
+  kept_shipments old_shipped;
+  auto deposed = open_kind(kind, dir.str() + "/d", old_shipped.replicator());
+  MUST(deposed->lead_range(low, 1));
+  write_users(*deposed, low, 1, "old");
+  const auto d = old_shipped.after({0, 0});
+  REQUIRE(d.size() == 2);
+  auto damaged = b[0].batch;
+  damaged[damaged.size() / 2] ^= 0x20;
+
+  std::vector<engine::replica_input> in;
+  std::vector<errc> want;
+  auto add = [&](engine::replica_input x, errc code) {
+    in.push_back(x);
+    want.push_back(code);
+  };
+  add(input(a[0]), errc::ok);
+  add(input(a[2]), errc::version_conflict); // a gap
+  add({high, damaged}, errc::invalid_argument);
+  add(input(b[0]), errc::ok);
+  add(input(a[1]), errc::ok);
+  add(input(a[2]), errc::ok);
+  add(input(b[1]), errc::ok);
+  add(input(a[3]), errc::ok);
+  add(input(a[4]), errc::ok); // epoch 2
+  add(input(d[1]), errc::condition_failed); // below low's epoch, now 2
+  add(input(b[3]), errc::version_conflict); // a gap
+  add(input(b[2]), errc::ok);
+  add({high, "nonsense"}, errc::invalid_argument);
+  add(input(a[5]), errc::ok);
+  auto group = open_kind(kind, dir.str() + "/b");
+  auto single = open_kind(kind, dir.str() + "/c");
+  auto got = group_equals_single(*group, *single, in, {low, high});
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    INFO(test::describe(got[i]));
+    CHECK(got[i].code() == want[i]);
+  }
+  CHECK(same(*got[0], {1, 1}));
+  CHECK(same(*got[5], {1, 3}));
+  CHECK(same(*got[8], {2, 5}));
+  CHECK(same(MUST(group->range_position(low)), {2, 6}));
+  CHECK(same(MUST(group->range_position(high)), {1, 3}));
+  CHECK(MUST(group->digest_range(low)) == MUST(leader->digest_range(low)));
+  // The gap left out b[3]; it applies once it follows.
+  CHECK(same(MUST(group->apply_replica(high, b[3].batch)), {1, 4}));
+  CHECK(MUST(group->digest_range(high)) == MUST(leader->digest_range(high)));
+}
+
+TEST_CASE_TEMPLATE("apply_replicas refuses a diverged shipment and the later ones of its range, "
+                   "and applies the rest",
+                   S, test::memory_store, test::lmdb_store) {
+  const auto kind = S::kind;
+  test::temp_dir dir;
+  const hash_range low{0, std::uint64_t{1} << 63}, high{std::uint64_t{1} << 63, 0};
+  const auto hu = users_of("chat", high, true, 2);
+  const auto x = test::sref("chat", hu[0], "x"), y = test::sref("chat", hu[1], "y");
+  kept_shipments shipped;
+  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  MUST(leader->lead_range(low, 1));
+  MUST(leader->lead_range(high, 1));
+  MUST(leader->create_session(test::create_req(x, {{"user:seen", "x"}})));
+  MUST(leader->create_session(test::create_req(y)));
+  test::append_ok(*leader, x, test::make_event({{"n", 1}}));
+  write_users(*leader, low, 2, "s");
+  const auto a = of_range(shipped.after({0, 0}), low);
+  const auto b = of_range(shipped.after({0, 0}), high);
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == 3);
+  // One batch holding both creates: the first applies, the second finds
+  // the follower's own session y (the stores diverged).
+  auto b0 = MUST(store::decode_replica_batch(b[0].batch));
+  auto b1 = MUST(store::decode_replica_batch(b[1].batch));
+  store::replica_batch both{b0.prev, b0.epoch, b0.sets};
+  both.sets.insert(both.sets.end(), b1.sets.begin(), b1.sets.end());
+  const auto two = store::encode_replica_batch(both);
+
+  auto group = open_kind(kind, dir.str() + "/b");
+  auto single = open_kind(kind, dir.str() + "/c");
+  for (auto* f : {group.get(), single.get()})
+    MUST(f->create_session(test::create_req(y, {{"mine", true}})));
+  const auto y_before = test::get_existing(*group, y);
+  const std::vector<engine::replica_input> in{
+    input(a[0]), {high, two}, input(a[1]), input(b[2]), input(a[2]), input(a[3]),
+  };
+  // (Each follower's own y has its own times: only low's rows compare.)
+  auto got = group_equals_single(*group, *single, in, {low});
+  CHECK(got[0].ok());
+  CHECK(got[1].code() == errc::data_corrupt);
+  CHECK(got[1].err().message.find("write 2 of the batch") != std::string::npos);
+  CHECK(got[2].ok());
+  CHECK(got[3].code() == errc::version_conflict);
+  CHECK(got[3].err().message.find("input 1 of the same range in this call was refused")
+        != std::string::npos);
+  CHECK(got[4].ok());
+  CHECK(same(*got[5], {1, 4}));
+  CHECK(same(MUST(group->range_position(low)), MUST(leader->range_position(low))));
+  CHECK(MUST(group->digest_range(low)) == MUST(leader->digest_range(low)));
+  CHECK(same(MUST(group->range_position(high)), {0, 0}));
+  CHECK(same(MUST(single->range_position(high)), {0, 0}));
+  CHECK(MUST(group->digest_range(high)).sessions == 1);
+  // The first write of the refused batch, applied before the second
+  // failed, was taken back with it; the follower's own y is as it was.
+  CHECK_FALSE(test::get_maybe(*group, x));
+  auto y_after = test::get_existing(*group, y);
+  CHECK(y_after.version == y_before.version);
+  CHECK(y_after.state == y_before.state);
+  // Only refusals: nothing commits.
+  const auto commits = group->stats().commits;
+  auto none = group->apply_replicas({{high, two}, input(b[2]), input(a[0])});
+  CHECK(none[0].code() == errc::data_corrupt);
+  CHECK(none[1].code() == errc::version_conflict);
+  CHECK(none[2].code() == errc::version_conflict);
+  CHECK(group->stats().commits == commits);
+}
+
+TEST_CASE_TEMPLATE("apply_replicas applies nothing when a write or the commit fails", S,
+                   test::memory_store, test::lmdb_store) {
+  const auto kind = S::kind;
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  const auto q = quarters();
+  for (auto& r : q)
+    MUST(leader->lead_range(r, 1));
+  for (auto& r : q)
+    write_users(*leader, r, 1, "s");
+  std::vector<engine::replica_input> in;
+  const auto all = shipped.after({0, 0});
+  for (auto& s : all)
+    in.push_back(input(s));
+  REQUIRE(in.size() == 8);
+
+  // How many store calls the group makes, counted on a follower of its own.
+  auto count_plan = std::make_shared<store::fault_plan>();
+  auto counted = open_faulty(kind, dir.str() + "/c", count_plan);
+  const auto calls_before = count_plan->calls.load();
+  for (auto& r : counted->apply_replicas(in))
+    CHECK(r.ok());
+  const auto calls = count_plan->calls.load() - calls_before;
+  REQUIRE(calls > 3); // begin_write, the writes, commit
+
+  auto plan = std::make_shared<store::fault_plan>();
+  auto follower = open_faulty(kind, dir.str() + "/b", plan);
+  const auto empty = MUST(follower->digest_range(everything));
+  // A write part-way through fails, then the commit (the group's last call).
+  for (auto nth : {calls / 2, calls}) {
+    CAPTURE(nth);
+    const auto commits = follower->stats().commits;
+    plan->fail_at = plan->calls.load() + nth;
+    const auto injected = plan->injected.load();
+    auto got = follower->apply_replicas(in);
+    CHECK(plan->injected.load() == injected + 1);
+    REQUIRE(got.size() == in.size());
+    for (auto& r : got) {
+      CHECK(r.code() == errc::io_error);
+      CHECK(r.err().message.find("injected fault") != std::string::npos);
+    }
+    if (nth == calls)
+      CHECK(got[0].err().message.find("commit") != std::string::npos);
+    for (auto& r : q)
+      CHECK(same(MUST(follower->range_position(r)), {0, 0}));
+    CHECK(MUST(follower->digest_range(everything)) == empty);
+    CHECK(follower->stats().commits == commits);
+  }
+  plan->disarmed = true;
+  auto got = follower->apply_replicas(in);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    INFO(test::describe(got[i]));
+    REQUIRE(got[i].ok());
+    CHECK(same(*got[i], all[i].last));
+  }
+  CHECK(MUST(follower->digest_range(everything)) == MUST(leader->digest_range(everything)));
+  CHECK(MUST(follower->digest_range(everything)) == MUST(counted->digest_range(everything)));
+}
+
+TEST_CASE("a replica batch sent to its range's own leader is refused and fences the range") {
+  test::temp_dir dir;
+  kept_shipments shipped;
+  auto leader = open_kind(test::store_kind::lmdb, dir.str() + "/a", shipped.replicator());
+  MUST(leader->lead_range(everything, 1));
+  const auto ref = test::sref("chat", "u", "s");
+  MUST(leader->create_session(test::create_req(ref)));
+  const auto first = shipped.after({0, 0});
+  REQUIRE(first.size() == 1);
+  auto group = leader->apply_replicas({input(first[0])});
+  CHECK(group[0].code() == errc::condition_failed);
+  CHECK(same(MUST(leader->range_position(everything)), {1, 1}));
+  // A leader deposed that has not heard yet writes the range no more.
+  auto next = leader->append_event(test::append_req(ref, test::make_event({{"x", 1}})));
+  CHECK(next.code() == errc::unavailable);
+  CHECK(same(MUST(leader->range_position(everything)), {1, 1}));
 }
