@@ -77,6 +77,9 @@ constexpr std::size_t repair_bytes_per_s = std::size_t{32} << 20;
 /// How long a repair that failed waits before the shard's copy on that
 /// node is tried again.
 constexpr auto repair_retry = std::chrono::seconds(1);
+/// At most this many replicate requests queued together apply in one
+/// commit (engine::apply_replicas).
+constexpr std::size_t group_jobs = 256;
 
 } // namespace
 
@@ -1379,26 +1382,33 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   void apply_loop() {
     for (;;) {
       apply_job job;
+      std::vector<apply_job> group; // replicate requests queued together
+      bool refuse = false;
       {
         std::unique_lock<std::mutex> lock(mtx);
         apply_cv.wait(lock, [this] { return stopping || !applies.empty(); });
         if (stopping)
           return;
-        job = std::move(applies.front());
-        applies.pop_front();
+        refuse = leaving && applies.front().method != "replica_state";
+        while (!refuse && !applies.empty() && applies.front().method == "replicate"
+               && group.size() < group_jobs) {
+          group.push_back(std::move(applies.front()));
+          applies.pop_front();
+        }
+        if (group.empty()) {
+          job = std::move(applies.front());
+          applies.pop_front();
+        }
       }
-      bool refuse = false;
-      {
-        std::lock_guard<std::mutex> lock(mtx);
-        refuse = leaving && job.method != "replica_state";
+      if (!group.empty()) {
+        replicate_group(group);
+        continue;
       }
       if (refuse)
         job.done(error{errc::unavailable,
                        "node '" + cfg.id
                          + "''s store is new: it leaves the in-sync sets of the shards it "
                            "follows first"});
-      else if (job.method == "replicate")
-        job.done(replicate(job.params));
       else if (job.method == "replica_position")
         job.done(positions(job.params));
       else if (job.method == "replica_copy")
@@ -1518,7 +1528,14 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     return json{{"shard", shard}, {"op", what}};
   }
 
-  result<json> replicate(const json& params) {
+  /// A replicate request checked against the view and decoded.
+  struct replicate_request {
+    std::uint32_t shard = 0;
+    std::vector<batch_ptr> runs;
+  };
+
+  /// replicate's params checked (see shard_replicator::replicate).
+  result<replicate_request> check_replicate(const json& params, const cluster::cluster_view& v) {
     auto bad = [](const std::string& why) { return error{errc::invalid_argument, why}; };
     if (!params.is_object())
       return bad("replicate takes an object");
@@ -1528,40 +1545,87 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     if (s == params.end() || !s->is_number_unsigned() || ep == params.end()
         || !ep->is_number_unsigned() || bs == params.end() || !bs->is_array() || bs->empty())
       return bad("replicate takes shard, epoch and batches (a non-empty array)");
-    auto v = node.view();
-    const auto count = v->settings.shards;
+    const auto count = v.settings.shards;
     if (s->get<std::uint64_t>() >= count)
       return bad("shard " + s->dump() + " is beyond the cluster's " + std::to_string(count));
-    const auto shard = s->get<std::uint32_t>();
+    replicate_request out;
+    out.shard = s->get<std::uint32_t>();
     const auto epoch = ep->get<std::uint64_t>();
-    const auto& e = v->shards[shard];
+    const auto& e = v.shards[out.shard];
     if (e.owner == cfg.id || !has(e.replicas, cfg.id))
       return error{errc::condition_failed,
-                   "node '" + cfg.id + "' follows shard " + std::to_string(shard)
+                   "node '" + cfg.id + "' follows shard " + std::to_string(out.shard)
                      + " at no epoch the map has"};
     if (epoch < e.epoch)
       return error{errc::condition_failed,
-                   "shard " + std::to_string(shard) + " is at epoch " + std::to_string(e.epoch)
+                   "shard " + std::to_string(out.shard) + " is at epoch " + std::to_string(e.epoch)
                      + ": its sender at epoch " + std::to_string(epoch) + " no longer leads it"};
-    std::vector<batch_ptr> runs;
     for (auto& b : *bs) {
       std::string bytes;
       if (!b.is_string() || !cluster::unb64(b.get_ref<const std::string&>(), bytes))
         return bad("batches holds base64 texts");
-      runs.push_back(std::make_shared<const std::string>(std::move(bytes)));
+      out.runs.push_back(std::make_shared<const std::string>(std::move(bytes)));
     }
-    auto at = eng.range_position(range_of(shard, count));
-    if (!at)
-      return std::move(at).err();
-    for (auto& b : runs) {
-      auto r = eng.apply_replica(range_of(shard, count), *b);
-      if (!r)
-        return std::move(r).err();
-      std::lock_guard<std::mutex> lock(mtx);
-      remember(shard, *at, *r, b);
-      at = *r;
+    return out;
+  }
+
+  /// Applies the replicate requests `jobs` in one commit where they apply
+  /// (engine::apply_replicas) and answers each: the position its shard
+  /// reached, or the first refusal of its runs (the runs after it are
+  /// refused too: they no longer follow).
+  void replicate_group(std::vector<apply_job>& jobs) {
+    auto v = node.view();
+    const auto count = v->settings.shards;
+    std::vector<std::optional<replicate_request>> reqs(jobs.size());
+    std::vector<std::optional<error>> refused(jobs.size());
+    std::vector<engine::replica_input> in;
+    std::map<std::uint32_t, position_t> at; // each shard's position before the group
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      auto r = check_replicate(jobs[i].params, *v);
+      if (!r) {
+        refused[i] = std::move(r).err();
+        continue;
+      }
+      if (!at.count(r->shard)) {
+        auto p = eng.range_position(range_of(r->shard, count));
+        if (!p) {
+          refused[i] = std::move(p).err();
+          continue;
+        }
+        at[r->shard] = *p;
+      }
+      for (auto& b : r->runs)
+        in.push_back({range_of(r->shard, count), *b});
+      reqs[i] = std::move(*r);
     }
-    return json{{"shard", shard}, {"epoch", at->epoch}, {"seq", at->seq}};
+    auto results = in.empty() ? std::vector<result<position_t>>{} : eng.apply_replicas(in);
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      if (!reqs[i]) {
+        jobs[i].done(*refused[i]);
+        continue;
+      }
+      const auto shard = reqs[i]->shard;
+      std::optional<error> failed;
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        for (auto& b : reqs[i]->runs) {
+          auto& r = results[k++];
+          if (failed)
+            continue;
+          if (!r) {
+            failed = r.err();
+            continue;
+          }
+          remember(shard, at[shard], *r, b);
+          at[shard] = *r;
+        }
+      }
+      if (failed)
+        jobs[i].done(std::move(*failed));
+      else
+        jobs[i].done(json{{"shard", shard}, {"epoch", at[shard].epoch}, {"seq", at[shard].seq}});
+    }
   }
 
   json stats() {
