@@ -35,6 +35,7 @@
 #include "support/cluster_nodes.hpp"
 #include "support/etcd_process.hpp"
 #include "support/history.hpp"
+#include "support/replica_stores.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -471,50 +472,15 @@ json wait_in_sync(const test::etcd_process& etcd, std::vector<test::cluster_node
   }
 }
 
-hash_range range_of(std::uint32_t s) {
-  auto r = model::shard_range(s, shard_count);
-  return {r.lo, r.hi};
-}
-
 /// User `u`'s session as `store` holds it: {version, events}.
 json final_of(engine& store, const std::string& u) {
-  auto text = store.get_session_json(test::get_req(test::sref("app", u, "s")));
-  INFO(test::describe(text));
-  REQUIRE(text.ok());
-  auto s = json::parse(*text);
-  return {{"version", s["version"]}, {"events", s["events"]}};
+  return test::final_session(store, "app", u, "s");
 }
 
-/// CHECKs that every member of each shard's in-sync set (in `status`)
-/// holds what the shard's owner holds (rows, digest, position); the copies
-/// compared.
+/// test::check_replicas_equal over this file's shards.
 int check_replicas_equal(const json& status,
                          std::map<std::string, std::unique_ptr<engine>>& stores) {
-  int checked = 0;
-  for (auto& e : status["map"]) {
-    const std::uint32_t s = e["shard"];
-    const std::string owner = e["owner"];
-    auto want = stores.at(owner)->digest_range(range_of(s));
-    auto at = stores.at(owner)->range_position(range_of(s));
-    REQUIRE(want.ok());
-    REQUIRE(at.ok());
-    for (auto& f : e["isr"]) {
-      const std::string id = f;
-      if (id == owner)
-        continue;
-      INFO("shard ", s, " at ", id, " against its owner ", owner);
-      auto got = stores.at(id)->digest_range(range_of(s));
-      auto pos = stores.at(id)->range_position(range_of(s));
-      REQUIRE(got.ok());
-      REQUIRE(pos.ok());
-      CHECK(got->rows == want->rows);
-      CHECK(got->crc == want->crc);
-      CHECK(pos->epoch == at->epoch);
-      CHECK(pos->seq == at->seq);
-      ++checked;
-    }
-  }
-  return checked;
+  return test::check_replicas_equal(status, stores, shard_count);
 }
 
 /// The `q`-quantile of `v` (nearest rank), in ms. REQUIRES: v not empty.
