@@ -153,8 +153,10 @@ public:
     std::function<void(const std::string&, const std::string&, json, protocol::forward_done)>
       forward);
 
-  /// A cluster node's shard_export, shard_import, shard_digest, shard_adopt and replicate for every connection
-  /// (protocol::rpc_config::node_call). REQUIRES: before run().
+  /// A cluster node's node methods (shard_export, shard_import, shard_digest,
+  /// shard_adopt, replicate, replica_state, replica_position, replica_copy)
+  /// for every connection (protocol::rpc_config::node_call). REQUIRES:
+  /// before run().
   void set_node_calls(protocol::node_call_fn call);
 
   /// A cluster node's figures, added to `stats`'s "server" member as

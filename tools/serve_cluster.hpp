@@ -106,7 +106,8 @@ public:
   /// start_moves or in a cluster of one replica.
   void ship(replica_shipment s, std::function<void(result<void>)> done) const;
   /// rpc_config::node_call: shard_export, shard_import, shard_digest,
-  /// shard_adopt and replicate.
+  /// shard_adopt, replicate, replica_state, replica_position and
+  /// replica_copy.
   void node_call(const std::string& method, json params,
                  std::function<void(result<json>)> done) const;
 

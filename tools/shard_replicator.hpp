@@ -17,8 +17,8 @@
 //   by its own clock), else unavailable (in doubt). Per follower one
 //   request is in flight per shard; the runs that wait meanwhile go together
 //   in the next.
-// - a follower here: the node applies what the owner sends
-//   (engine::apply_replica).
+// - a follower here: the node applies what the owners send, the requests
+//   queued together in one commit (engine::apply_replicas).
 // - not led here: fenced in the engine, so that no write of it commits here
 //   unshipped (a shard given to this node answers unavailable until its
 //   lead begins, within 20 ms of the view that shows it). The node logs event
@@ -102,13 +102,15 @@ public:
   void ship(replica_shipment s, std::function<void(result<void>)> done);
 
   /// The node method `replicate` at a follower: params {shard, epoch,
-  /// batches: [base64 of replica batches, in order]}; applies each
-  /// (engine::apply_replica) on the replicator's apply thread, one request
-  /// at a time, and calls `done` there. Result {shard, epoch, seq}: the
-  /// position reached. Errors: invalid_argument (bad params),
-  /// condition_failed (this node is not a follower of the shard in its view
-  /// of the map, or the sender's epoch is below the map's), unavailable
-  /// (stopping), the engine's. Never blocks.
+  /// batches: [base64 of replica batches, in order]}; applies each on the
+  /// replicator's apply thread, with the other replicate requests queued
+  /// beside it in one commit (engine::apply_replicas), and calls `done`
+  /// there. Result {shard, epoch, seq}: the position reached; a refused
+  /// batch answers why (the request's later batches are not applied).
+  /// Errors: invalid_argument (bad params), condition_failed (this node is
+  /// not a follower of the shard in its view of the map, or the sender's
+  /// epoch is below the map's), unavailable (stopping), the engine's. Never
+  /// blocks.
   void replicate(json params, std::function<void(result<json>)> done);
 
   /// The node method `replica_state`: params {shard}; this node's position
