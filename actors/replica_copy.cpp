@@ -20,14 +20,6 @@ using namespace detail;
 
 namespace {
 
-model::hash_range to_model(hash_range r) {
-  return {r.lo, r.hi};
-}
-
-error closing() {
-  return error{errc::unavailable, "the engine is closing"};
-}
-
 range_digest to_public(const store::shard_digest& d) {
   return {d.sessions, d.rows, d.bytes, d.crc};
 }

@@ -14,6 +14,7 @@
 #include <caf/all.hpp>
 
 #include "actors/core.hpp"
+#include "actors/range_chunks.hpp"
 #include "agentstate/engine.hpp"
 #include "store/apply.hpp"
 #include "store/format.hpp"
@@ -25,14 +26,6 @@ namespace agentstate {
 using namespace detail;
 
 namespace {
-
-model::hash_range to_model(hash_range r) {
-  return {r.lo, r.hi};
-}
-
-error closing() {
-  return error{errc::unavailable, "the engine is closing"};
-}
 
 std::string text(const store::replica_position& p) {
   return "(epoch " + std::to_string(p.epoch) + ", seq " + std::to_string(p.seq) + ")";

@@ -25,10 +25,6 @@ using namespace detail;
 
 namespace {
 
-model::hash_range to_model(hash_range r) {
-  return {r.lo, r.hi};
-}
-
 constexpr char hex_digits[] = "0123456789abcdef";
 
 /// A position as text: the phase's digit, then the key in hex.
@@ -60,10 +56,6 @@ result<store::shard_position> decode_position(const std::string& text) {
     p.after += static_cast<char>(hi * 16 + lo);
   }
   return p;
-}
-
-error closing() {
-  return error{errc::unavailable, "the engine is closing"};
 }
 
 /// The chunk's sessions and rows.

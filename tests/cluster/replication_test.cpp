@@ -66,6 +66,23 @@ struct replicated {
     }
   }
 
+  /// A client of each node, in node order.
+  std::vector<client> clients() const {
+    std::vector<client> via;
+    for (auto& node : n)
+      via.emplace_back(node.port);
+    return via;
+  }
+
+  /// Node k killed with kill -9, and its exit seen (REQUIREd within 10 s).
+  void kill(std::size_t k) {
+    n[k].proc->signal(SIGKILL);
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         n[k].proc->alive() && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(5ms); // bounded poll for the child's exit (waitpid)
+    REQUIRE_FALSE(n[k].proc->alive());
+  }
+
   /// The nodes' logs, for a failure's message.
   std::string logs() const {
     std::string out;
@@ -220,6 +237,16 @@ std::chrono::milliseconds run_appends_retrying(std::vector<client>& via,
   return first_timed;
 }
 
+/// Users u0..u(count-1), each with session "s" created through node i % 3.
+std::vector<std::string> with_sessions(std::vector<client>& via, int count) {
+  std::vector<std::string> users;
+  for (int i = 0; i < count; ++i)
+    users.push_back("u" + std::to_string(i));
+  for (std::size_t i = 0; i < users.size(); ++i)
+    REQUIRE(ok(via[i % via.size()].call("create_session", ref_params(users[i]))));
+  return users;
+}
+
 /// An engine on node `id`'s store (the node stopped).
 std::unique_ptr<engine> open_store(const test::temp_dir& dir, const std::string& id) {
   return test::open_store_dir(dir.str() + "/" + id);
@@ -240,14 +267,8 @@ int check_replicas_equal(const json& status,
 
 TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica") {
   replicated c;
-  std::vector<client> via;
-  for (auto& node : c.n)
-    via.emplace_back(node.port);
-  std::vector<std::string> users;
-  for (int i = 0; i < 24; ++i)
-    users.push_back("u" + std::to_string(i));
-  for (std::size_t i = 0; i < users.size(); ++i)
-    REQUIRE(ok(via[i % 3].call("create_session", ref_params(users[i]))));
+  auto via = c.clients();
+  const auto users = with_sessions(via, 24);
   test::history_log h;
   run_appends(via, users, 6, h);
   auto app = via[1].call("get_app_state", json{{"app_name", "app"}});
@@ -330,11 +351,7 @@ void kill_owner(bool wipe_and_restart) {
     REQUIRE(ok(via[i % 2].call("create_session", ref_params(users[i]))));
   test::history_log h;
   run_appends_retrying(via, users, 2, h, 0);
-  c.n[2].proc->signal(SIGKILL);
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       c.n[2].proc->alive() && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(5ms); // bounded poll for the child's exit (waitpid)
-  REQUIRE_FALSE(c.n[2].proc->alive());
+  c.kill(2);
   if (wipe_and_restart) {
     std::filesystem::remove_all(c.dir.str() + "/c");
     c.n[2] = test::start_store_cluster_node(c.etcd, c.dir, "c", 0, {"--lag-timeout-ms", "500"});
@@ -419,24 +436,12 @@ TEST_CASE("an owner restarted at once without its store leads none of the shards
 TEST_CASE("three nodes killed and started again, one without its store: it leads nothing it "
           "lacks, nothing acknowledged is lost") {
   replicated c;
-  std::vector<client> via;
-  for (auto& node : c.n)
-    via.emplace_back(node.port);
-  std::vector<std::string> users;
-  for (int i = 0; i < 16; ++i)
-    users.push_back("u" + std::to_string(i));
-  for (std::size_t i = 0; i < users.size(); ++i)
-    REQUIRE(ok(via[i % 3].call("create_session", ref_params(users[i]))));
+  auto via = c.clients();
+  const auto users = with_sessions(via, 16);
   test::history_log h;
   run_appends_retrying(via, users, 3, h, 0);
-  for (auto& node : c.n)
-    node.proc->signal(SIGKILL);
-  for (auto& node : c.n) {
-    for (auto deadline = std::chrono::steady_clock::now() + 10s;
-         node.proc->alive() && std::chrono::steady_clock::now() < deadline;)
-      std::this_thread::sleep_for(5ms); // bounded poll for the child's exit (waitpid)
-    REQUIRE_FALSE(node.proc->alive());
-  }
+  for (std::size_t k = 0; k < c.n.size(); ++k)
+    c.kill(k);
   via.clear();
   std::filesystem::remove_all(c.dir.str() + "/c");
   // c first: its shards wait for an in-sync copy to answer; it leaves the
@@ -444,8 +449,7 @@ TEST_CASE("three nodes killed and started again, one without its store: it leads
   for (std::size_t k : {2, 0, 1})
     c.n[k] = test::start_store_cluster_node(
       c.etcd, c.dir, std::string(1, static_cast<char>('a' + k)), 0, {"--lag-timeout-ms", "500"});
-  for (auto& node : c.n)
-    via.emplace_back(node.port);
+  via = c.clients();
   run_appends_retrying(via, users, 2, h, 3, {}, [&c] { return c.logs(); });
   // c's copies are made again from the owners.
   auto status = c.in_sync();
