@@ -324,6 +324,27 @@ TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica
 
 namespace {
 
+/// Stops the nodes (SIGTERM), then judges the run: the history checker over
+/// `h` with each user's session as its owner (in `owner`) holds it, written
+/// to DIR/`name`, and every copy of every shard in `status` equal to its
+/// owner's.
+void stop_and_judge(replicated& c, const std::vector<std::string>& users,
+                    std::map<std::string, std::string>& owner, const json& status,
+                    test::history_log& h, const std::string& name) {
+  for (auto& node : c.n) {
+    node.proc->signal(SIGTERM);
+    CHECK(node.proc->wait_exit() == 0);
+  }
+  std::map<std::string, std::unique_ptr<engine>> stores;
+  for (const char* id : {"a", "b", "c"})
+    stores[id] = open_store(c.dir, id);
+  for (auto& u : users)
+    h.add(
+      {{"type", "final"}, {"session", session_of(u)}, {"value", final_of(*stores[owner[u]], u)}});
+  h.check(c.dir.str() + name);
+  CHECK(check_replicas_equal(status, stores) == static_cast<int>(shard_count) * 2);
+}
+
 /// Kills node c (kill -9), which owns some of the 8 shards and follows the
 /// rest, while users of every shard append through a and b; when
 /// `wipe_and_restart`, deletes its store and starts it again at once (it
@@ -408,18 +429,8 @@ void kill_owner(bool wipe_and_restart) {
   status = c.in_sync();
   for (auto& u : users)
     owner[u] = status["map"][model::shard_of("app", u, shard_count)]["owner"];
-  for (auto& node : c.n) {
-    node.proc->signal(SIGTERM);
-    CHECK(node.proc->wait_exit() == 0);
-  }
-  std::map<std::string, std::unique_ptr<engine>> stores;
-  for (const char* id : {"a", "b", "c"})
-    stores[id] = open_store(c.dir, id);
-  for (auto& u : users)
-    h.add(
-      {{"type", "final"}, {"session", session_of(u)}, {"value", final_of(*stores[owner[u]], u)}});
-  h.check(c.dir.str() + (wipe_and_restart ? "/history-wiped.jsonl" : "/history.jsonl"));
-  CHECK(check_replicas_equal(status, stores) == static_cast<int>(shard_count) * 2);
+  stop_and_judge(c, users, owner, status, h,
+                 wipe_and_restart ? "/history-wiped.jsonl" : "/history.jsonl");
 }
 
 } // namespace
@@ -461,16 +472,5 @@ TEST_CASE("three nodes killed and started again, one without its store: it leads
   CHECK(c.n[2].proc->log().find("store is new: it left the in-sync sets") != std::string::npos);
   const auto repaired = c.n[0].proc->log() + c.n[1].proc->log();
   CHECK(repaired.find("' is back in the in-sync set, copied at") != std::string::npos);
-  for (auto& node : c.n) {
-    node.proc->signal(SIGTERM);
-    CHECK(node.proc->wait_exit() == 0);
-  }
-  std::map<std::string, std::unique_ptr<engine>> stores;
-  for (const char* id : {"a", "b", "c"})
-    stores[id] = open_store(c.dir, id);
-  for (auto& u : users)
-    h.add(
-      {{"type", "final"}, {"session", session_of(u)}, {"value", final_of(*stores[owner[u]], u)}});
-  h.check(c.dir.str() + "/history.jsonl");
-  CHECK(check_replicas_equal(status, stores) == static_cast<int>(shard_count) * 2);
+  stop_and_judge(c, users, owner, status, h, "/history.jsonl");
 }
