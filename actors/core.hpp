@@ -111,10 +111,11 @@ struct engine_core {
   /// disk and the hop to the writer and back is the cost. Set at open; not
   /// in deterministic mode.
   bool inline_commits = false;
-  /// With inline_commits: write sets sent to the writer and not yet
-  /// committed (every sender counts through sent_to_writer, the writer
-  /// uncounts what it commits). While any wait, session actors send theirs
-  /// to the writer too, so that under load they share its group commits.
+  /// Write sets sent to the writer and not yet committed, under every
+  /// durability (every sender counts through sent_to_writer, the writer
+  /// uncounts what it commits; one relaxed atomic step each). With
+  /// inline_commits, while any wait, session actors send theirs to the
+  /// writer too, so that under load they share its group commits.
   std::atomic<std::size_t> writer_backlog{0};
   /// Every input key of opts.derived (a quick "does this touch one" test).
   std::set<std::string, std::less<>> derived_inputs;
@@ -160,8 +161,7 @@ writer_hdl spawn_writer(engine_core& core);
 /// Counts a write set about to be sent to the writer (write_cmd) into
 /// writer_backlog. Every sender of write_cmd calls it.
 inline void sent_to_writer(engine_core& core) {
-  if (core.inline_commits)
-    core.writer_backlog.fetch_add(1, std::memory_order_relaxed);
+  core.writer_backlog.fetch_add(1, std::memory_order_relaxed);
 }
 
 /// Commits `plan` on the calling thread as the writer commits a group of

@@ -36,8 +36,9 @@ struct engine_factory {
   static store::kv_store& store_of(engine& e);
   /// The engine's actor system. REQUIRES: open.
   static caf::actor_system& system_of(engine& e);
-  /// Write sets sent to the store writer and not yet committed, as counted
-  /// for inline commits (0 unless durability is memory). REQUIRES: open.
+  /// Write sets sent to the store writer and not yet committed (queued in
+  /// its mailbox or in the group commit under way), under every durability.
+  /// REQUIRES: open.
   static std::size_t writer_backlog_of(engine& e);
   /// Scheduler workers blocked on their condition variable (parked, not
   /// polling) now, under scheduler_policy::sharing with spin_wait above 0;

@@ -384,8 +384,8 @@ void commit_and_answer(engine_core& core, std::vector<write_plan>& plans,
     commit_group(
       core, plans, entries,
       [&](std::size_t i, write_reply&& r) {
-        if (core.inline_commits) // uncounted before its sender hears (sent_to_writer)
-          core.writer_backlog.fetch_sub(1, std::memory_order_relaxed);
+        // Uncounted before its sender hears (sent_to_writer).
+        core.writer_backlog.fetch_sub(1, std::memory_order_relaxed);
         if (ship_of[i] < 0) {
           promises[i].deliver(std::move(r));
           return;

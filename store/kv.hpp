@@ -182,6 +182,13 @@ public:
   /// How many times the store dropped its mapped pages from the process to
   /// keep them under the resident bound (open_lmdb_kv); 0 for other stores.
   virtual std::uint64_t resident_trims() const { return 0; }
+  /// How many checks of the resident bound the store has made (each reads
+  /// the process's resident bytes and trims when they are over the bound);
+  /// 0 for other stores. Counted as a check ends, after its trim is in
+  /// resident_trims(): once this count is two above a value read after a
+  /// change to the mapped pages, a check that began after the change has
+  /// ended.
+  virtual std::uint64_t resident_checks() const { return 0; }
   /// Whether write transactions support begin_nested (false for an LMDB
   /// store opened with a writable map, where begin_nested throws).
   virtual bool nests() const { return true; }

@@ -40,6 +40,7 @@ public:
     }
   }
   std::uint64_t resident_trims() const override { return trimmer_ ? trimmer_->trims() : 0; }
+  std::uint64_t resident_checks() const override { return trimmer_ ? trimmer_->checks() : 0; }
   bool nests() const override { return !h_->write_map; }
   std::unique_ptr<kv_read> begin_read() override {
     if (trimmer_)

@@ -97,6 +97,21 @@ std::uint64_t resident_trimmer::data_end() const {
   return static_cast<std::uint64_t>(end);
 }
 
+// Drops the store's pages from the map (madvise MADV_DONTNEED over the part
+// its data occupies); false when there is none or a call failed.
+bool resident_trimmer::drop_pages() const {
+  auto used = std::min(data_end(), map_size_);
+  auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  used = (used + page - 1) / page * page;
+  // In 8 MiB steps: each madvise holds the map's lock while it unmaps,
+  // and a reader faulting meanwhile waits for that step only.
+  constexpr std::uint64_t step = std::uint64_t{8} << 20;
+  bool ok = used > 0;
+  for (std::uint64_t off = 0; ok && off < used; off += step)
+    ok = ::madvise(static_cast<char*>(map_) + off, std::min(step, used - off), MADV_DONTNEED) == 0;
+  return ok;
+}
+
 void resident_trimmer::run() {
   std::unique_lock<std::mutex> g(mu_);
   std::uint64_t seen = 0, last = baseline_;
@@ -113,7 +128,7 @@ void resident_trimmer::run() {
     // that maps a large file after open costs at most one needless trim
     // per bound of its growth, and none once it stops growing.
     auto now = file_resident_bytes();
-    if (now == 0) // statm unreadable (e.g. out of descriptors): skip a turn
+    if (now == 0) // statm unreadable (e.g. out of descriptors): skip a turn, not a check
       continue;
     baseline_ = baseline_ ? std::min(baseline_, now) : now; // 0 = not read yet
     // Pages mapping fast (a quarter of the bound since the last check:
@@ -122,23 +137,12 @@ void resident_trimmer::run() {
     // a fraction of the bound.
     wait = now > last && now - last > bound_.max_bytes / 4 ? bound_.period / 10 : bound_.period;
     last = now;
-    if (!map_ || now - baseline_ <= bound_.max_bytes)
-      continue;
-    auto used = std::min(data_end(), map_size_);
-    auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-    used = (used + page - 1) / page * page;
-    // In 8 MiB steps: each madvise holds the map's lock while it unmaps,
-    // and a reader faulting meanwhile waits for that step only.
-    constexpr std::uint64_t step = std::uint64_t{8} << 20;
-    bool ok = used > 0;
-    for (std::uint64_t off = 0; ok && off < used; off += step)
-      ok =
-        ::madvise(static_cast<char*>(map_) + off, std::min(step, used - off), MADV_DONTNEED) == 0;
-    if (ok) {
+    if (map_ && now - baseline_ > bound_.max_bytes && drop_pages()) {
       trims_.fetch_add(1, std::memory_order_relaxed);
       if (auto after = file_resident_bytes())
         baseline_ = last = after;
     }
+    checks_.fetch_add(1, std::memory_order_release);
   }
 }
 

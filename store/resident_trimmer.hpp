@@ -33,6 +33,12 @@ public:
 
   /// How many times the store's pages were dropped.
   std::uint64_t trims() const { return trims_.load(std::memory_order_relaxed); }
+  /// How many checks the thread has made: wake-ups (a period's end, or early
+  /// through touched()) at which it read the process's resident bytes and
+  /// trimmed if they were over the bound. Counted as a check ends, after its
+  /// trim is in trims() (release/acquire): the check under way when this is
+  /// read may have begun before the read.
+  std::uint64_t checks() const { return checks_.load(std::memory_order_acquire); }
   /// Called per transaction begun: every `check_every` of them wake the
   /// thread early, so a burst of reads (each maps a handful of pages, tens
   /// of KiB) cannot run far past the bound before the next check. A wake-up
@@ -47,6 +53,7 @@ private:
   void find_map();
   std::uint64_t data_end() const;
   void run();
+  bool drop_pages() const;
 
   resident_bound bound_;
   void* map_ = nullptr;
@@ -55,6 +62,7 @@ private:
   int own_fd_ = -1; ///< the same file, opened again for lseek
   std::uint64_t baseline_ = 0;
   std::atomic<std::uint64_t> trims_{0};
+  std::atomic<std::uint64_t> checks_{0};
   static constexpr std::uint64_t check_every = 64;
   std::atomic<std::uint64_t> ops_{0};
   std::mutex mu_;

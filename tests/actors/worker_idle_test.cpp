@@ -2,11 +2,13 @@
 // actors/worker_idle.hpp: work an engine callback defers to its worker
 // thread. The idle point's rules on a thread that plays a worker (calls
 // worker_idle_point as polling_sharing::dequeue does), then real engines on
-// both stores: their callbacks run on workers that take deferred tasks, and
-// on no worker when the engine does not poll (spin_wait 0).
+// both stores: their callbacks run on workers that take deferred tasks (and
+// run them before they park), and on no worker when the engine does not
+// poll (spin_wait 0).
 // test-tiers: tsan
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/engine_factory.hpp"
 #include "actors/worker_idle.hpp"
 #include "support/test_support.hpp"
 
@@ -22,6 +25,29 @@ using namespace agentstate;
 using namespace agentstate::detail;
 using namespace agentstate::test;
 using namespace std::chrono_literals;
+
+namespace {
+
+// Waits until `task`, deferred by a callback that has returned, has run;
+// false once every one of the `workers` scheduler workers of `e` is parked
+// (engine_factory::parked_workers) while it has not: a worker parks only
+// after its callbacks, and runs what they deferred before it parks. A
+// bounded poll of the parked count (a worker parks on its own thread and
+// tells no one) that returns as soon as the task runs; false past a far
+// hang guard too.
+bool ran_before_parking(engine& e, std::size_t workers, std::future<void>& task) {
+  const auto guard = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    // Read before the task's state: all parked then means it ran first.
+    const bool parked = engine_factory::parked_workers(e) == workers;
+    if (task.wait_for(parked ? 0us : 100us) == std::future_status::ready)
+      return true;
+    if (parked || std::chrono::steady_clock::now() > guard)
+      return false;
+  }
+}
+
+} // namespace
 
 TEST_CASE("worker_idle: a thread that is no engine worker does the work itself") {
   bool ran = false;
@@ -135,35 +161,36 @@ TEST_CASE_TEMPLATE("worker_idle: a worker about to park runs what it deferred fi
                    "a worker that saw a job queued, lost it to the other worker and parked kept "
                    "its tasks until its next job)",
                    S, memory_store, lmdb_store) {
-  auto e = open_engine(S::kind);
+  // At least two workers: one can lose a job it saw queued to the other.
+  const std::size_t workers = std::max(2u, std::thread::hardware_concurrency());
+  auto e = open_engine(S::kind, [&](options& o) { o.threads = workers; });
   const std::vector<session_ref> refs = {sref("app", "u", "a"), sref("app", "u", "b"),
                                          sref("app", "u", "c")};
   for (auto& r : refs)
     REQUIRE(e->create_session(create_req(r)).ok());
   // Bursts of appends whose callbacks defer a task each; after a burst
-  // nothing else is queued, so a task left on a parked worker never runs.
+  // nothing else is queued, so a task left on a parked worker runs only at
+  // the engine's next timer job, about 1 s later (27 rounds of 1,500 before
+  // the fix). Each task must run before every worker is parked.
   for (int round = 0; round < 1500; ++round) {
-    std::vector<std::shared_ptr<std::promise<void>>> ran;
+    INFO("round ", round);
+    std::vector<std::future<void>> ran, called;
     for (auto& r : refs) {
       auto p = std::make_shared<std::promise<void>>();
-      ran.push_back(p);
+      auto c = std::make_shared<std::promise<void>>();
+      ran.push_back(p->get_future());
+      called.push_back(c->get_future());
       e->append_event(append_req(r, make_event(json{{"round", round}})),
-                      [p](result<append_result> a) {
+                      [p, c](result<append_result> a) {
                         if (!a || !defer_until_idle([p] { p->set_value(); }))
                           p->set_value(); // counted below as run: the other checks catch it
+                        c->set_value();
                       });
     }
-    // A stuck task waited for the engine's next timer job, about 1 s later
-    // (27 rounds of 1,500 before the fix). The bound stays one of time: the
-    // failure is a task that runs late, not never (the heap trimmer's
-    // one-second tick, which no option turns off, runs it), and nothing
-    // outside actors/polling_sharing shows a worker parking with tasks
-    // queued, so no barrier can stand in for the 500 ms.
-    bool all = true;
+    for (auto& c : called)
+      REQUIRE(c.wait_for(60s) == std::future_status::ready); // a hang guard
     for (auto& p : ran)
-      all = all && p->get_future().wait_for(500ms) == std::future_status::ready;
-    INFO("round ", round);
-    REQUIRE(all);
+      REQUIRE(ran_before_parking(*e, workers, p));
   }
 }
 

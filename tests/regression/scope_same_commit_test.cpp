@@ -13,7 +13,6 @@
 
 #include <chrono>
 #include <future>
-#include <thread>
 #include <vector>
 
 #include "actors/engine_factory.hpp"
@@ -62,19 +61,10 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
       // reach its mailbox meanwhile (they need only their session actor).
       REQUIRE(test::eventually([&] { return plan->writes_held.load() > 0; }, 30s));
       REQUIRE(plan->writes_held.load() == 1);
-      if (kind == test::store_kind::memory) {
-        // Every other append has reached the writer's queue (the held one
-        // may be an inline commit, which the backlog does not count).
-        REQUIRE(test::eventually(
-          [&] { return detail::engine_factory::writer_backlog_of(e) >= sessions - 1; }, 30s));
-      } else {
-        // why: more time for the other appends to queue behind the held
-        // commit, the window the bug needs. writer_backlog_of counts only
-        // under durability::memory, so an LMDB store shows no count of the
-        // writer's queue to wait for; a short window fails the round's check
-        // of shared commits below, it cannot pass it.
-        std::this_thread::sleep_for(200ms);
-      }
+      // Every other append has reached the writer's queue (in memory, the
+      // held one may be an inline commit, which the backlog does not count).
+      REQUIRE(test::eventually(
+        [&] { return detail::engine_factory::writer_backlog_of(e) >= sessions - 1; }, 30s));
       plan->hold_writes = false;
       for (auto& a : acks)
         REQUIRE(a.get().ok());

@@ -354,6 +354,16 @@ int read_all(kv_store& kv) {
   return good;
 }
 
+// Waits (a bounded poll) until a check of the resident bound that began
+// after this call has ended (kv_store::resident_checks), a check that saw
+// every page mapped before the call; false only past a hang guard far
+// beyond any period here.
+bool check_after_now(kv_store& kv) {
+  auto from = kv.resident_checks();
+  return agentstate::test::eventually([&] { return kv.resident_checks() >= from + 2; },
+                                      std::chrono::seconds(60));
+}
+
 } // namespace
 
 TEST_CASE("kv: an LMDB store's mapped pages are dropped from RSS beyond the resident bound") {
@@ -405,19 +415,17 @@ TEST_CASE("kv: a burst of transactions checks the resident bound before the peri
                          resident_bound{8 * mib, std::chrono::hours(1)});
   fill(*kv); // 16 write transactions
   REQUIRE(read_all(*kv) == resident_rows); // maps every page: over the bound
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  int reads = 1;
-  while (kv->resident_trims() == 0 && std::chrono::steady_clock::now() < deadline) {
-    auto r = kv->begin_read(); // one cheap transaction each
+  // Two triggers' worth of cheap read transactions: they wake the thread at
+  // least once (a wake-up lost to the race with its wait is repeated 64
+  // later), so a check comes long before the hour, and it trims.
+  for (int reads = 1; reads <= 2 * 64; ++reads) {
+    auto r = kv->begin_read();
     REQUIRE(r->get(table::events, "k" + std::to_string(1000000 + reads)).value()
             == resident_value(reads));
-    ++reads;
-    // input: paces the reads so that trimmer periods pass between them.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  INFO("read transactions before the first trim: ", reads);
+  REQUIRE(agentstate::test::eventually([&] { return kv->resident_checks() > 0; },
+                                       std::chrono::seconds(60)));
   CHECK(kv->resident_trims() > 0);
-  CHECK(reads <= 2 * 64); // a wake-up lost to the race is repeated 64 later
 } // the destructor wakes the thread at once, not after the hour
 
 // LMDB writes a run of pages with lseek + writev on its descriptor of the
@@ -451,11 +459,12 @@ TEST_CASE("kv: trims never move the file offset of LMDB's descriptor") {
   REQUIRE(fd >= 0);
   constexpr off_t parked = 12345;
   REQUIRE(::lseek(fd, parked, SEEK_SET) == parked);
+  // Each round maps every page, over the bound, and ends once a check that
+  // began after its reads has ended: at least one trim falls in each round.
   auto before = kv->resident_trims();
-  for (int round = 0; round < 50 && kv->resident_trims() < before + 5; ++round) {
-    REQUIRE(read_all(*kv) == resident_rows); // maps every page: over the bound
-    // bounded poll: the trimmer thread runs on its own period (real time).
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int round = 0; round < 5; ++round) {
+    REQUIRE(read_all(*kv) == resident_rows);
+    REQUIRE(check_after_now(*kv));
   }
   CHECK(kv->resident_trims() >= before + 5);
   CHECK(::lseek(fd, 0, SEEK_CUR) == parked);
@@ -490,32 +499,35 @@ TEST_CASE("kv: a large file the host maps after open causes no trims once it sto
   for (std::uint64_t off = 0; off < 64 * mib; off += 4096)
     sum += static_cast<const unsigned char*>(host)[off];
   CHECK(sum == 'h' * (64 * mib / 4096));
-  // While the host's mapping grew, each bound's worth of growth could cost a
-  // needless trim (each re-anchors the baseline). Settled: no trim during
-  // ten periods in a row (the trimmer thread may run late on a busy machine).
-  auto settled = kv->resident_trims();
-  for (int tries = 0; tries < 50; ++tries) {
-    // bounded poll: the trimmer's periods are real time, on its own thread.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    auto now = kv->resident_trims();
-    if (now == settled)
-      break;
-    settled = now;
-  }
-  CHECK(settled <= 64 / 8 + 1);
-  // Twenty periods of reading the small store: the host's pages stay mapped
-  // (the engine never touches them), and the store is not trimmed again:
-  // the bug this guards against trimmed every period. One more trim is the
-  // host's last growth seen late by a trimmer thread starved of CPU.
-  for (int round = 0; round < 20; ++round) {
+  // The small store is read once before the trimmer settles, so that no read
+  // after that maps more than its ~1 MiB over a settled trimmer's baseline:
+  // the pages it read stay mapped, or a trim that dropped them re-anchored
+  // the baseline without them.
+  auto scan_small = [&] {
     auto r = kv->begin_read();
     int n = 0;
     r->scan(table::events, "k", {}, [&](std::string_view, std::string_view) { return ++n, true; });
     CHECK(n == 1000);
-    // input: spreads the reads over the trimmer's periods.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  scan_small();
+  // Settled once a check that began after both reads has ended. While the
+  // host's mapping grew, each bound's worth of growth could cost a needless
+  // trim (each re-anchors the baseline).
+  REQUIRE(check_after_now(*kv));
+  auto settled = kv->resident_trims();
+  CHECK(settled <= 64 / 8 + 1);
+  // Twenty checks of the trimmer while the small store is read: the host's
+  // pages stay mapped (the engine never touches them), and the store is not
+  // trimmed again: the bug this guards against trimmed at every check.
+  auto checks = kv->resident_checks();
+  for (int round = 0; round < 20; ++round) {
+    scan_small();
+    auto seen = kv->resident_checks();
+    REQUIRE(agentstate::test::eventually([&] { return kv->resident_checks() > seen; },
+                                         std::chrono::seconds(60)));
   }
-  CHECK(kv->resident_trims() <= settled + 1);
+  CHECK(kv->resident_checks() >= checks + 20);
+  CHECK(kv->resident_trims() == settled);
   ::munmap(host, 64 * mib);
   ::close(fd);
 }
