@@ -69,10 +69,32 @@ int run_init(cluster::coordinator& c, const cluster_args& a) {
   return 0;
 }
 
+/// status, move, drain, adopt, verify: the nodes' client options from the flags.
+result<move_options> node_options(const cluster_args& a);
+
+/// One follower's lag as status prints it: "b in_sync 3 records 12 ms".
+std::string lag_text(const json& f) {
+  auto num = [](const json& j) { return j.is_number() ? j.dump() : std::string("?"); };
+  return f.value("node", std::string("?")) + " " + f.value("state", std::string("?")) + " "
+    + num(f.value("lag_records", json())) + " records " + num(f.value("lag_ms", json())) + " ms";
+}
+
 int run_status(cluster::coordinator& c, const cluster_args& a) {
+  if (auto problem = a.remote.problem(); !problem.empty())
+    return usage_error("cluster", problem);
   auto v = c.load();
   if (!v)
     return fail("status", v.err());
+  lag_report lags;
+  if (v->settings.replicas > 1) {
+    auto o = node_options(a);
+    if (!o)
+      return fail("status", o.err());
+    o->node.connect_timeout = std::chrono::milliseconds(2000);
+    o->call_timeout = std::chrono::milliseconds(3000); // a paused node is named, not waited for
+    ::signal(SIGPIPE, SIG_IGN);
+    lags = read_lags(*v, *o);
+  }
   std::map<std::string, std::size_t> owned, copies;
   std::size_t unowned = 0, on_down = 0, under = 0, below = 0;
   for (auto& s : v->shards) {
@@ -112,6 +134,8 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
       if (v->settings.replicas > 1) {
         e["replicas"] = s.replicas;
         e["isr"] = s.isr;
+        auto l = lags.shards.find(s.shard);
+        e["followers"] = l == lags.shards.end() ? json(nullptr) : l->second;
       }
       map.push_back(std::move(e));
     }
@@ -128,6 +152,8 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
                 {"map", std::move(map)},
                 {"unowned", std::move(without)},
                 {"on_down_nodes", on_down}};
+    if (v->settings.replicas > 1)
+      out["lag_unknown"] = lags.unreachable;
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -163,6 +189,24 @@ int run_status(cluster::coordinator& c, const cluster_args& a) {
         std::printf("shard %u (owner '%s', epoch %llu): out of sync: %s\n", s.shard,
                     s.owner.c_str(), static_cast<unsigned long long>(s.epoch), out.c_str());
       }
+  if (v->settings.replicas > 1) {
+    for (auto& [id, why] : lags.unreachable)
+      std::printf("followers' lag at node '%s' unknown: %s\n", id.c_str(), why.c_str());
+    for (auto& s : v->shards) {
+      if (s.owner.empty())
+        continue;
+      std::string isr;
+      for (auto& id : s.isr)
+        isr += (isr.empty() ? "" : ",") + id;
+      std::printf("shard %u: owner '%s', epoch %llu, in sync [%s]", s.shard, s.owner.c_str(),
+                  static_cast<unsigned long long>(s.epoch), isr.c_str());
+      auto l = lags.shards.find(s.shard);
+      if (l != lags.shards.end())
+        for (std::size_t i = 0; i < l->second.size(); ++i)
+          std::printf("%s%s", i == 0 ? "; lag: " : ", ", lag_text(l->second[i]).c_str());
+      std::printf("\n");
+    }
+  }
   return 0;
 }
 
@@ -185,7 +229,6 @@ void print_move(const move_report& r, bool as_json) {
   std::fflush(stdout);
 }
 
-/// move and drain: the nodes' client options from the flags.
 result<move_options> node_options(const cluster_args& a) {
   auto made = client_options_of(a.remote);
   if (!made)
@@ -311,6 +354,8 @@ runner define_cluster(command_line& cl) {
   cl.usage = "agentstate cluster init --etcd URLS --cluster NAME [--shards N]\n"
              "    [--expect-nodes N] [--replicas R [--min-insync M]]\n"
              "agentstate cluster status --etcd URLS --cluster NAME [--json]\n"
+             "    [--token-file FILE] [--tls] [--tls-ca FILE]\n"
+             "    [--tls-cert FILE --tls-key FILE]\n"
              "agentstate cluster move SHARD NODE --etcd URLS --cluster NAME [--json]\n"
              "    [--token-file FILE] [--tls] [--tls-ca FILE]\n"
              "    [--tls-cert FILE --tls-key FILE]\n"
@@ -324,7 +369,9 @@ runner define_cluster(command_line& cl) {
                    "logical store; etcd holds its configuration (the shard map, the node\n"
                    "registry). init creates the cluster's keys (refused when it exists). status\n"
                    "lists its nodes (id, address, alive, shards owned), the controller, and the\n"
-                   "shards without an owner or on nodes that are down, and those moving. move\n"
+                   "shards without an owner or on nodes that are down, and those moving; with\n"
+                   "replicas, each shard's owner, epoch and in-sync set, and each follower's\n"
+                   "lag in records (write sets) and ms, asked of the owners (stats). move\n"
                    "copies shard SHARD from its owner to node NODE and makes NODE its owner; its\n"
                    "requests answer unavailable (retryable) while it is copied. drain moves every\n"
                    "shard of node NODE to the other live nodes, two at a time. adopt adds the\n"
@@ -338,7 +385,7 @@ runner define_cluster(command_line& cl) {
                  "etcd or a node could not be reached, the cluster exists (init) or "
                  "does not, a move or an adoption failed (run it again: it carries on), or "
                  "verify found a copy that differs");
-  cl.environment = remote_environment("move, drain, adopt: ");
+  cl.environment = remote_environment("status, move, drain, adopt, verify: ");
   cl.app.add_option("ACTION", a->action, "init, status, move, drain, adopt or verify")
     ->required()
     ->type_name("ACTION");
@@ -368,7 +415,8 @@ runner define_cluster(command_line& cl) {
                 "majority of R)")
     ->type_name("M");
   add_json_flag(cl, a->json);
-  add_remote_flags(cl, a->remote, "reaching the nodes (move, drain, adopt, verify)", "the nodes");
+  add_remote_flags(cl, a->remote, "reaching the nodes (status, move, drain, adopt, verify)",
+                   "the nodes");
   return [a, expect]() -> int {
     a->expect_nodes_given = expect->count() > 0;
     const bool takes_args = a->action == "move" || a->action == "drain" || a->action == "adopt";

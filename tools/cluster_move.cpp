@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -44,7 +45,7 @@ result<json> call_node(node_link& n, const move_options& o, const std::string& m
         why = made.err().message;
     }
     if (n.client && n.client->connected()) {
-      auto r = n.client->call(method, params, std::chrono::seconds(60));
+      auto r = n.client->call(method, params, o.call_timeout);
       if (r.value)
         return std::move(*r.value);
       if (r.value.code() != errc::unavailable)
@@ -460,6 +461,49 @@ result<verify_report> verify_replicas(cluster::coordinator& c, const move_option
       } else {
         ++out.equal;
       }
+    }
+  }
+  return out;
+}
+
+lag_report read_lags(const cluster::cluster_view& v, const move_options& o) {
+  lag_report out;
+  std::set<std::string> owners;
+  for (auto& e : v.shards)
+    if (!e.owner.empty() && e.replicas.size() > 1)
+      owners.insert(e.owner);
+  auto once = o;
+  once.retries = 0;
+  for (auto& id : owners) {
+    auto* n = v.node(id);
+    if (!n || !n->alive) {
+      out.unreachable[id] = "it is down";
+      continue;
+    }
+    node_link link{id, n->address, nullptr};
+    auto r = call_node(link, once, "stats", json::object());
+    if (!r) {
+      out.unreachable[id] = r.err().message;
+      continue;
+    }
+    const json* led = nullptr;
+    if (auto s = r->find("server"); s != r->end() && s->is_object())
+      if (auto c = s->find("cluster"); c != s->end() && c->is_object())
+        if (auto rep = c->find("replication"); rep != c->end() && rep->is_object())
+          if (auto sh = rep->find("shards"); sh != rep->end() && sh->is_array())
+            led = &*sh;
+    if (!led) {
+      out.unreachable[id] = "its stats have no server.cluster.replication.shards";
+      continue;
+    }
+    for (auto& e : *led) {
+      auto s = e.find("shard");
+      auto f = e.find("followers");
+      if (s == e.end() || !s->is_number_unsigned() || f == e.end() || !f->is_array())
+        continue;
+      const auto shard = s->get<std::uint32_t>();
+      if (shard < v.shards.size() && v.shards[shard].owner == id)
+        out.shards[shard] = *f;
     }
   }
   return out;

@@ -4,8 +4,10 @@
 // and shard_import (tools/shard_mover.hpp; docs/cluster.md, "Moving a shard").
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "agentstate/client.hpp"
@@ -24,6 +26,8 @@ struct move_options {
   /// A node that answers unavailable (restarting, a delete in progress) is
   /// asked again this many times, waiting 100 ms more each time (≤ 2 s).
   unsigned retries = 40;
+  /// How long one call to a node may take before it counts as unanswered.
+  std::chrono::milliseconds call_timeout{60000};
 };
 
 /// What one move did.
@@ -121,5 +125,17 @@ struct verify_report {
 /// `on_problem` as found. Errors: etcd's.
 result<verify_report> verify_replicas(cluster::coordinator& c, const move_options& o,
                                       const std::function<void(const json&)>& on_problem);
+
+/// The followers' lag of every replicated shard, as `cluster status`
+/// shows it: each live node that owns a shard is asked for its `stats`
+/// (once, no retry), and `shards` maps each shard it leads to the
+/// `followers` list of its stats entry (shard_replicator::stats); a node that
+/// does not answer is in `unreachable` with why. Never fails: a shard absent
+/// from `shards` has no lag known.
+struct lag_report {
+  std::map<std::uint32_t, json> shards;
+  std::map<std::string, std::string> unreachable;
+};
+lag_report read_lags(const cluster::cluster_view& v, const move_options& o);
 
 } // namespace agentstate::tools

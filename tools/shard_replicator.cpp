@@ -93,10 +93,12 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   using batch_ptr = std::shared_ptr<const std::string>;
   using done_fn = std::function<void(result<void>)>;
 
-  /// A run of write sets as shipped, up to sequence number `last`.
+  /// A run of write sets as shipped, up to sequence number `last`,
+  /// committed by this node at `at` (kept: when it was kept).
   struct run {
     std::uint64_t last = 0;
     batch_ptr batch;
+    clock::time_point at;
   };
   /// A shipment's answer: `done` once no follower in `waiting` is left.
   struct pending {
@@ -110,6 +112,11 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     /// begins a lead.
     bool in_flight = false;
     clock::time_point sent_at;
+    /// The oldest run of the replicate in flight; else sent_at.
+    clock::time_point oldest;
+    /// The sequence number up to which it confirmed its copy; none before
+    /// its first answer.
+    std::optional<std::uint64_t> acked;
     std::uint64_t gen = 0; ///< answers of an older request are ignored
     /// Out of the in-sync set, being copied (repair): it gets every run, but
     /// no write waits for it, and no lag removes it.
@@ -120,6 +127,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     std::uint64_t epoch = 0;
     std::uint64_t lead = 0; ///< which lead of this node it is (impl::leads)
     position_t start;
+    /// The sequence number of the last write set of the lead (start's
+    /// until the first shipment).
+    std::uint64_t head = 0;
     std::map<std::string, follower> followers;
     std::deque<pending> pendings;
     /// Followers this node removed from the in-sync set (its view may
@@ -134,6 +144,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   struct kept {
     position_t prev, last;
     batch_ptr batch;
+    clock::time_point at;
   };
   struct ring {
     std::deque<kept> entries; ///< a chain: each one's prev is the last one's last
@@ -248,16 +259,18 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
     return out;
   }
 
-  /// Keeps batch `b` (prev -> last) of `shard` in its ring; a batch that
-  /// does not follow the ring's last one starts it anew. REQUIRES: mtx held.
-  void remember(std::uint32_t shard, position_t prev, position_t last, batch_ptr b) {
+  /// Keeps batch `b` (prev -> last) of `shard`, committed here at `at`, in
+  /// its ring; a batch that does not follow the ring's last one starts it
+  /// anew. REQUIRES: mtx held.
+  void remember(std::uint32_t shard, position_t prev, position_t last, batch_ptr b,
+                clock::time_point at) {
     auto& r = rings[shard];
     if (!r.entries.empty() && !same(r.entries.back().last, prev)) {
       r.entries.clear();
       r.bytes = 0;
     }
     r.bytes += b->size();
-    r.entries.push_back({prev, last, std::move(b)});
+    r.entries.push_back({prev, last, std::move(b), at});
     while (r.entries.size() > 1 && (r.bytes > ring_cap || r.entries.size() > ring_entries)) {
       r.bytes -= r.entries.front().batch->size();
       r.entries.pop_front();
@@ -279,7 +292,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       on = true;
       if (!same(k.prev, at) || before(to, k.last))
         return std::nullopt;
-      out.push_back({k.last.seq, k.batch});
+      out.push_back({k.last.seq, k.batch, k.at});
       at = k.last;
       if (same(at, to))
         return out;
@@ -323,7 +336,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
                       + " (the map moved on)"};
       } else {
         auto batch = std::make_shared<const std::string>(std::move(s.batch));
-        remember(shard, s.prev, s.last, batch);
+        const auto at = clock::now();
+        remember(shard, s.prev, s.last, batch, at);
+        st->head = s.last.seq;
         std::vector<std::string> followers;
         std::size_t in_sync = 0;
         for (auto& id : e.isr)
@@ -350,14 +365,14 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
           p.done = std::move(done);
           for (auto& f : followers) {
             p.waiting.insert(f);
-            st->followers[f].queued.push_back({s.last.seq, batch});
+            st->followers[f].queued.push_back({s.last.seq, batch, at});
           }
           st->pendings.push_back(std::move(p));
           to_pump = std::move(followers);
         }
         for (auto& [id, fol] : st->followers)
           if (fol.catching_up) { // every committed run; no write waits for it
-            fol.queued.push_back({s.last.seq, batch});
+            fol.queued.push_back({s.last.seq, batch, at});
             to_pump.push_back(id);
           }
       }
@@ -388,6 +403,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         return;
       json batches = json::array();
       std::size_t bytes = 0;
+      fol.oldest = fol.queued.front().at;
       while (!fol.queued.empty() && bytes < request_bytes) {
         bytes += fol.queued.front().batch->size();
         batches.push_back(cluster::b64(*fol.queued.front().batch));
@@ -396,6 +412,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       }
       fol.in_flight = true;
       fol.sent_at = clock::now();
+      if (fol.oldest > fol.sent_at)
+        fol.oldest = fol.sent_at;
       gen = ++fol.gen;
       params = {{"shard", shard}, {"epoch", it->second.epoch}, {"batches", std::move(batches)}};
       if (!n) {
@@ -431,6 +449,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         return;
       }
       epoch = st->epoch;
+      fit->second.acked = last;
       dones = release(*st, f, last);
     }
     settle(shard, epoch, dones, {});
@@ -475,7 +494,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
         why = r.err().message;
       else if (!read_position(*r, shard, at))
         why = "its answer to replica_position has no position of shard " + std::to_string(shard);
-      else if (!same(at, st->start)) {
+      else
+        fol.acked = at.seq;
+      if (why.empty() && !same(at, st->start)) {
         auto missing = catch_up(shard, at, st->start);
         if (!missing)
           why = "its copy at " + text(at) + " does not lead to this node's, where the lead began, "
@@ -623,7 +644,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       for (auto& id : isr)
         if (id != cfg.id) { // nothing is sent before its position is known
           st.followers[id].in_flight = true;
-          st.followers[id].sent_at = clock::now();
+          st.followers[id].sent_at = st.followers[id].oldest = clock::now();
           if (!has(e.isr, id))
             st.joining.insert(id);
         }
@@ -637,8 +658,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       auto* st = find(s);
       if (r && st) {
         st->start = *r;
+        st->head = r->seq;
         for (auto& [id, f] : st->followers) {
-          f.sent_at = clock::now();
+          f.sent_at = f.oldest = clock::now();
           ask.emplace_back(id, ++f.gen);
         }
       } else if (st) {
@@ -1158,6 +1180,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       fol.gen = gen;
       fol.catching_up = true;
       fol.in_flight = true; // nothing is sent before the copy is in place
+      fol.sent_at = fol.oldest = clock::now();
       st->dropped.erase(f);
       st->joining.erase(f);
     }
@@ -1237,7 +1260,10 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
             {{"sessions", d->sessions}, {"rows", d->rows}, {"bytes", d->bytes}, {"crc", d->crc}}}});
         !r)
       return fail(std::move(r).err());
-    if (moved_on([](follower& fol) { fol.in_flight = false; }))
+    if (moved_on([&](follower& fol) {
+          fol.in_flight = false;
+          fol.acked = at.seq;
+        }))
       return fail(error{errc::unavailable, "the lead moved on"});
     pump(s, f); // the runs committed since the snapshot
     // Caught up once nothing waits for it nor is in flight: from then on
@@ -1617,7 +1643,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
             failed = r.err();
             continue;
           }
-          remember(shard, at[shard], *r, b);
+          remember(shard, at[shard], *r, b, clock::now());
           at[shard] = *r;
         }
       }
@@ -1626,6 +1652,22 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       else
         jobs[i].done(json{{"shard", shard}, {"epoch", at[shard].epoch}, {"seq", at[shard].seq}});
     }
+  }
+
+  /// Follower `f`'s lag behind `st`'s head: write sets not confirmed
+  /// (null before its first answer) and the age of the oldest of them.
+  /// REQUIRES: mtx held.
+  static json lag_of(const shard_state& st, const follower& f, clock::time_point now) {
+    json records = nullptr;
+    std::int64_t ms = 0;
+    if (f.acked)
+      records = st.head > *f.acked ? st.head - *f.acked : 0;
+    if (!f.acked || *f.acked < st.head) {
+      auto since = f.in_flight ? f.oldest : !f.queued.empty() ? f.queued.front().at : now;
+      ms = std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count());
+    }
+    return json{{"lag_records", std::move(records)}, {"lag_ms", ms}};
   }
 
   json stats() {
@@ -1641,20 +1683,36 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       bool catching_up;
     };
     std::vector<behind> list;
-    json out;
+    json led = json::array();
     const auto now = clock::now();
     std::lock_guard<std::mutex> lock(mtx);
     std::size_t waiting = 0;
     for (auto& [s, st] : shards) {
       waiting += st.pendings.size();
-      for (auto& [id, f] : st.followers)
-        if (!st.dropped.count(id) && (f.in_flight || !f.queued.empty() || f.catching_up))
+      json followers = json::array();
+      for (auto& [id, f] : st.followers) {
+        const bool out = st.dropped.count(id) > 0;
+        json one = {{"node", id},
+                    {"state",
+                     out               ? "out_of_sync"
+                       : f.catching_up ? "catching_up"
+                                       : "in_sync"},
+                    {"acked_seq", f.acked ? json(*f.acked) : json(nullptr)}};
+        one.update(out ? json{{"lag_records", nullptr}, {"lag_ms", nullptr}} : lag_of(st, f, now));
+        followers.push_back(std::move(one));
+        if (!out && (f.in_flight || !f.queued.empty() || f.catching_up))
           list.push_back(
             {s, id, f.queued.size(),
              f.in_flight
                ? std::chrono::duration_cast<std::chrono::milliseconds>(now - f.sent_at).count()
                : 0,
              f.catching_up});
+      }
+      led.push_back({{"shard", s},
+                     {"epoch", st.epoch},
+                     {"head_seq", st.head},
+                     {"writes_waiting", st.pendings.size()},
+                     {"followers", std::move(followers)}});
     }
     std::sort(list.begin(), list.end(), [](const behind& a, const behind& b) {
       return a.in_flight_ms != b.in_flight_ms ? a.in_flight_ms > b.in_flight_ms
@@ -1678,7 +1736,8 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
                 {"kept_run_bytes", kept},
                 {"failovers", failovers},
                 {"isr_removals", removals},
-                {"repairs", repairs}};
+                {"repairs", repairs},
+                {"shards", std::move(led)}};
   }
 
   void stop() {

@@ -144,7 +144,14 @@ public:
   /// {shard, node, queued_runs, in_flight_ms, catching_up}),
   /// kept_run_bytes (the runs kept for followers to catch up from),
   /// failovers (shards this node gave to a copy by compare-and-swap),
-  /// isr_removals, repairs (copies it brought back)}. Any thread.
+  /// isr_removals, repairs (copies it brought back), shards: one entry per
+  /// shard it leads, {shard, epoch, head_seq (its last write set's sequence
+  /// number), writes_waiting, followers: [{node, state (in_sync,
+  /// catching_up or out_of_sync), acked_seq (the sequence number its copy
+  /// confirmed; null before its first answer), lag_records (head_seq -
+  /// acked_seq; null when acked_seq is, or out of sync), lag_ms (the age of
+  /// the oldest write set it has not confirmed, 0 when none; null out of
+  /// sync)}]}}. Any thread.
   json stats() const;
 
   /// Ends the threads; later shipments answer unavailable. Idempotent.

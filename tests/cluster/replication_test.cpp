@@ -40,21 +40,22 @@ json session_of(const std::string& user) {
 }
 
 /// Three nodes a, b, c of cluster "c" (8 shards, 3 replicas, 2 in sync at
-/// least) on LMDB stores under DIR/ID, and the map once every shard is
-/// owned.
+/// least) on LMDB stores under DIR/ID, each with `--lag-timeout-ms
+/// lag_timeout_ms`, and the map once every shard is owned.
 struct replicated {
   test::etcd_process etcd;
   test::temp_dir dir;
   std::vector<test::cluster_node> n;
   json map;
 
-  replicated() {
+  explicit replicated(const std::string& lag_timeout_ms = "500") {
     auto r = shell(std::string(AGENTSTATE_BIN) + " cluster init --etcd " + etcd.url()
                    + " --cluster c --shards " + std::to_string(shard_count) + " --replicas 3");
     INFO(r.second);
     REQUIRE(r.first == 0);
     for (const char* id : {"a", "b", "c"})
-      n.push_back(test::start_store_cluster_node(etcd, dir, id, 0, {"--lag-timeout-ms", "500"}));
+      n.push_back(
+        test::start_store_cluster_node(etcd, dir, id, 0, {"--lag-timeout-ms", lag_timeout_ms}));
     map = test::settled_map({n[0].port, n[1].port, n[2].port});
     // Each node serves its shards' writes once it leads them.
     for (std::size_t k = 0; k < n.size(); ++k) {
@@ -320,6 +321,73 @@ TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica
   CHECK(problems[0]["node"] == "b");
   CHECK(problems[0]["shard"] == model::shard_of("app", foreign, shard_count));
   CHECK(problems[0]["why"] == "holds other rows than its owner at the same position");
+}
+
+TEST_CASE("cluster status shows each follower's lag: a paused follower's grows while a write "
+          "waits for it, and is 0 once it answered") {
+  replicated c("60000"); // the paused follower stays in the in-sync set meanwhile
+  auto via = c.clients();
+  std::string u;
+  for (int i = 0; u.empty() && i < 1000; ++i)
+    if (c.owner_of("u" + std::to_string(i)) == "a")
+      u = "u" + std::to_string(i);
+  REQUIRE_FALSE(u.empty());
+  REQUIRE(ok(via[0].call("create_session", ref_params(u))));
+  const auto shard = model::shard_of("app", u, shard_count);
+  auto follower = [&](const json& st, const std::string& id) {
+    for (auto& f : st["map"][shard]["followers"])
+      if (f["node"] == id)
+        return f;
+    return json();
+  };
+  auto st = c.status();
+  INFO("status: ", st.dump());
+  CHECK(st["lag_unknown"].empty());
+  for (auto& e : st["map"]) { // quiet: every follower in sync, none behind
+    REQUIRE(e["followers"].is_array());
+    CHECK(e["followers"].size() == 2);
+    for (auto& f : e["followers"]) {
+      CHECK(f["state"] == "in_sync");
+      CHECK(f["lag_records"] == 0);
+      CHECK(f["lag_ms"] == 0);
+    }
+  }
+
+  // c paused: an append to a's shard waits for c, which is behind by it.
+  struct resume_c {
+    test::cluster_node& node;
+    ~resume_c() { node.proc->signal(SIGCONT); }
+  } resume{c.n[2]};
+  c.n[2].proc->signal(SIGSTOP);
+  json p = ref_params(u);
+  p["event"] = {{"author", "t"}, {"id", "lag-1"}};
+  REQUIRE(via[0].send_line(rpc(1, "append_event", p)));
+  auto behind = [&](const json& f) {
+    return f.is_object() && f["lag_records"].is_number() && f["lag_records"] >= 1
+      && f["lag_ms"] >= 100;
+  };
+  for (auto deadline = std::chrono::steady_clock::now() + 30s; !behind(follower(st, "c"));) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(100ms); // poll: status asks the nodes (other processes)
+    st = c.status();
+  }
+  CHECK(follower(st, "c")["state"] == "in_sync");
+  CHECK(follower(st, "b")["lag_records"] == 0);
+  CHECK(st["lag_unknown"].contains("c")); // paused: its own shards' lag is unknown
+  CHECK(st["map"][shard]["isr"].size() == 3);
+
+  c.n[2].proc->signal(SIGCONT);
+  auto acked = via[0].next(30s);
+  REQUIRE(acked);
+  INFO(acked->dump());
+  CHECK(ok(acked));
+  for (auto deadline = std::chrono::steady_clock::now() + 30s;
+       follower(st, "c")["lag_records"] != 0 || follower(st, "c")["lag_ms"] != 0;) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(100ms); // poll: status asks the nodes (other processes)
+    st = c.status();
+  }
+  CHECK(st["lag_unknown"].empty());
 }
 
 namespace {
