@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// Over 600 lines: one workload whose phases run on the same children (etcd,
+// the nodes and the clusters they form), with the helpers only it uses.
+//
 // tools/bench/workload_k.cpp: workload k, a cluster's overhead. Workload b's
 // shape (sessions over users, 20 appends each, 64 in flight as 64 chains)
 // through the C++ client (include/agentstate/client.hpp) against, in one run:
@@ -10,7 +13,22 @@
 //              shard's owner (from cluster_map), 3 connections per node;
 //   replicated three nodes of a cluster keeping 3 copies of each shard (2 in
 //              sync at least), routed as smart: each append acknowledged
-//              once both followers applied it.
+//              once both followers applied it;
+//   rejoin     on the replicated cluster still up: fresh sessions, one per
+//              shard, take appends of 4 KiB of text (64 in flight, each to
+//              its owner) until node n2's copies hold 100* MiB of rows; once
+//              every copy is in sync, n2 is killed (SIGKILL), its store
+//              directory emptied, and it is started again with the same
+//              arguments. events: the load's appends; copy_bytes: the rows
+//              of n2's copies before the kill (replica_state's bytes over
+//              the shards: what a repair copies); store_bytes: its data.mdb
+//              then (none in memory mode);
+//              restart_to_joined_s: from the new process's start until etcd
+//              has it registered and alive (its old lease runs out first);
+//              restart_to_in_sync_s: until every shard's in-sync set in etcd
+//              names it again; repair_mb_per_s: copy_bytes in MiB per second
+//              between the two; verify_equal and verify_different: `cluster
+//              verify`'s counts after it (different: an error).
 // The forwarded hop is shown twice: under load (forwarded p50 less one
 // node's, the target's figure, queueing included) and one request at a time
 // (one_in_flight: node 1's own session against one it forwards).
@@ -26,8 +44,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -45,6 +65,7 @@
 #include "tools/bench/session_load.hpp"
 #include "tools/bench/via_workloads.hpp"
 #include "tools/bench/workloads.hpp"
+#include "tools/cluster_move.hpp"
 
 extern char** environ;
 
@@ -149,26 +170,33 @@ private:
   std::string dir_, url_;
 };
 
-/// A `serve` child with its store (none in memory mode).
+/// A `serve` child with its store (none in memory mode) and the arguments it
+/// was started with.
 struct node {
   std::unique_ptr<temp_store> dir;
   std::unique_ptr<serve_child> child;
+  std::vector<std::string> args;
 };
+
+/// Starts `n.child` with `n.args`; false with the error added to `x`.
+bool spawn_node(run_ctx& x, const config& cfg, node& n) {
+  std::string why;
+  n.child =
+    serve_child::start(cfg.serve_bin.empty() ? self_binary() : cfg.serve_bin, n.args, true, why);
+  if (!n.child)
+    x.errors.add(why);
+  return n.child != nullptr;
+}
 
 bool start_node(run_ctx& x, const config& cfg, const std::vector<std::string>& extra, node& n) {
   auto store_args = serve_store_args(x, cfg, n.dir);
   if (!store_args)
     return false;
-  std::vector<std::string> args = std::move(*store_args);
-  args.push_back("--listen");
-  args.push_back("127.0.0.1:0");
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::string why;
-  n.child =
-    serve_child::start(cfg.serve_bin.empty() ? self_binary() : cfg.serve_bin, args, true, why);
-  if (!n.child)
-    x.errors.add(why);
-  return n.child != nullptr;
+  n.args = std::move(*store_args);
+  n.args.push_back("--listen");
+  n.args.push_back("127.0.0.1:0");
+  n.args.insert(n.args.end(), extra.begin(), extra.end());
+  return spawn_node(x, cfg, n);
 }
 
 void stop_node(run_ctx& x, node& n) {
@@ -368,6 +396,214 @@ void start_cluster(run_ctx& x, const config& cfg, const std::string& url, const 
   }
 }
 
+constexpr double mib = 1024.0 * 1024.0;
+
+/// Loads `c`'s view until `done(view)` or `deadline`; false when the
+/// deadline passed first (a load that fails counts as not done).
+bool poll_view(cluster::coordinator& c, steady::time_point deadline,
+               const std::function<bool(const cluster::cluster_view&)>& done) {
+  for (;;) {
+    auto v = c.load();
+    if (v && done(*v))
+      return true;
+    if (steady::now() >= deadline)
+      return false;
+    // bounded poll: etcd's view of the cluster, until `deadline`
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+bool contains_id(const std::vector<std::string>& ids, const std::string& id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+/// The bytes of the rows of every shard's copy at `c` (node method
+/// replica_state's `bytes`, summed); -1, with the error added, when a call
+/// fails.
+std::int64_t rows_bytes(run_ctx& x, rpc_client& c, std::uint32_t shards) {
+  std::int64_t sum = 0;
+  for (std::uint32_t s = 0; s < shards; ++s) {
+    auto r = c.call("replica_state", json{{"shard", s}});
+    if (!r.value) {
+      x.errors.add("replica_state of shard " + std::to_string(s) + ": " + r.value.err().message);
+      return -1;
+    }
+    sum += r.value->value("bytes", std::int64_t{0});
+  }
+  return sum;
+}
+
+/// The rejoin part on the replicated cluster `name` (its nodes `nodes`,
+/// `clients` connections to each): loads it until node n2's copies hold
+/// `target` bytes of rows, waits until every shard is in sync on all three, kills n2
+/// (SIGKILL), empties its store directory, starts it again with the same
+/// arguments and times its way back into every in-sync set; then compares
+/// every copy with its owner's (verify_replicas). Clears `clients`. The
+/// fields of "rejoin"; those not measured are absent, with an error added.
+ojson rejoin(run_ctx& x, const config& cfg, const std::string& url, const std::string& name,
+             std::size_t target, node (&nodes)[3],
+             std::vector<std::unique_ptr<rpc_client>> (&clients)[3]) {
+  const std::uint32_t shards = 256;
+  const std::size_t width = 64;
+  const std::string app = "bench-k", n2 = "n2";
+  ojson out;
+  out["shards"] = shards;
+  auto coord = cluster::make_etcd_coordinator(url, name);
+  if (!coord) {
+    x.errors.add("coordinator of '" + name + "': " + coord.err().message);
+    return out;
+  }
+  auto& c = **coord;
+  // One user per shard, so that every shard gets data.
+  std::vector<std::string> user_of(shards);
+  std::uint32_t found = 0;
+  for (std::size_t i = 0; found < shards && i < 1000000; ++i) {
+    auto u = "ru" + std::to_string(i);
+    auto& slot = user_of[model::shard_of(app, u, shards)];
+    if (slot.empty()) {
+      slot = std::move(u);
+      ++found;
+    }
+  }
+  auto v = c.load();
+  if (found < shards || !v) {
+    x.errors.add(found < shards ? "no user found for every shard"
+                                : "cannot load cluster '" + name + "': " + v.err().message);
+    return out;
+  }
+  std::vector<int> owner(shards, 0);
+  for (auto& e : v->shards)
+    owner[e.shard] = e.owner.empty() ? 0 : e.owner.back() - '0';
+  // Rounds of fresh sessions, one per shard, each of `per` appends of an
+  // event with 4 KiB of text, until n2's copies hold `target` bytes of rows:
+  // the first aims at half of it, the next at the rest by the bytes per event
+  // measured.
+  const json content = {{"parts", json::array({json{{"text", std::string(4096, 'k')}}})}};
+  const std::int64_t size0 = rows_bytes(x, *clients[2][0], shards);
+  std::int64_t size = size0;
+  std::size_t written = 0;
+  for (int round = 0; round < 10 && size >= 0 && size < std::int64_t(target) && x.errors.count == 0;
+       ++round) {
+    double per_event = written > 0 && size > size0 ? double(size - size0) / double(written) : 4096;
+    double want = double(std::int64_t(target) - size) / (round == 0 ? 2 : 1);
+    std::size_t per = static_cast<std::size_t>(want / per_event) / shards + 1;
+    std::vector<session_ref> refs;
+    for (std::uint32_t s = 0; s < shards; ++s)
+      refs.push_back({app, user_of[s], "j" + std::to_string(round) + "-" + std::to_string(s)});
+    auto client_of = [&](std::size_t j) -> rpc_client& {
+      auto& of = clients[owner[j]];
+      return *of[j % of.size()];
+    };
+    std::vector<double> lat;
+    run_chains(
+      x, shards, 1, width, client_of,
+      [&](std::size_t j, std::size_t) {
+        return std::make_pair(std::string("create_session"), ref_params(refs[j]));
+      },
+      [](std::size_t, const json&) { return std::string(); }, lat);
+    if (x.errors.count != 0)
+      break;
+    run_chains(
+      x, shards, per, width, client_of,
+      [&](std::size_t j, std::size_t) {
+        json p = ref_params(refs[j]);
+        p["event"] = json{{"author", "bench"}, {"content", content}};
+        return std::make_pair(std::string("append_event"), std::move(p));
+      },
+      [](std::size_t k, const json& r) {
+        auto version = r.value("version", std::uint64_t{0});
+        return version == k + 1
+          ? std::string()
+          : "version " + std::to_string(version) + ", expected " + std::to_string(k + 1);
+      },
+      lat);
+    written += std::size_t{shards} * per;
+    size = rows_bytes(x, *clients[2][0], shards);
+  }
+  out["events"] = written;
+  if (x.errors.count != 0 || size < 0)
+    return out;
+  // Every copy in sync before the kill (one that lagged under the load is
+  // repaired first).
+  const auto all_in_sync = [&](const cluster::cluster_view& view) {
+    for (auto& e : view.shards)
+      if (e.isr.size() != 3)
+        return false;
+    return true;
+  };
+  if (!poll_view(c, steady::now() + std::chrono::seconds(120), all_in_sync)) {
+    x.errors.add("the replicated cluster's copies were not all in sync within 120 s of the load");
+    return out;
+  }
+  const std::int64_t copy = rows_bytes(x, *clients[2][0], shards);
+  for (auto& of : clients)
+    of.clear();
+  if (copy < 0)
+    return out;
+  out["copy_bytes"] = copy;
+  if (nodes[2].dir)
+    out["store_bytes"] = std::llround(nodes[2].dir->size_mb() * mib);
+
+  nodes[2].child.reset(); // ~serve_child: SIGKILL to its PID, then reaped
+  // The entries as of the kill: n2 is back in a shard's in-sync set once it
+  // is named there by a change made after it (a new store is added only by
+  // a repair; a change while it is down drops it).
+  auto at_kill = c.load();
+  if (!at_kill) {
+    x.errors.add("cannot load cluster '" + name + "': " + at_kill.err().message);
+    return out;
+  }
+  if (nodes[2].dir) {
+    std::error_code ec;
+    for (auto& entry : std::filesystem::directory_iterator(nodes[2].dir->path(), ec))
+      std::filesystem::remove_all(entry.path(), ec);
+    if (ec) {
+      x.errors.add("cannot empty " + nodes[2].dir->path() + ": " + ec.message());
+      return out;
+    }
+  }
+  const auto t0 = steady::now();
+  if (!spawn_node(x, cfg, nodes[2]))
+    return out;
+  const std::string address = nodes[2].child->address();
+  std::optional<double> joined, in_sync;
+  auto since = [&] { return std::chrono::duration<double>(steady::now() - t0).count(); };
+  poll_view(c, t0 + std::chrono::seconds(120), [&](const cluster::cluster_view& view) {
+    auto* n = view.node(n2);
+    if (!joined && n && n->alive && n->address == address)
+      joined = since();
+    if (!joined)
+      return false;
+    for (auto& e : view.shards)
+      if (e.revision == at_kill->shards[e.shard].revision || !contains_id(e.isr, n2))
+        return false;
+    in_sync = since();
+    return true;
+  });
+  if (!joined || !in_sync) {
+    auto log = nodes[2].child->stderr_text();
+    x.errors.add((!joined ? "n2 did not join again within 120 s of its restart"
+                          : "n2 was not back in every in-sync set within 120 s of its restart")
+                 + std::string("; its stderr ends: ")
+                 + log.substr(log.size() - std::min<std::size_t>(log.size(), 2000)));
+    return out;
+  }
+  out["restart_to_joined_s"] = round_to(*joined, 2);
+  out["restart_to_in_sync_s"] = round_to(*in_sync, 2);
+  if (*in_sync > *joined)
+    out["repair_mb_per_s"] = round_to(double(copy) / mib / (*in_sync - *joined), 1);
+  auto verified = tools::verify_replicas(c, tools::move_options{}, nullptr);
+  if (!verified) {
+    x.errors.add("cluster verify: " + verified.err().message);
+    return out;
+  }
+  out["verify_equal"] = verified->equal;
+  out["verify_different"] = verified->different;
+  if (verified->different != 0)
+    x.errors.add("cluster verify after the rejoin: " + verified->problems[0].dump());
+  return out;
+}
+
 } // namespace
 
 ojson workload_k(const config& cfg) {
@@ -375,16 +611,19 @@ ojson workload_k(const config& cfg) {
   const std::size_t sessions = scaled(cfg, 1000, 8), per = 20, width = 64, conns = 8;
   const std::size_t users = std::min<std::size_t>(100, sessions);
   const std::uint32_t shards = 256;
+  const std::size_t rejoin_bytes = scaled(cfg, 100 * mib, 2 * (std::size_t{1} << 20));
   x.describe("b's appends through one serve and through a 3-node cluster (forwarded; routed "
-             "by cluster_map; routed, with 3 replicas), in one run",
+             "by cluster_map; routed, with 3 replicas), in one run; then a replicated node "
+             "killed, wiped and started again (rejoin)",
              {{"sessions", sessions},
               {"users", users},
               {"events", sessions * per},
               {"in_flight", std::min(width, sessions)},
               {"nodes", 3},
-              {"shards", shards}});
+              {"shards", shards},
+              {"rejoin_mb", round_to(double(rejoin_bytes) / mib, 1)}});
   const char* target = "forwarded ratio_to_one_node >= 0.6, smart >= 0.8, replicated >= 0.4, "
-                       "forward_hop_p50_us <= 200";
+                       "forward_hop_p50_us <= 200, rejoin restart_to_in_sync_s <= 30";
   std::vector<session_ref> refs;
   for (std::size_t j = 0; j < sessions; ++j)
     refs.push_back({"bench-k", "u" + std::to_string(j % users), "s" + std::to_string(j)});
@@ -416,7 +655,7 @@ ojson workload_k(const config& cfg) {
   }
   node nodes[3];
   std::vector<int> owner_of(sessions, 0);
-  ojson forwarded, smart, replicated;
+  ojson forwarded, smart, replicated, rejoined;
   start_cluster(x, cfg, etcd->url(), "bench", 1, refs, nodes, owner_of);
   if (x.errors.count == 0) {
     // Forwarded: every connection to node 0; each phase on sessions of its own.
@@ -487,6 +726,8 @@ ojson workload_k(const config& cfg) {
         auto& of = clients[owner_of[j]];
         return *of[j % of.size()];
       });
+    if (x.errors.count == 0)
+      rejoined = rejoin(x, cfg, etcd->url(), "bench-r", rejoin_bytes, rnodes, clients);
     for (int i = 0; i < 3; ++i)
       clients[i].clear();
     for (auto& n : rnodes)
@@ -496,6 +737,7 @@ ojson workload_k(const config& cfg) {
   x.out["forwarded"] = forwarded;
   x.out["smart"] = smart;
   x.out["replicated"] = replicated;
+  x.out["rejoin"] = rejoined;
   bool meets = false;
   if (x.errors.count == 0 && one.contains("events_per_s") && forwarded.contains("events_per_s")
       && smart.contains("events_per_s")) {
@@ -514,6 +756,8 @@ ojson workload_k(const config& cfg) {
     } else {
       meets = false;
     }
+    if (rejoined.contains("restart_to_in_sync_s"))
+      meets = meets && rejoined["restart_to_in_sync_s"].get<double>() <= 30;
   }
   return x.finish(target, meets);
 }
