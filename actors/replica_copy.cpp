@@ -20,11 +20,11 @@ using namespace detail;
 
 namespace {
 
-range_digest to_public(const store::shard_digest& d) {
+range_digest public_digest(const store::shard_digest& d) {
   return {d.sessions, d.rows, d.bytes, d.crc};
 }
 
-std::string text(const range_digest& d) {
+std::string digest_text(const range_digest& d) {
   char crc[16];
   std::snprintf(crc, sizeof crc, "%08x", static_cast<unsigned>(d.crc));
   return "(sessions " + std::to_string(d.sessions) + ", rows " + std::to_string(d.rows) + ", bytes "
@@ -33,7 +33,7 @@ std::string text(const range_digest& d) {
 
 /// r's stored position ({0, 0}: none). REQUIRES: a transaction of the
 /// engine's store.
-result<replica_position> stored_position(store::kv_read& txn, hash_range r) {
+result<replica_position> stored_public_position(store::kv_read& txn, hash_range r) {
   auto p = store::read_replica_position(txn, r.lo, r.hi);
   if (!p)
     return std::move(p).err();
@@ -78,7 +78,7 @@ public:
     auto d = reader_.digest();
     if (!d)
       return std::move(d).err();
-    return to_public(*d);
+    return public_digest(*d);
   }
 
 private:
@@ -113,7 +113,7 @@ public:
     auto d = (*reader)->digest();
     if (!d)
       return std::move(d).err();
-    return to_public(*d);
+    return public_digest(*d);
   }
 
 private:
@@ -129,7 +129,7 @@ result<std::unique_ptr<range_snapshot>> engine::snapshot_range(hash_range r) {
     return closing();
   try {
     auto txn = core_->kv->begin_read();
-    auto at = stored_position(*txn, r);
+    auto at = stored_public_position(*txn, r);
     if (!at)
       return std::move(at).err();
     if (core_->opts.mode != durability::memory)
@@ -193,11 +193,11 @@ result<void> engine::end_replica_copy(hash_range r, replica_position position,
     auto d = reader.digest();
     if (!d)
       return std::move(d).err();
-    const auto held = to_public(*d);
+    const auto held = public_digest(*d);
     if (held != expected)
       return error{errc::data_corrupt,
-                   "the copy of the range holds rows of digest " + text(held)
-                     + ", not the snapshot's " + text(expected) + ": copy it again"};
+                   "the copy of the range holds rows of digest " + digest_text(held)
+                     + ", not the snapshot's " + digest_text(expected) + ": copy it again"};
     if (position.epoch == 0 && position.seq == 0)
       store::erase_replica_position(*txn, r.lo, r.hi);
     else

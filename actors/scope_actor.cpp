@@ -40,7 +40,7 @@ struct scope_state {
 
 using scope_actor_t = scope_actor_hdl::stateful_pointer<scope_state>;
 
-result<void> load(scope_actor_t self) {
+result<void> load_scope(scope_actor_t self) {
   auto& st = self->state;
   st.fence_epoch = st.core->fence_epoch.load();
   auto txn = store::begin_read(*st.core->kv);
@@ -83,7 +83,7 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
       if (st.loaded && st.fence_epoch != st.core->fence_epoch.load())
         st.loaded = false;
       if (!st.loaded)
-        if (auto r = load(self); !r) {
+        if (auto r = load_scope(self); !r) {
           c.fail(std::move(r).err());
           return;
         }

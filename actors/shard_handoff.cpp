@@ -59,7 +59,7 @@ result<store::shard_position> decode_position(const std::string& text) {
 }
 
 /// The chunk's sessions and rows.
-void count_rows(const store::shard_chunk& c, range_chunk& out) {
+void count_chunk_rows(const store::shard_chunk& c, range_chunk& out) {
   for (const auto& span : c.spans)
     for (const auto& row : span.rows) {
       ++out.rows;
@@ -81,7 +81,7 @@ result<store::shard_chunk> decode_for(hash_range r, std::string_view bytes) {
 /// next position as text.
 range_chunk to_range_chunk(const store::shard_chunk& c) {
   range_chunk out;
-  count_rows(c, out);
+  count_chunk_rows(c, out);
   if (c.next.phase != store::shard_phase::done)
     out.next = encode_position(c.next);
   out.bytes = store::encode_chunk(c);
@@ -263,7 +263,7 @@ result<std::uint64_t> engine::drop_range(hash_range r) {
     if (!c)
       return std::move(c).err();
     range_chunk counted;
-    count_rows(*c, counted);
+    count_chunk_rows(*c, counted);
     sessions += counted.sessions;
     for (auto& span : c->spans)
       span.rows.clear(); // an empty span deletes what the store holds in it

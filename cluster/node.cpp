@@ -87,7 +87,9 @@ struct node::impl {
           cv.notify_all();
         }
       }
-      if (pause(cfg.ttl / 3))
+      // TTL/3 in the clock's units: cfg.ttl / 3 in whole seconds is 0 for
+      // a TTL under 3 s.
+      if (pause(std::chrono::duration_cast<clock::duration>(cfg.ttl) / 3))
         return;
     }
   }

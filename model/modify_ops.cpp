@@ -9,7 +9,7 @@ namespace agentstate {
 
 namespace {
 
-error bad(const std::string& what) {
+error bad_op(const std::string& what) {
   return error{errc::invalid_argument, what};
 }
 
@@ -107,26 +107,26 @@ namespace {
 
 result<state_modify> modify_from_json(const json& x) {
   if (!x.is_object())
-    return bad("a modify operation must be an object {\"key\", \"op\", ...}");
+    return bad_op("a modify operation must be an object {\"key\", \"op\", ...}");
   auto key = x.find("key");
   if (key == x.end() || !key->is_string())
-    return bad("a modify operation needs 'key' (a string)");
+    return bad_op("a modify operation needs 'key' (a string)");
   auto op = x.find("op");
   if (op == x.end() || !op->is_string())
-    return bad("modify of '" + key->get<std::string>() + "' needs 'op' (a string)");
+    return bad_op("modify of '" + key->get<std::string>() + "' needs 'op' (a string)");
   const auto& name = op->get_ref<const std::string&>();
   auto member = [&](const char* m) -> const json* {
     auto it = x.find(m);
     return it == x.end() ? nullptr : &*it;
   };
   auto missing = [&](const char* m) {
-    return bad("modify of '" + key->get<std::string>() + "': '" + name + "' needs '" + m + "'");
+    return bad_op("modify of '" + key->get<std::string>() + "': '" + name + "' needs '" + m + "'");
   };
   std::string k = key->get<std::string>();
   if (name == "increment") {
     auto by = member("by");
     if (!by || !by->is_number())
-      return bad("modify of '" + k + "': 'increment' needs 'by' (a number)");
+      return bad_op("modify of '" + k + "': 'increment' needs 'by' (a number)");
     return modify_ops::increment(std::move(k), *by);
   }
   if (name == "append" || name == "set_if_absent" || name == "merge") {
@@ -138,7 +138,7 @@ result<state_modify> modify_from_json(const json& x) {
     if (name == "set_if_absent")
       return modify_ops::set_if_absent(std::move(k), *v);
     if (!v->is_object())
-      return bad("modify of '" + k + "': 'merge' needs 'value' (an object)");
+      return bad_op("modify of '" + k + "': 'merge' needs 'value' (an object)");
     return modify_ops::merge(std::move(k), *v);
   }
   if (name == "compare_and_set") {
@@ -150,8 +150,8 @@ result<state_modify> modify_from_json(const json& x) {
       return missing("value");
     return modify_ops::compare_and_set(std::move(k), *e, *v);
   }
-  return bad("modify of '" + k + "': unknown op '" + name
-             + "' (increment, append, merge, set_if_absent, compare_and_set)");
+  return bad_op("modify of '" + k + "': unknown op '" + name
+                + "' (increment, append, merge, set_if_absent, compare_and_set)");
 }
 
 } // namespace

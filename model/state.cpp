@@ -27,7 +27,7 @@ namespace {
 constexpr std::string_view session_ns = "session:";
 constexpr std::string_view bg_ns = "bg:";
 
-bool starts_with(std::string_view s, std::string_view p) noexcept {
+bool prefixed_by(std::string_view s, std::string_view p) noexcept {
   return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
 }
 
@@ -37,8 +37,8 @@ bool starts_with(std::string_view s, std::string_view p) noexcept {
 // do not (nor "derived:x" itself). A key with another, unknown ':' prefix
 // ("foo:x") is a plain session key and falls back to "derived:foo:x".
 bool falls_back_to_derived(std::string_view key) noexcept {
-  return scope_of(key) == scope::session && !is_derived(key) && !starts_with(key, session_ns)
-    && !starts_with(key, bg_ns);
+  return scope_of(key) == scope::session && !is_derived(key) && !prefixed_by(key, session_ns)
+    && !prefixed_by(key, bg_ns);
 }
 
 result<void> check_writable(std::string_view key) {
@@ -82,7 +82,7 @@ void drop_modifies(std::vector<state_modify>& v, std::string_view key) {
 }
 
 // The entry of `key` in object `o`, or nullptr.
-const json* member(const json& o, const std::string& key) {
+const json* member_of(const json& o, const std::string& key) {
   if (!o.is_object())
     return nullptr;
   auto it = o.find(key);
@@ -93,7 +93,7 @@ const json* member(const json& o, const std::string& key) {
 std::vector<std::string> keys_under(const state& st, std::string_view prefix) {
   std::vector<std::string> out;
   for (auto& k : st.keys())
-    if (starts_with(k, prefix))
+    if (prefixed_by(k, prefix))
       out.push_back(k.substr(prefix.size()));
   return out;
 }
@@ -103,7 +103,7 @@ json all_under(const state& st, std::string_view prefix) {
   json out = json::object();
   json merged = st.all();
   for (auto it = merged.begin(); it != merged.end(); ++it)
-    if (starts_with(it.key(), prefix))
+    if (prefixed_by(it.key(), prefix))
       out[it.key().substr(prefix.size())] = it.value();
   return out;
 }
@@ -125,11 +125,11 @@ state::state(json merged) {
 static const json* direct_find(const json& base, const json& overlay,
                                const std::set<std::string, std::less<>>& removed,
                                const std::string& key) {
-  if (const json* v = member(overlay, key))
+  if (const json* v = member_of(overlay, key))
     return v;
   if (removed.find(key) != removed.end())
     return nullptr;
-  return member(base, key);
+  return member_of(base, key);
 }
 
 const json* state::find(std::string_view key) const {
@@ -279,13 +279,13 @@ result<std::size_t> state::clear_prefix(std::string_view prefix) {
   // Refused when the prefix could match a derived: key: "derived:" itself, a
   // prefix of it ("", "d", "derived"), or a longer prefix inside it
   // ("derived:x"). Any other prefix matches no derived: key.
-  if (starts_with(derived_prefix, prefix) || starts_with(prefix, derived_prefix))
+  if (prefixed_by(derived_prefix, prefix) || prefixed_by(prefix, derived_prefix))
     return error{errc::invalid_argument,
                  "clear_prefix: prefix '" + std::string(prefix)
                    + "' would match derived: keys, which are read-only"};
   std::size_t n = 0;
   for (const auto& k : keys()) {
-    if (!starts_with(k, prefix))
+    if (!prefixed_by(k, prefix))
       continue;
     if (auto ok = remove(k); !ok)
       return std::move(ok).err();
@@ -406,7 +406,7 @@ state_change diff_values(const json& before, const json& after) {
   const json& a = after.is_object() ? after : empty;
   state_change out;
   for (auto it = a.begin(); it != a.end(); ++it) {
-    const json* old = member(b, it.key());
+    const json* old = member_of(b, it.key());
     if (!old || *old != it.value())
       out.set[it.key()] = it.value();
   }

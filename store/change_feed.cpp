@@ -11,7 +11,7 @@ namespace agentstate::store {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) {
+bool has_prefix_of(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
 }
 
@@ -86,7 +86,7 @@ result<std::optional<change>> change_for(const watch_request& req, const change_
   const auto scope_keys = scope_prefix(req);
   const bool filtered = !scope_keys.empty() || !req.key_prefix.empty();
   auto keep = [&](std::string_view key) {
-    return starts_with(key, scope_keys) && starts_with(key, req.key_prefix);
+    return has_prefix_of(key, scope_keys) && has_prefix_of(key, req.key_prefix);
   };
   change c;
   auto delta = parse_stored(row.delta);

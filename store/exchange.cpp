@@ -36,7 +36,7 @@ std::vector<std::string> split_nul(std::string_view k) {
 
 // A row that passed its checksum (or has none: formats 1-3) but does not
 // decode.
-error corrupt(const std::string& what) {
+error corrupt_exchange(const std::string& what) {
   return error{errc::internal, "corrupt store (run verify): " + what};
 }
 
@@ -111,7 +111,7 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
     if (user && cut != std::string_view::npos)
       cut = k.find('\0', cut + 1);
     if (cut == std::string_view::npos) {
-      err = corrupt(std::string(table_name(t)) + " key without scope");
+      err = corrupt_exchange(std::string(table_name(t)) + " key without scope");
       return false;
     }
     auto scope = k.substr(0, cut + 1);
@@ -124,7 +124,7 @@ result<void> export_scopes(kv_read& txn, table t, const std::string& prefix, boo
       return report(damaged(t, k));
     auto val = parse_json(*body, stored_json_depth);
     if (!val) {
-      err = corrupt("state row: " + val.err().message);
+      err = corrupt_exchange("state row: " + val.err().message);
       return false;
     }
     tally_in(found, v);
@@ -174,7 +174,7 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
       if (!rec)
         return give_up(damaged(table::sessions, skey));
       if (parts.size() != 3) {
-        err = corrupt("session key '" + printable(skey) + "'");
+        err = corrupt_exchange("session key '" + printable(skey) + "'");
         return false;
       }
       // T1, X2/X3: deleted for every reader, not yet purged.
@@ -222,7 +222,7 @@ result<std::uint64_t> export_store(kv_read& txn, const export_filter& f,
         ++next;
         auto ev = parse_json(event_body_text(*body), stored_json_depth);
         if (!ev) {
-          bad = corrupt("event: " + ev.err().message);
+          bad = corrupt_exchange("event: " + ev.err().message);
           return false;
         }
         lines.push_back(json{{"type", "event"},
@@ -459,7 +459,7 @@ struct importer {
   }
 };
 
-bool has_rows(kv_read& txn, table t) {
+bool table_has_rows(kv_read& txn, table t) {
   bool any = false;
   txn.scan(t, {}, {}, [&](std::string_view, std::string_view) {
     any = true;
@@ -476,7 +476,7 @@ result<std::uint64_t> import_store(kv_store& kv, std::istream& in,
     {
       auto r = kv.begin_read();
       for (auto t : {table::sessions, table::user_state, table::app_state})
-        if (has_rows(*r, t))
+        if (table_has_rows(*r, t))
           return error{errc::invalid_argument, "the target store is not empty"};
     }
     importer imp;

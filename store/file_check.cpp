@@ -28,7 +28,7 @@ constexpr std::uint32_t lmdb_data_version = 1;
 constexpr std::uint64_t no_page = ~std::uint64_t{0};
 
 template <class T>
-T load(const unsigned char* p) {
+T load_as(const unsigned char* p) {
   T x;
   std::memcpy(&x, p, sizeof x);
   return x;
@@ -42,15 +42,15 @@ struct meta_page {
 
 meta_page parse(const unsigned char* p) {
   meta_page m;
-  m.flags = load<std::uint16_t>(p + 10);
-  m.magic = load<std::uint32_t>(p + 16);
-  m.version = load<std::uint32_t>(p + 20);
-  m.map_size = load<std::uint64_t>(p + 32);
-  m.page_size = load<std::uint32_t>(p + 40);
-  m.roots[0] = load<std::uint64_t>(p + 80);
-  m.roots[1] = load<std::uint64_t>(p + 128);
-  m.last_page = load<std::uint64_t>(p + 136);
-  m.txn_id = load<std::uint64_t>(p + 144);
+  m.flags = load_as<std::uint16_t>(p + 10);
+  m.magic = load_as<std::uint32_t>(p + 16);
+  m.version = load_as<std::uint32_t>(p + 20);
+  m.map_size = load_as<std::uint64_t>(p + 32);
+  m.page_size = load_as<std::uint32_t>(p + 40);
+  m.roots[0] = load_as<std::uint64_t>(p + 80);
+  m.roots[1] = load_as<std::uint64_t>(p + 128);
+  m.last_page = load_as<std::uint64_t>(p + 136);
+  m.txn_id = load_as<std::uint64_t>(p + 144);
   return m;
 }
 

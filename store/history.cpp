@@ -29,7 +29,7 @@ result<void> for_each_event(kv_read& txn, std::string_view skey, std::uint64_t u
                            });
 }
 
-const json* member(const json& x, const char* name) {
+const json* field_of(const json& x, const char* name) {
   if (!x.is_object())
     return nullptr;
   auto it = x.find(name);
@@ -39,10 +39,10 @@ const json* member(const json& x, const char* name) {
 // Applies an event's session-scope sets and removes to `state`, and records
 // the keys it touches in `touched` (when given).
 void replay(const json& ev, json& state, std::set<std::string>* touched) {
-  const json* actions = member(ev, "actions");
+  const json* actions = field_of(ev, "actions");
   if (!actions)
     return;
-  if (const json* delta = member(*actions, "state_delta"); delta && delta->is_object())
+  if (const json* delta = field_of(*actions, "state_delta"); delta && delta->is_object())
     for (auto it = delta->begin(); it != delta->end(); ++it) {
       if (scope_of(it.key()) != scope::session || it.key().rfind(turn_prefix, 0) == 0)
         continue;
@@ -50,7 +50,7 @@ void replay(const json& ev, json& state, std::set<std::string>* touched) {
       if (touched)
         touched->insert(it.key());
     }
-  if (const json* rm = member(*actions, "state_remove"); rm && rm->is_array())
+  if (const json* rm = field_of(*actions, "state_remove"); rm && rm->is_array())
     for (auto& k : *rm) {
       if (!k.is_string())
         continue;
@@ -65,12 +65,12 @@ void replay(const json& ev, json& state, std::set<std::string>* touched) {
 
 rewind_mark mark_of(const json& ev) {
   rewind_mark m;
-  const json* actions = member(ev, "actions");
+  const json* actions = field_of(ev, "actions");
   if (!actions)
     return m;
-  if (const json* inv = member(*actions, "rewind_before_invocation_id"); inv && inv->is_string())
+  if (const json* inv = field_of(*actions, "rewind_before_invocation_id"); inv && inv->is_string())
     m.before_invocation_id = inv->get<std::string>();
-  if (const json* v = member(*actions, "rewind_before_version"); v && v->is_number_unsigned())
+  if (const json* v = field_of(*actions, "rewind_before_version"); v && v->is_number_unsigned())
     m.before_version = v->get<std::uint64_t>();
   return m;
 }
@@ -218,7 +218,7 @@ result<log_outline> read_outline(kv_read& txn, std::string_view skey, std::uint6
   try {
     log_outline out;
     auto r = for_each_event(txn, skey, upto, [&](std::uint64_t, json& ev) -> result<bool> {
-      const json* inv = member(ev, "invocation_id");
+      const json* inv = field_of(ev, "invocation_id");
       out.invocation_ids.push_back(inv && inv->is_string() ? inv->get<std::string>()
                                                            : std::string());
       out.marks.push_back(mark_of(ev));
@@ -274,7 +274,7 @@ result<rewind_changes> plan_rewind(kv_read& txn, std::string_view skey, std::uin
     auto at_point = [&](std::uint64_t v, const json& ev) {
       if (!by_id)
         return v == target.before_version;
-      const json* inv = member(ev, "invocation_id");
+      const json* inv = field_of(ev, "invocation_id");
       return inv && inv->is_string()
         && inv->get_ref<const std::string&>() == target.before_invocation_id;
     };

@@ -216,7 +216,7 @@ result<json> read_merged_state(kv_read& txn, const session_ref& r, const std::st
 
 // Whether session `skey` has event or state rows (its record being absent:
 // a damaged record key hides the record from lookups, not its rows).
-bool has_rows(kv_read& txn, const std::string& skey) {
+bool session_has_rows(kv_read& txn, const std::string& skey) {
   bool any = false;
   auto found = [&](std::string_view, std::string_view) {
     any = true;
@@ -232,7 +232,7 @@ bool has_rows(kv_read& txn, const std::string& skey) {
 // event or state rows exist and no purge mark explains them (a damaged
 // record key hides the record from lookups, not its rows).
 std::optional<error> record_lost(kv_read& txn, const std::string& skey) {
-  if (has_rows(txn, skey) && !is_doomed(txn, skey))
+  if (session_has_rows(txn, skey) && !is_doomed(txn, skey))
     return error{errc::data_corrupt,
                  row_name(table::sessions, skey)
                    + " is missing while the session's rows exist (the store is damaged; "

@@ -295,7 +295,7 @@ void put_u32(std::string& out, std::uint32_t x) {
     out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
 }
 
-void put_str(std::string& out, std::string_view s) {
+void put_str32(std::string& out, std::string_view s) {
   put_u32(out, static_cast<std::uint32_t>(s.size()));
   out.append(s);
 }
@@ -880,18 +880,18 @@ std::string encode_chunk(const shard_chunk& chunk) {
   append_be64(out, chunk.range.lo);
   append_be64(out, chunk.range.hi);
   out.push_back(static_cast<char>(chunk.next.phase));
-  put_str(out, chunk.next.after);
+  put_str32(out, chunk.next.after);
   put_u32(out, static_cast<std::uint32_t>(chunk.spans.size()));
   for (auto& s : chunk.spans) {
     out.push_back(static_cast<char>(s.phase));
-    put_str(out, s.after);
-    put_str(out, s.last);
+    put_str32(out, s.after);
+    put_str32(out, s.last);
     out.push_back(s.to_end ? 1 : 0);
     put_u32(out, static_cast<std::uint32_t>(s.rows.size()));
     for (auto& r : s.rows) {
       out.push_back(static_cast<char>(r.t));
-      put_str(out, r.key);
-      put_str(out, r.value);
+      put_str32(out, r.key);
+      put_str32(out, r.value);
     }
   }
   put_u32(out, crc32c_extend(0, out));

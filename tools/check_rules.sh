@@ -6,7 +6,13 @@
 #  - a line of tests/, bindings/python/tests/ or bindings/js/test/ that sleeps (sleep_for,
 #    sleep_until, usleep, sleep(, setTimeout() says why in a comment on it, on the line
 #    above or in the comment lines just above, with "poll", "input" or "why:" (the
-#    convention: docs/testing.md).
+#    convention: docs/testing.md);
+#  - no two .cpp files compiled into one product target (the library: store/,
+#    model/, actors/, adapters/; protocol/; server/; cluster/; client/;
+#    console/; the tool: tools/, tools/adk/, tools/bench/) define the same
+#    name at file scope in an anonymous namespace or as a static function:
+#    the unity build compiles them together in batches, where a call could
+#    otherwise resolve to another file's helper.
 # Prints each file and line that breaks one and exits 1.
 #
 # usage: tools/check_rules.sh
@@ -14,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n 3,10p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n 3,16p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "check_rules.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 
@@ -71,6 +77,61 @@ for f in "${all[@]}"; do
       ;;
   esac
 done
+# Rule 3: file-local names unique within a unity-built target.
+if ! python3 - "${all[@]}" <<'PY'
+import collections, re, sys
+groups = {'store': 'library', 'model': 'library', 'actors': 'library', 'adapters': 'library',
+          'protocol': 'protocol', 'server': 'server', 'cluster': 'cluster', 'client': 'client',
+          'console': 'console', 'tools': 'tool'}
+skip = {'return', 'if', 'for', 'while', 'switch', 'operator', 'const', 'auto', 'void', 'bool',
+        'int', 'std', 'namespace', 'static', 'inline', 'constexpr'}
+decl = [re.compile(r'^(?:template\s*<.*>\s*)?(?:struct|class|enum(?:\s+class)?|union)\s+([A-Za-z_]\w*)'),
+        re.compile(r'^using\s+([A-Za-z_]\w*)\s*='),
+        re.compile(r'^(?:template\s*<.*>\s*)?(?:static\s+|inline\s+|constexpr\s+|const\s+)*'
+                   r'[\w:<>,*&\s]*?(?<!::)\b([A-Za-z_]\w*)\s*(?:\(|=|\{|;|\[)')]
+static_fn = re.compile(r'^static\s+[\w:<>,*&\s]*?\b([A-Za-z_]\w*)\s*\(')
+names = collections.defaultdict(lambda: collections.defaultdict(list))
+for f in sys.argv[1:]:
+    parts = f.split('/')
+    if not f.endswith('.cpp') or parts[0] not in groups:
+        continue
+    if parts[0] == 'tools' and len(parts) > 2 and parts[1] not in ('adk', 'bench'):
+        continue
+    anon = raw = False
+    for n, line in enumerate(open(f, encoding='utf-8', errors='replace'), 1):
+        if raw:  # inside a raw string literal R"(...)"
+            raw = ')"' not in line
+            continue
+        if 'R"(' in line and ')"' not in line.split('R"(', 1)[1]:
+            raw = True
+        if line.startswith('namespace ') and '=' in line:
+            continue  # a namespace alias: the same alias twice is one
+        if re.match(r'^namespace\s*\{', line):
+            anon = True
+            continue
+        if anon and re.match(r'^\}\s*//\s*namespace', line):
+            anon = False
+            continue
+        m = None
+        if anon and line[:1].isalpha():
+            m = next((x for x in (r.match(line) for r in decl) if x), None)
+        elif not anon:
+            m = static_fn.match(line)
+        if m and m.group(1) not in skip and f'{f}:{n}' not in names[groups[parts[0]]][m.group(1)]:
+            names[groups[parts[0]]][m.group(1)].append(f'{f}:{n}')
+bad = False
+for target, defs in names.items():
+    for name, where in sorted(defs.items()):
+        files = {w.rsplit(':', 1)[0] for w in where}
+        if len(files) > 1:
+            bad = True
+            print(f"{', '.join(where)}: '{name}' is defined file-locally in {len(files)} files of "
+                  f"the {target}'s unity build: give each its own name or share one definition")
+sys.exit(1 if bad else 0)
+PY
+then
+  bad=1
+fi
 if ((bad)); then
   echo "check_rules.sh: the rules above are broken (see docs/testing.md and the top of this script)" >&2
   exit 1

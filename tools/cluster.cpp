@@ -276,7 +276,7 @@ int run_drain(cluster::coordinator& c, const cluster_args& a) {
   return 0;
 }
 
-int run_verify(cluster::coordinator& c, const cluster_args& a) {
+int run_cluster_verify(cluster::coordinator& c, const cluster_args& a) {
   if (!a.args.empty())
     return usage_error("cluster", "verify takes no further arguments");
   if (auto problem = a.remote.problem(); !problem.empty())
@@ -435,12 +435,12 @@ runner define_cluster(command_line& cl) {
     if (a->action == "adopt")
       return run_adopt(**c, *a);
     if (a->action == "verify")
-      return run_verify(**c, *a);
+      return run_cluster_verify(**c, *a);
     return a->action == "init" ? run_init(**c, *a) : run_status(**c, *a);
   };
 }
 
-const bool registered = register_command(
+const bool cluster_registered = register_command(
   {"cluster", "create, show and rebalance a cluster (configuration in etcd)", define_cluster});
 
 } // namespace

@@ -160,7 +160,7 @@ server holds, give that server --http instead (agentstate serve).)";
 
 } // namespace
 
-static const bool registered = register_command(
+static const bool console_registered = register_command(
   {"console", "a store's sessions, events and state in a browser, live", define_console});
 
 } // namespace agentstate::tools

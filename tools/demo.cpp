@@ -266,7 +266,7 @@ int run_demo(const demo_options& o) {
   return failures == 0 ? exit_ok : exit_failed;
 }
 
-static const bool registered = register_command(
+static const bool demo_registered = register_command(
   {"demo", "a guided run of the engine on an LMDB store (./agentstate-data)", define_demo});
 
 } // namespace agentstate::tools

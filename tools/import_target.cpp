@@ -177,7 +177,7 @@ int run_import(const import_options& p) {
   return std::fflush(stdout) == 0 ? exit_ok : exit_failed;
 }
 
-const bool registered =
+const bool import_target_registered =
   register_command({"import", "JSON lines from export into an empty store", define_import});
 
 } // namespace

@@ -127,7 +127,7 @@ int run_local(const prune_args& a, double age) {
 }
 
 // --address: the server's `prune` method over one connection.
-int run_remote(const prune_args& a, double age) {
+int run_prune_remote(const prune_args& a, double age) {
   if (auto problem = a.remote.problem(); !problem.empty())
     return usage_error("prune", problem);
   auto made = client_options_of(a.remote);
@@ -174,7 +174,7 @@ int run_prune(const prune_args& a) {
                          + a.older_than + "'");
   if (a.dir.empty() == a.address.empty())
     return usage_error("prune", "give a store directory DIR or --address ADDR (one of them)");
-  return a.address.empty() ? run_local(a, *age) : run_remote(a, *age);
+  return a.address.empty() ? run_local(a, *age) : run_prune_remote(a, *age);
 }
 
 runner define_prune(command_line& cl) {
@@ -230,7 +230,7 @@ node prunes its own store (with --app, only a node that owns every shard).)";
 
 } // namespace
 
-static const bool registered = register_command(
+static const bool prune_registered = register_command(
   {"prune", "delete the sessions of a store not updated for a given time", define_prune});
 
 } // namespace agentstate::tools

@@ -440,7 +440,7 @@ int run_salvage(const salvage_options& o) {
   return lost.empty() && dropped.empty() && problems.empty() ? 0 : 3;
 }
 
-const bool registered = register_command(
+const bool salvage_registered = register_command(
   {"salvage", "copy every session that reads clean into a new store", define_salvage});
 
 } // namespace

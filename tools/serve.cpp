@@ -755,7 +755,7 @@ int run_serve(serve_config& cfg) {
 
 } // namespace
 
-static const bool registered = register_command(
+static const bool serve_registered = register_command(
   {"serve", "the JSON-RPC protocol over stdio, TCP, TLS or Unix sockets", define_serve});
 
 } // namespace agentstate::tools

@@ -78,7 +78,7 @@ result<void> write_durably(const std::string& dir, const std::string& path,
   return {};
 }
 
-hash_range range_of(std::uint32_t shard, std::uint32_t shards) {
+hash_range shard_hash_range(std::uint32_t shard, std::uint32_t shards) {
   auto r = model::shard_range(shard, shards);
   return {r.lo, r.hi};
 }
@@ -239,7 +239,7 @@ struct shard_mover::impl {
   result<void> fence_once(std::uint32_t s, std::uint32_t shards) {
     if (fenced_here.count(s))
       return {};
-    if (auto r = eng.fence_range(range_of(s, shards)); !r)
+    if (auto r = eng.fence_range(shard_hash_range(s, shards)); !r)
       return r;
     fenced_here.insert(s);
     return {};
@@ -276,7 +276,7 @@ struct shard_mover::impl {
                    "shard " + std::to_string(s) + " is not moving away from node '" + id
                      + "' at epoch " + std::to_string(st->epoch) + ": the map has " + describe(e)};
     const auto shards = st->view->settings.shards;
-    const auto r = range_of(s, shards);
+    const auto r = shard_hash_range(s, shards);
     json out = json::object();
     if (e.copying) {
       if (since)
@@ -330,7 +330,7 @@ struct shard_mover::impl {
       return std::move(r).err();
     if (auto r = fence_once(s, shards); !r) // so nothing here writes, reaps or prunes it yet
       return std::move(r).err();
-    if (auto r = eng.write_range(range_of(s, shards), *bytes); !r)
+    if (auto r = eng.write_range(shard_hash_range(s, shards), *bytes); !r)
       return std::move(r).err();
     return json{{"shard", s}, {"bytes", bytes->size()}};
   }
@@ -356,7 +356,7 @@ struct shard_mover::impl {
       if (auto f = fence_once(s, shards); !f)
         return std::move(f).err();
     }
-    auto d = eng.digest_range(range_of(s, shards));
+    auto d = eng.digest_range(shard_hash_range(s, shards));
     if (!d)
       return std::move(d).err();
     return json{{"sessions", d->sessions}, {"rows", d->rows}, {"bytes", d->bytes}, {"crc", d->crc}};
@@ -377,7 +377,7 @@ struct shard_mover::impl {
       return error{errc::version_conflict,
                    "shard " + std::to_string(s) + " is not served by node '" + id + "' at epoch "
                      + std::to_string(st->epoch) + ": the map has " + describe(e)};
-    auto m = eng.merge_range(range_of(s, st->view->settings.shards), *bytes);
+    auto m = eng.merge_range(shard_hash_range(s, st->view->settings.shards), *bytes);
     if (!m)
       return std::move(m).err();
     return json{{"added", m->added}, {"present", m->present}, {"sessions", m->sessions}};
@@ -399,7 +399,7 @@ struct shard_mover::impl {
         continue;
       }
       const auto& e = v.shards[s];
-      const auto r = range_of(s, m.shards);
+      const auto r = shard_hash_range(s, m.shards);
       if (m.what == role::fenced) {
         if (e.owner == id && !e.to.empty()) {
           if (!fenced_here.count(s)) { // a restart while the move runs

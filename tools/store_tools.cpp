@@ -518,7 +518,7 @@ int export_common(const export_options& p, const char* command) {
   return std::fflush(stdout) == 0 && damaged == 0 ? exit_ok : exit_failed;
 }
 
-const bool registered =
+const bool store_tools_registered =
   register_command({"inspect", "format, counts, map use and readers of a store", define_inspect})
   && register_command(
     {"verify", "check every session and index of a store; exit 1 on faults", define_verify})

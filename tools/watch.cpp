@@ -61,7 +61,8 @@ json filter_of(const watch_request& r) {
   return p;
 }
 
-int run_remote(const watch_options& o, const server::listen_spec& at, const watch_request& req) {
+int run_watch_remote(const watch_options& o, const server::listen_spec& at,
+                     const watch_request& req) {
   if (o.poll_opt && o.poll_opt->count() > 0)
     return usage_error("watch", "--poll-ms is for a store directory, not a server");
   if (auto problem = o.remote.problem(); !problem.empty())
@@ -117,7 +118,7 @@ int run_watch(const watch_options& o) {
   if (!req)
     return usage_error("watch", req.err().message);
   if (auto at = server_address(o.dir))
-    return run_remote(o, *at, *req);
+    return run_watch_remote(o, *at, *req);
   if (o.remote.given())
     return usage_error("watch",
                        "--token-file and the --tls options need a server address, not "
@@ -259,7 +260,7 @@ SIGTERM unwatches and exits 0, naming the last cursor on stderr.)";
   return [o] { return run_watch(*o); };
 }
 
-const bool registered = register_command(
+const bool watch_registered = register_command(
   {"watch", "print a store's or a server's change feed as JSON lines", define_watch});
 
 } // namespace

@@ -30,7 +30,7 @@ namespace agentstate::tools {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using watch_clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int connect_ms = 10000;
@@ -41,8 +41,8 @@ constexpr int keepalive_ms = 30000;
 /// How long a stopping watch waits for the answer to its unwatch.
 constexpr int unwatch_ms = 5000;
 
-int remaining_ms(clock_type::time_point deadline) {
-  auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()).count();
+int remaining_ms(watch_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - watch_clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left);
 }
 
@@ -193,7 +193,7 @@ private:
     const std::string watch_id = text_of(answer, "watch_id");
     last_ = text_of(answer, "cursor");
     bool stopping = false;
-    auto stop_deadline = clock_type::now();
+    auto stop_deadline = watch_clock::now();
     for (;;) {
       while (auto x = box_.pop()) {
         if (x->reply) {
@@ -247,7 +247,7 @@ private:
       }
       if (!stopping && (p[1].revents & POLLIN)) {
         stopping = true;
-        stop_deadline = clock_type::now() + milliseconds(unwatch_ms);
+        stop_deadline = watch_clock::now() + milliseconds(unwatch_ms);
         c_.unwatch_async(watch_id, [&box](rpc_reply r) {
           box.push(inbox::item{std::nullopt, std::move(r), true});
         });

@@ -6,9 +6,12 @@
 #include <doctest/doctest.h>
 
 #include "cluster/node.hpp"
+#include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
 
 #include <map>
+#include <sstream>
+#include <thread>
 
 namespace {
 
@@ -160,6 +163,40 @@ TEST_CASE("a node id still live after a crash is taken once its lease expires") 
   auto n = cluster::node::start(c, cfg);
   REQUIRE_MESSAGE(n.ok(), n.err().message);
   CHECK((*n)->serving());
+}
+
+// Regression test: the keeper paused cfg.ttl / 3 in whole seconds between
+// renewals, 0 s for a TTL of 2 s, and renewed about 1,500 times a second.
+// The count is an upper bound over a window at least 3 s long: a slow
+// machine renews less, never more.
+TEST_CASE("a node renews its lease every TTL/3, not without a pause (regression: a 2 s TTL was "
+          "renewed ~1,500 times a second)") {
+  test::etcd_process etcd;
+  auto c = shared_coordinator(etcd, "renew");
+  REQUIRE(c->create(cluster::cluster_settings{}).ok());
+  // etcd's count of the lease keepalives it received (its /metrics).
+  auto keepalives = [&] {
+    auto [rc, out] = test::net::shell("curl -s --max-time 10 " + etcd.url() + "/metrics", false);
+    REQUIRE(rc == 0);
+    double n = 0;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("grpc_server_msg_received_total{", 0) == 0
+          && line.find("grpc_method=\"LeaseKeepAlive\"") != std::string::npos)
+        n += std::stod(line.substr(line.rfind(' ') + 1));
+    return n;
+  };
+  auto n = start_node(c, "n1", 2s);
+  REQUIRE(n->wait_for(all_owned, 10s));
+  const auto before = keepalives();
+  const auto t0 = std::chrono::steady_clock::now();
+  // why: the window renewals are counted over (3 s, four to five periods of 667 ms)
+  std::this_thread::sleep_for(3s);
+  const auto renewed = keepalives() - before;
+  const auto window = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("renewals: ", renewed, " in ", window, " s");
+  CHECK(before + renewed >= 1); // the metric is read (the keeper renews once as it starts)
+  CHECK(renewed <= window / (2.0 / 3) + 2);
 }
 
 TEST_CASE("a node cut off from etcd stops serving within its lease's TTL, and resumes after") {

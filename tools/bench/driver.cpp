@@ -333,7 +333,7 @@ int run_bench(bench_args& a) {
   return failed ? exit_failed : exit_ok;
 }
 
-static const bool registered = register_command(
+static const bool bench_registered = register_command(
   {"bench", "run the benchmark workloads a..k (in process or via serve)", define_bench});
 
 } // namespace
