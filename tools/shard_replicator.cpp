@@ -93,8 +93,9 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   using batch_ptr = std::shared_ptr<const std::string>;
   using done_fn = std::function<void(result<void>)>;
 
-  /// A run of write sets as shipped, up to sequence number `last`,
-  /// committed by this node at `at` (kept: when it was kept).
+  /// A run of write sets as shipped, up to sequence number `last`, shipped
+  /// by this node at `at` (a run caught up from a kept batch: when the
+  /// batch was kept).
   struct run {
     std::uint64_t last = 0;
     batch_ptr batch;
@@ -412,8 +413,6 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       }
       fol.in_flight = true;
       fol.sent_at = clock::now();
-      if (fol.oldest > fol.sent_at)
-        fol.oldest = fol.sent_at;
       gen = ++fol.gen;
       params = {{"shard", shard}, {"epoch", it->second.epoch}, {"batches", std::move(batches)}};
       if (!n) {
