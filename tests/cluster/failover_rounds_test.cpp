@@ -112,18 +112,6 @@ test::cluster_node start_node(const test::etcd_process& etcd, const test::temp_d
   return n;
 }
 
-/// The error kind the server answered (`data.kind`), or "" (a success, or
-/// no answer).
-std::string kind_of_reply(const rpc_reply& r) {
-  if (!r.answered || !r.error_object.is_object())
-    return "";
-  auto data = r.error_object.find("data");
-  if (data == r.error_object.end() || !data->is_object())
-    return "";
-  auto kind = data->find("kind");
-  return kind != data->end() && kind->is_string() ? kind->get<std::string>() : "";
-}
-
 /// The time of the round under way: the shards the killed node owned, when
 /// the kill was sent, when the killed process was reaped, and the first
 /// acknowledgement of an append to one of those shards invoked after that.
@@ -344,7 +332,7 @@ private:
         json done{{"process", s.user},
                   {"f", s.reading ? "read" : "append"},
                   {"session", session_of(s.user)}};
-        const std::string kind = kind_of_reply(c.reply);
+        const std::string kind = test::kind_of_reply(c.reply);
         const bool versioned = c.reply.value.ok() && c.reply.value->is_object()
           && c.reply.value->contains("version") && (*c.reply.value)["version"].is_number_unsigned();
         if (c.reply.value.ok() && !versioned) {

@@ -614,17 +614,6 @@ using steady = std::chrono::steady_clock;
 /// The lease's TTL of the fixture's nodes (--lease-ttl-s 2).
 constexpr auto lease_ttl = 2s;
 
-/// The error kind of `r` (`data.kind`), or "" (a success, or no answer).
-std::string kind_of_reply(const rpc_reply& r) {
-  if (!r.answered || !r.error_object.is_object())
-    return "";
-  auto data = r.error_object.find("data");
-  if (data == r.error_object.end() || !data->is_object())
-    return "";
-  auto kind = data->find("kind");
-  return kind != data->end() && kind->is_string() ? kind->get<std::string>() : "";
-}
-
 /// A load on the sessions of `users`, driven from the test's thread: each
 /// user (history process USER) appends through its shard's owner in the
 /// map the load starts with (`owner`), one append outstanding, a fresh
@@ -779,7 +768,7 @@ private:
                o.read,
                o.tag,
                good,
-               kind_of_reply(a.reply),
+               test::kind_of_reply(a.reply),
                a.reply.answered && !good ? a.reply.value.err().message : std::string(),
                a.at};
     if (o.read) {

@@ -70,6 +70,18 @@ inline cluster_node start_store_cluster_node(const etcd_process& etcd, const tem
   return n;
 }
 
+/// The error kind of a node's answer `r` (`data.kind`), or "" (a success,
+/// or no answer).
+inline std::string kind_of_reply(const rpc_reply& r) {
+  if (!r.answered || !r.error_object.is_object())
+    return "";
+  auto data = r.error_object.find("data");
+  if (data == r.error_object.end() || !data->is_object())
+    return "";
+  auto kind = data->find("kind");
+  return kind != data->end() && kind->is_string() ? kind->get<std::string>() : "";
+}
+
 /// The cluster_map once every node of `ports` names an owner for every shard
 /// (authenticating with `token` when given); REQUIREs it within 15 s.
 inline json settled_map(const std::vector<int>& ports, const std::string& token = "") {
