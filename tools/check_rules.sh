@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Checks two rules of the repository's sources (tools/check_format.sh runs it):
+# Checks three rules of the repository's sources (tools/check_format.sh runs it):
 #  - a product file (any source outside tests) over 600 lines says why in its
 #    first 5 lines, in a comment with "Over 600 lines: REASON";
 #  - a line of tests/, bindings/python/tests/ or bindings/js/test/ that sleeps (sleep_for,
