@@ -232,6 +232,19 @@ void write_users(engine& e, hash_range r, std::size_t n, const std::string& pref
   }
 }
 
+/// A leader at DIR/a, shipping into `shipped`, that leads the four
+/// quarters() at epoch 1 and has written `per_range` users in each
+/// (write_users, prefix "s").
+std::unique_ptr<engine> quarters_leader(test::store_kind kind, const test::temp_dir& dir,
+                                        kept_shipments& shipped, std::size_t per_range) {
+  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  for (auto& r : quarters())
+    MUST(leader->lead_range(r, 1));
+  for (auto& r : quarters())
+    write_users(*leader, r, per_range, "s");
+  return leader;
+}
+
 /// The shipments in `all` of range `r`, in order.
 std::vector<replica_shipment> of_range(const std::vector<replica_shipment>& all, hash_range r) {
   std::vector<replica_shipment> out;
@@ -669,12 +682,8 @@ TEST_CASE_TEMPLATE("apply_replicas applies several ranges' shipments in one comm
   const auto kind = S::kind;
   test::temp_dir dir;
   kept_shipments shipped;
-  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  auto leader = quarters_leader(kind, dir, shipped, 2);
   const auto q = quarters();
-  for (auto& r : q)
-    MUST(leader->lead_range(r, 1));
-  for (auto& r : q)
-    write_users(*leader, r, 2, "s");
   const auto all = shipped.after({0, 0});
   REQUIRE(all.size() == 16); // 4 ranges, 2 sessions each, a create and an append each
   std::vector<engine::replica_input> in;
@@ -854,12 +863,8 @@ TEST_CASE_TEMPLATE("apply_replicas applies nothing when a write or the commit fa
   const auto kind = S::kind;
   test::temp_dir dir;
   kept_shipments shipped;
-  auto leader = open_kind(kind, dir.str() + "/a", shipped.replicator());
+  auto leader = quarters_leader(kind, dir, shipped, 1);
   const auto q = quarters();
-  for (auto& r : q)
-    MUST(leader->lead_range(r, 1));
-  for (auto& r : q)
-    write_users(*leader, r, 1, "s");
   std::vector<engine::replica_input> in;
   const auto all = shipped.after({0, 0});
   for (auto& s : all)

@@ -207,23 +207,9 @@ private:
     steady::time_point not_before{}, invoked{};
   };
 
-  /// Completed calls of one thread, pushed by its connections' I/O threads.
-  struct completions {
-    struct item {
-      std::size_t session;
-      rpc_reply reply;
-      steady::time_point at;
-    };
-    std::mutex mtx;
-    std::condition_variable cv;
-    std::deque<item> items;
-
-    void push(std::size_t s, rpc_reply r) {
-      std::lock_guard<std::mutex> g(mtx);
-      items.push_back(item{s, std::move(r), steady::now()});
-      cv.notify_all();
-    }
-  };
+  /// Completed calls of one thread (index: the session), pushed by its
+  /// connections' I/O threads.
+  using completions = test::timed_replies;
 
   void problem(std::string what) {
     std::lock_guard<std::mutex> g(problems_mtx_);
@@ -326,7 +312,7 @@ private:
         got.swap(q->items);
       }
       for (auto& c : got) {
-        auto& s = st[c.session];
+        auto& s = st[c.index];
         s.busy = false;
         --outstanding;
         json done{{"process", s.user},

@@ -694,23 +694,9 @@ private:
     steady::time_point not_before{};
   };
 
-  struct arrival {
-    std::size_t op;
-    rpc_reply reply;
-    steady::time_point at;
-  };
-
-  /// Answers pushed by the connections' I/O threads.
-  struct arrivals {
-    std::mutex mtx;
-    std::condition_variable cv;
-    std::deque<arrival> items;
-    void push(std::size_t op, rpc_reply r) {
-      std::lock_guard<std::mutex> g(mtx);
-      items.push_back(arrival{op, std::move(r), steady::now()});
-      cv.notify_all();
-    }
-  };
+  /// Answers pushed by the connections' I/O threads (index: the op).
+  using arrivals = test::timed_replies;
+  using arrival = arrivals::item;
 
   /// A call: of which user, read or append, a read's tag.
   struct op {
@@ -759,7 +745,7 @@ private:
   }
 
   void take(arrival& a) {
-    const auto& o = ops_.at(a.op);
+    const auto& o = ops_.at(a.index);
     --outstanding_;
     const auto& u = users_[o.user];
     const bool good = a.reply.value.ok();

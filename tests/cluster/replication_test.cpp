@@ -84,6 +84,18 @@ struct replicated {
     REQUIRE_FALSE(n[k].proc->alive());
   }
 
+  /// Every node stopped (SIGTERM, its exit 0 CHECKed), and its store opened.
+  std::map<std::string, std::unique_ptr<engine>> stop_and_open() {
+    for (auto& node : n) {
+      node.proc->signal(SIGTERM);
+      CHECK(node.proc->wait_exit() == 0);
+    }
+    std::map<std::string, std::unique_ptr<engine>> stores;
+    for (const char* id : {"a", "b", "c"})
+      stores[id] = test::open_store_dir(dir.str() + "/" + id);
+    return stores;
+  }
+
   /// The nodes' logs, for a failure's message.
   std::string logs() const {
     std::string out;
@@ -248,11 +260,6 @@ std::vector<std::string> with_sessions(std::vector<client>& via, int count) {
   return users;
 }
 
-/// An engine on node `id`'s store (the node stopped).
-std::unique_ptr<engine> open_store(const test::temp_dir& dir, const std::string& id) {
-  return test::open_store_dir(dir.str() + "/" + id);
-}
-
 /// User `u`'s session as `store` holds it: {version, events}.
 json final_of(engine& store, const std::string& u) {
   return test::final_session(store, "app", u, "s");
@@ -285,13 +292,7 @@ TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica
   auto report = json::parse(verified.second);
   CHECK(report["copies"] == shard_count * 2);
   CHECK(report["equal"] == shard_count * 2);
-  for (auto& node : c.n) {
-    node.proc->signal(SIGTERM);
-    CHECK(node.proc->wait_exit() == 0);
-  }
-  std::map<std::string, std::unique_ptr<engine>> stores;
-  for (const char* id : {"a", "b", "c"})
-    stores[id] = open_store(c.dir, id);
+  auto stores = c.stop_and_open();
   for (auto& u : users) {
     h.add({{"type", "final"},
            {"session", session_of(u)},
@@ -399,13 +400,7 @@ namespace {
 void stop_and_judge(replicated& c, const std::vector<std::string>& users,
                     std::map<std::string, std::string>& owner, const json& status,
                     test::history_log& h, const std::string& name) {
-  for (auto& node : c.n) {
-    node.proc->signal(SIGTERM);
-    CHECK(node.proc->wait_exit() == 0);
-  }
-  std::map<std::string, std::unique_ptr<engine>> stores;
-  for (const char* id : {"a", "b", "c"})
-    stores[id] = open_store(c.dir, id);
+  auto stores = c.stop_and_open();
   for (auto& u : users)
     h.add(
       {{"type", "final"}, {"session", session_of(u)}, {"value", final_of(*stores[owner[u]], u)}});

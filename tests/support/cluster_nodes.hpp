@@ -9,7 +9,10 @@
 #include "support/etcd_process.hpp"
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -69,6 +72,25 @@ inline cluster_node start_store_cluster_node(const etcd_process& etcd, const tem
   n.proc->wait_serving();
   return n;
 }
+
+/// Replies pushed by client connections' I/O threads, each with the index
+/// of its call and the time it reached the test; a consumer waits on `cv`
+/// under `mtx` and takes `items`.
+struct timed_replies {
+  struct item {
+    std::size_t index;
+    rpc_reply reply;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::deque<item> items;
+  void push(std::size_t index, rpc_reply r) {
+    std::lock_guard<std::mutex> g(mtx);
+    items.push_back(item{index, std::move(r), std::chrono::steady_clock::now()});
+    cv.notify_all();
+  }
+};
 
 /// The error kind of a node's answer `r` (`data.kind`), or "" (a success,
 /// or no answer).
