@@ -2,7 +2,11 @@
 // Over 600 lines: one class, a connection's whole state machine (read, admit, write, close).
 #include "server/connection.hpp"
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <linux/sockios.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -94,7 +98,10 @@ bool write_direct(outbox& out, std::unique_lock<std::mutex>& lock, counters& sta
 template <class Stream>
 class connection final : public connection_base {
   static constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
+  static constexpr bool is_unix = std::is_same_v<Stream, unix_socket>;
   static constexpr std::size_t read_chunk = 64 * 1024;
+  /// How often a lingering close asks whether the peer has everything.
+  static constexpr auto linger_poll = std::chrono::milliseconds(5);
   /// Fallback re-check while requests are in flight and the connection is
   /// paused or closing (completions normally wake it through on_complete).
   static constexpr auto poll_interval = std::chrono::milliseconds(50);
@@ -387,6 +394,8 @@ private:
   // buffer, so an idle connection holds no read buffer.
   void on_readable(const asio::error_code& ec) {
     reading_ = false;
+    if (lingering_ && !closed_)
+      return discard_input(ec);
     if (closing_ || closed_)
       return finish_if_idle();
     if (ec)
@@ -898,7 +907,15 @@ private:
           return;
         }
       }
-      stop_direct_writes();
+      if (!linger_checked_) {
+        linger_checked_ = true;
+        stop_direct_writes();
+        begin_linger();
+      }
+      if (lingering_ && !peer_eof_ && unacked_bytes() > 0) {
+        schedule();
+        return;
+      }
       asio::error_code ignored;
       socket().shutdown(asio::socket_base::shutdown_both, ignored);
       socket().close(ignored);
@@ -929,6 +946,68 @@ private:
     sh_->on_finished(id_);
   }
 
+  // -- lingering close --------------------------------------------------------------
+
+  // Closing a TCP socket with input still unread makes the kernel answer with
+  // a reset, which drops whatever it has not yet sent: responses written but
+  // still in the send queue would never reach the client. So when the client
+  // may still send (no end of input) and has not yet acknowledged every byte,
+  // the connection closes its sending side (the FIN follows the last
+  // response), reads and discards input, and closes once the peer has
+  // acknowledged everything, the peer ends its input, or the closing grace
+  // runs out (on_timer: a client not taking its responses).
+  void begin_linger() {
+    if (eof_ || unacked_bytes() == 0)
+      return;
+    lingering_ = true;
+    asio::error_code ignored;
+    socket().shutdown(asio::socket_base::shutdown_send, ignored);
+    if constexpr (!is_tls) {
+      reading_ = true;
+      stream_.async_wait(Stream::wait_read,
+                         [self = self()](const asio::error_code& ec) { self->on_readable(ec); });
+    }
+  }
+
+  // Lingering: input is read and dropped; nothing of it is taken.
+  void discard_input(const asio::error_code& ec) {
+    if (!ec) {
+      thread_local std::vector<char> buf(read_chunk);
+      for (int i = 0; i < 16; ++i) { // then the strand's other work runs
+        asio::error_code rec;
+        auto n = stream_.read_some(asio::buffer(buf), rec);
+        if (rec == asio::error::would_block || rec == asio::error::try_again)
+          break;
+        if (rec || n == 0) {
+          peer_eof_ = true; // end of input, or the peer is gone: nothing more to wait for
+          break;
+        }
+      }
+    } else {
+      peer_eof_ = true;
+    }
+    if (!peer_eof_) {
+      reading_ = true;
+      stream_.async_wait(Stream::wait_read,
+                         [self = self()](const asio::error_code& e) { self->on_readable(e); });
+    }
+    finish_if_idle();
+  }
+
+  // The bytes sent that the peer has not acknowledged (the FIN counts one);
+  // 0 for a Unix socket (what was sent is in the peer's queue) and where the
+  // platform cannot tell.
+  std::size_t unacked_bytes() {
+#if defined(__linux__) && defined(SIOCOUTQ)
+    if constexpr (!is_unix) {
+      int n = 0;
+      if (::ioctl(socket().native_handle(), SIOCOUTQ, &n) == 0 && n > 0)
+        return static_cast<std::size_t>(n);
+    }
+#endif
+    return 0;
+  }
+
   // -- timers -------------------------------------------------------------------
 
   // Arms the timer for the earliest deadline that applies now.
@@ -950,6 +1029,8 @@ private:
         consider(opened_ + lim.line_timeout);
       if (tls_shutdown_started_ && !tls_shutdown_done_)
         consider(tls_shutdown_deadline_);
+      if (lingering_ && !peer_eof_)
+        consider(now + linger_poll);
       if (!closing_ && reading_ && in_line() && lim.line_timeout.count() > 0)
         consider(line_started_ + lim.line_timeout);
       if (lim.idle_timeout.count() > 0 && !closing_)
@@ -1088,6 +1169,9 @@ private:
   bool closing_ = false; ///< no more reading; finishing
   bool closed_ = false; ///< socket closed
   bool finished_ = false; ///< left the registry
+  bool linger_checked_ = false; ///< finish_if_idle decided whether to linger
+  bool lingering_ = false; ///< sending side closed; waiting for the peer's acknowledgement
+  bool peer_eof_ = false; ///< lingering, and the peer ended its input (or is gone)
   bool tls_shutdown_started_ = false;
   bool tls_shutdown_done_ = false;
   clock::time_point tls_shutdown_deadline_;

@@ -149,6 +149,138 @@ TEST_CASE("listeners: SIGTERM answers requests in flight, refuses new connection
   CHECK(get_existing(*eng, sref("app", "u", "s")).version == static_cast<std::uint64_t>(answered));
 }
 
+namespace {
+
+/// The server's side of the TCP connection from `client_port` to
+/// `server_port` as /proc/net/tcp{,6} shows it: its state (1 established,
+/// 4 FIN-WAIT-1, ...) and its send queue (bytes not yet acknowledged by the
+/// client). nullopt once no such socket exists.
+struct server_socket_state {
+  int state = 0;
+  long send_queue = 0;
+};
+
+std::optional<server_socket_state> server_side_of(int server_port, int client_port) {
+  auto port_of = [](const std::string& addr) {
+    return std::stoi(addr.substr(addr.rfind(':') + 1), nullptr, 16);
+  };
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line); // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, st, queues;
+      fields >> slot >> local >> remote >> st >> queues;
+      if (queues.empty() || port_of(local) != server_port || port_of(remote) != client_port)
+        continue;
+      return server_socket_state{std::stoi(st, nullptr, 16),
+                                 std::stol(queues.substr(0, queues.find(':')), nullptr, 16)};
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+// Bug: at SIGTERM the server closed a connection whose client had sent more
+// than the server read; with input unread, the kernel answers a close with a
+// reset and drops what it has not yet sent, so responses the server had
+// written (their appends stored) never reached the client. The client here
+// keeps a small receive buffer and reads nothing until the server has
+// closed (or begun closing) its side, so the answers wait in the server's
+// send queue at that moment.
+TEST_CASE("listeners: bug: SIGTERM with unread input reset the connection and lost written "
+          "responses") {
+  fixture f;
+  auto store = (f.dir.path() / "store").string();
+  server_process srv({"--listen", "0", "--store", store}, f.log_path());
+  int port = srv.port();
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  int small = 4096;
+  REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0);
+  timeval bound{10, 0}; // a read that waits longer fails the test instead of hanging it
+  REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound) == 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  sockaddr_in me{};
+  socklen_t me_len = sizeof me;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &me_len) == 0);
+  const int my_port = ntohs(me.sin_port);
+  auto send_all = [fd](const std::string& text) {
+    std::size_t off = 0;
+    while (off < text.size()) {
+      auto n = ::send(fd, text.data() + off, text.size() - off, MSG_NOSIGNAL);
+      if (n <= 0)
+        return false;
+      off += static_cast<std::size_t>(n);
+    }
+    return true;
+  };
+  std::string requests = rpc("c", "create_session", sref_params("app", "s")).dump() + "\n";
+  for (int i = 0; i < 300; ++i)
+    requests +=
+      rpc(i, "append_event", with(sref_params("app", "s"), "event", json{{"author", "a"}})).dump()
+      + "\n";
+  REQUIRE(send_all(requests));
+  // Answers are waiting in the server's send queue.
+  auto queued = [&] {
+    auto s = server_side_of(port, my_port);
+    return s && s->send_queue >= 16 * 1024;
+  };
+  for (int i = 0; i < 1000 && !queued(); ++i)
+    std::this_thread::sleep_for(10ms); // poll: the server answers in its own time
+  REQUIRE(queued());
+  srv.signal(SIGTERM);
+  srv.wait_log("event=shutdown");
+  // Input the server does not read any more: it stopped reading at the signal.
+  REQUIRE(send_all(R"({"jsonrpc":"2.0","id":"unread","method":"ping")"));
+  auto established = [&] {
+    auto s = server_side_of(port, my_port);
+    return s && s->state == 1;
+  };
+  for (int i = 0; i < 1000 && established(); ++i)
+    std::this_thread::sleep_for(10ms); // poll: the server closes in its own time
+  REQUIRE(!established());
+  std::string received;
+  char chunk[4096];
+  for (;;) {
+    auto n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n <= 0) {
+      const std::string how = n == 0 ? "end of stream" : std::strerror(errno);
+      INFO("recv: ", how);
+      CHECK(n == 0); // a reset instead of the end of the stream is the bug's sign
+      break;
+    }
+    received.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  CHECK((received.empty() || received.back() == '\n')); // no response cut short
+  std::istringstream lines(received.substr(0, received.rfind('\n') + 1));
+  std::string line;
+  int answered = 0;
+  while (std::getline(lines, line)) {
+    auto r = parse_json(line, 16);
+    REQUIRE(r.ok());
+    if ((*r)["id"].is_number()) {
+      CHECK(ok(*r));
+      ++answered;
+    }
+  }
+  CHECK(srv.wait_exit() == 0);
+  MESSAGE(answered, " of 300 pipelined appends answered across SIGTERM");
+  CHECK(answered > 0);
+  options o;
+  o.dir = store;
+  auto eng = MUST(engine::open(o));
+  // Every stored append was answered.
+  CHECK(get_existing(*eng, sref("app", "u", "s")).version == static_cast<std::uint64_t>(answered));
+}
+
 TEST_CASE("listeners: network options need --listen; ping answers on standard input") {
   auto [code, out] = shell(std::string(AGENTSTATE_BIN) + " serve --memory --auth-file /x");
   CHECK(code == 2);
