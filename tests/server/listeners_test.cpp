@@ -232,9 +232,7 @@ TEST_CASE("listeners: bug: SIGTERM with unread input reset the connection and lo
     auto s = server_side_of(port, my_port);
     return s && s->send_queue >= 16 * 1024;
   };
-  for (int i = 0; i < 1000 && !queued(); ++i)
-    std::this_thread::sleep_for(10ms); // poll: the server answers in its own time
-  REQUIRE(queued());
+  REQUIRE(eventually(queued));
   srv.signal(SIGTERM);
   srv.wait_log("event=shutdown");
   // Input the server does not read any more: it stopped reading at the signal.
@@ -243,9 +241,7 @@ TEST_CASE("listeners: bug: SIGTERM with unread input reset the connection and lo
     auto s = server_side_of(port, my_port);
     return s && s->state == 1;
   };
-  for (int i = 0; i < 1000 && established(); ++i)
-    std::this_thread::sleep_for(10ms); // poll: the server closes in its own time
-  REQUIRE(!established());
+  REQUIRE(eventually([&] { return !established(); }));
   std::string received;
   char chunk[4096];
   for (;;) {
