@@ -77,6 +77,26 @@ prepare_result prepare_get(const json& params) {
   return checked(p, std::move(x));
 }
 
+// list_sessions' `shards` and `shard_count` (both, or neither) into `r`.
+void read_shard_filter(param_reader& p, const json& params, list_request& r) {
+  auto count = p.optional_uint("shard_count");
+  auto it = params.find("shards");
+  const bool listed = it != params.end() && !it->is_null();
+  if (!count && !listed)
+    return;
+  if (!count || !listed || !it->is_array())
+    return p.fail("parameters 'shards' (an array of shard numbers) and 'shard_count' go together");
+  if (*count == 0 || *count > 65536)
+    return p.fail("parameter 'shard_count' must be 1 to 65536, not " + std::to_string(*count));
+  r.shard_count = static_cast<std::uint32_t>(*count);
+  for (const auto& s : *it) {
+    if (!s.is_number_unsigned() || s.get<std::uint64_t>() >= *count)
+      return p.fail("parameter 'shards' must hold shard numbers below 'shard_count' ("
+                    + std::to_string(*count) + ")");
+    r.shards.push_back(s.get<std::uint32_t>());
+  }
+}
+
 prepare_result prepare_list(const json& params) {
   param_reader p(params);
   list_request r;
@@ -102,6 +122,7 @@ prepare_result prepare_list(const json& params) {
   r.offset = p.optional_uint("offset").value_or(0);
   r.include_total = p.optional_bool("include_total").value_or(false);
   r.session_tokens = p.optional_bool("session_tokens").value_or(false);
+  read_shard_filter(p, params, r);
   if (auto form = p.optional_string("shared_state")) {
     if (*form == "once")
       r.shared_state = list_state::once;

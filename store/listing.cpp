@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agentstate/scope.hpp"
+#include "model/shard.hpp"
 #include "store/apply.hpp"
 #include "store/crc32c.hpp"
 #include "store/errors.hpp"
@@ -167,8 +168,32 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
         h.user = nul == std::string_view::npos ? "" : std::string(rest.substr(nul + 1));
       }
     };
-    // Whether the session an entry names is gone for readers (T1, X2).
+    // list_request::shards: whether a user's sessions are of a listed shard
+    // (the last user's answer kept: an index groups many entries by user).
+    const bool by_shard = req.shard_count > 0;
+    std::vector<bool> listed_shards;
+    if (by_shard) {
+      listed_shards.assign(req.shard_count, false);
+      for (auto s : req.shards)
+        if (s < req.shard_count)
+          listed_shards[s] = true;
+    }
+    std::optional<std::string> shard_user;
+    bool shard_user_listed = false;
+    auto outside = [&](const std::string& user) {
+      if (!by_shard)
+        return false;
+      if (!shard_user || user != *shard_user) {
+        shard_user = user;
+        shard_user_listed = listed_shards[model::shard_of(req.app_name, user, req.shard_count)];
+      }
+      return !shard_user_listed;
+    };
+    // Whether the session an entry names is gone for readers (T1, X2), or
+    // outside the listed shards.
     auto gone = [&](const hit& h) {
+      if (outside(h.user))
+        return true;
       if (user_fences && fenced(txn, req.app_name, h.user))
         return true;
       if (expired_here == 0)
@@ -192,7 +217,7 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
         return false;
       }
       hit h;
-      const bool check = user_fences || expired_here > 0;
+      const bool check = user_fences || expired_here > 0 || by_shard;
       if (check) {
         parse(k, h);
         if (gone(h))
@@ -276,7 +301,7 @@ result<session_page> list_sessions(kv_read& txn, const list_request& req, std::s
     session_page page;
     if (req.include_total) {
       std::uint64_t n = 0, all = 0;
-      const bool check = user_fences || expired_here > 0;
+      const bool check = user_fences || expired_here > 0 || by_shard;
       txn.scan(index, prefix, {}, [&](std::string_view k, std::string_view) {
         hit h;
         if (check && k.size() >= prefix.size() + time_bytes + 1)

@@ -511,16 +511,25 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
       return protocol::span_answer{nullptr, nullptr};
     };
   } else {
-    r.span_params = [](const json& params, std::size_t) {
+    // Each node lists and counts only the shards this view names it owner
+    // of: its store may also hold copies (a follower's, a shard moving to
+    // or from it), which another node answers for.
+    std::vector<json> owned(ids.size(), json::array());
+    for (std::uint32_t s = 0; s < shards; ++s)
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (v->shards[s].owner == ids[i])
+          owned[i].push_back(s);
+    r.span_params = [owned = std::move(owned), shards](const json& params, std::size_t part) {
       json p = params;
       p["session_tokens"] = true;
       p["this_node"] = true;
+      p["shard_count"] = shards;
+      p["shards"] = owned[part];
       p.erase("offset"); // refused by the merge: no part skips anything
       return p;
     };
-    // A node lists every session its store holds; each session is taken
-    // from its shard's owner alone (a node may still hold, or already
-    // hold, the rows of a shard that moves).
+    // Each session is taken from its shard's owner alone, as this view
+    // names it (a part's node may answer from a newer view).
     r.span = [max = p_->max_response_bytes, ids, v](const json& params,
                                                     std::vector<protocol::span_answer> parts) {
       const auto shards = v->settings.shards;

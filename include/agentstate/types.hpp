@@ -161,6 +161,13 @@ struct list_request {
   /// Fill session_page::session_tokens: for each listed session, the page
   /// token that continues this listing after it.
   bool session_tokens = false;
+  /// With shard_count > 0: only the sessions whose shard among shard_count
+  /// (the cluster's placement of (app_name, user_id), docs/cluster.md) is
+  /// one of `shards`, listed and counted alike; the others are skipped as
+  /// expired ones are. What a cluster node answers of its own shards when
+  /// its store also holds copies of others (a follower's, a moving shard's).
+  std::uint32_t shard_count = 0;
+  std::vector<std::uint32_t> shards;
 };
 
 struct session_page {

@@ -282,6 +282,28 @@ TEST_CASE("with 3 replicas every acknowledged append is on every in-sync replica
   auto app = via[1].call("get_app_state", json{{"app_name", "app"}});
   REQUIRE(ok(app));
   CHECK((*app)["result"]["count"] == 24 * 6); // each increment applied once
+  // Bug: listed across nodes, the total added each node's count of what its
+  // store holds, every copy of every shard here (3 × 24). Each session is
+  // listed and counted once, on every node.
+  for (auto& cl : via) {
+    json params{{"app_name", "app"}, {"include_total", true}, {"page_size", 5}};
+    std::multiset<std::string> listed;
+    for (int page = 0; page < 20; ++page) {
+      auto r = cl.call("list_sessions", params);
+      REQUIRE(ok(r));
+      const auto& res = (*r)["result"];
+      if (page == 0)
+        CHECK(res["total"] == 24);
+      for (const auto& s : res["sessions"])
+        listed.insert(s["user_id"].get<std::string>());
+      if (res["next_page_token"].is_null())
+        break;
+      params["page_token"] = res["next_page_token"];
+      params.erase("include_total");
+    }
+    CHECK(listed.size() == 24);
+    CHECK(std::set<std::string>(listed.begin(), listed.end()).size() == 24);
+  }
 
   auto status = c.status();
   CHECK(status["under_replicated"] == 0);

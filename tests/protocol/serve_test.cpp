@@ -4,6 +4,7 @@
 // Covers every method of docs/protocol.md, every error kind a client can reach,
 // malformed lines, pipelining, per-session order, notifications and the
 // end-of-input contract (exit 0, data durable).
+#include "model/shard.hpp"
 #include "support/serve_process.hpp"
 #include "support/test_support.hpp"
 
@@ -319,6 +320,30 @@ TEST_CASE("serve: list_sessions' order, offset and include_total") {
   CHECK(error_code(bad_total) == -32602);
   auto bad_offset = s.call("list_sessions", json{{"app_name", "app"}, {"offset", -1}});
   CHECK(error_code(bad_offset) == -32602);
+  // shards and shard_count: together, numbers below the count.
+  const auto shard_of_u = model::shard_of("app", "u1", 4);
+  auto in_shard = s.ok("list_sessions",
+                       json{{"app_name", "app"},
+                            {"shards", json::array({shard_of_u})},
+                            {"shard_count", 4},
+                            {"include_total", true}});
+  CHECK(in_shard["total"] == 5);
+  auto other = s.ok("list_sessions",
+                    json{{"app_name", "app"},
+                         {"shards", json::array({(shard_of_u + 1) % 4})},
+                         {"shard_count", 4},
+                         {"include_total", true}});
+  CHECK(other["total"] == 0);
+  CHECK(other["sessions"].empty());
+  for (const auto& wrong : {json{{"shards", json::array({0})}}, json{{"shard_count", 4}},
+                            json{{"shards", json::array({4})}, {"shard_count", 4}},
+                            json{{"shards", json::array({0})}, {"shard_count", 0}},
+                            json{{"shards", "0"}, {"shard_count", 4}}}) {
+    json params = wrong;
+    params["app_name"] = "app";
+    INFO(params.dump());
+    CHECK(error_code(s.call("list_sessions", params)) == -32602);
+  }
   CHECK(s.wait_exit() == 0);
 }
 

@@ -3,6 +3,9 @@
 // and combined with page tokens, for one user and for the whole app.
 #include <doctest/doctest.h>
 
+#include <set>
+
+#include "model/shard.hpp"
 #include "support/test_support.hpp"
 
 using namespace agentstate;
@@ -91,4 +94,66 @@ TEST_CASE_TEMPLATE("list_sessions: descending order, pages of it, offsets and to
   again.descending = true;
   again.page_token = *p1.next_page_token;
   CHECK(ids_of(MUST(e.list_sessions(again))) == names({3, 1, 0}));
+}
+
+TEST_CASE_TEMPLATE("list_sessions: shards and shard_count list and count only those shards' "
+                   "sessions (a cluster node's own, not the copies it holds)",
+                   S, test::memory_store, test::lmdb_store) {
+  auto t = test::open_engine(S::kind);
+  engine& e = *t;
+  constexpr std::uint32_t count = 4;
+  std::set<std::string> wanted;
+  std::string outsider;
+  for (int i = 0; i < 40; ++i) {
+    const auto user = "u" + std::to_string(i);
+    const auto id = "s" + std::to_string(i);
+    auto ref = test::sref("app", user, id);
+    MUST(e.create_session(test::create_req(ref)));
+    test::append_ok(e, ref, test::make_event(json::object(), {}, 1000.0 + i));
+    const auto shard = model::shard_of("app", user, count);
+    if (shard == 1 || shard == 3)
+      wanted.insert(id);
+    else
+      outsider = user;
+  }
+  REQUIRE(!wanted.empty());
+  REQUIRE(wanted.size() < 40);
+  for (auto order : {list_order::update_time, list_order::created, list_order::id}) {
+    for (bool desc : {false, true}) {
+      INFO("order ", static_cast<int>(order), desc ? " descending" : " ascending");
+      auto req = test::list_req("app", std::nullopt, 3);
+      req.order_by = order;
+      req.descending = desc;
+      req.shard_count = count;
+      req.shards = {1, 3};
+      req.include_total = true;
+      std::multiset<std::string> seen;
+      for (int page = 0; page < 40; ++page) {
+        auto p = MUST(e.list_sessions(req));
+        if (page == 0) {
+          REQUIRE(p.total);
+          CHECK(*p.total == wanted.size());
+        }
+        for (auto& s : p.sessions)
+          seen.insert(s.id);
+        if (!p.next_page_token)
+          break;
+        req.page_token = *p.next_page_token;
+        req.include_total = false;
+      }
+      CHECK(seen == std::multiset<std::string>(wanted.begin(), wanted.end()));
+    }
+  }
+  // One user's listing outside the shards is empty, its total 0.
+  auto one = test::list_req("app", outsider);
+  one.shard_count = count;
+  one.shards = {1, 3};
+  one.include_total = true;
+  auto p = MUST(e.list_sessions(one));
+  CHECK(p.sessions.empty());
+  CHECK(*p.total == 0);
+  // Without the filter every session is listed and counted.
+  auto all = test::list_req("app");
+  all.include_total = true;
+  CHECK(*MUST(e.list_sessions(all)).total == 40);
 }
