@@ -706,8 +706,7 @@ int run_serve(serve_config& cfg) {
                     protocol::forward_done done) {
         m->forward(peer, method, std::move(params), std::move(done));
       };
-    net.set_routing([m](const protocol::route_query& q) { return m->route(q); },
-                    [m](const json& params) { return m->cluster_map(params); }, std::move(forward));
+    // The routes ask the replicator whether a shard is led: it starts first.
     if (auto r =
           m->start_moves(eng, cfg.have_store ? cfg.engine_opts.dir : std::string(), new_store, log);
         !r) {
@@ -716,6 +715,8 @@ int run_serve(serve_config& cfg) {
       member.reset();
       return finish_engine(eng, log, 1);
     }
+    net.set_routing([m](const protocol::route_query& q) { return m->route(q); },
+                    [m](const json& params) { return m->cluster_map(params); }, std::move(forward));
     net.set_node_calls(
       [m](const std::string& method, json params, std::function<void(result<json>)> done) {
         m->node_call(method, std::move(params), std::move(done));

@@ -282,9 +282,16 @@ struct cluster_member::impl {
   std::optional<protocol::route_refusal> for_shard(const cluster::cluster_view& v,
                                                    std::uint32_t shard) const {
     const auto& e = v.shards[shard];
+    json data = {{"shard", shard}, {"epoch", e.epoch}};
+    if (e.owner == id && e.to.empty() && replicator && !replicator->leads(shard, e.epoch)) {
+      data["owner"] = e.owner;
+      return refusal("unavailable",
+                     "shard " + std::to_string(shard) + " is being taken over by node '" + id
+                       + "' at epoch " + std::to_string(e.epoch) + "; retry",
+                     std::move(data));
+    }
     if (e.owner == id && (e.to.empty() || e.copying))
       return std::nullopt;
-    json data = {{"shard", shard}, {"epoch", e.epoch}};
     if (e.owner.empty())
       return refusal("unavailable", "shard " + std::to_string(shard) + " has no owner yet",
                      std::move(data));

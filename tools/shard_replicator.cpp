@@ -127,6 +127,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
   struct shard_state {
     std::uint64_t epoch = 0;
     std::uint64_t lead = 0; ///< which lead of this node it is (impl::leads)
+    bool leading = false; ///< the engine's lead began (start is known)
     position_t start;
     /// The sequence number of the last write set of the lead (start's
     /// until the first shipment).
@@ -656,6 +657,7 @@ struct shard_replicator::impl : std::enable_shared_from_this<impl> {
       std::lock_guard<std::mutex> lock(mtx);
       auto* st = find(s);
       if (r && st) {
+        st->leading = true;
         st->start = *r;
         st->head = r->seq;
         for (auto& [id, f] : st->followers) {
@@ -1818,6 +1820,12 @@ void shard_replicator::replica_copy(json params, std::function<void(result<json>
 
 json shard_replicator::stats() const {
   return p_->stats();
+}
+
+bool shard_replicator::leads(std::uint32_t shard, std::uint64_t epoch) const {
+  std::lock_guard<std::mutex> lock(p_->mtx);
+  auto* st = p_->find(shard);
+  return st && st->epoch == epoch && st->leading;
 }
 
 void shard_replicator::stop() {

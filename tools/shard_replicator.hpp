@@ -154,6 +154,13 @@ public:
   /// sync)}]}}. Any thread.
   json stats() const;
 
+  /// Whether this node leads `shard` at `epoch`: its copy was found to hold
+  /// every acknowledged write of the shard (a restarted owner's is checked
+  /// against the in-sync copies first), and its writes commit. An owner that
+  /// does not lead a shard yet answers no request of it, reads included: its
+  /// copy may be behind (a store deleted, a restart). Any thread.
+  bool leads(std::uint32_t shard, std::uint64_t epoch) const;
+
   /// Ends the threads; later shipments answer unavailable. Idempotent.
   /// REQUIRES: before the engine closes.
   void stop();
