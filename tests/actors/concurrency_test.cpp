@@ -674,7 +674,7 @@ TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers park
       if (c.spin.count() > 0)
         REQUIRE(eventually([&] { return detail::engine_factory::parked_workers(e) == c.threads; }));
       else
-        // the input, not a wait: a gap between bursts (see above).
+        // input: a gap between bursts, not a wait for an outcome (see above).
         std::this_thread::sleep_for(std::chrono::milliseconds(b % 2 ? 3 : 12));
       for (int k = 0; k < sessions; ++k) {
         int i = b * sessions + k;

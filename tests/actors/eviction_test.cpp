@@ -2,7 +2,10 @@
 // options::max_live_sessions and the heap trimmer (issue 18 item 6). Probe
 // findings, as regressions: "200k live sessions: 569 MB; nothing bounds the
 // number of live actors" and "after every actor was passivated RSS stayed at
-// 583 MB". Real threads, a real LMDB store in a temporary directory.
+// 583 MB". Real threads, a real LMDB store in a temporary directory. The
+// engine's stats are polled (test::eventually): evictions are messages handled
+// on the engine's threads, and idle passivation runs on the actor system's
+// steady timer, which options::wall_clock does not drive.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -32,20 +35,6 @@ long rss_anon_kib() {
     if (line.rfind("RssAnon:", 0) == 0)
       return std::stol(line.substr(8));
   return -1;
-}
-
-template <class Pred>
-bool eventually(Pred p, std::chrono::milliseconds within) {
-  auto deadline = std::chrono::steady_clock::now() + within;
-  while (!p()) {
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    // bounded poll of the engine's stats: evictions are messages handled on
-    // the engine's threads, and idle passivation runs on the actor system's
-    // steady timer, which options::wall_clock does not drive.
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
 }
 
 std::string sid(std::size_t i, const std::string& prefix = "s") {
@@ -89,7 +78,7 @@ TEST_CASE("max_live_sessions bounds the live session actors; evicted sessions re
   load(e, 5000, 4);
   // Evictions are messages: the count settles once they are handled (the
   // 60 s are a hang guard).
-  CHECK(eventually([&] { return e.stats().sessions_live <= 640; }, 60s));
+  CHECK(test::eventually([&] { return e.stats().sessions_live <= 640; }, 60s));
   INFO("sessions_live ", e.stats().sessions_live, ", evictions ", e.stats().evictions);
   CHECK(e.stats().evictions >= 5000 - 640);
   CHECK(e.stats().passivations >= 5000 - 640);
@@ -106,7 +95,7 @@ TEST_CASE("max_live_sessions bounds the live session actors; evicted sessions re
     CHECK(s.state.at("n") == i);
     CHECK(s.state.at("k") == i);
   }
-  CHECK(eventually([&] { return e.stats().sessions_live <= 640; }, 60s));
+  CHECK(test::eventually([&] { return e.stats().sessions_live <= 640; }, 60s));
   REQUIRE(e.close().ok());
 }
 
@@ -139,7 +128,7 @@ TEST_CASE("after a burst of sessions passivates, the heap goes back to the OS "
   REQUIRE(opened.ok());
   auto& e = **opened;
   load(e, 1000, 2, "warm"); // warm-up: threads, pools and the store's first pages
-  REQUIRE(eventually([&] { return e.stats().sessions_live == 0; }, 2 * o.idle_timeout + 15s));
+  REQUIRE(test::eventually([&] { return e.stats().sessions_live == 0; }, 2 * o.idle_timeout + 15s));
   // One heap trim after the warm-up's passivations, for the baseline: made
   // here, at once, rather than waited for on the trimmer's timer (a trim
   // that frees nothing counts in no stat to wait on).
@@ -149,13 +138,14 @@ TEST_CASE("after a burst of sessions passivates, the heap goes back to the OS "
   auto trims_before = e.stats().heap_trims;
   load(e, burst, 2);
   long peak = rss_anon_kib();
-  REQUIRE(eventually([&] { return e.stats().sessions_live == 0 && e.stats().users_live == 0; },
+  REQUIRE(
+    test::eventually([&] { return e.stats().sessions_live == 0 && e.stats().users_live == 0; },
                      2 * o.idle_timeout + 30s));
   // The trimmer's next tick (at most a second away) returns the heap; the
   // 30 s are a hang guard. Within 2x of the baseline, plus 8 MiB of
   // allocator slack (the baseline is a few MiB: heap and thread stacks, not
   // the store's mapped file).
-  bool returned = eventually([&] { return rss_anon_kib() <= 2 * baseline + 8 * 1024; }, 30s);
+  bool returned = test::eventually([&] { return rss_anon_kib() <= 2 * baseline + 8 * 1024; }, 30s);
   long after = rss_anon_kib();
   MESSAGE("RssAnon: baseline ", baseline / 1024, " MiB, peak with ", burst, " live sessions ",
           peak / 1024, " MiB, after idle ", after / 1024, " MiB");

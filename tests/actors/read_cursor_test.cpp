@@ -175,8 +175,8 @@ TEST_CASE_TEMPLATE("read cursors: a shared scope's state with its cursor equals 
     auto a = MUST(e.get_app_state_with_cursor("a"));
     apps.push_back({a.state, a.cursor});
     if (users.size() % 16 == 0)
-      // A pause on the idle timers' real clock: reads must also cross the
-      // actors' passivations (the input, not a wait for an outcome).
+      // input: a pause on the idle timers' real clock, so that reads also
+      // cross the actors' passivations (not a wait for an outcome).
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   for (auto& th : ts)

@@ -116,14 +116,16 @@ TEST_CASE_TEMPLATE("delete_user: every session and the user's state are gone at 
   // A create under the user waits for the purge (unavailable), then starts
   // a new, empty user.
   auto again = test::sref("app", "u", "s0");
-  for (int tries = 0;; ++tries) {
-    REQUIRE(tries < 10000);
-    auto r = e.create_session(test::create_req(again, json{{"fresh", true}}));
-    if (r)
-      break;
-    REQUIRE(r.err().code == errc::unavailable);
-    std::this_thread::sleep_for(1ms); // a bounded poll: the writer purges on its own thread
-  }
+  // The writer purges on its own thread.
+  REQUIRE(test::eventually(
+    [&] {
+      auto r = e.create_session(test::create_req(again, json{{"fresh", true}}));
+      if (r)
+        return true;
+      REQUIRE(r.err().code == errc::unavailable);
+      return false;
+    },
+    10s, 1ms));
   REQUIRE(test::eventually([&] { return !test::purging(e); }, 30s));
   auto s = test::get_existing(e, again);
   CHECK(s.events.empty());

@@ -276,7 +276,7 @@ TEST_CASE_TEMPLATE("watch: cancel, then a new watch from the handle's cursor, lo
     auto req = scope_req(watch_scope::all);
     req.from = from;
     auto h = MUST(e.watch(req, s.handler(), s.ender()));
-    // The input: the cancel lands at a random point of the stream (no time
+    // input: the cancel lands at a random point of the stream (no time
     // need pass: any point, the start included, must lose and repeat nothing).
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
     h->cancel();

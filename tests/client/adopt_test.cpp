@@ -73,13 +73,8 @@ public:
   /// The child's exit status, waiting up to 15 s; -1 when it did not exit
   /// normally.
   int wait_exit() {
-    auto deadline = std::chrono::steady_clock::now() + 15s;
     int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll for the child's exit (waitpid has no timeout).
-      std::this_thread::sleep_for(5ms);
-    }
+    REQUIRE(test::reaped_within(pid_, status, 15s));
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }

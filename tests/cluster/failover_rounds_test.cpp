@@ -425,25 +425,27 @@ std::string copy_events(const std::string& id, const server_process& proc, std::
 /// (failing with the status and the nodes' latest copy events).
 json wait_in_sync(const test::etcd_process& etcd, std::vector<test::cluster_node>& n,
                   std::chrono::seconds t) {
-  const auto deadline = steady::now() + t;
-  for (;;) {
-    auto st = status_of(etcd);
-    int alive = 0;
-    for (auto& node : st["nodes"])
-      alive += node["alive"] == true ? 1 : 0;
-    if (alive == 3 && st["under_replicated"] == 0 && st["below_min_insync"] == 0
-        && st["unowned"].empty())
-      return st;
-    if (steady::now() >= deadline) {
-      std::string events;
-      for (std::size_t k = 0; k < n.size(); ++k)
-        events += copy_events(node_ids[k], *n[k].proc);
-      INFO("status: ", st.dump());
-      INFO(events);
-      FAIL("the copies are not all in sync after ", t.count(), " s");
-    }
-    std::this_thread::sleep_for(100ms); // poll of the nodes' repairs (other processes)
+  // The nodes' repairs (other processes), asked of etcd every 100 ms.
+  json st;
+  const bool in_sync = test::eventually(
+    [&] {
+      st = status_of(etcd);
+      int alive = 0;
+      for (auto& node : st["nodes"])
+        alive += node["alive"] == true ? 1 : 0;
+      return alive == 3 && st["under_replicated"] == 0 && st["below_min_insync"] == 0
+        && st["unowned"].empty();
+    },
+    t, 100ms);
+  if (!in_sync) {
+    std::string events;
+    for (std::size_t k = 0; k < n.size(); ++k)
+      events += copy_events(node_ids[k], *n[k].proc);
+    INFO("status: ", st.dump());
+    INFO(events);
+    FAIL("the copies are not all in sync after ", t.count(), " s");
   }
+  return st;
 }
 
 /// User `u`'s session as `store` holds it: {version, events}.
@@ -516,9 +518,7 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
   // beyond one; the load stops by itself past that.
   workload load(ports, users, h, clock, std::chrono::seconds(90 * rounds + 120));
   // Load before the first kill: every session acknowledged once, about.
-  for (auto deadline = steady::now() + 30s; load.acked() < sessions && steady::now() < deadline;)
-    std::this_thread::sleep_for(20ms); // poll of the worker threads' progress
-  REQUIRE(load.acked() >= sessions);
+  REQUIRE(test::eventually([&] { return load.acked() >= sessions; }, 30s, 20ms));
 
   for (int round = 1; round <= rounds; ++round) {
     auto st = wait_in_sync(etcd, n, 60s);
@@ -540,9 +540,7 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
 
     clock.arm(owned[id]);
     n[k].proc->signal(SIGKILL);
-    for (auto deadline = steady::now() + 10s; n[k].proc->alive() && steady::now() < deadline;)
-      std::this_thread::sleep_for(5ms); // bounded poll for the child's exit (waitpid)
-    REQUIRE_FALSE(n[k].proc->alive());
+    REQUIRE(n[k].proc->exited_within(10s));
     clock.reaped();
     if (wipe)
       std::filesystem::remove_all(dir.str() + "/" + id);
@@ -561,10 +559,9 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
     wait_in_sync(etcd, n, 60s);
   }
   // The load goes on to the end: a round's last acknowledgements, then stop.
+  // Bounded (10 s), and not a check: the load's problems are.
   const long acked_after_rounds = load.acked();
-  for (auto deadline = steady::now() + 10s;
-       load.acked() < acked_after_rounds + sessions && steady::now() < deadline;)
-    std::this_thread::sleep_for(20ms); // poll of the worker threads' progress
+  (void)test::eventually([&] { return load.acked() >= acked_after_rounds + sessions; }, 10s, 20ms);
   load.stop();
   for (auto& p : load.problems())
     FAIL_CHECK(p);

@@ -104,24 +104,9 @@ void kill_history_run(bool forward) {
           == 0);
   auto a = start_node(etcd, dir, "a", forward);
   auto b = start_node(etcd, dir, "b", forward);
-  // Settled map: every shard owned in both nodes' views (bounded poll of the
-  // controller and of each node's watch: a node answers `unavailable` for a
-  // shard until its own view names the owner).
-  json map;
-  for (auto deadline = std::chrono::steady_clock::now() + 15s;;) {
-    bool all = true;
-    for (int port : {b.port, a.port}) {
-      auto r = client(port).call("cluster_map", json::object());
-      REQUIRE(ok(r));
-      map = (*r)["result"];
-      for (auto& s : map["shards"])
-        all = all && !s["owner"].is_null();
-    }
-    if (all)
-      break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(50ms); // bounded poll of the nodes' controller (another process)
-  }
+  // Settled map: every shard owned in both nodes' views (a node answers
+  // `unavailable` for a shard until its own view names the owner); a's view.
+  json map = test::settled_map({a.port, b.port});
   // The app's home shard on a, the node that stays up: the sessions' reads
   // show its app: state, which is unavailable while its home is down.
   for (int i = 0;; ++i) {
@@ -210,19 +195,15 @@ void kill_history_run(bool forward) {
     });
 
   auto wait_oks = [&](int n) {
-    // Bounded poll of the workers' progress (they run on their own).
-    auto deadline = std::chrono::steady_clock::now() + 20s;
+    // The workers' progress (they run on their own), bounded (20 s), and not
+    // a check: the CHECKs after the run count the acknowledgements.
     auto start = a_ok_while_b_down.load();
-    while (a_ok_while_b_down.load() < start + n && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(20ms); // bounded poll of the worker threads' progress
+    (void)test::eventually([&] { return a_ok_while_b_down.load() >= start + n; }, 20s, 20ms);
   };
   std::this_thread::sleep_for(500ms); // input: load before the fault
   b.proc->signal(SIGKILL);
   b_down.store(true);
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       b.proc->alive() && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
-  REQUIRE_FALSE(b.proc->alive());
+  REQUIRE(b.proc->exited_within(5s));
   wait_oks(200);
   // Restart b on its store and port: it waits out its old lease, rejoins, serves.
   int b_port = b.port;

@@ -48,17 +48,17 @@ json params_of(const std::string& app, const std::string& user) {
 /// (REQUIREd ok within 10 s: each node's view of the map follows etcd on its
 /// own, so one may refuse a moved shard for a moment).
 std::optional<json> until_served(int port, const std::string& method, const json& params) {
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
-    auto r = client(port).call(method, params);
-    if (kind_of(r) != "unavailable") {
-      const std::string answer = r ? r->dump() : "no answer";
-      INFO(answer);
-      REQUIRE(ok(r));
-      return r;
-    }
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(20ms); // bounded poll of another process's view of the map
-  }
+  std::optional<json> r;
+  REQUIRE(test::eventually(
+    [&] {
+      r = client(port).call(method, params);
+      return kind_of(r) != "unavailable";
+    },
+    10s, 20ms));
+  const std::string answer = r ? r->dump() : "no answer";
+  INFO(answer);
+  REQUIRE(ok(r));
+  return r;
 }
 
 /// The first user "uN" of app "app" whose shard (of 4) node `owner` owns
@@ -251,14 +251,13 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
   // Every node's view has caught up (the map's last change is seen within
   // a second: bounded poll of the nodes' watches, other processes).
   for (int port : ports)
-    for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
-      auto r = client(port).call("cluster_map", json::object());
-      REQUIRE(ok(r));
-      if ((*r)["result"]["revision"] == st["revision"])
-        break;
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(20ms); // bounded poll of another process's view
-    }
+    REQUIRE(test::eventually(
+      [&] {
+        auto r = client(port).call("cluster_map", json::object());
+        REQUIRE(ok(r));
+        return (*r)["result"]["revision"] == st["revision"];
+      },
+      10s, 20ms));
   // The final log of every session, read through each node in turn.
   for (std::size_t i = 0; i < users.size(); ++i) {
     auto r = client(ports[i % ports.size()]).call("get_session", params_of(app, users[i]));
@@ -366,10 +365,7 @@ TEST_CASE("cluster move: a fenced owner restarted mid-move stays fenced, the mov
   // record, and the move carries on.
   const int a_port = a.port;
   a.proc->signal(SIGKILL);
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       a.proc->alive() && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
-  REQUIRE_FALSE(a.proc->alive());
+  REQUIRE(a.proc->exited_within(5s));
   a.proc.reset();
   a = start_store_node(etcd, dir, "a", a_port);
   auto moved = shell(cluster_tool(etcd, "move " + std::to_string(shard) + " b --json"), false);

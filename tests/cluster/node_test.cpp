@@ -207,16 +207,10 @@ TEST_CASE("a node cut off from etcd stops serving within its lease's TTL, and re
   REQUIRE(n->wait_for(all_owned, 10s));
   CHECK(n->serving());
   etcd.pause(); // unreachable: requests hang until their timeout
-  // Bounded poll of the node's own clock running out (TTL 2 s, 6 s bound).
-  auto deadline = std::chrono::steady_clock::now() + 6s;
-  while (n->serving() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms); // bounded poll of the node's own clock running out
-  CHECK_FALSE(n->serving());
+  // The node's own clock runs out (TTL 2 s, 6 s bound).
+  CHECK(test::eventually([&] { return !n->serving(); }, 6s, 50ms));
   etcd.resume();
-  // The keeper renews (or joins again) within a few periods.
-  deadline = std::chrono::steady_clock::now() + 15s;
-  while (!n->serving() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms); // bounded poll of the keeper renewing (its own thread)
-  CHECK(n->serving());
+  // The keeper renews (or joins again, on its own thread) within a few periods.
+  CHECK(test::eventually([&] { return n->serving(); }, 15s, 50ms));
   REQUIRE(n->wait_for([](const cluster::cluster_view& v) { return v.node("n1")->alive; }, 10s));
 }

@@ -142,14 +142,16 @@ struct partitioned {
   /// The status once every copy of every shard is in sync again (the
   /// owners repair the others); REQUIREs it within 30 s.
   json in_sync() const {
-    for (auto deadline = std::chrono::steady_clock::now() + 30s;;) {
-      auto st = status();
-      if (st["under_replicated"] == 0)
-        return st;
-      INFO("status: ", st.dump());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(100ms); // poll of the nodes' repairs (other processes)
-    }
+    // The nodes' repairs (other processes), asked of etcd every 100 ms.
+    json st;
+    INFO("status: ", st.dump());
+    REQUIRE(test::eventually(
+      [&] {
+        st = status();
+        return st["under_replicated"] == 0;
+      },
+      30s, 100ms));
+    return st;
   }
 
   /// The shard map as node k sees it.
@@ -179,13 +181,10 @@ struct partitioned {
   /// Waits (10 s at most) until node k's log from byte `from` on holds
   /// `needle`.
   void wait_log_after(std::size_t k, std::size_t from, const std::string& needle) const {
-    for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
-      if (log_after(k, from).find(needle) != std::string::npos)
-        return;
-      INFO("waiting for '", needle, "' in ", ids[k], "'s log: ", log_after(k, from));
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(20ms); // poll of a serve child's log file
-    }
+    INFO("waiting for '", needle, "' in ", ids[k], "'s log from byte ", from);
+    n[k].proc->log_when([&](const std::string& log) {
+      return from < log.size() && log.find(needle, from) != std::string::npos;
+    });
   }
 };
 
@@ -578,11 +577,8 @@ TEST_CASE("an owner paused past its lease (SIGSTOP) acknowledges nothing after i
   // c's lease expires in etcd; a or b takes over c's shards (a bounded poll
   // of their maps), then c's users append through a and b, and a and b drop
   // c from the in-sync sets of theirs (it does not answer).
-  for (auto deadline = std::chrono::steady_clock::now() + 15s;
-       !(c.none_owned_by(0, "c", on_c) && c.none_owned_by(1, "c", on_c));) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(50ms); // poll of a's and b's failover (other processes)
-  }
+  REQUIRE(test::eventually(
+    [&] { return c.none_owned_by(0, "c", on_c) && c.none_owned_by(1, "c", on_c); }, 15s, 50ms));
   for (int end = round + 3; round < end; ++round)
     append_round(via, users, round, h, a_or_b);
   const auto taken = c.log_after(0, from[0]) + c.log_after(1, from[1]);

@@ -288,19 +288,19 @@ TEST_CASE("serve --cluster: a node killed with kill -9 leaves its shards unavail
       b_home_user = "u" + std::to_string(u);
   REQUIRE(!b_home_user.empty());
   b.proc->signal(SIGKILL);
-  // Bounded poll: b's lease (2 s) expires in etcd and a's view follows.
-  auto deadline = std::chrono::steady_clock::now() + 15s;
+  // b's lease (2 s) expires in etcd and a's view follows (polled every 100 ms).
   std::optional<json> r;
-  for (;;) {
-    client ca(a.port);
-    r = ca.call("create_session", params(app, on_b));
-    REQUIRE(r);
-    if (kind_of(r) == "unavailable")
-      break;
-    REQUIRE(kind_of(r) == "moved"); // to the dead address, until the lease expires
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(100ms); // bounded poll of etcd expiring the dead node's lease
-  }
+  REQUIRE(test::eventually(
+    [&] {
+      client ca(a.port);
+      r = ca.call("create_session", params(app, on_b));
+      REQUIRE(r);
+      if (kind_of(r) == "unavailable")
+        return true;
+      REQUIRE(kind_of(r) == "moved"); // to the dead address, until the lease expires
+      return false;
+    },
+    15s, 100ms));
   INFO(r->dump());
   CHECK((*r)["error"]["data"]["owner"] == "b");
   // a's own shards never stopped.
@@ -379,9 +379,8 @@ TEST_CASE("serve --cluster: a node forwards another node's requests in order, an
   CHECK((*conflict)["error"]["data"]["current_version"] == 100);
   // The owner is down: a answers unavailable at once, and serves its own.
   fb.proc->signal(SIGKILL);
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       fb.proc->alive() && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
+  // Its reaping, bounded (5 s); the answers below are the checks.
+  (void)fb.proc->exited_within(5s);
   auto down = ca.call("get_session", create_params(on_b[0], "s"), "d", 10s);
   CHECK(kind_of(down) == "unavailable");
   CHECK(ok(ca.call("ping")));
@@ -568,9 +567,8 @@ TEST_CASE("serve --cluster: list_sessions of an app pages across the nodes, each
   CHECK((*other)["result"]["sessions"].size() == 1);
   // A node down: the request spanning it is unavailable, not answered in part.
   fb.proc->signal(SIGKILL);
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       fb.proc->alive() && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(10ms); // bounded poll of the kill's reaping
+  // Its reaping, bounded (5 s); the answers below are the checks.
+  (void)fb.proc->exited_within(5s);
   CHECK(kind_of(ca.call("list_sessions", {{"app_name", "other"}}, "d", 10s)) == "unavailable");
 }
 

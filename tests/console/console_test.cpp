@@ -324,11 +324,8 @@ TEST_CASE("console: live streams are bounded, and stop() ends the open ones") {
       });
     (void)r;
   });
-  // poll: the stream's first event, written once its watch has started.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!got_ready && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10)); // poll: bounded by the deadline
-  REQUIRE(got_ready);
+  // The stream's first event, written once its watch has started.
+  REQUIRE(test::eventually([&] { return got_ready.load(); }, std::chrono::seconds(20)));
   CHECK(status == 200);
   auto c = f.client();
   auto [s1, b1] = get(c, "/api/watch?scope=session&app=chat&user=alice&session=s1");

@@ -98,19 +98,10 @@ outcome run_tool(const std::vector<std::string>& args, const fs::path& scratch,
   REQUIRE(rc == 0);
   outcome o;
   int status = 0;
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    auto w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid)
-      break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      o.timed_out = true;
-      break;
-    }
-    // bounded poll of a child process (waitpid has no timeout).
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (!test::reaped_within(pid, status, limit)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    o.timed_out = true;
   }
   if (!o.timed_out) {
     o.signaled = WIFSIGNALED(status);

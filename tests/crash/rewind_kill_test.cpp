@@ -112,15 +112,15 @@ TEST_CASE("rewind kill: 20 kills during rewinds leave each rewind whole or absen
     pid_t pid = test::spawn_self(
       "rewind kill: the child appends*",
       {"AGENTSTATE_REWIND_CHILD_DIR=" + store, "AGENTSTATE_REWIND_CHILD_ACKS=" + acks});
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (lines_in(acks) < acked + acks_per_round) {
-      if (std::chrono::steady_clock::now() >= deadline)
-        ::kill(pid, SIGKILL); // reaped below; the REQUIRE fails the test
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll of the child's acknowledgement file.
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    // the input: a random moment for the kill -9.
+    // The child's acknowledgement file, polled every 1 ms: the kill's moment
+    // below is measured from the acknowledgements.
+    const bool acknowledged_all =
+      test::eventually([&] { return lines_in(acks) >= acked + acks_per_round; },
+                       std::chrono::seconds(60), std::chrono::milliseconds(1));
+    if (!acknowledged_all)
+      ::kill(pid, SIGKILL); // the REQUIRE fails the test
+    REQUIRE(acknowledged_all);
+    // input: a random moment for the kill -9.
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;

@@ -90,27 +90,23 @@ void replay_seed(const std::string& name, fuzzcheck::sink& out, Pred until) {
   {
     protocol::rpc_session rpc(*eng, [&](std::string line) { out(line); });
     fuzzcheck::replay(rpc, data, fuzzcheck::store_epoch(*eng));
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (;;) {
-      {
+    auto seen = [&] {
+      std::string text;
+      std::lock_guard<std::mutex> guard(out.mtx);
+      for (auto& [id, seq] : out.watches.last)
+        text += " " + id + "@" + std::to_string(seq);
+      for (auto& id : out.watches.ended)
+        text += " ended:" + id;
+      text += " problem: " + out.problem + " " + out.problem_line;
+      return text;
+    };
+    INFO("seed ", name, ": watches seen:", seen());
+    REQUIRE(test::eventually(
+      [&] {
         std::lock_guard<std::mutex> guard(out.mtx);
-        if (until(out))
-          break;
-      }
-      std::string seen;
-      {
-        std::lock_guard<std::mutex> guard(out.mtx);
-        for (auto& [id, seq] : out.watches.last)
-          seen += " " + id + "@" + std::to_string(seq);
-        for (auto& id : out.watches.ended)
-          seen += " ended:" + id;
-        seen += " problem: " + out.problem + " " + out.problem_line;
-      }
-      INFO("seed ", name, ": watches seen:", seen);
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll of the serve child's notifications.
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+        return until(out);
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(2)));
   }
   MUST(eng->close());
   INFO("line: ", out.problem_line);

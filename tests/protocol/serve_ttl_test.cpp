@@ -73,9 +73,9 @@ TEST_CASE("serve --refresh-ttl: each stored append moves the expiry; refresh_ttl
   auto fixed = s.ok("create_session", with(session_params("fixed"), "refresh_ttl", false));
   // The system clock (the child's too) must move on past the create before
   // the appends, so that a refreshed expiry is a later one.
+  // Bounded (1 s), and not a check: the CHECKs below read the expiries.
   const double created = c["expires_at"].get<double>() - 600;
-  for (int polls = 0; now_s() < created + 0.002 && polls < 1000; ++polls)
-    std::this_thread::sleep_for(1ms); // a bounded poll of the clock
+  (void)eventually([&] { return now_s() >= created + 0.002; }, 1s, 1ms);
   const double before = now_s();
   s.ok("append_event", append_params("moving", 1));
   s.ok("append_event", append_params("fixed", 1));

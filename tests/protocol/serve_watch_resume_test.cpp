@@ -138,10 +138,10 @@ TEST_CASE("serve over pipes: a watch paused for room resumes once the output dra
   });
   // Read nothing until 80 appends are written: with at most ~32 of them in
   // the input pipe, serve has answered ~50 (each answer carries its 2 KB
-  // event) and the watch has met a full output. Bounded: the writer stops
-  // when serve stops taking requests, the answers filling the output.
-  for (int polls = 0; written.load() < 80 && polls < 2000; ++polls)
-    std::this_thread::sleep_for(5ms); // a bounded poll of the writer thread's count
+  // event) and the watch has met a full output. Bounded (10 s), and not a
+  // check: the writer stops when serve stops taking requests, the answers
+  // filling the output, and the reads below go on either way.
+  (void)eventually([&] { return written.load() >= 80; }, 10s);
   std::vector<std::uint64_t> versions;
   int answers = 0; // create, watch, the appends and the ping: n + 3
   while (answers < n + 3 || static_cast<int>(versions.size()) < n) {

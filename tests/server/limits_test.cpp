@@ -50,17 +50,12 @@ TEST_CASE("limits: one connection over --max-connections gets one error line and
   CHECK(over.closed_within(5s));
   // A slot freed is taken by the next client.
   held.pop_back();
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  bool served = false;
-  while (!served && std::chrono::steady_clock::now() < deadline) {
-    client c(port);
-    auto p = c.call("ping", nullptr, "p", 2s);
-    served = ok(p);
-    if (!served)
-      // bounded poll: a retry against the serve child.
-      std::this_thread::sleep_for(20ms);
-  }
-  CHECK(served);
+  CHECK(eventually(
+    [&] {
+      client c(port);
+      return ok(c.call("ping", nullptr, "p", 2s));
+    },
+    5s, 20ms));
   auto st = server_stats(*held[0]);
   CHECK(st["connections_refused"].get<int>() >= 1);
   CHECK(srv.log().find("event=connection_refused") != std::string::npos);
@@ -156,18 +151,13 @@ TEST_CASE("limits: a client that never reads stops being read; memory stays near
     batch += rpc(i, "get_app_state", json{{"app_name", "big"}}).dump() + "\n";
   REQUIRE(hog.send(batch));
   // Wait until the server settles: nothing in flight, reading paused.
-  json st;
-  auto deadline = std::chrono::steady_clock::now() + 15s * slowdown;
-  for (;;) {
-    st = server_stats(admin);
-    if (st["in_flight"] == 1 && st["paused_reads"].get<int>() >= 1
-        && st["queued_output_bytes"].get<std::uint64_t>() > (std::uint64_t{48} << 20))
-      break;
-    INFO("stats: ", st.dump());
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the serve child's stats.
-    std::this_thread::sleep_for(50ms);
-  }
+  json st = stats_when(
+    admin,
+    [](json& s) {
+      return s["in_flight"] == 1 && s["paused_reads"].get<int>() >= 1
+        && s["queued_output_bytes"].get<std::uint64_t>() > (std::uint64_t{48} << 20);
+    },
+    15s * slowdown, 50ms);
   // Output cap 64 MiB; the responses in flight when it was reached may
   // overshoot it by the estimate; 300 answers would be 270 MB.
   CHECK(st["queued_output_bytes"].get<std::uint64_t>() <= (std::uint64_t{72} << 20));
@@ -239,20 +229,17 @@ TEST_CASE("regression: the per-connection output cap can be bypassed: small answ
   // Settled: nothing in flight but the admin's stats call, the queue past
   // 48 MiB, and the hog's reading paused (or, were the cap not kept, every
   // request of the hog read: 1 + 200 + n, and the admin's 1 + polls).
-  json st;
-  auto deadline = std::chrono::steady_clock::now() + 15s * slowdown;
-  for (int polls = 1;; ++polls) {
-    st = server_stats(admin);
-    if (st["in_flight"] == 1
-        && st["queued_output_bytes"].get<std::uint64_t>() > (std::uint64_t{48} << 20)
-        && (st["paused_reads"].get<int>() >= 1
-            || st["requests"].get<int>() >= 1 + 200 + n + 1 + polls))
-      break;
-    INFO("stats: ", st.dump());
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the serve child's stats.
-    std::this_thread::sleep_for(50ms);
-  }
+  int polls = 0;
+  json st = stats_when(
+    admin,
+    [&](json& s) {
+      ++polls;
+      return s["in_flight"] == 1
+        && s["queued_output_bytes"].get<std::uint64_t>() > (std::uint64_t{48} << 20)
+        && (s["paused_reads"].get<int>() >= 1
+            || s["requests"].get<int>() >= 1 + 200 + n + 1 + polls);
+    },
+    15s * slowdown, 50ms);
   MESSAGE("after 200 pings: queued ", st["queued_output_bytes"].get<std::uint64_t>() >> 20, " MiB");
   // The cap (64 MiB) plus one answer at most.
   CHECK(st["queued_output_bytes"].get<std::uint64_t>() <= (std::uint64_t{65} << 20));
@@ -281,15 +268,8 @@ TEST_CASE("limits: partial lines cost about their bytes, and the line timeout fr
     senders.push_back(std::make_unique<raw_socket>(port));
     REQUIRE(senders.back()->send(piece));
   }
-  auto deadline = std::chrono::steady_clock::now() + 10s * slowdown;
-  for (;;) {
-    auto st = server_stats(admin);
-    if (st["bytes_in"].get<std::uint64_t>() >= 8 * each)
-      break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the serve child's stats.
-    std::this_thread::sleep_for(20ms);
-  }
+  stats_when(
+    admin, [&](json& s) { return s["bytes_in"].get<std::uint64_t>() >= 8 * each; }, 10s * slowdown);
   long held_kib = srv.status("VmRSS") - base;
   MESSAGE("eight 15 MiB partial lines: RSS +", held_kib / 1024, " MiB");
   if (!sanitized_build)
@@ -374,13 +354,12 @@ TEST_CASE("limits: under a 64-descriptor limit the cap follows the limit; client
   // The served ones stay connected and idle: once their idle timeout (2 s)
   // closes them, newcomers are served (bounded poll of the server's timers,
   // another process).
-  for (auto deadline = std::chrono::steady_clock::now() + 20s;;) {
-    client c(port);
-    if (ok(c.call("ping", nullptr, "again", 5s)))
-      break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(100ms); // bounded poll (above)
-  }
+  REQUIRE(eventually(
+    [&] {
+      client c(port);
+      return ok(c.call("ping", nullptr, "again", 5s));
+    },
+    20s, 100ms));
   for (int i = 0; i < 5; ++i) {
     client c(port);
     CHECK(ok(c.call("ping", nullptr, "again", 5s)));

@@ -118,21 +118,37 @@ public:
 
   std::string log() const { return read_text(err_path_); }
 
-  /// The first match of `pattern`'s group 1 in the log, waiting up to `t`.
+  /// The log once `pred(log)` holds of it; REQUIREs that within `t` (a
+  /// bounded poll of the child's log file).
+  template <class Pred>
+  std::string log_when(Pred pred, std::chrono::milliseconds t = 10s) {
+    std::string text;
+    INFO("log: ", text);
+    REQUIRE(eventually(
+      [&] {
+        text = log();
+        return pred(text);
+      },
+      t, 10ms));
+    return text;
+  }
+
+  /// The first match of `pattern`'s group 1 in the log, waiting up to `t`
+  /// (REQUIREs the child alive meanwhile).
   std::string wait_log(const std::string& pattern, std::chrono::milliseconds t = 10s) {
     std::regex re(pattern);
-    auto deadline = std::chrono::steady_clock::now() + t;
-    for (;;) {
-      std::smatch m;
-      auto text = log();
-      if (std::regex_search(text, m, re))
-        return m.size() > 1 ? m[1].str() : m[0].str();
-      INFO("waiting for /", pattern, "/ in the log: ", text);
-      REQUIRE(alive());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll of the serve child's log file.
-      std::this_thread::sleep_for(10ms);
-    }
+    INFO("waiting for /", pattern, "/ in the log");
+    auto text = log_when(
+      [&](const std::string& x) {
+        if (std::regex_search(x, re))
+          return true;
+        REQUIRE(alive());
+        return false;
+      },
+      t);
+    std::smatch m;
+    std::regex_search(text, m, re);
+    return m.size() > 1 ? m[1].str() : m[0].str();
   }
 
   /// The port of the first "listening on 127.0.0.1:PORT".
@@ -143,19 +159,20 @@ public:
 
   void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
 
+  /// The exit status; REQUIREs a normal exit within `t`.
   int wait_exit(std::chrono::milliseconds t = 15s) {
-    auto deadline = std::chrono::steady_clock::now() + t;
     int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
-      INFO("log: ", log());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll for the child's exit (waitpid has no timeout).
-      std::this_thread::sleep_for(5ms);
-    }
-    pid_ = -1;
     INFO("log: ", log());
+    REQUIRE(reaped_within(pid_, status, t));
+    pid_ = -1;
     REQUIRE(WIFEXITED(status));
     return WEXITSTATUS(status);
+  }
+
+  /// True once the process has exited and been reaped (a SIGKILL's end,
+  /// say), waiting up to `t`; false while it still runs then.
+  bool exited_within(std::chrono::milliseconds t) {
+    return eventually([&] { return !alive(); }, t);
   }
 
   bool alive() {
@@ -466,6 +483,26 @@ inline std::string kind_of(const std::optional<json>& r) {
 /// True when `r` is a success response.
 inline bool ok(const std::optional<json>& r) {
   return r && r->contains("result") && !r->contains("error");
+}
+
+/// The "server" section of the stats `c` reads once `pred` holds of it;
+/// REQUIREs that within `t` (a bounded poll of the server's counters, one
+/// stats call each `every`: a test counting its own requests counts the
+/// calls of `pred`), failing with the last stats read.
+template <class Pred>
+json stats_when(client& c, Pred pred, std::chrono::milliseconds t,
+                std::chrono::milliseconds every = 20ms) {
+  json server;
+  INFO("stats: ", server.dump());
+  REQUIRE(eventually(
+    [&] {
+      auto r = c.call("stats", nullptr, "stats");
+      REQUIRE(ok(r));
+      server = (*r)["result"]["server"];
+      return static_cast<bool>(pred(server));
+    },
+    t, every));
+  return server;
 }
 
 // -- TLS material ------------------------------------------------------------------

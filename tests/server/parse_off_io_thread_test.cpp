@@ -55,17 +55,16 @@ long long queued_bytes(int p, int q) {
 /// Waits until the server has read every byte `c` sent it.
 void wait_all_read(const raw_socket& c, int server_port) {
   const int mine = local_port(c.fd());
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  for (;;) {
-    auto left = queued_bytes(mine, server_port);
-    INFO("bytes of the connection not yet read: ", left);
-    REQUIRE(left >= 0);
-    if (left == 0)
-      return;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the kernel's socket queues (nothing to wait on).
-    std::this_thread::sleep_for(1ms);
-  }
+  long long left = -1;
+  INFO("bytes of the connection not yet read: ", left);
+  // The kernel's socket queues have nothing to wait on: polled every 1 ms.
+  REQUIRE(eventually(
+    [&] {
+      left = queued_bytes(mine, server_port);
+      REQUIRE(left >= 0);
+      return left == 0;
+    },
+    30s, 1ms));
 }
 
 /// A request line of about `bytes` bytes that takes long to parse: arrays

@@ -44,19 +44,8 @@ TEST_CASE("scale: 2,000 idle connections: threads stay at the pool, RSS within 6
     REQUIRE(idle.back().connected());
   }
   // Every one of them is accepted and registered.
-  json st;
-  auto deadline = std::chrono::steady_clock::now() + 30s * slowdown;
-  for (;;) {
-    auto r = admin.call("stats", nullptr, "stats");
-    REQUIRE(ok(r));
-    st = (*r)["result"]["server"];
-    if (st["connections_open"] == idle_count + 1)
-      break;
-    INFO("stats: ", st.dump());
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the serve child's stats.
-    std::this_thread::sleep_for(20ms);
-  }
+  json st = stats_when(
+    admin, [&](json& s) { return s["connections_open"] == idle_count + 1; }, 30s * slowdown);
   auto took =
     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   long threads_after = srv.status("Threads");

@@ -189,21 +189,15 @@ TEST_CASE("serve --listen: a client that never reads its responses does not bloc
   // had not read the requests yet, closed at once, and logged nothing).
   client watcher(port);
   REQUIRE(watcher.connected());
-  bool holding = false;
   int polls = 0; // the watcher's own stats calls count as requests too
-  for (auto deadline = std::chrono::steady_clock::now() + 20s;
-       !holding && std::chrono::steady_clock::now() < deadline;) {
-    auto st = watcher.call("stats");
-    ++polls;
-    REQUIRE(st);
-    auto& server = (*st)["result"]["server"];
-    holding =
-      server.value("requests", 0) >= 201 + polls && server.value("queued_output_bytes", 0) > 0;
-    if (!holding)
-      // bounded poll of the serve child's stats.
-      std::this_thread::sleep_for(20ms);
-  }
-  REQUIRE(holding);
+  stats_when(
+    watcher,
+    [&](json& server) {
+      ++polls;
+      return server.value("requests", 0) >= 201 + polls
+        && server.value("queued_output_bytes", 0) > 0;
+    },
+    20s);
   srv.signal(SIGTERM);
   // The server exits cleanly although the client still holds its output
   // unread; the 60 s are a hang guard (the shutdown grace is 5 s), not a
@@ -257,19 +251,14 @@ TEST_CASE("serve --listen: a reader slower than its responses gets every one, in
                  .dump()
         + "\n";
     REQUIRE(c.send(batch));
-    for (auto deadline = std::chrono::steady_clock::now() + 30s;;) {
-      auto st = watcher.call("stats");
-      ++polls;
-      REQUIRE(st);
-      auto& server = (*st)["result"]["server"];
-      if (server.value("requests", 0) >= sessions + next_id + polls
-          && server.value("queued_output_bytes", 0) > 0)
-        break;
-      INFO("stats: ", server.dump());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll of the serve child's stats.
-      std::this_thread::sleep_for(5ms);
-    }
+    stats_when(
+      watcher,
+      [&](json& server) {
+        ++polls;
+        return server.value("requests", 0) >= sessions + next_id + polls
+          && server.value("queued_output_bytes", 0) > 0;
+      },
+      30s, 5ms);
     for (int i = 0; i < per_round; ++i) {
       auto r = c.next();
       REQUIRE(r);
@@ -354,17 +343,15 @@ TEST_CASE("serve --listen: clients that reset while answered leave the others wh
   REQUIRE(after.connected());
   // The reset connections finish once their requests in flight complete.
   std::uint64_t open = 0;
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       std::chrono::steady_clock::now() < deadline;) {
-    auto st = after.call("stats");
-    REQUIRE(st);
-    open = (*st)["result"]["server"].value("connections_open", std::uint64_t{0});
-    if (open == 1)
-      break;
-    // bounded poll of the serve child's stats.
-    std::this_thread::sleep_for(20ms);
-  }
-  CHECK(open == 1);
+  INFO("connections open: ", open);
+  CHECK(eventually(
+    [&] {
+      auto st = after.call("stats");
+      REQUIRE(st);
+      open = (*st)["result"]["server"].value("connections_open", std::uint64_t{0});
+      return open == 1;
+    },
+    10s, 20ms));
   srv.signal(SIGTERM);
   CHECK(srv.wait_exit() == 0);
 }

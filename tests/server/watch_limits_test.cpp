@@ -63,18 +63,15 @@ TEST_CASE("serve --listen: --max-watches per connection and --max-server-watches
   { net::client gone(std::move(a)); }
   net::client c(port);
   for (int i = 0; i < 2; ++i) {
-    bool answered = false;
-    for (int tries = 0; tries < 100 && !answered; ++tries) {
-      c.send_line(net::rpc(i, "watch", watch_all()));
-      auto r = c.next();
-      REQUIRE(r);
-      if (net::ok(r))
-        answered = true;
-      else
-        // bounded poll: the closed connection's slots come back
-        std::this_thread::sleep_for(20ms);
-    }
-    CHECK(answered);
+    // The closed connection's slots come back on the server's I/O threads.
+    CHECK(test::eventually(
+      [&] {
+        c.send_line(net::rpc(i, "watch", watch_all()));
+        auto r = c.next();
+        REQUIRE(r);
+        return net::ok(r);
+      },
+      2s, 20ms));
   }
 }
 
@@ -168,10 +165,7 @@ TEST_CASE("regression: watches can stall the server: watches nobody reads and th
   CHECK(after <= bound);
   // The closed connections' watches are gone (bounded poll: the closes run
   // on the server's I/O threads after the client's close).
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (stall_stats(admin)["watches"] != 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms); // bounded poll (above)
-  CHECK(stall_stats(admin)["watches"] == 0);
+  CHECK(test::eventually([&] { return stall_stats(admin)["watches"] == 0; }, 30s, 20ms));
   CHECK(srv.status("Threads") <= bound);
   MESSAGE("threads: ", base, " at start, ", loaded, " loaded, ", after, " after the closes");
 }

@@ -389,21 +389,19 @@ TEST_CASE("kv: an LMDB store's mapped pages are dropped from RSS beyond the resi
   fill(*kv);
   for (int round = 0; round < 3; ++round)
     REQUIRE(read_all(*kv) == resident_rows);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (kv->resident_trims() == 0 && std::chrono::steady_clock::now() < deadline)
-    // bounded poll: the resident trimmer runs on its own thread.
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  CHECK(kv->resident_trims() > 0);
+  // The resident trimmer runs on its own thread.
+  CHECK(agentstate::test::eventually([&] { return kv->resident_trims() > 0; },
+                                     std::chrono::seconds(10), std::chrono::milliseconds(10)));
   // Within a few periods of the last read, the pages are gone again.
-  auto now = file_resident();
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       now >= at_open + 8 * mib + 16 * mib && std::chrono::steady_clock::now() < until;
-       now = file_resident())
-    // bounded poll: the resident trimmer runs on its own thread.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::uint64_t now = 0;
   INFO("bounded: resident file-backed is ", (now - std::min(now, at_open)) / mib,
        " MiB over its value at open");
-  CHECK(now < at_open + 8 * mib + 16 * mib);
+  CHECK(agentstate::test::eventually(
+    [&] {
+      now = file_resident();
+      return now < at_open + 8 * mib + 16 * mib;
+    },
+    std::chrono::seconds(5), std::chrono::milliseconds(20)));
   CHECK(read_all(*kv) == resident_rows);
 }
 

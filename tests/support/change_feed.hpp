@@ -91,7 +91,7 @@ struct watch_sink {
         overlaps.fetch_add(1);
       if (gate.valid())
         gate.wait();
-      if (delay.count() > 0) // the input: a slow consumer
+      if (delay.count() > 0) // input: a slow consumer
         std::this_thread::sleep_for(delay);
       {
         std::lock_guard<std::mutex> lk(mtx);

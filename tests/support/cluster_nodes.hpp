@@ -107,28 +107,28 @@ inline std::string kind_of_reply(const rpc_reply& r) {
 /// The cluster_map once every node of `ports` names an owner for every shard
 /// (authenticating with `token` when given); REQUIREs it within 15 s.
 inline json settled_map(const std::vector<int>& ports, const std::string& token = "") {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  for (;;) {
-    std::optional<json> first;
-    bool all = true;
-    for (int port : ports) {
-      net::client c(port);
-      if (!token.empty())
-        REQUIRE(net::ok(c.call("authenticate", {{"token", token}})));
-      auto r = c.call("cluster_map", json::object());
-      REQUIRE(net::ok(r));
-      json m = (*r)["result"];
-      for (auto& s : m["shards"])
-        all = all && !s["owner"].is_null();
-      if (!first)
-        first = std::move(m);
-    }
-    if (all)
-      return *first;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the nodes' controller and watches (other processes).
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // A bounded poll of the nodes' controller and watches (other processes).
+  std::optional<json> first;
+  REQUIRE(eventually(
+    [&] {
+      first.reset();
+      bool all = true;
+      for (int port : ports) {
+        net::client c(port);
+        if (!token.empty())
+          REQUIRE(net::ok(c.call("authenticate", {{"token", token}})));
+        auto r = c.call("cluster_map", json::object());
+        REQUIRE(net::ok(r));
+        json m = (*r)["result"];
+        for (auto& s : m["shards"])
+          all = all && !s["owner"].is_null();
+        if (!first)
+          first = std::move(m);
+      }
+      return all;
+    },
+    std::chrono::seconds(15), std::chrono::milliseconds(50)));
+  return *first;
 }
 
 } // namespace agentstate::test

@@ -121,19 +121,20 @@ private:
     auto client_cfg = cluster::etcd_client::config{{url_}, std::chrono::milliseconds(500)};
     auto c = cluster::etcd_client::make(client_cfg);
     REQUIRE(c.ok());
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if ((*c)->range("/").ok())
-        return true;
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1; // exited: a port was taken meanwhile
-        return false;
-      }
-      // bounded poll of a child process's start (etcd has no readiness pipe).
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+    // A bounded poll of a child process's start (etcd has no readiness pipe).
+    bool exited = false;
+    const bool answered = eventually(
+      [&] {
+        if ((*c)->range("/").ok())
+          return true;
+        int status = 0;
+        exited = ::waitpid(pid_, &status, WNOHANG) == pid_;
+        return exited;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(50));
+    if (exited)
+      pid_ = -1; // exited: a port was taken meanwhile
+    return answered && !exited;
   }
 
   temp_dir dir_;

@@ -202,16 +202,8 @@ public:
   int wait_exit(std::chrono::milliseconds t = 15s, bool close_input = true) {
     if (close_input)
       close_stdin();
-    auto deadline = std::chrono::steady_clock::now() + t;
     int status = 0;
-    for (;;) {
-      auto r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_)
-        break;
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll for the child's exit (waitpid has no timeout).
-      std::this_thread::sleep_for(5ms);
-    }
+    REQUIRE(reaped_within(pid_, status, t));
     pid_ = -1;
     REQUIRE(WIFEXITED(status));
     return WEXITSTATUS(status);

@@ -18,6 +18,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -293,18 +294,27 @@ inline void apply_event(json& state, const event& ev) {
 
 // -- convenience calls ------------------------------------------------------------
 
-/// Polls `pred` every 5 ms until it holds; false if it still does not after
-/// `limit`.
+/// Polls `pred` every `every` (5 ms unless told) until it holds; false if it
+/// still does not after `limit` (asked once more then). The tests' one wait
+/// for a condition another thread or process sets: their other waiters call it.
 template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10),
+                std::chrono::microseconds every = std::chrono::milliseconds(5)) {
   auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
     if (pred())
       return true;
     // eventually(): a bounded poll for what another thread or process does.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(every);
   }
   return pred();
+}
+
+/// Reaps child `pid` once it has exited, waiting up to `limit` (a bounded
+/// poll: waitpid has no timeout); true with its wait status in `status`,
+/// false when it still runs then (not reaped).
+inline bool reaped_within(pid_t pid, int& status, std::chrono::milliseconds limit) {
+  return eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, limit);
 }
 
 /// get_session that must succeed and find the session.

@@ -85,13 +85,10 @@ public:
   }
   void signal(int sig) { REQUIRE(::kill(pid_, sig) == 0); }
   int wait_exit(std::chrono::milliseconds t = 15s) {
-    auto deadline = std::chrono::steady_clock::now() + t;
     int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+    {
       INFO("watch's stderr: ", net::read_text(err_path_));
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      // bounded poll for the child's exit (waitpid has no timeout).
-      std::this_thread::sleep_for(5ms);
+      REQUIRE(reaped_within(pid_, status, t));
     }
     pid_ = -1;
     REQUIRE(WIFEXITED(status));

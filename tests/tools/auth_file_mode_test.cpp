@@ -72,13 +72,7 @@ std::size_t count_of(const std::string& text, const std::string& what) {
 // reload's outcome, logged after any warning of that reload).
 void reload_and_wait(server_process& srv, const std::string& event, std::size_t n) {
   srv.signal(SIGHUP);
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (count_of(srv.log(), "event=" + event + " ") < n) {
-    INFO("log: ", srv.log());
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    // bounded poll of the child's log file (the reload runs in the child).
-    std::this_thread::sleep_for(5ms);
-  }
+  srv.log_when([&](const std::string& log) { return count_of(log, "event=" + event + " ") >= n; });
 }
 
 } // namespace

@@ -400,16 +400,17 @@ TEST_CASE("cli: progress lines reach a terminal, never a file") {
         // The importer has read every byte written (the pipe is empty): 8,000
         // records (far more than its read buffer) follow the 10,000th, so it
         // has passed that commit and its progress call.
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        for (int queued = 1; queued > 0 && std::chrono::steady_clock::now() < deadline;) {
-          if (::ioctl(fds[0], FIONREAD, &queued) != 0)
-            break;
-          drained = queued == 0;
-          if (queued > 0)
-            // bounded poll: the importer is another process; a pipe has no
-            // "drained" notification.
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
+        // The importer is another process, and a pipe has no "drained"
+        // notification. Not a check here: the CHECK of `drained` below is.
+        (void)test::eventually(
+          [&] {
+            int queued = 1;
+            if (::ioctl(fds[0], FIONREAD, &queued) != 0)
+              return true; // not known: `drained` stays false
+            drained = queued == 0;
+            return drained.load();
+          },
+          std::chrono::seconds(60));
         // why: the tool throttles its line by its own steady clock (500 ms),
         // which a test cannot inject; this pause is the input that puts the
         // 20,000 call past it, and it starts only after the 10,000 call.
