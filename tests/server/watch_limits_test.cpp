@@ -71,7 +71,7 @@ TEST_CASE("serve --listen: --max-watches per connection and --max-server-watches
         REQUIRE(r);
         return net::ok(r);
       },
-      2s, 20ms));
+      10s, 20ms));
   }
 }
 
