@@ -235,7 +235,9 @@ public:
   /// "unix:PATH"; "fd:READ/WRITE" for a client made by adopt().
   const std::string& server() const;
 
-  /// Request bytes queued and not yet taken by the socket.
+  /// Request bytes queued or in a write whose completion has not run yet (on
+  /// the client's I/O thread, which may read the answers to those requests
+  /// first); max_send_queue_bytes bounds this count.
   std::size_t queued_bytes() const;
 
   /// Calls sent or queued and not yet ended.

@@ -78,10 +78,7 @@ struct replicated {
   /// Node k killed with kill -9, and its exit seen (REQUIREd within 10 s).
   void kill(std::size_t k) {
     n[k].proc->signal(SIGKILL);
-    for (auto deadline = std::chrono::steady_clock::now() + 10s;
-         n[k].proc->alive() && std::chrono::steady_clock::now() < deadline;)
-      std::this_thread::sleep_for(5ms); // bounded poll for the child's exit (waitpid)
-    REQUIRE_FALSE(n[k].proc->alive());
+    REQUIRE(n[k].proc->exited_within(10s));
   }
 
   /// Every node stopped (SIGTERM, its exit 0 CHECKed), and its store opened.
@@ -120,14 +117,16 @@ struct replicated {
   /// The status once every copy of every shard is in sync again (the
   /// owners repair the others); REQUIREs it within 30 s.
   json in_sync() const {
-    for (auto deadline = std::chrono::steady_clock::now() + 30s;;) {
-      auto st = status();
-      if (st["under_replicated"] == 0)
-        return st;
-      INFO("status: ", st.dump());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(100ms); // poll of the nodes' repairs (other processes)
-    }
+    // The nodes' repairs (other processes), asked of etcd every 100 ms.
+    json st;
+    INFO("status: ", st.dump());
+    REQUIRE(test::eventually(
+      [&] {
+        st = status();
+        return st["under_replicated"] == 0;
+      },
+      30s, 100ms));
+    return st;
   }
 
   std::string owner_of(const std::string& user) const {
@@ -389,11 +388,27 @@ TEST_CASE("cluster status shows each follower's lag: a paused follower's grows w
     return f.is_object() && f["lag_records"].is_number() && f["lag_records"] >= 1
       && f["lag_ms"] >= 100;
   };
-  for (auto deadline = std::chrono::steady_clock::now() + 30s; !behind(follower(st, "c"));) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(100ms); // poll: status asks the nodes (other processes)
-    st = c.status();
+  // Asked of a alone until the append waits for c: `cluster status` waits
+  // up to 3 s for paused c's own stats, and c's lease (2 s) must not run out
+  // before it has read the map.
+  {
+    client to_a(c.n[0].port);
+    REQUIRE(test::eventually(
+      [&] {
+        auto r = to_a.call("stats");
+        REQUIRE(ok(r));
+        const auto led = (*r)["result"]["server"]["cluster"]["replication"]["shards"];
+        for (const auto& e : led)
+          if (e["shard"] == shard)
+            for (const auto& f : e["followers"])
+              if (f["node"] == "c")
+                return behind(f);
+        return false;
+      },
+      10s, 20ms));
   }
+  st = c.status();
+  CHECK(behind(follower(st, "c")));
   CHECK(follower(st, "c")["state"] == "in_sync");
   CHECK(follower(st, "b")["lag_records"] == 0);
   CHECK(st["lag_unknown"].contains("c")); // paused: its own shards' lag is unknown
@@ -404,12 +419,12 @@ TEST_CASE("cluster status shows each follower's lag: a paused follower's grows w
   REQUIRE(acked);
   INFO(acked->dump());
   CHECK(ok(acked));
-  for (auto deadline = std::chrono::steady_clock::now() + 30s;
-       follower(st, "c")["lag_records"] != 0 || follower(st, "c")["lag_ms"] != 0;) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(100ms); // poll: status asks the nodes (other processes)
-    st = c.status();
-  }
+  REQUIRE(test::eventually(
+    [&] {
+      st = c.status();
+      return follower(st, "c")["lag_records"] == 0 && follower(st, "c")["lag_ms"] == 0;
+    },
+    30s, 100ms));
   CHECK(st["lag_unknown"].empty());
 }
 
