@@ -207,6 +207,79 @@ describe('lifecycle', { skip: needsAddon() }, () => {
   });
 });
 
+describe('kill -9', { skip: needsAddon() }, () => {
+  test('a node process killed with SIGKILL in sync mode loses no acknowledged append', { skip: ownProcess('a child node process opens the store and is killed') }, async () => {
+    const dir = scratchDir('inproc-sigkill');
+    const sessions = 8;
+    // The child appends on 8 sessions at once and prints each append it has an answer
+    // for; a write to a pipe is synchronous on Linux, so a printed line was printed
+    // before the kill.
+    const script = `import { AgentStateSessionService } from ${JSON.stringify(INDEX)};
+      const s = new AgentStateSessionService({ store: ${JSON.stringify(dir)}, durability: 'sync' });
+      await Promise.all(Array.from({ length: ${sessions} }, async (_, k) => {
+        let session = await s.createSession({ appName: 'k', userId: 'u' + k, sessionId: 's' });
+        console.log('created ' + k);
+        for (let i = 0; ; i++) {
+          const id = 'u' + k + '-e' + i;
+          await s.appendEvent({ session, event: { id, invocationId: 'i', author: 'a', timestamp: 1000 + i, actions: { stateDelta: { n: i }, artifactDelta: {} } } });
+          console.log('acked ' + k + ' ' + id);
+        }
+      }));`;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const acked = new Map(); // session index -> acknowledged event ids, in order
+    let created = 0;
+    let err = '';
+    let buffered = '';
+    child.stderr.on('data', (d) => { err += d; });
+    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    await new Promise((resolve, reject) => {
+      // The kill comes once 400 appends are acknowledged (why: 60 s bound the wait).
+      const bound = setTimeout(() => reject(new Error(`fewer than 400 appends acknowledged in 60 s:\n${err}`)), 60_000);
+      let total = 0;
+      child.stdout.on('data', (d) => {
+        buffered += d;
+        let nl;
+        while ((nl = buffered.indexOf('\n')) >= 0) {
+          const line = buffered.slice(0, nl);
+          buffered = buffered.slice(nl + 1);
+          const [what, k, id] = line.split(' ');
+          if (what === 'created') created += 1;
+          if (what !== 'acked') continue;
+          if (!acked.has(k)) acked.set(k, []);
+          acked.get(k).push(id);
+          if (++total === 400) {
+            child.kill('SIGKILL');
+            clearTimeout(bound);
+            resolve();
+          }
+        }
+      });
+      child.on('exit', () => { clearTimeout(bound); resolve(); });
+    });
+    const ended = await exited;
+    assert.equal(ended.signal, 'SIGKILL', `the child ended on its own: ${ended.code}\n${err}`);
+    assert.equal(created, sessions);
+    const s = new AgentStateSessionService({ store: dir });
+    try {
+      let total = 0;
+      for (const [k, ids] of acked) {
+        const got = await s.getSession({ appName: 'k', userId: 'u' + k, sessionId: 's' });
+        assert.ok(got, `session u${k} is gone`);
+        const stored = got.events.map((e) => e.id);
+        // Every acknowledged append is stored, in order, with nothing before it missing;
+        // one acknowledged after the last line read may follow them.
+        assert.deepEqual(stored.slice(0, ids.length), ids, `session u${k}`);
+        assert.ok(stored.length <= ids.length + 1, `session u${k}: ${stored.length} stored, ${ids.length} acknowledged`);
+        assert.equal(got.state.n, stored.length - 1);
+        total += ids.length;
+      }
+      assert.ok(total >= 400);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe('options', { skip: needsAddon() }, () => {
   test('the engine\'s options reach the engine', async () => {
     const s = new AgentStateSessionService({ memory: true, threads: 1, durability: 'nosync',
