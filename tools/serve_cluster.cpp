@@ -435,6 +435,13 @@ std::optional<protocol::route_refusal> cluster_member::route(const protocol::rou
   // Spans the app's (or every app's) shards.
   std::size_t mine = static_cast<std::size_t>(std::count_if(
     v->shards.begin(), v->shards.end(), [&](const auto& e) { return e.owner == p_->id; }));
+  if (q.method == "list_sessions" && p_->replicator) {
+    // This node's part lists its own copies: of shards it leads only.
+    for (std::uint32_t s = 0; s < shards; ++s)
+      if (v->shards[s].owner == p_->id)
+        if (auto r = p_->for_shard(*v, s))
+          return r;
+  }
   if (mine == shards)
     return std::nullopt;
   const bool spannable = q.method == "list_sessions" || q.method == "delete_app"

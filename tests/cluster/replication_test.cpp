@@ -577,6 +577,10 @@ TEST_CASE("three nodes killed and started again, one without its store: it leads
       REQUIRE(r);
       CHECK(kind_of(r) == "unavailable");
     }
+    // Its part of a listing across nodes too (it listed its empty copies).
+    auto part = alone.call("list_sessions", json{{"app_name", "app"}, {"this_node", true}});
+    REQUIRE(part);
+    CHECK(kind_of(part) == "unavailable");
   }
   for (std::size_t k : {0, 1})
     c.n[k] = test::start_store_cluster_node(
