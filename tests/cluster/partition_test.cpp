@@ -142,16 +142,7 @@ struct partitioned {
   /// The status once every copy of every shard is in sync again (the
   /// owners repair the others); REQUIREs it within 30 s.
   json in_sync() const {
-    // The nodes' repairs (other processes), asked of etcd every 100 ms.
-    json st;
-    INFO("status: ", st.dump());
-    REQUIRE(test::eventually(
-      [&] {
-        st = status();
-        return st["under_replicated"] == 0;
-      },
-      30s, 100ms));
-    return st;
+    return test::when_in_sync([this] { return status(); });
   }
 
   /// The shard map as node k sees it.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -102,6 +103,22 @@ inline std::string kind_of_reply(const rpc_reply& r) {
     return "";
   auto kind = data->find("kind");
   return kind != data->end() && kind->is_string() ? kind->get<std::string>() : "";
+}
+
+/// The cluster status (`cluster status --json`) that `status` reads once
+/// every copy of every shard is in sync again (the owners repair the
+/// others); REQUIREs it within `limit`, asking every 100 ms.
+inline json when_in_sync(const std::function<json()>& status,
+                         std::chrono::seconds limit = std::chrono::seconds(30)) {
+  json st;
+  INFO("status: ", st.dump());
+  REQUIRE(eventually(
+    [&] {
+      st = status();
+      return st["under_replicated"] == 0;
+    },
+    limit, std::chrono::milliseconds(100)));
+  return st;
 }
 
 /// The cluster_map once every node of `ports` names an owner for every shard
