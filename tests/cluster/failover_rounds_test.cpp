@@ -499,16 +499,19 @@ void failover_rounds(int rounds, int sessions, int wipe_every) {
     client via(ports[0]);
     // A create in doubt (a follower slow to answer) is sent again;
     // already_exists then says an earlier one happened.
-    for (auto& u : users)
-      for (int attempt = 0;; ++attempt) {
-        auto r = via.call("create_session", params_of(u));
-        if (ok(r) || (attempt > 0 && kind_of(r) == "already_exists"))
-          break;
-        INFO((r ? r->dump() : std::string("no answer")));
-        REQUIRE(kind_of(r) == "unavailable");
-        REQUIRE(attempt < 20);
-        std::this_thread::sleep_for(100ms); // why: a pause before the create is sent again
-      }
+    for (auto& u : users) {
+      int attempt = 0;
+      REQUIRE(test::eventually(
+        [&] {
+          auto r = via.call("create_session", params_of(u));
+          if (ok(r) || (attempt++ > 0 && kind_of(r) == "already_exists"))
+            return true;
+          INFO((r ? r->dump() : std::string("no answer")));
+          REQUIRE(kind_of(r) == "unavailable");
+          return false;
+        },
+        2s, 100ms));
+    }
   }
 
   test::history_log h;

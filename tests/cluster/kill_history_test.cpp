@@ -137,6 +137,7 @@ void kill_history_run(bool forward) {
   std::atomic<bool> stop{false};
   std::atomic<bool> b_down{false};
   std::atomic<int> a_ok_while_b_down{0}, a_failed_while_b_down{0};
+  std::atomic<int> oks{0}; ///< every acknowledged operation
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
@@ -177,6 +178,7 @@ void kill_history_run(bool forward) {
             done["value"] = json{{"version", res["version"]}, {"events", res["events"]}};
           else
             done["value"] = json{{"version", res["version"]}, {"event", res["event"]}};
+          ++oks;
           if (on_a_now)
             ++a_ok_while_b_down;
         } else {
@@ -200,7 +202,8 @@ void kill_history_run(bool forward) {
     auto start = a_ok_while_b_down.load();
     (void)test::eventually([&] { return a_ok_while_b_down.load() >= start + n; }, 20s, 20ms);
   };
-  std::this_thread::sleep_for(500ms); // input: load before the fault
+  // The load before the fault: 200 operations acknowledged.
+  REQUIRE(test::eventually([&] { return oks.load() >= 200; }, 20s, 20ms));
   b.proc->signal(SIGKILL);
   b_down.store(true);
   REQUIRE(b.proc->exited_within(5s));
@@ -210,7 +213,9 @@ void kill_history_run(bool forward) {
   b.proc.reset();
   b = start_node(etcd, dir, "b", forward, b_port);
   b_down.store(false);
-  std::this_thread::sleep_for(500ms); // input: load after the restart
+  // The load after the restart: 200 more operations acknowledged.
+  const int oks_at_restart = oks.load();
+  REQUIRE(test::eventually([&] { return oks.load() >= oks_at_restart + 200; }, 20s, 20ms));
   stop.store(true);
   for (auto& t : threads)
     t.join();

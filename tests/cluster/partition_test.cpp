@@ -125,18 +125,19 @@ struct partitioned {
       + " --cluster c";
   }
 
-  /// The cluster's status in etcd (cluster status --json), asked again (5
-  /// times at most) while the tool cannot reach etcd in time (a busy
-  /// machine).
+  /// The cluster's status in etcd (cluster status --json), asked again
+  /// (every 200 ms, for 10 s at most) while the tool cannot reach etcd in
+  /// time (a busy machine).
   json status() const {
-    for (int attempt = 1;; ++attempt) {
-      auto r = shell(tool("status --json"), false);
-      INFO("cluster status exited ", r.first, ": ", r.second);
-      if (r.first == 0)
-        return json::parse(r.second);
-      REQUIRE(attempt < 5);
-      std::this_thread::sleep_for(200ms); // why: a bounded pause before the tool runs again
-    }
+    std::pair<int, std::string> r;
+    INFO("cluster status exited ", r.first, ": ", r.second);
+    REQUIRE(test::eventually(
+      [&] {
+        r = shell(tool("status --json"), false);
+        return r.first == 0;
+      },
+      10s, 200ms));
+    return json::parse(r.second);
   }
 
   /// The status once every copy of every shard is in sync again (the
@@ -308,15 +309,16 @@ std::vector<std::string> users_of(partitioned& c, std::vector<client>& via,
     // A create answered unavailable (a follower slow to answer its first
     // runs on a busy machine) is sent again; one that ran already answers
     // already_exists.
-    for (auto deadline = std::chrono::steady_clock::now() + 10s;;) {
-      auto r = via[i % 3].call("create_session", ref_params(users[i]));
-      INFO("create_session of ", users[i], ": ", r ? r->dump() : "no answer");
-      if (ok(r) || kind_of(r) == "already_exists")
-        break;
-      REQUIRE(kind_of(r) == "unavailable");
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(50ms); // why: a bounded pause before the create is sent again
-    }
+    REQUIRE(test::eventually(
+      [&] {
+        auto r = via[i % 3].call("create_session", ref_params(users[i]));
+        INFO("create_session of ", users[i], ": ", r ? r->dump() : "no answer");
+        if (ok(r) || kind_of(r) == "already_exists")
+          return true;
+        REQUIRE(kind_of(r) == "unavailable");
+        return false;
+      },
+      10s, 50ms));
     if (c.map["shards"][model::shard_of("app", users[i], shard_count)]["owner"] == "c")
       on_c.push_back(users[i]);
   }
