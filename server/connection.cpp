@@ -962,11 +962,8 @@ private:
     lingering_ = true;
     asio::error_code ignored;
     socket().shutdown(asio::socket_base::shutdown_send, ignored);
-    if constexpr (!is_tls) {
-      reading_ = true;
-      stream_.async_wait(Stream::wait_read,
-                         [self = self()](const asio::error_code& ec) { self->on_readable(ec); });
-    }
+    if constexpr (!is_tls)
+      arm_read(); // on_readable discards while lingering
   }
 
   // Lingering: input is read and dropped; nothing of it is taken.
@@ -986,11 +983,8 @@ private:
     } else {
       peer_eof_ = true;
     }
-    if (!peer_eof_) {
-      reading_ = true;
-      stream_.async_wait(Stream::wait_read,
-                         [self = self()](const asio::error_code& e) { self->on_readable(e); });
-    }
+    if (!peer_eof_)
+      arm_read();
     finish_if_idle();
   }
 
