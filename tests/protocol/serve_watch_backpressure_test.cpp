@@ -132,16 +132,16 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
                      (dir.path() / "stderr.txt").string());
   const int port = srv.port();
   client writer(port), probe(port);
-  raw_socket stalled(port); // raw: it stops reading, on a small receive buffer
+  // Raw: it stops reading. Its receive buffer is the kernel's own, sized
+  // as it reads. Regression (bug "the stalled client waited over 20 s for
+  // a line"): a small fixed buffer (SO_RCVBUF) made the kernel drop what
+  // overflowed it while the client was slow to read, and the server's
+  // retransmission timeouts backed off to seconds; seen once in about ten
+  // runs beside four busy loops.
+  raw_socket stalled(port);
   REQUIRE(writer.connected());
   REQUIRE(stalled.connected());
   REQUIRE(probe.connected());
-  // A small, fixed receive buffer (no autotuning) on the stalled client, so
-  // the kernel holds little of what the server would otherwise queue.
-  int rcvbuf = 64 * 1024;
-  REQUIRE(::setsockopt(stalled.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
-  socklen_t len = sizeof rcvbuf;
-  REQUIRE(::getsockopt(stalled.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) == 0);
   for (int i = 0; i < sessions; ++i)
     REQUIRE(ok(writer.call("create_session", sref_params("app", "s" + std::to_string(i)))));
 
@@ -198,6 +198,11 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
   const std::string last = newest(cursors);
   REQUIRE(cursors.size() == std::size_t(warmup + appends));
 
+  // What the client's kernel could hold while it read nothing: its receive
+  // buffer grows only as it reads.
+  int rcvbuf = 0;
+  socklen_t len = sizeof rcvbuf;
+  REQUIRE(::getsockopt(stalled.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) == 0);
   // The stalled client reads again: every watch reaches the last append.
   std::map<std::string, delivered> held;
   for (auto& [id, d] : got)
@@ -267,7 +272,8 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
 
   // What unbounded queueing would have held: what the watches sent after
   // reading stopped, less what the kernel's socket buffers can take (the
-  // client's fixed receive buffer, the server's send buffer at its largest).
+  // client's receive buffer as it was then, the server's send buffer at its
+  // largest).
   const std::uint64_t kernel = std::uint64_t(rcvbuf) + sysctl_max("/proc/sys/net/ipv4/tcp_wmem");
   const std::uint64_t unbounded = held_bytes > kernel ? held_bytes - kernel : 0;
   // The bound: the output budget, one page of 256 changes per watch in
