@@ -89,7 +89,15 @@ struct node::impl {
       }
       // TTL/3 in the clock's units: cfg.ttl / 3 in whole seconds is 0 for
       // a TTL under 3 s.
-      if (pause(std::chrono::duration_cast<clock::duration>(cfg.ttl) / 3))
+      const auto period = std::chrono::duration_cast<clock::duration>(cfg.ttl) / 3;
+      if (!cfg.renew_wait) {
+        if (pause(period))
+          return;
+        continue;
+      }
+      cfg.renew_wait(period);
+      std::lock_guard<std::mutex> lock(mtx);
+      if (stopping)
         return;
     }
   }

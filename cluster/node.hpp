@@ -45,6 +45,12 @@ public:
     /// revision, one call at a time, on the node's own threads (start()'s
     /// caller, then the control thread). Must not block or throw.
     std::function<void(const cluster_view&)> on_view;
+    /// The keeper's wait between two renewals; empty = its own clock. When
+    /// set, the keeper calls it after each renewal with the time to the next
+    /// (TTL/3) and renews again when it returns, unless the node is being
+    /// destroyed then. A test steps the renewals with it; it must return
+    /// soon once the test lets the node go, and must not throw.
+    std::function<void(std::chrono::steady_clock::duration)> renew_wait;
   };
 
   /// Joins the cluster and starts following it (two threads of its own).

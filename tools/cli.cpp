@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -501,6 +503,25 @@ bool progress_wanted() noexcept {
   return ::isatty(STDERR_FILENO) == 1;
 }
 
+std::chrono::milliseconds progress_period() noexcept {
+  const char* v = std::getenv("AGENTSTATE_PROGRESS_MS");
+  std::uint64_t ms = 0;
+  if (!v || !*v || std::strlen(v) > 7)
+    return std::chrono::milliseconds(500);
+  for (const char* c = v; *c; ++c) {
+    if (*c < '0' || *c > '9')
+      return std::chrono::milliseconds(500);
+    ms = ms * 10 + static_cast<std::uint64_t>(*c - '0');
+  }
+  return ms > 3'600'000 ? std::chrono::milliseconds(500) : std::chrono::milliseconds(ms);
+}
+
+std::pair<std::string, std::string> progress_environment() {
+  return {"AGENTSTATE_PROGRESS_MS",
+          "how often the progress line on a terminal is redrawn, in whole milliseconds "
+          "(default 500; 0: at every update)"};
+}
+
 void progress_line::operator()(const char* what, std::uint64_t n, std::uint64_t total) {
   show(what, n, total, {});
 }
@@ -510,7 +531,7 @@ void progress_line::show(const char* what, std::uint64_t n, std::uint64_t total,
   if (!tty_)
     return;
   auto now = std::chrono::steady_clock::now();
-  if (now - start_ < std::chrono::milliseconds(500) || now - last_ < std::chrono::milliseconds(500))
+  if (now - start_ < period_ || now - last_ < period_)
     return;
   last_ = now;
   shown_ = true;

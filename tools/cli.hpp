@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace CLI {
@@ -213,10 +214,18 @@ bool dest_is_free(const char* command, const std::string& dest);
 /// written only then, never into a file or pipe.
 bool progress_wanted() noexcept;
 
-/// A progress line on stderr, redrawn in place (\r) at most twice a second,
-/// only when stderr is a terminal (progress_wanted) and only after the
-/// first half second. "what: n" or, with a known total, "what: n of total".
-/// done() ends the line. Single-threaded.
+/// The redraw period of progress lines: $AGENTSTATE_PROGRESS_MS (whole
+/// milliseconds, 0 to 3,600,000; 0 draws at every update), else 500 ms.
+std::chrono::milliseconds progress_period() noexcept;
+
+/// The "environment:" entry of every command that draws progress lines.
+std::pair<std::string, std::string> progress_environment();
+
+/// A progress line on stderr, redrawn in place (\r) at most once per
+/// progress_period() (twice a second unless told), only when stderr is a
+/// terminal (progress_wanted) and only after the first period. "what: n"
+/// or, with a known total, "what: n of total". done() ends the line.
+/// Single-threaded.
 class progress_line {
 public:
   void operator()(const char* what, std::uint64_t n, std::uint64_t total = 0);
@@ -227,6 +236,7 @@ public:
 
 private:
   bool tty_ = progress_wanted();
+  std::chrono::milliseconds period_ = progress_period();
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_{};
   bool shown_ = false;

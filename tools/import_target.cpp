@@ -69,6 +69,7 @@ int run_import(const import_options& p);
 
 runner define_import(command_line& cl) {
   auto o = std::make_shared<import_options>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate import DIR [FILE] [--json]\n"
              "agentstate import DIR [--json] < FILE\n"
              "agentstate import --from-adk-sqlite FILE DIR [--skip-oversized]";

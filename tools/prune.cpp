@@ -179,6 +179,7 @@ int run_prune(const prune_args& a) {
 
 runner define_prune(command_line& cl) {
   auto a = std::make_shared<prune_args>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate prune DIR --older-than DURATION [--app NAME] [--dry-run]\n"
              "  [--json]\n"
              "agentstate prune --address ADDR --older-than DURATION\n"
@@ -209,7 +210,8 @@ node prunes its own store (with --app, only a node that owns every shard).)";
   cl.exit_status(exit_failed,
                  "the store cannot be opened (or is open elsewhere), a delete "
                  "failed, the server cannot be reached or answered an error");
-  cl.environment = remote_environment("--address: ");
+  for (auto& e : remote_environment("--address: "))
+    cl.environment.push_back(e);
   cl.app.add_option("DIR", a->dir, "the store directory (or --address)");
   cl.app
     .add_option("--older-than", a->older_than,

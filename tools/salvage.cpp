@@ -42,6 +42,7 @@ int run_salvage(const salvage_options& o);
 
 runner define_salvage(command_line& cl) {
   auto o = std::make_shared<salvage_options>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate salvage DIR DEST [--json]";
   cl.description = R"(Copies every session of the store in DIR that reads clean - its record,
 state and every event decode, and no read of it faults - into a new store

@@ -59,6 +59,7 @@ void declare_store_and_json(command_line& cl, store_and_json& o) {
 
 runner define_inspect(command_line& cl) {
   auto o = std::make_shared<store_and_json>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate inspect DIR [--json]";
   cl.description = R"(Prints the store's format version, counts of apps, users, sessions and
 events, map size and use, and reader slots. Read-only; safe while an engine
@@ -140,6 +141,7 @@ int run_inspect(const store_and_json& p) {
 
 runner define_verify(command_line& cl) {
   auto o = std::make_shared<store_and_json>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate verify DIR [--json]";
   cl.description = R"(Checks every row of the store: every checksum (format 4; each damaged row
 is named: session app/user/id and which row), versions contiguous, every
@@ -275,6 +277,7 @@ int run_backup(const backup_options& p);
 
 runner define_backup(command_line& cl) {
   auto o = std::make_shared<backup_options>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate backup DIR DEST [--compact] [--json]\n"
              "agentstate backup DIR - [--compact] > FILE";
   cl.description = R"(Writes a consistent copy of the store in DIR, as of one moment, into DEST
@@ -428,6 +431,7 @@ printed; the exit is then 1.)";
 
 runner define_export(command_line& cl) {
   auto o = std::make_shared<export_options>();
+  cl.environment.push_back(progress_environment());
   cl.usage = "agentstate export DIR > FILE\n"
              "agentstate export --to-adk-sqlite FILE DIR [--adk-flavor FLAVOR]";
   cl.description = R"(Writes the whole store as JSON lines that `agentstate import` turns back

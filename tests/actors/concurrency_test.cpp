@@ -13,6 +13,7 @@
 #include "actors/engine_factory.hpp"
 #include "support/store_probe.hpp"
 #include "support/test_support.hpp"
+#include "support/threads.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -670,12 +671,11 @@ TEST_CASE_TEMPLATE("bursts after idle pauses are all answered, with workers park
     for (int b = 0; b < bursts; ++b) {
       // Every poller has given up and parked before the burst. CAF's own
       // work_sharing (spin_wait 0) parks idle workers at once and counts
-      // none: there the pause is the input, not a wait for an outcome.
+      // none: there every other thread of the process is blocked instead.
       if (c.spin.count() > 0)
         REQUIRE(eventually([&] { return detail::engine_factory::parked_workers(e) == c.threads; }));
       else
-        // input: a gap between bursts, not a wait for an outcome (see above).
-        std::this_thread::sleep_for(std::chrono::milliseconds(b % 2 ? 3 : 12));
+        REQUIRE(eventually([] { return test::other_threads_blocked(); }));
       for (int k = 0; k < sessions; ++k) {
         int i = b * sessions + k;
         e.append_event(append_req(sref("app", "u", "b" + std::to_string(k)),

@@ -2,7 +2,7 @@
 // The change feed's push form (engine::watch), on both stores: each watch's
 // stream, delivered while real threads write, equals the log read back for
 // its scope (commit order, no gap, no duplicate); batches come one at a
-// time; a watch whose callback sleeps falls behind and catches up exactly
+// time; a watch whose callback blocks falls behind and catches up exactly
 // while writers go on; cancel and resume from the handle's cursor lose
 // nothing; close ends watches with a cursor that resumes after reopening;
 // an expired cursor is refused at start; an idle watch gets progress; many
@@ -155,8 +155,8 @@ TEST_CASE_TEMPLATE("watch: every watch's stream, delivered while threads write, 
   }
 }
 
-TEST_CASE_TEMPLATE("watch: a watch whose callback blocks, then sleeps, falls behind while 64 "
-                   "writers go on, then catches up exactly; batches stay bounded",
+TEST_CASE_TEMPLATE("watch: a watch whose callback blocks falls behind while 64 writers go on, "
+                   "then catches up exactly; batches stay bounded",
                    S, test::memory_store, test::lmdb_store) {
   auto t = test::open_engine(S::kind);
   engine& e = *t;
@@ -164,7 +164,6 @@ TEST_CASE_TEMPLATE("watch: a watch whose callback blocks, then sleeps, falls beh
   sink slow, fast;
   std::promise<void> writers_done;
   slow.gate = writers_done.get_future().share(); // its first batch waits for every write
-  slow.delay = 20ms;
   auto hs = MUST(e.watch(scope_req(watch_scope::all), slow.handler(), slow.ender()));
   auto hf = MUST(e.watch(scope_req(watch_scope::all), fast.handler(), fast.ender()));
   // Opens the gate however the test leaves (before the handles, whose
@@ -276,9 +275,12 @@ TEST_CASE_TEMPLATE("watch: cancel, then a new watch from the handle's cursor, lo
     auto req = scope_req(watch_scope::all);
     req.from = from;
     auto h = MUST(e.watch(req, s.handler(), s.ender()));
-    // input: the cancel lands at a random point of the stream (no time
-    // need pass: any point, the start included, must lose and repeat nothing).
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
+    // input: the cancel lands after a seeded number of delivered batches
+    // (0: at the start), or once the writes have ended; any point must lose
+    // and repeat nothing.
+    const int after = static_cast<int>(rng() % 4);
+    (void)test::eventually([&] { return s.batches.load() >= after || !writing.load(); },
+                           std::chrono::seconds(10), std::chrono::microseconds(100));
     h->cancel();
     auto got = s.snapshot();
     joined.insert(joined.end(), got.begin(), got.end());

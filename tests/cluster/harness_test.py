@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""tests/cluster/cluster_harness.py against a real etcd and real nodes: what it prints,
+"""tests/support/cluster_harness.py against a real etcd and real nodes: what it prints,
 a request through its node that owns nothing reaching the owner's store, kill and start
 of a node by id, and every process gone and the temporary directory removed at the end
 of its input, on SIGTERM and after a command. (CTest: cluster_harness_test, label
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).resolve().parent / "cluster_harness.py"
+HARNESS = Path(__file__).resolve().parent.parent / "support" / "cluster_harness.py"
 sys.path.insert(0, str(HARNESS.parent))
 from cluster_harness import rpc  # noqa: E402
 

@@ -189,8 +189,11 @@ void kill_history_run(bool forward) {
           // Anything else (unavailable, a lost answer) may have.
           done["type"] = !sent || kind == "moved" ? "fail" : "info";
           done["value"] = json{{"error", kind.empty() ? "connection" : kind}};
-          // bounded pause before the next try: the node is down or moving
-          std::this_thread::sleep_for(20ms); // why: backoff before the next try
+          // A backoff before the next operation while the node is down or
+          // moving: up to 20 ms, cut short when b goes down or comes back
+          // or the run stops.
+          const bool down = b_down.load();
+          (void)test::eventually([&] { return stop.load() || b_down.load() != down; }, 20ms, 1ms);
         }
         h.add(done);
       }

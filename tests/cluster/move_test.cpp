@@ -147,46 +147,51 @@ TEST_CASE("cluster move of 8 shards and a drain under load: the history checker 
                      {{"artifact_delta", json::object()},
                       {"state_delta", {{"n", i}, {"app:w" + std::to_string(w), i}}}}}};
         // An append refused while its shard moves (or in doubt) is sent
-        // again with the same id, through the next node, up to 200 times.
-        for (int attempt = 0; attempt < 200 && !stop.load(); ++attempt) {
-          const std::size_t via = static_cast<std::size_t>(i + attempt + w) % ports.size();
-          json inv{{"process", w},
-                   {"type", "invoke"},
-                   {"f", read ? "read" : "append"},
-                   {"session", session},
-                   {"value", read ? json::object() : json{{"event", ev}}}};
-          h.add(inv);
-          client* c = conn(via);
-          std::optional<json> got;
-          if (c)
-            got = read ? c->call("get_session", params_of(app, user), "r", 10s)
-                       : c->call("append_event", with(params_of(app, user), "event", ev), "w", 10s);
-          json done{{"process", w}, {"f", read ? "read" : "append"}, {"session", session}};
-          if (ok(got)) {
-            auto& res = (*got)["result"];
-            done["type"] = "ok";
-            done["value"] = read ? json{{"version", res["version"]}, {"events", res["events"]}}
-                                 : json{{"version", res["version"]}, {"event", res["event"]}};
-            h.add(done);
-            if (!read) {
-              std::lock_guard<std::mutex> lk(acked_mtx);
-              ++acked;
-              acked_cv.notify_all();
+        // again with the same id, through the next node, every 10 ms for at
+        // most 20 s (test::eventually paces the attempts).
+        int attempt = 0;
+        (void)test::eventually(
+          [&] {
+            if (stop.load())
+              return true;
+            const std::size_t via = static_cast<std::size_t>(i + attempt + w) % ports.size();
+            json inv{{"process", w},
+                     {"type", "invoke"},
+                     {"f", read ? "read" : "append"},
+                     {"session", session},
+                     {"value", read ? json::object() : json{{"event", ev}}}};
+            h.add(inv);
+            client* c = conn(via);
+            std::optional<json> got;
+            if (c)
+              got = read
+                ? c->call("get_session", params_of(app, user), "r", 10s)
+                : c->call("append_event", with(params_of(app, user), "event", ev), "w", 10s);
+            json done{{"process", w}, {"f", read ? "read" : "append"}, {"session", session}};
+            if (ok(got)) {
+              auto& res = (*got)["result"];
+              done["type"] = "ok";
+              done["value"] = read ? json{{"version", res["version"]}, {"events", res["events"]}}
+                                   : json{{"version", res["version"]}, {"event", res["event"]}};
+              h.add(done);
+              if (!read) {
+                std::lock_guard<std::mutex> lk(acked_mtx);
+                ++acked;
+                acked_cv.notify_all();
+              }
+              return true;
             }
-            break;
-          }
-          std::string kind = got ? kind_of(got) : "";
-          done["type"] = c == nullptr ? "fail" : "info";
-          done["value"] = json{{"error", kind.empty() ? "connection" : kind}};
-          h.add(done);
-          if (!got && c)
-            conns[via].reset();
-          ++refused;
-          if (read)
-            break;
-          // why: backoff before the retry; the shard is moving
-          std::this_thread::sleep_for(10ms);
-        }
+            std::string kind = got ? kind_of(got) : "";
+            done["type"] = c == nullptr ? "fail" : "info";
+            done["value"] = json{{"error", kind.empty() ? "connection" : kind}};
+            h.add(done);
+            if (!got && c)
+              conns[via].reset();
+            ++refused;
+            ++attempt;
+            return read; // a refused read is not retried
+          },
+          20s, 10ms);
       }
     });
 

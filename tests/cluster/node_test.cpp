@@ -9,9 +9,12 @@
 #include "server/net_support.hpp"
 #include "support/etcd_process.hpp"
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -167,10 +170,12 @@ TEST_CASE("a node id still live after a crash is taken once its lease expires") 
 
 // Regression test: the keeper paused cfg.ttl / 3 in whole seconds between
 // renewals, 0 s for a TTL of 2 s, and renewed about 1,500 times a second.
-// The count is an upper bound over a window at least 3 s long: a slow
-// machine renews less, never more.
-TEST_CASE("a node renews its lease every TTL/3, not without a pause (regression: a 2 s TTL was "
-          "renewed ~1,500 times a second)") {
+// The keeper's waits are stepped by the test (config::renew_wait): each
+// wait asks for TTL/3, and each step lets exactly one keepalive reach etcd.
+// While the keeper is held in its wait, etcd's count cannot move: that is
+// the barrier the "exactly one" rests on.
+TEST_CASE("a node renews its lease once per TTL/3 wait, never without one (regression: a 2 s "
+          "TTL was renewed ~1,500 times a second)") {
   test::etcd_process etcd;
   auto c = shared_coordinator(etcd, "renew");
   REQUIRE(c->create(cluster::cluster_settings{}).ok());
@@ -186,17 +191,55 @@ TEST_CASE("a node renews its lease every TTL/3, not without a pause (regression:
         n += std::stod(line.substr(line.rfind(' ') + 1));
     return n;
   };
-  auto n = start_node(c, "n1", 2s);
-  REQUIRE(n->wait_for(all_owned, 10s));
-  const auto before = keepalives();
-  const auto t0 = std::chrono::steady_clock::now();
-  // why: the window renewals are counted over (3 s, four to five periods of 667 ms)
-  std::this_thread::sleep_for(3s);
-  const auto renewed = keepalives() - before;
-  const auto window = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO("renewals: ", renewed, " in ", window, " s");
-  CHECK(before + renewed >= 1); // the metric is read (the keeper renews once as it starts)
-  CHECK(renewed <= window / (2.0 / 3) + 2);
+  // The keeper's waits: how many began, what each asked for, and the steps
+  // the test has allowed.
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::chrono::steady_clock::duration> asked;
+  int steps = 0;
+  bool released = false;
+  cluster::node::config cfg;
+  cfg.id = "n1";
+  cfg.address = "127.0.0.1:7001";
+  cfg.ttl = 2s;
+  cfg.renew_wait = [&](std::chrono::steady_clock::duration d) {
+    std::unique_lock<std::mutex> lk(mtx);
+    asked.push_back(d);
+    cv.notify_all();
+    cv.wait(lk, [&] { return released || steps > 0; });
+    if (steps > 0)
+      --steps;
+  };
+  auto waits_begun = [&](std::size_t n) {
+    std::unique_lock<std::mutex> lk(mtx);
+    return cv.wait_for(lk, 30s, [&] { return asked.size() >= n; });
+  };
+  auto started = cluster::node::start(c, cfg);
+  REQUIRE_MESSAGE(started.ok(), started.err().message);
+  auto n = std::move(*started);
+  // The keeper renewed once as it started and now waits.
+  REQUIRE(waits_begun(1));
+  const auto first = keepalives();
+  CHECK(first >= 1);
+  for (std::size_t k = 1; k <= 4; ++k) {
+    CAPTURE(k);
+    {
+      std::lock_guard<std::mutex> lk(mtx);
+      ++steps;
+    }
+    cv.notify_all();
+    // The keeper renews once, then waits again: the count is then final.
+    REQUIRE(waits_begun(k + 1));
+    CHECK(keepalives() == first + double(k));
+  }
+  {
+    std::lock_guard<std::mutex> lk(mtx);
+    for (auto d : asked)
+      CHECK(std::chrono::duration_cast<std::chrono::milliseconds>(d) == 666ms);
+    released = true;
+  }
+  cv.notify_all();
+  n.reset();
 }
 
 TEST_CASE("a node cut off from etcd stops serving within its lease's TTL, and resumes after") {

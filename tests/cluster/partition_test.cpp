@@ -229,37 +229,42 @@ json append_call(std::size_t i, const std::string& u, const json& ev) {
 /// every attempt recorded in `h`, every answer shown to `seen`.
 void append_round(std::vector<client>& via, const std::vector<std::string>& users, int r,
                   test::history_log& h, const route_fn& route, const seen_fn& seen = {}) {
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
   std::vector<std::size_t> left(users.size());
   for (std::size_t i = 0; i < users.size(); ++i)
     left[i] = i;
-  for (int attempt = 0; !left.empty(); ++attempt) {
-    INFO("round ", r, ", attempt ", attempt, ", ", left.size(), " appends left");
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    if (attempt > 0) // why: a bounded pause between retries while the map changes
-      std::this_thread::sleep_for(50ms);
-    std::vector<std::vector<std::size_t>> sent(via.size());
-    const auto sent_at = std::chrono::steady_clock::now();
-    for (auto i : left) {
-      const auto k = route(i, attempt);
-      json ev = {{"author", "t"}, {"id", users[i] + "-e" + std::to_string(r)}};
-      add_attempt(h, users[i], users[i], ev);
-      REQUIRE(via[k].send_line(append_call(i, users[i], ev)));
-      sent[k].push_back(i);
-    }
-    left.clear();
-    for (std::size_t k = 0; k < via.size(); ++k)
-      for (std::size_t m = 0; m < sent[k].size(); ++m) {
-        auto a = via[k].next(30s);
-        REQUIRE(a);
-        const auto i = (*a)["id"].get<std::size_t>();
-        add_outcome(h, users[i], users[i], *a);
-        if (seen)
-          seen(k, i, *a, sent_at);
-        if (!ok(a))
-          left.push_back(i);
+  int attempt = 0;
+  // One attempt sends every append still unacknowledged; test::eventually
+  // repeats it every 50 ms while the map changes, for at most 30 s.
+  const bool all_acked = test::eventually(
+    [&] {
+      INFO("round ", r, ", attempt ", attempt, ", ", left.size(), " appends left");
+      std::vector<std::vector<std::size_t>> sent(via.size());
+      const auto sent_at = std::chrono::steady_clock::now();
+      for (auto i : left) {
+        const auto k = route(i, attempt);
+        json ev = {{"author", "t"}, {"id", users[i] + "-e" + std::to_string(r)}};
+        add_attempt(h, users[i], users[i], ev);
+        REQUIRE(via[k].send_line(append_call(i, users[i], ev)));
+        sent[k].push_back(i);
       }
-  }
+      left.clear();
+      for (std::size_t k = 0; k < via.size(); ++k)
+        for (std::size_t m = 0; m < sent[k].size(); ++m) {
+          auto a = via[k].next(30s);
+          REQUIRE(a);
+          const auto i = (*a)["id"].get<std::size_t>();
+          add_outcome(h, users[i], users[i], *a);
+          if (seen)
+            seen(k, i, *a, sent_at);
+          if (!ok(a))
+            left.push_back(i);
+        }
+      ++attempt;
+      return left.empty();
+    },
+    30s, 50ms);
+  INFO("round ", r, ": ", left.size(), " appends left after ", attempt, " attempts");
+  REQUIRE(all_acked);
 }
 
 /// An engine on node `id`'s store (the node stopped).

@@ -125,6 +125,15 @@ struct replicated {
   }
 };
 
+/// Records in `h` that `user`'s append was acknowledged with answer `a`.
+void add_ok(test::history_log& h, const std::string& user, const json& a) {
+  h.add({{"process", user},
+         {"type", "ok"},
+         {"f", "append"},
+         {"session", session_of(user)},
+         {"value", {{"version", a["result"]["version"]}, {"event", a["result"]["event"]}}}});
+}
+
 /// The appends of `users` (one session each, created first), `rounds` each,
 /// pipelined through node `via[(i + round) % via.size()]` for user i,
 /// recorded in `h`. Each append increments a session key, a user: key and
@@ -158,12 +167,7 @@ void run_appends(std::vector<client>& via, const std::vector<std::string>& users
         INFO(a->dump());
         REQUIRE(ok(a));
         const auto i = (*a)["id"].get<std::size_t>();
-        h.add({{"process", users[i]},
-               {"type", "ok"},
-               {"f", "append"},
-               {"session", session_of(users[i])},
-               {"value",
-                {{"version", (*a)["result"]["version"]}, {"event", (*a)["result"]["event"]}}}});
+        add_ok(h, users[i], *a);
       }
   }
 }
@@ -181,61 +185,60 @@ std::chrono::milliseconds run_appends_retrying(std::vector<client>& via,
   const auto t0 = std::chrono::steady_clock::now();
   std::chrono::milliseconds first_timed{0};
   for (int r = round0; r < round0 + rounds; ++r) {
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
     std::vector<std::size_t> left(users.size());
     for (std::size_t i = 0; i < users.size(); ++i)
       left[i] = i;
-    for (int attempt = 0; !left.empty(); ++attempt) {
-      if (std::chrono::steady_clock::now() >= deadline && diag)
-        MESSAGE(diag());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      if (attempt > 0) // why: a bounded pause between retries while the map changes
-        std::this_thread::sleep_for(50ms);
-      std::vector<std::vector<std::size_t>> sent(via.size());
-      for (auto i : left) {
-        const auto k = (i + static_cast<std::size_t>(r + attempt)) % via.size();
-        json ev = {{"author", "t"}, {"id", users[i] + "-e" + std::to_string(r)}};
-        json p = ref_params(users[i]);
-        p["event"] = ev;
-        p["modify"] = json::array({{{"key", "step"}, {"op", "increment"}, {"by", 1}},
-                                   {{"key", "user:n"}, {"op", "increment"}, {"by", 1}}});
-        h.add({{"process", users[i]},
-               {"type", "invoke"},
-               {"f", "append"},
-               {"session", session_of(users[i])},
-               {"value", {{"event", ev}}}});
-        REQUIRE(via[k].send_line(rpc(i, "append_event", p)));
-        sent[k].push_back(i);
-      }
-      left.clear();
-      for (std::size_t k = 0; k < via.size(); ++k)
-        for (std::size_t m = 0; m < sent[k].size(); ++m) {
-          auto a = via[k].next(30s);
-          INFO("an answer through node ", k, " of round ", r, ", attempt ", attempt);
-          if (!a && diag)
-            MESSAGE(diag());
-          REQUIRE(a);
-          const auto i = (*a)["id"].get<std::size_t>();
-          if (!ok(a)) {
-            h.add({{"process", users[i]},
-                   {"type", "info"},
-                   {"f", "append"},
-                   {"session", session_of(users[i])},
-                   {"value", {{"error", kind_of(a)}}}});
-            left.push_back(i);
-            continue;
-          }
-          if (first_timed.count() == 0 && timed.count(users[i]))
-            first_timed = std::chrono::duration_cast<std::chrono::milliseconds>(
-              std::chrono::steady_clock::now() - t0);
+    int attempt = 0;
+    // One attempt sends every append still unacknowledged; test::eventually
+    // repeats it every 50 ms while the map changes, for at most 30 s.
+    const bool all_acked = test::eventually(
+      [&] {
+        std::vector<std::vector<std::size_t>> sent(via.size());
+        for (auto i : left) {
+          const auto k = (i + static_cast<std::size_t>(r + attempt)) % via.size();
+          json ev = {{"author", "t"}, {"id", users[i] + "-e" + std::to_string(r)}};
+          json p = ref_params(users[i]);
+          p["event"] = ev;
+          p["modify"] = json::array({{{"key", "step"}, {"op", "increment"}, {"by", 1}},
+                                     {{"key", "user:n"}, {"op", "increment"}, {"by", 1}}});
           h.add({{"process", users[i]},
-                 {"type", "ok"},
+                 {"type", "invoke"},
                  {"f", "append"},
                  {"session", session_of(users[i])},
-                 {"value",
-                  {{"version", (*a)["result"]["version"]}, {"event", (*a)["result"]["event"]}}}});
+                 {"value", {{"event", ev}}}});
+          REQUIRE(via[k].send_line(rpc(i, "append_event", p)));
+          sent[k].push_back(i);
         }
-    }
+        left.clear();
+        for (std::size_t k = 0; k < via.size(); ++k)
+          for (std::size_t m = 0; m < sent[k].size(); ++m) {
+            auto a = via[k].next(30s);
+            INFO("an answer through node ", k, " of round ", r, ", attempt ", attempt);
+            if (!a && diag)
+              MESSAGE(diag());
+            REQUIRE(a);
+            const auto i = (*a)["id"].get<std::size_t>();
+            if (!ok(a)) {
+              h.add({{"process", users[i]},
+                     {"type", "info"},
+                     {"f", "append"},
+                     {"session", session_of(users[i])},
+                     {"value", {{"error", kind_of(a)}}}});
+              left.push_back(i);
+              continue;
+            }
+            if (first_timed.count() == 0 && timed.count(users[i]))
+              first_timed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0);
+            add_ok(h, users[i], *a);
+          }
+        ++attempt;
+        return left.empty();
+      },
+      30s, 50ms);
+    if (!all_acked && diag)
+      MESSAGE(diag());
+    REQUIRE(all_acked);
   }
   return first_timed;
 }

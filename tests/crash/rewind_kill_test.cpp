@@ -57,7 +57,7 @@ std::size_t lines_in(const std::string& path) {
   return n;
 }
 
-// Writes each round's child acknowledges before the kill's random moment
+// Writes each round's child acknowledges before the kill's seeded moment
 // starts: the rounds' work does not depend on how fast the machine is.
 constexpr std::size_t acks_per_round = 8;
 
@@ -112,16 +112,17 @@ TEST_CASE("rewind kill: 20 kills during rewinds leave each rewind whole or absen
     pid_t pid = test::spawn_self(
       "rewind kill: the child appends*",
       {"AGENTSTATE_REWIND_CHILD_DIR=" + store, "AGENTSTATE_REWIND_CHILD_ACKS=" + acks});
-    // The child's acknowledgement file, polled every 1 ms: the kill's moment
-    // below is measured from the acknowledgements.
+    // input: the kill -9 comes after the round's acks_per_round writes and a
+    // seeded number (0-39) more, during the write that follows: a moment set
+    // by the child's progress, read from its acknowledgement file, not by
+    // time (every fourth write is a rewind).
+    const auto more = acked + acks_per_round + rng() % 40;
     const bool acknowledged_all =
-      test::eventually([&] { return lines_in(acks) >= acked + acks_per_round; },
-                       std::chrono::seconds(60), std::chrono::milliseconds(1));
+      test::eventually([&] { return lines_in(acks) >= more; }, std::chrono::seconds(60),
+                       std::chrono::microseconds(200));
     if (!acknowledged_all)
       ::kill(pid, SIGKILL); // the REQUIRE fails the test
     REQUIRE(acknowledged_all);
-    // input: a random moment for the kill -9.
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
     REQUIRE(::kill(pid, SIGKILL) == 0);
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);

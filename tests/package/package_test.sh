@@ -339,15 +339,22 @@ deb-install)
   "${argv[@]}" < /dev/null > "$work/serve.out" 2> "$work/serve.log" &
   serve_pid=$!
   trap 'kill -KILL "$serve_pid" 2>/dev/null || true' EXIT
-  # Polls the serve log until it has a line matching $1 (bounded: 30 s in 0.1 s steps;
-  # the child process logs it, no acknowledgement to wait on) or serve exits.
+  # Reads the serve log as it grows (tail -f: woken by each write) until a line
+  # matches the extended regular expression $1, serve exits, or 30 s pass.
   await_log() {
-    for _ in $(seq 300); do
-      grep -q "$1" "$work/serve.log" && return 0
-      kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log" >&2; fail "serve exited"; }
-      sleep 0.1
+    local line fd tail_pid
+    exec {fd}< <(exec timeout 30 tail --pid="$serve_pid" -n +1 -f "$work/serve.log")
+    tail_pid=$!
+    while IFS= read -r line <&"$fd"; do
+      if [[ $line =~ $1 ]]; then
+        kill "$tail_pid" 2>/dev/null || true
+        exec {fd}<&-
+        return 0
+      fi
     done
+    exec {fd}<&-
     cat "$work/serve.log" >&2
+    kill -0 "$serve_pid" 2>/dev/null || fail "serve exited"
     fail "serve did not log $1 within 30 s"
   }
   await_log 'listening on 127\.0\.0\.1:[0-9]'

@@ -12,6 +12,7 @@
 // serve stops reading its requests long before notifications could pile up.
 #include "server/net_support.hpp"
 #include "support/change_feed.hpp"
+#include "support/sampler.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -168,31 +169,27 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
   // the log itself) and the server's queued output.
   const long anon_base = srv.status("RssAnon"), rss_base = srv.status("VmRSS");
   REQUIRE(anon_base > 0);
-  std::atomic<bool> sampling{true};
   std::atomic<long> anon_peak{anon_base}, rss_peak{rss_base};
   std::atomic<std::uint64_t> queued_peak{0};
-  std::atomic<int> samples{0};
-  std::thread sampler([&] {
-    while (sampling) {
+  // The sampling period (5 ms) is the measurement's resolution.
+  test::sampler sampling(
+    [&] {
       anon_peak = std::max(anon_peak.load(), srv.status("RssAnon"));
       rss_peak = std::max(rss_peak.load(), srv.status("VmRSS"));
       auto st = probe.call("stats", nullptr, "stats");
       if (ok(st))
         queued_peak = std::max<std::uint64_t>(
           queued_peak, (*st)["result"]["server"]["queued_output_bytes"].get<std::uint64_t>());
-      ++samples;
-      // why: the sampling period of the child's stats (a measurement).
-      std::this_thread::sleep_for(5ms);
-    }
-  });
+    },
+    5ms);
   auto t0 = std::chrono::steady_clock::now();
   auto more = append_many(writer, warmup, appends, sessions, blob);
   cursors.insert(more.begin(), more.end());
-  // why: the sampling goes on while the watches run into the budget after
-  // the last append (a measurement, not synchronisation: nothing waits on it).
-  std::this_thread::sleep_for(500ms);
-  sampling = false;
-  sampler.join();
+  // The sampling goes on for 100 samples while the watches run into the
+  // budget after the last append.
+  REQUIRE(sampling.wait_more(100, 60s));
+  sampling.stop();
+  const int samples = sampling.count();
   auto write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const long anon_growth = anon_peak - anon_base, rss_growth = rss_peak - rss_base;
   const std::string last = newest(cursors);
@@ -285,8 +282,8 @@ TEST_CASE("serve --listen: watches of a client that stops reading wait on the ch
           " KiB; unbounded queueing needs >= ", unbounded >> 20, " MiB); RssAnon ", anon_base >> 10,
           " MiB +", anon_growth, " KiB peak (bound ", bound >> 20, " MiB), VmRSS ", rss_base >> 10,
           " MiB +", rss_growth, " KiB peak; queued output peak ", queued_peak.load(), " B (budget ",
-          budget, " B, longest line ", longest, " B), ", samples.load(), " samples");
-  REQUIRE(samples > 10);
+          budget, " B, longest line ", longest, " B), ", samples, " samples");
+  REQUIRE(samples > 100);
   CHECK(unbounded >= 3 * bound);
   if (!sanitized_build)
     CHECK(std::uint64_t(anon_growth) * 1024 < bound);

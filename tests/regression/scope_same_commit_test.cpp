@@ -36,7 +36,7 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
     // A failed REQUIRE while the writer is held must not leave close() waiting.
     struct release_writer {
       store::fault_plan& p;
-      ~release_writer() { p.hold_writes = false; }
+      ~release_writer() { p.release_writes(); }
     } release{*plan};
     constexpr int sessions = 50;
     for (int i = 0; i < sessions; ++i)
@@ -47,7 +47,7 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
     for (int round = 0; round < 5; ++round) {
       CAPTURE(round);
       auto commits_before = e.stats().commits;
-      plan->hold_writes = true;
+      plan->hold_writes();
       std::vector<std::future<result<append_result>>> acks;
       for (int i = 0; i < sessions; ++i) {
         auto p = std::make_shared<std::promise<result<append_result>>>();
@@ -65,7 +65,7 @@ TEST_CASE("regression: scope actors apply every write of one group commit") {
       // held one may be an inline commit, which the backlog does not count).
       REQUIRE(test::eventually(
         [&] { return detail::engine_factory::writer_backlog_of(e) >= sessions - 1; }, 30s));
-      plan->hold_writes = false;
+      plan->release_writes();
       for (auto& a : acks)
         REQUIRE(a.get().ok());
       // The scenario happened: the round's appends did not commit one by one.

@@ -78,7 +78,6 @@ struct watch_sink {
   std::atomic<int> batches{0};
   std::atomic<bool> ended{false};
   watch_end end;
-  std::chrono::milliseconds delay{0};
   /// When set, every batch first waits until it is open (a callback blocked
   /// for as long as the test likes).
   std::shared_future<void> gate;
@@ -91,8 +90,6 @@ struct watch_sink {
         overlaps.fetch_add(1);
       if (gate.valid())
         gate.wait();
-      if (delay.count() > 0) // input: a slow consumer
-        std::this_thread::sleep_for(delay);
       {
         std::lock_guard<std::mutex> lk(mtx);
         max_batch = std::max(max_batch, p.changes.size());

@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support/fault_kv.hpp"
 
-#include <chrono>
 #include <string>
-#include <thread>
 
 namespace agentstate::store {
 
@@ -18,14 +16,25 @@ void fault_plan::on_call(fault_target t, const char* what) {
                    std::string("injected fault in ") + what + " (call " + std::to_string(n) + ")"};
 }
 
+void fault_plan::hold_writes() {
+  std::lock_guard<std::mutex> lk(hold_mtx_);
+  held_ = true;
+}
+
+void fault_plan::release_writes() {
+  {
+    std::lock_guard<std::mutex> lk(hold_mtx_);
+    held_ = false;
+  }
+  hold_cv_.notify_all();
+}
+
 void fault_plan::wait_while_held() {
-  if (!hold_writes.load())
+  std::unique_lock<std::mutex> lk(hold_mtx_);
+  if (!held_)
     return;
   writes_held.fetch_add(1);
-  while (hold_writes.load())
-    // a poll of the test's release: the held write waits until the test
-    // clears hold_writes (every test that holds releases, on failure too).
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  hold_cv_.wait(lk, [this] { return !held_; });
   writes_held.fetch_sub(1);
 }
 

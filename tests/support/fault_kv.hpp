@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 
 #include "store/kv.hpp"
@@ -35,19 +36,26 @@ struct fault_plan {
   std::atomic<std::uint64_t> injected{0}; ///< failures thrown so far
   std::atomic<bool> disarmed{false}; ///< set to stop injecting
 
-  /// While true, every begin_write waits (before it takes the store's write
-  /// transaction, so readers are not blocked) until it is false again: a test
-  /// holds the store writer at the start of one commit, so that the writes
-  /// sent meanwhile queue up for the next group commit. Independent of
-  /// target and fail_at.
-  std::atomic<bool> hold_writes{false};
-  /// begin_write calls waiting on hold_writes now.
+  /// While held (hold_writes() until release_writes()), every begin_write
+  /// waits, before it takes the store's write transaction (so readers are
+  /// not blocked): a test holds the store writer at the start of one commit,
+  /// so that the writes sent meanwhile queue up for the next group commit.
+  /// Independent of target and fail_at.
+  void hold_writes();
+  /// Ends the hold and wakes the held begin_write calls.
+  void release_writes();
+  /// begin_write calls waiting on the hold now.
   std::atomic<int> writes_held{0};
 
   /// Counts one call of `t`; throws kv_failure when it is planned to fail.
   void on_call(fault_target t, const char* what);
-  /// Returns once hold_writes is false (polling every millisecond).
+  /// Returns once the writes are not held.
   void wait_while_held();
+
+private:
+  std::mutex hold_mtx_;
+  std::condition_variable hold_cv_;
+  bool held_ = false; ///< guarded by hold_mtx_
 };
 
 std::unique_ptr<kv_store> make_faulty_kv(std::unique_ptr<kv_store> inner,

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/spawn_self.hpp"
 #include "support/test_support.hpp"
 
 namespace agentstate::test {
@@ -38,6 +39,7 @@ struct streams {
   std::string in;
   int in_fd = -1; ///< instead of `in`: this descriptor (e.g. a pipe's read end)
   bool out_tty = false, err_tty = false;
+  std::vector<std::string> env; ///< "NAME=VALUE" added to the tool's environment
 };
 
 inline std::string slurp(const std::filesystem::path& p) {
@@ -59,6 +61,7 @@ inline ran run_tool(const std::vector<std::string>& args, const streams& s = {})
     t.c_oflag &= ~static_cast<tcflag_t>(OPOST);
     REQUIRE(::tcsetattr(slave, TCSANOW, &t) == 0);
   }
+  child_environment child_env(s.env); // built before the fork
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -78,7 +81,7 @@ inline ran run_tool(const std::vector<std::string>& args, const streams& s = {})
     for (auto& a : argv_s)
       argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(AGENTSTATE_BIN, argv.data());
+    ::execve(AGENTSTATE_BIN, argv.data(), child_env.envp());
     ::_exit(127);
   }
   std::string tty;

@@ -4,7 +4,7 @@
 The binary is $AGENTSTATE_BIN (CTest sets it to the one just built), else ``agentstate`` on
 PATH; without one every test errors (never skips).
 
-Cluster mode: with AGENTSTATE_TEST_ADDRESS=HOST:PORT (tests/cluster/cluster_harness.py sets
+Cluster mode: with AGENTSTATE_TEST_ADDRESS=HOST:PORT (tests/support/cluster_harness.py sets
 it to a cluster node that owns no shard), every client a test makes, by ``spawn`` or
 ``connect`` of AsyncClient or Client, connects to that address instead of starting a
 server, and the ``tcp_server`` fixture is that address. Each test sees apps of its own: its

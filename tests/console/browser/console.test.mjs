@@ -23,28 +23,42 @@ const children = [];
 let dir, authFile, serve, listenAddr, consoleUrl, browser, rpc;
 let ro; // the read-only `agentstate console`
 
+// Resolves once `child`'s stderr (read since it started) matches `re`, with
+// the match; rejects at exit, or when `WAIT` passes first. A deadline on the
+// log, which is what is waited on.
+function logged(child, re) {
+  return new Promise((resolve, reject) => {
+    const deadline = AbortSignal.timeout(WAIT);
+    const check = () => {
+      const m = child.log.match(re);
+      if (!m) return;
+      done();
+      resolve(m);
+    };
+    const timedOut = () => { done(); reject(new Error(`${re} not logged in time:\n${child.log}`)); };
+    const exited = (code) => { done(); reject(new Error(`exited ${code}:\n${child.log}`)); };
+    const done = () => {
+      child.stderr.off('data', check);
+      child.off('exit', exited);
+      deadline.removeEventListener('abort', timedOut);
+    };
+    child.stderr.on('data', check);
+    child.on('exit', exited);
+    deadline.addEventListener('abort', timedOut);
+    check();
+  });
+}
+
 // Starts the tool and resolves once its log names every address in `want`
 // (regexps on stderr), with their first groups.
-function start(args, want) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(TOOL, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-    children.push(child);
-    let log = '';
-    // why: a deadline on the startup log (the wait itself is on stderr data), not a sleep.
-    const timer = setTimeout(() => reject(new Error(`no address logged in time:\n${log}`)), WAIT);
-    child.stderr.on('data', (d) => {
-      log += d.toString();
-      const found = want.map((re) => (log.match(re) || [])[1]);
-      if (found.every((x) => x)) {
-        clearTimeout(timer);
-        resolve({ child, found });
-      }
-    });
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`exited ${code}:\n${log}`));
-    });
-  });
+async function start(args, want) {
+  const child = spawn(TOOL, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.push(child);
+  child.log = '';
+  child.stderr.on('data', (d) => { child.log += d.toString(); });
+  const found = [];
+  for (const re of want) found.push((await logged(child, re))[1]);
+  return { child, found };
 }
 
 async function stop(child) {
@@ -395,13 +409,12 @@ test('serve re-reads --auth-file on SIGHUP for the console too: a removed token 
   const list = () => fetch(consoleUrl + '/api/apps/alpha/sessions', { headers: { Cookie: cookie } });
   assert.equal((await list()).status, 200);
   writeFileSync(authFile, `${TOKEN_ALL} *\n`);
+  // The reload happens on serve's signal thread, which logs it once the new
+  // tokens are in force.
+  const before = (serve.log.match(/tokens_reloaded/g) || []).length;
+  const reloaded = logged(serve, new RegExp(`(?:[^]*?tokens_reloaded){${before + 1}}`));
   serve.kill('SIGHUP');
-  // poll: the reload happens on serve's signal thread; bounded by WAIT.
-  const deadline = Date.now() + WAIT;
-  let status = 200;
-  while (status === 200 && Date.now() < deadline) {
-    status = (await list()).status;
-    if (status === 200) await new Promise((r) => setTimeout(r, 50)); // poll: see above
-  }
+  await reloaded;
+  const status = (await list()).status;
   assert.equal(status, 401);
 });

@@ -3,7 +3,7 @@
 // package's exports, with an AgentStateSessionService that, given the options of a
 // server it would start ({ memory: true } or { store: DIR }, with binary and durability),
 // connects to AGENTSTATE_TEST_ADDRESS instead (a cluster node that owns no shard:
-// tests/cluster/cluster_harness.py). Other options (an address, bad options) go to the
+// tests/support/cluster_harness.py). Other options (an address, bad options) go to the
 // package's own class unchanged.
 //
 // A spawned server starts with its own data, so each such service gets apps of its own:
