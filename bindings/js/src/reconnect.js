@@ -17,7 +17,8 @@
 //   kind 'unavailable' and `data.in_doubt: true`. Calls that cannot have reached the
 //   server (made while no connection was up, or on one that never connected) are
 //   always sent.
-// - Each call is tried until `retryForMs` has passed since it was made; then it rejects
+// - Each call is tried once, and again until `retryForMs` has passed since it was made
+//   (0: one try); then it rejects
 //   with kind 'unavailable' (retryable: an append re-sent with the same event id is
 //   stored once). Errors that a new connection would not change (a refused token, a TLS
 //   certificate that is not trusted, every answer of the server but 'unavailable')
@@ -100,13 +101,13 @@ export class ReconnectingConnection {
       }
     }
     return new Promise((resolve, reject) => {
-      this.#dispatch({ method, params, deadline: performance.now() + this.#retryForMs, resolve, reject });
+      this.#dispatch({ method, params, deadline: performance.now() + this.#retryForMs, tried: false, resolve, reject });
     });
   }
 
   #dispatch(c) {
     if (this.#closed) c.reject(new AgentStateError('unavailable', 'the session service is closed'));
-    else if (performance.now() >= c.deadline) c.reject(this.#expired(c));
+    else if (c.tried && performance.now() >= c.deadline) c.reject(this.#expired(c));
     else if (this.#conn !== null && !this.#conn.failed) this.#send(this.#conn, c);
     else {
       this.#waiting.push(c);
@@ -119,6 +120,7 @@ export class ReconnectingConnection {
       this.#wait = 0;
       c.resolve(result);
     }, (err) => {
+      c.tried = true;
       if (!transient(err) || this.#closed) {
         c.reject(err);
         return;
@@ -149,13 +151,14 @@ export class ReconnectingConnection {
       `${last ? `: ${last.message}` : ''}`, { cause: last ?? undefined });
   }
 
-  // Rejects the waiting calls whose time is up; the earliest deadline of the others.
+  // Rejects the waiting calls that were tried and whose time is up; the earliest deadline
+  // of the others (a call is tried once, however short its retryForMs).
   #expire() {
     const now = performance.now();
     let next = Infinity;
     const keep = [];
     for (const c of this.#waiting) {
-      if (now >= c.deadline) c.reject(this.#expired(c));
+      if (c.tried && now >= c.deadline) c.reject(this.#expired(c));
       else {
         keep.push(c);
         next = Math.min(next, c.deadline);
@@ -200,6 +203,7 @@ export class ReconnectingConnection {
           return;
         }
         this.#lastError = err;
+        for (const c of this.#waiting) c.tried = true; // this connection was their try
         continue;
       }
       if (this.#closed) {

@@ -142,14 +142,15 @@ test('tls: a server with --tls-cert, trusted through the ca option', async () =>
     const again = new AgentStateSessionService({ address: server.address, token: ALL, tls: { ca: fs.readFileSync(cert) } });
     assert.equal((await again.getSession({ appName: 'a', userId: 'u', sessionId: 's' })).events.length, 51);
     await again.close();
-    // Without the CA, the self-signed certificate is refused before any request is sent.
-    const untrusted = new AgentStateSessionService({ address: server.address, token: ALL, tls: true });
+    // Without the CA, the self-signed certificate is refused before any request is sent
+    // (one try: retryForMs 0; the retries are reconnect.test.mjs's).
+    const untrusted = new AgentStateSessionService({ address: server.address, token: ALL, tls: true, retryForMs: 0 });
     await assert.rejects(untrusted.listSessions({ appName: 'a' }), isKind('unavailable', (err) => {
       assert.match(err.message, /TLS/);
     }));
     await untrusted.close();
     // Plain text to the TLS port gets no answer: the server closes the connection.
-    const plain = new AgentStateSessionService({ address: server.address, token: ALL });
+    const plain = new AgentStateSessionService({ address: server.address, token: ALL, retryForMs: 0 });
     await assert.rejects(plain.listSessions({ appName: 'a' }), isKind('unavailable'));
     await plain.close();
   } finally {

@@ -120,6 +120,24 @@ describe('a server at an address that restarts', () => {
     }
   });
 
+  test('retryForMs 0 tries each call once (regression: with 0 a call rejected before its first try, even with the server up)', { timeout: 60_000 }, async () => {
+    const srv = await restartableServer('retry-zero');
+    const once = new AgentStateSessionService({ address: srv.address, retryForMs: 0 });
+    try {
+      const key = { appName: APP, userId: 'u', sessionId: 'once' };
+      assert.equal((await once.createSession(key)).id, 'once');
+      await srv.kill();
+      // The try is made, and its error is the one the call rejects with.
+      await assert.rejects(once.getSession(key),
+        (err) => isKind('unavailable')(err) && /retryForMs 0: .+/.test(err.message));
+      await srv.start();
+      assert.equal((await once.getSession(key)).id, 'once');
+    } finally {
+      await once.close();
+      await srv.stop();
+    }
+  });
+
   test('a createSession whose answer is lost rejects as in doubt instead of being sent again', { timeout: 60_000 }, async () => {
     const srv = await restartableServer('restart-in-doubt');
     const service = new AgentStateSessionService({ address: srv.address, retryForMs: 30_000 });

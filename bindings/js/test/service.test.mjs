@@ -421,7 +421,8 @@ describe('lifecycle', () => {
       const got = await b.getSession({ appName: 't', userId: 'u', sessionId: 's' });
       assert.equal(got.events.length, 100);
       await b.close();
-      const refused = new AgentStateSessionService({ address: '127.0.0.1:1' });
+      // One try (retryForMs 0): the retries are reconnect.test.mjs's.
+      const refused = new AgentStateSessionService({ address: '127.0.0.1:1', retryForMs: 0 });
       await assert.rejects(refused.getSession({ appName: 't', userId: 'u', sessionId: 's' }), isKind('unavailable'));
       await refused.close();
     } finally {
