@@ -90,6 +90,7 @@ struct engine_core {
   registry<scope_actor_hdl, evict_cmd> scopes; ///< live user and app scope actors
   caf::actor heap_trimmer; ///< actors/heap_trimmer.hpp; null in deterministic mode
   caf::actor reaper; ///< actors/reaper.hpp
+  caf::actor idle_sweeper; ///< actors/idle_sweeper.hpp
   counters stats;
   std::atomic<bool> closed{false};
   /// Threads polling in a blocking call (at most one; see options::spin_wait).

@@ -44,6 +44,11 @@ struct engine_factory {
   /// polling) now, under scheduler_policy::sharing with spin_wait above 0;
   /// 0 under any other scheduler. REQUIRES: open.
   static std::size_t parked_workers(engine& e);
+  /// Asks every live session, user and app actor to passivate now, as the
+  /// capacity bound does (options::max_live_sessions): one that is busy or
+  /// has a message waiting stays live. Returns how many were asked.
+  /// REQUIRES: open.
+  static std::size_t passivate_all(engine& e);
 };
 
 } // namespace agentstate::detail

@@ -23,6 +23,7 @@
 #include "actors/core.hpp"
 #include "actors/engine_factory.hpp"
 #include "actors/heap_trimmer.hpp"
+#include "actors/idle_sweeper.hpp"
 #include "actors/reaper.hpp"
 #include "actors/messages.hpp"
 #include "actors/polling_sharing.hpp"
@@ -247,6 +248,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   if (!deterministic)
     core->heap_trimmer = spawn_heap_trimmer(*core);
   core->reaper = spawn_reaper(*core);
+  core->idle_sweeper = spawn_idle_sweeper(*core);
   wake_sessions(*core, waiting);
   return std::unique_ptr<engine>(new engine(std::move(core)));
 }
@@ -289,6 +291,10 @@ std::size_t engine_factory::parked_workers(engine& e) {
   return q->parked;
 }
 
+std::size_t engine_factory::passivate_all(engine& e) {
+  return e.core_->sessions.send_all(evict_cmd{}) + e.core_->scopes.send_all(evict_cmd{});
+}
+
 result<void> engine::close() {
   if (!core_ || core_->closed.exchange(true))
     return {};
@@ -306,15 +312,16 @@ result<void> engine::close() {
       if (sched.run() == 0 && sched.trigger_timeouts() == 0)
         std::this_thread::yield(); // a reply from the store is on its way
     caf::anon_send(core_->writer, stop_writer_cmd{});
-    if (core_->reaper)
-      caf::anon_send_exit(core_->reaper, caf::exit_reason::user_shutdown);
+    for (auto* a : {&core_->reaper, &core_->idle_sweeper})
+      if (*a)
+        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     sched.run();
   } else {
     while (!actors_gone())
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     caf::anon_send(core_->writer, stop_writer_cmd{});
   }
-  for (auto* a : {&core_->heap_trimmer, &core_->reaper}) {
+  for (auto* a : {&core_->heap_trimmer, &core_->reaper, &core_->idle_sweeper}) {
     if (*a)
       caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     *a = nullptr;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // actors/idle.hpp: passivation of idle routed actors (session, user, app).
 // Each such actor's state has `core`, `registry_key`, `handled` (routed messages
-// handled) and `handled_at_tick`; it arms the first tick when spawned.
+// handled) and `handled_at_tick`; the idle sweeper (actors/idle_sweeper.hpp) sends the ticks.
 #pragma once
 
 #include <caf/event_based_actor.hpp>
@@ -11,10 +11,11 @@
 
 namespace agentstate::detail {
 
-/// Handles an idle_tick: an actor that handled no routed message since the
-/// previous tick, and is not `busy`, leaves the registry and quits (only if
-/// no routed message waits for it: registry::try_passivate); otherwise the
-/// next tick is armed. So an actor passivates after one to two idle periods.
+/// Handles an idle_tick (actors/idle_sweeper.hpp sends one to every live
+/// actor once per idle period): an actor that handled no routed message
+/// since the previous tick, and is not `busy`, leaves the registry and quits
+/// (only if no routed message waits for it: registry::try_passivate). So an
+/// actor passivates after one to two idle periods.
 template <class Actor, class Registry>
 void on_idle_tick(Actor* self, Registry& registry, bool busy) {
   auto& st = self->state;
@@ -23,9 +24,7 @@ void on_idle_tick(Actor* self, Registry& registry, bool busy) {
   if (idle && registry.try_passivate(st.registry_key, self->address(), st.handled)) {
     st.core->stats.passivations.fetch_add(1, std::memory_order_relaxed);
     self->quit();
-    return;
   }
-  self->delayed_send(self, st.core->opts.idle_timeout, idle_tick{});
 }
 
 /// Handles an evict_cmd (the registry is over capacity): passivates now

@@ -118,6 +118,28 @@ public:
 
   std::size_t live() const { return live_.load(std::memory_order_relaxed); }
 
+  /// Sends a copy of `msg` to every actor live now (each shard's handles are
+  /// taken under its lock and sent to after it). Not routed: the actors do
+  /// not count it as handled. Returns how many were sent to. Thread-safe.
+  template <class T>
+  std::size_t send_all(const T& msg) {
+    std::size_t sent = 0;
+    std::vector<Handle> handles;
+    for (auto& s : shards_) {
+      handles.clear();
+      {
+        std::lock_guard<std::mutex> guard(s.mtx);
+        handles.reserve(s.live.size());
+        for (auto& kv : s.live)
+          handles.push_back(kv.second.handle);
+      }
+      for (auto& h : handles)
+        caf::anon_send(h, msg);
+      sent += handles.size();
+    }
+    return sent;
+  }
+
   /// Evict messages sent so far (set_capacity).
   std::uint64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
 

@@ -75,7 +75,6 @@ scope_actor_hdl::behavior_type scope_actor(scope_actor_t self, engine_core* core
     core->scopes.remove(key, addr);
     live.fetch_sub(1, std::memory_order_relaxed);
   });
-  self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
   return {
     [self](scope_get_cmd& c) {
       auto& st = self->state;

@@ -98,7 +98,6 @@ session_actor_hdl::behavior_type session_actor(session_actor_t self, engine_core
     core->sessions.remove(key, addr);
     core->stats.sessions_live.fetch_sub(1, std::memory_order_relaxed);
   });
-  self->delayed_send(self, core->opts.idle_timeout, idle_tick{});
   resume_remote_append(self);
   return {
     command(self, on_create),
