@@ -399,6 +399,7 @@ struct console_server::impl {
     c.max_line_depth = cfg.max_line_depth;
     c.max_in_flight = 4;
     c.max_watches = 1;
+    c.server_stats = cfg.server_stats;
     return c;
   }
 
@@ -549,6 +550,8 @@ struct console_server::impl {
     }
     out["all_apps"] = g->all_apps;
     out["apps"] = g->apps;
+    out["read_only"] = g->read_only;
+    out["actions"] = cfg.actions && !g->read_only;
     send_json(res, 200, out);
   }
 

@@ -43,6 +43,12 @@ struct console_config {
   bool actions = false;
   /// The store's directory, for its size on disk; empty: not shown.
   std::string store_dir;
+  /// The figures of the protocol server beside the console
+  /// (server::network_server::stats): `stats` through the console carries
+  /// them under "server", as on that server's connections, and the store
+  /// page shows its connections and watches. Empty: none (`agentstate
+  /// console`, `serve` on standard input). Called on the console's threads.
+  std::function<json()> server_stats;
   /// The nesting a request may have (rpc_config::max_line_depth).
   std::size_t max_line_depth = 64 + 8;
   /// Live streams (server-sent events) at once; one more is refused (503).

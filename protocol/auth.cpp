@@ -85,10 +85,13 @@ result<token_table> token_table::parse(std::string_view text) {
     auto fields = fields_of(line);
     if (fields.empty() || fields[0].front() == '#')
       continue;
-    if (fields.size() != 2)
+    if (fields.size() != 2 && fields.size() != 3)
       return bad_line(line_no,
-                      "expected 'TOKEN APP[,APP...]' or 'TOKEN *', found "
+                      "expected 'TOKEN APP[,APP...]' or 'TOKEN *', then optionally "
+                      "'read-only', found "
                         + std::to_string(fields.size()) + " field(s)");
+    if (fields.size() == 3 && fields[2] != "read-only")
+      return bad_line(line_no, "the field after the apps may only be 'read-only'");
     auto token = fields[0];
     if (token.size() < min_token_bytes || token.size() > max_token_bytes)
       return bad_line(line_no,
@@ -100,6 +103,7 @@ result<token_table> token_table::parse(std::string_view text) {
         return bad_line(line_no, "a token must be printable ASCII without spaces");
     entry e;
     e.d = digest_of(token);
+    e.g.read_only = fields.size() == 3;
     auto apps = fields[1];
     if (apps == "*") {
       e.g.all_apps = true;
@@ -236,6 +240,18 @@ method_scope scope_of(std::string_view method) {
   return method_scope::every_app;
 }
 
+bool method_writes(std::string_view method) {
+  static constexpr std::string_view reads[] = {
+    "ping",          "authenticate",     "flush",        "get_session", "list_sessions",
+    "get_app_state", "get_user_state",   "read_changes", "watch",       "unwatch",
+    "rewind_plan",   "list_invocations", "stats",        "cluster_map",
+  };
+  for (auto m : reads)
+    if (m == method)
+      return false;
+  return true;
+}
+
 access_gate::access_gate(std::shared_ptr<const token_source> tokens) : tokens_(std::move(tokens)) {}
 
 result<grant> access_gate::authenticate(std::string_view token) {
@@ -286,7 +302,12 @@ std::optional<error> access_gate::check(std::string_view method,
   if (!g)
     return error{errc::unauthenticated,
                  "authentication required: send 'authenticate' with a token first"};
-  if (refused || scope == method_scope::authenticated)
+  if (refused)
+    return std::nullopt;
+  if (g->read_only && method_writes(method))
+    return error{errc::permission_denied,
+                 "the token is read-only: '" + std::string(method) + "' writes"};
+  if (scope == method_scope::authenticated)
     return std::nullopt;
   if (scope == method_scope::every_app) {
     if (g->all_apps)

@@ -2,7 +2,8 @@
 // protocol/auth.hpp: who may use a stream (docs/protocol.md, "Authentication").
 // A server started with a token file requires each connection to send
 // `authenticate {token}` first; a token opens every app (`*`) or a list of
-// apps. Public part of agentstate_protocol; rpc_session applies it.
+// apps, to read and write or (`read-only`) to read only. Public part of
+// agentstate_protocol; rpc_session applies it.
 //
 // Tokens are never kept: a table holds each token's SHA-256 digest, and a
 // presented token is hashed and compared with every entry in constant time
@@ -25,10 +26,12 @@
 
 namespace agentstate::protocol {
 
-/// The apps one token opens.
+/// The apps one token opens, and how.
 struct grant {
   bool all_apps = false;
   std::vector<std::string> apps; ///< sorted, no duplicates; empty with all_apps
+  /// Reads only: every method that writes (method_writes) is refused.
+  bool read_only = false;
 
   bool allows(std::string_view app) const;
 };
@@ -39,8 +42,9 @@ public:
   using digest = std::array<unsigned char, 32>;
 
   /// Parses the token file format: one `TOKEN APP[,APP...]` or `TOKEN *` per
-  /// line, fields separated by spaces or tabs; empty lines and lines whose
-  /// first non-blank character is '#' are skipped. A token is 16 to 4096
+  /// line, optionally followed by `read-only`, fields separated by spaces or
+  /// tabs; empty lines and lines whose first non-blank character is '#' are
+  /// skipped. A token is 16 to 4096
   /// printable ASCII characters other than space; an app name is what the
   /// engine accepts (1..100 bytes, no NUL, no ','). Errors (invalid_argument)
   /// name the line number and what is wrong, never the token. An empty table
@@ -105,6 +109,14 @@ enum class method_scope {
 /// accident.
 method_scope scope_of(std::string_view method);
 
+/// Whether `method` is refused to a read-only token: every method but the
+/// reads (ping, authenticate, flush, get_session, list_sessions,
+/// get_app_state, get_user_state, read_changes, watch, unwatch,
+/// rewind_plan, list_invocations, stats, cluster_map). `prune` writes, with
+/// `dry_run` too. Methods added to the protocol later write until listed
+/// here, so a read-only token never reaches them by accident.
+bool method_writes(std::string_view method);
+
 /// One stream's access state: every method allowed (no token source: stdio,
 /// a server without a token file), or nothing but the open methods until
 /// authenticate() succeeds. Revocation: when the token source's table is
@@ -128,7 +140,8 @@ public:
 
   /// nullopt when a request for `method` naming `app` (nullopt: the request
   /// names no app, or not as a string) may run; else the error that answers
-  /// it: unauthenticated, or permission_denied. `refused`: the request is
+  /// it: unauthenticated, or permission_denied (an app the token does not
+  /// grant; a method that writes, for a read-only token). `refused`: the request is
   /// already refused for its own reasons (bad params, unknown method), which
   /// then answer it once the stream is authenticated.
   std::optional<error> check(std::string_view method, const std::optional<std::string>& app,

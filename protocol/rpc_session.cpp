@@ -882,7 +882,10 @@ void rpc_session::authenticate(detail::decoded_request& d) {
   else
     for (const auto& a : r->apps)
       apps.push_back(a);
-  dispatch_->answer(d.id, detail::outcome{json{{"apps", std::move(apps)}}});
+  json result{{"apps", std::move(apps)}};
+  if (r->read_only)
+    result["read_only"] = true;
+  dispatch_->answer(d.id, detail::outcome{std::move(result)});
 }
 
 decoded_line::decoded_line() noexcept = default;

@@ -731,6 +731,10 @@ void network_server::set_cluster_stats(std::function<json()> figures) {
   impl_->sh->cluster_stats = std::move(figures);
 }
 
+json network_server::stats() const {
+  return impl_->stats_json();
+}
+
 std::vector<std::string> network_server::addresses() const {
   std::vector<std::string> out;
   for (const auto& l : impl_->listeners)

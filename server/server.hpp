@@ -144,6 +144,11 @@ public:
   /// The bound addresses (TCP ports resolved), in --listen order.
   std::vector<std::string> addresses() const;
 
+  /// What `stats` answers under "server" on this server's connections
+  /// (connections_open, watches, ...; docs/protocol.md). Any thread, until
+  /// the server is destroyed.
+  json stats() const;
+
   /// A cluster node's routing, `cluster_map` and forwarding for every
   /// connection (protocol::rpc_config::route, cluster_map, forward; each may
   /// be empty). REQUIRES: before run().

@@ -399,15 +399,18 @@ int run_serve(serve_config& cfg);
 
 /// The web console of --http on `eng`, started; null when there is none or
 /// it could not start (`failed` is then set, the reason logged).
-/// `tokens` receives the console's token source (reloaded on SIGHUP).
+/// `tokens` receives the console's token source (reloaded on SIGHUP);
+/// `server_stats` gives the network server's figures (none on standard input).
 std::unique_ptr<console::console_server>
 start_console(const serve_config& cfg, engine& eng, server::logger& log,
-              std::shared_ptr<protocol::token_source>& tokens, bool& failed) {
+              std::shared_ptr<protocol::token_source>& tokens, bool& failed,
+              std::function<json()> server_stats = {}) {
   failed = false;
   if (cfg.http.empty())
     return nullptr;
   console::console_config c;
   c.http = cfg.http;
+  c.server_stats = std::move(server_stats);
   c.insecure = cfg.net.insecure;
   c.actions = cfg.http_actions;
   c.store_dir = cfg.have_store ? cfg.engine_opts.dir : std::string();
@@ -517,8 +520,8 @@ command line is read is one of them (event startup_failed, read_failed,
   auto* auth = app
                  .add_option("--auth-file", a->auth_file,
                              "tokens, one 'TOKEN APP[,APP...]' or 'TOKEN *' per\n"
-                             "line; each connection must send 'authenticate'\n"
-                             "first. Re-read on SIGHUP")
+                             "line, then optionally 'read-only'; each connection\n"
+                             "must send 'authenticate' first. Re-read on SIGHUP")
                  ->type_name("FILE")
                  ->group(network);
   net_only.push_back(auth);
@@ -725,7 +728,8 @@ int run_serve(serve_config& cfg) {
   }
   std::shared_ptr<protocol::token_source> console_tokens;
   bool console_failed = false;
-  auto web = start_console(cfg, eng, log, console_tokens, console_failed);
+  auto web =
+    start_console(cfg, eng, log, console_tokens, console_failed, [&net] { return net.stats(); });
   if (console_failed) {
     if (member)
       member->stop_moves();

@@ -459,7 +459,7 @@ function confirmDialog(title, body, onConfirm) {
 }
 
 function actionBar(app, user, id, s) {
-  if (!who.actions) return el('p', { class: 'muted', id: 'read-only' }, 'Read-only console.');
+  if (!who.actions) return el('p', { class: 'muted', id: 'read-only' }, who.read_only ? 'Read-only token.' : 'Read-only console.');
   const ref = { app_name: app, user_id: user, session_id: id };
   const del = el('button', { id: 'act-delete', class: 'danger' }, 'Delete session');
   del.addEventListener('click', () => confirmDialog('Delete this session?',

@@ -23,10 +23,20 @@ namespace {
 const std::string tok_all = "all-apps-token-0123456789abcdef";
 const std::string tok_chat = "chat-only-token-0123456789abcdef";
 const std::string tok_two = "two-apps-token-0123456789abcdef";
+const std::string tok_read = "read-only-token-0123456789abcdef";
 
 std::string token_file_text() {
   return "# agentstate tokens\n\n" + tok_all + " *\n" + tok_chat + "\tchat\n" + tok_two
-    + "  chat,mail\n";
+    + "  chat,mail\n" + tok_read + " chat read-only\n";
+}
+
+/// Whether a read-only token is refused `method` (what docs/protocol.md lists).
+bool writes(const std::string& method) {
+  for (const char* m : {"get_session", "list_sessions", "get_app_state", "get_user_state",
+                        "rewind_plan", "list_invocations"})
+    if (method == m)
+      return false;
+  return true;
 }
 
 // Every method that names an app, with params valid for app `app`.
@@ -71,7 +81,7 @@ struct auth_server {
 TEST_CASE("token table: the file format, its errors, and lookups") {
   auto t = token_table::parse(token_file_text());
   REQUIRE_OK(t);
-  CHECK(t->size() == 3);
+  CHECK(t->size() == 4);
   auto all = t->find(tok_all);
   REQUIRE(all);
   CHECK(all->all_apps);
@@ -82,6 +92,11 @@ TEST_CASE("token table: the file format, its errors, and lookups") {
   CHECK(two->apps == std::vector<std::string>{"chat", "mail"});
   CHECK(two->allows("mail"));
   CHECK(!two->allows("mai"));
+  CHECK(!two->read_only);
+  auto read = t->find(tok_read);
+  REQUIRE(read);
+  CHECK(read->read_only);
+  CHECK(read->apps == std::vector<std::string>{"chat"});
   // Exact match only: a prefix, an extension, a one-byte change, other case.
   CHECK(!t->find(tok_chat.substr(0, tok_chat.size() - 1)));
   CHECK(!t->find(tok_chat + "x"));
@@ -103,7 +118,9 @@ TEST_CASE("token table: the file format, its errors, and lookups") {
   };
   for (const auto& b : std::vector<bad>{
          {"# c\n" + secret + "\n", "line 2"},
-         {secret + " a b\n", "found 3 field(s)"},
+         {secret + " a read-only x\n", "found 4 field(s)"},
+         {secret + " a b\n", "may only be 'read-only'"},
+         {secret + " a READ-ONLY\n", "may only be 'read-only'"},
          {"short *\n", "16 to 4096"},
          {secret + " a,,b\n", "empty app name"},
          {secret + " a,*\n", "'*' must stand alone"},
@@ -145,6 +162,23 @@ TEST_CASE("access gate: scopes, refusals before authentication, revocation on re
   CHECK(g.check("watch_sessions", std::string("chat"), false)->code == errc::permission_denied);
   CHECK(!g.check("flush", std::nullopt, false));
   CHECK(!g.check("get_session", std::nullopt, true)); // its own invalid_params answers
+
+  // A read-only token: the reads of its apps, no write, not even of its own app.
+  protocol::access_gate ro(source);
+  auto read = ro.authenticate(tok_read);
+  REQUIRE(read);
+  CHECK(read->read_only);
+  CHECK(!ro.check("get_session", std::string("chat"), false));
+  CHECK(!ro.check("watch", std::string("chat"), false));
+  CHECK(!ro.check("flush", std::nullopt, false));
+  auto w = ro.check("append_event", std::string("chat"), false);
+  REQUIRE(w);
+  CHECK(w->code == errc::permission_denied);
+  CHECK(w->message == "the token is read-only: 'append_event' writes");
+  CHECK(ro.check("get_session", std::string("mail"), false)->code == errc::permission_denied);
+  CHECK(ro.check("a_method_added_later", std::nullopt, false)->code == errc::permission_denied);
+  CHECK(protocol::method_writes("prune"));
+  CHECK(!protocol::method_writes("read_changes"));
 
   // The file loses the token: the next check refuses.
   source->replace(MUST(token_table::parse(tok_all + " *\n")));
@@ -289,6 +323,40 @@ TEST_CASE("serve --auth-file: a token for some apps gets permission_denied for e
   CHECK(server["errors"]["permission_denied"].get<int>() >= 10);
   CHECK(server["requests"].get<int>() >= 20);
   CHECK((*st)["result"].contains("appends"));
+}
+
+TEST_CASE("serve --auth-file: a read-only token reads its app and is refused every write, which "
+          "changes nothing") {
+  auth_server s;
+  client admin(s.port);
+  REQUIRE(ok(admin.call("authenticate", json{{"token", tok_all}})));
+  REQUIRE(ok(admin.call("create_session", sref_params("chat", "s1"))));
+  REQUIRE(ok(admin.call(
+    "append_event",
+    with(sref_params("chat", "s1"), "event", json{{"author", "a"}, {"invocation_id", "i1"}}))));
+  client c(s.port);
+  auto a = c.call("authenticate", json{{"token", tok_read}});
+  REQUIRE(ok(a));
+  CHECK((*a)["result"] == json{{"apps", json::array({"chat"})}, {"read_only", true}});
+  for (auto& [method, params] : app_requests("chat")) {
+    INFO("method ", method);
+    auto k = kind_of(c.call(method, params));
+    if (writes(method))
+      CHECK(k == "permission_denied");
+    else
+      CHECK(k != "permission_denied");
+  }
+  CHECK(kind_of(c.call("prune", json{{"app_name", "chat"}, {"older_than_s", 1}, {"dry_run", true}}))
+        == "permission_denied");
+  CHECK(ok(c.call("read_changes", json{{"scope", "app"}, {"app_name", "chat"}})));
+  CHECK(ok(c.call("flush")));
+  // The session is as the writer left it.
+  auto got = admin.call("get_session", sref_params("chat", "s1"));
+  REQUIRE(ok(got));
+  CHECK((*got)["result"]["version"] == 1);
+  auto fork = admin.call("get_session", sref_params("chat", "f"));
+  REQUIRE(ok(fork));
+  CHECK((*fork)["result"].is_null());
 }
 
 TEST_CASE("serve --auth-file: SIGHUP reloads; a removed token stops working; a bad file keeps "

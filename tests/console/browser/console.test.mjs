@@ -17,6 +17,7 @@ const TOOL = process.env.AGENTSTATE;
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const TOKEN_ALL = 'console-test-token-every-app-0001';
 const TOKEN_ALPHA = 'console-test-token-alpha-only-002';
+const TOKEN_READ = 'console-test-token-alpha-read-003';
 const WAIT = 15000; // the bound of every wait for a condition
 
 const children = [];
@@ -101,7 +102,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'agentstate-console-'));
   const auth = join(dir, 'tokens');
   authFile = auth;
-  writeFileSync(auth, `${TOKEN_ALL} *\n${TOKEN_ALPHA} alpha\n`);
+  writeFileSync(auth, `${TOKEN_ALL} *\n${TOKEN_ALPHA} alpha\n${TOKEN_READ} alpha read-only\n`);
   chmodSync(auth, 0o600);
   const s = await start(['serve', '--store', join(dir, 'store'), '--listen', '127.0.0.1:0', '--auth-file', auth,
     '--http', '127.0.0.1:0', '--http-actions'], [/listening on ([0-9.]+:[0-9]+)/, /console on (http:\/\/[^\s"]+)/]);
@@ -361,6 +362,9 @@ test('the store page shows the counters and the rate charts', async () => {
     assert.ok(rows.some((r) => r.startsWith('console live streams')));
     assert.ok(rows.some((r) => r.startsWith('events appended')));
     assert.ok(rows.some((r) => r.startsWith('size on disk')));
+    // The serve's own listener: this file's protocol connection is open, with no watch.
+    assert.ok(rows.some((r) => /^protocol connections[1-9]/.test(r)), rows.join(' | '));
+    assert.ok(rows.includes('protocol watches0'), rows.join(' | '));
     await page.waitForFunction(() => document.querySelectorAll('.chart.appends .bar').length >= 1, { timeout: WAIT });
   } finally {
     await ctx.close();
@@ -371,6 +375,26 @@ test('the store page shows the counters and the rate charts', async () => {
     await p2.waitForSelector('[data-kind=permission_denied]', { timeout: WAIT });
   } finally {
     await c2.close();
+  }
+});
+
+test('a read-only token reads, is offered no action, and an action it sends is refused', async () => {
+  const { ctx, page } = await loggedIn(TOKEN_READ);
+  try {
+    const w = await pageFetch(page, '/api/whoami');
+    assert.equal(w.body.read_only, true);
+    assert.equal(w.body.actions, false);
+    await page.goto(consoleUrl + '/apps/alpha/users/u2/sessions/other');
+    await page.waitForSelector('#read-only', { timeout: WAIT });
+    assert.equal(await page.$eval('#read-only', (e) => e.textContent), 'Read-only token.');
+    assert.equal(await page.$('#actions'), null);
+    const r = await pageFetch(page, '/api/action', { method: 'POST', csrf: true, headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ action: 'delete', app_name: 'alpha', user_id: 'u2', session_id: 'other' }) });
+    assert.equal(r.status, 403);
+    assert.equal(r.body.error.kind, 'permission_denied');
+    assert.ok(await rpc.call('get_session', { app_name: 'alpha', user_id: 'u2', session_id: 'other' }));
+  } finally {
+    await ctx.close();
   }
 });
 
