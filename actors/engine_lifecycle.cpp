@@ -158,6 +158,7 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
     core->derived_inputs.insert(d.inputs.begin(), d.inputs.end());
   if (core->opts.threads == 0)
     core->opts.threads = std::max(1u, std::thread::hardware_concurrency());
+  std::string made; // the directory of a store this open makes
   if (opts.mode == durability::memory) {
     core->kv = store::make_memory_kv();
   } else {
@@ -176,6 +177,10 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
     auto rule = opts.create == create_policy::always ? store::create_rule::always
       : opts.create == create_policy::never          ? store::create_rule::never
                                                      : store::create_rule::if_new;
+    // Held while this process decides, marks a new store and takes its lock.
+    auto held = store::dir_flock::take(dir);
+    if (!held)
+      return std::move(held).err();
     if (auto r = store::check_store_dir(dir, rule); !r) {
       // A store another engine owns answers unavailable, whatever its file
       // looked like to a reader beside its writer.
@@ -184,8 +189,22 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
           return std::move(owned).err();
       return std::move(r).err();
     }
+    // A new store is marked before any file of it is made (its lock
+    // included), until its first commit is durable: a creation cut off
+    // leaves a directory that is made again, not one refused as a store
+    // whose data is gone.
+    auto data = store::check_data_file(dir);
+    const bool fresh = store::creating(dir) || (data && *data != store::data_file_state::present);
+    if (fresh)
+      if (auto r = store::mark_creating(dir); !r)
+        return std::move(r).err();
     if (auto r = core->lock.acquire(dir); !r)
       return std::move(r).err();
+    if (fresh) {
+      if (auto r = store::discard_cut_creation(dir); !r)
+        return std::move(r).err();
+      made = dir;
+    }
     auto kv = store::open_lmdb(dir, opts.mode == durability::sync, opts.max_store_bytes,
                                {opts.max_resident_store_bytes, std::chrono::milliseconds(250)},
                                opts.write_map);
@@ -195,6 +214,18 @@ result<std::unique_ptr<engine>> engine_factory::open(const options& opts, const 
   }
   if (auto r = store::init_meta(*core->kv, AGENTSTATE_VERSION_STRING, wall_now(*core)); !r)
     return std::move(r).err();
+  if (!made.empty()) {
+    try {
+      core->kv->sync(); // the first commit, durable under nosync too
+    } catch (const store::kv_failure& f) {
+      return error{f.code, f.message};
+    }
+    auto held = store::dir_flock::take(made);
+    if (!held)
+      return std::move(held).err();
+    if (auto r = store::unmark_creating(made); !r)
+      return std::move(r).err();
+  }
   if (auto r = load_log(*core); !r)
     return std::move(r).err();
   std::vector<std::string> waiting; // sessions with an append in the outbox

@@ -2,6 +2,7 @@
 #include "store/file_check.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +85,19 @@ bool read_at(int fd, unsigned char* buf, std::size_t n, std::uint64_t off) {
 bool exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
+}
+
+/// Makes DIR's entries durable (fsync of the directory).
+result<void> sync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return error{errc::io_error, "cannot open directory " + dir + ": " + std::strerror(errno)};
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  if (!synced)
+    return error{errc::io_error, "cannot sync directory " + dir + ": " + std::strerror(sync_errno)};
+  return {};
 }
 
 } // namespace
@@ -169,7 +183,66 @@ result<data_file_state> check_data_file(const std::string& dir, data_file_meta* 
   return r;
 }
 
+result<dir_flock> dir_flock::take(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return error{errc::io_error, "cannot open directory " + dir + ": " + std::strerror(errno)};
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR)
+      continue;
+    const int e = errno;
+    ::close(fd);
+    return error{errc::io_error, "cannot lock directory " + dir + ": " + std::strerror(e)};
+  }
+  return dir_flock(fd);
+}
+
+dir_flock::~dir_flock() {
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+bool creating(const std::string& dir) {
+  return exists(dir + "/" + creating_file);
+}
+
+result<void> mark_creating(const std::string& dir) {
+  const auto path = dir + "/" + creating_file;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return error{errc::io_error, "cannot create " + path + ": " + std::strerror(errno)};
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  if (!synced)
+    return error{errc::io_error, "cannot sync " + path + ": " + std::strerror(sync_errno)};
+  return sync_dir(dir);
+}
+
+result<void> discard_cut_creation(const std::string& dir) {
+  for (const char* f : {"data.mdb", "lock.mdb"}) {
+    const auto path = dir + "/" + f;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return error{errc::io_error,
+                   "cannot remove " + path
+                     + " (left by a creation cut off): " + std::strerror(errno)};
+  }
+  return sync_dir(dir);
+}
+
+result<void> unmark_creating(const std::string& dir) {
+  const auto path = dir + "/" + creating_file;
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    return error{errc::io_error, "cannot remove " + path + ": " + std::strerror(errno)};
+  return sync_dir(dir);
+}
+
 result<void> check_store_dir(const std::string& dir, create_rule rule) {
+  if (creating(dir)) {
+    if (rule == create_rule::never)
+      return error{errc::not_found, "no store in '" + dir + "' (its creation was cut off)"};
+    return {};
+  }
   auto state = check_data_file(dir);
   if (!state)
     return std::move(state).err();

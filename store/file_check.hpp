@@ -47,12 +47,52 @@ result<data_file_state> check_data_file(const std::string& dir, data_file_meta* 
 /// Whether engine::open may start an empty store (options::create_policy).
 enum class create_rule { if_new, always, never };
 
+/// The file that marks a store being made: DIR/agentstate.creating, written
+/// durably before any other file of a new store and removed, durably, once
+/// the store's first commit is. A directory that holds it never held a store
+/// that acknowledged anything: what else is there (agentstate.lock, a
+/// lock.mdb, a data.mdb empty or torn) was left by a creation that was cut
+/// off (a kill, a crash, a power loss), and is made again.
+inline constexpr const char* creating_file = "agentstate.creating";
+
+/// An exclusive flock of the directory itself, held until destroyed (or
+/// moved from). engine::open holds it while it decides how to open the store
+/// in DIR, marks a new one and takes the store's lock, and while it removes
+/// creating_file: so no process marks a store that another has just
+/// finished making. Blocking; held for a few file operations.
+class dir_flock {
+public:
+  /// Errors: io_error (DIR cannot be opened or locked).
+  static result<dir_flock> take(const std::string& dir);
+  dir_flock(dir_flock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  dir_flock& operator=(dir_flock&&) = delete;
+  dir_flock(const dir_flock&) = delete;
+  ~dir_flock();
+
+private:
+  explicit dir_flock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+/// Whether DIR holds creating_file.
+bool creating(const std::string& dir);
+/// Makes DIR/creating_file and syncs it and DIR. Errors: io_error.
+result<void> mark_creating(const std::string& dir);
+/// Removes DIR/lock.mdb and DIR/data.mdb, left by a creation cut off.
+/// REQUIRES: creating(dir), and the store's lock (store_lock) held. Errors:
+/// io_error.
+result<void> discard_cut_creation(const std::string& dir);
+/// Removes DIR/creating_file and syncs DIR. Errors: io_error.
+result<void> unmark_creating(const std::string& dir);
+
 /// Decides whether DIR may be opened for writing under `rule`, before the
 /// store's lock is taken: ok when DIR/data.mdb checks out (check_data_file),
-/// or when no store is there and `rule` allows a new one. A directory that
-/// holds agentstate.lock or lock.mdb but no (or an empty) data.mdb held a
-/// store whose data is gone: data_corrupt naming the path unless `rule` is
-/// always. A directory with no store file and rule never: not_found.
+/// when no store is there and `rule` allows a new one, or when DIR holds
+/// creating_file (a creation in progress or cut off; rule never: not_found).
+/// A directory that holds agentstate.lock or lock.mdb but no (or an empty)
+/// data.mdb, and no creating_file, held a store whose data is gone:
+/// data_corrupt naming the path unless `rule` is always. A directory with no
+/// store file and rule never: not_found.
 result<void> check_store_dir(const std::string& dir, create_rule rule);
 
 } // namespace agentstate::store

@@ -99,7 +99,8 @@ enum class create_policy {
   /// A directory that holds the store's lock files (agentstate.lock,
   /// lock.mdb) but no data.mdb, or an empty one, held a store whose data is
   /// gone: refused with data_corrupt naming the path, never replaced by an
-  /// empty store.
+  /// empty store. Unless it also holds agentstate.creating, the mark of a
+  /// creation that was cut off (docs/storage.md): the store is made again.
   if_new,
   /// Also in such a directory (`serve --create`): a new empty store.
   always,
