@@ -7,6 +7,17 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <string>
+
+#include "agentstate/error.hpp"
+#include "store/kv.hpp"
+
+// A storage failure that escapes a test case names its code and message
+// (store::kv_failure is not a std::exception).
+REGISTER_EXCEPTION_TRANSLATOR(const agentstate::store::kv_failure& f) {
+  return doctest::String(
+    ("store::kv_failure " + std::string(agentstate::to_string(f.code)) + ": " + f.message).c_str());
+}
 
 namespace {
 
